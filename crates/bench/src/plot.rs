@@ -1,0 +1,659 @@
+//! SVG plots of a bench [`Report`], one per report section.
+//!
+//! - `ns_per_packet.svg`: the steady-state cost of one enqueue plus one dequeue (median of the
+//!   repetitions, linear axis from zero) against the packets resident in the structure (log axis), one
+//!   line per structure: the steady-state measurement of Carousel Table 1 (see [`crate::steady`]).
+//! - `memory.svg`: bytes of each fixed configuration with no packet queued, one horizontal bar per row
+//!   labelled `structure config`, on a log axis (the footprints span several decades).
+//! - `batching.svg`: packets released per dequeue call against the number of destinations at equal
+//!   rates (log2 axis), one line per structure.
+//!
+//! Text is laid out with the bundled DejaVu Sans (`assets/DejaVuSans.ttf`, licence in
+//! `assets/README.md`) registered through plotters' `ab_glyph` support, so plotting never reads the
+//! system's fonts or fontconfig.
+//!
+//! Values an axis cannot show are handled visibly, never by a panic: counts of zero sit at the floor of
+//! their log axis (1), negative costs at zero, and rows whose plotted value is NaN or infinite have no
+//! position, so they are left out and the plot's subtitle says how many. A section with no plottable
+//! row writes no file; [`write_plots`] returns the paths it did write.
+
+use std::error::Error;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::FontStyle;
+
+use crate::report::{BatchingRow, MemoryRow, Report, ResultRow};
+
+/// The bundled font file (DejaVu Sans 2.37, Bitstream Vera licence; see `assets/README.md`).
+static FONT_BYTES: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+/// Family name every text style here uses, and the name the bundled font is registered under.
+const FONT: &str = "sans-serif";
+
+/// Canvas of the line plots, pixels (width, height); chosen to read at page width.
+const CANVAS: (u32, u32) = (960, 600);
+/// Height of the memory plot per row, pixels; chosen so a bar and its label stay legible.
+const MEMORY_ROW_PX: u32 = 30;
+/// Height of the memory plot around its rows (title, subtitle, x axis), pixels.
+const MEMORY_FRAME_PX: u32 = 170;
+/// Title text size, pixels (plotters writes `size / 1.24` as the SVG `font-size`).
+const TITLE_PX: u32 = 26;
+/// Subtitle (machine, left-out rows), pixels.
+const SUBTITLE_PX: u32 = 16;
+/// Tick labels and legend entries, pixels.
+const LABEL_PX: u32 = 15;
+/// Axis descriptions, pixels.
+const AXIS_DESC_PX: u32 = 17;
+/// Margin around each chart, pixels.
+const MARGIN_PX: u32 = 16;
+/// Width of the y tick label area of the line plots, pixels (fits tick labels such as `12.5k` at `LABEL_PX`).
+const Y_LABEL_AREA_PX: u32 = 70;
+/// Height of the x tick label area, pixels (tick labels plus the axis description).
+const X_LABEL_AREA_PX: u32 = 50;
+
+/// Headroom above the largest value on a linear axis: 10 % keeps the top point off the frame.
+const LINEAR_HEADROOM: f64 = 1.1;
+
+const NS_PER_PACKET_FILE: &str = "ns_per_packet.svg";
+const MEMORY_FILE: &str = "memory.svg";
+const BATCHING_FILE: &str = "batching.svg";
+
+/// Why a plot could not be written.
+#[derive(Debug)]
+pub enum PlotError {
+    /// The bundled font could not be parsed by `ab_glyph`.
+    Font,
+    /// The output directory could not be created.
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// What the file system said.
+        source: io::Error,
+    },
+    /// Plotters failed to lay out, draw or write a plot.
+    Draw {
+        /// The plot being written.
+        path: PathBuf,
+        /// Plotters' error as text (its type is generic over the drawing backend).
+        message: String,
+    },
+}
+
+impl fmt::Display for PlotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Font => write!(f, "the bundled font DejaVuSans.ttf could not be parsed"),
+            Self::Io { path, source } => write!(f, "cannot create {}: {source}", path.display()),
+            Self::Draw { path, message } => write!(f, "cannot draw {}: {message}", path.display()),
+        }
+    }
+}
+
+impl Error for PlotError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            Self::Font | Self::Draw { .. } => None,
+        }
+    }
+}
+
+/// Registers the bundled DejaVu Sans as plotters' `sans-serif` family, once per process.
+///
+/// [`write_plots`] calls it; call it yourself only to draw with plotters elsewhere. Later calls return
+/// the first call's outcome.
+pub fn register_font() -> Result<(), PlotError> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let registered = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()
+    });
+    if registered {
+        Ok(())
+    } else {
+        Err(PlotError::Font)
+    }
+}
+
+/// Writes `ns_per_packet.svg`, `memory.svg` and `batching.svg` for `report` into `dir`, creating `dir`
+/// if needed, and returns the paths written, in that order.
+///
+/// A plot whose section has no plottable row is skipped (no file, no error); an existing file of that
+/// name is left as it was.
+pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    register_font()?;
+    std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut written = Vec::new();
+
+    let cost = cost_lines(&report.results);
+    if !cost.lines.is_empty() {
+        let chart = LineChart {
+            title: "Steady-state cost per packet (Carousel Table 1)",
+            subtitle: subtitle(&report.machine, cost.left_out),
+            x_desc: "Resident packets (log scale)",
+            y_desc: "ns per packet (enqueue + dequeue, median)",
+            log_base: 10.0,
+            x_format: format_count,
+            light_lines: 10,
+        };
+        written.push(write_one(dir, NS_PER_PACKET_FILE, |path| {
+            draw_lines(path, &chart, &cost)
+        })?);
+    }
+
+    if !report.memory.is_empty() {
+        let machine = subtitle(&report.machine, 0);
+        written.push(write_one(dir, MEMORY_FILE, |path| {
+            draw_memory(path, &machine, &report.memory)
+        })?);
+    }
+
+    let batching = batching_lines(&report.batching);
+    if !batching.lines.is_empty() {
+        let chart = LineChart {
+            title: "Packets released per dequeue call",
+            subtitle: subtitle(&report.machine, batching.left_out),
+            x_desc: "Destinations at equal rates (log2 scale)",
+            y_desc: "Packets per dequeue call",
+            log_base: 2.0,
+            x_format: format_integer,
+            light_lines: 1,
+        };
+        written.push(write_one(dir, BATCHING_FILE, |path| {
+            draw_lines(path, &chart, &batching)
+        })?);
+    }
+    Ok(written)
+}
+
+/// Plotters' error type for everything drawn on the SVG backend.
+type DrawResult = Result<(), DrawingAreaErrorKind<io::Error>>;
+
+/// Runs `draw` on `dir/name` and names the file in its error.
+fn write_one(
+    dir: &Path,
+    name: &str,
+    draw: impl FnOnce(&Path) -> DrawResult,
+) -> Result<PathBuf, PlotError> {
+    let path = dir.join(name);
+    match draw(&path) {
+        Ok(()) => Ok(path),
+        Err(e) => Err(PlotError::Draw {
+            message: e.to_string(),
+            path,
+        }),
+    }
+}
+
+/// The machine line under a title, plus how many rows had no position.
+fn subtitle(machine: &str, left_out: usize) -> String {
+    let machine = if machine.trim().is_empty() {
+        "machine not recorded"
+    } else {
+        machine.trim()
+    };
+    match left_out {
+        0 => machine.to_string(),
+        1 => format!("{machine} (1 row with a non-finite value not shown)"),
+        n => format!("{machine} ({n} rows with a non-finite value not shown)"),
+    }
+}
+
+/// One structure's points, sorted by x.
+struct Line<'a> {
+    name: &'a str,
+    points: Vec<(f64, f64)>,
+}
+
+/// The lines of one plot, in order of first appearance in the report, and the rows left out.
+struct Lines<'a> {
+    lines: Vec<Line<'a>>,
+    left_out: usize,
+}
+
+impl<'a> Lines<'a> {
+    /// Groups `(structure, x, y)` by structure. x (a count) is clamped to the log-axis floor 1, y to
+    /// zero from below; a row with a non-finite y is counted in `left_out` instead.
+    fn collect(rows: impl IntoIterator<Item = (&'a str, f64, f64)>) -> Self {
+        let mut lines: Vec<Line<'a>> = Vec::new();
+        let mut left_out = 0;
+        for (name, x, y) in rows {
+            if !x.is_finite() || !y.is_finite() {
+                left_out += 1;
+                continue;
+            }
+            let point = (x.max(1.0), y.max(0.0));
+            match lines.iter_mut().find(|line| line.name == name) {
+                Some(line) => line.points.push(point),
+                None => lines.push(Line {
+                    name,
+                    points: vec![point],
+                }),
+            }
+        }
+        for line in &mut lines {
+            line.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        Self { lines, left_out }
+    }
+
+    fn points(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
+        self.lines
+            .iter()
+            .flat_map(|line| line.points.iter().copied())
+    }
+}
+
+fn cost_lines(rows: &[ResultRow]) -> Lines<'_> {
+    Lines::collect(
+        rows.iter()
+            .map(|r| (r.structure.as_str(), r.resident as f64, r.ns_per_packet)),
+    )
+}
+
+fn batching_lines(rows: &[BatchingRow]) -> Lines<'_> {
+    Lines::collect(rows.iter().map(|r| {
+        (
+            r.structure.as_str(),
+            f64::from(r.destinations),
+            r.packets_per_dequeue,
+        )
+    }))
+}
+
+/// What differs between the two line plots.
+struct LineChart {
+    title: &'static str,
+    subtitle: String,
+    x_desc: &'static str,
+    y_desc: &'static str,
+    /// Base of the log x axis; ticks sit on its powers.
+    log_base: f64,
+    x_format: fn(f64) -> String,
+    /// Light grid lines between two labelled ones (plotters' default is 10; log2 axes look cluttered
+    /// with them, and on a log10 axis fewer than 10 suppress the 2..9 lines of log paper).
+    light_lines: usize,
+}
+
+/// A log-x, linear-y plot with one line (and its points) per structure and a legend.
+fn draw_lines(path: &Path, chart: &LineChart, lines: &Lines<'_>) -> DrawResult {
+    let root = SVGBackend::new(path, CANVAS).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(chart.title, (FONT, TITLE_PX))?;
+
+    let (x_lo, x_hi) = min_max(lines.points().map(|p| p.0));
+    let x = LogSpan::covering(x_lo, x_hi, chart.log_base);
+    let y_top = linear_top(lines.points().map(|p| p.1).fold(0.0, f64::max));
+    let mut ctx = ChartBuilder::on(&root)
+        .caption(&chart.subtitle, (FONT, SUBTITLE_PX))
+        .margin(MARGIN_PX)
+        .x_label_area_size(X_LABEL_AREA_PX)
+        .y_label_area_size(Y_LABEL_AREA_PX)
+        .build_cartesian_2d(x.coord(), 0.0..y_top)?;
+    ctx.configure_mesh()
+        .x_desc(chart.x_desc)
+        .y_desc(chart.y_desc)
+        .x_labels(x.ticks())
+        .x_label_formatter(&|v| (chart.x_format)(*v))
+        .y_label_formatter(&|v| format_count(*v))
+        .max_light_lines(chart.light_lines)
+        .label_style((FONT, LABEL_PX))
+        .axis_desc_style((FONT, AXIS_DESC_PX))
+        .draw()?;
+
+    for line in &lines.lines {
+        let style = structure_color(line.name).stroke_width(2);
+        ctx.draw_series(LineSeries::new(line.points.iter().copied(), style))?
+            .label(line.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        let dot = structure_color(line.name).filled();
+        ctx.draw_series(line.points.iter().map(|&p| Circle::new(p, 4, dot)))?;
+    }
+    ctx.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, LABEL_PX))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()
+}
+
+/// Horizontal bars of bytes (log axis), one per row, first row on top, value written after the bar
+/// (the recorded value, also for a row of 0 bytes, whose bar sits at the axis floor of 1 byte).
+fn draw_memory(path: &Path, subtitle: &str, rows: &[MemoryRow]) -> DrawResult {
+    let n = rows.len();
+    let height =
+        MEMORY_FRAME_PX + MEMORY_ROW_PX * u32::try_from(n).unwrap_or(u32::MAX / MEMORY_ROW_PX);
+    let root = SVGBackend::new(path, (CANVAS.0, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled("Memory footprint with no packet queued", (FONT, TITLE_PX))?;
+
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} {}", r.structure, r.config))
+        .collect();
+    let label_style = TextStyle::from((FONT, LABEL_PX).into_font());
+    let mut label_width = 0;
+    for label in &labels {
+        label_width = label_width.max(root.estimate_text_size(label, &label_style)?.0);
+    }
+    let bytes = |r: &MemoryRow| r.bytes.max(1) as f64;
+    let (lo, hi) = min_max(rows.iter().map(bytes));
+    // One more decade on the right leaves room for the value written after the longest bar.
+    let x = LogSpan::covering(lo, hi * 10.0, 10.0);
+    // Row i sits at y = n - 1 - i so the report's first row is on top; integers carry the labels.
+    let row_y = |i: usize| (n - 1 - i) as f64;
+
+    let mut ctx = ChartBuilder::on(&root)
+        .caption(subtitle, (FONT, SUBTITLE_PX))
+        .margin(MARGIN_PX)
+        .x_label_area_size(X_LABEL_AREA_PX)
+        .y_label_area_size(label_width.min(CANVAS.0 / 2) + 12)
+        .build_cartesian_2d(x.coord(), -0.5..(n as f64 - 0.5))?;
+    ctx.configure_mesh()
+        .disable_y_mesh()
+        .x_desc("Bytes (log scale)")
+        .x_labels(x.ticks())
+        .x_label_formatter(&|v| format_bytes(*v))
+        .y_labels(n)
+        .y_label_formatter(&|v| category_label(&labels, *v))
+        .label_style((FONT, LABEL_PX))
+        .axis_desc_style((FONT, AXIS_DESC_PX))
+        .draw()?;
+
+    ctx.draw_series(rows.iter().enumerate().map(|(i, r)| {
+        let y = row_y(i);
+        let corners = [(x.lo, y - 0.35), (bytes(r), y + 0.35)];
+        Rectangle::new(corners, structure_color(&r.structure).filled())
+    }))?;
+    let value_style = label_style.pos(Pos::new(HPos::Left, VPos::Center));
+    ctx.draw_series(rows.iter().enumerate().map(|(i, r)| {
+        EmptyElement::at((bytes(r), row_y(i)))
+            + Text::new(format_bytes(r.bytes as f64), (6, 0), value_style.clone())
+    }))?;
+    root.present()
+}
+
+/// The label of the row at integer position `v` (row i sits at `labels.len() - 1 - i`), else nothing.
+fn category_label(labels: &[String], v: f64) -> String {
+    let position = v.round();
+    if (v - position).abs() > 1e-6 || position < 0.0 {
+        return String::new();
+    }
+    let from_top = (labels.len() as f64 - 1.0 - position) as usize;
+    labels.get(from_top).cloned().unwrap_or_default()
+}
+
+/// A log axis from the power of `base` at or below the smallest value to the one at or above the
+/// largest, at least one step wide.
+struct LogSpan {
+    lo: f64,
+    hi: f64,
+    base: f64,
+    steps: usize,
+}
+
+impl LogSpan {
+    /// `lo` and `hi` are clamped to at least 1 (and NaN to 1), so the span is never empty or negative.
+    fn covering(lo: f64, hi: f64, base: f64) -> Self {
+        let log = |v: f64| {
+            let e = v.max(1.0).log(base);
+            // log10(1000) is 2.9999999999999996: snap near-integers so exact powers stay bounds.
+            if (e - e.round()).abs() < 1e-9 {
+                e.round()
+            } else {
+                e
+            }
+        };
+        let e_lo = log(lo).floor();
+        let e_hi = log(hi).ceil().max(e_lo + 1.0);
+        Self {
+            lo: base.powf(e_lo),
+            hi: base.powf(e_hi),
+            base,
+            steps: (e_hi - e_lo) as usize,
+        }
+    }
+
+    fn coord(&self) -> LogCoord<f64> {
+        (self.lo..self.hi).log_scale().base(self.base).into()
+    }
+
+    /// Tick count asking plotters for exactly the powers of the base (one per step, plus both ends).
+    fn ticks(&self) -> usize {
+        self.steps + 1
+    }
+}
+
+/// Smallest and largest of `values` (ignoring NaN); `(1, 1)` for none.
+fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    if lo <= hi {
+        (lo, hi)
+    } else {
+        (1.0, 1.0)
+    }
+}
+
+/// Top of a linear axis from zero: the largest value plus headroom, 1 if there is nothing above zero.
+fn linear_top(max: f64) -> f64 {
+    if max.is_finite() && max > 0.0 {
+        max * LINEAR_HEADROOM
+    } else {
+        1.0
+    }
+}
+
+/// `30000000` → `30M`: three significant figures with an SI prefix.
+fn format_count(v: f64) -> String {
+    let (number, prefix) = si(v);
+    format!("{number}{prefix}")
+}
+
+/// `4194304` → `4.19 MB`: decimal (SI) units, matching the decade ticks of the bytes axis.
+fn format_bytes(v: f64) -> String {
+    let (number, prefix) = si(v);
+    format!("{number} {prefix}B")
+}
+
+/// Whole numbers as they are (destinations: `1`, `2`, …, `1024`).
+fn format_integer(v: f64) -> String {
+    format!("{v:.0}")
+}
+
+/// Splits `v` into a number of at most three significant figures and an SI prefix.
+fn si(v: f64) -> (String, &'static str) {
+    const PREFIXES: [(f64, &str); 4] = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    let (scaled, prefix) = PREFIXES
+        .iter()
+        .find(|(scale, _)| v.abs() >= *scale)
+        .map_or((v, ""), |&(scale, prefix)| (v / scale, prefix));
+    let decimals = if scaled.abs() >= 100.0 {
+        0
+    } else if scaled.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let text = format!("{scaled:.decimals$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &text
+    };
+    (text.to_string(), prefix)
+}
+
+/// A fixed color per structure so it looks the same in every plot and every report: the Okabe–Ito
+/// palette (distinguishable with the common color-vision deficiencies). Unknown names get one of the
+/// remaining colors by a stable hash (FNV-1a) of the name.
+fn structure_color(name: &str) -> RGBColor {
+    match name {
+        "timing_wheel" => RGBColor(0, 114, 178),
+        "timing_wheel_list" => RGBColor(86, 180, 233),
+        "mltw" => RGBColor(0, 158, 115),
+        "binary_heap" => RGBColor(213, 94, 0),
+        "fq_tree" => RGBColor(230, 159, 0),
+        "token_bucket_rr" => RGBColor(204, 121, 167),
+        other => {
+            const OTHERS: [RGBColor; 3] = [
+                RGBColor(0, 0, 0),
+                RGBColor(160, 140, 0),
+                RGBColor(120, 120, 120),
+            ];
+            let hash = other.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            OTHERS[(hash % OTHERS.len() as u64) as usize]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::WorkloadSummary;
+
+    fn result(structure: &str, resident: u64, ns_per_packet: f64) -> ResultRow {
+        ResultRow {
+            structure: structure.to_string(),
+            resident,
+            ns_per_packet,
+            ns_per_packet_min: ns_per_packet,
+            packets_measured: 1000,
+            bytes_per_packet: 24.0,
+            memory_bytes: 1 << 20,
+            rejected: 0,
+        }
+    }
+
+    fn memory(structure: &str, config: &str, bytes: u64) -> MemoryRow {
+        MemoryRow {
+            structure: structure.to_string(),
+            config: config.to_string(),
+            granularity_ns: 2000.0,
+            horizon_s: 2.0,
+            bytes,
+            source: "test".to_string(),
+        }
+    }
+
+    fn batching(structure: &str, destinations: u32, packets_per_dequeue: f64) -> BatchingRow {
+        BatchingRow {
+            structure: structure.to_string(),
+            destinations,
+            packets_per_dequeue,
+            dequeue_calls: 100,
+            max_late_ns: 0,
+            max_early_ns: 0,
+        }
+    }
+
+    fn synthetic_report() -> Report {
+        let mut results = Vec::new();
+        for resident in [1_000, 100_000, 10_000_000] {
+            let r = resident as f64;
+            results.push(result("timing_wheel", resident, 12.0));
+            results.push(result("binary_heap", resident, 8.0 * r.log2()));
+            results.push(result("fq_tree", resident, 10.0 * r.log2()));
+        }
+        // Edge cases: a zero count on a log axis, a negative and a non-finite cost.
+        results.push(result("mltw", 0, -1.0));
+        results.push(result("mltw", 1_000, f64::NAN));
+        Report {
+            machine: "test machine, 4 cores".to_string(),
+            workload: WorkloadSummary::default(),
+            results,
+            memory: vec![
+                memory("timing_wheel", "2us x 2s", 8 << 20),
+                memory("mltw", "1ns x 64 x 1024", 3 << 10),
+                memory("token_bucket_rr", "empty", 0),
+            ],
+            batching: [1, 4, 64]
+                .into_iter()
+                .flat_map(|d| {
+                    [
+                        batching("timing_wheel", d, f64::from(d)),
+                        batching("fq_tree", d, 1.0),
+                    ]
+                })
+                .collect(),
+        }
+    }
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("metronome-plot-{name}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn writes_three_svgs_with_text() {
+        let dir = scratch_dir("all");
+        let written = write_plots(&synthetic_report(), &dir).expect("plots are written");
+        let names: Vec<_> = written
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str())
+            .collect();
+        assert_eq!(names, [NS_PER_PACKET_FILE, MEMORY_FILE, BATCHING_FILE]);
+        for (path, structure) in written
+            .iter()
+            .zip(["binary_heap", "token_bucket_rr", "fq_tree"])
+        {
+            let svg = std::fs::read_to_string(path).expect("plot is readable");
+            assert!(svg.contains("<svg"), "{} is not an SVG", path.display());
+            assert!(
+                svg.contains(structure),
+                "{} lacks the text {structure}",
+                path.display()
+            );
+        }
+        let cost = std::fs::read_to_string(&written[0]).expect("plot is readable");
+        assert!(cost.contains("Carousel Table 1") && cost.contains("test machine, 4 cores"));
+        assert!(cost.contains("1 row with a non-finite value not shown"));
+        std::fs::remove_dir_all(&dir).expect("scratch directory is removed");
+    }
+
+    #[test]
+    fn empty_sections_write_nothing() {
+        let dir = scratch_dir("empty");
+        let _ = std::fs::remove_dir_all(&dir);
+        let written = write_plots(&Report::default(), &dir).expect("nothing to draw is no error");
+        assert!(written.is_empty());
+        assert_eq!(
+            std::fs::read_dir(&dir).expect("directory exists").count(),
+            0
+        );
+        std::fs::remove_dir_all(&dir).expect("scratch directory is removed");
+    }
+
+    #[test]
+    fn font_registration_is_idempotent() {
+        register_font().expect("first registration");
+        register_font().expect("second registration");
+    }
+
+    #[test]
+    fn log_span_covers_the_data_in_whole_powers() {
+        let span = LogSpan::covering(1_000.0, 3e7, 10.0);
+        assert_eq!((span.lo, span.hi, span.steps), (1e3, 1e8, 5));
+        let span = LogSpan::covering(0.0, f64::NAN, 2.0);
+        assert_eq!((span.lo, span.hi, span.steps), (1.0, 2.0, 1));
+        let span = LogSpan::covering(64.0, 64.0, 2.0);
+        assert_eq!((span.lo, span.hi), (64.0, 128.0));
+    }
+
+    #[test]
+    fn labels_are_short() {
+        assert_eq!(format_count(30_000_000.0), "30M");
+        assert_eq!(format_count(1_000.0), "1k");
+        assert_eq!(format_bytes(4_194_304.0), "4.19 MB");
+        assert_eq!(format_bytes(512.0), "512 B");
+    }
+}

@@ -1,0 +1,206 @@
+//! The whole `metronome bench` run: every structure at every resident count, side by side in one
+//! process, plus the memory footprints (FlowBundler §V-C) and the batching comparison
+//! (FlowBundler §IV-A, §V-B).
+
+use crate::batching::{self, BatchingParams};
+use crate::machine;
+use crate::report::{MemoryRow, Report, ResultRow, WorkloadSummary};
+use crate::steady::{SteadyParams, SteadyState};
+use metronome_core::binary_heap::BinaryHeapQueue;
+use metronome_core::fq_tree::FqTree;
+use metronome_core::mltw::{Mltw, MltwConfig};
+use metronome_core::token_bucket_rr::{ClassConfig, TokenBucketRr};
+use metronome_core::{Duration, EdtQueue, Rate, TimingWheel, TimingWheelConfig, TimingWheelList};
+
+/// The structures, in report order.
+pub const STRUCTURES: [&str; 6] = [
+    "timing_wheel",
+    "timing_wheel_list",
+    "mltw",
+    "binary_heap",
+    "fq_tree",
+    "token_bucket_rr",
+];
+
+/// Resident counts of Carousel Table 1.
+pub const RESIDENT_FULL: [u64; 5] = [1_000, 4_000, 32_000, 256_000, 20_000_000];
+/// Resident counts of `--quick`.
+pub const RESIDENT_QUICK: [u64; 4] = [1_000, 4_000, 32_000, 256_000];
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct SuiteOptions {
+    /// Resident counts to measure.
+    pub resident: Vec<u64>,
+    /// Structures to measure (names from [`STRUCTURES`]).
+    pub structures: Vec<String>,
+    /// The steady-state workload.
+    pub steady: SteadyParams,
+    /// Packets released per repetition (at least the resident count is used for warm-up).
+    pub packets: u64,
+    /// Repetitions per row; the median is reported.
+    pub repetitions: usize,
+    /// Timing wheel configuration (granularity, horizon) for the steady state.
+    pub wheel: TimingWheelConfig,
+}
+
+impl SuiteOptions {
+    /// The defaults of `metronome bench` (`quick` stops at 256 000 resident).
+    pub fn new(quick: bool) -> Self {
+        SuiteOptions {
+            resident: if quick {
+                RESIDENT_QUICK.to_vec()
+            } else {
+                RESIDENT_FULL.to_vec()
+            },
+            structures: STRUCTURES.iter().map(|s| s.to_string()).collect(),
+            steady: SteadyParams::default(),
+            packets: if quick { 1_000_000 } else { 2_000_000 },
+            repetitions: 5,
+            wheel: TimingWheelConfig::default(),
+        }
+    }
+}
+
+/// Runs one structure at one resident count; returns its row.
+pub fn measure_one(name: &str, resident: u64, opts: &SuiteOptions) -> Option<ResultRow> {
+    let p = opts.steady;
+    let pool = resident as usize + resident as usize / 4 + 4096;
+    Some(match name {
+        "timing_wheel" => run(
+            TimingWheel::new(TimingWheelConfig {
+                pool_packets: pool,
+                ..opts.wheel
+            }),
+            resident,
+            opts,
+        ),
+        "timing_wheel_list" => run(TimingWheelList::new(opts.wheel), resident, opts),
+        "mltw" => run(
+            Mltw::new(MltwConfig {
+                pool_packets: pool,
+                ..Default::default()
+            }),
+            resident,
+            opts,
+        ),
+        "binary_heap" => run(BinaryHeapQueue::new(), resident, opts),
+        "fq_tree" => run(FqTree::new(), resident, opts),
+        "token_bucket_rr" => {
+            let class = ClassConfig {
+                rate: Rate::from_bps(p.flow_bps()),
+                burst: p.packet_len as u32,
+            };
+            run(
+                TokenBucketRr::new(vec![class; p.flows as usize]),
+                resident,
+                opts,
+            )
+        }
+        _ => return None,
+    })
+}
+
+fn run<Q: EdtQueue>(queue: Q, resident: u64, opts: &SuiteOptions) -> ResultRow {
+    let mut s = SteadyState::new(queue, opts.steady, resident);
+    // Warm-up: one full turn of the resident packets, at least the measured count.
+    s.run(resident.max(opts.packets));
+    let mut samples: Vec<f64> = (0..opts.repetitions.max(1))
+        .map(|_| s.measure(opts.packets))
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    ResultRow {
+        structure: s.queue.name().to_string(),
+        resident,
+        ns_per_packet: samples[samples.len() / 2],
+        ns_per_packet_min: samples[0],
+        packets_measured: opts.packets,
+        bytes_per_packet: s.bytes_per_packet(),
+        memory_bytes: s.queue.memory_bytes() as u64,
+        rejected: s.rejected,
+    }
+}
+
+/// The memory rows: Carousel's configuration, FlowBundler's comparison points, the MLTW.
+pub fn memory_rows() -> Vec<MemoryRow> {
+    let flat = [
+        (2_000u64, 2u64, "Carousel §7.1.3 / Table 1"),
+        (1_000, 10, "FlowBundler §V-C (1 µs, 10 s)"),
+        (100, 10, "FlowBundler §V-C (0.1 µs, 10 s)"),
+    ];
+    let mut rows = Vec::new();
+    for (g, h, source) in flat {
+        let c = TimingWheelConfig {
+            granularity: Duration::from_nanos(g),
+            horizon: Duration::from_secs(h),
+            ..Default::default()
+        };
+        let config = format!("{} x {}", c.granularity, c.horizon);
+        rows.push(MemoryRow {
+            structure: "timing_wheel".into(),
+            config: config.clone(),
+            granularity_ns: g as f64,
+            horizon_s: h as f64,
+            bytes: TimingWheel::structure_bytes(&c) as u64,
+            source: source.into(),
+        });
+        rows.push(MemoryRow {
+            structure: "timing_wheel_list".into(),
+            config,
+            granularity_ns: g as f64,
+            horizon_s: h as f64,
+            bytes: TimingWheelList::structure_bytes(&c) as u64,
+            source: source.into(),
+        });
+    }
+    let m = MltwConfig {
+        pool_packets: 0,
+        ..Default::default()
+    };
+    let horizon = Mltw::new(m).horizon();
+    rows.push(MemoryRow {
+        structure: "mltw".into(),
+        config: format!(
+            "{}ns x {} x {}",
+            m.min_granularity().as_nanos(),
+            m.levels,
+            m.slots_per_level
+        ),
+        granularity_ns: m.min_granularity().as_nanos() as f64,
+        horizon_s: horizon.as_secs_f64(),
+        bytes: metronome_core::mltw::structure_bytes(&m) as u64,
+        source: "FlowBundler §V-A parameters".into(),
+    });
+    rows
+}
+
+/// Runs everything `opts` asks for, calling `progress` before each measurement.
+pub fn run_suite(opts: &SuiteOptions, mut progress: impl FnMut(&str)) -> Report {
+    let mut results = Vec::new();
+    for &n in &opts.resident {
+        for name in &opts.structures {
+            progress(&format!("{name} with {n} resident"));
+            if let Some(row) = measure_one(name, n, opts) {
+                results.push(row);
+            }
+        }
+    }
+    progress("batching with 1 to 64 destinations");
+    let batching = batching::run(&BatchingParams::default());
+    let p = opts.steady;
+    Report {
+        machine: machine::describe(),
+        workload: WorkloadSummary {
+            departure_pps: p.departure_pps,
+            flows: p.flows,
+            packet_len: p.packet_len,
+            step_ns: p.step_ns,
+            wheel_granularity_ns: opts.wheel.granularity.as_nanos(),
+            wheel_horizon_s: opts.wheel.horizon.as_secs_f64(),
+            seed: p.seed,
+        },
+        results,
+        memory: memory_rows(),
+        batching,
+    }
+}

@@ -1,0 +1,60 @@
+//! # metronome-core
+//!
+//! The shaping core of Metronome: Earliest-Departure-Time (EDT) timestamping and the time-indexed
+//! queues that release packets at their EDT, plus the baselines they are measured against.
+//!
+//! * [`timestamp`]: per-flow pacing and per-aggregate rate-limit policies that stamp packets with
+//!   an EDT (Carousel §5.1.1).
+//! * [`timing_wheel`]: Carousel's single time-indexed queue with a global pool of multi-reference
+//!   nodes (Carousel §5.1.2, Algorithm 1), and the same wheel with per-packet allocating lists.
+//! * [`mltw`]: FlowBundler's multi-level timing wheel with inter-flow batching and per-destination
+//!   rate estimation (FlowBundler §IV-B..D).
+//! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
+//!   trait.
+//!
+//! The core does no I/O and reads no clock: every operation takes `now` as an argument.
+//!
+//! ```
+//! use metronome_core::{EdtQueue, TimingWheel, TimingWheelConfig, PacketRef, FlowId, ClassId,
+//!                      Timestamp, Duration};
+//!
+//! let mut wheel = TimingWheel::new(TimingWheelConfig {
+//!     granularity: Duration::from_micros(2),
+//!     horizon: Duration::from_millis(10),
+//!     pool_packets: 1024,
+//!     ..Default::default()
+//! });
+//! let now = Timestamp::from_nanos(1_000_000);
+//! let pkt = PacketRef::new(7, FlowId(1), ClassId(0), 1500);
+//! wheel.enqueue(now, now + Duration::from_micros(30), pkt).unwrap();
+//! assert_eq!(wheel.next_due(), Some(Timestamp::from_nanos(1_030_000)));
+//!
+//! let mut out = [PacketRef::default(); 32];
+//! assert_eq!(wheel.dequeue(now, &mut out), 0); // not yet
+//! let later = now + Duration::from_micros(30);
+//! assert_eq!(wheel.dequeue(later, &mut out), 1);
+//! assert_eq!(out[0].id, 7);
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod binary_heap;
+pub mod bitmap;
+pub mod fq_tree;
+pub mod mltw;
+pub mod packet;
+pub mod pool;
+pub mod queue;
+pub mod rate;
+pub mod time;
+pub mod timestamp;
+pub mod timing_wheel;
+pub mod token_bucket_rr;
+
+pub use packet::{ClassId, FlowId, PacketRef};
+pub use queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};
+pub use rate::Rate;
+pub use time::{Clock, Duration, ManualClock, SlotClock, Timestamp};
+pub use timing_wheel::{
+    GenericTimingWheel, ListSlots, PoolSlots, TimingWheel, TimingWheelConfig, TimingWheelList,
+};

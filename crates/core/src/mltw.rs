@@ -1,0 +1,789 @@
+//! FlowBundler's Multi-Level Timing Wheel (MLTW): inter-flow batching with per-destination rate
+//! estimation (FlowBundler §IV-B "Multi-Level Timing Wheel", §IV-C Algorithm 1, §IV-D
+//! Algorithm 2; parameters from §V-A).
+//!
+//! # Structure (§IV-B)
+//!
+//! `levels` timing wheels ("queues" in the paper) of `S` slots each. Level `q` has granularity
+//! `g_q = g_min << q`, so level `q`'s ring covers `S × g_q` ahead of the front. Every slot is a
+//! FIFO [`SlotList`] of multi-reference nodes from one preallocated [`NodePool`]; one
+//! [`OccupancyBitmap`] of `levels × S` bits marks occupied slots and a `u64` marks non-empty
+//! levels. With FlowBundler's §V-A parameters (1 ns, 64 levels, 1024 slots) the fixed structure
+//! is about 0.55 MB (§V-C reports ~1.1 MB for the kernel qdisc), see [`structure_bytes`].
+//!
+//! # Enqueue (§IV-C, Algorithm 1)
+//!
+//! 1. *Classify*: the packet's [`FlowId`] is hashed into one of 512 destination buckets;
+//!    collisions are tolerated and not resolved (§IV-C: two colliding destinations just batch a
+//!    little less).
+//! 2. *Level from rate*: a bucket keeps its estimated rate `R` and the level
+//!    `floor(log2(MTU / R / g_min))` (Algorithm 1 line 9), recomputed only when `R` changes.
+//! 3. *Clamp*: an EDT before the front is placed at the front ([`QueueCounters::past_due`]).
+//! 4. *Descend* (lines 10–15): an EDT beyond the level's ring moves to the finest coarser level
+//!    whose ring covers it. Beyond the top level, [`HorizonPolicy::Clamp`] puts it in the top
+//!    level's last slot and [`HorizonPolicy::Reject`] hands it back.
+//! 5. *Accumulate* (lines 16–21): slot `n` of level `q` starts at the same instant as slot
+//!    `n >> k` of level `q + k` for every `k <= trailing_zeros(n)`; the packet goes to the coarsest
+//!    such level (capped at the top). Every slot start time therefore has exactly one home
+//!    `(level, slot)`, and all packets due at one instant, whatever their flows' rates, share a
+//!    slot: one dequeue step releases them as one inter-flow batch.
+//!
+//! # Dequeue (§IV-D, Algorithm 2)
+//!
+//! Releases slots whose start time is `<= now`, earliest start first, FIFO within a slot, until
+//! `out` is full. The rate estimator then sees every released packet: per bucket, every 5 packets
+//! (§IV-D) it computes the instantaneous rate `S / T_r` and filters it,
+//! `R <- (1 - alpha) R + alpha S / T_r` with `alpha = 0.25` (§V-A), in integer arithmetic.
+//!
+//! # Release guarantees
+//!
+//! A packet whose EDT was rounded at level `L` (its bucket's rate level, or the coarser level a
+//! descend chose; see [`Mltw::placement`]) waits in the slot starting at
+//! `floor(max(edt, front) / g_L) × g_L`. Hence it is
+//! * never released before `floor(edt / g_L) × g_L` (nor before the front at enqueue), and
+//! * when `dequeue` is polled at least every `g_L` with room in `out`, released no later than
+//!   `edt + g_L`;
+//!
+//! except packets clamped beyond the horizon, which wait in the top level's last slot and may
+//! leave before their EDT (counted in [`QueueCounters::clamped_beyond_horizon`]). As in the
+//! paper (§IV-B, footnote 5), a flow whose rate is not a power-of-two multiple of `g_min` may send
+//! up to two MTUs back to back.
+//!
+//! Per-flow order is kept while a flow's level is constant: its packets land in slots in EDT
+//! order, and two packets with the same slot start share one FIFO slot. When the level becomes
+//! *coarser* (the rate estimate or [`Mltw::set_rate`] crosses a power of two downwards, or a far
+//! EDT descends) a later packet may round down to a start before an earlier packet's slot and
+//! overtake it. This is a property of FlowBundler itself, kept here.
+//!
+//! # Departures from the paper, and why
+//!
+//! * **Exact level arithmetic.** The paper's `FLS(MTU/g_min) - FLS(R)` can be one level off; we
+//!   take the FLS difference and correct it by one comparison, which gives `floor(log2(gap /
+//!   g_min))` exactly without dividing. Likewise the paper's descend `FLS(howfar / timerange)` is
+//!   an approximation: we start from the FLS bound and check coverage exactly (at most one more
+//!   step), so a packet is never placed outside its ring.
+//! * **Bitmap skipping.** Algorithm 2 walks the finest non-empty level slot by slot from the
+//!   front. We keep each non-empty level's earliest occupied slot (`heads`), found with the
+//!   occupancy bitmap, and the earliest of them (`next`), so dequeue and [`EdtQueue::next_due`] go
+//!   straight to the next occupied slot whatever the gap.
+//! * **FIFO slots.** The public BESS FlowBundler pops a bucket LIFO, which reorders a flow; our
+//!   slots are FIFO node chains (Carousel §5.1.2's global pool, [`crate::pool`]).
+//! * **Rate estimation clock.** The estimator measures `T_r` between the *start times of the
+//!   slots* that released the packets, not the `now` of the dequeue call: the result does not
+//!   depend on how late the caller polls, and a late poll that releases five packets at once
+//!   does not produce a zero interval. A zero interval (five packets from one slot) is not an
+//!   estimate: the window keeps accumulating until time moves. As in the paper, a window that
+//!   spans an idle period pulls the estimate down (and the level coarser) for a few estimates.
+//! * **Front on enqueue.** `enqueue(now, ..)` advances the front to `now` (never past an occupied
+//!   slot), so an idle wheel's horizon is measured from `now`, not from the last dequeue.
+//! * **Explicit rates.** [`Mltw::set_rate`] lets a caller that knows a destination's shaping
+//!   rate (the timestamper does) set it directly (§IV-D: "the flow shaping rate can be directly
+//!   obtained"); with `estimate_every: 0` the estimator never overrides it.
+
+use crate::bitmap::OccupancyBitmap;
+use crate::packet::{FlowId, PacketRef};
+use crate::pool::{NodePool, SlotList, NODE_BYTES};
+use crate::queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};
+use crate::rate::Rate;
+use crate::time::{Duration, Timestamp, NANOS_PER_SEC};
+use core::mem::size_of;
+
+#[cfg(test)]
+mod tests;
+
+/// Default minimum granularity, as log2 of nanoseconds: 0, i.e. 1 ns (FlowBundler §V-A, "the
+/// minimum granularity is set to 1ns"; §IV-B: enough for a 12 Tbit/s flow).
+pub const DEFAULT_MIN_GRANULARITY_LOG2: u32 = 0;
+/// Default number of levels (timing wheels): 64 (FlowBundler §V-A and footnote 7, enlarged from
+/// §IV-B's 32 "in case a packet's EDT is too far").
+pub const DEFAULT_LEVELS: usize = 64;
+/// Default slots per level: 1024 (FlowBundler §V-A and footnote 7; §IV-B's 128 suffice under
+/// TSQ's 128 KB per connection).
+pub const DEFAULT_SLOTS_PER_LEVEL: usize = 1024;
+/// Default MTU in bytes: 1500, Ethernet (FlowBundler §IV-B sizes levels for MTU-sized packets).
+pub const DEFAULT_MTU: u32 = 1500;
+/// Default initial estimated rate of a bucket, in bits per second: 20 Gbit/s (FlowBundler §V-A).
+pub const DEFAULT_INITIAL_RATE_BPS: u64 = 20_000_000_000;
+/// Default EWMA weight as a shift, `alpha = 2^-shift`: 2, i.e. `alpha = 0.25` (FlowBundler §V-A).
+pub const DEFAULT_EWMA_SHIFT: u32 = 2;
+/// Default packets between two rate estimates of a bucket: 5 (FlowBundler §IV-D).
+pub const DEFAULT_ESTIMATE_EVERY: u32 = 5;
+/// Default destination buckets: 512 (FlowBundler §IV-C, "a hash table with 512 buckets is
+/// sufficient").
+pub const DEFAULT_BUCKETS: usize = 512;
+/// Default pool size in packets: 65 536 (Metronome's choice: 512 connections at TSQ's 128 KB,
+/// FlowBundler §IV-B). The pool is sized so that this many packets always fit.
+pub const DEFAULT_POOL_PACKETS: usize = 1 << 16;
+/// Most levels: one bit each in the `u64` level bitmap (and `g_min << level` must fit 64 bits).
+pub const MAX_LEVELS: usize = 64;
+/// Most slots per level, a count: 2^20 (Metronome bound on a configuration; 64 such levels are
+/// 512 MiB of slot heads).
+pub const MAX_SLOTS_PER_LEVEL: usize = 1 << 20;
+/// Most destination buckets, a count: 2^16 (Metronome bound; §IV-C finds 512 sufficient).
+pub const MAX_BUCKETS: usize = 1 << 16;
+/// Largest EWMA shift accepted (`alpha = 2^-32`, a filter that practically never moves).
+const MAX_EWMA_SHIFT: u32 = 32;
+
+/// Configuration of a [`Mltw`]. [`Default`] gives FlowBundler's §V-A parameters.
+///
+/// Out-of-range values are normalized by [`Mltw::new`] (see [`MltwConfig::normalized`]), never
+/// rejected with a panic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MltwConfig {
+    /// log2 of the minimum granularity `g_min` in nanoseconds (0 = 1 ns). At most 63.
+    pub min_granularity_log2: u32,
+    /// Number of levels; level `q` has granularity `g_min << q`. 1 to
+    /// `64 - min_granularity_log2`.
+    pub levels: usize,
+    /// Slots per level, rounded up to a power of two, 2 to [`MAX_SLOTS_PER_LEVEL`].
+    pub slots_per_level: usize,
+    /// Bytes per MTU-sized packet, used to turn a rate into a level.
+    pub mtu: u32,
+    /// The rate every bucket starts with.
+    pub initial_rate: Rate,
+    /// EWMA weight of a new sample as a shift: `alpha = 2^-ewma_shift` (at most 32).
+    pub ewma_shift: u32,
+    /// Released packets of a bucket per rate estimate; 0 disables estimation (rates then change
+    /// only through [`Mltw::set_rate`]). At most 65 535.
+    pub estimate_every: u32,
+    /// Destination buckets, rounded up to a power of two, 1 to [`MAX_BUCKETS`].
+    pub buckets: usize,
+    /// What to do with an EDT beyond the top level's ring.
+    pub horizon_policy: HorizonPolicy,
+    /// Packets that always fit in the node pool (more fit when they share slots).
+    pub pool_packets: usize,
+}
+
+impl Default for MltwConfig {
+    fn default() -> Self {
+        MltwConfig {
+            min_granularity_log2: DEFAULT_MIN_GRANULARITY_LOG2,
+            levels: DEFAULT_LEVELS,
+            slots_per_level: DEFAULT_SLOTS_PER_LEVEL,
+            mtu: DEFAULT_MTU,
+            initial_rate: Rate::from_bps(DEFAULT_INITIAL_RATE_BPS),
+            ewma_shift: DEFAULT_EWMA_SHIFT,
+            estimate_every: DEFAULT_ESTIMATE_EVERY,
+            buckets: DEFAULT_BUCKETS,
+            horizon_policy: HorizonPolicy::Clamp,
+            pool_packets: DEFAULT_POOL_PACKETS,
+        }
+    }
+}
+
+impl MltwConfig {
+    /// The configuration [`Mltw::new`] actually uses: every field clamped to its documented
+    /// range, slot and bucket counts rounded up to powers of two.
+    pub fn normalized(self) -> Self {
+        let min_granularity_log2 = self.min_granularity_log2.min(63);
+        let max_levels = MAX_LEVELS - min_granularity_log2 as usize;
+        MltwConfig {
+            min_granularity_log2,
+            levels: self.levels.clamp(1, max_levels),
+            slots_per_level: self
+                .slots_per_level
+                .clamp(2, MAX_SLOTS_PER_LEVEL)
+                .next_power_of_two(),
+            ewma_shift: self.ewma_shift.min(MAX_EWMA_SHIFT),
+            estimate_every: self.estimate_every.min(u16::MAX as u32),
+            buckets: self.buckets.clamp(1, MAX_BUCKETS).next_power_of_two(),
+            ..self
+        }
+    }
+
+    /// The minimum granularity `g_min`.
+    pub fn min_granularity(&self) -> Duration {
+        Duration::from_nanos(1u64 << self.min_granularity_log2.min(63))
+    }
+}
+
+/// Bytes of the fixed structure of a [`Mltw`] built from `config`, without the node pool: slot
+/// heads, occupancy bitmap, bucket table and the struct itself. Computed from the same sizes as
+/// the allocation in [`Mltw::new`]; `memory_bytes() == structure_bytes(config) + pool bytes`.
+pub fn structure_bytes(config: &MltwConfig) -> usize {
+    let c = config.normalized();
+    let slots = c.levels * c.slots_per_level;
+    size_of::<Mltw>()
+        + slots * size_of::<SlotList>()
+        + OccupancyBitmap::new(slots).memory_bytes()
+        + c.buckets * BUCKET_BYTES
+}
+
+/// Where [`Mltw::enqueue`] puts (or would put) a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The level whose granularity rounded the EDT down: the bucket's rate level, or the coarser
+    /// level a far EDT descended to.
+    pub rounding_level: usize,
+    /// That level's granularity `g_L`: `slot_start = floor(max(edt, front) / g_L) × g_L` unless
+    /// `clamped`.
+    pub granularity: Duration,
+    /// The level holding the slot after inter-flow accumulation (same start time, coarsest
+    /// aligned level).
+    pub storage_level: usize,
+    /// The slot's start time: the packet leaves at the first dequeue with `now >= slot_start`.
+    pub slot_start: Timestamp,
+    /// The EDT lay before the front and was moved to it.
+    pub past_due: bool,
+    /// The EDT lay beyond the top level's ring and went to its last slot.
+    pub clamped: bool,
+}
+
+/// A destination bucket (FlowBundler §IV-C): its rate estimate and estimator window. 24 bytes,
+/// 512 of them in 12 KiB.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    /// Estimated (or set) rate, bits per second.
+    rate_bps: u64,
+    /// Start time of the estimator window, ns (a released slot's start).
+    window_start: u64,
+    /// Bytes released since `window_start`.
+    window_bytes: u32,
+    /// Packets released since `window_start`.
+    window_packets: u16,
+    /// The level `rate_bps` maps to, cached so enqueue does no arithmetic on the rate.
+    level: u8,
+    /// `window_start` is meaningful (the bucket released at least one packet).
+    started: bool,
+}
+
+/// Size of a [`Bucket`] in bytes (checked at compile time).
+const BUCKET_BYTES: usize = 24;
+const _: () = assert!(size_of::<Bucket>() == BUCKET_BYTES);
+
+impl Bucket {
+    fn new(rate_bps: u64, level: u32) -> Self {
+        Bucket {
+            rate_bps,
+            window_start: 0,
+            window_bytes: 0,
+            window_packets: 0,
+            level: level as u8,
+            started: false,
+        }
+    }
+
+    /// Accounts one released packet of `len` bytes from a slot starting at `t`; every `every`
+    /// packets updates the rate by EWMA (FlowBundler §IV-D). True if the rate changed.
+    fn record(&mut self, t: u64, len: u16, every: u16, ewma_shift: u32) -> bool {
+        if !self.started {
+            // The first packet opens the window; its bytes left before it.
+            self.started = true;
+            self.window_start = t;
+            return false;
+        }
+        self.window_bytes = self.window_bytes.saturating_add(len as u32);
+        self.window_packets = self.window_packets.saturating_add(1);
+        if self.window_packets < every {
+            return false;
+        }
+        let elapsed = t.saturating_sub(self.window_start);
+        if elapsed == 0 {
+            return false; // keep accumulating until time moves
+        }
+        let bits_ns = self.window_bytes as u128 * 8 * NANOS_PER_SEC as u128;
+        let inst = (bits_ns / elapsed as u128).min(u64::MAX as u128);
+        let old = self.rate_bps as u128;
+        // R <- (1 - 2^-s) R + 2^-s inst, exactly: ((R << s) - R + inst) >> s <= max(R, inst).
+        self.rate_bps = (((old << ewma_shift) - old + inst) >> ewma_shift) as u64;
+        self.window_start = t;
+        self.window_bytes = 0;
+        self.window_packets = 0;
+        true
+    }
+}
+
+/// Level arithmetic: the one place where time becomes a slot and a rate becomes a level.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    /// log2 of `g_min` in ns.
+    gmin_log2: u32,
+    /// The coarsest level (levels - 1); `gmin_log2 + top <= 63`.
+    top: u32,
+    /// log2 of the slots per level.
+    slot_bits: u32,
+    /// MTU × 8 bit/byte × 10^9 ns/s: the MTU's transmission time at 1 bit/s, in ns.
+    mtu_bit_ns: u128,
+}
+
+impl Geometry {
+    fn new(c: &MltwConfig) -> Self {
+        Geometry {
+            gmin_log2: c.min_granularity_log2,
+            top: c.levels as u32 - 1,
+            slot_bits: c.slots_per_level.trailing_zeros(),
+            mtu_bit_ns: c.mtu as u128 * 8 * NANOS_PER_SEC as u128,
+        }
+    }
+
+    /// log2 of level `level`'s granularity in ns (at most 63).
+    #[inline]
+    fn shift(&self, level: u32) -> u32 {
+        self.gmin_log2 + level
+    }
+
+    /// Level `level`'s granularity in ns.
+    #[inline]
+    fn granularity(&self, level: u32) -> u64 {
+        1u64 << self.shift(level)
+    }
+
+    /// The absolute slot of level `level` holding `t`, rounding *down*: slot `n` covers
+    /// `[n × g, (n + 1) × g)`, so a packet may leave up to one granularity before its EDT.
+    #[inline]
+    fn slot_of(&self, t: u64, level: u32) -> u64 {
+        t >> self.shift(level)
+    }
+
+    /// The instant slot `slot` of level `level` begins, saturating at the end of time.
+    #[inline]
+    fn slot_start(&self, slot: u64, level: u32) -> u64 {
+        ((slot as u128) << self.shift(level)).min(u64::MAX as u128) as u64
+    }
+
+    /// True if level `level`'s ring, seen from `front`, has a slot for `t >= front`.
+    #[inline]
+    fn covers(&self, front: u64, level: u32, t: u64) -> bool {
+        self.slot_of(t, level) - self.slot_of(front, level) < 1u64 << self.slot_bits
+    }
+
+    /// The finest level that can cover `d` ns past the front: the smallest shift with
+    /// `d >> shift < S` (necessary; sufficient one level up). Algorithm 1 lines 12–15.
+    #[inline]
+    fn descend_floor(&self, d: u64) -> u32 {
+        if d >> self.slot_bits == 0 {
+            return 0;
+        }
+        (d.ilog2() + 1 - self.slot_bits).saturating_sub(self.gmin_log2)
+    }
+
+    /// The level of a bucket sending at `bps`: `floor(log2(MTU / R / g_min))`, capped to
+    /// `[0, top]` (Algorithm 1 line 9). `C = MTU × 8e9`, `B = R × g_min`: the FLS difference
+    /// `k = FLS(C) - FLS(B)` is the answer or one too many; one comparison decides.
+    fn rate_level(&self, bps: u64) -> u32 {
+        if bps == 0 {
+            return self.top;
+        }
+        let c = self.mtu_bit_ns;
+        let b = (bps as u128) << self.gmin_log2;
+        if c < b {
+            return 0; // an MTU takes less than g_min
+        }
+        let k = c.ilog2() - b.ilog2();
+        let level = if b << k <= c { k } else { k - 1 };
+        level.min(self.top)
+    }
+}
+
+/// Hashes a flow into one of `mask + 1` buckets (murmur3's 32-bit finalizer, then modulo the
+/// power-of-two bucket count). Collisions are not resolved (FlowBundler §IV-C).
+#[inline]
+fn bucket_index(flow: FlowId, mask: usize) -> usize {
+    let mut h = flow.0;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h as usize & mask
+}
+
+/// A slot chosen by [`Mltw::locate`]: its placement and the absolute slot number at
+/// `placement.storage_level`.
+#[derive(Clone, Copy, Debug)]
+struct Spot {
+    placement: Placement,
+    level: u32,
+    slot: u64,
+}
+
+/// FlowBundler's Multi-Level Timing Wheel; see the [module documentation](self).
+///
+/// Invariants (checked by `invariants()` in tests):
+/// * every occupied slot `n` of level `L` lies in the ring window
+///   `[front >> shift_L, (front >> shift_L) + S)`, so ring position `n mod S` is unambiguous;
+/// * an occupied slot below the top level has an odd slot number (accumulation);
+/// * `heads[L]` is level `L`'s earliest occupied slot and `next` the earliest start over levels;
+/// * `front <= now`, and `front` never passes the end of an occupied slot.
+pub struct Mltw {
+    // Hot, read by every enqueue and dequeue.
+    /// The front time, ns: EDTs before it are past due; rings are windows from it.
+    front: u64,
+    /// The earliest occupied slot: (start time in ns, level). `None` when empty.
+    next: Option<(u64, u32)>,
+    /// Bit `L` set iff level `L` has an occupied slot.
+    level_mask: u64,
+    geo: Geometry,
+    bucket_mask: usize,
+    estimate_every: u16,
+    ewma_shift: u32,
+    policy: HorizonPolicy,
+    len: usize,
+    last_now: u64,
+    /// Earliest occupied absolute slot per level (valid where `level_mask` is set).
+    heads: [u64; MAX_LEVELS],
+    // Large arrays: slot heads (8 B each, `level × S + ring position`), their occupancy, the
+    // buckets, the node pool. Allocated once in `new`.
+    slots: Box<[SlotList]>,
+    occupied: OccupancyBitmap,
+    buckets: Box<[Bucket]>,
+    pool: NodePool,
+    // Cold.
+    counters: QueueCounters,
+    config: MltwConfig,
+}
+
+impl Mltw {
+    /// A wheel built from `config` (normalized, see [`MltwConfig::normalized`]). Allocates the
+    /// slot arrays, the bucket table and the node pool; nothing is allocated afterwards.
+    pub fn new(config: MltwConfig) -> Self {
+        let config = config.normalized();
+        let geo = Geometry::new(&config);
+        let slots = config.levels * config.slots_per_level;
+        let initial = Bucket::new(
+            config.initial_rate.bps(),
+            geo.rate_level(config.initial_rate.bps()),
+        );
+        Mltw {
+            front: 0,
+            next: None,
+            level_mask: 0,
+            geo,
+            bucket_mask: config.buckets - 1,
+            estimate_every: config.estimate_every as u16,
+            ewma_shift: config.ewma_shift,
+            policy: config.horizon_policy,
+            len: 0,
+            last_now: 0,
+            heads: [0; MAX_LEVELS],
+            slots: vec![SlotList::EMPTY; slots].into_boxed_slice(),
+            occupied: OccupancyBitmap::new(slots),
+            buckets: vec![initial; config.buckets].into_boxed_slice(),
+            pool: NodePool::new(NodePool::nodes_for(config.pool_packets, slots)),
+            counters: QueueCounters::default(),
+            config,
+        }
+    }
+
+    /// The configuration in use (normalized).
+    pub fn config(&self) -> &MltwConfig {
+        &self.config
+    }
+
+    /// The front time: EDTs before it are placed at it.
+    pub fn front(&self) -> Timestamp {
+        Timestamp::from_nanos(self.front)
+    }
+
+    /// The span the top level's ring covers ahead of the front (saturating): EDTs beyond it
+    /// follow the [`HorizonPolicy`].
+    pub fn horizon(&self) -> Duration {
+        let g = self.geo.granularity(self.geo.top) as u128;
+        let span = (g << self.geo.slot_bits).min(u64::MAX as u128);
+        Duration::from_nanos(span as u64)
+    }
+
+    /// Granularity of level `level` (`g_min << level`; levels beyond the top read as the top).
+    pub fn granularity(&self, level: usize) -> Duration {
+        let level = level.min(self.geo.top as usize) as u32;
+        Duration::from_nanos(self.geo.granularity(level))
+    }
+
+    /// Sets the rate of `flow`'s destination bucket (shared with colliding flows), and with it
+    /// the level its next packets go to. The estimator keeps refining it unless
+    /// `estimate_every` is 0.
+    pub fn set_rate(&mut self, flow: FlowId, rate: Rate) {
+        let level = self.geo.rate_level(rate.bps());
+        let b = &mut self.buckets[bucket_index(flow, self.bucket_mask)];
+        b.rate_bps = rate.bps();
+        b.level = level as u8;
+    }
+
+    /// The rate of `flow`'s destination bucket: estimated from departures, or set.
+    pub fn estimated_rate(&self, flow: FlowId) -> Rate {
+        Rate::from_bps(self.buckets[bucket_index(flow, self.bucket_mask)].rate_bps)
+    }
+
+    /// The level `flow`'s next packets are rounded at, from its bucket's rate (a far EDT may
+    /// still descend to a coarser one; see [`Mltw::placement`]).
+    pub fn level_for(&self, flow: FlowId) -> usize {
+        self.buckets[bucket_index(flow, self.bucket_mask)].level as usize
+    }
+
+    /// The granularity of [`Mltw::level_for`]: a packet of `flow` within that level's ring is
+    /// released no earlier than `floor(edt / g) × g`.
+    pub fn level_granularity_for(&self, flow: FlowId) -> Duration {
+        self.granularity(self.level_for(flow))
+    }
+
+    /// Where a packet of `flow` with `edt`, enqueued at `now`, would go, without enqueuing it;
+    /// or why it would be rejected ([`RejectReason::BeyondHorizon`] only; the pool is not
+    /// consulted).
+    pub fn placement(
+        &self,
+        now: Timestamp,
+        flow: FlowId,
+        edt: Timestamp,
+    ) -> Result<Placement, RejectReason> {
+        let now = now.as_nanos().max(self.last_now);
+        let level = self.buckets[bucket_index(flow, self.bucket_mask)].level as u32;
+        self.locate(self.front_at(now), level, edt.as_nanos())
+            .map(|s| s.placement)
+    }
+
+    /// Records `now` (time never goes backwards) and advances the front to it, stopping at the
+    /// earliest occupied slot. Returns `now` in ns.
+    fn observe(&mut self, now: Timestamp) -> u64 {
+        let now = now.as_nanos();
+        debug_assert!(now >= self.last_now, "time went backwards");
+        let now = now.max(self.last_now);
+        self.last_now = now;
+        self.front = self.front_at(now);
+        now
+    }
+
+    /// The front at `now`: `now`, but never past the earliest occupied slot, never backwards.
+    fn front_at(&self, now: u64) -> u64 {
+        let cap = self.next.map_or(now, |(start, _)| start.min(now));
+        self.front.max(cap)
+    }
+
+    /// Algorithm 1 lines 5–21: clamp, descend, accumulate.
+    fn locate(&self, front: u64, rate_level: u32, edt: u64) -> Result<Spot, RejectReason> {
+        let geo = &self.geo;
+        let past_due = edt < front;
+        let t = edt.max(front);
+        let mut level = rate_level.max(geo.descend_floor(t - front)).min(geo.top);
+        // At most one step: the level above the FLS bound always covers (see `descend_floor`).
+        while level < geo.top && !geo.covers(front, level, t) {
+            level += 1;
+        }
+        let (slot, clamped) = if geo.covers(front, level, t) {
+            (geo.slot_of(t, level), false)
+        } else {
+            match self.policy {
+                HorizonPolicy::Reject => return Err(RejectReason::BeyondHorizon),
+                HorizonPolicy::Clamp => {
+                    let last = geo.slot_of(front, level) + ((1u64 << geo.slot_bits) - 1);
+                    (last, true)
+                }
+            }
+        };
+        // Accumulate: the coarsest level with a slot starting at the same instant.
+        let k = slot.trailing_zeros().min(geo.top - level);
+        let (storage, storage_slot) = (level + k, slot >> k);
+        let placement = Placement {
+            rounding_level: level as usize,
+            granularity: Duration::from_nanos(geo.granularity(level)),
+            storage_level: storage as usize,
+            slot_start: Timestamp::from_nanos(geo.slot_start(storage_slot, storage)),
+            past_due,
+            clamped,
+        };
+        Ok(Spot {
+            placement,
+            level: storage,
+            slot: storage_slot,
+        })
+    }
+
+    /// Index into `slots` / `occupied` of absolute slot `slot` of `level`.
+    #[inline]
+    fn index(&self, level: u32, slot: u64) -> usize {
+        let mask = (1u64 << self.geo.slot_bits) - 1;
+        ((level as usize) << self.geo.slot_bits) | (slot & mask) as usize
+    }
+
+    /// Marks a slot that just received a packet as occupied.
+    fn occupy(&mut self, level: u32, slot: u64, start: u64) {
+        self.occupied.set(self.index(level, slot));
+        let bit = 1u64 << level;
+        let head = &mut self.heads[level as usize];
+        if self.level_mask & bit == 0 || slot < *head {
+            *head = slot;
+        }
+        self.level_mask |= bit;
+        match self.next {
+            Some((s, _)) if s <= start => {}
+            _ => self.next = Some((start, level)),
+        }
+    }
+
+    /// Clears level `level`'s head slot `slot`, just drained, and finds the next heads.
+    fn vacate(&mut self, level: u32, slot: u64) {
+        let idx = self.index(level, slot);
+        self.occupied.clear(idx);
+        let mask = (1usize << self.geo.slot_bits) - 1;
+        let pos = idx & mask;
+        match self.next_in_level(level, pos) {
+            // Occupied slots lie in (slot, slot + S): ring order from `pos` is time order.
+            Some(p) => self.heads[level as usize] = slot + (p.wrapping_sub(pos) & mask) as u64,
+            None => self.level_mask &= !(1u64 << level),
+        }
+        self.next = None;
+        let mut levels = self.level_mask;
+        while levels != 0 {
+            let l = levels.trailing_zeros();
+            levels &= levels - 1;
+            let start = self.geo.slot_start(self.heads[l as usize], l);
+            if self.next.is_none_or(|(s, _)| start < s) {
+                self.next = Some((start, l));
+            }
+        }
+    }
+
+    /// The first occupied ring position of `level` at or after `pos`, in ring order.
+    fn next_in_level(&self, level: u32, pos: usize) -> Option<usize> {
+        let base = (level as usize) << self.geo.slot_bits;
+        let end = base + (1usize << self.geo.slot_bits);
+        match self.occupied.next_set(base + pos) {
+            Some(i) if i < end => Some(i - base),
+            _ => self
+                .occupied
+                .next_set(base)
+                .filter(|&i| i < base + pos)
+                .map(|i| i - base),
+        }
+    }
+
+    /// Feeds released packets to their buckets' estimators (FlowBundler §IV-D); `t` is the start
+    /// time of the slot that released them.
+    fn estimate(&mut self, t: u64, released: &[PacketRef]) {
+        if self.estimate_every == 0 {
+            return;
+        }
+        for p in released {
+            let b = &mut self.buckets[bucket_index(p.flow, self.bucket_mask)];
+            if b.record(t, p.len, self.estimate_every, self.ewma_shift) {
+                b.level = self.geo.rate_level(b.rate_bps) as u8;
+            }
+        }
+    }
+
+    fn reject(&mut self, pkt: PacketRef, reason: RejectReason) -> Rejected {
+        self.counters.count_rejection(reason);
+        Rejected { pkt, reason }
+    }
+
+    /// Checks every invariant by walking the whole structure (tests only: O(levels × S)).
+    #[cfg(test)]
+    fn invariants(&self) {
+        let s = 1usize << self.geo.slot_bits;
+        let mut total = 0;
+        let mut earliest: Option<(u64, u32)> = None;
+        assert!(self.front <= self.last_now);
+        for level in 0..=self.geo.top {
+            let f = self.geo.slot_of(self.front, level);
+            let mut head = None;
+            for pos in 0..s {
+                let idx = self.index(level, 0) + pos;
+                let list = &self.slots[idx];
+                assert_eq!(
+                    self.occupied.get(idx),
+                    !list.is_empty(),
+                    "bitmap at {level}/{pos}"
+                );
+                if list.is_empty() {
+                    continue;
+                }
+                total += self.pool.count(list);
+                let slot = f + ((pos as u64).wrapping_sub(f) & (s as u64 - 1));
+                assert!(level == self.geo.top || slot % 2 == 1, "unaccumulated slot");
+                head = Some(head.map_or(slot, |h: u64| h.min(slot)));
+            }
+            assert_eq!(head.is_some(), self.level_mask & (1 << level) != 0);
+            if let Some(h) = head {
+                assert_eq!(self.heads[level as usize], h, "head of level {level}");
+                let start = self.geo.slot_start(h, level);
+                if earliest.is_none_or(|(e, _)| start < e) {
+                    earliest = Some((start, level));
+                }
+            }
+        }
+        assert_eq!(total, self.len);
+        assert_eq!(self.next.map(|n| n.0), earliest.map(|e| e.0));
+    }
+}
+
+impl EdtQueue for Mltw {
+    fn name(&self) -> &'static str {
+        "mltw"
+    }
+
+    /// Algorithm 1: classify by destination bucket, take the bucket's level, clamp, descend,
+    /// accumulate, append to the slot's FIFO.
+    fn enqueue(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> Result<(), Rejected> {
+        self.observe(now);
+        let level = self.buckets[bucket_index(pkt.flow, self.bucket_mask)].level as u32;
+        let spot = match self.locate(self.front, level, edt.as_nanos()) {
+            Ok(spot) => spot,
+            Err(reason) => return Err(self.reject(pkt, reason)),
+        };
+        let idx = self.index(spot.level, spot.slot);
+        if let Err(pkt) = self.pool.push_back(&mut self.slots[idx], pkt) {
+            return Err(self.reject(pkt, RejectReason::PoolExhausted));
+        }
+        let p = spot.placement;
+        self.occupy(spot.level, spot.slot, p.slot_start.as_nanos());
+        self.len += 1;
+        self.counters.enqueued += 1;
+        self.counters.past_due += p.past_due as u64;
+        self.counters.clamped_beyond_horizon += p.clamped as u64;
+        Ok(())
+    }
+
+    /// Algorithm 2 without the slot-by-slot walk: drain the earliest occupied slot while it
+    /// starts at or before `now` and `out` has room; estimate rates from what left.
+    fn dequeue(&mut self, now: Timestamp, out: &mut [PacketRef]) -> usize {
+        let now = self.observe(now);
+        let mut n = 0;
+        while n < out.len() {
+            let Some((start, level)) = self.next else {
+                break;
+            };
+            if start > now {
+                break;
+            }
+            self.front = self.front.max(start);
+            let slot = self.heads[level as usize];
+            let idx = self.index(level, slot);
+            let got = self.pool.drain_into(&mut self.slots[idx], &mut out[n..]);
+            self.estimate(start, &out[n..n + got]);
+            n += got;
+            if !self.slots[idx].is_empty() {
+                break; // `out` is full; the rest leaves on the next call
+            }
+            self.vacate(level, slot);
+        }
+        self.front = self.front_at(now);
+        self.len -= n;
+        self.counters.dequeued += n as u64;
+        self.counters.nonempty_dequeues += (n > 0) as u64;
+        n
+    }
+
+    fn next_due(&self) -> Option<Timestamp> {
+        self.next.map(|(start, _)| Timestamp::from_nanos(start))
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The struct, slot heads, occupancy bitmap, bucket table and node pool.
+    fn memory_bytes(&self) -> usize {
+        size_of::<Mltw>()
+            + self.slots.len() * size_of::<SlotList>()
+            + self.occupied.memory_bytes()
+            + self.buckets.len() * size_of::<Bucket>()
+            + self.pool.memory_bytes()
+    }
+
+    fn packet_bytes(&self) -> usize {
+        self.pool.nodes_in_use() * NODE_BYTES
+    }
+
+    fn counters(&self) -> QueueCounters {
+        self.counters
+    }
+}

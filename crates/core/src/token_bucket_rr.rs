@@ -1,0 +1,634 @@
+//! The token-bucket shaper architecture of HTB and policers: one FIFO and one token bucket per
+//! class, polled round-robin.
+//!
+//! Carousel §2 (Figure 1, "pre-filtering with multiple token bucket queues") describes it: a
+//! classifier divides packets into queues, one per traffic aggregate; each queue has a token bucket
+//! that is "re-filled according to a target rate and capped by a maximum burst" (§2.1); "a scheduler
+//! services queues in round-robin order" (§2). HTB (§2.2) buffers packets waiting for tokens
+//! instead of dropping them, as here. Carousel §3 attributes the architecture's CPU cost to "the
+//! need to poll queues", linear in the number of queues; this module keeps that cost visible. It is
+//! a baseline: `metronome bench` measures it side by side with the timing wheel, in the manner of
+//! Carousel Table 1.
+//!
+//! Behaviour:
+//! * The class is the packet's [`ClassId`], an index into the classes given to
+//!   [`TokenBucketRr::new`]. A packet of an unconfigured class is handed back with
+//!   [`RejectReason::UnknownClass`].
+//! * **The EDT argument of [`EdtQueue::enqueue`] is ignored.** This architecture predates EDT
+//!   (Carousel §4 contrasts the two): when a packet leaves is decided by its class's tokens alone.
+//! * Tokens start full. A class's bucket is refilled lazily, when the round-robin visits it, from
+//!   the time elapsed since its previous refill, and capped at its burst. Tokens are counted in
+//!   units of 1/8e9 byte ([`TOKEN_UNITS_PER_BYTE`]), so a refill of `elapsed_ns * bits_per_second`
+//!   units is exact: no rate is lost to rounding however long the run.
+//! * **Send rule:** the head packet of `len` bytes leaves when `tokens >= min(len, burst)`, and then
+//!   costs its full `len`. A packet larger than the burst therefore leaves once the bucket is full
+//!   and drives the tokens negative (a debt, as HTB's tokens go negative), so nothing waits forever
+//!   and the long-run rate stays exact. Bytes released by `t` are at most
+//!   `burst + rate * t`, plus `len - burst` for one packet when packets exceed the burst.
+//! * A burst of 0 bytes is raised to 1 byte.
+//! * `dequeue` visits each backlogged class at most once per call, in round-robin order, and
+//!   releases head packets while the tokens allow. A blocked class moves to the back of the list.
+//!   When `out` fills while the class being served could still send, that class stays at the front
+//!   and the next call resumes with it; it can release at most one burst per visit, which serves
+//!   as the round-robin quantum.
+//! * `next_due` scans the backlogged classes: O(classes), as the architecture is.
+//! * Queues are unbounded (HTB's per-class limit, 16K packets in Carousel §7, is left to the
+//!   caller's backpressure).
+
+use crate::packet::{ClassId, PacketRef, PACKET_REF_BYTES};
+use crate::queue::{EdtQueue, QueueCounters, RejectReason, Rejected};
+use crate::rate::Rate;
+use crate::time::{Duration, Timestamp, NANOS_PER_SEC};
+use std::collections::VecDeque;
+
+/// Token units per byte: 8 bits per byte times [`NANOS_PER_SEC`]. A class at `bps` bits per
+/// second earns exactly `bps` units per nanosecond, so refills are integer and exact.
+pub const TOKEN_UNITS_PER_BYTE: i128 = 8 * NANOS_PER_SEC as i128;
+
+/// Most classes a [`TokenBucketRr`] holds: the range of [`ClassId`] (a `u16`). Further configured
+/// classes could never be addressed and are ignored.
+pub const MAX_CLASSES: usize = u16::MAX as usize + 1;
+
+/// One class's shaping parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassConfig {
+    /// The rate tokens accrue at.
+    pub rate: Rate,
+    /// The bucket depth in bytes: the largest burst released at once. At least 1 (0 is raised).
+    pub burst: u32,
+}
+
+/// The class named in a call is not configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown class {0:?}")]
+pub struct UnknownClass(pub ClassId);
+
+/// One class: its bucket and its FIFO.
+#[derive(Debug)]
+struct Class {
+    // Touched on every visit: bucket state, then the queue.
+    /// Tokens in [`TOKEN_UNITS_PER_BYTE`] units; at most `cap`, negative after an oversized packet.
+    tokens: i128,
+    last_refill: Timestamp,
+    /// `burst` in token units.
+    cap: i128,
+    rate: Rate,
+    burst: u32,
+    /// True while the class is in the active list (exactly when its queue is non-empty).
+    active: bool,
+    queue: VecDeque<PacketRef>,
+}
+
+impl Class {
+    fn new(cfg: ClassConfig) -> Self {
+        let burst = cfg.burst.max(1);
+        let cap = i128::from(burst) * TOKEN_UNITS_PER_BYTE;
+        Class {
+            tokens: cap,
+            last_refill: Timestamp::ZERO,
+            cap,
+            rate: cfg.rate,
+            burst,
+            active: false,
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// Adds the tokens earned since the last refill, capped at the burst.
+    fn refill(&mut self, now: Timestamp) {
+        let elapsed = now.saturating_since(self.last_refill).as_nanos();
+        self.last_refill = self.last_refill.max(now);
+        if self.tokens >= self.cap {
+            return;
+        }
+        let room = (self.cap - self.tokens) as u128; // positive: tokens < cap
+        let earned = u128::from(elapsed) * u128::from(self.rate.bps()); // < 2^128
+        self.tokens = if earned >= room {
+            self.cap
+        } else {
+            self.tokens + earned as i128 // earned < room, which fits i128
+        };
+    }
+
+    /// Token units the head packet needs before it may leave (the send rule), if there is one.
+    fn head_need(&self) -> Option<i128> {
+        let len = u32::from(self.queue.front()?.len);
+        Some(i128::from(len.min(self.burst)) * TOKEN_UNITS_PER_BYTE)
+    }
+
+    fn head_sendable(&self) -> bool {
+        self.head_need().is_some_and(|need| self.tokens >= need)
+    }
+
+    /// Releases head packets into `out` while the tokens allow; returns how many.
+    fn serve(&mut self, out: &mut [PacketRef]) -> usize {
+        let mut n = 0;
+        while n < out.len() && self.head_sendable() {
+            let Some(pkt) = self.queue.pop_front() else {
+                break;
+            };
+            self.tokens -= i128::from(pkt.len) * TOKEN_UNITS_PER_BYTE;
+            out[n] = pkt;
+            n += 1;
+        }
+        n
+    }
+
+    /// The earliest instant the head packet may leave; `Timestamp::MAX` at a zero rate.
+    fn due(&self) -> Option<Timestamp> {
+        let deficit = self.head_need()? - self.tokens;
+        if deficit <= 0 {
+            return Some(self.last_refill);
+        }
+        let bps = u128::from(self.rate.bps());
+        if bps == 0 {
+            return Some(Timestamp::MAX);
+        }
+        // Exact ceiling of deficit / bps: `Rate::transmit_time` rounds down in fixed point, which
+        // could name an instant a nanosecond early, where a poll would find nothing to send.
+        let ns = (deficit as u128).div_ceil(bps);
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX);
+        Some(self.last_refill.saturating_add(Duration::from_nanos(ns)))
+    }
+}
+
+/// Per-class FIFOs with token buckets, polled round-robin (HTB leaves without the hierarchy).
+///
+/// ```
+/// use metronome_core::token_bucket_rr::{ClassConfig, TokenBucketRr};
+/// use metronome_core::{ClassId, EdtQueue, FlowId, PacketRef, Rate, Timestamp};
+///
+/// let mut q = TokenBucketRr::new(vec![ClassConfig { rate: Rate::mbps(1), burst: 1500 }]);
+/// let p = |id| PacketRef::new(id, FlowId(0), ClassId(0), 1500);
+/// let t0 = Timestamp::ZERO;
+/// q.enqueue(t0, t0, p(1)).unwrap();
+/// q.enqueue(t0, t0, p(2)).unwrap();
+/// let mut out = [PacketRef::default(); 4];
+/// assert_eq!(q.dequeue(t0, &mut out), 1); // the burst
+/// // 1500 bytes at 1 Mbit/s take 12 ms.
+/// assert_eq!(q.next_due(), Some(Timestamp::from_nanos(12_000_000)));
+/// ```
+#[derive(Debug)]
+pub struct TokenBucketRr {
+    classes: Vec<Class>,
+    /// Backlogged classes in round-robin order; the front is visited next.
+    active: VecDeque<u16>,
+    len: usize,
+    last_now: Timestamp,
+    counters: QueueCounters,
+}
+
+impl TokenBucketRr {
+    /// A shaper with one class per entry of `classes`, class `i` being `ClassId(i)`, each with a
+    /// full bucket. Entries beyond [`MAX_CLASSES`] are ignored.
+    pub fn new(classes: Vec<ClassConfig>) -> Self {
+        let classes: Vec<Class> = classes
+            .into_iter()
+            .take(MAX_CLASSES)
+            .map(Class::new)
+            .collect();
+        TokenBucketRr {
+            // Preallocated: the active list never holds more than one entry per class.
+            active: VecDeque::with_capacity(classes.len()),
+            classes,
+            len: 0,
+            last_now: Timestamp::ZERO,
+            counters: QueueCounters::default(),
+        }
+    }
+
+    /// Changes `class`'s rate. Tokens earned up to the latest `now` this shaper has seen are
+    /// credited at the old rate first; the core reads no clock, so time after that counts at the
+    /// new rate.
+    pub fn set_rate(&mut self, class: ClassId, rate: Rate) -> Result<(), UnknownClass> {
+        let now = self.last_now;
+        let c = self
+            .classes
+            .get_mut(usize::from(class.0))
+            .ok_or(UnknownClass(class))?;
+        c.refill(now);
+        c.rate = rate;
+        Ok(())
+    }
+
+    /// `class`'s rate, `None` when not configured.
+    pub fn rate(&self, class: ClassId) -> Option<Rate> {
+        self.classes.get(usize::from(class.0)).map(|c| c.rate)
+    }
+
+    /// `class`'s burst in bytes (after raising 0 to 1), `None` when not configured.
+    pub fn burst(&self, class: ClassId) -> Option<u32> {
+        self.classes.get(usize::from(class.0)).map(|c| c.burst)
+    }
+
+    /// Number of configured classes.
+    pub fn class_count(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Classes currently backlogged.
+    pub fn backlogged_classes(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Records `now`; time never goes backwards.
+    fn observe(&mut self, now: Timestamp) {
+        debug_assert!(now >= self.last_now, "time went backwards");
+        self.last_now = self.last_now.max(now);
+    }
+
+    /// Checks the executable invariants (STYLE.md §10).
+    #[cfg(test)]
+    fn invariants(&self) {
+        let mut seen = vec![false; self.classes.len()];
+        for &id in &self.active {
+            assert!(
+                !core::mem::replace(&mut seen[usize::from(id)], true),
+                "listed twice"
+            );
+        }
+        let mut held = 0;
+        for (c, listed) in self.classes.iter().zip(seen) {
+            assert_eq!(c.active, listed);
+            assert_eq!(c.active, !c.queue.is_empty());
+            assert!(c.tokens <= c.cap);
+            assert!(c.tokens > -i128::from(u16::MAX) * TOKEN_UNITS_PER_BYTE);
+            held += c.queue.len();
+        }
+        assert_eq!(held, self.len);
+        assert_eq!(
+            self.counters.enqueued - self.counters.dequeued,
+            self.len as u64
+        );
+    }
+}
+
+impl EdtQueue for TokenBucketRr {
+    fn name(&self) -> &'static str {
+        "token_bucket_rr"
+    }
+
+    /// Queues `pkt` in its class's FIFO. `edt` is ignored (module docs).
+    fn enqueue(&mut self, now: Timestamp, _edt: Timestamp, pkt: PacketRef) -> Result<(), Rejected> {
+        self.observe(now);
+        let Some(c) = self.classes.get_mut(usize::from(pkt.class.0)) else {
+            let reason = RejectReason::UnknownClass;
+            self.counters.count_rejection(reason);
+            return Err(Rejected { pkt, reason });
+        };
+        c.queue.push_back(pkt);
+        if !c.active {
+            c.active = true;
+            self.active.push_back(pkt.class.0);
+        }
+        self.len += 1;
+        self.counters.enqueued += 1;
+        Ok(())
+    }
+
+    fn dequeue(&mut self, now: Timestamp, out: &mut [PacketRef]) -> usize {
+        self.observe(now);
+        let mut n = 0;
+        let mut visits = self.active.len();
+        while visits > 0 && n < out.len() {
+            visits -= 1;
+            let Some(&id) = self.active.front() else {
+                break;
+            };
+            let Some(c) = self.classes.get_mut(usize::from(id)) else {
+                self.active.pop_front();
+                continue;
+            };
+            c.refill(now);
+            n += c.serve(&mut out[n..]);
+            if c.queue.is_empty() {
+                c.active = false;
+                self.active.pop_front();
+            } else if n == out.len() && c.head_sendable() {
+                break; // out is full: the next call resumes with this class
+            } else {
+                self.active.rotate_left(1);
+            }
+        }
+        self.len -= n;
+        self.counters.dequeued += n as u64;
+        if n > 0 {
+            self.counters.nonempty_dequeues += 1;
+        }
+        n
+    }
+
+    /// The earliest instant any backlogged class has the tokens for its head packet; in the past
+    /// when one already has. `Timestamp::MAX` when only zero-rate classes are backlogged.
+    fn next_due(&self) -> Option<Timestamp> {
+        self.active
+            .iter()
+            .filter_map(|&id| self.classes.get(usize::from(id)))
+            .filter_map(Class::due)
+            .min()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The class table, every FIFO's buffer and the active list, all exact. Walks the classes:
+    /// O(classes), for reports, not for the hot path.
+    fn memory_bytes(&self) -> usize {
+        let table = self.classes.capacity() * core::mem::size_of::<Class>();
+        let fifos: usize = self
+            .classes
+            .iter()
+            .map(|c| c.queue.capacity() * PACKET_REF_BYTES)
+            .sum();
+        table + fifos + self.active.capacity() * core::mem::size_of::<u16>()
+    }
+
+    /// One [`PacketRef`] per queued packet.
+    fn packet_bytes(&self) -> usize {
+        self.len * PACKET_REF_BYTES
+    }
+
+    fn counters(&self) -> QueueCounters {
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::FlowId;
+
+    const MS: u64 = 1_000_000;
+
+    fn pkt(id: u32, class: u16, len: u16) -> PacketRef {
+        PacketRef::new(id, FlowId(id), ClassId(class), len)
+    }
+
+    fn ts(n: u64) -> Timestamp {
+        Timestamp::from_nanos(n)
+    }
+
+    fn one_class(rate: Rate, burst: u32) -> TokenBucketRr {
+        TokenBucketRr::new(vec![ClassConfig { rate, burst }])
+    }
+
+    fn ids(q: &mut TokenBucketRr, now: u64, batch: usize) -> Vec<u32> {
+        let mut out = vec![PacketRef::default(); batch];
+        let n = q.dequeue(ts(now), &mut out);
+        q.invariants();
+        out[..n].iter().map(|p| p.id).collect()
+    }
+
+    #[test]
+    fn tokens_start_full_then_refill_at_rate() {
+        let mut q = one_class(Rate::mbps(1), 4_500);
+        for id in 0..5 {
+            q.enqueue(ts(0), ts(0), pkt(id, 0, 1_500)).unwrap();
+        }
+        assert_eq!(ids(&mut q, 0, 8), [0, 1, 2]);
+        // 1500 bytes at 1 Mbit/s: 12 ms.
+        assert_eq!(q.next_due(), Some(ts(12 * MS)));
+        assert_eq!(ids(&mut q, 12 * MS - 1, 8), Vec::<u32>::new());
+        assert_eq!(ids(&mut q, 12 * MS, 8), [3]);
+        assert_eq!(q.next_due(), Some(ts(24 * MS)));
+        assert_eq!(ids(&mut q, 30 * MS, 8), [4]);
+        assert_eq!(q.next_due(), None);
+    }
+
+    #[test]
+    fn equal_edts_leave_fifo_and_edt_is_ignored() {
+        let mut q = one_class(Rate::gbps(1), 100_000);
+        q.enqueue(ts(0), ts(5 * MS), pkt(1, 0, 100)).unwrap();
+        q.enqueue(ts(0), ts(0), pkt(2, 0, 100)).unwrap();
+        q.enqueue(ts(0), ts(5 * MS), pkt(3, 0, 100)).unwrap();
+        // The bucket decides, not the EDT: all leave now, in arrival order.
+        assert_eq!(ids(&mut q, 0, 8), [1, 2, 3]);
+    }
+
+    #[test]
+    fn nothing_leaves_before_its_tokens() {
+        let mut q = one_class(Rate::mbps(8), 1_000); // 1 byte per microsecond
+        q.enqueue(ts(0), ts(0), pkt(1, 0, 1_000)).unwrap();
+        q.enqueue(ts(0), ts(0), pkt(2, 0, 600)).unwrap();
+        assert_eq!(ids(&mut q, 0, 4), [1]);
+        assert_eq!(q.next_due(), Some(ts(600_000)));
+        for t in [1, 1_000, 300_000, 599_999] {
+            assert_eq!(ids(&mut q, t, 4), Vec::<u32>::new(), "at {t} ns");
+        }
+        assert_eq!(ids(&mut q, 600_000, 4), [2]);
+    }
+
+    #[test]
+    fn unknown_class_is_handed_back() {
+        let mut q = TokenBucketRr::new(vec![
+            ClassConfig {
+                rate: Rate::gbps(1),
+                burst: 1_500
+            };
+            2
+        ]);
+        let p = pkt(9, 2, 100);
+        let err = q.enqueue(ts(0), ts(0), p).unwrap_err();
+        assert_eq!((err.pkt, err.reason), (p, RejectReason::UnknownClass));
+        assert_eq!(q.counters().rejected_unknown_class, 1);
+        assert_eq!(q.counters().enqueued, 0);
+        assert_eq!(
+            q.set_rate(ClassId(2), Rate::gbps(1)),
+            Err(UnknownClass(ClassId(2)))
+        );
+        assert!(q.is_empty());
+        q.invariants();
+    }
+
+    #[test]
+    fn classes_are_served_round_robin() {
+        let cfg = ClassConfig {
+            rate: Rate::mbps(1),
+            burst: 1_500,
+        };
+        let mut q = TokenBucketRr::new(vec![cfg; 3]);
+        for round in 0..3u32 {
+            for class in 0..3u16 {
+                q.enqueue(
+                    ts(0),
+                    ts(0),
+                    pkt(10 * round + u32::from(class), class, 1_500),
+                )
+                .unwrap();
+            }
+        }
+        assert_eq!(q.backlogged_classes(), 3);
+        assert_eq!(ids(&mut q, 0, 8), [0, 1, 2]);
+        assert_eq!(ids(&mut q, 12 * MS, 8), [10, 11, 12]);
+        assert_eq!(ids(&mut q, 24 * MS, 8), [20, 21, 22]);
+        assert_eq!(q.backlogged_classes(), 0);
+    }
+
+    #[test]
+    fn out_buffer_limit_respected_and_round_robin_resumes() {
+        let cfg = ClassConfig {
+            rate: Rate::mbps(1),
+            burst: 3_000,
+        };
+        let mut q = TokenBucketRr::new(vec![cfg; 2]);
+        for id in 0..3 {
+            q.enqueue(ts(0), ts(0), pkt(id, 0, 1_000)).unwrap();
+            q.enqueue(ts(0), ts(0), pkt(10 + id, 1, 1_000)).unwrap();
+        }
+        // Class 0 can send three but out holds two: it stays at the front.
+        assert_eq!(ids(&mut q, 0, 2), [0, 1]);
+        assert_eq!(ids(&mut q, 0, 2), [2, 10]);
+        assert_eq!(ids(&mut q, 0, 2), [11, 12]);
+        assert_eq!(ids(&mut q, 0, 0), Vec::<u32>::new());
+        assert!(q.is_empty());
+        let c = q.counters();
+        assert_eq!((c.enqueued, c.dequeued, c.nonempty_dequeues), (6, 6, 3));
+    }
+
+    #[test]
+    fn blocked_class_does_not_block_others() {
+        let cfg = |rate| ClassConfig { rate, burst: 1_500 };
+        let mut q = TokenBucketRr::new(vec![cfg(Rate::kbps(1)), cfg(Rate::gbps(1))]);
+        for id in 0..2 {
+            q.enqueue(ts(0), ts(0), pkt(id, 0, 1_500)).unwrap();
+            q.enqueue(ts(0), ts(0), pkt(10 + id, 1, 1_500)).unwrap();
+        }
+        assert_eq!(ids(&mut q, 0, 8), [0, 10]);
+        assert_eq!(q.next_due(), Some(ts(12_000))); // class 1: 1500 B at 1 Gbit/s
+        assert_eq!(ids(&mut q, 12_000, 8), [11]);
+        assert_eq!(q.next_due(), Some(ts(12_000 * MS))); // class 0: 1500 B at 1 kbit/s
+    }
+
+    #[test]
+    fn oversized_packet_leaves_on_a_full_bucket_and_pays_in_full() {
+        let mut q = one_class(Rate::mbps(1), 100);
+        q.enqueue(ts(0), ts(0), pkt(1, 0, 1_500)).unwrap();
+        q.enqueue(ts(0), ts(0), pkt(2, 0, 1_500)).unwrap();
+        assert_eq!(ids(&mut q, 0, 4), [1]);
+        // Debt of 1400 bytes, then 100 to reach min(len, burst): 1500 bytes = 12 ms.
+        assert_eq!(q.next_due(), Some(ts(12 * MS)));
+        assert_eq!(ids(&mut q, 12 * MS - 1, 4), Vec::<u32>::new());
+        assert_eq!(ids(&mut q, 12 * MS, 4), [2]);
+    }
+
+    #[test]
+    fn zero_burst_is_raised_to_one_byte() {
+        let mut q = one_class(Rate::mbps(8), 0);
+        assert_eq!(q.burst(ClassId(0)), Some(1));
+        q.enqueue(ts(0), ts(0), pkt(1, 0, 64)).unwrap();
+        q.enqueue(ts(0), ts(0), pkt(2, 0, 64)).unwrap();
+        assert_eq!(ids(&mut q, 0, 4), [1]);
+        assert_eq!(q.next_due(), Some(ts(64_000)));
+    }
+
+    #[test]
+    fn zero_rate_holds_packets_until_set_rate() {
+        let mut q = one_class(Rate::from_bps(0), 1_500);
+        for id in 0..2 {
+            q.enqueue(ts(0), ts(0), pkt(id, 0, 1_500)).unwrap();
+        }
+        assert_eq!(ids(&mut q, 0, 4), [0]);
+        assert_eq!(q.next_due(), Some(Timestamp::MAX));
+        assert_eq!(ids(&mut q, 1_000 * MS, 4), Vec::<u32>::new());
+        q.set_rate(ClassId(0), Rate::mbps(1)).unwrap();
+        assert_eq!(q.rate(ClassId(0)), Some(Rate::mbps(1)));
+        // Credited from the latest `now` seen (1 s), at the new rate.
+        assert_eq!(q.next_due(), Some(ts(1_012 * MS)));
+        assert_eq!(ids(&mut q, 1_012 * MS, 4), [1]);
+    }
+
+    /// Bytes released by `t` never exceed `burst + rate * t` and stay within one packet of it
+    /// while backlogged; `next_due` is exact: nothing a nanosecond before, something at it.
+    #[test]
+    fn rate_conformance_over_a_long_run() {
+        let rate = Rate::mbps(937); // not a round number of bytes per ns
+        let burst = 3_000u32;
+        let mut q = one_class(rate, burst);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next_len = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            64 + (seed % 1_437) as u16
+        };
+        for id in 0..60_000 {
+            q.enqueue(ts(0), ts(0), pkt(id, 0, next_len())).unwrap();
+        }
+        let mut out = [PacketRef::default(); 16];
+        let (mut sent, mut now, mut polls) = (0u64, 0u64, 0u64);
+        let end = 200 * MS;
+        while now < end {
+            let due = q.next_due().unwrap().as_nanos();
+            if due > now {
+                assert_eq!(q.dequeue(ts(due - 1), &mut out), 0, "early at {}", due - 1);
+                now = due;
+            }
+            let n = q.dequeue(ts(now), &mut out);
+            assert!(n > 0, "next_due {due} released nothing at {now}");
+            sent += out[..n].iter().map(|p| u64::from(p.len)).sum::<u64>();
+            let allowed = u64::from(burst) + rate.bytes_in(Duration::from_nanos(now));
+            assert!(sent <= allowed, "{sent} > {allowed} at {now}");
+            assert!(sent + 1_500 >= allowed, "{sent} lags {allowed} at {now}");
+            polls += 1;
+        }
+        assert!(polls > 10_000);
+        q.invariants();
+    }
+
+    proptest::proptest! {
+        /// Random operations on several classes, some with bursts below the packet size: the
+        /// invariants hold, each class stays within its bound, and `next_due` is never late.
+        #[test]
+        fn random_operations_conform(
+            ops in proptest::collection::vec((0u16..4, 40u16..2_000, 0u64..50_000), 1..400),
+            batch in 1usize..5,
+        ) {
+            let cfgs = [(Rate::mbps(100), 1_000), (Rate::mbps(7), 3_000), (Rate::gbps(2), 64)];
+            let mut q = TokenBucketRr::new(
+                cfgs.iter().map(|&(rate, burst)| ClassConfig { rate, burst }).collect(),
+            );
+            let mut sent = [0u64; 3];
+            let mut out = vec![PacketRef::default(); batch];
+            let mut now = 0;
+            for (id, &(class, len, advance)) in ops.iter().enumerate() {
+                let accepted = q.enqueue(ts(now), ts(0), pkt(id as u32, class, len)).is_ok();
+                proptest::prop_assert_eq!(accepted, class < 3);
+                now += advance;
+                let due_before = q.next_due();
+                let n = q.dequeue(ts(now), &mut out);
+                if due_before.is_some_and(|d| d <= ts(now)) {
+                    proptest::prop_assert!(n > 0);
+                }
+                for p in &out[..n] {
+                    sent[usize::from(p.class.0)] += u64::from(p.len);
+                }
+                for (c, &(rate, burst)) in cfgs.iter().enumerate() {
+                    let overshoot = 2_000u64.saturating_sub(u64::from(burst));
+                    let allowed = u64::from(burst) + rate.bytes_in(Duration::from_nanos(now));
+                    proptest::prop_assert!(sent[c] <= allowed + overshoot);
+                }
+                q.invariants();
+            }
+        }
+    }
+
+    #[test]
+    fn memory_accounting() {
+        let cfg = ClassConfig {
+            rate: Rate::gbps(1),
+            burst: 1_500,
+        };
+        let mut q = TokenBucketRr::new(vec![cfg; 4]);
+        let empty = q.memory_bytes();
+        assert!(empty >= 4 * core::mem::size_of::<Class>());
+        for id in 0..10 {
+            q.enqueue(ts(0), ts(0), pkt(id, (id % 4) as u16, 100))
+                .unwrap();
+        }
+        assert_eq!(q.packet_bytes(), 10 * PACKET_REF_BYTES);
+        assert!(q.memory_bytes() >= empty + q.packet_bytes());
+        assert_eq!(q.name(), "token_bucket_rr");
+        assert_eq!(q.class_count(), 4);
+    }
+}
