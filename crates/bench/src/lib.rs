@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod batching;
+pub mod floor;
 pub mod machine;
 pub mod plot;
 pub mod report;

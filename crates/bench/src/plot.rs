@@ -572,6 +572,7 @@ mod tests {
             machine: "test machine, 4 cores".to_string(),
             workload: WorkloadSummary::default(),
             results,
+            harness_floor: Vec::new(),
             memory: vec![
                 memory("timing_wheel", "2us x 2s", 8 << 20),
                 memory("mltw", "1ns x 64 x 1024", 3 << 10),

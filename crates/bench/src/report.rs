@@ -12,6 +12,9 @@ pub struct Report {
     pub workload: WorkloadSummary,
     /// Steady-state cost per packet, one row per structure and resident count.
     pub results: Vec<ResultRow>,
+    /// The loop's own cost per packet at each resident count, measured with a trivial FIFO
+    /// ([`crate::floor::FifoFloor`]) in the same run.
+    pub harness_floor: Vec<FloorRow>,
     /// Memory footprints of fixed configurations.
     pub memory: Vec<MemoryRow>,
     /// Packets returned per dequeue call with several destinations.
@@ -56,6 +59,15 @@ pub struct ResultRow {
     pub memory_bytes: u64,
     /// Packets handed back during the run (must be zero for a valid row).
     pub rejected: u64,
+}
+
+/// The harness floor at one resident count.
+#[derive(Clone, Debug, Serialize)]
+pub struct FloorRow {
+    /// Packets resident.
+    pub resident: u64,
+    /// Nanoseconds per packet of the loop around a trivial FIFO, median of the repetitions.
+    pub ns_per_packet: f64,
 }
 
 /// Memory footprint of one configuration, with no packet queued.

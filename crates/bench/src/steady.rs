@@ -64,8 +64,9 @@ pub struct SteadyState<Q: EdtQueue> {
     /// Per flow: the EDT (without jitter) of its latest packet.
     last_edt: Vec<u64>,
     gap: u64,
+    /// Seeded jitter values in `[0, gap / 4)`, nanoseconds.
+    jitter_table: Vec<u32>,
     next_id: u32,
-    rng: u64,
     out: Vec<PacketRef>,
     /// Packets handed back by the structure (a valid run has none).
     pub rejected: u64,
@@ -75,6 +76,24 @@ pub struct SteadyState<Q: EdtQueue> {
 
 /// Start of simulated time: one second, so that no EDT is near zero.
 const T0: u64 = 1_000_000_000;
+/// Entries of the jitter table (a power of two).
+const JITTER_TABLE: usize = 4096;
+
+/// `JITTER_TABLE` values in `[0, range)` from an xorshift64* generator seeded with `seed`.
+fn jitter_table(seed: u64, range: u64) -> Vec<u32> {
+    let range = range.clamp(1, u32::MAX as u64);
+    let mut x = seed | 1;
+    (0..JITTER_TABLE)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            // Lemire's multiply-shift maps 32 random bits onto [0, range).
+            (((x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) * range) >> 32) as u32
+        })
+        .collect()
+}
+
 /// Dequeue buffer: a transmit batch of 256 references.
 const BATCH: usize = 256;
 
@@ -88,8 +107,8 @@ impl<Q: EdtQueue> SteadyState<Q> {
             now: T0,
             last_edt: vec![0; flows],
             gap: params.flow_gap_ns().max(1),
+            jitter_table: jitter_table(params.seed, params.flow_gap_ns() / 4),
             next_id: 0,
-            rng: params.seed | 1,
             out: vec![PacketRef::default(); BATCH],
             rejected: 0,
             released: 0,
@@ -104,16 +123,13 @@ impl<Q: EdtQueue> SteadyState<Q> {
         s
     }
 
-    #[inline]
+    #[inline(always)]
     fn jitter(&mut self) -> u64 {
-        // xorshift64*: cheap and deterministic.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % (self.gap / 4).max(1)
+        // A precomputed table of seeded values keeps the harness's own cost per packet small.
+        self.jitter_table[self.next_id as usize & (JITTER_TABLE - 1)] as u64
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, f: usize, base: u64) {
         let edt = base + self.jitter();
         let pkt = PacketRef::new(

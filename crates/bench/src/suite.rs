@@ -3,8 +3,9 @@
 //! (FlowBundler §IV-A, §V-B).
 
 use crate::batching::{self, BatchingParams};
+use crate::floor::FifoFloor;
 use crate::machine;
-use crate::report::{MemoryRow, Report, ResultRow, WorkloadSummary};
+use crate::report::{FloorRow, MemoryRow, Report, ResultRow, WorkloadSummary};
 use crate::steady::{SteadyParams, SteadyState};
 use metronome_core::binary_heap::BinaryHeapQueue;
 use metronome_core::fq_tree::FqTree;
@@ -177,7 +178,13 @@ pub fn memory_rows() -> Vec<MemoryRow> {
 /// Runs everything `opts` asks for, calling `progress` before each measurement.
 pub fn run_suite(opts: &SuiteOptions, mut progress: impl FnMut(&str)) -> Report {
     let mut results = Vec::new();
+    let mut harness_floor = Vec::new();
     for &n in &opts.resident {
+        progress(&format!("harness floor with {n} resident"));
+        harness_floor.push(FloorRow {
+            resident: n,
+            ns_per_packet: run(FifoFloor::new(), n, opts).ns_per_packet,
+        });
         for name in &opts.structures {
             progress(&format!("{name} with {n} resident"));
             if let Some(row) = measure_one(name, n, opts) {
@@ -200,6 +207,7 @@ pub fn run_suite(opts: &SuiteOptions, mut progress: impl FnMut(&str)) -> Report 
             seed: p.seed,
         },
         results,
+        harness_floor,
         memory: memory_rows(),
         batching,
     }

@@ -58,3 +58,8 @@ pub use time::{Clock, Duration, ManualClock, SlotClock, Timestamp};
 pub use timing_wheel::{
     GenericTimingWheel, ListSlots, PoolSlots, TimingWheel, TimingWheelConfig, TimingWheelList,
 };
+
+/// The README's code blocks, compiled and run as doctests so the README cannot drift.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

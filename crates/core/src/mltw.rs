@@ -281,15 +281,38 @@ impl Bucket {
         if elapsed == 0 {
             return false; // keep accumulating until time moves
         }
-        let bits_ns = self.window_bytes as u128 * 8 * NANOS_PER_SEC as u128;
-        let inst = (bits_ns / elapsed as u128).min(u64::MAX as u128);
-        let old = self.rate_bps as u128;
-        // R <- (1 - 2^-s) R + 2^-s inst, exactly: ((R << s) - R + inst) >> s <= max(R, inst).
-        self.rate_bps = (((old << ewma_shift) - old + inst) >> ewma_shift) as u64;
+        let inst = instantaneous_bps(self.window_bytes, elapsed);
+        self.rate_bps = ewma(self.rate_bps, inst, ewma_shift);
         self.window_start = t;
         self.window_bytes = 0;
         self.window_packets = 0;
         true
+    }
+}
+
+/// `bytes × 8 × 10^9 / elapsed_ns`, the rate in bits per second (rounded down, saturating).
+/// A 64-bit divide when the numerator fits 64 bits (windows below 2.3 GB, i.e. always in
+/// practice); the 128-bit divide, a library call several times slower, only beyond.
+#[inline]
+fn instantaneous_bps(bytes: u32, elapsed_ns: u64) -> u64 {
+    match (bytes as u64).checked_mul(8 * NANOS_PER_SEC) {
+        Some(bits_ns) => bits_ns / elapsed_ns,
+        None => {
+            let bits_ns = bytes as u128 * 8 * NANOS_PER_SEC as u128;
+            (bits_ns / elapsed_ns as u128).min(u64::MAX as u128) as u64
+        }
+    }
+}
+
+/// `R <- (1 - 2^-s) R + 2^-s inst`, exactly `((R << s) - R + inst) >> s` (which lies between `R`
+/// and `inst`), computed in 64 bits: `R + floor((inst - R) / 2^s)`, where the floor of a
+/// negative quotient `-d / 2^s` is `-(((d - 1) >> s) + 1)`.
+#[inline]
+fn ewma(rate: u64, inst: u64, shift: u32) -> u64 {
+    if inst >= rate {
+        rate + ((inst - rate) >> shift)
+    } else {
+        rate - (((rate - inst - 1) >> shift) + 1)
     }
 }
 
@@ -338,7 +361,13 @@ impl Geometry {
     /// The instant slot `slot` of level `level` begins, saturating at the end of time.
     #[inline]
     fn slot_start(&self, slot: u64, level: u32) -> u64 {
-        ((slot as u128) << self.shift(level)).min(u64::MAX as u128) as u64
+        let shift = self.shift(level);
+        // `slot << shift` overflows iff a set bit would leave the word (no 128-bit shift).
+        if slot.leading_zeros() < shift {
+            u64::MAX
+        } else {
+            slot << shift
+        }
     }
 
     /// True if level `level`'s ring, seen from `front`, has a slot for `t >= front`.
@@ -355,6 +384,15 @@ impl Geometry {
             return 0;
         }
         (d.ilog2() + 1 - self.slot_bits).saturating_sub(self.gmin_log2)
+    }
+
+    /// [`Geometry::descend_floor`] without a branch: `64 - lzcnt(d | 1)` is `ilog2(d) + 1`
+    /// for `d >= 1` and 1 for `d = 0`, and a `d` below `S` gives at most `slot_bits`, which
+    /// the saturating subtraction turns into level 0 as the branch does.
+    #[inline(always)]
+    fn descend_floor_fast(&self, d: u64) -> u32 {
+        let bits = u64::BITS - (d | 1).leading_zeros();
+        bits.saturating_sub(self.slot_bits + self.gmin_log2)
     }
 
     /// The level of a bucket sending at `bps`: `floor(log2(MTU / R / g_min))`, capped to
@@ -388,13 +426,32 @@ fn bucket_index(flow: FlowId, mask: usize) -> usize {
     h as usize & mask
 }
 
-/// A slot chosen by [`Mltw::locate`]: its placement and the absolute slot number at
-/// `placement.storage_level`.
+/// A slot chosen by [`Mltw::locate`]: the few words enqueue needs (a [`Placement`] is built from
+/// it only on request).
 #[derive(Clone, Copy, Debug)]
 struct Spot {
-    placement: Placement,
+    /// The level whose granularity rounded the EDT down.
+    rounding_level: u32,
+    /// The storage level (after accumulation) and the absolute slot number there.
     level: u32,
     slot: u64,
+    /// The slot's start time, ns.
+    start: u64,
+    past_due: bool,
+    clamped: bool,
+}
+
+impl Spot {
+    fn placement(&self, geo: &Geometry) -> Placement {
+        Placement {
+            rounding_level: self.rounding_level as usize,
+            granularity: Duration::from_nanos(geo.granularity(self.rounding_level)),
+            storage_level: self.level as usize,
+            slot_start: Timestamp::from_nanos(self.start),
+            past_due: self.past_due,
+            clamped: self.clamped,
+        }
+    }
 }
 
 /// FlowBundler's Multi-Level Timing Wheel; see the [module documentation](self).
@@ -528,7 +585,7 @@ impl Mltw {
         let now = now.as_nanos().max(self.last_now);
         let level = self.buckets[bucket_index(flow, self.bucket_mask)].level as u32;
         self.locate(self.front_at(now), level, edt.as_nanos())
-            .map(|s| s.placement)
+            .map(|s| s.placement(&self.geo))
     }
 
     /// Records `now` (time never goes backwards) and advances the front to it, stopping at the
@@ -549,7 +606,33 @@ impl Mltw {
     }
 
     /// Algorithm 1 lines 5–21: clamp, descend, accumulate.
+    ///
+    /// Inlined into enqueue, with a branch-free fast path for the common case: the level `L`
+    /// the descend starts from ([`Geometry::descend_floor_fast`]) covers `t` with a slot to
+    /// spare. Since `(t >> s) - (front >> s) <= ((t - front) >> s) + 1`, the test
+    /// `(t - front) >> s < S - 1` proves that level `L`'s ring covers `t`, so the general path
+    /// ([`Mltw::locate_far`]) would not step further either. Its slot start, `t` rounded down to
+    /// `g_L`, cannot overflow. Only EDTs in the last slot of that ring or beyond the horizon
+    /// take the general path.
+    #[inline(always)]
     fn locate(&self, front: u64, rate_level: u32, edt: u64) -> Result<Spot, RejectReason> {
+        let geo = &self.geo;
+        let t = edt.max(front);
+        let level = rate_level
+            .max(geo.descend_floor_fast(t - front))
+            .min(geo.top);
+        let shift = geo.shift(level);
+        if (t - front) >> shift < (1u64 << geo.slot_bits) - 1 {
+            let start = t & !((1u64 << shift) - 1);
+            return Ok(self.accumulate(level, t >> shift, start, edt < front, false));
+        }
+        self.locate_far(front, rate_level, edt)
+    }
+
+    /// [`Mltw::locate`] for an EDT in the last slot of its ring or beyond: descend one more
+    /// level, clamp or reject.
+    #[inline(never)]
+    fn locate_far(&self, front: u64, rate_level: u32, edt: u64) -> Result<Spot, RejectReason> {
         let geo = &self.geo;
         let past_due = edt < front;
         let t = edt.max(front);
@@ -569,22 +652,23 @@ impl Mltw {
                 }
             }
         };
-        // Accumulate: the coarsest level with a slot starting at the same instant.
-        let k = slot.trailing_zeros().min(geo.top - level);
-        let (storage, storage_slot) = (level + k, slot >> k);
-        let placement = Placement {
-            rounding_level: level as usize,
-            granularity: Duration::from_nanos(geo.granularity(level)),
-            storage_level: storage as usize,
-            slot_start: Timestamp::from_nanos(geo.slot_start(storage_slot, storage)),
+        let start = geo.slot_start(slot, level);
+        Ok(self.accumulate(level, slot, start, past_due, clamped))
+    }
+
+    /// Accumulate (Algorithm 1 lines 16–21): slot `slot` of level `level`, starting at `start`,
+    /// is stored at the coarsest level with a slot starting at the same instant.
+    #[inline(always)]
+    fn accumulate(&self, level: u32, slot: u64, start: u64, past_due: bool, clamped: bool) -> Spot {
+        let k = slot.trailing_zeros().min(self.geo.top - level);
+        Spot {
+            rounding_level: level,
+            level: level + k,
+            slot: slot >> k,
+            start,
             past_due,
             clamped,
-        };
-        Ok(Spot {
-            placement,
-            level: storage,
-            slot: storage_slot,
-        })
+        }
     }
 
     /// Index into `slots` / `occupied` of absolute slot `slot` of `level`.
@@ -712,6 +796,10 @@ impl EdtQueue for Mltw {
 
     /// Algorithm 1: classify by destination bucket, take the bucket's level, clamp, descend,
     /// accumulate, append to the slot's FIFO.
+    // Inlined into the caller's loop for the same reason as the timing wheel's enqueue: passed
+    // through memory, the 12-byte reference is re-read right after being written field by
+    // field, and the failed store-to-load forwarding costs more than the placement arithmetic.
+    #[inline(always)]
     fn enqueue(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> Result<(), Rejected> {
         self.observe(now);
         let level = self.buckets[bucket_index(pkt.flow, self.bucket_mask)].level as u32;
@@ -723,12 +811,11 @@ impl EdtQueue for Mltw {
         if let Err(pkt) = self.pool.push_back(&mut self.slots[idx], pkt) {
             return Err(self.reject(pkt, RejectReason::PoolExhausted));
         }
-        let p = spot.placement;
-        self.occupy(spot.level, spot.slot, p.slot_start.as_nanos());
+        self.occupy(spot.level, spot.slot, spot.start);
         self.len += 1;
         self.counters.enqueued += 1;
-        self.counters.past_due += p.past_due as u64;
-        self.counters.clamped_beyond_horizon += p.clamped as u64;
+        self.counters.past_due += spot.past_due as u64;
+        self.counters.clamped_beyond_horizon += spot.clamped as u64;
         Ok(())
     }
 

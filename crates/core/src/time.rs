@@ -170,17 +170,29 @@ impl Clock for ManualClock {
 /// Maps instants to slot numbers of a fixed granularity: the one place where time becomes a slot.
 ///
 /// Slot `s` covers `[s * g, (s + 1) * g)`. Rounding is *down*: `slot_of(t) = floor(t / g)`.
-/// The division is exact; it costs one integer divide per call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The division is exact for every `u64` and costs a multiply and a shift, not a divide: the
+/// divisor is strength-reduced once, when the granularity is set (`strength_reduce`).
+#[derive(Clone, Copy, Debug)]
 pub struct SlotClock {
     granularity: u64,
+    divisor: strength_reduce::StrengthReducedU64,
 }
+
+impl PartialEq for SlotClock {
+    fn eq(&self, other: &Self) -> bool {
+        self.granularity == other.granularity
+    }
+}
+
+impl Eq for SlotClock {}
 
 impl SlotClock {
     /// A slot clock of `granularity` (at least one nanosecond).
     pub fn new(granularity: Duration) -> Self {
+        let granularity = granularity.0.max(1);
         SlotClock {
-            granularity: granularity.0.max(1),
+            granularity,
+            divisor: strength_reduce::StrengthReducedU64::new(granularity),
         }
     }
     /// The slot granularity.
@@ -190,7 +202,7 @@ impl SlotClock {
     /// The slot holding `t`, rounding down.
     #[inline]
     pub fn slot_of(&self, t: Timestamp) -> u64 {
-        t.0 / self.granularity
+        t.0 / self.divisor
     }
     /// The instant at which slot `slot` begins.
     #[inline]
@@ -227,6 +239,34 @@ mod tests {
         assert_eq!(s.slot_of(Timestamp::from_nanos(1_999)), 0);
         assert_eq!(s.slot_of(Timestamp::from_nanos(2_000)), 1);
         assert_eq!(s.start_of(3).as_nanos(), 6_000);
+    }
+
+    #[test]
+    fn strength_reduced_division_is_exact() {
+        for g in [
+            1u64,
+            2,
+            3,
+            7,
+            1_000,
+            2_000,
+            4_096,
+            999_983,
+            4_000_000,
+            u64::MAX / 3,
+        ] {
+            let s = SlotClock::new(Duration::from_nanos(g));
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            for t in [0, 1, g - 1, g, g + 1, u64::MAX - 1, u64::MAX] {
+                assert_eq!(s.slot_of(Timestamp(t)), t / g, "t={t} g={g}");
+            }
+            for _ in 0..10_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                assert_eq!(s.slot_of(Timestamp(x)), x / g, "t={x} g={g}");
+            }
+        }
     }
 
     #[test]
