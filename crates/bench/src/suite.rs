@@ -11,13 +11,18 @@ use metronome_core::binary_heap::BinaryHeapQueue;
 use metronome_core::fq_tree::FqTree;
 use metronome_core::mltw::{Mltw, MltwConfig};
 use metronome_core::token_bucket_rr::{ClassConfig, TokenBucketRr};
-use metronome_core::{Duration, EdtQueue, Rate, TimingWheel, TimingWheelConfig, TimingWheelList};
+use metronome_core::{
+    Duration, EdtQueue, FlowId, Rate, TimingWheel, TimingWheelConfig, TimingWheelList,
+};
 
-/// The structures, in report order.
-pub const STRUCTURES: [&str; 6] = [
+/// The structures, in report order. `mltw` estimates each destination's rate from its packets
+/// (FlowBundler §IV-D); `mltw_set_rates` is the same MLTW told the flows' rates by the caller
+/// (estimator off), which shows what the estimator costs.
+pub const STRUCTURES: [&str; 7] = [
     "timing_wheel",
     "timing_wheel_list",
     "mltw",
+    "mltw_set_rates",
     "binary_heap",
     "fq_tree",
     "token_bucket_rr",
@@ -85,6 +90,19 @@ pub fn measure_one(name: &str, resident: u64, opts: &SuiteOptions) -> Option<Res
             resident,
             opts,
         ),
+        "mltw_set_rates" => {
+            let mut q = Mltw::new(MltwConfig {
+                pool_packets: pool,
+                estimate_every: 0,
+                ..Default::default()
+            });
+            for f in 0..p.flows {
+                q.set_rate(FlowId(f), Rate::from_bps(p.flow_bps()));
+            }
+            let mut row = run(q, resident, opts);
+            row.structure = name.to_string();
+            row
+        }
         "binary_heap" => run(BinaryHeapQueue::new(), resident, opts),
         "fq_tree" => run(FqTree::new(), resident, opts),
         "token_bucket_rr" => {

@@ -71,8 +71,9 @@ pub trait SlotStore {
     const NAME: &'static str;
     /// A store of `slots` empty slots able to hold `pool_packets` packets.
     fn new(slots: usize, pool_packets: usize) -> Self;
-    /// Appends `pkt` to slot `slot`, or hands it back when there is no room.
-    fn push(&mut self, slot: usize, pkt: PacketRef) -> Result<(), PacketRef>;
+    /// Appends `pkt` to slot `slot`, or hands it back when there is no room. `Ok(true)` when
+    /// the slot was empty before (so the wheel marks it occupied only then).
+    fn push(&mut self, slot: usize, pkt: PacketRef) -> Result<bool, PacketRef>;
     /// Moves up to `out.len()` references from the front of `slot` into `out`.
     fn drain(&mut self, slot: usize, out: &mut [PacketRef]) -> usize;
     /// True if `slot` holds nothing.
@@ -100,9 +101,11 @@ impl SlotStore for PoolSlots {
             pool: NodePool::new(NodePool::nodes_for(pool_packets, slots)),
         }
     }
-    #[inline]
-    fn push(&mut self, slot: usize, pkt: PacketRef) -> Result<(), PacketRef> {
-        self.pool.push_back(&mut self.slots[slot], pkt)
+    #[inline(always)]
+    fn push(&mut self, slot: usize, pkt: PacketRef) -> Result<bool, PacketRef> {
+        let list = &mut self.slots[slot];
+        let was_empty = list.is_empty();
+        self.pool.push_back(list, pkt).map(|()| was_empty)
     }
     #[inline]
     fn drain(&mut self, slot: usize, out: &mut [PacketRef]) -> usize {
@@ -141,10 +144,12 @@ impl SlotStore for ListSlots {
         v.resize_with(slots, LinkedList::new);
         ListSlots { slots: v, len: 0 }
     }
-    fn push(&mut self, slot: usize, pkt: PacketRef) -> Result<(), PacketRef> {
-        self.slots[slot].push_back(pkt);
+    fn push(&mut self, slot: usize, pkt: PacketRef) -> Result<bool, PacketRef> {
+        let list = &mut self.slots[slot];
+        let was_empty = list.is_empty();
+        list.push_back(pkt);
         self.len += 1;
-        Ok(())
+        Ok(was_empty)
     }
     fn drain(&mut self, slot: usize, out: &mut [PacketRef]) -> usize {
         let list = &mut self.slots[slot];
@@ -334,12 +339,16 @@ impl<S: SlotStore> EdtQueue for GenericTimingWheel<S> {
             }
         }
         let pos = self.pos_of(slot);
-        if let Err(pkt) = self.store.push(pos, pkt) {
-            let reason = RejectReason::PoolExhausted;
-            self.counters.count_rejection(reason);
-            return Err(Rejected { pkt, reason });
+        match self.store.push(pos, pkt) {
+            // Only a slot's first packet touches the bitmap.
+            Ok(true) => self.occupied.set(pos),
+            Ok(false) => {}
+            Err(pkt) => {
+                let reason = RejectReason::PoolExhausted;
+                self.counters.count_rejection(reason);
+                return Err(Rejected { pkt, reason });
+            }
         }
-        self.occupied.set(pos);
         self.len += 1;
         self.counters.enqueued += 1;
         Ok(())
