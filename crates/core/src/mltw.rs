@@ -144,7 +144,8 @@ pub struct MltwConfig {
     pub levels: usize,
     /// Slots per level, rounded up to a power of two, 2 to [`MAX_SLOTS_PER_LEVEL`].
     pub slots_per_level: usize,
-    /// Bytes per MTU-sized packet, used to turn a rate into a level.
+    /// Bytes per MTU-sized packet, used to turn a rate into a level (1 to 65 535, the largest
+    /// [`PacketRef`] length).
     pub mtu: u32,
     /// The rate every bucket starts with.
     pub initial_rate: Rate,
@@ -192,6 +193,7 @@ impl MltwConfig {
                 .clamp(2, MAX_SLOTS_PER_LEVEL)
                 .next_power_of_two(),
             ewma_shift: self.ewma_shift.min(MAX_EWMA_SHIFT),
+            mtu: self.mtu.clamp(1, u16::MAX as u32),
             estimate_every: self.estimate_every.min(u16::MAX as u32),
             buckets: self.buckets.clamp(1, MAX_BUCKETS).next_power_of_two(),
             ..self
@@ -333,7 +335,7 @@ struct Geometry {
     /// log2 of the slots per level.
     slot_bits: u32,
     /// MTU × 8 bit/byte × 10^9 ns/s: the MTU's transmission time at 1 bit/s, in ns.
-    mtu_bit_ns: u128,
+    mtu_bit_ns: u64,
 }
 
 impl Geometry {
@@ -342,7 +344,8 @@ impl Geometry {
             gmin_log2: c.min_granularity_log2,
             top: c.levels as u32 - 1,
             slot_bits: c.slots_per_level.trailing_zeros(),
-            mtu_bit_ns: c.mtu as u128 * 8 * NANOS_PER_SEC as u128,
+            // `normalized` caps the MTU at 65 535 B: x 8 x 10^9 = 5.2e14 < 2^49, fits u64.
+            mtu_bit_ns: c.mtu as u64 * 8 * NANOS_PER_SEC,
         }
     }
 
@@ -410,7 +413,11 @@ impl Geometry {
             return self.top;
         }
         let c = self.mtu_bit_ns;
-        let b = (bps as u128) << self.gmin_log2;
+        // `bps << gmin_log2` in 64 bits; if it would overflow it exceeds `c` (< 2^49) anyway.
+        if bps.leading_zeros() < self.gmin_log2 {
+            return 0;
+        }
+        let b = bps << self.gmin_log2;
         if c < b {
             return 0; // an MTU takes less than g_min
         }
@@ -802,10 +809,15 @@ impl EdtQueue for Mltw {
             Err(reason) => return Err(self.reject(pkt, reason)),
         };
         let idx = self.index(spot.level, spot.slot);
+        let was_empty = self.slots[idx].is_empty();
         if let Err(pkt) = self.pool.push_back(&mut self.slots[idx], pkt) {
             return Err(self.reject(pkt, RejectReason::PoolExhausted));
         }
-        self.occupy(spot.level, spot.slot, spot.start);
+        if was_empty {
+            // A slot that already held packets is already marked, and is already counted in
+            // its level's head and in `next`: only a slot's first packet updates them.
+            self.occupy(spot.level, spot.slot, spot.start);
+        }
         if self.estimate_every != 0 {
             // The departure this packet is scheduled for: its EDT, or now if already due.
             let t = edt.as_nanos().max(now.as_nanos());
