@@ -68,12 +68,47 @@ impl SuiteOptions {
     }
 }
 
-/// Runs one structure at one resident count; returns its row.
-pub fn measure_one(name: &str, resident: u64, opts: &SuiteOptions) -> Option<ResultRow> {
+/// A structure filled and warmed up, ready for timed repetitions. Boxed so the suite can hold
+/// every structure of one resident count at once and interleave their repetitions.
+pub trait Prepared {
+    /// Releases (and replaces) `packets` packets; returns ns per packet.
+    fn measure(&mut self, packets: u64) -> f64;
+    /// The result row, from the repetitions' samples.
+    fn row(&self, name: &str, resident: u64, packets: u64, samples: &mut [f64]) -> ResultRow;
+}
+
+impl<Q: EdtQueue> Prepared for SteadyState<Q> {
+    fn measure(&mut self, packets: u64) -> f64 {
+        SteadyState::measure(self, packets)
+    }
+    fn row(&self, name: &str, resident: u64, packets: u64, samples: &mut [f64]) -> ResultRow {
+        samples.sort_by(f64::total_cmp);
+        ResultRow {
+            structure: name.to_string(),
+            resident,
+            ns_per_packet: samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN),
+            ns_per_packet_min: samples.first().copied().unwrap_or(f64::NAN),
+            packets_measured: packets,
+            bytes_per_packet: self.bytes_per_packet(),
+            memory_bytes: self.queue.memory_bytes() as u64,
+            rejected: self.rejected,
+        }
+    }
+}
+
+/// Builds structure `name` (or the harness floor, `fifo_floor`), fills it with `resident`
+/// packets and warms it up: one full turn of the resident packets, at least the measured count.
+pub fn prepare(name: &str, resident: u64, opts: &SuiteOptions) -> Option<Box<dyn Prepared>> {
+    fn warm<Q: EdtQueue + 'static>(q: Q, resident: u64, opts: &SuiteOptions) -> Box<dyn Prepared> {
+        let mut s = SteadyState::new(q, opts.steady, resident);
+        s.run(resident.max(opts.packets));
+        Box::new(s)
+    }
     let p = opts.steady;
     let pool = resident as usize + resident as usize / 4 + 4096;
     Some(match name {
-        "timing_wheel" => run(
+        "fifo_floor" => warm(FifoFloor::new(), resident, opts),
+        "timing_wheel" => warm(
             TimingWheel::new(TimingWheelConfig {
                 pool_packets: pool,
                 ..opts.wheel
@@ -81,8 +116,8 @@ pub fn measure_one(name: &str, resident: u64, opts: &SuiteOptions) -> Option<Res
             resident,
             opts,
         ),
-        "timing_wheel_list" => run(TimingWheelList::new(opts.wheel), resident, opts),
-        "mltw" => run(
+        "timing_wheel_list" => warm(TimingWheelList::new(opts.wheel), resident, opts),
+        "mltw" => warm(
             Mltw::new(MltwConfig {
                 pool_packets: pool,
                 ..Default::default()
@@ -99,18 +134,16 @@ pub fn measure_one(name: &str, resident: u64, opts: &SuiteOptions) -> Option<Res
             for f in 0..p.flows {
                 q.set_rate(FlowId(f), Rate::from_bps(p.flow_bps()));
             }
-            let mut row = run(q, resident, opts);
-            row.structure = name.to_string();
-            row
+            warm(q, resident, opts)
         }
-        "binary_heap" => run(BinaryHeapQueue::new(), resident, opts),
-        "fq_tree" => run(FqTree::new(), resident, opts),
+        "binary_heap" => warm(BinaryHeapQueue::new(), resident, opts),
+        "fq_tree" => warm(FqTree::new(), resident, opts),
         "token_bucket_rr" => {
             let class = ClassConfig {
                 rate: Rate::from_bps(p.flow_bps()),
                 burst: p.packet_len as u32,
             };
-            run(
+            warm(
                 TokenBucketRr::new(vec![class; p.flows as usize]),
                 resident,
                 opts,
@@ -120,24 +153,47 @@ pub fn measure_one(name: &str, resident: u64, opts: &SuiteOptions) -> Option<Res
     })
 }
 
-fn run<Q: EdtQueue>(queue: Q, resident: u64, opts: &SuiteOptions) -> ResultRow {
-    let mut s = SteadyState::new(queue, opts.steady, resident);
-    // Warm-up: one full turn of the resident packets, at least the measured count.
-    s.run(resident.max(opts.packets));
+/// Runs one structure at one resident count on its own; returns its row.
+pub fn measure_one(name: &str, resident: u64, opts: &SuiteOptions) -> Option<ResultRow> {
+    let mut s = prepare(name, resident, opts)?;
     let mut samples: Vec<f64> = (0..opts.repetitions.max(1))
         .map(|_| s.measure(opts.packets))
         .collect();
-    samples.sort_by(f64::total_cmp);
-    ResultRow {
-        structure: s.queue.name().to_string(),
-        resident,
-        ns_per_packet: samples[samples.len() / 2],
-        ns_per_packet_min: samples[0],
-        packets_measured: opts.packets,
-        bytes_per_packet: s.bytes_per_packet(),
-        memory_bytes: s.queue.memory_bytes() as u64,
-        rejected: s.rejected,
+    Some(s.row(name, resident, opts.packets, &mut samples))
+}
+
+/// Measures `names` at one resident count side by side: all are prepared first, then each
+/// repetition runs every structure once, in turn, so a burst of noise on this shared machine
+/// falls on all of them rather than on one. Returns the rows in `names` order.
+pub fn measure_interleaved(
+    names: &[&str],
+    resident: u64,
+    opts: &SuiteOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Vec<ResultRow> {
+    let mut prepared: Vec<(&str, Box<dyn Prepared>)> = Vec::new();
+    for &name in names {
+        progress(&format!("preparing {name} with {resident} resident"));
+        if let Some(p) = prepare(name, resident, opts) {
+            prepared.push((name, p));
+        }
     }
+    let mut samples = vec![Vec::new(); prepared.len()];
+    for rep in 0..opts.repetitions.max(1) {
+        progress(&format!(
+            "repetition {} of {} with {resident} resident",
+            rep + 1,
+            opts.repetitions.max(1)
+        ));
+        for (i, (_, p)) in prepared.iter_mut().enumerate() {
+            samples[i].push(p.measure(opts.packets));
+        }
+    }
+    prepared
+        .iter()
+        .zip(samples.iter_mut())
+        .map(|((name, p), s)| p.row(name, resident, opts.packets, s))
+        .collect()
 }
 
 /// The memory rows: Carousel's configuration, FlowBundler's comparison points, the MLTW.
@@ -198,14 +254,15 @@ pub fn run_suite(opts: &SuiteOptions, mut progress: impl FnMut(&str)) -> Report 
     let mut results = Vec::new();
     let mut harness_floor = Vec::new();
     for &n in &opts.resident {
-        progress(&format!("harness floor with {n} resident"));
-        harness_floor.push(FloorRow {
-            resident: n,
-            ns_per_packet: run(FifoFloor::new(), n, opts).ns_per_packet,
-        });
-        for name in &opts.structures {
-            progress(&format!("{name} with {n} resident"));
-            if let Some(row) = measure_one(name, n, opts) {
+        let mut names: Vec<&str> = vec!["fifo_floor"];
+        names.extend(opts.structures.iter().map(String::as_str));
+        for row in measure_interleaved(&names, n, opts, &mut progress) {
+            if row.structure == "fifo_floor" {
+                harness_floor.push(FloorRow {
+                    resident: n,
+                    ns_per_packet: row.ns_per_packet,
+                });
+            } else {
                 results.push(row);
             }
         }
