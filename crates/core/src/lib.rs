@@ -40,9 +40,11 @@
 
 pub mod binary_heap;
 pub mod bitmap;
+pub mod completions;
 pub mod fq_tree;
 pub mod mltw;
 pub mod packet;
+pub mod paused_flows;
 pub mod pool;
 pub mod queue;
 pub mod rate;
@@ -50,14 +52,18 @@ pub mod time;
 pub mod timestamp;
 pub mod timing_wheel;
 pub mod token_bucket_rr;
+pub mod zd;
 
+pub use completions::{Completion, CompletionMode, Deferred, InFlight};
 pub use packet::{ClassId, FlowId, PacketRef};
+pub use paused_flows::{Discipline, PausedFlows};
 pub use queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};
 pub use rate::Rate;
 pub use time::{Clock, Duration, ManualClock, SlotClock, Timestamp};
 pub use timing_wheel::{
     GenericTimingWheel, ListSlots, PoolSlots, TimingWheel, TimingWheelConfig, TimingWheelList,
 };
+pub use zd::{CappedWheel, Offer, Overflow, Pfifo, ScheduledBuffer, TbfBuffer, Zd, ZdConfig};
 
 /// The README's code blocks, compiled and run as doctests so the README cannot drift.
 #[doc = include_str!("../../../README.md")]
