@@ -1,0 +1,92 @@
+//! The registry of experiment functions, looked up by the name in a plan's `[experiment]`.
+//!
+//! An experiment is a plain function from one [`Point`] (the merged parameters) to the rows it
+//! measured there. It reads its parameters with the point's typed getters, keeps all randomness
+//! seeded from the point (runs are deterministic), never prints, and returns only columns its plan
+//! documents in `[columns]` (the runner rejects any other). To add one:
+//!
+//! 1. write `src/experiments/<name>.rs` with `pub fn run(point: &Point) -> Result<Vec<Row>, LabError>`;
+//! 2. add `mod <name>;` below and an [`Experiment`] entry to [`REGISTRY`];
+//! 3. write `lab/plans/<name>.toml` and list it in [`crate::plans::EMBEDDED`].
+//!
+//! Planned next to [`wheel_granularity`]: `carousel_backpressure` (Carousel Fig. 14-15),
+//! `carousel_conformance` (Fig. 12-13, 19) and `zd` (Zero-Downtime), on the simulator
+//! (`metronome-sim`).
+
+pub mod wheel_granularity;
+
+use crate::error::LabError;
+use crate::point::{Point, Row};
+
+/// The signature of an experiment: one point in, its rows out.
+pub type ExperimentFn = fn(&Point) -> Result<Vec<Row>, LabError>;
+
+/// A registered experiment.
+#[derive(Clone, Copy, Debug)]
+pub struct Experiment {
+    /// The name plans refer to (`[experiment] name`), kebab-case.
+    pub name: &'static str,
+    /// One line on what it measures, for `metronome lab --list`.
+    pub summary: &'static str,
+    /// The function.
+    pub run: ExperimentFn,
+}
+
+/// Every experiment the lab can run.
+pub const REGISTRY: &[Experiment] = &[Experiment {
+    name: wheel_granularity::NAME,
+    summary: "rate conformance of one timing wheel vs slot granularity (Carousel Fig. 16)",
+    run: wheel_granularity::run,
+}];
+
+/// The experiment called `name`.
+pub fn find(name: &str) -> Option<&'static Experiment> {
+    REGISTRY.iter().find(|e| e.name == name)
+}
+
+/// The experiment called `name`, or [`LabError::UnknownExperiment`] listing the known ones.
+pub fn lookup(name: &str) -> Result<&'static Experiment, LabError> {
+    find(name).ok_or_else(|| LabError::UnknownExperiment {
+        name: name.to_string(),
+        known: names().map(str::to_string).collect(),
+    })
+}
+
+/// The registered names, in registry order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    REGISTRY.iter().map(|e| e.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_kebab_case() {
+        for (i, e) in REGISTRY.iter().enumerate() {
+            assert!(
+                REGISTRY[..i].iter().all(|o| o.name != e.name),
+                "{} twice",
+                e.name
+            );
+            assert!(
+                e.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{} is not kebab-case",
+                e.name
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_experiment_lists_the_known_ones() {
+        let e = lookup("no-such").unwrap_err();
+        assert!(e.is_bad_input());
+        let text = e.to_string();
+        assert!(
+            text.contains("no-such") && text.contains(wheel_granularity::NAME),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,651 @@
+//! The event loop: sources, shaper, NIC, path and receivers wired together (Carousel §5.2,
+//! Figure 11; zD §4, Figure 6).
+//!
+//! A packet's life: the source builds a segment when its window, its pacing timer and the
+//! backpressure allow ([`Sim::try_send`]); the shaper stamps it (Carousel §5.1.1) and takes it,
+//! drops it, or (zD) pauses the flow; the NIC pulls due packets one at a time when idle and
+//! serializes each at line rate; the packet reaches the receiver base RTT / 2 later; the ACK
+//! comes back after another base RTT / 2.
+//!
+//! Where the completion happens is what distinguishes the backpressure modes:
+//! * `None`, `DelayBased`: at enqueue (Figure 11a); only cwnd and the socket buffer limit.
+//! * `DeferredCompletions`: at release from the shaper (Figure 11b), tracked per flow by
+//!   [`metronome_core::completions::InFlight`].
+//! * `Tsq`: at NIC transmit (the skb is freed after the driver sent it, zD §5.1).
+//! * `Zd`: no completion limit; [`metronome_core::zd::Zd`] pauses and resumes flows.
+//!
+//! A physical drop frees the packet at once (its completion, as freeing an skb does) and is a
+//! network loss to TCP; a virtual drop leaves the segment unsent at the source.
+//!
+//! Nothing allocates per packet: descriptors live in a slab with a free list, ready flows in a
+//! reused queue, resumed flows in a reused vector.
+
+use crate::event::{Ack, Event, EventQueue};
+use crate::host::{Flow, Rng, Transport, DELAYED_ACK_TIMEOUT};
+use crate::metrics::Metrics;
+use crate::report::{DropReport, ShaperReport, SimReport, Speed};
+use crate::scenario::{BackpressureMode, Scenario, ScenarioError, SourceKind};
+use crate::shaper::{Admit, Shaper};
+use crate::tcp::TcpSender;
+use metronome_core::completions::InFlight;
+use metronome_core::{ClassId, Duration, FlowId, PacketRef, Rate, Timestamp};
+use std::collections::VecDeque;
+
+/// How long a source waits before offering again a packet the shaper handed back without pausing
+/// it (only a horizon refusal under zD): 1 ms, a few packet times at 1–10 Gbit/s.
+const HANDED_BACK_RETRY: Duration = Duration::from_millis(1);
+
+/// One packet's descriptor, owned by the simulator; the shaper holds its index.
+#[derive(Clone, Copy, Debug, Default)]
+struct Desc {
+    flow: u32,
+    seq: u32,
+    mtus: u32,
+    bytes: u32,
+    sent_at: Timestamp,
+    ce: bool,
+}
+
+/// Descriptors in a slab with a free list: no allocation once the high-water mark is reached.
+#[derive(Debug, Default)]
+struct Slab {
+    descs: Vec<Desc>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn alloc(&mut self, d: Desc) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.descs[i as usize] = d;
+                i
+            }
+            None => {
+                self.descs.push(d);
+                (self.descs.len() - 1) as u32
+            }
+        }
+    }
+    fn release(&mut self, i: u32) {
+        self.free.push(i);
+    }
+    fn get(&self, i: u32) -> Desc {
+        self.descs[i as usize]
+    }
+}
+
+/// Where a packet's completion is produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CompletionPoint {
+    AtEnqueue,
+    AtRelease,
+    AtTransmit,
+    Zd,
+}
+
+/// The whole simulated system.
+pub(crate) struct Sim<'a> {
+    sc: &'a Scenario,
+    q: EventQueue,
+    flows: Vec<Flow>,
+    descs: Slab,
+    shaper: Shaper,
+    inflight: Option<InFlight>,
+    completion: CompletionPoint,
+    nic_busy: bool,
+    nic_pkt: u32,
+    poll_at: Option<Timestamp>,
+    ready: VecDeque<u32>,
+    resumed: Vec<FlowId>,
+    metrics: Metrics,
+    line: Rate,
+    pacing: Option<Rate>,
+    half_rtt: Duration,
+    mtu: u32,
+    seg_mtus: u32,
+    end: Timestamp,
+    physical_drops: u64,
+    ce_marked: u64,
+    packets_sent: u64,
+}
+
+impl<'a> Sim<'a> {
+    /// Builds the system of a validated scenario.
+    pub(crate) fn new(sc: &'a Scenario) -> Result<Self, ScenarioError> {
+        let zd = match sc.backpressure {
+            BackpressureMode::Zd { discipline } => Some(discipline),
+            _ => None,
+        };
+        let shaper = Shaper::new(&sc.shaper, sc.flows, sc.segment_bytes(), zd)?;
+        let (completion, limit) = match sc.backpressure {
+            BackpressureMode::None | BackpressureMode::DelayBased => {
+                (CompletionPoint::AtEnqueue, 0)
+            }
+            BackpressureMode::DeferredCompletions { limit } => (CompletionPoint::AtRelease, limit),
+            BackpressureMode::Tsq { limit } => (CompletionPoint::AtTransmit, limit),
+            BackpressureMode::Zd { .. } => (CompletionPoint::Zd, 0),
+        };
+        let limit = u16::try_from(limit).map_err(|_| ScenarioError::OutOfRange {
+            field: "backpressure.limit",
+            why: "at most 65535",
+        })?;
+        let inflight = matches!(
+            completion,
+            CompletionPoint::AtRelease | CompletionPoint::AtTransmit
+        )
+        .then(|| InFlight::new(sc.flows as usize, limit));
+        let tr = &sc.transport;
+        let rto_min = Duration::from_nanos(tr.rto_min_ns);
+        let seg_bytes = u64::from(sc.segment_bytes());
+        let line = Rate::from_bps(sc.line_rate_bps);
+        let flows = (0..sc.flows)
+            .map(|f| {
+                let transport = match sc.source {
+                    SourceKind::Tcp(cc) => {
+                        Transport::Tcp(Box::new(TcpSender::new(cc, tr.initial_cwnd, rto_min)))
+                    }
+                    SourceKind::Udp { rate_bps } => Transport::Udp {
+                        interval: rate_bps
+                            .map_or(line, Rate::from_bps)
+                            .transmit_time(seg_bytes),
+                        backlog: 0,
+                        next_seq: 0,
+                    },
+                };
+                Flow::new(transport, Rng::for_flow(sc.seed, f))
+            })
+            .collect();
+        let measured = sc.duration_ns - sc.warmup_ns;
+        let windows = (measured / sc.window_ns) as usize;
+        let capacity = (sc.flows as usize * 4).max(1024);
+        Ok(Sim {
+            sc,
+            q: EventQueue::with_capacity(capacity),
+            flows,
+            descs: Slab {
+                descs: Vec::with_capacity(shaper.capacity().min(1 << 20) + capacity),
+                free: Vec::with_capacity(shaper.capacity().min(1 << 20) + capacity),
+            },
+            shaper,
+            inflight,
+            completion,
+            nic_busy: false,
+            nic_pkt: 0,
+            poll_at: None,
+            ready: VecDeque::with_capacity(sc.flows as usize),
+            resumed: Vec::with_capacity(16),
+            metrics: Metrics::new(
+                Timestamp::from_nanos(sc.warmup_ns),
+                Duration::from_nanos(sc.window_ns),
+                windows,
+            ),
+            line,
+            pacing: tr.pacing_bps.map(Rate::from_bps),
+            half_rtt: Duration::from_nanos(sc.base_rtt_ns / 2),
+            mtu: tr.mtu,
+            seg_mtus: tr.tso_segments,
+            end: Timestamp::from_nanos(sc.duration_ns),
+            physical_drops: 0,
+            ce_marked: 0,
+            packets_sent: 0,
+        })
+    }
+
+    /// Runs to the end of the scenario.
+    pub(crate) fn run(&mut self) {
+        let sc = self.sc;
+        for f in 0..sc.flows {
+            let start = self.flows[f as usize].rng.below(sc.start_spread_ns);
+            self.q
+                .schedule(Timestamp::from_nanos(start), Event::FlowStart(f));
+        }
+        self.q.schedule(self.end, Event::End);
+        let first_window = sc.warmup_ns + sc.window_ns;
+        if first_window <= sc.duration_ns {
+            self.q
+                .schedule(Timestamp::from_nanos(first_window), Event::Window);
+        }
+        while let Some((now, ev)) = self.q.pop() {
+            if ev == Event::End {
+                break;
+            }
+            self.handle(now, ev);
+            while let Some(f) = self.ready.pop_front() {
+                self.flows[f as usize].ready = false;
+                self.try_send(f, now);
+            }
+        }
+    }
+
+    fn handle(&mut self, now: Timestamp, ev: Event) {
+        match ev {
+            Event::FlowStart(f) => {
+                self.flows[f as usize].started = true;
+                if let Transport::Udp { interval, .. } = self.flows[f as usize].transport {
+                    self.q.schedule(now + interval, Event::UdpTick(f));
+                    self.udp_generate(f);
+                }
+                self.try_send(f, now);
+            }
+            Event::SourceWake(f) => {
+                let fl = &mut self.flows[f as usize];
+                if fl.wake_at == Some(now) {
+                    fl.wake_at = None;
+                }
+                self.try_send(f, now);
+            }
+            Event::UdpTick(f) => {
+                if let Transport::Udp { interval, .. } = self.flows[f as usize].transport {
+                    self.q.schedule(now + interval, Event::UdpTick(f));
+                }
+                self.udp_generate(f);
+                self.try_send(f, now);
+            }
+            Event::Rto(f) => self.on_rto_timer(f, now),
+            Event::DelAck(f) => {
+                if let Some(ack) = self.flows[f as usize].rx.on_delack_timer(f) {
+                    self.q.push_ack(now + self.half_rtt, ack);
+                }
+            }
+            Event::ShaperPoll => {
+                if self.poll_at == Some(now) {
+                    self.poll_at = None;
+                }
+                self.kick(now);
+            }
+            Event::NicDone => self.on_nic_done(now),
+            Event::Window => {
+                self.metrics.close_window();
+                let next = now + Duration::from_nanos(self.sc.window_ns);
+                if next <= self.end {
+                    self.q.schedule(next, Event::Window);
+                }
+            }
+            Event::Arrive(id) => self.on_arrive(id, now),
+            Event::AckArrive(ack) => self.on_ack(ack, now),
+            Event::End => {}
+        }
+    }
+
+    fn mark_ready(&mut self, f: u32) {
+        let fl = &mut self.flows[f as usize];
+        if !fl.ready {
+            fl.ready = true;
+            self.ready.push_back(f);
+        }
+    }
+
+    fn udp_generate(&mut self, f: u32) {
+        let cap = self.sc.transport.sndbuf_mtus / self.seg_mtus.max(1);
+        let fl = &mut self.flows[f as usize];
+        if let Transport::Udp { backlog, .. } = &mut fl.transport {
+            if *backlog < cap.max(1) {
+                *backlog += 1;
+            } else {
+                fl.source_drops += 1;
+            }
+        }
+    }
+
+    /// The next segment `(seq, mtus)` the flow's transport wants to send, if any.
+    fn next_segment(&self, f: usize) -> Option<(u32, u32)> {
+        match &self.flows[f].transport {
+            Transport::Tcp(tcp) => {
+                if tcp.retx_pending {
+                    let n = tcp
+                        .high_tx
+                        .saturating_sub(tcp.snd_una)
+                        .clamp(1, self.seg_mtus);
+                    return Some((tcp.snd_una, n));
+                }
+                let room = tcp.window_room(self.sc.transport.sndbuf_mtus);
+                (room > 0).then(|| (tcp.snd_nxt, room.min(self.seg_mtus)))
+            }
+            Transport::Udp {
+                backlog, next_seq, ..
+            } => (*backlog > 0).then_some((*next_seq, self.seg_mtus)),
+        }
+    }
+
+    /// Sends what the flow may send now (the source buffer regulator of zD §4.1).
+    fn try_send(&mut self, f: u32, now: Timestamp) {
+        let fi = f as usize;
+        if !self.flows[fi].started {
+            return;
+        }
+        let mut offered = false;
+        loop {
+            let fl = &self.flows[fi];
+            if fl.paused {
+                break;
+            }
+            if let Some(inf) = &self.inflight {
+                if !inf.can_send(FlowId(f)) {
+                    break;
+                }
+            }
+            let Some((seq, mtus)) = self.next_segment(fi) else {
+                break;
+            };
+            if fl.next_send > now {
+                self.schedule_wake(fi, fl.next_send);
+                break;
+            }
+            offered = true;
+            if !self.offer(f, seq, mtus, now) {
+                break;
+            }
+        }
+        let fl = &mut self.flows[fi];
+        if fl.resumed_turn && (offered || fl.paused) {
+            fl.resumed_turn = false;
+        }
+        if fl.resumed_turn {
+            // A resumed flow with nothing to offer passes its turn (zD §4.2's contract).
+            fl.resumed_turn = false;
+            if let Some(g) = self.shaper.pass_turn() {
+                self.resume(g);
+            }
+        }
+    }
+
+    /// Offers one segment to the shaper; false when the flow must stop sending for now.
+    fn offer(&mut self, f: u32, seq: u32, mtus: u32, now: Timestamp) -> bool {
+        let bytes = mtus * self.mtu;
+        let ce = self
+            .sc
+            .ecn_threshold_packets
+            .is_some_and(|thr| self.shaper.len() >= thr as usize);
+        let id = self.descs.alloc(Desc {
+            flow: f,
+            seq,
+            mtus,
+            bytes,
+            sent_at: now,
+            ce,
+        });
+        // `bytes` <= MAX_SEGMENT_BYTES, checked by `Scenario::validate`.
+        let pkt = PacketRef::new(id, FlowId(f), ClassId(0), bytes as u16);
+        let edt = self.shaper.peek_edt(now, now, bytes, f);
+        let admit = self.shaper.offer(now, edt, pkt);
+        self.flows[f as usize].resumed_turn = false;
+        match admit {
+            Admit::Enqueued => {
+                let stamped = self.shaper.commit_edt(now, now, bytes, f);
+                debug_assert_eq!(stamped, edt, "peek and commit disagree");
+                self.ce_marked += u64::from(ce);
+                if let (Some(inf), CompletionPoint::AtRelease | CompletionPoint::AtTransmit) =
+                    (&mut self.inflight, self.completion)
+                {
+                    inf.sent(FlowId(f));
+                }
+                self.on_segment_sent(f, seq, mtus, now);
+                self.kick(now);
+                true
+            }
+            Admit::Dropped => {
+                // Lost: freed at once (its completion), found out by TCP as a network loss.
+                self.descs.release(id);
+                self.physical_drops += 1;
+                self.on_segment_sent(f, seq, mtus, now);
+                true
+            }
+            Admit::Paused => {
+                self.descs.release(id);
+                self.flows[f as usize].paused = true;
+                false
+            }
+            Admit::HandedBack => {
+                self.descs.release(id);
+                self.schedule_wake(f as usize, now + HANDED_BACK_RETRY);
+                false
+            }
+        }
+    }
+
+    /// Transport bookkeeping for a segment that left the source (accepted or physically lost).
+    fn on_segment_sent(&mut self, f: u32, seq: u32, mtus: u32, now: Timestamp) {
+        self.packets_sent += 1;
+        let fl = &mut self.flows[f as usize];
+        if let Some(p) = self.pacing {
+            fl.next_send = fl.next_send.max(now) + p.transmit_time(u64::from(mtus * self.mtu));
+        }
+        match &mut fl.transport {
+            Transport::Tcp(tcp) => {
+                tcp.on_sent(seq, mtus);
+                if fl.rto_at.is_none() {
+                    let t = now + tcp.rto();
+                    fl.rto_at = Some(t);
+                    self.arm_rto(f, t);
+                }
+            }
+            Transport::Udp {
+                backlog, next_seq, ..
+            } => {
+                *backlog -= 1;
+                *next_seq += mtus;
+            }
+        }
+    }
+
+    fn schedule_wake(&mut self, f: usize, t: Timestamp) {
+        let fl = &mut self.flows[f];
+        if fl.wake_at.is_none_or(|w| t < w) {
+            fl.wake_at = Some(t);
+            self.q.schedule(t, Event::SourceWake(f as u32));
+        }
+    }
+
+    fn arm_rto(&mut self, f: u32, t: Timestamp) {
+        let fl = &mut self.flows[f as usize];
+        if fl.rto_event_at.is_none_or(|e| t < e) {
+            fl.rto_event_at = Some(t);
+            self.q.schedule(t, Event::Rto(f));
+        }
+    }
+
+    fn on_rto_timer(&mut self, f: u32, now: Timestamp) {
+        let fl = &mut self.flows[f as usize];
+        if fl.rto_event_at == Some(now) {
+            fl.rto_event_at = None;
+        }
+        match fl.rto_at {
+            Some(t) if t <= now => {
+                let Transport::Tcp(tcp) = &mut fl.transport else {
+                    return;
+                };
+                tcp.on_rto();
+                let t = now + tcp.rto();
+                fl.rto_at = Some(t);
+                self.arm_rto(f, t);
+                self.try_send(f, now);
+            }
+            Some(t) => self.arm_rto(f, t),
+            None => {}
+        }
+    }
+
+    fn resume(&mut self, f: FlowId) {
+        let fl = &mut self.flows[f.0 as usize];
+        fl.paused = false;
+        fl.resumed_turn = true;
+        self.mark_ready(f.0);
+    }
+
+    /// Lets an idle NIC take the shaper's next due packet, or schedules the poll for it.
+    fn kick(&mut self, now: Timestamp) {
+        if self.nic_busy {
+            return;
+        }
+        let Some(due) = self.shaper.next_due() else {
+            return;
+        };
+        let pkt = if due <= now {
+            self.shaper.dequeue_one(now, &mut self.resumed)
+        } else {
+            None
+        };
+        for i in 0..self.resumed.len() {
+            let g = self.resumed[i];
+            self.resume(g);
+        }
+        self.resumed.clear();
+        match pkt {
+            Some(pkt) => self.start_tx(now, pkt),
+            None => {
+                let t = self
+                    .shaper
+                    .poll_time(now)
+                    .unwrap_or(now)
+                    .max(now + Duration::from_nanos(1));
+                if self.poll_at.is_none_or(|p| t < p) {
+                    self.poll_at = Some(t);
+                    self.q.schedule(t, Event::ShaperPoll);
+                }
+            }
+        }
+    }
+
+    fn start_tx(&mut self, now: Timestamp, pkt: PacketRef) {
+        debug_assert!(
+            self.shaper.len() < self.shaper.capacity(),
+            "shaper over capacity"
+        );
+        debug_assert!(!self.nic_busy, "NIC took two packets");
+        let d = self.descs.get(pkt.id);
+        self.metrics
+            .on_dequeue(now, self.shaper.len(), now.saturating_since(d.sent_at));
+        if self.completion == CompletionPoint::AtRelease {
+            self.complete(d.flow);
+        }
+        self.nic_busy = true;
+        self.nic_pkt = pkt.id;
+        let done = now + self.line.transmit_time(u64::from(d.bytes));
+        self.q.schedule(done, Event::NicDone);
+    }
+
+    fn complete(&mut self, f: u32) {
+        if let Some(inf) = &mut self.inflight {
+            inf.completed(FlowId(f));
+        }
+        self.mark_ready(f);
+    }
+
+    fn on_nic_done(&mut self, now: Timestamp) {
+        self.nic_busy = false;
+        let id = self.nic_pkt;
+        let d = self.descs.get(id);
+        self.metrics.on_transmit(now, u64::from(d.bytes));
+        if self.metrics.measuring(now) {
+            self.flows[d.flow as usize].bytes_measured += u64::from(d.bytes);
+        }
+        if self.completion == CompletionPoint::AtTransmit {
+            self.complete(d.flow);
+        }
+        self.q.push_arrival(now + self.half_rtt, id);
+        self.kick(now);
+    }
+
+    fn on_arrive(&mut self, id: u32, now: Timestamp) {
+        let d = self.descs.get(id);
+        self.descs.release(id);
+        let delayed = self.sc.transport.delayed_ack;
+        let fl = &mut self.flows[d.flow as usize];
+        let before = fl.rx.rcv_nxt;
+        let ack = fl
+            .rx
+            .on_data(d.flow, d.seq, d.mtus, d.sent_at, d.ce, delayed);
+        let advanced = fl.rx.rcv_nxt - before;
+        self.metrics.delivered_bytes += u64::from(advanced) * u64::from(self.mtu);
+        if let Transport::Udp { .. } = fl.transport {
+            return;
+        }
+        match ack {
+            Some(ack) => self.q.push_ack(now + self.half_rtt, ack),
+            None if !fl.rx.delack_armed => {
+                fl.rx.delack_armed = true;
+                self.q
+                    .schedule(now + DELAYED_ACK_TIMEOUT, Event::DelAck(d.flow));
+            }
+            None => {}
+        }
+    }
+
+    fn on_ack(&mut self, ack: Ack, now: Timestamp) {
+        let f = ack.flow;
+        let fl = &mut self.flows[f as usize];
+        let Transport::Tcp(tcp) = &mut fl.transport else {
+            return;
+        };
+        let out = tcp.on_ack(now, &ack);
+        if let Some(rtt) = out.rtt {
+            self.metrics.on_rtt(now, rtt);
+        }
+        if !tcp.has_outstanding() {
+            fl.rto_at = None;
+        } else if out.newly_acked > 0 {
+            let t = now + tcp.rto();
+            fl.rto_at = Some(t);
+            self.arm_rto(f, t);
+        }
+        self.try_send(f, now);
+    }
+
+    /// The report of the finished run, with `wall` the wall time it took.
+    pub(crate) fn report(&self, wall: std::time::Duration) -> SimReport {
+        let sc = self.sc;
+        let mut drops = DropReport {
+            physical: self.physical_drops,
+            ce_marked: self.ce_marked,
+            ..Default::default()
+        };
+        if let Some(z) = self.shaper.zd_counters() {
+            drops.virtual_drops = z.virtual_drops;
+            drops.resumes = z.resumed;
+            drops.physical += z.physical_drops;
+        }
+        for fl in &self.flows {
+            drops.source += fl.source_drops;
+            if let Transport::Tcp(tcp) = &fl.transport {
+                let c = tcp.counters;
+                drops.retransmissions += c.retransmits;
+                drops.fast_retransmits += c.fast_retransmits;
+                drops.timeouts += c.timeouts;
+                drops.ecn_reductions += c.ecn_reductions;
+            }
+        }
+        let sh = self.shaper.counters();
+        let shaper = ShaperReport {
+            name: self.shaper.name().to_string(),
+            capacity: self.shaper.capacity() as u64,
+            held: self.metrics.held(),
+            enqueued: sh.enqueued,
+            released: sh.released,
+            operations_per_packet: sh.operations as f64 / sh.released.max(1) as f64,
+        };
+        let measured = Duration::from_nanos(sc.duration_ns - sc.warmup_ns);
+        let throughput = self.metrics.throughput(
+            sc.target_rate().bps() as f64,
+            self.flows.iter().map(|f| f.bytes_measured),
+            measured,
+            sc.per_flow_report,
+        );
+        let events = self.q.popped();
+        let secs = wall.as_secs_f64().max(1e-9);
+        SimReport {
+            scenario: sc.clone(),
+            throughput,
+            shaper,
+            drops,
+            rtt: self.metrics.rtt(),
+            queueing_delay: self.metrics.queueing_delay(),
+            events,
+            packets_sent: self.packets_sent,
+            speed: Speed {
+                wall_seconds: wall.as_secs_f64(),
+                events_per_second: events as f64 / secs,
+                speedup: sc.duration_ns as f64 / 1e9 / secs,
+            },
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The event queue: simulated time jumps from one event to the next, in `(time, sequence)` order.
+//!
+//! Events are stamped with a sequence number when scheduled, so two events at the same instant
+//! fire in the order they were scheduled: the run is deterministic (STYLE.md §14) with no
+//! dependence on heap internals.
+//!
+//! Layout for speed. Most events of a run are packet arrivals at the receiver and ACK arrivals at
+//! the sender. Both travel a path of constant delay (base RTT / 2 each way) and enter it in time
+//! order (the NIC serializes; the receiver answers as packets arrive), so each path is a FIFO
+//! delay line: a `VecDeque` push and pop instead of a heap insertion. The queue pops the earliest
+//! of the heap's top and the two lines' heads, still in `(time, sequence)` order. Only timers
+//! (RTO, pacing, shaper polls, windows) go through the binary heap. All three containers keep
+//! their capacity, so the steady state does not allocate.
+
+use metronome_core::Timestamp;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// An ACK on its way back to the sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ack {
+    /// The flow.
+    pub flow: u32,
+    /// Cumulative ACK: the next MTU the receiver expects.
+    pub ack: u32,
+    /// The send time of the segment that triggered it (a TCP timestamp echo).
+    pub ts_echo: Timestamp,
+    /// ECN echo: the segment carried CE.
+    pub ece: bool,
+}
+
+/// What happens at an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A source starts sending.
+    FlowStart(u32),
+    /// A source's pacing timer: it may send again.
+    SourceWake(u32),
+    /// A constant-rate UDP source generates a packet.
+    UdpTick(u32),
+    /// A flow's retransmission timer (lazy: it re-checks the flow's deadline).
+    Rto(u32),
+    /// A receiver's delayed-ACK timer.
+    DelAck(u32),
+    /// The shaper may have a due packet.
+    ShaperPoll,
+    /// The NIC finished serializing its packet.
+    NicDone,
+    /// A measurement window closes.
+    Window,
+    /// The run ends.
+    End,
+    /// A data packet (descriptor index) reaches the receiver.
+    Arrive(u32),
+    /// An ACK reaches the sender.
+    AckArrive(Ack),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    time: Timestamp,
+    seq: u64,
+    ev: Event,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, o: &Self) -> bool {
+        (self.time, self.seq) == (o.time, o.seq)
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Entry {
+    /// Reversed: `BinaryHeap` is a max-heap and the earliest `(time, seq)` must come out first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.time, o.seq).cmp(&(self.time, self.seq))
+    }
+}
+
+/// Timers in a heap plus two FIFO delay lines, popped in `(time, sequence)` order.
+#[derive(Debug)]
+pub struct EventQueue {
+    heap: BinaryHeap<Entry>,
+    data_line: VecDeque<Entry>,
+    ack_line: VecDeque<Entry>,
+    next_seq: u64,
+    now: Timestamp,
+    popped: u64,
+}
+
+impl EventQueue {
+    /// An empty queue with room for `capacity` events in each container.
+    pub fn with_capacity(capacity: usize) -> Self {
+        EventQueue {
+            heap: BinaryHeap::with_capacity(capacity),
+            data_line: VecDeque::with_capacity(capacity),
+            ack_line: VecDeque::with_capacity(capacity),
+            next_seq: 0,
+            now: Timestamp::ZERO,
+            popped: 0,
+        }
+    }
+
+    fn entry(&mut self, time: Timestamp, ev: Event) -> Entry {
+        debug_assert!(time >= self.now, "event scheduled in the past");
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Entry {
+            time: time.max(self.now),
+            seq,
+            ev,
+        }
+    }
+
+    /// Schedules a timer event at `time` (not before the current time).
+    pub fn schedule(&mut self, time: Timestamp, ev: Event) {
+        let e = self.entry(time, ev);
+        self.heap.push(e);
+    }
+
+    /// Puts a packet on the data delay line, arriving at `time` (not before the line's tail).
+    pub fn push_arrival(&mut self, time: Timestamp, desc: u32) {
+        let e = self.entry(time, Event::Arrive(desc));
+        debug_assert!(self.data_line.back().is_none_or(|b| b.time <= e.time));
+        self.data_line.push_back(e);
+    }
+
+    /// Puts an ACK on the return delay line, arriving at `time` (not before the line's tail).
+    pub fn push_ack(&mut self, time: Timestamp, ack: Ack) {
+        let e = self.entry(time, Event::AckArrive(ack));
+        debug_assert!(self.ack_line.back().is_none_or(|b| b.time <= e.time));
+        self.ack_line.push_back(e);
+    }
+
+    /// The earliest event, removed, with the clock moved to its time.
+    pub fn pop(&mut self) -> Option<(Timestamp, Event)> {
+        let key = |e: Option<&Entry>| e.map(|e| (e.time, e.seq));
+        let h = key(self.heap.peek());
+        let d = key(self.data_line.front());
+        let a = key(self.ack_line.front());
+        let earliest = [h, d, a].into_iter().flatten().min()?;
+        let e = if Some(earliest) == h {
+            self.heap.pop()
+        } else if Some(earliest) == d {
+            self.data_line.pop_front()
+        } else {
+            self.ack_line.pop_front()
+        }?;
+        debug_assert!(e.time >= self.now, "time went backwards");
+        self.now = e.time;
+        self.popped += 1;
+        Some((e.time, e.ev))
+    }
+
+    /// The current simulated time: the time of the last event popped.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// Events popped so far.
+    pub fn popped(&self) -> u64 {
+        self.popped
+    }
+
+    /// Events waiting.
+    pub fn len(&self) -> usize {
+        self.heap.len() + self.data_line.len() + self.ack_line.len()
+    }
+
+    /// True when no event waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ns: u64) -> Timestamp {
+        Timestamp::from_nanos(ns)
+    }
+
+    #[test]
+    fn pops_in_time_then_sequence_order_across_containers() {
+        let mut q = EventQueue::with_capacity(8);
+        q.schedule(t(30), Event::Window);
+        q.push_arrival(t(10), 1);
+        q.push_ack(
+            t(10),
+            Ack {
+                flow: 0,
+                ack: 1,
+                ts_echo: t(0),
+                ece: false,
+            },
+        );
+        q.schedule(t(10), Event::ShaperPoll);
+        q.push_arrival(t(20), 2);
+        let order: Vec<Event> = std::iter::from_fn(|| q.pop().map(|(_, e)| e)).collect();
+        assert!(matches!(order[0], Event::Arrive(1)));
+        assert!(matches!(order[1], Event::AckArrive(_)));
+        assert_eq!(order[2], Event::ShaperPoll);
+        assert_eq!(order[3], Event::Arrive(2));
+        assert_eq!(order[4], Event::Window);
+        assert_eq!(q.now(), t(30));
+        assert_eq!(q.popped(), 5);
+        assert!(q.is_empty());
+    }
+}

@@ -1,0 +1,462 @@
+//! The TCP-like transport of a simulated source: sequence state, congestion control (Reno, CUBIC,
+//! Vegas), fast retransmit / fast recovery, RTO with backoff and the ECN reaction.
+//!
+//! Units: sequence numbers and windows count MTUs (a TSO segment of `k` MTUs covers `k`
+//! sequence numbers), so the congestion window means the same thing with and without TSO.
+//!
+//! * Slow start and congestion avoidance: RFC 5681 §3.1 (Reno: `cwnd += acked / cwnd` per ACK).
+//! * Fast retransmit on the third duplicate ACK and NewReno fast recovery with partial ACKs:
+//!   RFC 5681 §3.2, RFC 6582 §3.2. A new recovery starts only once `snd_una` passed the previous
+//!   `recover` point, so duplicates caused by a go-back-N after an RTO do not halve twice.
+//! * RTO: RFC 6298 (SRTT/RTTVAR, `RTO = SRTT + 4 RTTVAR`, a minimum, doubling backoff up to
+//!   [`MAX_RTO`]); on expiry `cwnd = 1`, go-back-N from `snd_una`. RTT samples come from the
+//!   timestamp each ACK echoes (RFC 7323), so retransmitted segments give valid samples; they
+//!   include the time spent in the shaper, as Carousel §5.2 requires for RTO computations.
+//! * CUBIC: RFC 8312 §4 (`C = 0.4`, `beta = 0.7`, fast convergence, the TCP-friendly region).
+//! * Vegas: Carousel §5.2's delay-based backpressure. Once per RTT, `diff = cwnd * (rtt - base) /
+//!   rtt` with `base` the minimum RTT ever seen and `rtt` the minimum of the last RTT; below
+//!   `alpha` grow by one, above `beta` shrink by one; slow start ends when `diff > 1` (Linux
+//!   `tcp_vegas.c`, `gamma = 1`). The pacing component of the delay is not discounted (Carousel
+//!   notes it should be; the brief asks for nothing fancy).
+//! * ECN: an ACK with ECE reduces the window as a loss would, at most once per RTT (RFC 3168
+//!   §6.1.2), without retransmitting.
+
+use crate::event::Ack;
+use crate::scenario::{CongestionControl, MAX_RTO};
+use metronome_core::{Duration, Timestamp};
+
+/// CUBIC's scaling constant `C` in MTUs per second cubed (RFC 8312 §5.1).
+const CUBIC_C: f64 = 0.4;
+/// CUBIC's multiplicative decrease factor (RFC 8312 §4.5).
+const CUBIC_BETA: f64 = 0.7;
+/// Reno's multiplicative decrease factor (RFC 5681 §3.1, equation 4).
+const RENO_BETA: f64 = 0.5;
+/// Duplicate ACKs that trigger fast retransmit (RFC 5681 §3.2).
+const DUPACK_THRESHOLD: u32 = 3;
+/// Smallest `ssthresh` after a reduction, MTUs (RFC 5681 equation 4: `2 * SMSS`).
+const MIN_SSTHRESH: f64 = 2.0;
+/// Vegas' slow-start exit threshold `gamma`, packets (Linux `tcp_vegas.c`).
+const VEGAS_GAMMA: f64 = 1.0;
+
+/// Per-algorithm state.
+#[derive(Clone, Copy, Debug)]
+enum Cc {
+    Reno,
+    Cubic {
+        w_max: f64,
+        w_last_max: f64,
+        k: f64,
+        origin: f64,
+        w_est: f64,
+        epoch_start: Option<Timestamp>,
+    },
+    Vegas {
+        alpha: f64,
+        beta: f64,
+        /// End of the current per-RTT epoch (a sequence number).
+        epoch_end: u32,
+        /// Minimum RTT sample of the current epoch, ns.
+        epoch_min: u64,
+    },
+}
+
+/// Counters of one sender.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    /// Segments sent again (fast retransmit, partial ACK, go-back-N after an RTO).
+    pub retransmits: u64,
+    /// Fast retransmits (third duplicate ACK).
+    pub fast_retransmits: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Window reductions caused by ECN echoes.
+    pub ecn_reductions: u64,
+}
+
+/// What the source must do after an ACK.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// MTUs newly acknowledged.
+    pub newly_acked: u32,
+    /// The RTT sample the ACK carried, if it acknowledged new data.
+    pub rtt: Option<Duration>,
+}
+
+/// A TCP sender's state.
+#[derive(Clone, Debug)]
+pub struct TcpSender {
+    // Hot: sequence state and window, touched on every ACK and send.
+    /// Oldest unacknowledged MTU.
+    pub snd_una: u32,
+    /// Next MTU to send.
+    pub snd_nxt: u32,
+    /// One past the highest MTU ever sent (`snd_nxt` falls below it after an RTO).
+    pub high_tx: u32,
+    /// The segment at `snd_una` must be sent again before anything else.
+    pub retx_pending: bool,
+    cwnd: f64,
+    ssthresh: f64,
+    dupacks: u32,
+    in_recovery: bool,
+    recover: u32,
+    ecn_recover: u32,
+    cc: Cc,
+    // RTT estimation and the retransmission timer.
+    srtt: u64,
+    rttvar: u64,
+    min_rtt: u64,
+    rto: Duration,
+    rto_min: Duration,
+    backoff: u32,
+    /// Counters.
+    pub counters: TcpCounters,
+}
+
+impl TcpSender {
+    /// A sender with `initial_cwnd` MTUs of window, RFC 6298's initial RTO and `rto_min`.
+    pub fn new(cc: CongestionControl, initial_cwnd: u32, rto_min: Duration) -> Self {
+        let cc = match cc {
+            CongestionControl::Reno => Cc::Reno,
+            CongestionControl::Cubic => Cc::Cubic {
+                w_max: 0.0,
+                w_last_max: 0.0,
+                k: 0.0,
+                origin: 0.0,
+                w_est: 0.0,
+                epoch_start: None,
+            },
+            CongestionControl::Vegas { alpha, beta } => Cc::Vegas {
+                alpha: f64::from(alpha),
+                beta: f64::from(beta),
+                epoch_end: 0,
+                epoch_min: u64::MAX,
+            },
+        };
+        TcpSender {
+            snd_una: 0,
+            snd_nxt: 0,
+            high_tx: 0,
+            retx_pending: false,
+            cwnd: f64::from(initial_cwnd),
+            ssthresh: f64::INFINITY,
+            dupacks: 0,
+            in_recovery: false,
+            recover: 0,
+            ecn_recover: 0,
+            cc,
+            srtt: 0,
+            rttvar: 0,
+            min_rtt: u64::MAX,
+            rto: crate::scenario::INITIAL_RTO.max(rto_min),
+            rto_min,
+            backoff: 0,
+            counters: TcpCounters::default(),
+        }
+    }
+
+    /// The congestion window in MTUs.
+    pub fn cwnd(&self) -> f64 {
+        self.cwnd
+    }
+
+    /// MTUs sent and not yet acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        self.snd_nxt.wrapping_sub(self.snd_una)
+    }
+
+    /// MTUs of new data the window allows now, given a socket-buffer cap of `sndbuf` MTUs.
+    pub fn window_room(&self, sndbuf: u32) -> u32 {
+        let wnd = (self.cwnd as u32).min(sndbuf);
+        wnd.saturating_sub(self.in_flight())
+    }
+
+    /// The current retransmission timeout, backoff included.
+    pub fn rto(&self) -> Duration {
+        let ns = self
+            .rto
+            .as_nanos()
+            .saturating_mul(1 << self.backoff.min(16));
+        Duration::from_nanos(ns.min(MAX_RTO.as_nanos()))
+    }
+
+    /// True while data is outstanding (the retransmission timer must run).
+    pub fn has_outstanding(&self) -> bool {
+        self.high_tx != self.snd_una
+    }
+
+    /// Records that MTUs `[seq, seq + n)` went out; counts retransmissions.
+    pub fn on_sent(&mut self, seq: u32, n: u32) {
+        if seq < self.high_tx {
+            self.counters.retransmits += 1;
+        }
+        if seq == self.snd_una && self.retx_pending {
+            self.retx_pending = false;
+        }
+        let end = seq + n;
+        if seq == self.snd_nxt || end > self.snd_nxt {
+            self.snd_nxt = self.snd_nxt.max(end);
+        }
+        self.high_tx = self.high_tx.max(end);
+    }
+
+    /// Processes an ACK at `now`.
+    pub fn on_ack(&mut self, now: Timestamp, ack: &Ack) -> AckOutcome {
+        let mut out = AckOutcome::default();
+        if ack.ack > self.snd_una {
+            let acked = ack.ack - self.snd_una;
+            self.snd_una = ack.ack;
+            self.snd_nxt = self.snd_nxt.max(self.snd_una);
+            self.backoff = 0;
+            let rtt = now.saturating_since(ack.ts_echo);
+            self.sample_rtt(rtt);
+            out = AckOutcome {
+                newly_acked: acked,
+                rtt: Some(rtt),
+            };
+            if self.in_recovery {
+                if self.snd_una >= self.recover {
+                    // Full ACK: leave fast recovery (RFC 6582 §3.2 step 3).
+                    self.in_recovery = false;
+                    self.cwnd = self.ssthresh;
+                } else {
+                    // Partial ACK: resend the next hole, deflate (RFC 6582 §3.2 step 3).
+                    self.retx_pending = true;
+                    self.cwnd = (self.cwnd - f64::from(acked) + 1.0).max(1.0);
+                }
+            } else {
+                self.dupacks = 0;
+                self.grow(now, acked, rtt);
+            }
+        } else if ack.ack == self.snd_una && self.has_outstanding() {
+            self.on_dupack();
+        }
+        if ack.ece && self.snd_una >= self.ecn_recover && !self.in_recovery {
+            self.counters.ecn_reductions += 1;
+            self.reduce();
+            self.cwnd = self.ssthresh;
+            self.ecn_recover = self.snd_nxt;
+        }
+        out
+    }
+
+    fn on_dupack(&mut self) {
+        self.dupacks += 1;
+        if self.in_recovery {
+            self.cwnd += 1.0; // window inflation (RFC 5681 §3.2 step 4)
+        } else if self.dupacks == DUPACK_THRESHOLD && self.snd_una >= self.recover {
+            self.counters.fast_retransmits += 1;
+            self.reduce();
+            self.cwnd = self.ssthresh + f64::from(DUPACK_THRESHOLD);
+            self.in_recovery = true;
+            self.recover = self.high_tx;
+            self.retx_pending = true;
+        }
+    }
+
+    /// The retransmission timer expired (RFC 6298 §5.4–5.7, RFC 5681 §3.1 equation 4).
+    pub fn on_rto(&mut self) {
+        self.counters.timeouts += 1;
+        self.reduce();
+        self.cwnd = 1.0;
+        self.in_recovery = false;
+        self.dupacks = 0;
+        self.recover = self.high_tx;
+        self.snd_nxt = self.snd_una;
+        self.retx_pending = false;
+        self.backoff = (self.backoff + 1).min(16);
+        if let Cc::Cubic { epoch_start, .. } = &mut self.cc {
+            *epoch_start = None;
+        }
+    }
+
+    /// Multiplicative decrease: sets `ssthresh` from the flight size.
+    fn reduce(&mut self) {
+        // Linux `tcp_reno_ssthresh` / `bictcp_recalc_ssthresh`: a fraction of cwnd.
+        let base = self.cwnd;
+        self.ssthresh = match &mut self.cc {
+            Cc::Reno | Cc::Vegas { .. } => (base * RENO_BETA).max(MIN_SSTHRESH),
+            Cc::Cubic {
+                w_max,
+                w_last_max,
+                epoch_start,
+                ..
+            } => {
+                // Fast convergence (RFC 8312 §4.6).
+                *w_max = if self.cwnd < *w_last_max {
+                    self.cwnd * (1.0 + CUBIC_BETA) / 2.0
+                } else {
+                    self.cwnd
+                };
+                *w_last_max = self.cwnd;
+                *epoch_start = None;
+                (base * CUBIC_BETA).max(MIN_SSTHRESH)
+            }
+        };
+    }
+
+    fn sample_rtt(&mut self, rtt: Duration) {
+        let r = rtt.as_nanos().max(1);
+        self.min_rtt = self.min_rtt.min(r);
+        if self.srtt == 0 {
+            self.srtt = r;
+            self.rttvar = r / 2;
+        } else {
+            let err = self.srtt.abs_diff(r);
+            self.rttvar = (3 * self.rttvar + err) / 4;
+            self.srtt = (7 * self.srtt + r) / 8;
+        }
+        let rto = self.srtt + 4 * self.rttvar;
+        self.rto = Duration::from_nanos(rto.max(self.rto_min.as_nanos()));
+        if let Cc::Vegas { epoch_min, .. } = &mut self.cc {
+            *epoch_min = (*epoch_min).min(r);
+        }
+    }
+
+    /// Window growth on `acked` new MTUs.
+    fn grow(&mut self, now: Timestamp, acked: u32, _rtt: Duration) {
+        let acked = f64::from(acked);
+        if let Cc::Vegas { .. } = self.cc {
+            self.vegas_grow(acked);
+            return;
+        }
+        if self.cwnd < self.ssthresh {
+            self.cwnd += acked; // slow start
+            return;
+        }
+        match &mut self.cc {
+            Cc::Reno | Cc::Vegas { .. } => self.cwnd += acked / self.cwnd,
+            Cc::Cubic {
+                w_max,
+                k,
+                origin,
+                w_est,
+                epoch_start,
+                ..
+            } => {
+                let cwnd = self.cwnd;
+                let start = *epoch_start.get_or_insert_with(|| {
+                    if cwnd < *w_max {
+                        *k = ((*w_max - cwnd) / CUBIC_C).cbrt();
+                        *origin = *w_max;
+                    } else {
+                        *k = 0.0;
+                        *origin = cwnd;
+                    }
+                    *w_est = cwnd;
+                    now
+                });
+                let min_rtt = if self.min_rtt == u64::MAX {
+                    0
+                } else {
+                    self.min_rtt
+                };
+                let t = (now.saturating_since(start).as_nanos() + min_rtt) as f64 / 1e9;
+                let target = *origin + CUBIC_C * (t - *k).powi(3);
+                let inc = if target > cwnd {
+                    (target - cwnd) / cwnd
+                } else {
+                    0.01 / cwnd
+                };
+                *w_est += 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA) * acked / cwnd;
+                self.cwnd = (cwnd + inc * acked).max(*w_est);
+            }
+        }
+    }
+
+    fn vegas_grow(&mut self, acked: f64) {
+        let Cc::Vegas {
+            alpha,
+            beta,
+            epoch_end,
+            epoch_min,
+        } = &mut self.cc
+        else {
+            return;
+        };
+        if self.cwnd < self.ssthresh {
+            self.cwnd += acked;
+        }
+        if self.snd_una < *epoch_end || *epoch_min == u64::MAX {
+            return;
+        }
+        // One adjustment per RTT.
+        let base = self.min_rtt as f64;
+        let rtt = *epoch_min as f64;
+        let diff = self.cwnd * (rtt - base) / rtt;
+        if self.cwnd < self.ssthresh {
+            if diff > VEGAS_GAMMA {
+                let target = self.cwnd * base / rtt;
+                self.cwnd = self.cwnd.min(target + 1.0);
+                self.ssthresh = (self.cwnd - 1.0).max(MIN_SSTHRESH);
+            }
+        } else if diff > *beta {
+            self.cwnd -= 1.0;
+        } else if diff < *alpha {
+            self.cwnd += 1.0;
+        }
+        self.cwnd = self.cwnd.max(MIN_SSTHRESH);
+        *epoch_end = self.snd_nxt;
+        *epoch_min = u64::MAX;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(a: u32, ts: u64) -> Ack {
+        Ack {
+            flow: 0,
+            ack: a,
+            ts_echo: Timestamp::from_nanos(ts),
+            ece: false,
+        }
+    }
+
+    #[test]
+    fn slow_start_doubles_then_fast_retransmit_halves() {
+        let mut s = TcpSender::new(CongestionControl::Reno, 10, Duration::from_millis(200));
+        s.on_sent(0, 10);
+        let now = Timestamp::from_nanos(100_000);
+        s.on_ack(now, &ack(10, 0));
+        assert_eq!(s.cwnd(), 20.0);
+        s.on_sent(10, 20);
+        for _ in 0..3 {
+            s.on_ack(now, &ack(10, 0));
+        }
+        assert!(s.retx_pending);
+        assert_eq!(s.counters.fast_retransmits, 1);
+        assert_eq!(s.cwnd(), 10.0 + 3.0);
+        s.on_sent(10, 1);
+        assert_eq!(s.counters.retransmits, 1);
+        s.on_ack(now, &ack(30, 0));
+        assert_eq!(s.cwnd(), 10.0);
+    }
+
+    #[test]
+    fn rto_backs_off_and_goes_back_n() {
+        let mut s = TcpSender::new(CongestionControl::Cubic, 10, Duration::from_millis(200));
+        s.on_sent(0, 10);
+        let r0 = s.rto();
+        s.on_rto();
+        assert_eq!(s.snd_nxt, 0);
+        assert_eq!(s.cwnd(), 1.0);
+        assert_eq!(s.rto().as_nanos(), 2 * r0.as_nanos());
+    }
+
+    #[test]
+    fn ecn_reduces_once_per_rtt() {
+        let mut s = TcpSender::new(CongestionControl::Reno, 40, Duration::from_millis(200));
+        s.ssthresh = 1.0;
+        s.on_sent(0, 40);
+        let now = Timestamp::from_nanos(1000);
+        let mut a = ack(1, 0);
+        a.ece = true;
+        s.on_ack(now, &a);
+        let after = s.cwnd();
+        assert!(after <= 20.5, "{after}");
+        a.ack = 2;
+        s.on_ack(now, &a);
+        assert_eq!(s.counters.ecn_reductions, 1);
+    }
+}
