@@ -18,10 +18,24 @@ pub struct EmbeddedPlan {
 }
 
 /// Every plan of `lab/plans/`, in the order `metronome lab --list` shows them.
-pub const EMBEDDED: &[EmbeddedPlan] = &[EmbeddedPlan {
-    name: "wheel-granularity",
-    text: include_str!("../../../lab/plans/wheel-granularity.toml"),
-}];
+pub const EMBEDDED: &[EmbeddedPlan] = &[
+    EmbeddedPlan {
+        name: "wheel-granularity",
+        text: include_str!("../../../lab/plans/wheel-granularity.toml"),
+    },
+    EmbeddedPlan {
+        name: "carousel-backpressure",
+        text: include_str!("../../../lab/plans/carousel-backpressure.toml"),
+    },
+    EmbeddedPlan {
+        name: "carousel-conformance",
+        text: include_str!("../../../lab/plans/carousel-conformance.toml"),
+    },
+    EmbeddedPlan {
+        name: "zd",
+        text: include_str!("../../../lab/plans/zd.toml"),
+    },
+];
 
 /// The embedded plan called `name`, parsed, or [`LabError::UnknownExperiment`] listing the
 /// embedded names.

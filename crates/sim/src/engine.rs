@@ -178,6 +178,7 @@ impl<'a> Sim<'a> {
                 Timestamp::from_nanos(sc.warmup_ns),
                 Duration::from_nanos(sc.window_ns),
                 windows,
+                sc.flows as usize,
             ),
             line,
             pacing: tr.pacing_bps.map(Rate::from_bps),
@@ -412,7 +413,7 @@ impl<'a> Sim<'a> {
         }
         match &mut fl.transport {
             Transport::Tcp(tcp) => {
-                tcp.on_sent(seq, mtus);
+                tcp.on_sent(now, seq, mtus);
                 if fl.rto_at.is_none() {
                     let t = now + tcp.rto();
                     fl.rto_at = Some(t);
@@ -581,6 +582,8 @@ impl<'a> Sim<'a> {
         if let Some(rtt) = out.rtt {
             self.metrics.on_rtt(now, rtt);
         }
+        let metrics = &mut self.metrics;
+        tcp.take_delivered(now, |d| metrics.on_delivery(now, f, d));
         if !tcp.has_outstanding() {
             fl.rto_at = None;
         } else if out.newly_acked > 0 {
@@ -638,6 +641,14 @@ impl<'a> Sim<'a> {
             shaper,
             drops,
             rtt: self.metrics.rtt(),
+            delivery_latency: self.metrics.delivery_latency(),
+            flow_delivery_latency: self.metrics.flow_delivery_latency(
+                self.end,
+                self.flows.iter().map(|fl| match &fl.transport {
+                    Transport::Tcp(tcp) => tcp.oldest_unacked_sent(),
+                    Transport::Udp { .. } => None,
+                }),
+            ),
             queueing_delay: self.metrics.queueing_delay(),
             events,
             packets_sent: self.packets_sent,

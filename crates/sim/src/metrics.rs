@@ -1,5 +1,6 @@
 //! Measurement during a run: windowed throughput at the NIC (Carousel §7.1.1), packets held in
-//! the shaper at each dequeue (Carousel §7.1.2), RTT and queueing delay in HDR histograms.
+//! the shaper at each dequeue (Carousel §7.1.2), RTT, per-segment delivery latency (zD §2.3,
+//! Figures 3 and 12) and queueing delay in HDR histograms.
 //!
 //! Samples count only after the warm-up. Histograms are sized up front (bounds below), so
 //! recording never allocates; a value beyond the bound is saturated to it and counted in
@@ -24,6 +25,9 @@ pub struct Metrics {
     windows_bps: Vec<f64>,
     held: Histogram<u64>,
     rtt: Histogram<u64>,
+    delivery: Histogram<u64>,
+    /// Each flow's largest delivery latency after the warm-up, ns (0: none yet); indexed by flow.
+    flow_worst: Vec<u64>,
     qdelay: Histogram<u64>,
     /// Samples clamped to a histogram's bound.
     pub saturated: u64,
@@ -38,8 +42,8 @@ fn histogram(max: u64) -> Histogram<u64> {
 }
 
 impl Metrics {
-    /// Accumulators measuring from `warmup`, in windows of `window`.
-    pub fn new(warmup: Timestamp, window: Duration, expected_windows: usize) -> Self {
+    /// Accumulators of `flows` flows measuring from `warmup`, in windows of `window`.
+    pub fn new(warmup: Timestamp, window: Duration, expected_windows: usize, flows: usize) -> Self {
         Metrics {
             warmup,
             window,
@@ -47,6 +51,8 @@ impl Metrics {
             windows_bps: Vec::with_capacity(expected_windows),
             held: histogram(MAX_HELD),
             rtt: histogram(MAX_LATENCY_NS),
+            delivery: histogram(MAX_LATENCY_NS),
+            flow_worst: vec![0; flows],
             qdelay: histogram(MAX_LATENCY_NS),
             saturated: 0,
             delivered_bytes: 0,
@@ -94,6 +100,18 @@ impl Metrics {
         }
     }
 
+    /// An ACK of `flow` at `now` covered a segment first sent `latency` ago (see
+    /// [`crate::report::SimReport::delivery_latency`]).
+    #[inline]
+    pub fn on_delivery(&mut self, now: Timestamp, flow: u32, latency: Duration) {
+        if self.measuring(now) {
+            let ns = latency.as_nanos();
+            Self::record(&mut self.delivery, ns, &mut self.saturated);
+            let worst = &mut self.flow_worst[flow as usize];
+            *worst = (*worst).max(ns);
+        }
+    }
+
     /// A measurement window closed.
     pub fn close_window(&mut self) {
         let secs = self.window.as_secs_f64();
@@ -127,6 +145,33 @@ impl Metrics {
     /// RTT percentiles.
     pub fn rtt(&self) -> LatencySummary {
         Self::latency(&self.rtt)
+    }
+
+    /// Delivery-latency percentiles.
+    pub fn delivery_latency(&self) -> LatencySummary {
+        Self::latency(&self.delivery)
+    }
+
+    /// Percentiles over flows of each flow's worst delivery latency (see
+    /// [`crate::report::SimReport::flow_delivery_latency`]). `oldest_unacked` gives, per flow in
+    /// order, the first transmission time of its oldest unacknowledged segment at `end`: a segment
+    /// still waiting counts with its age at `end` (a lower bound of its latency), so a flow stalled
+    /// in RTO backoff past the end is not left out. Flows without any sample are left out.
+    pub fn flow_delivery_latency(
+        &self,
+        end: Timestamp,
+        oldest_unacked: impl Iterator<Item = Option<Timestamp>>,
+    ) -> LatencySummary {
+        let mut h = histogram(MAX_LATENCY_NS);
+        let mut saturated = 0;
+        for (&worst, oldest) in self.flow_worst.iter().zip(oldest_unacked) {
+            let waiting = oldest.map_or(0, |t| end.saturating_since(t).as_nanos());
+            let ns = worst.max(waiting);
+            if ns > 0 {
+                Self::record(&mut h, ns, &mut saturated);
+            }
+        }
+        Self::latency(&h)
     }
 
     /// Queueing-delay percentiles.
@@ -180,7 +225,7 @@ mod tests {
 
     #[test]
     fn windows_and_deviation() {
-        let mut m = Metrics::new(Timestamp::from_nanos(10), Duration::from_millis(100), 4);
+        let mut m = Metrics::new(Timestamp::from_nanos(10), Duration::from_millis(100), 4, 2);
         m.on_transmit(Timestamp::from_nanos(5), 1_000_000); // warm-up: ignored
         m.on_transmit(Timestamp::from_nanos(20), 1_250_000); // 100 Mbit/s over 100 ms
         m.close_window();
@@ -194,11 +239,31 @@ mod tests {
 
     #[test]
     fn histograms_saturate_instead_of_failing() {
-        let mut m = Metrics::new(Timestamp::ZERO, Duration::from_millis(100), 1);
+        let mut m = Metrics::new(Timestamp::ZERO, Duration::from_millis(100), 1, 1);
         m.on_rtt(Timestamp::ZERO, Duration::from_secs(1_000));
         assert_eq!(m.saturated, 1);
         assert_eq!(m.rtt().samples, 1);
         m.on_dequeue(Timestamp::ZERO, 0, Duration::ZERO);
         assert_eq!(m.held().p50, 0);
+    }
+
+    #[test]
+    fn delivery_latency_counts_after_the_warmup_only() {
+        let ms = |m: u64| Timestamp::from_nanos(m * 1_000_000);
+        let mut m = Metrics::new(ms(10), Duration::from_millis(100), 1, 3);
+        m.on_delivery(ms(5), 0, Duration::from_secs(3)); // warm-up: ignored
+        m.on_delivery(ms(20), 0, Duration::from_millis(250));
+        m.on_delivery(ms(20), 0, Duration::from_millis(1));
+        let d = m.delivery_latency();
+        assert_eq!(d.samples, 2);
+        assert!(d.max_ns.abs_diff(250_000_000) < 250_000, "{d:?}");
+        assert_eq!(m.rtt().samples, 0, "delivery samples are not RTT samples");
+        // Flow 0: worst 250 ms; flow 1: nothing delivered, a segment waiting since 0 at 2 s;
+        // flow 2: nothing at all, left out.
+        let f =
+            m.flow_delivery_latency(ms(2_000), [Some(ms(1_990)), Some(ms(0)), None].into_iter());
+        assert_eq!(f.samples, 2);
+        assert!(f.p50_ns.abs_diff(250_000_000) < 250_000, "{f:?}");
+        assert!(f.max_ns.abs_diff(2_000_000_000) < 2_000_000, "{f:?}");
     }
 }

@@ -11,6 +11,21 @@
 //!   extracted from it.
 //! * Drops, retransmissions and RTT (zD §6.2, Figures 9–12 and Table 1), physical and virtual
 //!   drops counted apart.
+//! * Two latencies of data, measured at the sender when an ACK arrives:
+//!   - [`SimReport::rtt`], the RTT sample of each ACK: now minus the send time the ACK echoes
+//!     (RFC 7323 timestamps). It covers the host's scheduled buffer, the NIC, the path and the
+//!     receiver's ACK delay of the segment that triggered the ACK, but not loss recovery: a
+//!     segment resent after an RTO echoes the retransmission's time, so the stall is invisible.
+//!   - [`SimReport::delivery_latency`], per segment of new data: the ACK time minus the time the
+//!     segment first left the source (was handed to the shaper, accepted or physically dropped),
+//!     taken when an ACK first covers it cumulatively. It adds what the RTT sample leaves out:
+//!     retransmission and RTO stalls, and head-of-line blocking behind a lost segment. This is the
+//!     latency experienced by data that zD's Figures 3 and 12 plot as RTT (tails of seconds for
+//!     TSQ, from RTO backoff). Neither includes the time a segment waits at the source before its
+//!     first transmission (TSQ throttling, a zD pause, the congestion window), as TCP's RTT does
+//!     not.
+//!   - [`SimReport::flow_delivery_latency`], the same per flow: each flow's worst delivery
+//!     latency, so flows that deliver little (starved in RTO backoff) weigh as much as the rest.
 
 use crate::scenario::Scenario;
 use serde::Serialize;
@@ -133,8 +148,19 @@ pub struct SimReport {
     pub shaper: ShaperReport,
     /// Drops and retransmissions.
     pub drops: DropReport,
-    /// RTT samples from ACKs after the warm-up (shaper, NIC and path), ns.
+    /// RTT samples from ACKs after the warm-up: ACK time minus the echoed send time of the
+    /// segment that triggered the ACK (shaper, NIC, path; no loss-recovery stalls), ns.
     pub rtt: LatencySummary,
+    /// Per-segment delivery latency after the warm-up: time from a segment's first transmission
+    /// to the first ACK covering it cumulatively (shaper, NIC, path, plus retransmission and RTO
+    /// stalls and head-of-line blocking), ns. See the module documentation.
+    pub delivery_latency: LatencySummary,
+    /// Per-flow delivery latency: percentiles over flows of each flow's largest delivery latency
+    /// after the warm-up, a segment still unacknowledged at the end counting with its age then
+    /// (zD Figure 15 plots a "CDF of flow RTT"). Unlike [`SimReport::delivery_latency`], which
+    /// weighs flows by the segments they deliver, a flow starved by RTO backoff counts as much as
+    /// one that sends at line rate, ns.
+    pub flow_delivery_latency: LatencySummary,
     /// Time from shaper enqueue to NIC start, after the warm-up, ns.
     pub queueing_delay: LatencySummary,
     /// Simulated events processed.

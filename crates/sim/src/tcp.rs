@@ -20,10 +20,16 @@
 //!   notes it should be; the brief asks for nothing fancy).
 //! * ECN: an ACK with ECE reduces the window as a loss would, at most once per RTT (RFC 3168
 //!   §6.1.2), without retransmitting.
+//! * Delivery latency (not a TCP mechanism; a measurement for zD §2.3 and §6.2, Figures 3 and 12):
+//!   each segment's first transmission time is kept until an ACK cumulatively covers it, and
+//!   [`TcpSender::take_delivered`] yields `ack time - first transmission time`. Unlike the echoed
+//!   RTT above, this includes the stalls of losses: a segment dropped in the host and resent
+//!   after an RTO shows a latency above the RTO (the multi-second tails of zD Figure 12).
 
 use crate::event::Ack;
 use crate::scenario::{CongestionControl, MAX_RTO};
 use metronome_core::{Duration, Timestamp};
+use std::collections::VecDeque;
 
 /// CUBIC's scaling constant `C` in MTUs per second cubed (RFC 8312 §5.1).
 const CUBIC_C: f64 = 0.4;
@@ -108,6 +114,11 @@ pub struct TcpSender {
     rto: Duration,
     rto_min: Duration,
     backoff: u32,
+    // Delivery-latency bookkeeping: `(end, t)` for each segment of new data, in sequence order:
+    // MTUs below `end` (and above the previous entry's end) were first sent at `t`. It holds at
+    // most the flight (<= the socket buffer) and keeps its capacity, so the steady state does not
+    // allocate.
+    first_sent: VecDeque<(u32, Timestamp)>,
     /// Counters.
     pub counters: TcpCounters,
 }
@@ -150,6 +161,7 @@ impl TcpSender {
             rto: crate::scenario::INITIAL_RTO.max(rto_min),
             rto_min,
             backoff: 0,
+            first_sent: VecDeque::with_capacity(initial_cwnd as usize),
             counters: TcpCounters::default(),
         }
     }
@@ -184,10 +196,14 @@ impl TcpSender {
         self.high_tx != self.snd_una
     }
 
-    /// Records that MTUs `[seq, seq + n)` went out; counts retransmissions.
-    pub fn on_sent(&mut self, seq: u32, n: u32) {
+    /// Records that MTUs `[seq, seq + n)` went out at `now`; counts retransmissions and keeps
+    /// the first transmission time of new data for [`TcpSender::take_delivered`].
+    pub fn on_sent(&mut self, now: Timestamp, seq: u32, n: u32) {
         if seq < self.high_tx {
             self.counters.retransmits += 1;
+        }
+        if seq + n > self.high_tx {
+            self.first_sent.push_back((seq + n, now));
         }
         if seq == self.snd_una && self.retx_pending {
             self.retx_pending = false;
@@ -197,6 +213,26 @@ impl TcpSender {
             self.snd_nxt = self.snd_nxt.max(end);
         }
         self.high_tx = self.high_tx.max(end);
+    }
+
+    /// Hands `sink` the delivery latency of every segment the ACKs so far cover cumulatively and
+    /// that was not handed out before: `now` minus the segment's first transmission time. Call it
+    /// after [`TcpSender::on_ack`]. One sample per segment as first sent (with TSO, one per
+    /// shaper packet of new data); a segment still partly unacknowledged waits.
+    pub fn take_delivered(&mut self, now: Timestamp, mut sink: impl FnMut(Duration)) {
+        while let Some(&(end, t)) = self.first_sent.front() {
+            if end > self.snd_una {
+                break;
+            }
+            debug_assert!(t <= now, "a segment acknowledged before it was sent");
+            sink(now.saturating_since(t));
+            self.first_sent.pop_front();
+        }
+    }
+
+    /// The first transmission time of the oldest segment not yet covered by an ACK, if any.
+    pub fn oldest_unacked_sent(&self) -> Option<Timestamp> {
+        self.first_sent.front().map(|&(_, t)| t)
     }
 
     /// Processes an ACK at `now`.
@@ -416,18 +452,18 @@ mod tests {
     #[test]
     fn slow_start_doubles_then_fast_retransmit_halves() {
         let mut s = TcpSender::new(CongestionControl::Reno, 10, Duration::from_millis(200));
-        s.on_sent(0, 10);
+        s.on_sent(Timestamp::ZERO, 0, 10);
         let now = Timestamp::from_nanos(100_000);
         s.on_ack(now, &ack(10, 0));
         assert_eq!(s.cwnd(), 20.0);
-        s.on_sent(10, 20);
+        s.on_sent(now, 10, 20);
         for _ in 0..3 {
             s.on_ack(now, &ack(10, 0));
         }
         assert!(s.retx_pending);
         assert_eq!(s.counters.fast_retransmits, 1);
         assert_eq!(s.cwnd(), 10.0 + 3.0);
-        s.on_sent(10, 1);
+        s.on_sent(now, 10, 1);
         assert_eq!(s.counters.retransmits, 1);
         s.on_ack(now, &ack(30, 0));
         assert_eq!(s.cwnd(), 10.0);
@@ -436,7 +472,7 @@ mod tests {
     #[test]
     fn rto_backs_off_and_goes_back_n() {
         let mut s = TcpSender::new(CongestionControl::Cubic, 10, Duration::from_millis(200));
-        s.on_sent(0, 10);
+        s.on_sent(Timestamp::ZERO, 0, 10);
         let r0 = s.rto();
         s.on_rto();
         assert_eq!(s.snd_nxt, 0);
@@ -444,11 +480,43 @@ mod tests {
         assert_eq!(s.rto().as_nanos(), 2 * r0.as_nanos());
     }
 
+    /// Segment 0 is lost and resent after the RTO; segments 1-2 arrive out of order. The
+    /// echoed RTT of the final ACK is one base RTT, the delivery latency of all three exceeds the
+    /// RTO.
+    #[test]
+    fn delivery_latency_includes_the_rto_stall() {
+        let ms = |m: u64| Timestamp::from_nanos(m * 1_000_000);
+        let mut s = TcpSender::new(CongestionControl::Cubic, 10, Duration::from_millis(200));
+        s.on_sent(ms(0), 0, 1);
+        s.on_sent(ms(0), 1, 2);
+        let mut got = Vec::new();
+        s.on_ack(ms(1), &ack(0, 0)); // duplicate ACKs of the out-of-order segment
+        s.take_delivered(ms(1), |d| got.push(d));
+        assert!(got.is_empty(), "nothing delivered in order yet");
+        let rto = s.rto();
+        s.on_rto();
+        let resent = ms(0) + rto;
+        s.on_sent(resent, 0, 1);
+        assert_eq!(s.counters.retransmits, 1);
+        let done = resent + Duration::from_millis(1);
+        let out = s.on_ack(done, &ack(3, resent.as_nanos()));
+        assert_eq!(
+            out.rtt,
+            Some(Duration::from_millis(1)),
+            "echoed RTT hides the stall"
+        );
+        s.take_delivered(done, |d| got.push(d));
+        assert_eq!(got.len(), 2, "one sample per segment as first sent");
+        assert!(got.iter().all(|d| *d > rto), "{got:?} vs RTO {rto:?}");
+        s.take_delivered(done, |d| got.push(d));
+        assert_eq!(got.len(), 2, "each segment is sampled once");
+    }
+
     #[test]
     fn ecn_reduces_once_per_rtt() {
         let mut s = TcpSender::new(CongestionControl::Reno, 40, Duration::from_millis(200));
         s.ssthresh = 1.0;
-        s.on_sent(0, 40);
+        s.on_sent(Timestamp::ZERO, 0, 40);
         let now = Timestamp::from_nanos(1000);
         let mut a = ack(1, 0);
         a.ece = true;

@@ -392,3 +392,46 @@ fn scenarios_load_from_toml() {
     assert_eq!(s.backpressure, BackpressureMode::Tsq { limit: 2 });
     assert!(run_ok(&s).throughput.aggregate_bps > 0.5e9);
 }
+
+/// The delivery latency sees what the echoed RTT hides (zD Figure 12): TSQ over a small pfifo
+/// loses whole initial windows, which wait for an RTO; their segments are delivered more than an
+/// RTO after they were first sent, while every ACK's echoed RTT stays a queue plus a base RTT.
+/// zD, which loses nothing, keeps both near the queueing delay.
+#[test]
+fn delivery_latency_shows_rto_stalls_that_the_echoed_rtt_hides() {
+    let rto_min = crate::scenario::LINUX_RTO_MIN.as_nanos();
+    let s = Scenario {
+        shaper: ShaperSpec::Pfifo { capacity: 50 },
+        backpressure: BackpressureMode::Tsq { limit: 2 },
+        start_spread_ns: 10_000_000,
+        duration_ns: 1_500_000_000,
+        ..base(100)
+    };
+    let tsq = run_ok(&s);
+    assert!(tsq.drops.timeouts > 0, "{:?}", tsq.drops);
+    assert!(tsq.rtt.max_ns < rto_min, "{:?}", tsq.rtt);
+    assert!(
+        tsq.delivery_latency.max_ns > rto_min,
+        "{:?}",
+        tsq.delivery_latency
+    );
+    assert!(tsq.flow_delivery_latency.max_ns > rto_min);
+    assert!(tsq.delivery_latency.samples > 0 && tsq.flow_delivery_latency.samples <= 100);
+    let zd = run_ok(&Scenario {
+        backpressure: BackpressureMode::Zd {
+            discipline: ZdDiscipline::Fifo,
+        },
+        ..s
+    });
+    assert_eq!(zd.drops.retransmissions, 0);
+    assert!(
+        zd.delivery_latency.max_ns < 10_000_000,
+        "{:?}",
+        zd.delivery_latency
+    );
+    assert_eq!(
+        zd.flow_delivery_latency.samples, 100,
+        "every flow delivered"
+    );
+    assert!(zd.flow_delivery_latency.max_ns < 10_000_000);
+}

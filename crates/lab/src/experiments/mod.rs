@@ -9,11 +9,15 @@
 //! 2. add `mod <name>;` below and an [`Experiment`] entry to [`REGISTRY`];
 //! 3. write `lab/plans/<name>.toml` and list it in [`crate::plans::EMBEDDED`].
 //!
-//! Planned next to [`wheel_granularity`]: `carousel_backpressure` (Carousel Fig. 14-15),
-//! `carousel_conformance` (Fig. 12-13, 19) and `zd` (Zero-Downtime), on the simulator
-//! (`metronome-sim`).
+//! [`wheel_granularity`] models the wheel alone; [`carousel_backpressure`] (Carousel Fig. 14-15)
+//! and [`carousel_conformance`] (Fig. 12, 13, 16) run whole hosts on the simulator
+//! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD).
 
+pub mod carousel_backpressure;
+pub mod carousel_conformance;
+mod simulated;
 pub mod wheel_granularity;
+pub mod zd;
 
 use crate::error::LabError;
 use crate::point::{Point, Row};
@@ -33,11 +37,28 @@ pub struct Experiment {
 }
 
 /// Every experiment the lab can run.
-pub const REGISTRY: &[Experiment] = &[Experiment {
-    name: wheel_granularity::NAME,
-    summary: "rate conformance of one timing wheel vs slot granularity (Carousel Fig. 16)",
-    run: wheel_granularity::run,
-}];
+pub const REGISTRY: &[Experiment] = &[
+    Experiment {
+        name: wheel_granularity::NAME,
+        summary: "rate conformance of one timing wheel vs slot granularity (Carousel Fig. 16)",
+        run: wheel_granularity::run,
+    },
+    Experiment {
+        name: carousel_backpressure::NAME,
+        summary: "packets held in the shaper: Deferred Completions vs Vegas vs none (Carousel Fig. 14-15)",
+        run: carousel_backpressure::run,
+    },
+    Experiment {
+        name: carousel_conformance::NAME,
+        summary: "rate conformance of timing wheel, fq tree and HTB-like bucket (Carousel Fig. 12, 13, 16)",
+        run: carousel_conformance::run,
+    },
+    Experiment {
+        name: zd::NAME,
+        summary: "TSQ + pfifo vs zD: drops, retransmissions, latency tail, 500-16k flows (zD Fig. 3, 9-12)",
+        run: zd::run,
+    },
+];
 
 /// The experiment called `name`.
 pub fn find(name: &str) -> Option<&'static Experiment> {

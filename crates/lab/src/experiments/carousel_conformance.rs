@@ -1,0 +1,198 @@
+//! `carousel-conformance`: rate conformance of Carousel's timing wheel, of the `sch_fq` tree
+//! (FQ/pacing) and of an HTB-like token bucket driven by a 10 ms timer, against the target rate,
+//! the number of flows and the wheel's slot granularity (Carousel §7.1.1 and §7.1.3, Figures 12,
+//! 13 and 16), on the simulator (`metronome-sim`).
+//!
+//! Carousel measures "the absolute deviation from the target rate ... collecting achieved rate
+//! samples once every 100 milliseconds" at the shaper's output. It finds Carousel within about
+//! 0.5 % of the target, HTB at a "consistent 5%" and FQ/pacing at 6 % for one flow (Figure 12),
+//! HTB still at 5 % and FQ degrading "beyond 200 flows" because of its packet limits (Figure 13),
+//! and the wheel good up to 8-16 µs slots but 300 Mbit/s (6 %) off 5 Gbit/s at 4 ms (Figure 16).
+//!
+//! One point is one simulated run of `flows` greedy TCP Cubic flows on a NIC of `line_rate_bps`
+//! and a path of `base_rtt_us`, through the `shaper`:
+//! * `timing_wheel`: Carousel, an aggregate policy of `target_bps` stamping EDTs into a wheel of
+//!   `granularity_ns` slots holding at most `wheel_capacity_packets`, with Deferred Completions
+//!   of `dc_limit` packets per flow (Carousel §5);
+//! * `fq_tree`: FQ/pacing, every flow paced at `target_bps / flows` (Carousel §7.1.1: "a maximum
+//!   pacing rate is configured in TCP using SO_MAX_PACING_RATE"), at most `fq_capacity_packets`
+//!   (FQ's global limit of 10K packets, §7.1), with TCP Small Queues of `tsq_limit` packets;
+//! * `token_bucket_rr`: HTB, one class of `target_bps`, at most `htb_capacity_packets` (16K,
+//!   §7.1), polled by a timer of `htb_timer_ms` (Carousel §7.1.1: "HTB's timer fires once every
+//!   10ms") when it waits for tokens, with TCP Small Queues. Its burst is what `tc` gives an HTB
+//!   class by default, `rate / HZ + MTU` (iproute2 `q_htb.c`), with `HZ = htb_hz`: 100, the tick
+//!   whose period is that 10 ms timer.
+//!
+//! The deviation is computed here from the simulator's 100 ms samples against `target_bps` (not
+//! the simulator's own target, which for per-flow pacing is the line rate).
+//!
+//! Where this departs from the paper, and why: the simulated FQ and HTB have exact timers (the
+//! HTB timer is exactly periodic, FQ's is exact), no lock contention and no TSO, so they show only
+//! the errors their structure causes (timer period and burst, packet limits), not the timer
+//! slack the paper blames for their 5-6 % at one flow. The simulator's NIC takes a due packet
+//! as soon as it is free (a busy-polling Software NIC) and the wheel releases a slot's packets
+//! from the slot's start, so a coarse slot makes line-rate bursts but, with Deferred Completions
+//! refilling the current slot at once, costs no rate: Figure 16's degradation at 4 ms does not
+//! appear here (`wheel-granularity`, which polls the wheel once per slot, shows it).
+//! `granularity_ns` applies to the wheel only; the other shapers ignore it and report 0.
+
+use metronome_sim::{BackpressureMode, CongestionControl, ShaperSpec, SourceKind};
+
+use super::simulated::{base_scenario, positive, positive_u32, push_common, round, simulate};
+use crate::error::LabError;
+use crate::point::{Point, Row};
+
+/// The experiment's registered name.
+pub const NAME: &str = "carousel-conformance";
+
+/// The shapers, as the `shaper` parameter spells them.
+const SHAPERS: [&str; 3] = ["timing_wheel", "fq_tree", "token_bucket_rr"];
+
+/// Runs one point: see the module documentation.
+pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
+    let shaper = point.str("shaper")?;
+    let target_bps = positive(point, "target_bps")?;
+    let mut sc = base_scenario(point)?;
+    sc.source = SourceKind::Tcp(CongestionControl::Cubic);
+    let tsq = BackpressureMode::Tsq {
+        limit: positive_u32(point, "tsq_limit")?,
+    };
+    let mut granularity_ns = 0;
+    (sc.shaper, sc.backpressure) = match shaper {
+        "timing_wheel" => {
+            granularity_ns = positive(point, "granularity_ns")?;
+            let spec = ShaperSpec::TimingWheel {
+                granularity_ns,
+                horizon_ns: positive(point, "horizon_ms")? * 1_000_000,
+                aggregate_bps: Some(target_bps),
+                per_flow_bps: None,
+                capacity_packets: positive_u32(point, "wheel_capacity_packets")?,
+            };
+            let dc = BackpressureMode::DeferredCompletions {
+                limit: positive_u32(point, "dc_limit")?,
+            };
+            (spec, dc)
+        }
+        "fq_tree" => {
+            let spec = ShaperSpec::FqTree {
+                aggregate_bps: None,
+                per_flow_bps: Some((target_bps / u64::from(sc.flows)).max(1)),
+                capacity_packets: positive_u32(point, "fq_capacity_packets")?,
+            };
+            (spec, tsq)
+        }
+        "token_bucket_rr" => {
+            let hz = positive(point, "htb_hz")?;
+            let burst = target_bps / 8 / hz + u64::from(sc.transport.mtu);
+            let spec = ShaperSpec::TokenBucketRr {
+                rate_bps: target_bps,
+                burst_bytes: u32::try_from(burst).map_err(|_| {
+                    LabError::param(point.index, "htb_hz", "rate / HZ over 4 GB: raise it")
+                })?,
+                timer_ns: positive(point, "htb_timer_ms")? * 1_000_000,
+                capacity_packets: positive_u32(point, "htb_capacity_packets")?,
+            };
+            (spec, tsq)
+        }
+        other => {
+            return Err(LabError::param(
+                point.index,
+                "shaper",
+                format!("unknown shaper {other:?}; known: {}", SHAPERS.join(", ")),
+            ))
+        }
+    };
+    let r = simulate(point, &sc)?;
+    let target = target_bps as f64;
+    let windows = &r.throughput.windows_bps;
+    let deviation_pct = windows.iter().map(|w| (w - target).abs()).sum::<f64>()
+        / windows.len().max(1) as f64
+        / target
+        * 100.0;
+    let mut row = Row::new()
+        .with("shaper", shaper)
+        .with("target_bps", target_bps)
+        .with("flows", sc.flows)
+        .with("granularity_ns", granularity_ns)
+        .with("held_p99", r.shaper.held.p99);
+    push_common(&mut row, &r);
+    row.set("deviation_pct", round(deviation_pct, 4));
+    Ok(vec![row])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::simulated::without_speed;
+    use super::*;
+
+    /// A point small enough for a debug build: `flows` flows, 1 Gbit/s target on a 2 Gbit/s NIC,
+    /// 200 µs RTT, 300 ms of which 100 ms warm-up, 50 ms windows.
+    fn tiny(shaper: &str, flows: u32, granularity_ns: u64) -> Point {
+        let text = format!(
+            "shaper = \"{shaper}\"\ntarget_bps = 1_000_000_000\nflows = {flows}\n\
+             granularity_ns = {granularity_ns}\nline_rate_bps = 2_000_000_000\nhorizon_ms = 2_000\n\
+             wheel_capacity_packets = 70_000\nfq_capacity_packets = 10_000\n\
+             htb_capacity_packets = 16_000\nhtb_timer_ms = 10\nhtb_hz = 100\ndc_limit = 2\n\
+             tsq_limit = 2\nbase_rtt_us = 200\nsndbuf_mtus = 2_800\nseed = 1\nduration_ms = 300\n\
+             warmup_ms = 100\nwindow_ms = 50\nstart_spread_ms = 1\n"
+        );
+        Point::new(toml::from_str(&text).expect("test point parses"))
+    }
+
+    fn num(row: &Row, column: &str) -> f64 {
+        row.get(column)
+            .and_then(|v| v.as_f64())
+            .unwrap_or_else(|| panic!("{column} in {row:?}"))
+    }
+
+    #[test]
+    fn deterministic_but_for_the_speed_column() {
+        let point = tiny("timing_wheel", 4, 2_000);
+        let a = run(&point).expect("runs");
+        let b = run(&point).expect("runs");
+        assert_eq!(without_speed(&a), without_speed(&b));
+        assert!(num(&a[0], "events_per_sec") > 0.0);
+    }
+
+    /// Carousel §7.1.1: the timing wheel stays within about 0.5 % of its target.
+    #[test]
+    fn timing_wheel_conforms_within_half_a_percent() {
+        for flows in [1, 10] {
+            let row = &run(&tiny("timing_wheel", flows, 2_000)).expect("runs")[0];
+            assert!(num(row, "deviation_pct") <= 0.5, "{row:?}");
+            assert_eq!(num(row, "drops"), 0.0, "{row:?}");
+        }
+    }
+
+    /// The simulator's NIC takes a due packet as soon as it is free (a busy-polling Software
+    /// NIC), so a slot 1 000 times coarser only makes bursts: with Deferred Completions the flows
+    /// refill the current slot at once and the aggregate keeps its rate (see the module docs).
+    #[test]
+    fn coarse_wheel_bursts_but_keeps_the_rate() {
+        let row = &run(&tiny("timing_wheel", 10, 2_000_000)).expect("runs")[0];
+        assert!(num(row, "deviation_pct") <= 1.0, "{row:?}");
+    }
+
+    /// FQ paces each flow to its share of the target exactly; the HTB-like bucket, whose burst
+    /// covers its 10 ms timer, loses no tokens to the timer but sends them in bursts, so its
+    /// 50 ms samples scatter around the target.
+    #[test]
+    fn fq_and_htb_like_bucket_keep_their_rate_at_small_scale() {
+        let fq = &run(&tiny("fq_tree", 10, 2_000)).expect("runs")[0];
+        assert!(num(fq, "deviation_pct") <= 1.0, "{fq:?}");
+        assert_eq!(num(fq, "granularity_ns"), 0.0, "{fq:?}");
+        let htb = &run(&tiny("token_bucket_rr", 10, 2_000)).expect("runs")[0];
+        let achieved = num(htb, "achieved_bps") / 1e9;
+        assert!((0.95..1.1).contains(&achieved), "{htb:?}");
+        assert!(
+            num(htb, "deviation_pct") > num(fq, "deviation_pct"),
+            "{htb:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_shaper_is_named() {
+        let e = run(&tiny("heap", 1, 2_000)).unwrap_err().to_string();
+        assert!(e.contains("`shaper`") && e.contains("heap"), "{e}");
+    }
+}
