@@ -1,11 +1,47 @@
 //! # metronome-io
 //!
-//! Everything around the core that touches the operating system. Today: the real monotonic
-//! [`MonotonicClock`]. The packet I/O backends (AF_PACKET TPACKET_V3 rings, an in-memory port) will
-//! live here too, behind one I/O trait, so the core stays free of I/O (STYLE.md §1).
-#![forbid(unsafe_code)]
+//! Everything around the core that touches the operating system (STYLE.md §1):
+//!
+//! * [`clock`]: the real monotonic [`MonotonicClock`].
+//! * [`port`]: the packet I/O seam, [`PacketPort`], that the daemon loop drives, with its
+//!   [`RxFrame`], [`PortCounters`] and [`PortError`].
+//! * [`frame_pool`]: the [`FramePool`] of preallocated frame buffers that received frames are
+//!   copied into; the shaper queues their `u32` ids as `PacketRef::id`.
+//! * [`afpacket`]: [`AfPacketPort`], Linux AF_PACKET with a TPACKET_V3 memory-mapped RX ring and
+//!   `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst).
+//! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.
+//!
+//! All `unsafe` code (libc calls, the ring mapping) lives in one private module, `sys`.
+//!
+//! ```
+//! use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
+//!
+//! let mut port = MemoryPort::new(MemoryPortConfig::default());
+//! let mut pool = FramePool::new(256, 2048);
+//! port.inject(&[0xab; 64]).unwrap();
+//!
+//! let mut batch = [RxFrame::default(); 32];
+//! let n = port.recv(&mut pool, &mut batch).unwrap();
+//! assert_eq!(n, 1);
+//! assert_eq!(pool.frame(batch[0].id), &[0xab; 64][..]);
+//!
+//! // ... the shaper holds batch[0].id for a while, then releases it:
+//! assert_eq!(port.send(&mut pool, &[batch[0].id]).unwrap(), 1);
+//! assert_eq!(port.pop_sent().unwrap(), vec![0xab; 64]);
+//! assert_eq!(pool.in_use(), 0);
+//! ```
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod afpacket;
 pub mod clock;
+pub mod frame_pool;
+pub mod memory_port;
+pub mod port;
+mod sys;
 
+pub use afpacket::{AfPacketConfig, AfPacketPort};
 pub use clock::MonotonicClock;
+pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, JUMBO_SLOT_SIZE};
+pub use memory_port::{MemoryPort, MemoryPortConfig};
+pub use port::{wait_readable, PacketPort, PortCounters, PortError, RxFrame};

@@ -1,0 +1,336 @@
+//! The daemon's configuration (`metronome run --config FILE`): a TOML file, validated at
+//! start-up into core types, with errors that name the field and the line.
+//!
+//! The daemon is a bump in the wire between two interfaces: frames received on
+//! [`Interfaces::inside`] are classified, stamped with an Earliest Departure Time by their class's
+//! policies (Carousel §5.1.1) and leave on [`Interfaces::outside`] from the timing wheel
+//! ([`Config::wheel`], Carousel §5.1.2); frames received on `outside` pass to `inside` unshaped.
+//! Classes are tried in file order and the first whose `match` fits takes the packet
+//! (issue 4, "first match wins"); the rest goes to the default class, unshaped unless
+//! `[default]` says otherwise. `docs/config.md` documents every field.
+//!
+//! ```
+//! use metronome_daemon::config::Config;
+//! let text = r#"
+//! [interfaces]
+//! inside = "veth-in"
+//! outside = "veth-out"
+//!
+//! [[class]]
+//! name = "bulk"
+//! match = { protocol = "tcp", dst_port = "5201-5216" }
+//! rate = "200mbit"
+//! "#;
+//! let config = Config::from_toml_str(text, "inline.toml").unwrap();
+//! assert_eq!(config.classes[0].policy.rate, Some(metronome_core::Rate::mbps(200)));
+//!
+//! let err = Config::from_toml_str(&text.replace("200mbit", "200mbitz"), "inline.toml");
+//! assert!(err.unwrap_err().to_string().starts_with("inline.toml:9: class[0].rate: unknown unit"));
+//! ```
+//!
+//! Submodules: [`error`] (the error type and its format), [`reload`] (what a SIGHUP changes).
+
+// A `ConfigError` (file, line, field, message) is built at most once per start-up or reload;
+// its size on this cold path costs nothing, so it is not boxed.
+#![allow(clippy::result_large_err)]
+
+pub mod error;
+mod raw;
+pub mod reload;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+pub use error::{ConfigError, ErrorKind};
+pub use reload::{ClassChange, FieldChange, ReloadPlan};
+
+use core::fmt;
+use ipnet::IpNet;
+use metronome_core::{ClassId, Duration, HorizonPolicy, Rate, TimingWheelConfig};
+use metronome_packet::{ClassRule, Classifier};
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// Default metrics address: loopback only (issue 4: "bound to 127.0.0.1 by default"); 9187 is
+/// unassigned in the Prometheus exporter port list.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9187";
+/// Default packets per receive or transmit batch: the issue's baseline forwarder batches 64.
+pub const DEFAULT_BATCH_SIZE: usize = 64;
+/// Largest batch accepted, in packets: a sanity bound (FlowBundler's BESS pipeline moves 32).
+pub const MAX_BATCH_SIZE: usize = 1024;
+/// Default MTU in bytes: Ethernet's.
+pub const DEFAULT_MTU: u32 = 1500;
+/// Bytes of an Ethernet header without VLAN tag: a full frame is `mtu + ETHERNET_HEADER`.
+pub const ETHERNET_HEADER: u32 = 14;
+/// Most wheel slots accepted: 2^27 slots of 8-byte heads is 1 GiB (the README's memory table
+/// measures 8.13 MB for 2^20 slots, 2 µs x 2 s).
+pub const MAX_WHEEL_SLOTS: usize = 1 << 27;
+/// Most pool packets accepted: the pool is preallocated at start-up and 2^28 packets take about
+/// 3.4 GB at the README's measured 12.8 bytes per packet.
+pub const MAX_POOL_PACKETS: usize = 1 << 28;
+/// Longest interface name in bytes: `IFNAMSIZ` (16) minus the terminating NUL.
+pub const MAX_INTERFACE_NAME: usize = 15;
+/// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
+pub const MAX_CLASSES: usize = u16::MAX as usize;
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file the configuration came from (for messages).
+    pub source_name: String,
+    /// `[interfaces]`: where packets come from and go to.
+    pub interfaces: Interfaces,
+    /// `[wheel]`: the timing wheel's geometry and horizon policy, ready for
+    /// [`metronome_core::TimingWheel::new`].
+    pub wheel: TimingWheelConfig,
+    /// `[daemon]`: the loop, the metrics endpoint and logs.
+    pub daemon: DaemonConfig,
+    /// `[[class]]` in file order: the first that matches a packet takes it.
+    pub classes: Vec<ClassConfig>,
+    /// `[default]`: the policy of packets no class matches (unshaped unless configured).
+    pub default_class: ClassPolicy,
+}
+
+/// `[interfaces]`: the two sides of the bump in the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interfaces {
+    /// Frames received here are shaped and sent on [`Interfaces::outside`].
+    pub inside: String,
+    /// Frames received here pass unshaped to [`Interfaces::inside`].
+    pub outside: String,
+    /// The largest IP packet in bytes; bursts must hold at least one. Default [`DEFAULT_MTU`].
+    pub mtu: u32,
+}
+
+/// Output format of the daemon's structured logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[daemon]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// Keep polling when idle (lowest lateness, one core at 100 %) instead of sleeping until the
+    /// wheel's next due time. Default false.
+    pub busy_poll: bool,
+    /// Packets per receive and transmit batch. Default [`DEFAULT_BATCH_SIZE`].
+    pub batch_size: usize,
+    /// Address of the Prometheus text endpoint. Default [`DEFAULT_METRICS_LISTEN`].
+    pub metrics_listen: SocketAddr,
+    /// Log format. Default text.
+    pub log_format: LogFormat,
+}
+
+/// One `[[class]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassConfig {
+    /// Unique name, used in metrics and logs.
+    pub name: String,
+    /// The packets it takes (all fields must match; an empty match takes everything).
+    pub matcher: Match,
+    /// What is done to them.
+    pub policy: ClassPolicy,
+    /// The line of the class's `name` in the file (for messages).
+    pub line: usize,
+}
+
+/// A class's `match`: every field present must match; absent fields match anything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Match {
+    /// Destination prefix.
+    pub dst: Option<IpNet>,
+    /// Source prefix.
+    pub src: Option<IpNet>,
+    /// DSCP, 0..=63.
+    pub dscp: Option<u8>,
+    /// IP protocol number (`tcp` = 6, `udp` = 17, `icmp` = 1, `icmpv6` = 58).
+    pub protocol: Option<u8>,
+    /// Destination ports, inclusive `(first, last)`.
+    pub dst_port: Option<(u16, u16)>,
+    /// Source ports, inclusive `(first, last)`.
+    pub src_port: Option<(u16, u16)>,
+}
+
+/// What a class does to its packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassPolicy {
+    /// Aggregate rate limit shared by all the class's flows; `None`: no aggregate limit.
+    pub rate: Option<Rate>,
+    /// Per-flow pacing rate; `None`: flows are not paced individually.
+    pub pacing: Option<Rate>,
+    /// Bytes that may leave back to back after an idle period (the policies' bucket depth,
+    /// `metronome_core::timestamp`). Default one full frame, `mtu + 14`.
+    pub burst: u32,
+    /// Override of the wheel's horizon policy for this class; `None`: the wheel's.
+    pub horizon_policy: Option<HorizonPolicy>,
+    /// What happens when the class's flows queue too much.
+    pub backpressure: Backpressure,
+}
+
+impl ClassPolicy {
+    /// The policy of a class with nothing configured: unshaped, burst of one full frame.
+    pub fn unshaped(mtu: u32) -> Self {
+        ClassPolicy {
+            rate: None,
+            pacing: None,
+            burst: mtu.saturating_add(ETHERNET_HEADER),
+            horizon_policy: None,
+            backpressure: Backpressure::None,
+        }
+    }
+
+    /// True if the class has a rate or a pacing rate (its packets get a later EDT than `now`).
+    pub fn is_shaped(&self) -> bool {
+        self.rate.is_some() || self.pacing.is_some()
+    }
+
+    /// The horizon policy that applies to the class: its override, else the wheel's.
+    pub fn effective_horizon_policy(&self, wheel: &TimingWheelConfig) -> HorizonPolicy {
+        self.horizon_policy.unwrap_or(wheel.horizon_policy)
+    }
+}
+
+/// What a class does when its flows queue too much (issue 4, "backpressure mode").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backpressure {
+    /// Nothing: packets wait as long as their EDT says.
+    #[default]
+    None,
+    /// Set CE on ECN-capable packets of a flow whose queued delay exceeds `threshold`.
+    Ecn {
+        /// Queued delay (EDT minus now) above which packets are marked.
+        threshold: Duration,
+    },
+    /// Drop (and count) a flow's packets beyond `limit` queued packets.
+    Drop {
+        /// Packets a flow may have queued.
+        limit: u32,
+    },
+}
+
+impl fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backpressure::None => write!(f, "none"),
+            Backpressure::Ecn { threshold } => write!(f, "ecn above {threshold}"),
+            Backpressure::Drop { limit } => write!(f, "drop beyond {limit} packets per flow"),
+        }
+    }
+}
+
+impl Match {
+    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields).
+    pub fn to_rule(&self) -> ClassRule {
+        ClassRule {
+            dst: self.dst,
+            src: self.src,
+            dscp: self.dscp,
+            protocol: self.protocol,
+            dst_port: self.dst_port,
+            src_port: self.src_port,
+        }
+    }
+}
+
+impl fmt::Display for Match {
+    /// `dst 10.0.0.0/8 protocol 6 dst_port 5201-5216`, or `any`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(p) = self.dst {
+            parts.push(format!("dst {p}"));
+        }
+        if let Some(p) = self.src {
+            parts.push(format!("src {p}"));
+        }
+        if let Some(d) = self.dscp {
+            parts.push(format!("dscp {d}"));
+        }
+        if let Some(p) = self.protocol {
+            parts.push(format!("protocol {p}"));
+        }
+        for (name, range) in [("dst_port", self.dst_port), ("src_port", self.src_port)] {
+            match range {
+                Some((a, b)) if a == b => parts.push(format!("{name} {a}")),
+                Some((a, b)) => parts.push(format!("{name} {a}-{b}")),
+                None => {}
+            }
+        }
+        if parts.is_empty() {
+            write!(f, "any")
+        } else {
+            write!(f, "{}", parts.join(" "))
+        }
+    }
+}
+
+impl Config {
+    /// The class id of packets no class matches.
+    pub const DEFAULT_CLASS: ClassId = ClassId(0);
+
+    /// Parses and validates `text`; `source_name` names it in errors (usually its path).
+    pub fn from_toml_str(text: &str, source_name: &str) -> Result<Config, ConfigError> {
+        validate::parse(text, source_name)
+    }
+
+    /// Reads and validates the file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::from_toml_str(&text, &name),
+            Err(e) => Err(ConfigError {
+                source_name: name,
+                line: None,
+                field: String::new(),
+                kind: ErrorKind::Io(e.to_string()),
+            }),
+        }
+    }
+
+    /// The class id of `classes[index]`: classes are numbered from 1 in file order, 0 being
+    /// [`Config::DEFAULT_CLASS`]. Validation caps the classes at [`MAX_CLASSES`].
+    pub fn class_id(index: usize) -> ClassId {
+        ClassId(u16::try_from(index + 1).unwrap_or(u16::MAX))
+    }
+
+    /// The policy of class `id` ([`Config::DEFAULT_CLASS`] gives the default class's).
+    pub fn policy(&self, id: ClassId) -> Option<&ClassPolicy> {
+        match usize::from(id.0) {
+            0 => Some(&self.default_class),
+            i => self.classes.get(i - 1).map(|c| &c.policy),
+        }
+    }
+
+    /// The name of class `id` (`"default"` for [`Config::DEFAULT_CLASS`]).
+    pub fn class_name(&self, id: ClassId) -> Option<&str> {
+        match usize::from(id.0) {
+            0 => Some("default"),
+            i => self.classes.get(i - 1).map(|c| c.name.as_str()),
+        }
+    }
+
+    /// The classifier's rules in file order, class `i` as [`Config::class_id`]`(i)`.
+    pub fn class_rules(&self) -> Vec<(ClassRule, ClassId)> {
+        self.classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.matcher.to_rule(), Self::class_id(i)))
+            .collect()
+    }
+
+    /// A classifier for these classes (first match wins), falling back to
+    /// [`Config::DEFAULT_CLASS`].
+    pub fn classifier(&self) -> Classifier {
+        Classifier::new(self.class_rules(), Self::DEFAULT_CLASS)
+    }
+
+    /// What changes if the daemon running `self` reloads `new` (SIGHUP).
+    pub fn diff(&self, new: &Config) -> ReloadPlan {
+        reload::plan(self, new)
+    }
+}

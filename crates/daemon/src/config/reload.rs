@@ -1,0 +1,275 @@
+//! What a reload (SIGHUP) of the configuration changes, and whether the running daemon can apply
+//! it without a restart.
+//!
+//! Applied live, without losing a queued packet:
+//! * classes added, removed, reordered, or with a new `match`, `rate`, `pacing`, `burst`,
+//!   `horizon_policy` or `backpressure`; the default class's policy;
+//! * `daemon.busy_poll`.
+//!
+//! Queued packets keep the EDT they were stamped with: a new rate applies from the next packet
+//! stamped (`Timestamper::set_rate`, the core's rule), so the wheel is never rebuilt. Classes are
+//! identified by **name** across a reload: a class that keeps its name keeps its policy state
+//! (its latest timestamp, so no burst is granted by the reload) and its counters; a renamed class
+//! is a removal and an addition. Packets of a removed class that are already queued still leave at
+//! their EDT.
+//!
+//! Needing a restart (the plan lists them; a daemon refuses to half-apply such a reload):
+//! * `[interfaces]`: the rings are bound to the interfaces;
+//! * `[wheel]` geometry and policy (granularity, horizon, horizon_policy, pool_packets): the slot
+//!   array and node pool are sized at start-up and hold the queued packets;
+//! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
+//!   bound), `daemon.log_format` (the subscriber is installed once).
+
+use super::{ClassConfig, ClassPolicy, Config};
+use core::fmt;
+
+/// One field that differs between the running and the new configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldChange {
+    /// The field's path (`wheel.granularity`), or its name inside a class (`rate`).
+    pub field: String,
+    /// The running value, as text.
+    pub old: String,
+    /// The new value, as text.
+    pub new: String,
+}
+
+impl fmt::Display for FieldChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} -> {}", self.field, self.old, self.new)
+    }
+}
+
+/// A change to the classes, all applied live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClassChange {
+    /// A class that was not there.
+    Added {
+        /// Its name.
+        name: String,
+        /// Its position in the new file order.
+        index: usize,
+    },
+    /// A class that is gone; its queued packets still leave at their EDT.
+    Removed {
+        /// Its name.
+        name: String,
+    },
+    /// A class whose position in the first-match order changed.
+    Moved {
+        /// Its name.
+        name: String,
+        /// Old index.
+        from: usize,
+        /// New index.
+        to: usize,
+    },
+    /// A class whose match or policy changed.
+    Changed {
+        /// Its name.
+        name: String,
+        /// What changed.
+        fields: Vec<FieldChange>,
+    },
+}
+
+/// What reloading a new configuration changes ([`Config::diff`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadPlan {
+    /// Changes the running daemon cannot apply: it must be restarted to use the new file.
+    pub restart_required: Vec<FieldChange>,
+    /// Class changes, applied live.
+    pub classes: Vec<ClassChange>,
+    /// Changes to the default class's policy (fields named as in a class), applied live.
+    pub default_class: Vec<FieldChange>,
+    /// The new `daemon.busy_poll`, when it changed; applied live.
+    pub busy_poll: Option<bool>,
+}
+
+impl ReloadPlan {
+    /// True when the new configuration changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.restart_required.is_empty()
+            && self.classes.is_empty()
+            && self.default_class.is_empty()
+            && self.busy_poll.is_none()
+    }
+
+    /// True when some change needs a restart ([`ReloadPlan::restart_required`]).
+    pub fn needs_restart(&self) -> bool {
+        !self.restart_required.is_empty()
+    }
+}
+
+impl fmt::Display for ReloadPlan {
+    /// One line per change, for the daemon's log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return writeln!(f, "no change");
+        }
+        for c in &self.restart_required {
+            writeln!(f, "needs a restart: {c}")?;
+        }
+        for c in &self.classes {
+            match c {
+                ClassChange::Added { name, index } => {
+                    writeln!(f, "class {name}: added at position {index}")?
+                }
+                ClassChange::Removed { name } => writeln!(f, "class {name}: removed")?,
+                ClassChange::Moved { name, from, to } => {
+                    writeln!(f, "class {name}: moved from position {from} to {to}")?
+                }
+                ClassChange::Changed { name, fields } => {
+                    for field in fields {
+                        writeln!(f, "class {name}: {field}")?;
+                    }
+                }
+            }
+        }
+        for c in &self.default_class {
+            writeln!(f, "default class: {c}")?;
+        }
+        if let Some(b) = self.busy_poll {
+            writeln!(f, "daemon.busy_poll: {} -> {b}", !b)?;
+        }
+        Ok(())
+    }
+}
+
+/// Pushes a change of `field` when `old != new`.
+fn compare<T: PartialEq + fmt::Debug>(out: &mut Vec<FieldChange>, field: &str, old: T, new: T) {
+    if old != new {
+        out.push(FieldChange {
+            field: field.to_string(),
+            old: format!("{old:?}"),
+            new: format!("{new:?}"),
+        });
+    }
+}
+
+/// The changes between two class policies, fields named as in the file.
+fn policy_changes(old: &ClassPolicy, new: &ClassPolicy) -> Vec<FieldChange> {
+    let rate = |r: Option<metronome_core::Rate>| r.map_or("none".to_string(), |r| r.to_string());
+    let mut out = Vec::new();
+    let mut text = |field: &str, old: String, new: String| {
+        if old != new {
+            out.push(FieldChange {
+                field: field.to_string(),
+                old,
+                new,
+            });
+        }
+    };
+    text("rate", rate(old.rate), rate(new.rate));
+    text("pacing", rate(old.pacing), rate(new.pacing));
+    text("burst", old.burst.to_string(), new.burst.to_string());
+    text(
+        "backpressure",
+        old.backpressure.to_string(),
+        new.backpressure.to_string(),
+    );
+    compare(
+        &mut out,
+        "horizon_policy",
+        old.horizon_policy,
+        new.horizon_policy,
+    );
+    out
+}
+
+fn class_changes(old: &ClassConfig, new: &ClassConfig) -> Vec<FieldChange> {
+    let mut out = Vec::new();
+    if old.matcher != new.matcher {
+        out.push(FieldChange {
+            field: "match".to_string(),
+            old: old.matcher.to_string(),
+            new: new.matcher.to_string(),
+        });
+    }
+    out.extend(policy_changes(&old.policy, &new.policy));
+    out
+}
+
+/// The plan for going from `old` to `new`.
+pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
+    let mut restart = Vec::new();
+    let (oi, ni) = (&old.interfaces, &new.interfaces);
+    compare(&mut restart, "interfaces.inside", &oi.inside, &ni.inside);
+    compare(&mut restart, "interfaces.outside", &oi.outside, &ni.outside);
+    compare(&mut restart, "interfaces.mtu", oi.mtu, ni.mtu);
+    let (ow, nw) = (&old.wheel, &new.wheel);
+    let (og, ng) = (ow.granularity.to_string(), nw.granularity.to_string());
+    compare(&mut restart, "wheel.granularity", og, ng);
+    let (oh, nh) = (ow.horizon.to_string(), nw.horizon.to_string());
+    compare(&mut restart, "wheel.horizon", oh, nh);
+    compare(
+        &mut restart,
+        "wheel.horizon_policy",
+        ow.horizon_policy,
+        nw.horizon_policy,
+    );
+    compare(
+        &mut restart,
+        "wheel.pool_packets",
+        ow.pool_packets,
+        nw.pool_packets,
+    );
+    let (od, nd) = (&old.daemon, &new.daemon);
+    compare(
+        &mut restart,
+        "daemon.batch_size",
+        od.batch_size,
+        nd.batch_size,
+    );
+    compare(
+        &mut restart,
+        "daemon.metrics_listen",
+        od.metrics_listen,
+        nd.metrics_listen,
+    );
+    compare(
+        &mut restart,
+        "daemon.log_format",
+        od.log_format,
+        nd.log_format,
+    );
+
+    let mut classes = Vec::new();
+    for c in &old.classes {
+        if !new.classes.iter().any(|n| n.name == c.name) {
+            classes.push(ClassChange::Removed {
+                name: c.name.clone(),
+            });
+        }
+    }
+    for (to, c) in new.classes.iter().enumerate() {
+        match old.classes.iter().position(|o| o.name == c.name) {
+            None => classes.push(ClassChange::Added {
+                name: c.name.clone(),
+                index: to,
+            }),
+            Some(from) => {
+                if from != to {
+                    classes.push(ClassChange::Moved {
+                        name: c.name.clone(),
+                        from,
+                        to,
+                    });
+                }
+                let fields = class_changes(&old.classes[from], c);
+                if !fields.is_empty() {
+                    classes.push(ClassChange::Changed {
+                        name: c.name.clone(),
+                        fields,
+                    });
+                }
+            }
+        }
+    }
+    ReloadPlan {
+        restart_required: restart,
+        classes,
+        default_class: policy_changes(&old.default_class, &new.default_class),
+        busy_poll: (od.busy_poll != nd.busy_poll).then_some(nd.busy_poll),
+    }
+}

@@ -1,0 +1,617 @@
+//! From the raw, spanned document ([`super::raw`]) to a [`Config`] of core types, checking every
+//! value and naming the field and line of the first one that is wrong.
+//!
+//! Checks beyond the types: rates, sizes and durations parse (tc units); rates are positive;
+//! prefixes have no host bits; DSCP is 0..=63; port ranges are not reversed and ports are not
+//! asked of ICMP; class names are unique, plain and not `default`; the wheel's granularity is
+//! at most its horizon and its slot count and pool are bounded; bursts hold at least one MTU;
+//! a class with neither `rate` nor `pacing` sets no `burst`, `horizon_policy` or `backpressure`
+//! (they would have no effect).
+
+use super::error::{ConfigError, ErrorKind, ErrorSite};
+use super::raw::{
+    RawBackpressure, RawBackpressureMode, RawClass, RawConfig, RawDaemon, RawHorizonPolicy,
+    RawInterfaces, RawLogFormat, RawMatch, RawWheel, Scalar,
+};
+use super::{
+    Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, Match,
+    DEFAULT_BATCH_SIZE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU, MAX_BATCH_SIZE, MAX_CLASSES,
+    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+};
+use crate::units::{parse_duration, parse_size};
+use ipnet::IpNet;
+use metronome_core::{Duration, HorizonPolicy, Rate, TimingWheelConfig};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use toml::Spanned;
+
+type Result<T> = core::result::Result<T, ConfigError>;
+
+/// Longest class name in bytes (it becomes a metrics label and a log field).
+const MAX_CLASS_NAME: usize = 64;
+
+/// Parses `text` and validates it.
+pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
+    let site = ErrorSite { text, source_name };
+    // Syntax first, so that a syntax error is reported as such and not as a schema error.
+    if let Err(e) = toml::de::DeTable::parse(text) {
+        return Err(site.toml_error(&e, true));
+    }
+    let raw: RawConfig = toml::from_str(text).map_err(|e| site.toml_error(&e, false))?;
+    let v = Validator { site };
+    let interfaces = v.interfaces(raw.interfaces.get_ref())?;
+    let wheel = v.wheel(&raw.wheel)?;
+    let daemon = v.daemon(&raw.daemon)?;
+    if raw.classes.len() > MAX_CLASSES {
+        let span = raw.classes[MAX_CLASSES].span();
+        return Err(v.invalid(span, "class", format!("more than {MAX_CLASSES} classes")));
+    }
+    let mut classes = Vec::with_capacity(raw.classes.len());
+    let mut lines: HashMap<String, usize> = HashMap::new();
+    for (i, class) in raw.classes.iter().enumerate() {
+        let c = v.class(class, &format!("class[{i}]"), interfaces.mtu)?;
+        if let Some(&first_line) = lines.get(&c.name) {
+            let span = class
+                .get_ref()
+                .name
+                .as_ref()
+                .map_or(class.span(), |n| n.span());
+            return Err(v.site.at(
+                span,
+                &format!("class[{i}].name"),
+                ErrorKind::DuplicateClass {
+                    name: c.name,
+                    first_line,
+                },
+            ));
+        }
+        lines.insert(c.name.clone(), c.line);
+        classes.push(c);
+    }
+    let default_class = match &raw.default_class {
+        Some(d) => v.default_class(d, interfaces.mtu)?,
+        None => ClassPolicy::unshaped(interfaces.mtu),
+    };
+    Ok(Config {
+        source_name: source_name.to_string(),
+        interfaces,
+        wheel,
+        daemon,
+        classes,
+        default_class,
+    })
+}
+
+struct Validator<'a> {
+    site: ErrorSite<'a>,
+}
+
+impl Validator<'_> {
+    fn invalid(&self, span: core::ops::Range<usize>, field: &str, msg: String) -> ConfigError {
+        self.site.at(span, field, ErrorKind::Invalid(msg))
+    }
+
+    fn interfaces(&self, raw: &RawInterfaces) -> Result<Interfaces> {
+        for (field, name) in [
+            ("interfaces.inside", &raw.inside),
+            ("interfaces.outside", &raw.outside),
+        ] {
+            let n = name.get_ref();
+            let bad = n.is_empty()
+                || n.len() > MAX_INTERFACE_NAME
+                || n == "."
+                || n == ".."
+                || n.chars().any(|c| c == '/' || c == ':' || c.is_whitespace());
+            if bad {
+                return Err(self.invalid(
+                    name.span(),
+                    field,
+                    format!(
+                        "{n:?} is not an interface name (1 to {MAX_INTERFACE_NAME} bytes, \
+                         no '/', ':' or whitespace)"
+                    ),
+                ));
+            }
+        }
+        if raw.inside.get_ref() == raw.outside.get_ref() {
+            return Err(self.invalid(
+                raw.outside.span(),
+                "interfaces.outside",
+                format!("same interface as inside ({:?})", raw.inside.get_ref()),
+            ));
+        }
+        let mtu = match &raw.mtu {
+            Some(m) => self.int_in(m, "interfaces.mtu", 68, 65_535)? as u32,
+            None => DEFAULT_MTU,
+        };
+        Ok(Interfaces {
+            inside: raw.inside.get_ref().clone(),
+            outside: raw.outside.get_ref().clone(),
+            mtu,
+        })
+    }
+
+    fn wheel(&self, raw: &RawWheel) -> Result<TimingWheelConfig> {
+        let default = TimingWheelConfig::default();
+        let granularity = match &raw.granularity {
+            Some(g) => self.positive_duration(g, "wheel.granularity")?,
+            None => default.granularity,
+        };
+        let horizon = match &raw.horizon {
+            Some(h) => self.positive_duration(h, "wheel.horizon")?,
+            None => default.horizon,
+        };
+        if granularity > horizon {
+            let (span, field) = match (&raw.granularity, &raw.horizon) {
+                (Some(g), _) => (g.span(), "wheel.granularity"),
+                (None, Some(h)) => (h.span(), "wheel.horizon"),
+                (None, None) => (0..0, "wheel"),
+            };
+            return Err(self.site.at(
+                span,
+                field,
+                ErrorKind::GranularityAboveHorizon {
+                    granularity,
+                    horizon,
+                },
+            ));
+        }
+        let horizon_policy = raw
+            .horizon_policy
+            .as_ref()
+            .map_or(default.horizon_policy, |p| horizon_policy(*p.get_ref()));
+        let pool_packets = match &raw.pool_packets {
+            Some(p) => self.int_in(p, "wheel.pool_packets", 1, MAX_POOL_PACKETS as i64)? as usize,
+            None => default.pool_packets,
+        };
+        let config = TimingWheelConfig {
+            granularity,
+            horizon,
+            horizon_policy,
+            pool_packets,
+        };
+        if config.slots() > MAX_WHEEL_SLOTS {
+            let span = raw.horizon.as_ref().or(raw.granularity.as_ref());
+            return Err(self.invalid(
+                span.map_or(0..0, |s| s.span()),
+                "wheel.horizon",
+                format!(
+                    "{horizon} / {granularity} makes {} slots, more than {MAX_WHEEL_SLOTS}: \
+                     raise the granularity or shorten the horizon",
+                    config.slots()
+                ),
+            ));
+        }
+        Ok(config)
+    }
+
+    fn daemon(&self, raw: &RawDaemon) -> Result<DaemonConfig> {
+        let batch_size = match &raw.batch_size {
+            Some(b) => self.int_in(b, "daemon.batch_size", 1, MAX_BATCH_SIZE as i64)? as usize,
+            None => DEFAULT_BATCH_SIZE,
+        };
+        let metrics_listen = match &raw.metrics_listen {
+            Some(m) => m.get_ref().trim().parse::<SocketAddr>().map_err(|_| {
+                self.invalid(
+                    m.span(),
+                    "daemon.metrics_listen",
+                    format!(
+                        "{:?} is not an address and port such as \"127.0.0.1:9187\" or \
+                         \"[::1]:9187\"",
+                        m.get_ref()
+                    ),
+                )
+            })?,
+            None => DEFAULT_METRICS_LISTEN
+                .parse()
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 9187))),
+        };
+        let log_format = match raw.log_format.as_ref().map(|f| *f.get_ref()) {
+            Some(RawLogFormat::Json) => LogFormat::Json,
+            Some(RawLogFormat::Text) | None => LogFormat::Text,
+        };
+        Ok(DaemonConfig {
+            busy_poll: raw.busy_poll.unwrap_or(false),
+            batch_size,
+            metrics_listen,
+            log_format,
+        })
+    }
+
+    fn class(&self, spanned: &Spanned<RawClass>, path: &str, mtu: u32) -> Result<ClassConfig> {
+        let raw = spanned.get_ref();
+        let Some(name) = &raw.name else {
+            return Err(self.invalid(
+                spanned.span(),
+                path,
+                "missing field `name`: every class needs a unique name".to_string(),
+            ));
+        };
+        let n = name.get_ref();
+        let plain = n
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+        if n.is_empty() || n.len() > MAX_CLASS_NAME || !plain {
+            return Err(self.invalid(
+                name.span(),
+                &format!("{path}.name"),
+                format!("{n:?} is not a class name (1 to {MAX_CLASS_NAME} of A-Z a-z 0-9 _ - .)"),
+            ));
+        }
+        if n == "default" {
+            return Err(self.invalid(
+                name.span(),
+                &format!("{path}.name"),
+                "\"default\" is reserved: configure the default class in [default]".to_string(),
+            ));
+        }
+        let matcher = match &raw.matcher {
+            Some(m) => self.matcher(m.get_ref(), &format!("{path}.match"))?,
+            None => Match::default(),
+        };
+        Ok(ClassConfig {
+            name: n.clone(),
+            matcher,
+            policy: self.policy(raw, path, mtu)?,
+            line: super::error::line_of(self.site.text, name.span().start),
+        })
+    }
+
+    fn default_class(&self, spanned: &Spanned<RawClass>, mtu: u32) -> Result<ClassPolicy> {
+        let raw = spanned.get_ref();
+        if let Some(name) = &raw.name {
+            return Err(self.invalid(
+                name.span(),
+                "default.name",
+                "the default class is named \"default\"; it takes no name".to_string(),
+            ));
+        }
+        if let Some(m) = &raw.matcher {
+            return Err(self.invalid(
+                m.span(),
+                "default.match",
+                "the default class takes what no class matched; it takes no match".to_string(),
+            ));
+        }
+        self.policy(raw, "default", mtu)
+    }
+
+    fn policy(&self, raw: &RawClass, path: &str, mtu: u32) -> Result<ClassPolicy> {
+        let rate = raw
+            .rate
+            .as_ref()
+            .map(|r| self.rate(r, &format!("{path}.rate")))
+            .transpose()?;
+        let pacing = raw
+            .pacing
+            .as_ref()
+            .map(|r| self.rate(r, &format!("{path}.pacing")))
+            .transpose()?;
+        let mut policy = ClassPolicy::unshaped(mtu);
+        policy.rate = rate;
+        policy.pacing = pacing;
+        if !policy.is_shaped() {
+            let idle = [
+                ("burst", raw.burst.as_ref().map(|b| b.span())),
+                (
+                    "horizon_policy",
+                    raw.horizon_policy.as_ref().map(|h| h.span()),
+                ),
+                ("backpressure", raw.backpressure.as_ref().map(|b| b.span())),
+            ];
+            if let Some((field, Some(span))) = idle.into_iter().find(|(_, s)| s.is_some()) {
+                return Err(self.invalid(
+                    span,
+                    &format!("{path}.{field}"),
+                    "has no effect on an unshaped class: set `rate` or `pacing`".to_string(),
+                ));
+            }
+        }
+        if let Some(b) = &raw.burst {
+            policy.burst = self.burst(b, &format!("{path}.burst"), mtu)?;
+        }
+        policy.horizon_policy = raw
+            .horizon_policy
+            .as_ref()
+            .map(|h| horizon_policy(*h.get_ref()));
+        if let Some(bp) = &raw.backpressure {
+            policy.backpressure =
+                self.backpressure(bp.get_ref(), &format!("{path}.backpressure"))?;
+        }
+        Ok(policy)
+    }
+
+    fn rate(&self, raw: &Spanned<Scalar>, field: &str) -> Result<Rate> {
+        let rate = match raw.get_ref() {
+            Scalar::Text(t) => t.parse::<Rate>().map_err(|error| {
+                self.site.at(
+                    raw.span(),
+                    field,
+                    ErrorKind::Rate {
+                        value: t.clone(),
+                        error,
+                    },
+                )
+            })?,
+            Scalar::Int(n) => match u64::try_from(*n) {
+                Ok(bps) => Rate::from_bps(bps),
+                Err(_) => {
+                    return Err(self.invalid(
+                        raw.span(),
+                        field,
+                        format!("{n} is not a rate in bit/s (write it like tc: \"100mbit\")"),
+                    ))
+                }
+            },
+        };
+        if rate.bps() == 0 {
+            return Err(self.invalid(
+                raw.span(),
+                field,
+                "a zero rate never releases a packet; leave the field out for no limit".to_string(),
+            ));
+        }
+        Ok(rate)
+    }
+
+    fn burst(&self, raw: &Spanned<Scalar>, field: &str, mtu: u32) -> Result<u32> {
+        let bytes = match raw.get_ref() {
+            Scalar::Text(t) => parse_size(t).map_err(|error| {
+                self.site.at(
+                    raw.span(),
+                    field,
+                    ErrorKind::Size {
+                        value: t.clone(),
+                        error,
+                    },
+                )
+            })?,
+            Scalar::Int(n) => u64::try_from(*n).map_err(|_| {
+                self.invalid(raw.span(), field, format!("{n} is not a size in bytes"))
+            })?,
+        };
+        if bytes < u64::from(mtu) {
+            return Err(self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::BurstBelowMtu {
+                    burst: bytes,
+                    mtu: u64::from(mtu),
+                },
+            ));
+        }
+        u32::try_from(bytes).map_err(|_| {
+            self.invalid(
+                raw.span(),
+                field,
+                format!("burst of {bytes} bytes is above 4 GiB"),
+            )
+        })
+    }
+
+    fn backpressure(&self, raw: &RawBackpressure, path: &str) -> Result<Backpressure> {
+        let mode = *raw.mode.get_ref();
+        let (wants_threshold, wants_limit) = match mode {
+            RawBackpressureMode::None => (false, false),
+            RawBackpressureMode::Ecn => (true, false),
+            RawBackpressureMode::Drop => (false, true),
+        };
+        if let (Some(t), false) = (&raw.threshold, wants_threshold) {
+            return Err(self.invalid(
+                t.span(),
+                &format!("{path}.threshold"),
+                "only mode = \"ecn\" takes a threshold".to_string(),
+            ));
+        }
+        if let (Some(l), false) = (&raw.limit, wants_limit) {
+            return Err(self.invalid(
+                l.span(),
+                &format!("{path}.limit"),
+                "only mode = \"drop\" takes a limit".to_string(),
+            ));
+        }
+        match mode {
+            RawBackpressureMode::None => Ok(Backpressure::None),
+            RawBackpressureMode::Ecn => match &raw.threshold {
+                Some(t) => Ok(Backpressure::Ecn {
+                    threshold: self.positive_duration(t, &format!("{path}.threshold"))?,
+                }),
+                None => Err(self.invalid(
+                    raw.mode.span(),
+                    &format!("{path}.threshold"),
+                    "mode = \"ecn\" needs a threshold of queued delay, e.g. \"500us\"".to_string(),
+                )),
+            },
+            RawBackpressureMode::Drop => match &raw.limit {
+                Some(l) => Ok(Backpressure::Drop {
+                    limit: self.int_in(l, &format!("{path}.limit"), 1, i64::from(u32::MAX))? as u32,
+                }),
+                None => Err(self.invalid(
+                    raw.mode.span(),
+                    &format!("{path}.limit"),
+                    "mode = \"drop\" needs a limit of queued packets per flow, e.g. 100"
+                        .to_string(),
+                )),
+            },
+        }
+    }
+
+    fn matcher(&self, raw: &RawMatch, path: &str) -> Result<Match> {
+        let dst = raw
+            .dst
+            .as_ref()
+            .map(|p| self.prefix(p, &format!("{path}.dst")))
+            .transpose()?;
+        let src = raw
+            .src
+            .as_ref()
+            .map(|p| self.prefix(p, &format!("{path}.src")))
+            .transpose()?;
+        if let (Some(d), Some(s), Some(raw_src)) = (dst, src, &raw.src) {
+            if matches!(d, IpNet::V4(_)) != matches!(s, IpNet::V4(_)) {
+                return Err(self.invalid(
+                    raw_src.span(),
+                    &format!("{path}.src"),
+                    format!("{s} and dst {d} are of different IP versions: nothing would match"),
+                ));
+            }
+        }
+        let dscp = match &raw.dscp {
+            Some(d) if (0..=63).contains(d.get_ref()) => Some(*d.get_ref() as u8),
+            Some(d) => {
+                return Err(self.site.at(
+                    d.span(),
+                    &format!("{path}.dscp"),
+                    ErrorKind::Dscp(i128::from(*d.get_ref())),
+                ))
+            }
+            None => None,
+        };
+        let protocol = raw
+            .protocol
+            .as_ref()
+            .map(|p| self.protocol(p, &format!("{path}.protocol")))
+            .transpose()?;
+        let mut ports = [None, None];
+        for (slot, (name, raw_port)) in ports
+            .iter_mut()
+            .zip([("dst_port", &raw.dst_port), ("src_port", &raw.src_port)])
+        {
+            let Some(p) = raw_port else { continue };
+            let field = format!("{path}.{name}");
+            if let Some(proto @ (1 | 58)) = protocol {
+                let which = if proto == 1 { "icmp" } else { "icmpv6" };
+                return Err(self.invalid(
+                    p.span(),
+                    &field,
+                    format!("protocol {which} has no ports"),
+                ));
+            }
+            *slot = Some(self.port_range(p, &field)?);
+        }
+        Ok(Match {
+            dst,
+            src,
+            dscp,
+            protocol,
+            dst_port: ports[0],
+            src_port: ports[1],
+        })
+    }
+
+    fn prefix(&self, raw: &Spanned<String>, field: &str) -> Result<IpNet> {
+        let text = raw.get_ref().trim();
+        let err = |reason: String| {
+            self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::Prefix {
+                    value: raw.get_ref().clone(),
+                    reason,
+                },
+            )
+        };
+        let net = match text.parse::<IpNet>() {
+            Ok(n) => n,
+            Err(_) => match text.parse::<IpAddr>() {
+                Ok(addr) => IpNet::from(addr),
+                Err(_) => {
+                    return Err(err(
+                        "expected an address with a prefix length, e.g. \"10.0.0.0/8\"".to_string(),
+                    ))
+                }
+            },
+        };
+        if net.trunc() != net {
+            return Err(err(format!(
+                "host bits are set; the network is {}",
+                net.trunc()
+            )));
+        }
+        Ok(net)
+    }
+
+    fn protocol(&self, raw: &Spanned<Scalar>, field: &str) -> Result<u8> {
+        let err = |text: String| self.site.at(raw.span(), field, ErrorKind::Protocol(text));
+        match raw.get_ref() {
+            Scalar::Int(n) => u8::try_from(*n).map_err(|_| err(n.to_string())),
+            Scalar::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
+                "tcp" => Ok(6),
+                "udp" => Ok(17),
+                "icmp" => Ok(1),
+                "icmpv6" | "ipv6-icmp" => Ok(58),
+                other => other.parse::<u8>().map_err(|_| err(t.clone())),
+            },
+        }
+    }
+
+    fn port_range(&self, raw: &Spanned<Scalar>, field: &str) -> Result<(u16, u16)> {
+        let err = |value: String, reason: &str| {
+            self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::Port {
+                    value,
+                    reason: reason.to_string(),
+                },
+            )
+        };
+        const RANGE: &str = "expected a port 0..=65535 or a range \"first-last\"";
+        let (first, last) = match raw.get_ref() {
+            Scalar::Int(n) => {
+                let p = u16::try_from(*n).map_err(|_| err(n.to_string(), RANGE))?;
+                (p, p)
+            }
+            Scalar::Text(t) => {
+                let port = |s: &str| s.trim().parse::<u16>().map_err(|_| err(t.clone(), RANGE));
+                match t.split_once('-') {
+                    Some((a, b)) => (port(a)?, port(b)?),
+                    None => {
+                        let p = port(t)?;
+                        (p, p)
+                    }
+                }
+            }
+        };
+        if first > last {
+            return Err(self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::PortRangeReversed { first, last },
+            ));
+        }
+        Ok((first, last))
+    }
+
+    fn positive_duration(&self, raw: &Spanned<String>, field: &str) -> Result<Duration> {
+        let d = parse_duration(raw.get_ref()).map_err(|error| {
+            self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::Duration {
+                    value: raw.get_ref().clone(),
+                    error,
+                },
+            )
+        })?;
+        if d == Duration::ZERO {
+            return Err(self.invalid(raw.span(), field, "must be longer than zero".to_string()));
+        }
+        Ok(d)
+    }
+
+    fn int_in(&self, raw: &Spanned<i64>, field: &str, min: i64, max: i64) -> Result<i64> {
+        let n = *raw.get_ref();
+        if n < min || n > max {
+            return Err(self.invalid(raw.span(), field, format!("{n} is outside {min}..={max}")));
+        }
+        Ok(n)
+    }
+}
+
+fn horizon_policy(raw: RawHorizonPolicy) -> HorizonPolicy {
+    match raw {
+        RawHorizonPolicy::Clamp => HorizonPolicy::Clamp,
+        RawHorizonPolicy::Reject => HorizonPolicy::Reject,
+    }
+}

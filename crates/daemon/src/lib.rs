@@ -1,0 +1,21 @@
+//! # metronome-daemon
+//!
+//! The daemon behind `metronome run --config FILE` (issue 4): a shaping bump in the wire between
+//! two interfaces. Today this crate holds its configuration; the packet loop joins it later.
+//!
+//! * [`config`]: the TOML configuration, validated at start-up into core types
+//!   ([`metronome_core::Rate`], [`metronome_core::TimingWheelConfig`], ...), with errors of the
+//!   form `FILE:LINE: FIELD: MESSAGE`, and the plan of what a SIGHUP reload changes.
+//! * [`units`]: durations (`500us`) and tc-like byte sizes (`15k`); rates are parsed by the core.
+//!
+//! Like the core it reads no clock; unlike the core it may read files ([`config::Config::load`]).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod metrics;
+pub mod netns;
+pub mod trafficgen;
+pub mod units;
+
+pub use config::{Config, ConfigError};

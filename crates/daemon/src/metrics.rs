@@ -1,0 +1,499 @@
+//! The daemon's Prometheus text endpoint (issue 4, "Observability"): per class bytes, packets,
+//! drops by reason, ECN marks and not-ECT fallbacks, queued packets; wheel occupancy; a lateness
+//! histogram of actual against scheduled departure; TX batch sizes; RX ring drops; malformed
+//! frames by reason; pass-through traffic. Served by a small HTTP server on a background thread,
+//! on loopback unless configured otherwise ([`crate::config::DEFAULT_METRICS_LISTEN`]).
+//!
+//! The registry and the text encoding are `prometheus-client`'s (OpenMetrics text, which
+//! Prometheus scrapes natively). The hot path never touches the registry: the daemon asks once,
+//! at start-up and after each reload, for one [`ClassMetrics`] per class (a bundle of shared
+//! atomics), and per packet or batch it does relaxed atomic adds only. Histograms are this
+//! module's [`Pow2Histogram`] (atomic power-of-two buckets, O(1) index from a leading-zeros
+//! count) rather than `prometheus-client`'s `Histogram`, which takes a lock per observation.
+//! Malformed frames are counted through a label lookup (a read lock and a hash) because they
+//! are rare and their reasons belong to the parser crate.
+//!
+//! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
+
+pub mod stats;
+
+pub use stats::{fetch_and_format, format_stats, scrape, MetricsError};
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Prefix of every metric name.
+pub const PREFIX: &str = "metronome";
+/// Lateness buckets: upper bounds 1 µs × 2^k for k = 0..=17, i.e. 1 µs to 131 ms (covers the
+/// 100 ms of the brief; a departure later than that is in `+Inf`).
+pub const LATENESS_BASE_NS: u64 = 1_000;
+/// Number of finite lateness buckets (see [`LATENESS_BASE_NS`]).
+pub const LATENESS_BUCKETS: usize = 18;
+/// TX batch buckets: 1, 2, 4, ... 1024 packets (the config's largest batch is below 1024).
+pub const BATCH_BUCKETS: usize = 11;
+/// How often the server thread checks its stop flag while idle.
+const SERVER_POLL: Duration = Duration::from_millis(100);
+/// Content type of the OpenMetrics text format that `prometheus-client` encodes.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Why the daemon dropped a packet (the `reason` label of `metronome_class_drops_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The departure time lay beyond the wheel's horizon under a reject policy.
+    Horizon,
+    /// The `drop` backpressure mode: the flow held its packet limit.
+    FlowLimit,
+    /// The packet pool had no free buffer.
+    PoolExhausted,
+    /// The class queue was full.
+    QueueFull,
+    /// The transmit path refused the frame.
+    TxError,
+}
+
+impl DropReason {
+    /// Every reason, in label order.
+    pub const ALL: [DropReason; 5] = [
+        DropReason::Horizon,
+        DropReason::FlowLimit,
+        DropReason::PoolExhausted,
+        DropReason::QueueFull,
+        DropReason::TxError,
+    ];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DropReason::Horizon => "horizon",
+            DropReason::FlowLimit => "flow_limit",
+            DropReason::PoolExhausted => "pool_exhausted",
+            DropReason::QueueFull => "queue_full",
+            DropReason::TxError => "tx_error",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassReasonLabel {
+    class: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+/// A histogram with power-of-two buckets `base × 2^k` (k < `n`) and `+Inf`, updated with relaxed
+/// atomics. Encoded as a Prometheus histogram.
+#[derive(Debug)]
+pub struct Pow2Histogram {
+    base: u64,
+    // Non-cumulative counts; the last one is `+Inf`.
+    buckets: Box<[AtomicU64]>,
+    sum: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Pow2Histogram {
+    /// A histogram with `n` finite buckets of upper bounds `base × 2^k`.
+    pub fn new(base: u64, n: usize) -> Self {
+        Pow2Histogram {
+            base: base.max(1),
+            buckets: (0..=n).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// The bucket of `v`: the smallest k with `v <= base × 2^k`, or the `+Inf` bucket.
+    pub fn bucket_index(&self, v: u64) -> usize {
+        // v <= base·2^k  <=>  (v-1)/base < 2^k (integer division), so k = bit length of q.
+        let q = v.saturating_sub(1) / self.base;
+        let k = (u64::BITS - q.leading_zeros()) as usize;
+        k.min(self.buckets.len() - 1)
+    }
+
+    /// Records one value.
+    pub fn observe(&self, v: u64) {
+        self.buckets[self.bucket_index(v)].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(v, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Values recorded so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl EncodeMetric for Pow2Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let n = self.buckets.len() - 1;
+        let buckets: Vec<(f64, u64)> = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let le = if k == n {
+                    f64::INFINITY
+                } else {
+                    (self.base << k) as f64
+                };
+                (le, c.load(Ordering::Relaxed))
+            })
+            .collect();
+        // Count from the buckets so that one scrape is self-consistent.
+        let count = buckets.iter().map(|b| b.1).sum();
+        let sum = self.sum.load(Ordering::Relaxed) as f64;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// The counters of one class, shared with the registry. Clone it into the packet loop; every
+/// method is one or a few relaxed atomic operations.
+#[derive(Clone, Debug)]
+pub struct ClassMetrics {
+    bytes: Counter,
+    packets: Counter,
+    drops: [Counter; DropReason::ALL.len()],
+    ecn_marked: Counter,
+    ecn_not_ect: Counter,
+    queued: Gauge,
+}
+
+impl ClassMetrics {
+    /// Counts `packets` packets of `bytes` bytes transmitted.
+    pub fn sent(&self, packets: u64, bytes: u64) {
+        self.packets.inc_by(packets);
+        self.bytes.inc_by(bytes);
+    }
+
+    /// Counts one packet dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) {
+        self.drops[reason as usize].inc();
+    }
+
+    /// Counts one packet marked CE.
+    pub fn ecn_marked(&self) {
+        self.ecn_marked.inc();
+    }
+
+    /// Counts one packet that should have been marked but was not ECN-capable (not-ECT), so the
+    /// `ecn` mode fell back to its drop rule.
+    pub fn ecn_not_ect(&self) {
+        self.ecn_not_ect.inc();
+    }
+
+    /// Sets the number of packets of this class waiting in the wheel.
+    pub fn set_queued(&self, packets: u64) {
+        self.queued.set(i64::try_from(packets).unwrap_or(i64::MAX));
+    }
+}
+
+struct Inner {
+    registry: Registry,
+    bytes: Family<ClassLabel, Counter>,
+    packets: Family<ClassLabel, Counter>,
+    drops: Family<ClassReasonLabel, Counter>,
+    ecn_marked: Family<ClassLabel, Counter>,
+    ecn_not_ect: Family<ClassLabel, Counter>,
+    queued: Family<ClassLabel, Gauge>,
+    wheel_occupancy: Gauge,
+    lateness: Arc<Pow2Histogram>,
+    tx_batch: Arc<Pow2Histogram>,
+    rx_ring_drops: Counter,
+    malformed: Family<ReasonLabel, Counter>,
+    pass_through_packets: Counter,
+    pass_through_bytes: Counter,
+}
+
+/// The daemon's metrics: a cheap, clonable handle to the registry and the global counters.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// An empty registry with every metric family registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let inner = Inner {
+            bytes: Family::default(),
+            packets: Family::default(),
+            drops: Family::default(),
+            ecn_marked: Family::default(),
+            ecn_not_ect: Family::default(),
+            queued: Family::default(),
+            wheel_occupancy: Gauge::default(),
+            lateness: Arc::new(Pow2Histogram::new(LATENESS_BASE_NS, LATENESS_BUCKETS)),
+            tx_batch: Arc::new(Pow2Histogram::new(1, BATCH_BUCKETS)),
+            rx_ring_drops: Counter::default(),
+            malformed: Family::default(),
+            pass_through_packets: Counter::default(),
+            pass_through_bytes: Counter::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "class_bytes",
+            "Bytes transmitted per class",
+            inner.bytes.clone(),
+        );
+        r.register(
+            "class_packets",
+            "Packets transmitted per class",
+            inner.packets.clone(),
+        );
+        r.register(
+            "class_drops",
+            "Packets dropped per class and reason",
+            inner.drops.clone(),
+        );
+        r.register(
+            "class_ecn_marks",
+            "Packets marked CE per class",
+            inner.ecn_marked.clone(),
+        );
+        let not_ect = "Packets due for a CE mark that were not ECN-capable, per class";
+        r.register("class_ecn_not_ect", not_ect, inner.ecn_not_ect.clone());
+        r.register(
+            "class_queued_packets",
+            "Packets queued per class",
+            inner.queued.clone(),
+        );
+        let occ = "Packets held in the timing wheel";
+        r.register(
+            "wheel_occupancy_packets",
+            occ,
+            inner.wheel_occupancy.clone(),
+        );
+        let late = "Actual minus scheduled departure time, nanoseconds";
+        r.register("lateness_ns", late, ArcMetric(inner.lateness.clone()));
+        r.register(
+            "tx_batch_packets",
+            "Packets per transmit batch",
+            ArcMetric(inner.tx_batch.clone()),
+        );
+        r.register(
+            "rx_ring_drops",
+            "Frames the RX ring dropped (overruns)",
+            inner.rx_ring_drops.clone(),
+        );
+        r.register(
+            "malformed_frames",
+            "Malformed frames by reason",
+            inner.malformed.clone(),
+        );
+        let pt = "Packets forwarded unshaped (non-IP, reverse direction)";
+        r.register(
+            "pass_through_packets",
+            pt,
+            inner.pass_through_packets.clone(),
+        );
+        let ptb = "Bytes forwarded unshaped";
+        r.register("pass_through_bytes", ptb, inner.pass_through_bytes.clone());
+        Metrics {
+            inner: Arc::new(Inner { registry, ..inner }),
+        }
+    }
+
+    /// The counters of class `name` (created at zero, or the existing ones after a reload, so
+    /// series continue). Call at start-up and after reloads, not per packet.
+    pub fn class(&self, name: &str) -> ClassMetrics {
+        let i = &self.inner;
+        let l = ClassLabel {
+            class: name.to_owned(),
+        };
+        let drop_of = |reason: DropReason| {
+            let label = ClassReasonLabel {
+                class: name.to_owned(),
+                reason: reason.label(),
+            };
+            i.drops.get_or_create(&label).clone()
+        };
+        ClassMetrics {
+            bytes: i.bytes.get_or_create(&l).clone(),
+            packets: i.packets.get_or_create(&l).clone(),
+            drops: DropReason::ALL.map(drop_of),
+            ecn_marked: i.ecn_marked.get_or_create(&l).clone(),
+            ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
+            queued: i.queued.get_or_create(&l).clone(),
+        }
+    }
+
+    /// Sets the number of packets in the timing wheel.
+    pub fn set_wheel_occupancy(&self, packets: u64) {
+        let v = i64::try_from(packets).unwrap_or(i64::MAX);
+        self.inner.wheel_occupancy.set(v);
+    }
+
+    /// Records one departure `ns` nanoseconds after its scheduled time (0 if on time or early).
+    pub fn observe_lateness_ns(&self, ns: u64) {
+        self.inner.lateness.observe(ns);
+    }
+
+    /// Records one transmit batch of `packets` packets.
+    pub fn observe_tx_batch(&self, packets: u64) {
+        self.inner.tx_batch.observe(packets);
+    }
+
+    /// Adds `frames` to the RX ring drop counter (from `tp_drops` of TPACKET_V3 block headers or
+    /// `PACKET_STATISTICS`).
+    pub fn rx_ring_drops(&self, frames: u64) {
+        self.inner.rx_ring_drops.inc_by(frames);
+    }
+
+    /// Counts one malformed frame for `reason` (cold path: a label lookup).
+    pub fn malformed(&self, reason: &str) {
+        let label = ReasonLabel {
+            reason: reason.to_owned(),
+        };
+        self.inner.malformed.get_or_create(&label).inc();
+    }
+
+    /// Counts `packets` packets of `bytes` bytes forwarded without shaping.
+    pub fn pass_through(&self, packets: u64, bytes: u64) {
+        self.inner.pass_through_packets.inc_by(packets);
+        self.inner.pass_through_bytes.inc_by(bytes);
+    }
+
+    /// The lateness histogram (for tests and end-of-run summaries).
+    pub fn lateness(&self) -> &Pow2Histogram {
+        &self.inner.lateness
+    }
+
+    /// The whole registry in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail: fmt::Write for String is infallible.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        out
+    }
+
+    /// Serves `GET /metrics` on `addr` from a background thread until the returned server is
+    /// dropped. Port 0 picks a free port ([`MetricsServer::addr`] tells which).
+    pub fn serve(&self, addr: SocketAddr) -> Result<MetricsServer, MetricsError> {
+        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
+            addr,
+            reason: e.to_string(),
+        })?;
+        let local = server.server_addr().to_ip().unwrap_or(addr);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (metrics, flag) = (self.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("metrics-http".into())
+            .spawn(move || serve_loop(&server, &metrics, &flag))
+            .map_err(|e| MetricsError::Bind {
+                addr,
+                reason: e.to_string(),
+            })?;
+        Ok(MetricsServer {
+            addr: local,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Lets the registry hold a histogram that [`Metrics`] also holds.
+#[derive(Debug)]
+struct ArcMetric(Arc<Pow2Histogram>);
+
+impl EncodeMetric for ArcMetric {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+}
+
+fn serve_loop(server: &tiny_http::Server, metrics: &Metrics, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        let request = match server.recv_timeout(SERVER_POLL) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("metrics endpoint: {e}");
+                continue;
+            }
+        };
+        let path = request.url().split('?').next().unwrap_or("");
+        let response = match (request.method(), path) {
+            (tiny_http::Method::Get, "/metrics") => {
+                let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE);
+                let r = tiny_http::Response::from_string(metrics.encode());
+                match header {
+                    Ok(h) => r.with_header(h),
+                    Err(()) => r,
+                }
+            }
+            (tiny_http::Method::Get, _) => {
+                tiny_http::Response::from_string("not found\n").with_status_code(404)
+            }
+            _ => tiny_http::Response::from_string("method not allowed\n").with_status_code(405),
+        };
+        if let Err(e) = request.respond(response) {
+            tracing::debug!("metrics endpoint: responding: {e}");
+        }
+    }
+}
+
+/// The running endpoint. Dropping it stops the server thread (within 100 ms) and joins it.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// The address actually bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

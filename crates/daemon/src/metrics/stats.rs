@@ -1,0 +1,279 @@
+//! `metronome stats`: scrape the endpoint and print tc -s-like lines per class.
+//!
+//! The rate is computed from two scrapes [`STATS_INTERVAL`] apart: the byte counter's delta × 8
+//! divided by the measured time between the two responses. (A rate gauge kept by the daemon
+//! would need a window of its own; a counter delta needs nothing from the daemon and is what
+//! Prometheus' `rate()` does.) The scrape is a plain HTTP/1.0 `GET /metrics` on a
+//! `std::net::TcpStream`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Time between the two scrapes of [`fetch_and_format`]: 500 ms, long enough to average a few
+/// hundred TX batches, short enough for an interactive command.
+pub const STATS_INTERVAL: Duration = Duration::from_millis(500);
+/// Connect and read timeout of one scrape.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why the endpoint could not be served or read.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The server could not bind its address.
+    #[error("cannot serve metrics on {addr}: {reason}")]
+    Bind {
+        /// The requested address.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The endpoint could not be reached or read.
+    #[error("cannot read metrics from {addr}: {source}")]
+    Fetch {
+        /// The endpoint.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The endpoint answered with something other than 200.
+    #[error("metrics endpoint {addr} answered: {status}")]
+    Status {
+        /// The endpoint.
+        addr: SocketAddr,
+        /// Its status line.
+        status: String,
+    },
+}
+
+/// One `GET /metrics` over HTTP/1.0; returns the body.
+pub fn scrape(addr: SocketAddr) -> Result<String, MetricsError> {
+    let fetch = |source| MetricsError::Fetch { addr, source };
+    let mut stream = TcpStream::connect_timeout(&addr, SCRAPE_TIMEOUT).map_err(fetch)?;
+    stream
+        .set_read_timeout(Some(SCRAPE_TIMEOUT))
+        .map_err(fetch)?;
+    stream
+        .set_write_timeout(Some(SCRAPE_TIMEOUT))
+        .map_err(fetch)?;
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(fetch)?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(fetch)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.lines().next().unwrap_or("").to_owned();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(MetricsError::Status { addr, status });
+    }
+    Ok(body.to_owned())
+}
+
+/// Scrapes `addr` twice, [`STATS_INTERVAL`] apart, and formats the second scrape with rates
+/// from the difference (see [`format_stats`]).
+pub fn fetch_and_format(addr: SocketAddr) -> Result<String, MetricsError> {
+    let first = scrape(addr)?;
+    let t0 = Instant::now();
+    std::thread::sleep(STATS_INTERVAL);
+    let second = scrape(addr)?;
+    Ok(format_stats(&first, &second, t0.elapsed()))
+}
+
+/// One sample line: name, labels, value.
+#[derive(Debug, PartialEq)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+impl Sample {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses `name{k="v",...} value [timestamp]`; `None` for comments and lines it cannot read.
+fn parse_line(line: &str) -> Option<Sample> {
+    if line.starts_with('#') || line.trim().is_empty() {
+        return None;
+    }
+    let name_end = line.find(['{', ' '])?;
+    let name = line[..name_end].to_owned();
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(after) = rest.strip_prefix('{') {
+        let mut chars = after.char_indices();
+        let (mut key, mut value, mut in_value, mut escaped) =
+            (String::new(), String::new(), false, false);
+        let mut end = None;
+        for (i, c) in chars.by_ref() {
+            match (in_value, escaped, c) {
+                (true, true, 'n') => (value.push('\n'), escaped = false).1,
+                (true, true, c) => (value.push(c), escaped = false).1,
+                (true, false, '\\') => escaped = true,
+                (true, false, '"') => {
+                    labels.push((std::mem::take(&mut key), std::mem::take(&mut value)));
+                    in_value = false;
+                }
+                (true, false, c) => value.push(c),
+                (false, _, '"') => in_value = true,
+                (false, _, '}') => {
+                    end = Some(i);
+                    break;
+                }
+                (false, _, '=' | ',' | ' ') => {}
+                (false, _, c) => key.push(c),
+            }
+        }
+        rest = &after[end? + 1..];
+    }
+    let value = rest.split_whitespace().next()?.parse().ok()?;
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ClassLine {
+    bytes: f64,
+    packets: f64,
+    dropped: f64,
+    ecn_marked: f64,
+    queued: f64,
+}
+
+#[derive(Debug, Default)]
+struct Summary {
+    classes: BTreeMap<String, ClassLine>,
+    occupancy: f64,
+    rx_ring_drops: f64,
+    malformed: f64,
+    pass_through: f64,
+    // (upper bound, cumulative count) of the lateness histogram.
+    lateness: Vec<(f64, f64)>,
+}
+
+fn summarise(text: &str) -> Summary {
+    let mut s = Summary::default();
+    for sample in text.lines().filter_map(parse_line) {
+        let name = sample
+            .name
+            .strip_prefix("metronome_")
+            .unwrap_or(&sample.name);
+        if let Some(class) = sample.label("class") {
+            let c = s.classes.entry(class.to_owned()).or_default();
+            match name {
+                "class_bytes_total" => c.bytes = sample.value,
+                "class_packets_total" => c.packets = sample.value,
+                "class_drops_total" => c.dropped += sample.value,
+                "class_ecn_marks_total" => c.ecn_marked = sample.value,
+                "class_queued_packets" => c.queued = sample.value,
+                _ => {}
+            }
+            continue;
+        }
+        match name {
+            "wheel_occupancy_packets" => s.occupancy = sample.value,
+            "rx_ring_drops_total" => s.rx_ring_drops = sample.value,
+            "malformed_frames_total" => s.malformed += sample.value,
+            "pass_through_packets_total" => s.pass_through = sample.value,
+            "lateness_ns_bucket" => {
+                let le = sample
+                    .label("le")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(f64::INFINITY);
+                s.lateness.push((le, sample.value));
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// A rate in tc's style: `199.8Mbit`, `1.2Gbit`, `800.0Kbit`, `12bit`.
+pub fn format_rate(bps: f64) -> String {
+    match bps {
+        b if b >= 1e9 => format!("{:.1}Gbit", b / 1e9),
+        b if b >= 1e6 => format!("{:.1}Mbit", b / 1e6),
+        b if b >= 1e3 => format!("{:.1}Kbit", b / 1e3),
+        b => format!("{:.0}bit", b.max(0.0)),
+    }
+}
+
+/// The smallest bucket bound holding at least `q` of the observations, in microseconds.
+fn quantile_us(cumulative: &[(f64, f64)], q: f64) -> Option<f64> {
+    let total = cumulative.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    cumulative
+        .iter()
+        .find(|(_, c)| *c >= q * total)
+        .map(|(le, _)| le / 1e3)
+}
+
+/// Formats `second` as one line per class plus one line for the wheel and the I/O path; rates
+/// come from the byte counters' difference to `first` over `elapsed`:
+///
+/// ```text
+/// class A: sent 123456 bytes 789 pkt (dropped 0, ecn marked 3) rate 199.8Mbit queued 12
+/// wheel: occupancy 40 pkt, lateness p99 <= 16us; rx ring drops 0, malformed 0, pass-through 12 pkt
+/// ```
+pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
+    let (before, now) = (summarise(first), summarise(second));
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let mut out = String::new();
+    for (name, c) in &now.classes {
+        let prev = before.classes.get(name).map_or(c.bytes, |p| p.bytes);
+        let rate = format_rate((c.bytes - prev).max(0.0) * 8.0 / secs);
+        out.push_str(&format!(
+            "class {name}: sent {:.0} bytes {:.0} pkt (dropped {:.0}, ecn marked {:.0}) rate {rate} queued {:.0}\n",
+            c.bytes, c.packets, c.dropped, c.ecn_marked, c.queued
+        ));
+    }
+    let lateness = quantile_us(&now.lateness, 0.99).map_or("n/a".to_owned(), |us| {
+        if us.is_finite() {
+            format!("<= {us:.0}us")
+        } else {
+            "> histogram range".to_owned()
+        }
+    });
+    out.push_str(&format!(
+        "wheel: occupancy {:.0} pkt, lateness p99 {lateness}; rx ring drops {:.0}, malformed {:.0}, pass-through {:.0} pkt\n",
+        now.occupancy, now.rx_ring_drops, now.malformed, now.pass_through
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_labels_with_escapes() {
+        let s =
+            parse_line(r#"metronome_class_bytes_total{class="a \"b\"",x="1"} 42"#).expect("sample");
+        assert_eq!(s.name, "metronome_class_bytes_total");
+        assert_eq!(s.label("class"), Some("a \"b\""));
+        assert_eq!(s.label("x"), Some("1"));
+        assert_eq!(s.value, 42.0);
+        assert_eq!(
+            parse_line("metronome_rx_ring_drops_total 7").map(|s| s.value),
+            Some(7.0)
+        );
+        assert!(parse_line("# HELP x y").is_none());
+        assert!(parse_line("garbage{").is_none());
+    }
+
+    #[test]
+    fn rates_look_like_tc() {
+        assert_eq!(format_rate(199.8e6), "199.8Mbit");
+        assert_eq!(format_rate(1.25e9), "1.2Gbit");
+        assert_eq!(format_rate(800e3), "800.0Kbit");
+        assert_eq!(format_rate(12.0), "12bit");
+    }
+}

@@ -1,0 +1,128 @@
+use super::*;
+
+#[test]
+fn pow2_buckets_are_exact_at_the_bounds() {
+    let h = Pow2Histogram::new(LATENESS_BASE_NS, LATENESS_BUCKETS);
+    assert_eq!(h.bucket_index(0), 0);
+    assert_eq!(h.bucket_index(1_000), 0);
+    assert_eq!(h.bucket_index(1_001), 1);
+    assert_eq!(h.bucket_index(2_000), 1);
+    assert_eq!(h.bucket_index(2_001), 2);
+    assert_eq!(h.bucket_index(1_000 << 17), 17);
+    assert_eq!(h.bucket_index((1_000 << 17) + 1), LATENESS_BUCKETS);
+    assert_eq!(h.bucket_index(u64::MAX), LATENESS_BUCKETS);
+    let b = Pow2Histogram::new(1, BATCH_BUCKETS);
+    assert_eq!(
+        (b.bucket_index(1), b.bucket_index(3), b.bucket_index(64)),
+        (0, 2, 6)
+    );
+    assert_eq!(b.bucket_index(1024), 10);
+}
+
+#[test]
+fn encoding_holds_every_family() {
+    let m = Metrics::new();
+    let a = m.class("A");
+    a.sent(3, 4_500);
+    a.dropped(DropReason::FlowLimit);
+    a.ecn_marked();
+    a.ecn_not_ect();
+    a.set_queued(12);
+    m.set_wheel_occupancy(40);
+    m.observe_lateness_ns(1_500);
+    m.observe_tx_batch(64);
+    m.rx_ring_drops(2);
+    m.malformed("truncated_ipv4");
+    m.pass_through(5, 300);
+    let text = m.encode();
+    for needle in [
+        r#"metronome_class_bytes_total{class="A"} 4500"#,
+        r#"metronome_class_packets_total{class="A"} 3"#,
+        r#"metronome_class_drops_total{class="A",reason="flow_limit"} 1"#,
+        r#"metronome_class_drops_total{class="A",reason="horizon"} 0"#,
+        r#"metronome_class_ecn_marks_total{class="A"} 1"#,
+        r#"metronome_class_ecn_not_ect_total{class="A"} 1"#,
+        r#"metronome_class_queued_packets{class="A"} 12"#,
+        "metronome_wheel_occupancy_packets 40",
+        r#"metronome_lateness_ns_bucket{le="1000.0"} 0"#,
+        r#"metronome_lateness_ns_bucket{le="2000.0"} 1"#,
+        "metronome_lateness_ns_count 1",
+        r#"metronome_tx_batch_packets_bucket{le="64.0"} 1"#,
+        "metronome_rx_ring_drops_total 2",
+        r#"metronome_malformed_frames_total{reason="truncated_ipv4"} 1"#,
+        "metronome_pass_through_packets_total 5",
+        "metronome_pass_through_bytes_total 300",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}
+
+#[test]
+fn class_handles_survive_a_reload() {
+    let m = Metrics::new();
+    m.class("A").sent(1, 100);
+    m.class("A").sent(1, 100);
+    assert!(m
+        .encode()
+        .contains(r#"metronome_class_bytes_total{class="A"} 200"#));
+}
+
+#[test]
+fn server_serves_and_stats_format() {
+    let m = Metrics::new();
+    let a = m.class("A");
+    let b = m.class("B");
+    a.sent(789, 123_456);
+    a.ecn_marked();
+    b.dropped(DropReason::Horizon);
+    let server = m
+        .serve(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("bind loopback");
+    assert!(server.addr().ip().is_loopback() && server.addr().port() != 0);
+    let body = scrape(server.addr()).expect("scrape");
+    assert!(
+        body.contains(r#"metronome_class_bytes_total{class="A"} 123456"#),
+        "{body}"
+    );
+
+    // A 404 for anything else.
+    let mut s = TcpStream::connect(server.addr()).expect("connect");
+    let _ = s.write_all(b"GET /nope HTTP/1.0\r\n\r\n");
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert!(
+        reply.starts_with("HTTP/1.0 404") || reply.starts_with("HTTP/1.1 404"),
+        "{reply}"
+    );
+
+    // Rate from two scrapes: 25 000 bytes more over the interval.
+    let first = scrape(server.addr()).expect("first");
+    a.sent(10, 25_000);
+    a.set_queued(12);
+    let second = scrape(server.addr()).expect("second");
+    let out = format_stats(&first, &second, Duration::from_millis(1));
+    let line_a = out
+        .lines()
+        .find(|l| l.starts_with("class A:"))
+        .expect("class A line");
+    assert_eq!(
+        line_a,
+        "class A: sent 148456 bytes 799 pkt (dropped 0, ecn marked 1) rate 200.0Mbit queued 12"
+    );
+    assert!(
+        out.contains("class B: sent 0 bytes 0 pkt (dropped 1, ecn marked 0) rate 0bit queued 0"),
+        "{out}"
+    );
+    assert!(out.contains("wheel: occupancy 0 pkt"), "{out}");
+
+    let live = fetch_and_format(server.addr()).expect("fetch_and_format");
+    assert!(
+        live.contains("class A: sent 148456 bytes") && live.contains("rate 0bit"),
+        "{live}"
+    );
+    drop(server);
+    assert!(scrape(SocketAddr::from(([127, 0, 0, 1], 1))).is_err());
+}
+
+use std::io::{Read, Write};
+use std::net::TcpStream;

@@ -1,0 +1,331 @@
+//! Integration tests of `AfPacketPort` on a real veth pair between two throwaway network
+//! namespaces. They need CAP_NET_ADMIN and CAP_NET_RAW (root); without them they print why and
+//! pass. Each test builds its own namespaces, named after the process id and a counter, sends a
+//! bounded number of frames (a few hundred, within 3 s) only to addresses inside them, and a Drop
+//! guard deletes both namespaces — and with them the veth pair — even when an assertion fails.
+
+use metronome_io::{wait_readable, AfPacketConfig, AfPacketPort, FramePool, PacketPort, RxFrame};
+use nix::sched::CloneFlags;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// MAC addresses of the two veth ends (locally administered).
+const MAC_A: [u8; 6] = [0x02, 0x6d, 0x74, 0x00, 0x00, 0x01];
+const MAC_B: [u8; 6] = [0x02, 0x6d, 0x74, 0x00, 0x00, 0x02];
+const IP_A: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
+const IP_B: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
+/// IEEE 802 "local experimental" EtherType 1, for the raw frames of the TX test.
+const ETHERTYPE_TEST: u16 = 0x88b5;
+/// Longest a test waits for frames.
+const DEADLINE: Duration = Duration::from_secs(3);
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn mac_str(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Two namespaces joined by a veth pair `if_a` (in `ns_a`) — `if_b` (in `ns_b`), both up, with
+/// addresses and static neighbour entries (no ARP). Dropping it deletes both namespaces, which
+/// destroys the veth pair.
+struct Topology {
+    ns_a: String,
+    ns_b: String,
+    if_a: String,
+    if_b: String,
+}
+
+impl Topology {
+    /// Builds the topology, or `None` (after printing why) without the privilege to.
+    fn create() -> Option<Topology> {
+        if let Err(why) = check_capabilities() {
+            eprintln!("skipping: {why}");
+            return None;
+        }
+        let (pid, n) = (std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let topo = Topology {
+            ns_a: format!("mtio-{pid}-{n}-a"),
+            ns_b: format!("mtio-{pid}-{n}-b"),
+            if_a: format!("mta{pid}x{n}"),
+            if_b: format!("mtb{pid}x{n}"),
+        };
+        if let Err(e) = ip(&["netns", "add", &topo.ns_a]) {
+            eprintln!("skipping: cannot create a network namespace (needs CAP_NET_ADMIN): {e}");
+            return None;
+        }
+        let (a, b) = (&topo.ns_a, &topo.ns_b);
+        let (ia, ib) = (&topo.if_a, &topo.if_b);
+        let steps: [&[&str]; 9] = [
+            &["netns", "add", b],
+            &[
+                "link",
+                "add",
+                ia,
+                "netns",
+                a,
+                "address",
+                &mac_str(MAC_A),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                ib,
+                "netns",
+                b,
+                "address",
+                &mac_str(MAC_B),
+            ],
+            &["-n", a, "addr", "add", "10.211.0.1/24", "dev", ia],
+            &["-n", b, "addr", "add", "10.211.0.2/24", "dev", ib],
+            &["-n", a, "link", "set", ia, "up"],
+            &["-n", b, "link", "set", ib, "up"],
+            &[
+                "-n",
+                a,
+                "neigh",
+                "replace",
+                "10.211.0.2",
+                "lladdr",
+                &mac_str(MAC_B),
+                "dev",
+                ia,
+            ],
+            &[
+                "-n",
+                b,
+                "neigh",
+                "replace",
+                "10.211.0.1",
+                "lladdr",
+                &mac_str(MAC_A),
+                "dev",
+                ib,
+            ],
+            &["-n", a, "link", "set", "lo", "up"],
+        ];
+        for step in steps {
+            // `topo` is dropped on panic, deleting whatever was created.
+            ip(step).unwrap_or_else(|e| panic!("building the test topology: {e}"));
+        }
+        Some(topo)
+    }
+}
+
+/// `CAP_NET_ADMIN` (bit 12) and `CAP_NET_RAW` (bit 13), capabilities(7).
+const NEEDED_CAPS: [(u32, &str); 2] = [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW")];
+
+/// Checks the effective capability set (`CapEff` in /proc/self/status) for [`NEEDED_CAPS`].
+fn check_capabilities() -> Result<(), String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or("no CapEff line in /proc/self/status")?;
+    for (bit, name) in NEEDED_CAPS {
+        if eff & (1 << bit) == 0 {
+            return Err(format!("the process lacks {name}"));
+        }
+    }
+    Ok(())
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // Deleting a namespace destroys the veth end inside it, and with it the pair.
+        let _ = ip(&["netns", "del", &self.ns_a]);
+        let _ = ip(&["netns", "del", &self.ns_b]);
+    }
+}
+
+/// Runs `f` on a thread that has entered namespace `ns`; sockets it opens stay in `ns`.
+fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open the namespace");
+        nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+    .join()
+    .expect("namespace thread")
+}
+
+fn open_port(ns: &str, ifname: &str) -> AfPacketPort {
+    let ifname = ifname.to_string();
+    in_netns(ns, move || {
+        AfPacketPort::open(&ifname, &AfPacketConfig::default())
+            .unwrap_or_else(|e| panic!("open: {e}"))
+    })
+}
+
+/// Receives on `port` until `want` frames satisfied `keep` or the deadline passes; frames not
+/// kept (ARP, IPv6 neighbour discovery) are freed. Returns the kept frames' bytes.
+fn collect(
+    port: &mut AfPacketPort,
+    pool: &mut FramePool,
+    want: usize,
+    keep: impl Fn(&[u8]) -> bool,
+) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut batch = [RxFrame::default(); 64];
+    let end = Instant::now() + DEADLINE;
+    while got.len() < want && Instant::now() < end {
+        let n = port.recv(pool, &mut batch).expect("recv");
+        if n == 0 {
+            let fd = port.poll_fd().expect("an AF_PACKET port has an fd");
+            wait_readable(fd, Duration::from_millis(10)).expect("poll");
+        }
+        for f in &batch[..n] {
+            let bytes = pool.frame(f.id);
+            assert_eq!(bytes.len(), f.len as usize);
+            if keep(bytes) {
+                got.push(bytes.to_vec());
+            }
+            pool.free(f.id);
+        }
+    }
+    got
+}
+
+/// The UDP payload of test datagram `seq`: recognisable and different for every `seq`.
+fn udp_payload(seq: u32) -> Vec<u8> {
+    let mut p = format!("metronome-io udp {} {seq:05} ", std::process::id()).into_bytes();
+    p.extend((0..(seq % 700) as usize).map(|i| (i as u32 * 7 + seq) as u8));
+    p
+}
+
+#[test]
+fn rx_receives_kernel_udp_from_the_peer_namespace() {
+    let Some(topo) = Topology::create() else {
+        return;
+    };
+    let mut port = open_port(&topo.ns_a, &topo.if_a);
+    let sock = in_netns(&topo.ns_b, || {
+        UdpSocket::bind(SocketAddrV4::new(IP_B, 0)).expect("bind in ns b")
+    });
+    const N: u32 = 300;
+    for seq in 0..N {
+        sock.send_to(&udp_payload(seq), SocketAddrV4::new(IP_A, 9))
+            .expect("send_to");
+    }
+    let mut pool = FramePool::new(1024, 2048);
+    let frames = collect(&mut port, &mut pool, N as usize, |f| {
+        // Ethernet to A, IPv4 (no options), UDP to port 9.
+        f.len() > 42
+            && f[..6] == MAC_A
+            && f[12..14] == [0x08, 0x00]
+            && f[23] == 17
+            && f[36..38] == [0, 9]
+    });
+    assert_eq!(frames.len(), N as usize, "received {} of {N}", frames.len());
+    for (seq, f) in frames.iter().enumerate() {
+        // Intact bytes: headers as sent, payload byte for byte, in order.
+        assert_eq!(&f[6..12], &MAC_B);
+        assert_eq!(&f[26..30], &IP_B.octets());
+        assert_eq!(&f[30..34], &IP_A.octets());
+        assert_eq!(&f[42..], &udp_payload(seq as u32)[..]);
+    }
+    let c = port.counters();
+    assert!(c.rx_packets >= u64::from(N));
+    assert_eq!(
+        (
+            c.rx_ring_drops,
+            c.rx_oversize,
+            c.rx_truncated,
+            c.rx_ring_errors
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(pool.in_use(), 0);
+}
+
+/// Raw test frame `seq` from A to B: untagged, or with an 802.1Q tag (VLAN `seq`) every 5th.
+fn raw_frame(seq: u32) -> Vec<u8> {
+    let mut f = Vec::with_capacity(1514);
+    f.extend_from_slice(&MAC_B);
+    f.extend_from_slice(&MAC_A);
+    if seq.is_multiple_of(5) {
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&(seq as u16 & 0x0fff).to_be_bytes());
+    }
+    f.extend_from_slice(&ETHERTYPE_TEST.to_be_bytes());
+    f.extend_from_slice(format!("metronome-io raw {} {seq:05} ", std::process::id()).as_bytes());
+    let len = 60 + (seq as usize * 37) % 1440;
+    while f.len() < len {
+        f.push((f.len() as u32 ^ seq) as u8);
+    }
+    f
+}
+
+#[test]
+fn tx_frames_arrive_intact_on_the_peer() {
+    let Some(topo) = Topology::create() else {
+        return;
+    };
+    let mut tx = open_port(&topo.ns_a, &topo.if_a);
+    let mut rx = open_port(&topo.ns_b, &topo.if_b);
+    const N: u32 = 200;
+    let mut pool = FramePool::new(512, 2048);
+    let ids: Vec<u32> = (0..N).map(|s| pool.store(&raw_frame(s)).unwrap()).collect();
+    let mut sent = 0;
+    let end = Instant::now() + DEADLINE;
+    while sent < ids.len() && Instant::now() < end {
+        sent += tx.send(&mut pool, &ids[sent..]).expect("send");
+    }
+    assert_eq!(sent, N as usize);
+    assert_eq!(pool.in_use(), 0, "send frees every slot it consumes");
+
+    let magic = format!("metronome-io raw {} ", std::process::id()).into_bytes();
+    let frames = collect(&mut rx, &mut pool, N as usize, |f| {
+        f.windows(magic.len())
+            .take(24)
+            .any(|w| w == magic.as_slice())
+    });
+    assert_eq!(frames.len(), N as usize, "received {} of {N}", frames.len());
+    for (seq, f) in frames.iter().enumerate() {
+        // Byte for byte, VLAN tags included (re-inserted from the ring's tp_vlan_tci).
+        assert_eq!(f, &raw_frame(seq as u32), "frame {seq}");
+    }
+    let c = tx.counters();
+    assert_eq!((c.tx_packets, c.tx_errors), (u64::from(N), 0));
+    let c = rx.counters();
+    assert_eq!((c.rx_ring_drops, c.rx_oversize, c.rx_truncated), (0, 0, 0));
+}
+
+#[test]
+fn oversize_and_runt_frames_are_counted_not_fatal() {
+    let Some(topo) = Topology::create() else {
+        return;
+    };
+    let mut tx = open_port(&topo.ns_a, &topo.if_a);
+    let mut pool = FramePool::new(4, 9000);
+    // Longer than the 1500-byte MTU (EMSGSIZE) and shorter than an Ethernet header (EINVAL).
+    let big = pool.store(&vec![0u8; 4000]).unwrap();
+    let runt = pool.store(&[0u8; 6]).unwrap();
+    let ok = pool.store(&raw_frame(1)).unwrap();
+    assert_eq!(tx.send(&mut pool, &[big, runt, ok]).expect("send"), 3);
+    let c = tx.counters();
+    assert_eq!((c.tx_errors, c.tx_packets), (2, 1));
+    assert_eq!(pool.in_use(), 0);
+}
