@@ -24,13 +24,13 @@ pub struct LabArgs {
     /// Run this plan file instead of the embedded plan.
     #[arg(long, value_name = "FILE")]
     plan: Option<PathBuf>,
-    /// Apply the plan's [quick] overrides (finishes in under a minute).
+    /// Apply the plan's `[quick]` overrides (finishes in under a minute).
     #[arg(long)]
     quick: bool,
     /// Print exactly one JSON document on stdout (progress goes to stderr).
     #[arg(long)]
     json: bool,
-    /// Directory for rows.csv, rows.json and the plots [default: out/lab/<experiment>].
+    /// Directory for rows.csv, rows.json and the plots (default: `out/lab/EXPERIMENT`).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Points run in parallel.

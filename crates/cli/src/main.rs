@@ -1,8 +1,11 @@
-//! `metronome`: one binary. Today it runs `metronome bench`; the daemon (`run`, `demo`,
-//! `compare`) and the lab (`lab`) join it in later issues.
+//! `metronome`: one binary: `bench`, `lab`, the daemon (`run`, `stats`, `demo`); `compare` joins
+//! it later.
 
 mod bench_cmd;
+mod demo_cmd;
 mod lab_cmd;
+mod run_cmd;
+mod stats_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -19,15 +22,29 @@ enum Command {
     /// Reproduce Carousel Table 1: steady-state ns per packet of every queue structure, memory
     /// footprints and inter-flow batching.
     Bench(bench_cmd::BenchArgs),
-    /// Run an experiment plan (lab/plans/<experiment>.toml): sweep its parameters, write CSV, JSON
+    /// Run an experiment plan (`lab/plans/EXPERIMENT.toml`): sweep its parameters, write CSV, JSON
     /// and SVG plots, and print the paper's figures beside ours.
     Lab(lab_cmd::LabArgs),
+    /// Shape real traffic between two interfaces (a bump in the wire) as FILE configures.
+    Run(run_cmd::RunArgs),
+    /// Print a running daemon's per-class counters and rates, like `tc -s class show`.
+    Stats(stats_cmd::StatsArgs),
+    /// Build a throwaway sender/shaper/receiver topology, shape real kernel TCP through the
+    /// daemon and print a conformance table (the simulator without CAP_NET_ADMIN).
+    Demo(demo_cmd::DemoArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Demo(_)) {
+        // Before any thread exists: SIGINT/SIGTERM then remove the demo's namespaces.
+        demo_cmd::install_cleanup();
+    }
     match cli.command {
         Command::Bench(args) => bench_cmd::run(args),
         Command::Lab(args) => lab_cmd::run(args),
+        Command::Run(args) => run_cmd::run(args),
+        Command::Stats(args) => stats_cmd::run(args),
+        Command::Demo(args) => demo_cmd::run(args),
     }
 }

@@ -13,8 +13,13 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod daemon;
+pub mod demo;
+pub mod engine;
+pub mod flow_table;
 pub mod metrics;
 pub mod netns;
+pub mod run;
 pub mod trafficgen;
 pub mod units;
 

@@ -46,12 +46,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod checksum;
 pub mod classify;
 pub mod counters;
 pub mod ecn;
 pub mod flow_hash;
 pub mod frame;
 
+pub use checksum::{fix_l4_checksum, L4Checksum};
 pub use classify::{ClassRule, Classifier, Verdict};
 pub use counters::{EcnCounters, ParseCounters};
 pub use ecn::{checksum_update, ipv4_header_checksum, mark_ce, EcnMark};

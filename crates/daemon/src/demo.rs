@@ -1,0 +1,348 @@
+//! `metronome demo`: the daemon on a throwaway topology with real kernel TCP (issue 4, item 2).
+//!
+//! With CAP_NET_ADMIN, [`run_real`] builds a [`Topology::bump_in_the_wire`], runs the daemon's
+//! loop on AF_PACKET ports on `in0`/`out0` inside the shaper namespace with the embedded
+//! [`DEMO_TOML`] (`examples/demo.toml`, interfaces rewritten to `in0`/`out0`), and drives the
+//! trafficgen: class A (`bulk`, 16 TCP flows to port 5201, 200 Mbit/s together), class B
+//! (`paced`, 4 flows to port 5301, each paced at 50 Mbit/s), one unshaped flow to port 6000 and
+//! an RTT probe. Every second it prints each class's rate from the daemon's own class byte
+//! counters (bytes on the wire, Ethernet header included); at the end a conformance table: per
+//! class the target, the achieved rate and the deviation, the mean absolute deviation of 100 ms
+//! windows from the target (Carousel §7.1.1), over the steady part of the run.
+//!
+//! Offloads and checksums: `ethtool` may be missing, so the sender's and receiver's veths get
+//! `gso_max_size 1514 gso_max_segs 1` (iproute2; TCP then hands the veth one MTU per segment,
+//! measured: no frame above 1514 bytes reaches the daemon); the checksums a local sender leaves
+//! to the "hardware" are completed by the engine. The sender namespace negotiates ECN
+//! (`net.ipv4.tcp_ecn = 1`) so that the bulk class's `ecn` backpressure marks instead of only
+//! counting not-ECT packets.
+//!
+//! Without the privilege, [`run_simulated`] runs the closest scenario the simulator supports:
+//! `metronome_sim` models one shaper per run, so class A and class B are two runs (16 Cubic
+//! flows under a 200 Mbit/s aggregate; 4 flows each paced at 50 Mbit/s), with the same 2 µs /
+//! 2 s timing wheel; the unshaped traffic is not simulated.
+
+use crate::config::Config;
+use crate::daemon::spawn_shaper;
+use crate::metrics::Metrics;
+use crate::netns::{run_command, TopoError, Topology};
+use crate::run::Control;
+use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The demo's configuration, `examples/demo.toml`, embedded in the binary.
+pub const DEMO_TOML: &str = include_str!("../../../examples/demo.toml");
+/// Rate sampling window: 100 ms (Carousel §7.1.1).
+pub const WINDOW: Duration = Duration::from_millis(100);
+/// Skipped at the start of a run when computing conformance (TCP slow start).
+pub const WARMUP: Duration = Duration::from_millis(500);
+/// Prefix of the demo's namespaces.
+pub const NS_PREFIX: &str = "mtr-demo";
+
+/// Why the demo failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// Building or using the topology failed.
+    #[error("{0}")]
+    Topo(#[from] TopoError),
+    /// The traffic generator failed.
+    #[error("{0}")]
+    Traffic(#[from] TrafficError),
+    /// The daemon failed (an interface, a capability).
+    #[error("{0}")]
+    Port(#[from] metronome_io::PortError),
+    /// The simulator refused the scenario.
+    #[error("simulator: {0}")]
+    Sim(String),
+}
+
+/// One line of the conformance table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassRow {
+    /// The class name.
+    pub name: String,
+    /// The class's target rate in bit/s (`None`: unshaped).
+    pub target_bps: Option<f64>,
+    /// Mean rate over the steady windows, bit/s.
+    pub achieved_bps: f64,
+    /// Mean absolute deviation of the windows from the target, percent (Carousel §7.1.1).
+    pub deviation_pct: Option<f64>,
+}
+
+/// The demo configuration with its interfaces rewritten to the topology's `in0` / `out0`.
+pub fn demo_config() -> Config {
+    let text = DEMO_TOML
+        .replace("\"mtr-shp-in\"", "\"in0\"")
+        .replace("\"mtr-shp-out\"", "\"out0\"");
+    // The embedded file is tested (`demo_config_parses`); a failure here is a build defect.
+    Config::from_toml_str(&text, "examples/demo.toml").expect("embedded demo.toml is valid")
+}
+
+/// Target rate of class `name` in the demo: its aggregate rate, else pacing × its flows.
+fn target_bps(config: &Config, name: &str, flows: usize) -> Option<f64> {
+    let class = config.classes.iter().find(|c| c.name == name)?;
+    match (class.policy.rate, class.policy.pacing) {
+        (Some(r), _) => Some(r.bps() as f64),
+        (None, Some(p)) => Some(p.bps() as f64 * flows as f64),
+        (None, None) => None,
+    }
+}
+
+/// Mean and mean absolute deviation (percent of `target`) of `windows`.
+pub fn conformance(windows: &[f64], target: Option<f64>) -> (f64, Option<f64>) {
+    if windows.is_empty() {
+        return (0.0, None);
+    }
+    let n = windows.len() as f64;
+    let mean = windows.iter().sum::<f64>() / n;
+    let dev = target
+        .filter(|t| *t > 0.0)
+        .map(|t| windows.iter().map(|w| (w - t).abs()).sum::<f64>() / n / t * 100.0);
+    (mean, dev)
+}
+
+/// Per-class transmitted bytes from the daemon's metrics text.
+pub fn class_bytes(text: &str) -> Vec<(String, u64)> {
+    const HEAD: &str = "metronome_class_bytes_total{class=\"";
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(HEAD)?;
+            let (name, value) = rest.split_once("\"}")?;
+            Some((name.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Formats the conformance table.
+pub fn format_table(rows: &[ClassRow]) -> String {
+    let mut s = format!(
+        "{:<10} {:>14} {:>14} {:>10} {:>14}\n",
+        "class", "target", "achieved", "mean", "deviation"
+    );
+    for r in rows {
+        let (target, off, dev) = match (r.target_bps, r.deviation_pct) {
+            (Some(t), Some(d)) => (
+                format!("{:.1} Mbit/s", t / 1e6),
+                format!("{:+.2} %", (r.achieved_bps / t - 1.0) * 100.0),
+                format!("{d:.2} %"),
+            ),
+            _ => ("unshaped".into(), "-".into(), "-".into()),
+        };
+        s += &format!(
+            "{:<10} {:>14} {:>14} {:>10} {:>14}\n",
+            r.name,
+            target,
+            format!("{:.1} Mbit/s", r.achieved_bps / 1e6),
+            off,
+            dev
+        );
+    }
+    s += "deviation: mean absolute deviation of 100 ms windows from the target (Carousel §7.1.1)\n";
+    s
+}
+
+/// The real demo (needs CAP_NET_ADMIN). Prints live rates and the table to `out`.
+pub fn run_real(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>, DemoError> {
+    let topo = Topology::bump_in_the_wire(NS_PREFIX)?;
+    for (ns, iface) in [(&topo.sender, "snd0"), (&topo.receiver, "rcv0")] {
+        ns.ip(&[
+            "link",
+            "set",
+            "dev",
+            iface,
+            "gso_max_size",
+            "1514",
+            "gso_max_segs",
+            "1",
+        ])?;
+    }
+    let sysctl = [
+        "netns",
+        "exec",
+        topo.sender.name(),
+        "sysctl",
+        "-qw",
+        "net.ipv4.tcp_ecn=1",
+    ];
+    if let Err(e) = run_command("ip", &sysctl) {
+        tracing::warn!("could not enable ECN in the sender namespace: {e}");
+    }
+    let config = demo_config();
+    let metrics = Metrics::new();
+    let control = Control::default();
+    let shaper = spawn_shaper(
+        &topo.shaper,
+        config.clone(),
+        metrics.clone(),
+        control.clone(),
+    )?;
+    std::thread::sleep(Duration::from_millis(100));
+    let groups = vec![
+        FlowGroup::tcp("bulk", 5201, 16),
+        FlowGroup::tcp("paced", 5301, 4),
+        FlowGroup::tcp("default", 6000, 1),
+    ];
+    let plan = TrafficPlan::new(topo.receiver_addr, groups, duration).with_probe(7000);
+    let (snd, rcv) = (topo.sender.clone(), topo.receiver.clone());
+    let _ = writeln!(out, "shaping real kernel TCP for {duration:?} (class A: 16 flows, 200 Mbit/s together; class B: 4 flows, 50 Mbit/s each; 1 unshaped flow)");
+    let traffic = std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)));
+    let names = ["bulk", "paced", "default"];
+    let mut windows: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let start = Instant::now();
+    let mut last = (Instant::now(), class_bytes(&metrics.encode()));
+    let mut next = start + WINDOW;
+    let mut second = Vec::new();
+    while !traffic.is_finished() {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        next += WINDOW;
+        let now = (Instant::now(), class_bytes(&metrics.encode()));
+        let dt = now.0.duration_since(last.0).as_secs_f64();
+        let rates: Vec<f64> = names
+            .iter()
+            .map(|n| {
+                let get = |v: &[(String, u64)]| v.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
+                get(&now.1).saturating_sub(get(&last.1)) as f64 * 8.0 / dt
+            })
+            .collect();
+        let t = now.0.duration_since(start);
+        if t >= WARMUP && t + WINDOW <= duration {
+            for (w, r) in windows.iter_mut().zip(&rates) {
+                w.push(*r);
+            }
+        }
+        second.push(rates);
+        if second.len() == 10 {
+            let mean = |i: usize| second.iter().map(|r: &Vec<f64>| r[i]).sum::<f64>() / 10.0 / 1e6;
+            let _ = writeln!(
+                out,
+                "{:>4.0}s  bulk {:>7.1} Mbit/s  paced {:>7.1} Mbit/s  default {:>7.1} Mbit/s",
+                t.as_secs_f64(),
+                mean(0),
+                mean(1),
+                mean(2)
+            );
+            second.clear();
+        }
+        last = now;
+    }
+    let report = traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
+    control.stop.store(true, Ordering::Relaxed);
+    let loop_report = shaper
+        .join()
+        .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
+    let flows = [16, 4, 1];
+    let rows: Vec<ClassRow> = names
+        .iter()
+        .zip(&windows)
+        .zip(flows)
+        .map(|((name, w), f)| {
+            let target = target_bps(&config, name, f);
+            let (achieved, dev) = conformance(w, target);
+            ClassRow {
+                name: (*name).to_owned(),
+                target_bps: target,
+                achieved_bps: achieved,
+                deviation_pct: dev,
+            }
+        })
+        .collect();
+    let _ = write!(out, "\n{}", format_table(&rows));
+    if let Some(p) = &report.probe {
+        let _ = writeln!(out, "probe RTT: p50 {} us, p99 {} us", p.p50_us, p.p99_us);
+    }
+    let e = loop_report.engine;
+    let _ = writeln!(
+        out,
+        "daemon: {} frames in, {} shaped, {} passed at once, {} dropped, {} ECN-marked, {} not-ECT",
+        e.received,
+        e.released,
+        e.forwarded,
+        e.dropped(),
+        e.ecn_marked,
+        e.ecn_not_ect
+    );
+    topo.remove()?;
+    Ok(rows)
+}
+
+/// The demo in the simulator (no privilege needed). See the module docs for what it models.
+pub fn run_simulated(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>, DemoError> {
+    use metronome_sim::{Scenario, ShaperSpec};
+    let config = demo_config();
+    let mut rows = Vec::new();
+    for (name, flows) in [("bulk", 16u32), ("paced", 4)] {
+        let class = config.classes.iter().find(|c| c.name == name);
+        let policy = class.map(|c| c.policy);
+        let scenario = Scenario {
+            flows,
+            duration_ns: duration.as_nanos().min(u128::from(u64::MAX)) as u64,
+            warmup_ns: WARMUP.as_nanos() as u64,
+            window_ns: WINDOW.as_nanos() as u64,
+            shaper: ShaperSpec::TimingWheel {
+                granularity_ns: config.wheel.granularity.as_nanos(),
+                horizon_ns: config.wheel.horizon.as_nanos(),
+                aggregate_bps: policy.and_then(|p| p.rate).map(|r| r.bps()),
+                per_flow_bps: policy.and_then(|p| p.pacing).map(|r| r.bps()),
+                capacity_packets: 70_000,
+            },
+            ..Scenario::default()
+        };
+        let report = metronome_sim::run(&scenario).map_err(|e| DemoError::Sim(e.to_string()))?;
+        let target = target_bps(&config, name, flows as usize);
+        let (achieved, dev) = conformance(&report.throughput.windows_bps, target);
+        rows.push(ClassRow {
+            name: name.to_owned(),
+            target_bps: target,
+            achieved_bps: achieved,
+            deviation_pct: dev,
+        });
+    }
+    let _ = write!(out, "{}", format_table(&rows));
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_config_parses_with_the_topology_interfaces() {
+        let c = demo_config();
+        assert_eq!(
+            (c.interfaces.inside.as_str(), c.interfaces.outside.as_str()),
+            ("in0", "out0")
+        );
+        assert_eq!(target_bps(&c, "bulk", 16), Some(200e6));
+        assert_eq!(target_bps(&c, "paced", 4), Some(200e6));
+    }
+
+    #[test]
+    fn conformance_is_the_mean_absolute_deviation() {
+        let (mean, dev) = conformance(&[90.0, 110.0, 100.0, 100.0], Some(100.0));
+        assert_eq!(mean, 100.0);
+        assert_eq!(dev, Some(5.0));
+        assert_eq!(conformance(&[], Some(1.0)), (0.0, None));
+    }
+
+    #[test]
+    fn class_bytes_reads_the_metrics_text() {
+        let m = Metrics::new();
+        m.class("bulk").sent(2, 3000);
+        m.class("paced").sent(1, 1514);
+        let mut v = class_bytes(&m.encode());
+        v.sort();
+        assert_eq!(v, [("bulk".to_owned(), 3000), ("paced".to_owned(), 1514)]);
+    }
+
+    #[test]
+    fn the_simulated_demo_holds_its_targets() {
+        let mut out = Vec::new();
+        let rows = run_simulated(Duration::from_secs(2), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for r in &rows {
+            assert!(r.deviation_pct.unwrap() < 3.0, "{text}");
+        }
+    }
+}

@@ -1,0 +1,585 @@
+//! The daemon's per-packet shaping pipeline, without I/O: frames come in as pool slot ids, go out
+//! as slot ids to transmit, and `now` is an argument (STYLE.md §1). [`crate::run`] drives it
+//! between two [`metronome_io::PacketPort`]s; the tests drive it with a
+//! [`metronome_io::MemoryPort`].
+//!
+//! For each received frame ([`Engine::receive`]), Carousel §5.1 in order:
+//! 1. **Checksum.** A frame received with `csum_not_ready` (a local sender's `CHECKSUM_PARTIAL`)
+//!    gets its TCP/UDP checksum computed ([`metronome_packet::fix_l4_checksum`]), or the receiver
+//!    would discard it.
+//! 2. **Classify** ([`metronome_packet::parse`], [`metronome_packet::Classifier`]): non-IP frames
+//!    (ARP, LLDP, ...) and packets of unshaped classes are forwarded at once. **Malformed frames
+//!    are forwarded at once too, unshaped**, and counted under their named reason
+//!    (`metronome_malformed_total{reason}`): a bump in the wire must not black-hole traffic it
+//!    does not understand (unusual encapsulations, jumbo frames), and the parser is strict.
+//! 3. **Backpressure, before stamping** so that a dropped packet consumes no rate:
+//!    `drop` discards a packet whose flow already has `limit` packets queued
+//!    (`DropReason::FlowLimit`); `ecn` looks at the delay the packet would wait — the largest
+//!    backlog of its policies, `Timestamper::backlog` — and above `threshold` sets CE on
+//!    ECN-capable packets ([`metronome_packet::mark_ce`], IPv4 checksum fixed); a not-ECT packet
+//!    is left untouched and queued, as `docs/config.md` specifies, and counted under
+//!    `ecn_not_ect` (the fallback: such a flow gets no congestion signal from the shaper, only
+//!    its delay). A class whose horizon policy is `reject` drops (`Horizon`) a packet
+//!    whose delay would reach the wheel's horizon.
+//! 4. **Timestamp** (Carousel §5.1.1): the EDT is the latest of the class's aggregate policy and,
+//!    when the class paces, the flow's own pacing policy (kept in the bounded
+//!    [`crate::flow_table`]; a flow that finds no room there is shaped by the aggregate only and
+//!    counted under `flow_table_full`). An EDT beyond the horizon is clamped to its last slot.
+//! 5. **Queue** in the timing wheel (Carousel §5.1.2). A rejection (node pool exhausted) is a
+//!    counted drop (`PoolExhausted`, or `Horizon`), its slot freed.
+//!
+//! [`Engine::release`] moves everything due into one transmit batch (inter-flow batching,
+//! FlowBundler §IV-A) and observes each packet's lateness against its EDT, kept per pool slot.
+//!
+//! **Nothing is lost** (STYLE.md §11): every received frame is forwarded at once, queued, released
+//! or in a named drop counter; [`Engine::invariants`] checks
+//! `received = forwarded + enqueued + dropped` and `enqueued = released + queued`.
+//!
+//! **Reload** ([`Engine::reload`]): classes are matched by name; an existing class keeps its
+//! aggregate and pacing policies (`Timestamper::set_rate`, so no burst is granted) and its queued
+//! packets leave at their EDT; a new classifier takes the next packet. Changes that need a restart
+//! (`ReloadPlan::restart_required`) are refused, the running configuration kept.
+
+use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZE};
+use crate::flow_table::{FlowTable, Lookup};
+use crate::metrics::{ClassMetrics, DropReason, Metrics};
+use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
+use metronome_core::{
+    ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, RejectReason, Timestamp,
+    TimingWheel, TimingWheelConfig,
+};
+use metronome_io::{FramePool, RxFrame};
+use metronome_packet::{
+    fix_l4_checksum, mark_ce, parse, Classifier, EcnMark, L4Checksum, ParseCounters, Parsed,
+    Verdict,
+};
+
+/// No flow entry for a queued slot.
+const NO_ENTRY: u32 = u32::MAX;
+/// Name of the class state of packets no class matches (as in `Config::class_name`).
+const DEFAULT_CLASS_NAME: &str = "default";
+
+/// The engine's own counters, cumulative. Every received frame ends in exactly one of
+/// `forwarded`, `enqueued` (then `released` or still queued) or a drop counter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    /// Frames handed to [`Engine::receive`].
+    pub received: u64,
+    /// Frames forwarded at once: unshaped classes, non-IP and malformed frames.
+    pub forwarded: u64,
+    /// Of `forwarded`: non-IP frames.
+    pub passed_non_ip: u64,
+    /// Of `forwarded`: malformed frames (by reason in [`Engine::parse_counters`]).
+    pub malformed: u64,
+    /// Packets put into the wheel.
+    pub enqueued: u64,
+    /// Packets released from the wheel.
+    pub released: u64,
+    /// Drops: the flow held its `drop` limit.
+    pub dropped_flow_limit: u64,
+    /// Drops: beyond the horizon under a `reject` policy.
+    pub dropped_horizon: u64,
+    /// Drops: the wheel's node pool was exhausted.
+    pub dropped_pool: u64,
+    /// Packets above the ECN threshold that were not ECN-capable: queued unmarked (fallback).
+    pub ecn_not_ect: u64,
+    /// Packets marked CE.
+    pub ecn_marked: u64,
+    /// Packets above the ECN threshold that already carried CE (left as they are).
+    pub ecn_already_ce: u64,
+    /// Packets of a paced or limited class that found no room in the flow table.
+    pub flow_table_full: u64,
+    /// Packets still queued when the loop stopped, freed by [`Engine::drain_all`].
+    pub discarded_at_stop: u64,
+    /// Frames whose TCP/UDP checksum was completed (both directions).
+    pub checksums_fixed: u64,
+    /// Frames flagged `csum_not_ready` whose headers could not be walked (forwarded unchanged).
+    pub checksum_failed: u64,
+}
+
+impl EngineCounters {
+    /// Every drop, whatever the reason.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_flow_limit + self.dropped_horizon + self.dropped_pool
+    }
+}
+
+/// A reload that the engine refused; the running configuration stays in force.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// Some changed field needs a restart (listed one per line).
+    #[error("reload refused, these changes need a restart:\n{0}")]
+    RestartRequired(ReloadPlan),
+    /// More classes over the daemon's life than a `ClassId` can number.
+    #[error(
+        "reload refused: more than {} classes over the daemon's life",
+        u16::MAX
+    )]
+    TooManyClasses,
+}
+
+/// What the engine keeps per class. Indexed by a *state* index that is stable across reloads
+/// (a class keeps its state while it keeps its name); `PacketRef::class` holds that index.
+#[derive(Debug)]
+struct ClassState {
+    name: String,
+    policy: ClassPolicy,
+    horizon_policy: HorizonPolicy,
+    /// The class's aggregate rate policy, when it has a rate.
+    aggregate: Option<PolicyId>,
+    metrics: ClassMetrics,
+    /// Packets of this class in the wheel.
+    queued: u64,
+}
+
+/// The shaping pipeline. See the module docs.
+pub struct Engine {
+    // Hot, per packet.
+    classifier: Classifier,
+    /// Config class id (0 = default, i + 1 = `classes[i]`) -> class state index.
+    class_map: Vec<u16>,
+    classes: Vec<ClassState>,
+    stamper: Timestamper,
+    wheel: TimingWheel,
+    flows: FlowTable,
+    /// EDT of the packet in each pool slot (valid while it is queued): lateness at release.
+    slot_edt: Vec<Timestamp>,
+    /// Flow entry of the packet in each pool slot, or [`NO_ENTRY`].
+    slot_entry: Vec<u32>,
+    /// Dequeue buffer, [`MAX_BATCH_SIZE`] references.
+    batch: Vec<PacketRef>,
+    /// Longest delay the wheel holds: horizon minus one slot.
+    max_delay: Duration,
+    // Cold.
+    counters: EngineCounters,
+    parse_counters: ParseCounters,
+    metrics: Metrics,
+    config: Config,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("classes", &self.classes.len())
+            .field("queued", &self.wheel.len())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// An engine for `config`, whose frames live in a pool of `pool_slots` slots, counting into
+    /// `metrics`. The wheel's node pool holds at most `min(wheel.pool_packets, pool_slots)`
+    /// packets: no more frames can wait than the frame pool holds.
+    pub fn new(config: &Config, pool_slots: usize, metrics: Metrics) -> Engine {
+        let wheel_config = TimingWheelConfig {
+            pool_packets: config.wheel.pool_packets.min(pool_slots.max(1)),
+            ..config.wheel
+        };
+        let max_delay = wheel_config
+            .horizon
+            .as_nanos()
+            .saturating_sub(wheel_config.granularity.as_nanos());
+        let mut engine = Engine {
+            classifier: config.classifier(),
+            class_map: Vec::new(),
+            classes: Vec::new(),
+            stamper: Timestamper::new(),
+            wheel: TimingWheel::new(wheel_config),
+            flows: FlowTable::new(),
+            slot_edt: vec![Timestamp::ZERO; pool_slots],
+            slot_entry: vec![NO_ENTRY; pool_slots],
+            batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
+            max_delay: Duration::from_nanos(max_delay),
+            counters: EngineCounters::default(),
+            parse_counters: ParseCounters::new(),
+            metrics,
+            config: config.clone(),
+        };
+        // A fresh engine has no state, so this cannot run out of class ids (validation caps
+        // the classes at `MAX_CLASSES`).
+        let _ = engine.install_classes(config);
+        engine
+    }
+
+    /// Maps every class of `config` to a state, creating or updating states by name.
+    fn install_classes(&mut self, config: &Config) -> Result<(), ReloadError> {
+        let mut wanted: Vec<(&str, ClassPolicy)> = vec![(DEFAULT_CLASS_NAME, config.default_class)];
+        wanted.extend(config.classes.iter().map(|c| (c.name.as_str(), c.policy)));
+        let new_names = wanted
+            .iter()
+            .filter(|(n, _)| !self.classes.iter().any(|s| s.name == *n))
+            .count();
+        if self.classes.len() + new_names > usize::from(u16::MAX) {
+            return Err(ReloadError::TooManyClasses);
+        }
+        let mut map = Vec::with_capacity(wanted.len());
+        for (name, policy) in wanted {
+            let index = match self.classes.iter().position(|s| s.name == name) {
+                Some(i) => i,
+                None => {
+                    self.classes.push(ClassState {
+                        name: name.to_owned(),
+                        policy: ClassPolicy::unshaped(config.interfaces.mtu),
+                        horizon_policy: config.wheel.horizon_policy,
+                        aggregate: None,
+                        metrics: self.metrics.class(name),
+                        queued: 0,
+                    });
+                    self.classes.len() - 1
+                }
+            };
+            self.apply_policy(index, policy, config.wheel.horizon_policy);
+            map.push(index as u16); // < u16::MAX: checked above
+        }
+        self.class_map = map;
+        self.classifier = config.classifier();
+        Ok(())
+    }
+
+    fn apply_policy(&mut self, index: usize, policy: ClassPolicy, wheel_horizon: HorizonPolicy) {
+        let state = &mut self.classes[index];
+        state.aggregate = match (policy.rate, state.aggregate) {
+            (Some(rate), Some(p)) => {
+                let _ = self.stamper.set_rate(p, rate);
+                let _ = self.stamper.set_burst(p, policy.burst);
+                Some(p)
+            }
+            (Some(rate), None) => Some(self.stamper.add_policy(
+                PolicyKind::Aggregate,
+                rate,
+                policy.burst,
+            )),
+            (None, _) => None,
+        };
+        if let Some(pacing) = policy.pacing {
+            self.flows
+                .set_class_pacing(index as u32, &mut self.stamper, pacing, policy.burst);
+        }
+        state.policy = policy;
+        state.horizon_policy = policy.horizon_policy.unwrap_or(wheel_horizon);
+    }
+
+    /// Applies `new`'s classes, rates and default policy live (SIGHUP). Queued packets stay and
+    /// leave at their EDT. Returns what changed; refuses (changing nothing) when a change needs a
+    /// restart.
+    pub fn reload(&mut self, new: &Config) -> Result<ReloadPlan, ReloadError> {
+        let plan = self.config.diff(new);
+        if plan.needs_restart() {
+            return Err(ReloadError::RestartRequired(plan));
+        }
+        self.install_classes(new)?;
+        self.config = new.clone();
+        Ok(plan)
+    }
+
+    /// Processes received frames (slots of `pool`): pushes the ids to transmit at once onto
+    /// `forward`, queues shaped packets, frees the slots of dropped ones.
+    pub fn receive(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        frames: &[RxFrame],
+        forward: &mut Vec<u32>,
+    ) {
+        for rx in frames {
+            self.counters.received += 1;
+            let frame = pool.frame_mut(rx.id);
+            let parsed = parse(frame);
+            if rx.csum_not_ready {
+                match fix_l4_checksum(frame, &parsed) {
+                    L4Checksum::Fixed => self.counters.checksums_fixed += 1,
+                    L4Checksum::Malformed => self.counters.checksum_failed += 1,
+                    L4Checksum::NotApplicable => {}
+                }
+            }
+            let verdict = self.classifier.classify(&parsed);
+            self.parse_counters.record(&verdict);
+            match verdict {
+                Verdict::Shape { class, flow, len } => self.shape(
+                    now,
+                    pool,
+                    rx.id,
+                    class,
+                    flow,
+                    u32::from(len),
+                    &parsed,
+                    forward,
+                ),
+                Verdict::PassNonIp => {
+                    self.counters.passed_non_ip += 1;
+                    self.forward(rx.id, forward);
+                    self.metrics.pass_through(1, u64::from(rx.len));
+                }
+                Verdict::Malformed(reason) => {
+                    self.counters.malformed += 1;
+                    self.metrics.malformed(reason.name());
+                    self.forward(rx.id, forward);
+                }
+            }
+        }
+        self.publish_gauges();
+    }
+
+    /// Frames received on the outside port, passed to the inside unshaped: completes their
+    /// checksums (a local receiver's ACKs are `CHECKSUM_PARTIAL` too), counts them and pushes
+    /// their ids onto `out`.
+    pub fn pass_through(&mut self, pool: &mut FramePool, frames: &[RxFrame], out: &mut Vec<u32>) {
+        for rx in frames {
+            if rx.csum_not_ready {
+                let frame = pool.frame_mut(rx.id);
+                let parsed = parse(frame);
+                match fix_l4_checksum(frame, &parsed) {
+                    L4Checksum::Fixed => self.counters.checksums_fixed += 1,
+                    L4Checksum::Malformed => self.counters.checksum_failed += 1,
+                    L4Checksum::NotApplicable => {}
+                }
+            }
+            self.metrics.pass_through(1, u64::from(rx.len));
+            out.push(rx.id);
+        }
+    }
+
+    /// Empties the wheel at shutdown: frees every queued packet's slot without sending it and
+    /// counts it under `discarded_at_stop`. Returns how many.
+    pub fn drain_all(&mut self, pool: &mut FramePool) -> u64 {
+        let mut total = 0;
+        loop {
+            let n = self.wheel.dequeue(Timestamp::MAX, &mut self.batch);
+            if n == 0 {
+                break;
+            }
+            for pkt in &self.batch[..n] {
+                pool.free(pkt.id);
+                if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+                    state.queued = state.queued.saturating_sub(1);
+                }
+                if let Some(&e) = self.slot_entry.get(pkt.id as usize) {
+                    if e != NO_ENTRY {
+                        self.flows.remove_queued(e);
+                    }
+                }
+            }
+            total += n as u64;
+        }
+        self.counters.discarded_at_stop += total;
+        self.publish_gauges();
+        total
+    }
+
+    fn forward(&mut self, id: u32, forward: &mut Vec<u32>) {
+        self.counters.forwarded += 1;
+        forward.push(id);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn shape(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        id: u32,
+        class: ClassId,
+        flow: FlowId,
+        len: u32,
+        parsed: &Parsed,
+        forward: &mut Vec<u32>,
+    ) {
+        let index = usize::from(
+            self.class_map
+                .get(usize::from(class.0))
+                .copied()
+                .unwrap_or(0),
+        );
+        let Some(state) = self.classes.get(index) else {
+            return self.forward(id, forward);
+        };
+        if !state.policy.is_shaped() {
+            state.metrics.sent(1, u64::from(len));
+            return self.forward(id, forward);
+        }
+        let (policy, horizon_policy, aggregate) =
+            (state.policy, state.horizon_policy, state.aggregate);
+        let entry = match self.flows.lookup(index as u32, flow, now, &self.stamper) {
+            Lookup::Entry(e) => Some(e),
+            Lookup::Full => {
+                self.counters.flow_table_full += 1;
+                None
+            }
+        };
+        if let (Backpressure::Drop { limit }, Some(e)) = (policy.backpressure, entry) {
+            if self.flows.queued(e) >= limit {
+                return self.drop(pool, id, index, DropReason::FlowLimit);
+            }
+        }
+        let mut policies = [aggregate, None];
+        if let (Some(rate), Some(e)) = (policy.pacing, entry) {
+            policies[1] = self
+                .flows
+                .pacing_policy(e, &mut self.stamper, rate, policy.burst);
+        }
+        // The delay this packet will wait: the largest backlog among its policies.
+        let delay = policies
+            .iter()
+            .flatten()
+            .filter_map(|&p| self.stamper.backlog(p, now))
+            .max()
+            .unwrap_or(Duration::ZERO);
+        if let Backpressure::Ecn { threshold } = policy.backpressure {
+            if delay > threshold {
+                match mark_ce(pool.frame_mut(id), parsed) {
+                    EcnMark::Marked => {
+                        self.counters.ecn_marked += 1;
+                        self.classes[index].metrics.ecn_marked();
+                    }
+                    EcnMark::AlreadyCe => self.counters.ecn_already_ce += 1,
+                    EcnMark::NotEct | EcnMark::NotIp => {
+                        self.counters.ecn_not_ect += 1;
+                        self.classes[index].metrics.ecn_not_ect();
+                    }
+                }
+            }
+        }
+        if horizon_policy == HorizonPolicy::Reject && delay >= self.max_delay {
+            return self.drop(pool, id, index, DropReason::Horizon);
+        }
+        let (a, b) = (policies[0], policies[1]);
+        let edt = match (a, b) {
+            (Some(a), Some(b)) => self.stamper.stamp(now, len, &[a, b]),
+            (Some(p), None) | (None, Some(p)) => self.stamper.stamp(now, len, &[p]),
+            (None, None) => now,
+        };
+        let edt = edt.min(now.saturating_add(self.max_delay));
+        let len16 = u16::try_from(len).unwrap_or(u16::MAX);
+        let pkt = PacketRef::new(id, flow, ClassId(index as u16), len16);
+        match self.wheel.enqueue(now, edt, pkt) {
+            Ok(()) => {
+                self.counters.enqueued += 1;
+                self.classes[index].queued += 1;
+                if let Some(slot) = self.slot_edt.get_mut(id as usize) {
+                    *slot = edt;
+                }
+                if let Some(slot) = self.slot_entry.get_mut(id as usize) {
+                    *slot = entry.unwrap_or(NO_ENTRY);
+                }
+                if let Some(e) = entry {
+                    self.flows.add_queued(e);
+                }
+            }
+            Err(rejected) => {
+                let reason = match rejected.reason {
+                    RejectReason::BeyondHorizon => DropReason::Horizon,
+                    RejectReason::PoolExhausted => DropReason::PoolExhausted,
+                    _ => DropReason::QueueFull,
+                };
+                self.drop(pool, id, index, reason);
+            }
+        }
+    }
+
+    fn drop(&mut self, pool: &mut FramePool, id: u32, class: usize, reason: DropReason) {
+        match reason {
+            DropReason::FlowLimit => self.counters.dropped_flow_limit += 1,
+            DropReason::Horizon => self.counters.dropped_horizon += 1,
+            _ => self.counters.dropped_pool += 1,
+        }
+        if let Some(state) = self.classes.get(class) {
+            state.metrics.dropped(reason);
+        }
+        pool.free(id);
+    }
+
+    /// Moves up to `max` packets due at `now` (at most [`MAX_BATCH_SIZE`]) onto `out`, as one
+    /// transmit batch; returns how many. Observes each one's lateness (`now - EDT`).
+    pub fn release(&mut self, now: Timestamp, out: &mut Vec<u32>, max: usize) -> usize {
+        let max = max.min(self.batch.len());
+        let n = self.wheel.dequeue(now, &mut self.batch[..max]);
+        for pkt in &self.batch[..n] {
+            let i = pkt.id as usize;
+            if let Some(&edt) = self.slot_edt.get(i) {
+                self.metrics
+                    .observe_lateness_ns(now.saturating_since(edt).as_nanos());
+            }
+            if let Some(&e) = self.slot_entry.get(i) {
+                if e != NO_ENTRY {
+                    self.flows.remove_queued(e);
+                }
+            }
+            if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+                state.queued = state.queued.saturating_sub(1);
+                state.metrics.sent(1, u64::from(pkt.len));
+            }
+            out.push(pkt.id);
+        }
+        self.counters.released += n as u64;
+        if n > 0 {
+            self.publish_gauges();
+        }
+        n
+    }
+
+    fn publish_gauges(&self) {
+        self.metrics.set_wheel_occupancy(self.wheel.len() as u64);
+        for state in &self.classes {
+            state.metrics.set_queued(state.queued);
+        }
+    }
+
+    /// When the next queued packet is due (the loop sleeps until then), `None` when empty.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.wheel.next_due()
+    }
+
+    /// Packets waiting in the wheel.
+    pub fn queued(&self) -> usize {
+        self.wheel.len()
+    }
+
+    /// Packets of class `name` waiting in the wheel (0 for an unknown name).
+    pub fn class_queued(&self, name: &str) -> u64 {
+        self.classes
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0, |s| s.queued)
+    }
+
+    /// The engine's counters.
+    pub fn counters(&self) -> EngineCounters {
+        self.counters
+    }
+
+    /// Frames by verdict and malformed reason.
+    pub fn parse_counters(&self) -> &ParseCounters {
+        &self.parse_counters
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Flows holding a flow-table entry and evictions so far.
+    pub fn flow_table_stats(&self) -> (usize, u64) {
+        (self.flows.occupied(), self.flows.evictions)
+    }
+
+    /// Checks the accounting identities (STYLE.md §10, §11); panics with the counters if broken.
+    pub fn invariants(&self) {
+        let c = &self.counters;
+        assert_eq!(
+            c.received,
+            c.forwarded + c.enqueued + c.dropped(),
+            "a received frame is unaccounted for: {c:?}"
+        );
+        assert_eq!(
+            c.enqueued,
+            c.released + c.discarded_at_stop + self.wheel.len() as u64,
+            "{c:?}"
+        );
+        let per_class: u64 = self.classes.iter().map(|s| s.queued).sum();
+        assert_eq!(per_class, self.wheel.len() as u64);
+        assert!(self.flows.total_queued() <= per_class);
+    }
+}
+
+#[cfg(test)]
+mod tests;
