@@ -32,10 +32,17 @@ pub struct BenchArgs {
     /// Repetitions per row (the median is reported).
     #[arg(long)]
     repetitions: Option<usize>,
+    /// Instead of the queue suite, benchmark the daemon's whole per-packet path (parse,
+    /// classify, timestamp, wheel, release) through in-memory ports, with a per-stage breakdown.
+    #[arg(long)]
+    daemon: bool,
 }
 
 /// Runs the command.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.daemon {
+        return run_daemon(&args);
+    }
     let mut opts = SuiteOptions::new(args.quick);
     if !args.structures.is_empty() {
         for s in &args.structures {
@@ -294,5 +301,71 @@ fn print_targets(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             verdict(m / t >= 5.0)
         )?;
     }
+    Ok(())
+}
+
+/// `metronome bench --daemon`: the in-memory pipeline benchmark
+/// ([`metronome_daemon::pipeline_bench`]).
+fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
+    use metronome_daemon::pipeline_bench::{self, PipelineOptions, Stage};
+    let mut opts = PipelineOptions::new(args.quick);
+    if let Some(p) = args.packets {
+        opts.packets = p.max(1);
+    }
+    if let Some(r) = args.repetitions {
+        opts.repetitions = r.max(1);
+    }
+    let report = pipeline_bench::run(&opts, |what| eprintln!("bench --daemon: {what}"));
+    let machine = metronome_bench::machine::describe();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let mut doc = serde_json::to_value(&report)?;
+        doc["machine"] = serde_json::Value::String(machine);
+        serde_json::to_writer(&mut out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "metronome bench --daemon on {machine}, one core")?;
+    writeln!(
+        out,
+        "workload: {} IPv4 TCP flows of {} B frames in 4 classes (2 aggregate-limited, 1 paced, 1 unshaped), \
+         {} Gbit/s offered in simulated time, batches of {}, {} packets x {} repetitions\n",
+        report.flows,
+        report.frame_len,
+        report.offered_bps as f64 / 1e9,
+        report.batch,
+        report.packets,
+        opts.repetitions
+    )?;
+    writeln!(
+        out,
+        "{:<16} {:>10} {:>10}  what",
+        "stage", "ns/packet", "delta"
+    )?;
+    let mut prev = 0.0;
+    for (stage, row) in Stage::ALL.iter().zip(&report.stages) {
+        writeln!(
+            out,
+            "{:<16} {:>10.1} {:>+10.1}  {}",
+            row.stage,
+            row.ns_per_packet,
+            row.ns_per_packet - prev,
+            stage.describe()
+        )?;
+        prev = row.ns_per_packet;
+    }
+    writeln!(
+        out,
+        "\nend to end {:.1} ns/packet; without the port copy (engine - io) {:.1} ns/packet; target {:.0} ns: {}",
+        report.end_to_end_ns,
+        report.pipeline_ns,
+        report.target_ns,
+        if report.pipeline_ns <= report.target_ns { "met" } else { "NOT met" }
+    )?;
+    writeln!(
+        out,
+        "engine: {} forwarded unshaped, {} released from the wheel, {} dropped, {} queued at the end",
+        report.forwarded, report.released, report.dropped, report.queued_at_end
+    )?;
     Ok(())
 }

@@ -1,7 +1,8 @@
-//! `metronome`: one binary: `bench`, `lab`, the daemon (`run`, `stats`, `demo`); `compare` joins
-//! it later.
+//! `metronome`: one binary: `bench`, `lab`, the daemon (`run`, `stats`, `demo`) and `compare`
+//! (the daemon against kernel HTB and TBF).
 
 mod bench_cmd;
+mod compare_cmd;
 mod demo_cmd;
 mod lab_cmd;
 mod run_cmd;
@@ -32,6 +33,9 @@ enum Command {
     /// Build a throwaway sender/shaper/receiver topology, shape real kernel TCP through the
     /// daemon and print a conformance table (the simulator without CAP_NET_ADMIN).
     Demo(demo_cmd::DemoArgs),
+    /// Shape the same kernel TCP on the same topology with Metronome, kernel HTB and kernel TBF
+    /// and compare achieved rate, deviation, probe RTT and CPU (needs CAP_NET_ADMIN).
+    Compare(compare_cmd::CompareArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,11 +44,16 @@ fn main() -> anyhow::Result<()> {
         // Before any thread exists: SIGINT/SIGTERM then remove the demo's namespaces.
         demo_cmd::install_cleanup();
     }
+    if matches!(cli.command, Command::Compare(_)) {
+        // Likewise for the comparison's namespaces.
+        compare_cmd::install_cleanup();
+    }
     match cli.command {
         Command::Bench(args) => bench_cmd::run(args),
         Command::Lab(args) => lab_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
         Command::Stats(args) => stats_cmd::run(args),
         Command::Demo(args) => demo_cmd::run(args),
+        Command::Compare(args) => compare_cmd::run(args),
     }
 }

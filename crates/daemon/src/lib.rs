@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod compare;
 pub mod config;
 pub mod daemon;
 pub mod demo;
@@ -19,6 +20,7 @@ pub mod engine;
 pub mod flow_table;
 pub mod metrics;
 pub mod netns;
+pub mod pipeline_bench;
 pub mod run;
 pub mod trafficgen;
 pub mod units;

@@ -1,0 +1,571 @@
+//! `metronome compare`: Metronome against the kernel's HTB and TBF on the same path with the same
+//! traffic (issue 4, item 3).
+//!
+//! One [`Topology::bump_in_the_wire`] serves every run. For each target rate and flow count, the
+//! shapers take turns on the shaper namespace:
+//!
+//! * **metronome**: the daemon's loop ([`crate::daemon::run_with`]) on AF_PACKET ports on
+//!   `in0`/`out0`, with a one-class configuration ([`metronome_config`]): all TCP to the
+//!   receiver limited to the target as an aggregate, the default burst (one frame), and `ecn`
+//!   backpressure at 1 ms of queued delay (the sender negotiates ECN, as in the demo), since
+//!   without any backpressure 256 Cubic flows would fill the frame pool and the 2 s horizon;
+//! * **htb**: a Linux bridge joins `in0` and `out0` and `out0` gets one HTB class, rate = ceil =
+//!   target, the `tc` default burst ([`QdiscSpec::Htb`]);
+//! * **tbf**: the same bridge with a TBF whose bucket and queue [`QdiscSpec::tbf`] picks.
+//!
+//! The traffic ([`crate::trafficgen`]): `flows` kernel TCP connections from the sender to one
+//! port of the receiver plus the RTT probe (a TCP ping every 10 ms) to the next port; the probe
+//! is TCP to the receiver too, so it waits in the same shaped queue as the bulk flows under all
+//! three shapers. Segments are one MTU (`gso_max_size 1514 gso_max_segs 1` on `snd0` and
+//! `rcv0`, as in the demo), so the shapers see the same frames. Each run is bounded in time
+//! (warm-up + measurement + [`TAIL`]) and volume (each connection stops after the target's
+//! whole volume for the run, [`volume_cap`]).
+//!
+//! Measured per run (see [`measure`]): after [`CompareOptions::warmup`] counted from the first
+//! bulk bytes at the receiver, `rcv0`'s `rx_bytes` in 100 ms windows for
+//! [`CompareOptions::measure`]; the achieved rate is the windows' mean (bits on the wire,
+//! Ethernet header included), the deviation their mean absolute deviation from the target
+//! (Carousel §7.1.1), the p99 RTT of a probe connection opened when the windows start (so the
+//! warm-up's slow-start queue is not in it), and `cpu_pct`: the **whole machine's** kernel time
+//! (system, irq, softirq) plus this process's user time over the windows ([`MachineCpu`]), in
+//! percent of one CPU, per Gbit/s achieved. The kernel shapers work in softirq context that no
+//! thread can be charged for, so only a machine-wide figure compares the three; it includes the
+//! traffic generator's own TCP work, the same for all shapers, and leaves out the user time of
+//! unrelated processes. For metronome the daemon thread's own CPU per Gbit/s is reported besides
+//! ([`RunReport::daemon_cpu_pct`], from its `schedstat`).
+
+pub mod measure;
+
+use crate::config::Config;
+use crate::daemon::run_with;
+use crate::metrics::Metrics;
+use crate::netns::{run_command, LinkCounters, QdiscSpec, TopoError, Topology};
+use crate::run::Control;
+use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
+use measure::{cpu_pct_per_gbit, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Prefix of the comparison's namespaces.
+pub const NS_PREFIX: &str = "mtr-cmp";
+/// Target rates of the full comparison, bits/s (issue 4 item 3).
+pub const FULL_TARGETS_BPS: [u64; 4] = [100_000_000, 500_000_000, 1_000_000_000, 2_000_000_000];
+/// Flow counts of the full comparison (issue 4 item 3).
+pub const FULL_FLOWS: [usize; 3] = [1, 16, 256];
+/// Traffic kept running after the last window, so no flow stops inside it.
+pub const TAIL: Duration = Duration::from_millis(300);
+/// Bytes at the receiver, beyond the handshakes, that mark the start of the bulk traffic: 64 KiB
+/// plus 200 bytes per connection (a SYN and an ACK, 74 + 66 bytes on the wire, rounded up).
+const START_BYTES: u64 = 64 << 10;
+/// Per-connection allowance of [`START_BYTES`], bytes.
+const START_BYTES_PER_FLOW: u64 = 200;
+/// How often the start of the traffic is polled for.
+const START_POLL: Duration = Duration::from_millis(5);
+/// How long the bulk bytes may take to appear: the trafficgen's 5 s setup timeout plus 1 s.
+const START_TIMEOUT: Duration = Duration::from_secs(6);
+/// First destination port; run `i` uses ports `BASE_PORT + 2i` (bulk) and `+ 1` (probe), so no
+/// run meets a previous run's connections.
+const BASE_PORT: u16 = 20_000;
+
+/// One of the compared shapers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shaper {
+    /// The Metronome daemon.
+    Metronome,
+    /// Kernel HTB, one class.
+    Htb,
+    /// Kernel TBF.
+    Tbf,
+}
+
+impl Shaper {
+    /// All three, in report order.
+    pub const ALL: [Shaper; 3] = [Shaper::Metronome, Shaper::Htb, Shaper::Tbf];
+
+    /// The name used in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shaper::Metronome => "metronome",
+            Shaper::Htb => "htb",
+            Shaper::Tbf => "tbf",
+        }
+    }
+}
+
+/// What to compare.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompareOptions {
+    /// Target rates, bits/s.
+    pub targets_bps: Vec<u64>,
+    /// Flow counts.
+    pub flows: Vec<usize>,
+    /// The shapers, run in this order for each (target, flows).
+    pub shapers: Vec<Shaper>,
+    /// Skipped after the bulk traffic starts (slow start, the shaper's first queue).
+    pub warmup: Duration,
+    /// Measured after the warm-up, in 100 ms windows.
+    pub measure: Duration,
+}
+
+impl CompareOptions {
+    /// The full comparison: 4 rates × 3 flow counts × 3 shapers, 1 s warm-up, 3 s measured.
+    pub fn full() -> Self {
+        CompareOptions {
+            targets_bps: FULL_TARGETS_BPS.to_vec(),
+            flows: FULL_FLOWS.to_vec(),
+            shapers: Shaper::ALL.to_vec(),
+            warmup: Duration::from_secs(1),
+            measure: Duration::from_secs(3),
+        }
+    }
+
+    /// `--quick`: 100 Mbit/s and 1 Gbit/s with 16 flows (6 runs, well under a minute).
+    pub fn quick() -> Self {
+        CompareOptions {
+            targets_bps: vec![100_000_000, 1_000_000_000],
+            flows: vec![16],
+            ..CompareOptions::full()
+        }
+    }
+}
+
+/// One row of the report: exactly the fields of `--json`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Row {
+    /// Which shaper.
+    pub shaper: Shaper,
+    /// Target rate, bits/s.
+    pub target_bps: u64,
+    /// Bulk TCP connections.
+    pub flows: usize,
+    /// Mean rate on the wire at the receiver over the measured windows, bits/s.
+    pub achieved_bps: f64,
+    /// Mean absolute deviation of the windows from the target, percent (Carousel §7.1.1).
+    pub deviation_pct: f64,
+    /// 99th percentile RTT of the probe, microseconds (0 if it got no answer).
+    pub rtt_p99_us: u64,
+    /// Whole-machine busy CPU, percent of one CPU, per Gbit/s achieved (see the module docs).
+    pub cpu_pct: f64,
+}
+
+/// A row and what else was seen during its run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunReport {
+    /// The reported row.
+    pub row: Row,
+    /// The daemon thread's own CPU, percent of one CPU per Gbit/s (metronome runs only).
+    pub daemon_cpu_pct: Option<f64>,
+    /// Rate windows measured.
+    pub windows: usize,
+    /// Probe pings answered.
+    pub probe_samples: usize,
+    /// Median RTT of the probe, microseconds.
+    pub rtt_p50_us: u64,
+}
+
+/// Why the comparison failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// Building or using the topology failed (also: CAP_NET_ADMIN missing).
+    #[error("{0}")]
+    Topo(#[from] TopoError),
+    /// The traffic generator failed.
+    #[error("{0}")]
+    Traffic(#[from] TrafficError),
+    /// The daemon could not open its ports.
+    #[error("{0}")]
+    Port(#[from] metronome_io::PortError),
+    /// No bulk traffic reached the receiver in time.
+    #[error("{shaper} at {target_bps} bit/s with {flows} flows: no traffic reached the receiver within {START_TIMEOUT:?}")]
+    NoTraffic {
+        /// The shaper of the run.
+        shaper: &'static str,
+        /// Its target.
+        target_bps: u64,
+        /// Its flows.
+        flows: usize,
+    },
+}
+
+impl CompareError {
+    /// Whether this is the missing CAP_NET_ADMIN (the CLI exits 2 with one line).
+    pub fn is_missing_privilege(&self) -> bool {
+        matches!(self, CompareError::Topo(TopoError::MissingPrivilege(_)))
+    }
+}
+
+/// The daemon's configuration for a run: one class, all TCP to `receiver`, `target_bps`
+/// aggregate, ECN backpressure at 1 ms (see the module docs).
+pub fn metronome_config(receiver: std::net::Ipv4Addr, target_bps: u64) -> Config {
+    let text = format!(
+        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n[[class]]\nname = \"compare\"\n\
+         match = {{ dst = \"{receiver}\", protocol = \"tcp\" }}\nrate = {target_bps}\n\
+         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n"
+    );
+    // Built from two well-formed values; a failure would be a defect of this function, tested
+    // by `the_metronome_config_is_valid`.
+    Config::from_toml_str(&text, "compare.toml").expect("the compare config is valid")
+}
+
+/// Per-connection byte cap of a run: the target's whole volume over the run (a connection can
+/// never need more), at least 1 MiB.
+pub fn volume_cap(target_bps: u64, run: Duration) -> u64 {
+    let bytes = u128::from(target_bps) * run.as_millis() / 8 / 1000;
+    u64::try_from(bytes).unwrap_or(u64::MAX).max(1 << 20)
+}
+
+/// Runs the comparison: builds the topology, runs every (target, flows, shaper) and removes
+/// everything. One progress line per run goes to `progress`.
+pub fn run(
+    options: &CompareOptions,
+    progress: &mut dyn Write,
+) -> Result<Vec<RunReport>, CompareError> {
+    let _ = crate::netns::remove_stale(NS_PREFIX);
+
+    let mut topo = Topology::bump_in_the_wire(NS_PREFIX)?;
+    prepare(&topo)?;
+    let mut reports = Vec::new();
+    let mut index: u16 = 0;
+    for &target in &options.targets_bps {
+        for &flows in &options.flows {
+            for &shaper in &options.shapers {
+                let port = BASE_PORT.saturating_add(index.saturating_mul(2));
+                index = index.wrapping_add(1) % 20_000;
+                let report = run_one(&mut topo, options, shaper, target, flows, port)?;
+                let r = &report.row;
+                let _ = writeln!(
+                    progress,
+                    "{:<9} {:>6.0} Mbit/s {:>3} flows: {:>8.2} Mbit/s, deviation {:>6.2} %, \
+                     RTT p50 {:>6} p99 {:>6} us, cpu {:>6.1} %/Gbit/s",
+                    shaper.name(),
+                    target as f64 / 1e6,
+                    flows,
+                    r.achieved_bps / 1e6,
+                    r.deviation_pct,
+                    report.rtt_p50_us,
+                    r.rtt_p99_us,
+                    r.cpu_pct
+                );
+                reports.push(report);
+            }
+        }
+    }
+    topo.remove()?;
+    Ok(reports)
+}
+
+/// One-MTU segments on the end hosts' veths and ECN in the sender (see the module docs).
+fn prepare(topo: &Topology) -> Result<(), CompareError> {
+    for (ns, iface) in [(&topo.sender, "snd0"), (&topo.receiver, "rcv0")] {
+        let gso = ["gso_max_size", "1514", "gso_max_segs", "1"];
+        let mut args = vec!["link", "set", "dev", iface];
+        args.extend_from_slice(&gso);
+        ns.ip(&args)?;
+    }
+    let sysctl = [
+        "netns",
+        "exec",
+        topo.sender.name(),
+        "sysctl",
+        "-qw",
+        "net.ipv4.tcp_ecn=1",
+    ];
+    if let Err(e) = run_command("ip", &sysctl) {
+        tracing::warn!("could not enable ECN in the sender namespace: {e}");
+    }
+    Ok(())
+}
+
+/// The shaper of one run, set up; [`ActiveShaper::stop`] tears it down.
+enum ActiveShaper {
+    Daemon {
+        control: Control,
+        thread: crate::daemon::ShaperThread,
+        cpu: Option<ThreadCpu>,
+    },
+    Kernel,
+}
+
+fn start_shaper(
+    topo: &mut Topology,
+    shaper: Shaper,
+    target: u64,
+) -> Result<ActiveShaper, CompareError> {
+    let out = topo.shaper_out.clone();
+    match shaper {
+        Shaper::Metronome => {
+            topo.remove_qdisc(&out)?;
+            topo.unbridge_shaper()?;
+            let config = metronome_config(topo.receiver_addr, target);
+            let control = Control::default();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let c = control.clone();
+            let thread = topo.shaper.spawn(move || {
+                // The hook of `daemon_cpu_pct`: this thread's schedstat, read by the caller.
+                let _ = tx.send(ThreadCpu::of_current_thread().ok());
+                let result = run_with(&config, None, &Metrics::new(), &c);
+                if result.is_err() {
+                    c.stop.store(true, Ordering::Relaxed);
+                }
+                result
+            })?;
+            let cpu = rx.recv_timeout(Duration::from_secs(1)).ok().flatten();
+            std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
+            if control.stop.load(Ordering::Relaxed) {
+                // The loop stopped by itself: its ports could not be opened.
+                let result = thread
+                    .join()
+                    .map_err(|_| TopoError::ThreadPanicked("shaper".into()))??;
+                return Err(match result {
+                    Err(e) => e.into(),
+                    Ok(_) => {
+                        TopoError::Io(std::io::Error::other("the daemon stopped at once")).into()
+                    }
+                });
+            }
+            Ok(ActiveShaper::Daemon {
+                control,
+                thread,
+                cpu,
+            })
+        }
+        Shaper::Htb | Shaper::Tbf => {
+            topo.bridge_shaper()?;
+            let spec = match shaper {
+                Shaper::Htb => QdiscSpec::Htb {
+                    rate_bps: target,
+                    burst_bytes: None,
+                },
+                _ => QdiscSpec::tbf(target),
+            };
+            topo.install_qdisc(&out, &spec)?;
+            Ok(ActiveShaper::Kernel)
+        }
+    }
+}
+
+impl ActiveShaper {
+    fn stop(self, topo: &Topology) -> Result<(), CompareError> {
+        match self {
+            ActiveShaper::Daemon {
+                control, thread, ..
+            } => {
+                control.stop.store(true, Ordering::Relaxed);
+                let report = thread
+                    .join()
+                    .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
+                crate::daemon::log_report(&report);
+                Ok(())
+            }
+            ActiveShaper::Kernel => {
+                if let Ok(stats) = topo.qdisc_stats(&topo.shaper_out) {
+                    tracing::debug!("{}", stats.trim());
+                }
+                Ok(topo.remove_qdisc(&topo.shaper_out)?)
+            }
+        }
+    }
+
+    fn cpu_ns(&mut self) -> Option<u64> {
+        match self {
+            ActiveShaper::Daemon { cpu: Some(c), .. } => c.read().ok(),
+            _ => None,
+        }
+    }
+}
+
+/// One run: start the shaper, drive the traffic, measure, stop the shaper.
+fn run_one(
+    topo: &mut Topology,
+    options: &CompareOptions,
+    shaper: Shaper,
+    target: u64,
+    flows: usize,
+    port: u16,
+) -> Result<RunReport, CompareError> {
+    let mut active = start_shaper(topo, shaper, target)?;
+    let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
+    let stopped = active.stop(topo);
+    let report = measured?;
+    stopped?;
+    Ok(report)
+}
+
+/// What the measured part of a run saw.
+struct Measured {
+    /// Window rates on the wire, bits/s.
+    rates: Vec<f64>,
+    /// CPUs busy over the windows ([`MachineCpu`]).
+    machine_cores: f64,
+    /// The daemon thread's CPUs over the windows.
+    daemon_cores: Option<f64>,
+    /// The probe, run during the windows only.
+    probe: ProbeReport,
+}
+
+/// Drives the traffic of one run through the started shaper and measures it.
+fn measure_run(
+    topo: &Topology,
+    options: &CompareOptions,
+    active: &mut ActiveShaper,
+    shaper: Shaper,
+    target: u64,
+    flows: usize,
+    port: u16,
+) -> Result<RunReport, CompareError> {
+    let duration = options.warmup + options.measure + TAIL;
+    let mut group = FlowGroup::tcp("bulk", port, flows);
+    group.max_bytes_per_flow = volume_cap(target, duration);
+    let plan = TrafficPlan::new(topo.receiver_addr, vec![group], duration);
+    let mut counters = topo.receiver.link_counters(&topo.receiver_if)?;
+    let mut machine = MachineCpu::open().map_err(TopoError::Io)?;
+    let traffic = spawn_traffic(topo, plan);
+
+    // The bulk traffic starts after every connection is accepted: wait for its first bytes.
+    let base = counters.read()?.rx_bytes;
+    let threshold = START_BYTES + START_BYTES_PER_FLOW * flows as u64;
+    let give_up = Instant::now() + START_TIMEOUT;
+    let started = loop {
+        if counters.read()?.rx_bytes.saturating_sub(base) > threshold {
+            break Some(Instant::now());
+        }
+        if traffic.is_finished() || Instant::now() > give_up {
+            break None;
+        }
+        std::thread::sleep(START_POLL);
+    };
+    let measured = match started {
+        Some(t0) => Some(measure_windows(
+            topo,
+            options,
+            active,
+            (&mut counters, &mut machine),
+            t0 + options.warmup,
+            port + 1,
+        )?),
+        None => None,
+    };
+    traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
+    let Some(m) = measured else {
+        return Err(CompareError::NoTraffic {
+            shaper: shaper.name(),
+            target_bps: target,
+            flows,
+        });
+    };
+    let achieved = mean(&m.rates);
+    Ok(RunReport {
+        row: Row {
+            shaper,
+            target_bps: target,
+            flows,
+            achieved_bps: achieved,
+            deviation_pct: mean_abs_deviation_pct(&m.rates, target as f64).unwrap_or(100.0),
+            rtt_p99_us: m.probe.p99_us,
+            cpu_pct: cpu_pct_per_gbit(m.machine_cores, achieved),
+        },
+        daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
+        windows: m.rates.len(),
+        probe_samples: m.probe.samples,
+        rtt_p50_us: m.probe.p50_us,
+    })
+}
+
+type TrafficThread = std::thread::JoinHandle<Result<TrafficReport, TrafficError>>;
+
+fn spawn_traffic(topo: &Topology, plan: TrafficPlan) -> TrafficThread {
+    let (snd, rcv) = (topo.sender.clone(), topo.receiver.clone());
+    std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)))
+}
+
+/// From `first` on: the probe (its own connection, so the warm-up's slow-start queue is not in
+/// its percentiles), the rate windows, and the CPU over them.
+fn measure_windows(
+    topo: &Topology,
+    options: &CompareOptions,
+    active: &mut ActiveShaper,
+    (counters, machine): (&mut LinkCounters, &mut MachineCpu),
+    first: Instant,
+    probe_port: u16,
+) -> Result<Measured, CompareError> {
+    sleep_until(first);
+    let probe_plan =
+        TrafficPlan::new(topo.receiver_addr, Vec::new(), options.measure).with_probe(probe_port);
+    let probe = spawn_traffic(topo, probe_plan);
+    let cpu0 = (machine.read().map_err(TopoError::Io)?, active.cpu_ns());
+    let mut sampler = measure::WindowSampler::default();
+    sampler.push(Instant::now(), counters.read()?.rx_bytes);
+    let n = (options.measure.as_nanos() / measure::WINDOW.as_nanos()).max(1) as u32;
+    for k in 1..=n {
+        sleep_until(first + measure::WINDOW * k);
+        sampler.push(Instant::now(), counters.read()?.rx_bytes);
+    }
+    let elapsed = Instant::now().saturating_duration_since(first);
+    let cpu1 = (machine.read().map_err(TopoError::Io)?, active.cpu_ns());
+    let probe = probe.join().map_err(|_| TrafficError::ThreadPanicked)??;
+    let daemon_cores = match (cpu0.1, cpu1.1) {
+        (Some(a), Some(b)) if !elapsed.is_zero() => {
+            Some(b.saturating_sub(a) as f64 / elapsed.as_nanos() as f64)
+        }
+        _ => None,
+    };
+    Ok(Measured {
+        rates: sampler.rates(),
+        machine_cores: cpu1.0.cores_since(&cpu0.0),
+        daemon_cores,
+        probe: probe.probe.unwrap_or_default(),
+    })
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metronome_config_is_valid() {
+        let c = metronome_config(std::net::Ipv4Addr::new(10, 77, 3, 2), 2_000_000_000);
+        assert_eq!(c.classes.len(), 1);
+        assert_eq!(
+            c.classes[0].policy.rate.map(|r| r.bps()),
+            Some(2_000_000_000)
+        );
+        assert_eq!(
+            (c.interfaces.inside.as_str(), c.interfaces.outside.as_str()),
+            ("in0", "out0")
+        );
+    }
+
+    #[test]
+    fn options_cover_the_issue_grid() {
+        let full = CompareOptions::full();
+        assert_eq!(
+            full.targets_bps.len() * full.flows.len() * full.shapers.len(),
+            36
+        );
+        let quick = CompareOptions::quick();
+        assert_eq!(quick.targets_bps, [100_000_000, 1_000_000_000]);
+        assert_eq!(quick.flows, [16]);
+        // 6 runs of warm-up + measurement + tail, with setup, fit in a minute.
+        let per_run = quick.warmup + quick.measure + TAIL;
+        assert!(per_run * 6 < Duration::from_secs(40));
+    }
+
+    #[test]
+    fn volume_is_capped_at_the_runs_target_volume() {
+        // 1 Gbit/s for 4.3 s is 537.5 MB.
+        assert_eq!(
+            volume_cap(1_000_000_000, Duration::from_millis(4300)),
+            537_500_000
+        );
+        assert_eq!(volume_cap(1, Duration::from_secs(1)), 1 << 20);
+    }
+}

@@ -1,0 +1,284 @@
+//! What `metronome compare` measures, and how (issue 4, item 3).
+//!
+//! * **Rate on the wire** ([`WindowSampler`]): the receiver veth's `rx_bytes` (Ethernet frames
+//!   with their 14-byte header, without FCS, as `/proc/net/dev` counts them) read every
+//!   [`WINDOW`]; each window's rate is its byte delta over the *measured* time between the two
+//!   reads, so a late wake-up does not bias the rate.
+//! * **Deviation** ([`mean_abs_deviation_pct`]): the mean absolute deviation of the window rates
+//!   from the target, in percent of the target (Carousel §7.1.1 measures conformance the same way,
+//!   in 100 ms windows).
+//! * **Machine CPU** ([`MachineCpu`]): from the first line of `/proc/stat` (`user nice system
+//!   idle iowait irq softirq steal`, clock ticks summed over all CPUs) the machine's kernel time,
+//!   `system + irq + softirq`, plus the user time of **this process** (`utime` of
+//!   `/proc/self/stat`, same ticks): the kernel's softirq time, where HTB and TBF do their work
+//!   and which no thread can be charged for, the kernel TCP of the traffic generator (the same
+//!   for every shaper), and the daemon's own user time; but not the user time of unrelated
+//!   processes (a compiler running beside the comparison). Reported in CPUs busy.
+//! * **Thread CPU** ([`ThreadCpu`]): the on-CPU time of one thread, the first field of
+//!   `/proc/thread-self/schedstat` (nanoseconds), opened *by that thread* and re-read by another
+//!   (the file keeps naming the task that opened it, as `/proc/thread-self/net/dev` keeps its
+//!   namespace, see [`crate::netns`]).
+
+use std::fs::File;
+use std::io::{Read, Seek};
+use std::time::{Duration, Instant};
+
+/// Rate window: 100 ms (Carousel §7.1.1; issue 4 item 3).
+pub const WINDOW: Duration = Duration::from_millis(100);
+
+/// The rates of consecutive windows from `(time, cumulative bytes)` samples, in bits/s: window
+/// `k` is `8 × (bytes[k+1] - bytes[k]) / (t[k+1] - t[k])`. A counter that goes backwards (it
+/// cannot, short of an interface reset) counts as zero bytes; a zero-length window is skipped.
+pub fn window_rates(samples: &[(Instant, u64)]) -> Vec<f64> {
+    samples
+        .windows(2)
+        .filter_map(|w| {
+            let dt = w[1].0.saturating_duration_since(w[0].0).as_secs_f64();
+            (dt > 0.0).then(|| w[1].1.saturating_sub(w[0].1) as f64 * 8.0 / dt)
+        })
+        .collect()
+}
+
+/// The mean of `windows` (0 when empty).
+pub fn mean(windows: &[f64]) -> f64 {
+    if windows.is_empty() {
+        return 0.0;
+    }
+    windows.iter().sum::<f64>() / windows.len() as f64
+}
+
+/// Mean absolute deviation of `windows` from `target_bps`, in percent of the target (Carousel
+/// §7.1.1). `None` without windows or without a positive target.
+pub fn mean_abs_deviation_pct(windows: &[f64], target_bps: f64) -> Option<f64> {
+    if windows.is_empty() || target_bps <= 0.0 {
+        return None;
+    }
+    let sum: f64 = windows.iter().map(|w| (w - target_bps).abs()).sum();
+    Some(sum / windows.len() as f64 / target_bps * 100.0)
+}
+
+/// Percent of one CPU per Gbit/s of achieved rate: `cpu_cores × 100 / (achieved_bps / 1e9)`.
+/// 0 when nothing was achieved (no rate to charge the CPU to).
+pub fn cpu_pct_per_gbit(cpu_cores: f64, achieved_bps: f64) -> f64 {
+    if achieved_bps <= 0.0 {
+        return 0.0;
+    }
+    cpu_cores * 100.0 / (achieved_bps / 1e9)
+}
+
+/// Samples a cumulative byte counter at [`WINDOW`] ticks.
+#[derive(Debug, Default)]
+pub struct WindowSampler {
+    samples: Vec<(Instant, u64)>,
+}
+
+impl WindowSampler {
+    /// Records one `(time, cumulative bytes)` sample.
+    pub fn push(&mut self, at: Instant, bytes: u64) {
+        self.samples.push((at, bytes));
+    }
+
+    /// The window rates so far, bits/s ([`window_rates`]).
+    pub fn rates(&self) -> Vec<f64> {
+        window_rates(&self.samples)
+    }
+}
+
+/// One reading of `/proc/stat`'s aggregate line, in clock ticks, and the number of CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// `system + irq + softirq` of the machine plus this process's `utime` (see the module docs).
+    pub busy: u64,
+    /// All eight fields: the CPUs' whole time.
+    pub total: u64,
+    /// Lines `cpuN`: the CPUs the kernel accounts.
+    pub cpus: u32,
+}
+
+/// Parses the text of `/proc/stat` (the `cpu` line and the `cpuN` lines).
+pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    if f.len() < 5 {
+        return None;
+    }
+    let get = |i: usize| f.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal (guest is already inside user).
+    let busy = get(2) + get(5) + get(6);
+    let idle = get(0) + get(1) + get(3) + get(4) + get(7);
+    let cpus = text
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    Some(CpuTimes {
+        busy,
+        total: busy + idle,
+        cpus: u32::try_from(cpus).unwrap_or(u32::MAX).max(1),
+    })
+}
+
+impl CpuTimes {
+    /// CPUs busy on average between `earlier` and `self` (0 ..= `cpus`).
+    pub fn cores_since(&self, earlier: &CpuTimes) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        if total == 0 {
+            return 0.0;
+        }
+        let busy = self.busy.saturating_sub(earlier.busy);
+        busy as f64 / total as f64 * f64::from(self.cpus)
+    }
+}
+
+/// The user time of a process, field 14 (`utime`, clock ticks) of `/proc/<pid>/stat`, whose
+/// second field (`comm`, in parentheses) may hold spaces.
+pub fn parse_utime(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // After `comm`: state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime(14).
+    after_comm.split_whitespace().nth(11)?.parse().ok()
+}
+
+/// A reader of the machine's CPU times (`/proc/stat`) and this process's (`/proc/self/stat`).
+#[derive(Debug)]
+pub struct MachineCpu {
+    file: File,
+    own: File,
+    buf: String,
+}
+
+impl MachineCpu {
+    /// Opens `/proc/stat`.
+    pub fn open() -> std::io::Result<Self> {
+        Ok(MachineCpu {
+            file: File::open("/proc/stat")?,
+            own: File::open("/proc/self/stat")?,
+            buf: String::with_capacity(8192),
+        })
+    }
+
+    /// Reads the current times.
+    pub fn read(&mut self) -> std::io::Result<CpuTimes> {
+        let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "unreadable /proc/stat");
+        self.file.rewind()?;
+        self.buf.clear();
+        self.file.read_to_string(&mut self.buf)?;
+        let mut times = parse_proc_stat(&self.buf).ok_or_else(bad)?;
+        self.own.rewind()?;
+        self.buf.clear();
+        self.own.read_to_string(&mut self.buf)?;
+        times.busy += parse_utime(&self.buf).ok_or_else(bad)?;
+        Ok(times)
+    }
+}
+
+/// The on-CPU time of one thread, from its `/proc/thread-self/schedstat`.
+#[derive(Debug)]
+pub struct ThreadCpu {
+    file: File,
+    buf: String,
+}
+
+impl ThreadCpu {
+    /// Opens the **calling** thread's schedstat; the handle may be read from any thread.
+    pub fn of_current_thread() -> std::io::Result<Self> {
+        Ok(ThreadCpu {
+            file: File::open("/proc/thread-self/schedstat")?,
+            buf: String::with_capacity(64),
+        })
+    }
+
+    /// Nanoseconds the thread has run so far.
+    pub fn read(&mut self) -> std::io::Result<u64> {
+        self.file.rewind()?;
+        self.buf.clear();
+        self.file.read_to_string(&mut self.buf)?;
+        self.buf
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "unreadable schedstat")
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_rates_use_the_measured_time_between_reads() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // 125 000 bytes in 100 ms = 10 Mbit/s; then 250 000 bytes in 200 ms (a late read) = 10.
+        let samples = [(at(0), 1000), (at(100), 126_000), (at(300), 376_000)];
+        let rates = window_rates(&samples);
+        assert_eq!(rates.len(), 2);
+        for r in &rates {
+            assert!((r - 10e6).abs() < 1e-3, "{rates:?}");
+        }
+        // A counter going backwards is zero bytes, a zero-length window is skipped.
+        assert_eq!(window_rates(&[(at(0), 10), (at(100), 5)]), [0.0]);
+        assert!(window_rates(&[(at(0), 10), (at(0), 20)]).is_empty());
+    }
+
+    #[test]
+    fn deviation_is_the_mean_absolute_deviation_in_percent() {
+        // |90-100| + |110-100| + 0 + |104-100| = 24 over 4 windows = 6 % of 100.
+        let windows = [90.0, 110.0, 100.0, 104.0];
+        assert_eq!(mean(&windows), 101.0);
+        assert_eq!(mean_abs_deviation_pct(&windows, 100.0), Some(6.0));
+        // A steady rate 2 % low deviates by 2 %, not by its signed mean.
+        assert_eq!(mean_abs_deviation_pct(&[98.0, 98.0], 100.0), Some(2.0));
+        assert_eq!(mean_abs_deviation_pct(&[], 100.0), None);
+        assert_eq!(mean_abs_deviation_pct(&[1.0], 0.0), None);
+        assert_eq!(mean(&[]), 0.0);
+    }
+
+    #[test]
+    fn cpu_is_charged_per_gbit() {
+        // Half a core at 500 Mbit/s is 100 % of a core per Gbit/s.
+        assert_eq!(cpu_pct_per_gbit(0.5, 500e6), 100.0);
+        assert_eq!(cpu_pct_per_gbit(1.0, 0.0), 0.0);
+    }
+
+    #[test]
+    fn proc_stat_is_parsed() {
+        let text = "cpu  100 5 50 800 20 3 7 1 0 0\ncpu0 50 2 25 400 10 1 3 0 0 0\n\
+                    cpu1 50 3 25 400 10 2 4 1 0 0\nintr 12345\nctxt 99\n";
+        let a = parse_proc_stat(text).unwrap();
+        assert_eq!(
+            a,
+            CpuTimes {
+                busy: 60,
+                total: 986,
+                cpus: 2
+            }
+        );
+        let own = "4242 (tg accept) S 1 4242 4242 0 -1 4194560 10 0 0 0 77 5 0 0 20 0 9 0";
+        assert_eq!(parse_utime(own), Some(77));
+        let b = CpuTimes {
+            busy: a.busy + 50,
+            total: a.total + 200,
+            cpus: 2,
+        };
+        assert_eq!(b.cores_since(&a), 0.5);
+        assert_eq!(a.cores_since(&a), 0.0);
+        assert!(parse_proc_stat("intr 1\n").is_none());
+    }
+
+    #[test]
+    fn this_machine_and_this_thread_can_be_read() {
+        let mut m = MachineCpu::open().unwrap();
+        assert!(m.read().unwrap().cpus >= 1);
+        if let Ok(mut t) = ThreadCpu::of_current_thread() {
+            let before = t.read().unwrap();
+            let x: u64 = (0..200_000u64).map(std::hint::black_box).sum();
+            std::hint::black_box(x);
+            assert!(t.read().unwrap() >= before);
+        }
+    }
+}

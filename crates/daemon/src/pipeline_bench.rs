@@ -1,0 +1,603 @@
+//! The in-memory pipeline benchmark (`metronome bench --daemon`): the daemon's whole per-packet
+//! path on one core, issue 4's target "parse, classify, timestamp, wheel, release at most 60 ns
+//! per packet".
+//!
+//! The real [`Engine`] runs between [`MemoryPort`]s in **simulated time**: every step advances a
+//! virtual clock by the time one batch takes at the offered rate, receives one batch (the port
+//! copies each frame into the [`FramePool`], as the AF_PACKET port does), lets the engine
+//! classify, stamp and queue it, releases everything due as one transmit batch, and hands that
+//! batch to a port that counts and discards it (`keep_sent = false`), freeing the slots. Only the
+//! wall-clock time of the steps is measured, so the figure is CPU per packet, not a rate.
+//!
+//! The workload ([`workload_config`], [`workload_frames`]): [`FLOWS`] IPv4 TCP flows of 1514-byte
+//! frames, interleaved over four classes — two under an aggregate limit (one with ECN
+//! backpressure), one paced per flow, one unshaped (the default class) — offered at
+//! [`OFFERED_BPS`], each class below its limit, so the wheel holds a steady backlog of about one
+//! step of packets and nothing is dropped.
+//!
+//! To make the end-to-end number explainable the same run measures cumulative **stages**
+//! ([`Stage`]) built from the same pieces the engine uses: port I/O alone; then parse and
+//! classify added; then timestamping (flow table, aggregate and pacing policies); then
+//! timing-wheel enqueue and dequeue; and the full engine (which adds backpressure checks, per-slot bookkeeping and metrics). The
+//! difference between consecutive stages is the cost of what the later one adds.
+
+use crate::config::{Config, MAX_BATCH_SIZE};
+use crate::engine::Engine;
+use crate::flow_table::{FlowTable, Lookup};
+use crate::metrics::Metrics;
+use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
+use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};
+use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
+use metronome_packet::{parse, Classifier, Verdict};
+use std::time::Instant;
+
+/// Flows in the workload: 1 000, a quarter per class (issue 4 brief).
+pub const FLOWS: usize = 1_000;
+/// Frame length in bytes: a full 1500-byte IPv4 TCP segment plus the Ethernet header.
+pub const FRAME_LEN: usize = 1514;
+/// Offered load in bit/s: 10 Gbit/s, 2.5 Gbit/s per class, so each limited class (2.6 Gbit/s)
+/// and each paced flow (11 Mbit/s against 10 Mbit/s offered) keeps up and the backlog is steady.
+pub const OFFERED_BPS: u64 = 10_000_000_000;
+/// Frame pool slots: 16 384 (32 MiB), far above the steady backlog (about two batches).
+const POOL_SLOTS: u32 = 16_384;
+
+/// The workload's configuration: two aggregate-limited classes (one with ECN backpressure), one
+/// paced class, and the default class unshaped; the daemon's 2 µs / 2 s wheel.
+pub const WORKLOAD_TOML: &str = r#"
+[interfaces]
+inside = "bench-in"
+outside = "bench-out"
+
+[wheel]
+granularity = "2us"
+horizon = "2s"
+
+[[class]]
+name = "limited"
+match = { protocol = "tcp", dst_port = "10000-10999" }
+rate = "2600mbit"
+burst = "15k"
+
+[[class]]
+name = "limited_ecn"
+match = { protocol = "tcp", dst_port = "11000-11999" }
+rate = "2600mbit"
+burst = "15k"
+backpressure = { mode = "ecn", threshold = "1ms" }
+
+[[class]]
+name = "paced"
+match = { protocol = "tcp", dst_port = "12000-12999" }
+pacing = "11mbit"
+"#;
+
+/// One cumulative stage of the breakdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Port receive (copy into the pool) and transmit (free) only.
+    Io,
+    /// + parse and classify every frame.
+    Classify,
+    /// + flow-table lookup and timestamping by the class's policies.
+    Stamp,
+    /// + timing-wheel enqueue and dequeue of everything due: the pipeline without the engine's
+    ///   bookkeeping.
+    Wheel,
+    /// The real [`Engine`]: the end-to-end figure.
+    Engine,
+}
+
+impl Stage {
+    /// Every stage, in breakdown order.
+    pub const ALL: [Stage; 5] = [
+        Stage::Io,
+        Stage::Classify,
+        Stage::Stamp,
+        Stage::Wheel,
+        Stage::Engine,
+    ];
+
+    /// The stage's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Io => "io",
+            Stage::Classify => "parse_classify",
+            Stage::Stamp => "timestamp",
+            Stage::Wheel => "wheel",
+            Stage::Engine => "engine",
+        }
+    }
+
+    /// What the stage does, for the table.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stage::Io => "port recv (copy into pool) + tx (free)",
+            Stage::Classify => "+ parse + classify",
+            Stage::Stamp => "+ flow table + timestamp",
+            Stage::Wheel => "+ wheel enqueue/dequeue (release)",
+            Stage::Engine => "real Engine, end to end",
+        }
+    }
+}
+
+/// Options of [`run`].
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineOptions {
+    /// Frames per receive batch.
+    pub batch: usize,
+    /// Packets timed per repetition of a stage.
+    pub packets: u64,
+    /// Repetitions per stage (the median is reported).
+    pub repetitions: usize,
+}
+
+impl PipelineOptions {
+    /// 64-frame batches (the daemon's default); 2 M packets × 5 repetitions, or 300 k × 3 when
+    /// `quick`.
+    pub fn new(quick: bool) -> Self {
+        PipelineOptions {
+            batch: 64,
+            packets: if quick { 300_000 } else { 2_000_000 },
+            repetitions: if quick { 3 } else { 5 },
+        }
+    }
+}
+
+/// One measured stage.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StageRow {
+    /// [`Stage::name`].
+    pub stage: &'static str,
+    /// Median ns per packet over the repetitions.
+    pub ns_per_packet: f64,
+    /// Every repetition's ns per packet.
+    pub repetitions_ns: Vec<f64>,
+}
+
+/// What [`run`] measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PipelineReport {
+    /// Flows in the workload.
+    pub flows: usize,
+    /// Frame length in bytes.
+    pub frame_len: usize,
+    /// Frames per batch.
+    pub batch: usize,
+    /// Offered load in simulated time, bit/s.
+    pub offered_bps: u64,
+    /// Packets timed per repetition.
+    pub packets: u64,
+    /// The stages, cumulative, in [`Stage::ALL`] order.
+    pub stages: Vec<StageRow>,
+    /// End to end (the engine stage), ns per packet, including the port copy.
+    pub end_to_end_ns: f64,
+    /// End to end minus the I/O stage: what the shaping pipeline itself costs per packet.
+    pub pipeline_ns: f64,
+    /// Issue 4's target for the pipeline, ns per packet.
+    pub target_ns: f64,
+    /// Of the engine stage's last repetition: packets forwarded at once (unshaped class).
+    pub forwarded: u64,
+    /// Of the engine stage's last repetition: packets released from the wheel.
+    pub released: u64,
+    /// Of the engine stage's last repetition: drops (should be 0).
+    pub dropped: u64,
+    /// Of the engine stage's last repetition: packets still queued at the end.
+    pub queued_at_end: usize,
+}
+
+/// Issue 4's target for the whole per-packet path on one core, ns.
+pub const TARGET_NS: f64 = 60.0;
+
+/// The workload configuration (parses [`WORKLOAD_TOML`]).
+pub fn workload_config() -> Config {
+    Config::from_toml_str(WORKLOAD_TOML, "pipeline_bench.toml")
+        .expect("the embedded benchmark configuration is valid")
+}
+
+/// [`FLOWS`] IPv4 TCP frames of [`FRAME_LEN`] bytes, ECT(0), valid IPv4 checksum; flow `i` is
+/// in class `i % 4` (destination port `10000 + 1000 × (i % 4) + i / 4`) so that a batch mixes
+/// all classes.
+pub fn workload_frames() -> Vec<Vec<u8>> {
+    (0..FLOWS)
+        .map(|i| {
+            let dst_port = 10_000 + 1_000 * (i % 4) as u16 + (i / 4) as u16;
+            tcp_frame(40_000 + (i % 20_000) as u16, dst_port, i as u16)
+        })
+        .collect()
+}
+
+/// An Ethernet II + IPv4 + TCP frame of [`FRAME_LEN`] bytes from 10.1.x.y:`src` to 10.2.0.1:`dst`.
+fn tcp_frame(src: u16, dst: u16, host: u16) -> Vec<u8> {
+    let mut f = vec![0u8; FRAME_LEN];
+    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip_len = (FRAME_LEN - 14) as u16;
+    let [hh, hl] = host.to_be_bytes();
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[1] = 0x02; // DSCP 0, ECT(0)
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    ip[6] = 0x40; // DF
+    ip[8] = 64;
+    ip[9] = 6;
+    ip[12..16].copy_from_slice(&[10, 1, hh, hl]);
+    ip[16..20].copy_from_slice(&[10, 2, 0, 1]);
+    let sum = metronome_packet::ipv4_header_checksum(ip).unwrap_or(0);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    let tcp = &mut f[34..54];
+    tcp[0..2].copy_from_slice(&src.to_be_bytes());
+    tcp[2..4].copy_from_slice(&dst.to_be_bytes());
+    tcp[4..8].copy_from_slice(&1u32.to_be_bytes());
+    tcp[12] = 5 << 4; // data offset: 5 words
+    tcp[13] = 0x10; // ACK
+    tcp[14..16].copy_from_slice(&65_535u16.to_be_bytes());
+    f
+}
+
+/// Runs every stage and reports ns per packet. Progress goes to `progress`.
+pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> PipelineReport {
+    let config = workload_config();
+    let frames = workload_frames();
+    let batch = options.batch.clamp(1, MAX_BATCH_SIZE);
+    let mut stages = Vec::new();
+    let mut last = Totals::default();
+    for stage in Stage::ALL {
+        progress(stage.describe());
+        // One rig per stage, warmed up over one wheel horizon of simulated time, so that every
+        // wheel slot and pool page has been touched (a running daemon's steady state), then
+        // the repetitions back to back.
+        let mut rig = Rig::new(&config, &frames, batch, stage);
+        rig.warm_up(config.wheel.horizon);
+        let mut reps: Vec<f64> = (0..options.repetitions.max(1))
+            .map(|_| {
+                let start = Instant::now();
+                let done = rig.steps(options.packets);
+                start.elapsed().as_nanos() as f64 / done.max(1) as f64
+            })
+            .collect();
+        last = rig.totals();
+        let mut sorted = reps.clone();
+        sorted.sort_by(f64::total_cmp);
+        stages.push(StageRow {
+            stage: stage.name(),
+            ns_per_packet: sorted[sorted.len() / 2],
+            repetitions_ns: std::mem::take(&mut reps),
+        });
+    }
+    let ns = |s: Stage| {
+        stages
+            .iter()
+            .find(|r| r.stage == s.name())
+            .map_or(0.0, |r| r.ns_per_packet)
+    };
+    PipelineReport {
+        flows: FLOWS,
+        frame_len: FRAME_LEN,
+        batch,
+        offered_bps: OFFERED_BPS,
+        packets: options.packets,
+        end_to_end_ns: ns(Stage::Engine),
+        pipeline_ns: ns(Stage::Engine) - ns(Stage::Io),
+        target_ns: TARGET_NS,
+        stages,
+        forwarded: last.forwarded,
+        released: last.released,
+        dropped: last.dropped,
+        queued_at_end: last.queued,
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Totals {
+    forwarded: u64,
+    released: u64,
+    dropped: u64,
+    queued: usize,
+}
+
+/// A class's policies in the breakdown stages.
+#[derive(Clone, Copy)]
+struct ClassPieces {
+    aggregate: Option<PolicyId>,
+    /// Per-flow pacing rate and burst.
+    pacing: Option<(metronome_core::Rate, u32)>,
+    shaped: bool,
+}
+
+/// The breakdown stages' own pipeline: the engine's pieces without its bookkeeping.
+struct Pieces {
+    classifier: Classifier,
+    stamper: Timestamper,
+    flows: FlowTable,
+    /// Per config class id.
+    classes: Vec<ClassPieces>,
+    wheel: TimingWheel,
+    max_delay: Duration,
+    out: Vec<PacketRef>,
+}
+
+impl Pieces {
+    fn new(config: &Config) -> Pieces {
+        let mut stamper = Timestamper::new();
+        let policies =
+            std::iter::once(config.default_class).chain(config.classes.iter().map(|c| c.policy));
+        let classes = policies
+            .map(|p| {
+                let agg = p
+                    .rate
+                    .map(|r| stamper.add_policy(PolicyKind::Aggregate, r, p.burst));
+                ClassPieces {
+                    aggregate: agg,
+                    pacing: p.pacing.map(|r| (r, p.burst)),
+                    shaped: p.is_shaped(),
+                }
+            })
+            .collect();
+        let wheel_config = TimingWheelConfig {
+            pool_packets: config.wheel.pool_packets.min(POOL_SLOTS as usize),
+            ..config.wheel
+        };
+        let max_delay = wheel_config.horizon.as_nanos() - wheel_config.granularity.as_nanos();
+        Pieces {
+            classifier: config.classifier(),
+            stamper,
+            flows: FlowTable::new(),
+            classes,
+            wheel: TimingWheel::new(wheel_config),
+            max_delay: Duration::from_nanos(max_delay),
+            out: vec![PacketRef::default(); MAX_BATCH_SIZE],
+        }
+    }
+
+    /// Processes `frames` up to `stage`; ids to send now go onto `tx`.
+    fn receive(
+        &mut self,
+        stage: Stage,
+        now: Timestamp,
+        pool: &FramePool,
+        frames: &[RxFrame],
+        tx: &mut Vec<u32>,
+    ) {
+        for rx in frames {
+            let parsed = parse(pool.frame(rx.id));
+            let Verdict::Shape { class, flow, len } = self.classifier.classify(&parsed) else {
+                tx.push(rx.id);
+                continue;
+            };
+            let Some(&ClassPieces {
+                aggregate: agg,
+                pacing,
+                shaped,
+            }) = self.classes.get(usize::from(class.0))
+            else {
+                tx.push(rx.id);
+                continue;
+            };
+            if stage == Stage::Classify || !shaped {
+                tx.push(rx.id);
+                continue;
+            }
+            let mut policies = [agg, None];
+            if let Some((rate, burst)) = pacing {
+                if let Lookup::Entry(e) =
+                    self.flows
+                        .lookup(u32::from(class.0), flow, now, &self.stamper)
+                {
+                    policies[1] = self.flows.pacing_policy(e, &mut self.stamper, rate, burst);
+                }
+            }
+            let edt = match policies {
+                [Some(a), Some(b)] => self.stamper.stamp(now, u32::from(len), &[a, b]),
+                [Some(p), None] | [None, Some(p)] => self.stamper.stamp(now, u32::from(len), &[p]),
+                [None, None] => now,
+            };
+            if stage == Stage::Stamp {
+                tx.push(rx.id);
+                continue;
+            }
+            let edt = edt.min(now.saturating_add(self.max_delay));
+            let pkt = PacketRef::new(rx.id, flow, class, len);
+            if self.wheel.enqueue(now, edt, pkt).is_err() {
+                tx.push(rx.id); // never happens in this workload; the engine stage counts drops
+            }
+        }
+    }
+
+    fn release(&mut self, now: Timestamp, tx: &mut Vec<u32>) {
+        loop {
+            let n = self.wheel.dequeue(now, &mut self.out);
+            tx.extend(self.out[..n].iter().map(|p| p.id));
+            if n < self.out.len() {
+                break;
+            }
+        }
+    }
+}
+
+enum Pipeline {
+    Pieces(Box<Pieces>),
+    Engine(Box<Engine>),
+}
+
+/// One stage's world: ports, pool, pipeline and the virtual clock.
+struct Rig {
+    stage: Stage,
+    pipeline: Pipeline,
+    pool: FramePool,
+    inside: MemoryPort,
+    outside: MemoryPort,
+    rx: Vec<RxFrame>,
+    tx: Vec<u32>,
+    now: Timestamp,
+    /// Simulated time per step: one batch at [`OFFERED_BPS`].
+    step: Duration,
+}
+
+impl Rig {
+    fn new(config: &Config, frames: &[Vec<u8>], batch: usize, stage: Stage) -> Rig {
+        let pool = FramePool::new(POOL_SLOTS, metronome_io::DEFAULT_SLOT_SIZE);
+        let pipeline = match stage {
+            Stage::Engine => Pipeline::Engine(Box::new(Engine::new(
+                config,
+                pool.capacity(),
+                Metrics::new(),
+            ))),
+            _ => Pipeline::Pieces(Box::new(Pieces::new(config))),
+        };
+        let port = |keep_sent| {
+            MemoryPort::new(MemoryPortConfig {
+                capacity: 4096,
+                slot_size: metronome_io::DEFAULT_SLOT_SIZE,
+                keep_sent,
+            })
+        };
+        let mut inside = port(false);
+        inside.set_replay(frames.to_vec());
+        let step_ns = (batch * FRAME_LEN * 8) as u64 * 1_000_000_000 / OFFERED_BPS;
+        Rig {
+            stage,
+            pipeline,
+            pool,
+            inside,
+            outside: port(false),
+            rx: vec![RxFrame::default(); batch],
+            tx: Vec::with_capacity(4 * MAX_BATCH_SIZE),
+            now: Timestamp::from_nanos(1_000_000_000),
+            step: Duration::from_nanos(step_ns.max(1)),
+        }
+    }
+
+    /// Runs steps until `span` of simulated time has passed.
+    fn warm_up(&mut self, span: Duration) {
+        let until = self.now.saturating_add(span);
+        while self.now < until {
+            self.steps(1);
+        }
+    }
+
+    /// Runs steps until at least `packets` were received; returns how many were.
+    fn steps(&mut self, packets: u64) -> u64 {
+        let mut done = 0u64;
+        while done < packets {
+            self.now = self.now.saturating_add(self.step);
+            let n = self.inside.recv(&mut self.pool, &mut self.rx).unwrap_or(0);
+            done += n as u64;
+            let now = self.now;
+            match &mut self.pipeline {
+                Pipeline::Engine(e) => {
+                    e.receive(now, &mut self.pool, &self.rx[..n], &mut self.tx);
+                    while e.release(now, &mut self.tx, MAX_BATCH_SIZE) == MAX_BATCH_SIZE {}
+                }
+                Pipeline::Pieces(p) => {
+                    if self.stage != Stage::Io {
+                        p.receive(self.stage, now, &self.pool, &self.rx[..n], &mut self.tx);
+                    } else {
+                        self.tx.extend(self.rx[..n].iter().map(|f| f.id));
+                    }
+                    if self.stage == Stage::Wheel {
+                        p.release(now, &mut self.tx);
+                    }
+                }
+            }
+            let sent = self.outside.send(&mut self.pool, &self.tx).unwrap_or(0);
+            self.tx.drain(..sent);
+        }
+        done
+    }
+
+    fn totals(&self) -> Totals {
+        match &self.pipeline {
+            Pipeline::Engine(e) => {
+                let c = e.counters();
+                Totals {
+                    forwarded: c.forwarded,
+                    released: c.released,
+                    dropped: c.dropped(),
+                    queued: e.queued(),
+                }
+            }
+            Pipeline::Pieces(p) => Totals {
+                queued: p.wheel.len(),
+                ..Totals::default()
+            },
+        }
+    }
+}
+
+/// One stage of the workload, warmed up, for criterion: the caller times [`StageRunner::run`].
+pub struct StageRunner(Rig);
+
+impl StageRunner {
+    /// A warmed-up rig of `stage` with `batch`-frame batches.
+    pub fn new(stage: Stage, batch: usize) -> StageRunner {
+        let config = workload_config();
+        let mut rig = Rig::new(
+            &config,
+            &workload_frames(),
+            batch.clamp(1, MAX_BATCH_SIZE),
+            stage,
+        );
+        rig.warm_up(config.wheel.horizon);
+        StageRunner(rig)
+    }
+
+    /// Processes at least `packets` packets; returns how many.
+    pub fn run(&mut self, packets: u64) -> u64 {
+        self.0.steps(packets)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workload_is_steady_and_loses_nothing() {
+        let mut rig = Rig::new(&workload_config(), &workload_frames(), 64, Stage::Engine);
+        let n = rig.steps(200_000);
+        let t = rig.totals();
+        let Pipeline::Engine(e) = &rig.pipeline else {
+            unreachable!()
+        };
+        e.invariants();
+        assert_eq!(t.dropped, 0);
+        // A quarter of the frames are unshaped; the rest leave the wheel within about a step.
+        assert!(
+            t.forwarded >= n / 4 - 64 && t.forwarded <= n / 4 + 64,
+            "{t:?}"
+        );
+        assert!(t.queued < 4 * 64, "the backlog must stay steady: {t:?}");
+        assert_eq!(t.forwarded + t.released + t.queued as u64, n);
+        assert_eq!(rig.pool.in_use(), t.queued + rig.tx.len());
+        assert_eq!(e.counters().malformed, 0);
+    }
+
+    #[test]
+    fn every_class_gets_its_share() {
+        let config = workload_config();
+        let classifier = config.classifier();
+        let mut per_class = [0usize; 4];
+        for f in workload_frames() {
+            let Verdict::Shape { class, .. } = classifier.classify(&parse(&f)) else {
+                panic!("workload frame not IP")
+            };
+            per_class[usize::from(class.0)] += 1;
+        }
+        assert_eq!(per_class, [FLOWS / 4; 4]);
+    }
+
+    #[test]
+    fn every_stage_runs() {
+        let report = run(
+            &PipelineOptions {
+                batch: 32,
+                packets: 2_000,
+                repetitions: 1,
+            },
+            |_| {},
+        );
+        assert_eq!(report.stages.len(), Stage::ALL.len());
+        assert_eq!(report.dropped, 0);
+    }
+}
