@@ -187,31 +187,36 @@ impl core::str::FromStr for Rate {
                 .map(|&(_, m)| m)
                 .ok_or(ParseRateError::UnknownUnit)?
         };
-        scale_decimal(number, multiplier).map(Rate::from_bps)
+        scale_decimal(number, multiplier)
+            .map(Rate::from_bps)
+            .ok_or(ParseRateError::Overflow)
     }
 }
 
-/// `number * multiplier` for a decimal `number` (`12`, `1.5`, `.25`: ASCII digits and at most
-/// one dot, checked by the caller), rounded to the nearest integer, computed exactly in integers.
-fn scale_decimal(number: &str, multiplier: u64) -> Result<u64, ParseRateError> {
+/// `number * multiplier` for a decimal `number` (`12`, `1.5`, `.25`: ASCII digits and at most one
+/// dot, checked by the caller), rounded to the nearest integer and computed exactly in integers;
+/// `None` if the result does not fit a `u64`. Digits past the 24th after the dot are ignored.
+/// Shared by rate parsing here and the daemon's duration and size parsing.
+pub fn scale_decimal(number: &str, multiplier: u64) -> Option<u64> {
     let (int, frac) = number.split_once('.').unwrap_or((number, ""));
     let mut whole: u128 = 0;
     for d in int.bytes() {
         whole = whole
-            .checked_mul(10)
-            .and_then(|w| w.checked_add(u128::from(d - b'0')))
-            .filter(|&w| w <= u128::from(u64::MAX))
-            .ok_or(ParseRateError::Overflow)?;
+            .checked_mul(10)?
+            .checked_add(u128::from(d.wrapping_sub(b'0')))
+            .filter(|&w| w <= u128::from(u64::MAX))?;
     }
     let (mut num, mut den) = (0u128, 1u128);
     for d in frac.bytes().take(MAX_FRACTION_DIGITS as usize) {
-        num = num * 10 + u128::from(d - b'0');
+        num = num * 10 + u128::from(d.wrapping_sub(b'0'));
         den *= 10;
     }
     let m = u128::from(multiplier);
-    // whole <= 2^64 and m < 2^47: the product fits; num < den <= 10^24 < 2^80, so num * m fits.
-    let total = whole * m + (num * m + den / 2) / den;
-    u64::try_from(total).map_err(|_| ParseRateError::Overflow)
+    // num < den <= 10^24 < 2^80; with a multiplier beyond 2^48 the products are checked.
+    let total = whole
+        .checked_mul(m)?
+        .checked_add(num.checked_mul(m)?.checked_add(den / 2)? / den)?;
+    u64::try_from(total).ok()
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ pub mod measure;
 use crate::config::Config;
 use crate::daemon::run_with;
 use crate::metrics::Metrics;
-use crate::netns::{run_command, LinkCounters, QdiscSpec, TopoError, Topology};
+use crate::netns::{LinkCounters, QdiscSpec, TopoError, Topology};
 use crate::run::Control;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use measure::{cpu_pct_per_gbit, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
@@ -258,23 +258,8 @@ pub fn run(
 
 /// One-MTU segments on the end hosts' veths and ECN in the sender (see the module docs).
 fn prepare(topo: &Topology) -> Result<(), CompareError> {
-    for (ns, iface) in [(&topo.sender, "snd0"), (&topo.receiver, "rcv0")] {
-        let gso = ["gso_max_size", "1514", "gso_max_segs", "1"];
-        let mut args = vec!["link", "set", "dev", iface];
-        args.extend_from_slice(&gso);
-        ns.ip(&args)?;
-    }
-    let sysctl = [
-        "netns",
-        "exec",
-        topo.sender.name(),
-        "sysctl",
-        "-qw",
-        "net.ipv4.tcp_ecn=1",
-    ];
-    if let Err(e) = run_command("ip", &sysctl) {
-        tracing::warn!("could not enable ECN in the sender namespace: {e}");
-    }
+    topo.one_mtu_segments()?;
+    topo.enable_sender_ecn();
     Ok(())
 }
 

@@ -25,7 +25,7 @@
 use crate::config::Config;
 use crate::daemon::spawn_shaper;
 use crate::metrics::Metrics;
-use crate::netns::{run_command, TopoError, Topology};
+use crate::netns::{TopoError, Topology};
 use crate::run::Control;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
 use std::io::Write;
@@ -146,29 +146,8 @@ pub fn format_table(rows: &[ClassRow]) -> String {
 /// The real demo (needs CAP_NET_ADMIN). Prints live rates and the table to `out`.
 pub fn run_real(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>, DemoError> {
     let topo = Topology::bump_in_the_wire(NS_PREFIX)?;
-    for (ns, iface) in [(&topo.sender, "snd0"), (&topo.receiver, "rcv0")] {
-        ns.ip(&[
-            "link",
-            "set",
-            "dev",
-            iface,
-            "gso_max_size",
-            "1514",
-            "gso_max_segs",
-            "1",
-        ])?;
-    }
-    let sysctl = [
-        "netns",
-        "exec",
-        topo.sender.name(),
-        "sysctl",
-        "-qw",
-        "net.ipv4.tcp_ecn=1",
-    ];
-    if let Err(e) = run_command("ip", &sysctl) {
-        tracing::warn!("could not enable ECN in the sender namespace: {e}");
-    }
+    topo.one_mtu_segments()?;
+    topo.enable_sender_ecn();
     let config = demo_config();
     let metrics = Metrics::new();
     let control = Control::default();

@@ -455,6 +455,46 @@ impl Topology {
         &self.warnings
     }
 
+    /// Makes the end hosts' TCP hand their veths one MTU per segment (`gso_max_size 1514
+    /// gso_max_segs 1` on the sender's and receiver's interfaces, with iproute2), so a shaper
+    /// with MTU-sized frame slots never sees 64 KiB GSO super-frames (used when `ethtool` is not
+    /// there to switch the offloads off).
+    pub fn one_mtu_segments(&self) -> Result<(), TopoError> {
+        for (ns, iface) in [
+            (&self.sender, &self.sender_if),
+            (&self.receiver, &self.receiver_if),
+        ] {
+            ns.ip(&[
+                "link",
+                "set",
+                "dev",
+                iface,
+                "gso_max_size",
+                "1514",
+                "gso_max_segs",
+                "1",
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Turns ECN on for TCP in the sender namespace (`net.ipv4.tcp_ecn=1`), so CE marks from the
+    /// shaper reach congestion control. A failure is logged, not fatal: the shaper then counts
+    /// its not-ECT fallbacks instead.
+    pub fn enable_sender_ecn(&self) {
+        let args = [
+            "netns",
+            "exec",
+            self.sender.name(),
+            "sysctl",
+            "-qw",
+            "net.ipv4.tcp_ecn=1",
+        ];
+        if let Err(e) = run_command("ip", &args) {
+            tracing::warn!("could not enable ECN in the sender namespace: {e}");
+        }
+    }
+
     /// Joins `in0` and `out0` in a Linux bridge `br0` inside the shaper namespace, so frames
     /// flow without the daemon (kernel baselines of `compare`, tests). STP off, no forward delay.
     pub fn bridge_shaper(&mut self) -> Result<(), TopoError> {

@@ -35,10 +35,6 @@ pub const SIZE_UNITS: [(&str, u64); 10] = [
     ("gbit", 1 << 27),
 ];
 
-/// Fraction digits kept; later digits are ignored (they change the result by less than 10^-24
-/// of the unit).
-const MAX_FRACTION_DIGITS: usize = 24;
-
 /// Why a string is not a duration or a size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ParseQuantityError {
@@ -113,24 +109,7 @@ fn parse_scaled(
             .map(|&(_, m)| m)
             .ok_or(ParseQuantityError::UnknownUnit)?
     };
-    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    let mut whole: u128 = 0;
-    for d in int.bytes() {
-        whole = whole
-            .checked_mul(10)
-            .and_then(|w| w.checked_add(u128::from(d - b'0')))
-            .filter(|&w| w <= u128::from(u64::MAX))
-            .ok_or(ParseQuantityError::Overflow)?;
-    }
-    let (mut num, mut den) = (0u128, 1u128);
-    for d in frac.bytes().take(MAX_FRACTION_DIGITS) {
-        num = num * 10 + u128::from(d - b'0');
-        den *= 10;
-    }
-    let m = u128::from(multiplier);
-    // whole <= 2^64 and m <= 2^30: fits; num < den <= 10^24 < 2^80, so num * m fits.
-    let total = whole * m + (num * m + den / 2) / den;
-    u64::try_from(total).map_err(|_| ParseQuantityError::Overflow)
+    metronome_core::rate::scale_decimal(number, multiplier).ok_or(ParseQuantityError::Overflow)
 }
 
 #[cfg(test)]

@@ -124,19 +124,7 @@ fn kernel_tcp_through_the_daemon_holds_100_and_500_mbit() {
         return;
     };
     // Segments of one MTU: GSO/TSO would hand the shaper 64 KiB super-frames (see the demo).
-    for (ns, iface) in [(&topo.sender, "snd0"), (&topo.receiver, "rcv0")] {
-        ns.ip(&[
-            "link",
-            "set",
-            "dev",
-            iface,
-            "gso_max_size",
-            "1514",
-            "gso_max_segs",
-            "1",
-        ])
-        .unwrap();
-    }
+    topo.one_mtu_segments().unwrap();
     let mut failures = Vec::new();
     for (rate, target) in [("100mbit", 100e6), ("500mbit", 500e6)] {
         // Two attempts: on this shared 2-core machine a burst of load from another process can
