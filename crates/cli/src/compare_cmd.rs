@@ -24,6 +24,12 @@ pub struct CompareArgs {
     /// Print `{"rows": [...]}` instead of the table.
     #[arg(long)]
     json: bool,
+    /// Only these target rates, tc-like (`100mbit,1gbit`), instead of the grid's.
+    #[arg(long, value_delimiter = ',')]
+    target: Vec<metronome_core::Rate>,
+    /// Only these flow counts (`1,16,256`), instead of the grid's.
+    #[arg(long, value_delimiter = ',')]
+    flows: Vec<usize>,
 }
 
 /// Width of one shaper's block, without the daemon column.
@@ -135,11 +141,21 @@ pub fn install_cleanup() {
 /// Runs the comparison.
 pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     metronome_daemon::daemon::init_logging(Default::default());
-    let options = if args.quick {
+    let mut options = if args.quick {
         CompareOptions::quick()
     } else {
         CompareOptions::full()
     };
+    if !args.target.is_empty() {
+        options.targets_bps = args.target.iter().map(|r| r.bps()).collect();
+    }
+    if !args.flows.is_empty() {
+        if args.flows.contains(&0) {
+            eprintln!("metronome compare: --flows: a flow count must be at least 1");
+            std::process::exit(2);
+        }
+        options.flows = args.flows.clone();
+    }
     let reports = match compare::run(&options, &mut std::io::stderr()) {
         Ok(reports) => reports,
         Err(e) if e.is_missing_privilege() => {
