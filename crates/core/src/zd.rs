@@ -115,26 +115,52 @@ fn refuse_full(counters: &mut BufferCounters, overflow: Overflow, pkt: PacketRef
     }
 }
 
-/// A FIFO of fixed packet capacity, like pfifo / pfifo_fast (zD §5.1). `probe` is false when it
-/// holds `capacity` packets (zD §4.2). It does not pace: `dequeue` releases everything queued, in
-/// order, up to `out.len()`; the caller's NIC model drains it at line rate by asking for one
-/// packet per transmission time. EDTs are ignored.
+/// The FIFO of fixed packet capacity under [`Pfifo`] and [`TbfBuffer`]: room check, enqueue with
+/// the full-buffer rule, and the counters, written once.
 #[derive(Clone, Debug)]
-pub struct Pfifo {
+struct BoundedFifo {
     fifo: VecDeque<PacketRef>,
     capacity: usize,
     overflow: Overflow,
     counters: BufferCounters,
 }
 
-impl Pfifo {
-    /// A FIFO of `capacity` packets (allocated now).
-    pub fn new(capacity: usize, overflow: Overflow) -> Self {
-        Pfifo {
+impl BoundedFifo {
+    fn new(capacity: usize, overflow: Overflow) -> Self {
+        BoundedFifo {
             fifo: VecDeque::with_capacity(capacity),
             capacity,
             overflow,
             counters: BufferCounters::default(),
+        }
+    }
+    fn has_room(&self) -> bool {
+        self.fifo.len() < self.capacity
+    }
+    fn push(&mut self, pkt: PacketRef) -> Result<(), Rejected> {
+        if !self.has_room() {
+            return Err(refuse_full(&mut self.counters, self.overflow, pkt));
+        }
+        self.fifo.push_back(pkt);
+        self.counters.enqueued += 1;
+        Ok(())
+    }
+}
+
+/// A FIFO of fixed packet capacity, like pfifo / pfifo_fast (zD §5.1). `probe` is false when it
+/// holds `capacity` packets (zD §4.2). It does not pace: `dequeue` releases everything queued, in
+/// order, up to `out.len()`; the caller's NIC model drains it at line rate by asking for one
+/// packet per transmission time. EDTs are ignored.
+#[derive(Clone, Debug)]
+pub struct Pfifo {
+    q: BoundedFifo,
+}
+
+impl Pfifo {
+    /// A FIFO of `capacity` packets (allocated now).
+    pub fn new(capacity: usize, overflow: Overflow) -> Self {
+        Pfifo {
+            q: BoundedFifo::new(capacity, overflow),
         }
     }
 }
@@ -144,7 +170,7 @@ impl ScheduledBuffer for Pfifo {
         "pfifo"
     }
     fn probe(&self, _now: Timestamp, _flow: FlowId) -> bool {
-        self.fifo.len() < self.capacity
+        self.q.has_room()
     }
     fn enqueue(
         &mut self,
@@ -152,36 +178,31 @@ impl ScheduledBuffer for Pfifo {
         _edt: Timestamp,
         pkt: PacketRef,
     ) -> Result<(), Rejected> {
-        if self.fifo.len() >= self.capacity {
-            return Err(refuse_full(&mut self.counters, self.overflow, pkt));
-        }
-        self.fifo.push_back(pkt);
-        self.counters.enqueued += 1;
-        Ok(())
+        self.q.push(pkt)
     }
     fn dequeue(&mut self, _now: Timestamp, out: &mut [PacketRef]) -> usize {
-        let n = out.len().min(self.fifo.len());
-        for (slot, pkt) in out.iter_mut().zip(self.fifo.drain(..n)) {
+        let n = out.len().min(self.q.fifo.len());
+        for (slot, pkt) in out.iter_mut().zip(self.q.fifo.drain(..n)) {
             *slot = pkt;
         }
-        self.counters.dequeued += n as u64;
+        self.q.counters.dequeued += n as u64;
         n
     }
     /// Always due while non-empty: [`Timestamp::ZERO`].
     fn next_due(&self) -> Option<Timestamp> {
-        (!self.fifo.is_empty()).then_some(Timestamp::ZERO)
+        (!self.q.fifo.is_empty()).then_some(Timestamp::ZERO)
     }
     fn len(&self) -> usize {
-        self.fifo.len()
+        self.q.fifo.len()
     }
     fn capacity(&self) -> usize {
-        self.capacity
+        self.q.capacity
     }
     fn overflow(&self) -> Overflow {
-        self.overflow
+        self.q.overflow
     }
     fn counters(&self) -> BufferCounters {
-        self.counters
+        self.q.counters
     }
 }
 
@@ -206,15 +227,12 @@ pub struct TbfConfig {
 /// instead of being refused as Linux tbf does. EDTs are ignored.
 #[derive(Clone, Debug)]
 pub struct TbfBuffer {
-    fifo: VecDeque<PacketRef>,
+    q: BoundedFifo,
     tokens: i128,
     last_refill: Timestamp,
     cap: i128,
     burst: u32,
     rate: Rate,
-    capacity: usize,
-    overflow: Overflow,
-    counters: BufferCounters,
 }
 
 impl TbfBuffer {
@@ -223,15 +241,12 @@ impl TbfBuffer {
         let burst = config.burst.max(1);
         let cap = i128::from(burst) * TOKEN_UNITS_PER_BYTE;
         TbfBuffer {
-            fifo: VecDeque::with_capacity(config.capacity),
+            q: BoundedFifo::new(config.capacity, config.overflow),
             tokens: cap,
             last_refill: Timestamp::ZERO,
             cap,
             burst,
             rate: config.rate,
-            capacity: config.capacity,
-            overflow: config.overflow,
-            counters: BufferCounters::default(),
         }
     }
 
@@ -252,7 +267,7 @@ impl TbfBuffer {
 
     /// Token units the head packet needs, if there is one.
     fn head_need(&self) -> Option<i128> {
-        let len = u32::from(self.fifo.front()?.len);
+        let len = u32::from(self.q.fifo.front()?.len);
         Some(i128::from(len.min(self.burst)) * TOKEN_UNITS_PER_BYTE)
     }
 }
@@ -262,7 +277,7 @@ impl ScheduledBuffer for TbfBuffer {
         "tbf"
     }
     fn probe(&self, _now: Timestamp, _flow: FlowId) -> bool {
-        self.fifo.len() < self.capacity
+        self.q.has_room()
     }
     fn enqueue(
         &mut self,
@@ -270,25 +285,20 @@ impl ScheduledBuffer for TbfBuffer {
         _edt: Timestamp,
         pkt: PacketRef,
     ) -> Result<(), Rejected> {
-        if self.fifo.len() >= self.capacity {
-            return Err(refuse_full(&mut self.counters, self.overflow, pkt));
-        }
-        self.fifo.push_back(pkt);
-        self.counters.enqueued += 1;
-        Ok(())
+        self.q.push(pkt)
     }
     fn dequeue(&mut self, now: Timestamp, out: &mut [PacketRef]) -> usize {
         self.refill(now);
         let mut n = 0;
         while n < out.len() && self.head_need().is_some_and(|need| self.tokens >= need) {
-            let Some(pkt) = self.fifo.pop_front() else {
+            let Some(pkt) = self.q.fifo.pop_front() else {
                 break;
             };
             self.tokens -= i128::from(pkt.len) * TOKEN_UNITS_PER_BYTE;
             out[n] = pkt;
             n += 1;
         }
-        self.counters.dequeued += n as u64;
+        self.q.counters.dequeued += n as u64;
         n
     }
     /// From the token deficit of the head packet; [`Timestamp::MAX`] at a zero rate.
@@ -305,16 +315,16 @@ impl ScheduledBuffer for TbfBuffer {
         Some(self.last_refill.saturating_add(Duration::from_nanos(ns)))
     }
     fn len(&self) -> usize {
-        self.fifo.len()
+        self.q.fifo.len()
     }
     fn capacity(&self) -> usize {
-        self.capacity
+        self.q.capacity
     }
     fn overflow(&self) -> Overflow {
-        self.overflow
+        self.q.overflow
     }
     fn counters(&self) -> BufferCounters {
-        self.counters
+        self.q.counters
     }
 }
 
