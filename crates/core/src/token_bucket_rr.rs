@@ -63,39 +63,37 @@ pub struct ClassConfig {
 #[error("unknown class {0:?}")]
 pub struct UnknownClass(pub ClassId);
 
-/// One class: its bucket and its FIFO.
-#[derive(Debug)]
-struct Class {
-    // Touched on every visit: bucket state, then the queue.
+/// A token bucket in exact integer units, with its send rule: the head packet of a FIFO leaves
+/// when the tokens cover `min(len, burst)` and then costs `len` (so an oversized packet leaves
+/// with a debt instead of being stuck). Shared by the classes here and by
+/// [`crate::zd::TbfBuffer`].
+#[derive(Clone, Debug)]
+pub(crate) struct TokenBucket {
     /// Tokens in [`TOKEN_UNITS_PER_BYTE`] units; at most `cap`, negative after an oversized packet.
-    tokens: i128,
-    last_refill: Timestamp,
+    pub(crate) tokens: i128,
+    pub(crate) last_refill: Timestamp,
     /// `burst` in token units.
-    cap: i128,
-    rate: Rate,
-    burst: u32,
-    /// True while the class is in the active list (exactly when its queue is non-empty).
-    active: bool,
-    queue: VecDeque<PacketRef>,
+    pub(crate) cap: i128,
+    pub(crate) rate: Rate,
+    pub(crate) burst: u32,
 }
 
-impl Class {
-    fn new(cfg: ClassConfig) -> Self {
-        let burst = cfg.burst.max(1);
+impl TokenBucket {
+    /// A full bucket of `burst` bytes (raised to 1) filling at `rate`.
+    pub(crate) fn new(rate: Rate, burst: u32) -> Self {
+        let burst = burst.max(1);
         let cap = i128::from(burst) * TOKEN_UNITS_PER_BYTE;
-        Class {
+        TokenBucket {
             tokens: cap,
             last_refill: Timestamp::ZERO,
             cap,
-            rate: cfg.rate,
+            rate,
             burst,
-            active: false,
-            queue: VecDeque::new(),
         }
     }
 
     /// Adds the tokens earned since the last refill, capped at the burst.
-    fn refill(&mut self, now: Timestamp) {
+    pub(crate) fn refill(&mut self, now: Timestamp) {
         let elapsed = now.saturating_since(self.last_refill).as_nanos();
         self.last_refill = self.last_refill.max(now);
         if self.tokens >= self.cap {
@@ -110,21 +108,27 @@ impl Class {
         };
     }
 
-    /// Token units the head packet needs before it may leave (the send rule), if there is one.
-    fn head_need(&self) -> Option<i128> {
-        let len = u32::from(self.queue.front()?.len);
+    /// Token units the head of `queue` needs before it may leave (the send rule), if any.
+    fn head_need(&self, queue: &VecDeque<PacketRef>) -> Option<i128> {
+        let len = u32::from(queue.front()?.len);
         Some(i128::from(len.min(self.burst)) * TOKEN_UNITS_PER_BYTE)
     }
 
-    fn head_sendable(&self) -> bool {
-        self.head_need().is_some_and(|need| self.tokens >= need)
+    /// True if the head of `queue` may leave now.
+    pub(crate) fn head_sendable(&self, queue: &VecDeque<PacketRef>) -> bool {
+        self.head_need(queue)
+            .is_some_and(|need| self.tokens >= need)
     }
 
-    /// Releases head packets into `out` while the tokens allow; returns how many.
-    fn serve(&mut self, out: &mut [PacketRef]) -> usize {
+    /// Releases head packets of `queue` into `out` while the tokens allow; returns how many.
+    pub(crate) fn serve(
+        &mut self,
+        queue: &mut VecDeque<PacketRef>,
+        out: &mut [PacketRef],
+    ) -> usize {
         let mut n = 0;
-        while n < out.len() && self.head_sendable() {
-            let Some(pkt) = self.queue.pop_front() else {
+        while n < out.len() && self.head_sendable(queue) {
+            let Some(pkt) = queue.pop_front() else {
                 break;
             };
             self.tokens -= i128::from(pkt.len) * TOKEN_UNITS_PER_BYTE;
@@ -134,9 +138,9 @@ impl Class {
         n
     }
 
-    /// The earliest instant the head packet may leave; `Timestamp::MAX` at a zero rate.
-    fn due(&self) -> Option<Timestamp> {
-        let deficit = self.head_need()? - self.tokens;
+    /// The earliest instant the head of `queue` may leave; `Timestamp::MAX` at a zero rate.
+    pub(crate) fn due(&self, queue: &VecDeque<PacketRef>) -> Option<Timestamp> {
+        let deficit = self.head_need(queue)? - self.tokens;
         if deficit <= 0 {
             return Some(self.last_refill);
         }
@@ -149,6 +153,42 @@ impl Class {
         let ns = (deficit as u128).div_ceil(bps);
         let ns = u64::try_from(ns).unwrap_or(u64::MAX);
         Some(self.last_refill.saturating_add(Duration::from_nanos(ns)))
+    }
+}
+
+/// One class: its bucket and its FIFO.
+#[derive(Debug)]
+struct Class {
+    // Touched on every visit: bucket state, then the queue.
+    bucket: TokenBucket,
+    /// True while the class is in the active list (exactly when its queue is non-empty).
+    active: bool,
+    queue: VecDeque<PacketRef>,
+}
+
+impl Class {
+    fn new(cfg: ClassConfig) -> Self {
+        Class {
+            bucket: TokenBucket::new(cfg.rate, cfg.burst),
+            active: false,
+            queue: VecDeque::new(),
+        }
+    }
+
+    fn refill(&mut self, now: Timestamp) {
+        self.bucket.refill(now);
+    }
+
+    fn head_sendable(&self) -> bool {
+        self.bucket.head_sendable(&self.queue)
+    }
+
+    fn serve(&mut self, out: &mut [PacketRef]) -> usize {
+        self.bucket.serve(&mut self.queue, out)
+    }
+
+    fn due(&self) -> Option<Timestamp> {
+        self.bucket.due(&self.queue)
     }
 }
 
@@ -207,18 +247,22 @@ impl TokenBucketRr {
             .get_mut(usize::from(class.0))
             .ok_or(UnknownClass(class))?;
         c.refill(now);
-        c.rate = rate;
+        c.bucket.rate = rate;
         Ok(())
     }
 
     /// `class`'s rate, `None` when not configured.
     pub fn rate(&self, class: ClassId) -> Option<Rate> {
-        self.classes.get(usize::from(class.0)).map(|c| c.rate)
+        self.classes
+            .get(usize::from(class.0))
+            .map(|c| c.bucket.rate)
     }
 
     /// `class`'s burst in bytes (after raising 0 to 1), `None` when not configured.
     pub fn burst(&self, class: ClassId) -> Option<u32> {
-        self.classes.get(usize::from(class.0)).map(|c| c.burst)
+        self.classes
+            .get(usize::from(class.0))
+            .map(|c| c.bucket.burst)
     }
 
     /// Number of configured classes.
@@ -251,8 +295,8 @@ impl TokenBucketRr {
         for (c, listed) in self.classes.iter().zip(seen) {
             assert_eq!(c.active, listed);
             assert_eq!(c.active, !c.queue.is_empty());
-            assert!(c.tokens <= c.cap);
-            assert!(c.tokens > -i128::from(u16::MAX) * TOKEN_UNITS_PER_BYTE);
+            assert!(c.bucket.tokens <= c.bucket.cap);
+            assert!(c.bucket.tokens > -i128::from(u16::MAX) * TOKEN_UNITS_PER_BYTE);
             held += c.queue.len();
         }
         assert_eq!(held, self.len);

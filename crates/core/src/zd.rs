@@ -40,9 +40,9 @@ use crate::packet::{FlowId, PacketRef};
 use crate::paused_flows::{Discipline, PausedCounters, PausedFlows};
 use crate::queue::{EdtQueue, RejectReason, Rejected};
 use crate::rate::Rate;
-use crate::time::{Duration, Timestamp};
+use crate::time::Timestamp;
 use crate::timing_wheel::{TimingWheel, TimingWheelConfig};
-use crate::token_bucket_rr::TOKEN_UNITS_PER_BYTE;
+use crate::token_bucket_rr::TokenBucket;
 
 /// Packets a flow may hold in the scheduled buffer, and pushes per turn: 2 (zD §4.1, "limiting
 /// the number of packets to only two provides a good compromise").
@@ -221,54 +221,23 @@ pub struct TbfConfig {
 
 /// A tbf-like shaper: one FIFO of fixed capacity released by a token bucket (zD §5.1's TBF).
 ///
-/// Tokens start full and refill at `rate` up to `burst`, in [`TOKEN_UNITS_PER_BYTE`] units (exact).
+/// Tokens start full and refill at `rate` up to `burst`, in [`TOKEN_UNITS_PER_BYTE`](crate::token_bucket_rr::TOKEN_UNITS_PER_BYTE) units (exact).
 /// The send rule is [`crate::token_bucket_rr`]'s: the head leaves when the tokens cover
 /// `min(len, burst)` and then costs `len`, so a packet larger than the burst leaves with a debt
 /// instead of being refused as Linux tbf does. EDTs are ignored.
 #[derive(Clone, Debug)]
 pub struct TbfBuffer {
     q: BoundedFifo,
-    tokens: i128,
-    last_refill: Timestamp,
-    cap: i128,
-    burst: u32,
-    rate: Rate,
+    bucket: TokenBucket,
 }
 
 impl TbfBuffer {
     /// A tbf buffer (FIFO allocated now).
     pub fn new(config: TbfConfig) -> Self {
-        let burst = config.burst.max(1);
-        let cap = i128::from(burst) * TOKEN_UNITS_PER_BYTE;
         TbfBuffer {
             q: BoundedFifo::new(config.capacity, config.overflow),
-            tokens: cap,
-            last_refill: Timestamp::ZERO,
-            cap,
-            burst,
-            rate: config.rate,
+            bucket: TokenBucket::new(config.rate, config.burst),
         }
-    }
-
-    fn refill(&mut self, now: Timestamp) {
-        let elapsed = now.saturating_since(self.last_refill).as_nanos();
-        self.last_refill = self.last_refill.max(now);
-        if self.tokens >= self.cap {
-            return;
-        }
-        let room = (self.cap - self.tokens) as u128;
-        let earned = u128::from(elapsed) * u128::from(self.rate.bps());
-        self.tokens = if earned >= room {
-            self.cap
-        } else {
-            self.tokens + earned as i128
-        };
-    }
-
-    /// Token units the head packet needs, if there is one.
-    fn head_need(&self) -> Option<i128> {
-        let len = u32::from(self.q.fifo.front()?.len);
-        Some(i128::from(len.min(self.burst)) * TOKEN_UNITS_PER_BYTE)
     }
 }
 
@@ -288,31 +257,14 @@ impl ScheduledBuffer for TbfBuffer {
         self.q.push(pkt)
     }
     fn dequeue(&mut self, now: Timestamp, out: &mut [PacketRef]) -> usize {
-        self.refill(now);
-        let mut n = 0;
-        while n < out.len() && self.head_need().is_some_and(|need| self.tokens >= need) {
-            let Some(pkt) = self.q.fifo.pop_front() else {
-                break;
-            };
-            self.tokens -= i128::from(pkt.len) * TOKEN_UNITS_PER_BYTE;
-            out[n] = pkt;
-            n += 1;
-        }
+        self.bucket.refill(now);
+        let n = self.bucket.serve(&mut self.q.fifo, out);
         self.q.counters.dequeued += n as u64;
         n
     }
     /// From the token deficit of the head packet; [`Timestamp::MAX`] at a zero rate.
     fn next_due(&self) -> Option<Timestamp> {
-        let deficit = self.head_need()? - self.tokens;
-        if deficit <= 0 {
-            return Some(self.last_refill);
-        }
-        let bps = u128::from(self.rate.bps());
-        if bps == 0 {
-            return Some(Timestamp::MAX);
-        }
-        let ns = u64::try_from((deficit as u128).div_ceil(bps)).unwrap_or(u64::MAX);
-        Some(self.last_refill.saturating_add(Duration::from_nanos(ns)))
+        self.bucket.due(&self.q.fifo)
     }
     fn len(&self) -> usize {
         self.q.fifo.len()

@@ -1,5 +1,6 @@
 use super::*;
 use crate::packet::ClassId;
+use crate::time::Duration;
 use crate::HorizonPolicy;
 
 fn p(id: u32, f: u32) -> PacketRef {
