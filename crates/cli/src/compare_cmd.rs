@@ -11,6 +11,7 @@
 //! removed at the end, on an error and on Ctrl-C (`metronome_daemon::netns::cleanup_on_signals`,
 //! installed by `main` before any thread starts).
 
+use crate::compare_plot;
 use clap::Args;
 use metronome_daemon::compare::{self, CompareOptions, Row, RunReport, Shaper};
 use std::fmt::Write;
@@ -30,6 +31,12 @@ pub struct CompareArgs {
     /// Only these flow counts (`1,16,256`), instead of the grid's.
     #[arg(long, value_delimiter = ',')]
     flows: Vec<usize>,
+    /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into DIR.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
+    /// Do not run: read the rows of a saved `--json` output and draw them (needs `--plot`).
+    #[arg(long, value_name = "FILE", requires = "plot")]
+    replot: Option<std::path::PathBuf>,
 }
 
 /// Width of one shaper's block, without the daemon column.
@@ -140,6 +147,9 @@ pub fn install_cleanup() {
 
 /// Runs the comparison.
 pub fn run(args: CompareArgs) -> anyhow::Result<()> {
+    if let (Some(file), Some(dir)) = (&args.replot, &args.plot) {
+        return replot(file, dir);
+    }
     metronome_daemon::daemon::init_logging(Default::default());
     let mut options = if args.quick {
         CompareOptions::quick()
@@ -172,7 +182,28 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", format_table(&reports));
     }
+    if let Some(dir) = &args.plot {
+        let rows: Vec<&Row> = reports.iter().map(|r| &r.row).collect();
+        report_plots(compare_plot::write(compare_plot::rows_of(&rows), dir)?);
+    }
     Ok(())
+}
+
+/// `--replot FILE --plot DIR`: the plots of a saved `--json` document.
+fn replot(file: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let rows = compare_plot::rows_from_json(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", file.display()))?;
+    report_plots(compare_plot::write(rows, dir)?);
+    Ok(())
+}
+
+/// Names the plots written on standard error (standard output stays the table or the JSON).
+fn report_plots(written: Vec<std::path::PathBuf>) {
+    for path in written {
+        eprintln!("wrote {}", path.display());
+    }
 }
 
 #[cfg(test)]
