@@ -31,6 +31,11 @@ pub struct CompareArgs {
     /// Only these flow counts (`1,16,256`), instead of the grid's.
     #[arg(long, value_delimiter = ',')]
     flows: Vec<usize>,
+    /// Throughput ceiling instead: one TCP flow at an unreachable target (40 Gbit/s) through the
+    /// plain recvmmsg/sendmmsg forwarder, the daemon passing everything, and the daemon shaping,
+    /// three times in turn, with all offloads off.
+    #[arg(long, conflicts_with = "quick")]
+    ceiling: bool,
     /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into DIR.
     #[arg(long, value_name = "DIR")]
     plot: Option<std::path::PathBuf>,
@@ -132,6 +137,73 @@ pub fn format_table(reports: &[RunReport]) -> String {
     out
 }
 
+/// The median of `values` (0 when empty).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// `--ceiling`: one line per run, then per flow count the median throughput of each shaper and
+/// the issue's two ratios (shaped vs the daemon's pass-through, shaped vs the plain forwarder).
+pub fn format_ceiling(reports: &[RunReport]) -> String {
+    let mut out = format!(
+        "{:<12} {:>6} {:>10} {:>9} {:>8}\n",
+        "shaper", "flows", "Gbit/s", "cpu %/G", "daemon"
+    );
+    for r in reports {
+        let daemon = r
+            .daemon_cpu_pct
+            .map_or("-".to_string(), |d| format!("{d:.1}"));
+        let _ = writeln!(
+            out,
+            "{:<12} {:>6} {:>10.3} {:>9.1} {:>8}",
+            r.row.shaper.name(),
+            r.row.flows,
+            r.row.achieved_bps / 1e9,
+            r.row.cpu_pct,
+            daemon
+        );
+    }
+    let mut flows: Vec<usize> = reports.iter().map(|r| r.row.flows).collect();
+    flows.dedup();
+    for f in flows {
+        let med = |s: Shaper| {
+            let mut v: Vec<f64> = reports
+                .iter()
+                .filter(|r| r.row.shaper == s && r.row.flows == f)
+                .map(|r| r.row.achieved_bps)
+                .collect();
+            median(&mut v)
+        };
+        let (fwd, pass, shaped) = (
+            med(Shaper::Forwarder),
+            med(Shaper::Passthrough),
+            med(Shaper::Metronome),
+        );
+        let ratio = |a: f64, b: f64| if b > 0.0 { 100.0 * a / b } else { f64::NAN };
+        let _ = writeln!(
+            out,
+            "{f} flow(s), medians: forwarder {:.3} Gbit/s, pass-through {:.3}, shaped {:.3}; \
+             shaped = {:.1} % of pass-through (target >= 95 %), {:.1} % of the forwarder \
+             (target >= 100 %)",
+            fwd / 1e9,
+            pass / 1e9,
+            shaped / 1e9,
+            ratio(shaped, pass),
+            ratio(shaped, fwd)
+        );
+    }
+    out += "Gbit/s: mean rate on the wire at the receiver's veth over 100 ms windows after a 1 s warm-up\n\
+            forwarder: plain recvmmsg/sendmmsg AF_PACKET forwarder, batches of 64, no parsing\n\
+            passthrough: the daemon with no class; metronome: the daemon shaping at 40 Gbit/s (unreachable)\n\
+            offloads (tx checksum, TSO, GSO, GRO) off on all four veths\n";
+    out
+}
+
 /// `reports` as the `--json` document: `{"rows": [Row, ...]}`.
 fn to_json(reports: &[RunReport]) -> serde_json::Result<String> {
     let rows: Vec<&Row> = reports.iter().map(|r| &r.row).collect();
@@ -151,7 +223,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         return replot(file, dir);
     }
     metronome_daemon::daemon::init_logging(Default::default());
-    let mut options = if args.quick {
+    let mut options = if args.ceiling {
+        CompareOptions::ceiling()
+    } else if args.quick {
         CompareOptions::quick()
     } else {
         CompareOptions::full()
@@ -179,6 +253,8 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     };
     if args.json {
         println!("{}", to_json(&reports)?);
+    } else if args.ceiling {
+        print!("{}", format_ceiling(&reports));
     } else {
         print!("{}", format_table(&reports));
     }

@@ -15,6 +15,12 @@
 //!   target, the `tc` default burst ([`QdiscSpec::Htb`]);
 //! * **tbf**: the same bridge with a TBF whose bucket and queue [`QdiscSpec::tbf`] picks.
 //!
+//! `--ceiling` ([`CompareOptions::ceiling`]) measures issue 4's throughput target instead: one
+//! TCP flow at an unreachable target ([`CEILING_TARGET_BPS`]) through, in turn, the plain
+//! `recvmmsg`/`sendmmsg` forwarder ([`crate::forwarder`]), the daemon with no class
+//! ([`passthrough_config`]) and the daemon shaping at the target, three rounds, with transmit
+//! checksum offload, TSO, GSO and GRO off on all four veths ([`Topology::offloads_off`]).
+//!
 //! The traffic ([`crate::trafficgen`]): `flows` kernel TCP connections from the sender to one
 //! port of the receiver plus the RTT probe (a TCP ping every 10 ms) to the next port; the probe
 //! is TCP to the receiver too, so it waits in the same shaped queue as the bulk flows under all
@@ -53,6 +59,8 @@ use std::time::{Duration, Instant};
 pub const NS_PREFIX: &str = "mtr-cmp";
 /// Target rates of the full comparison, bits/s (issue 4 item 3).
 pub const FULL_TARGETS_BPS: [u64; 4] = [100_000_000, 500_000_000, 1_000_000_000, 2_000_000_000];
+/// The unreachable target of `--ceiling`: 40 Gbit/s, ten times what one core forwards on veth.
+pub const CEILING_TARGET_BPS: u64 = 40_000_000_000;
 /// Flow counts of the full comparison (issue 4 item 3).
 pub const FULL_FLOWS: [usize; 3] = [1, 16, 256];
 /// Traffic kept running after the last window, so no flow stops inside it.
@@ -80,6 +88,10 @@ pub enum Shaper {
     Htb,
     /// Kernel TBF.
     Tbf,
+    /// The daemon with no class: every frame passes unshaped (`--ceiling` only).
+    Passthrough,
+    /// The plain `recvmmsg`/`sendmmsg` forwarder of [`crate::forwarder`] (`--ceiling` only).
+    Forwarder,
 }
 
 impl Shaper {
@@ -92,6 +104,8 @@ impl Shaper {
             Shaper::Metronome => "metronome",
             Shaper::Htb => "htb",
             Shaper::Tbf => "tbf",
+            Shaper::Passthrough => "passthrough",
+            Shaper::Forwarder => "forwarder",
         }
     }
 }
@@ -109,6 +123,11 @@ pub struct CompareOptions {
     pub warmup: Duration,
     /// Measured after the warm-up, in 100 ms windows.
     pub measure: Duration,
+    /// Times each (target, flows) point runs its shapers in turn (interleaved, so that a noisy
+    /// moment of the shared machine does not fall on one shaper only).
+    pub repetitions: usize,
+    /// Turn TSO, GSO, GRO and checksum offload off on all four veths first (`--ceiling`).
+    pub offloads_off: bool,
 }
 
 impl CompareOptions {
@@ -120,6 +139,22 @@ impl CompareOptions {
             shapers: Shaper::ALL.to_vec(),
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(3),
+            repetitions: 1,
+            offloads_off: false,
+        }
+    }
+
+    /// `--ceiling`: throughput at an unreachable target ([`CEILING_TARGET_BPS`]) of one TCP
+    /// flow through the plain forwarder, the daemon passing everything and the daemon shaping
+    /// at the target, three times in turn, with all offloads off (issue 4, third target).
+    pub fn ceiling() -> Self {
+        CompareOptions {
+            targets_bps: vec![CEILING_TARGET_BPS],
+            flows: vec![1],
+            shapers: vec![Shaper::Forwarder, Shaper::Passthrough, Shaper::Metronome],
+            repetitions: 3,
+            offloads_off: true,
+            ..CompareOptions::full()
         }
     }
 
@@ -213,6 +248,14 @@ pub fn metronome_config(receiver: std::net::Ipv4Addr, target_bps: u64) -> Config
     Config::from_toml_str(&text, "compare.toml").expect("the compare config is valid")
 }
 
+/// The daemon's configuration for the pass-through runs of `--ceiling`: the same interfaces and
+/// wheel, no class, so every frame is parsed, classified to the default and sent at once.
+pub fn passthrough_config() -> Config {
+    let text = "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n";
+    // A constant, well-formed text; tested by `the_metronome_config_is_valid`.
+    Config::from_toml_str(text, "passthrough.toml").expect("the pass-through config is valid")
+}
+
 /// Per-connection byte cap of a run: the target's whole volume over the run (a connection can
 /// never need more), at least 1 MiB.
 pub fn volume_cap(target_bps: u64, run: Duration) -> u64 {
@@ -229,12 +272,14 @@ pub fn run(
     let _ = crate::netns::remove_stale(NS_PREFIX);
 
     let mut topo = Topology::bump_in_the_wire(NS_PREFIX)?;
-    prepare(&topo)?;
+    prepare(&mut topo, options)?;
     let mut reports = Vec::new();
     let mut index: u16 = 0;
     for &target in &options.targets_bps {
         for &flows in &options.flows {
-            for &shaper in &options.shapers {
+            for shaper in
+                (0..options.repetitions.max(1)).flat_map(|_| options.shapers.iter().copied())
+            {
                 let port = BASE_PORT.saturating_add(index.saturating_mul(2));
                 index = index.wrapping_add(1) % 20_000;
                 let report = run_one(&mut topo, options, shaper, target, flows, port)?;
@@ -261,9 +306,12 @@ pub fn run(
 }
 
 /// One-MTU segments on the end hosts' veths and ECN in the sender (see the module docs).
-fn prepare(topo: &Topology) -> Result<(), CompareError> {
+fn prepare(topo: &mut Topology, options: &CompareOptions) -> Result<(), CompareError> {
     topo.one_mtu_segments()?;
     topo.enable_sender_ecn();
+    if options.offloads_off {
+        topo.offloads_off()?;
+    }
     Ok(())
 }
 
@@ -275,6 +323,12 @@ enum ActiveShaper {
         cpu: Option<ThreadCpu>,
     },
     Kernel,
+    Forwarder {
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        thread: std::thread::JoinHandle<
+            Result<Result<crate::forwarder::ForwarderReport, metronome_io::PortError>, TopoError>,
+        >,
+    },
 }
 
 fn start_shaper(
@@ -284,10 +338,26 @@ fn start_shaper(
 ) -> Result<ActiveShaper, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
-        Shaper::Metronome => {
+        Shaper::Forwarder => {
             topo.remove_qdisc(&out)?;
             topo.unbridge_shaper()?;
-            let config = metronome_config(topo.receiver_addr, target);
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s = stop.clone();
+            let (inside, outside) = (topo.shaper_in.clone(), out.clone());
+            let thread = topo
+                .shaper
+                .spawn(move || crate::forwarder::forward(&inside, &outside, &s))?;
+            std::thread::sleep(Duration::from_millis(100)); // sockets open
+            Ok(ActiveShaper::Forwarder { stop, thread })
+        }
+        Shaper::Metronome | Shaper::Passthrough => {
+            topo.remove_qdisc(&out)?;
+            topo.unbridge_shaper()?;
+            let config = if shaper == Shaper::Passthrough {
+                passthrough_config()
+            } else {
+                metronome_config(topo.receiver_addr, target)
+            };
             let control = Control::default();
             let (tx, rx) = std::sync::mpsc::channel();
             let c = control.clone();
@@ -346,6 +416,14 @@ impl ActiveShaper {
                     .join()
                     .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
                 crate::daemon::log_report(&report);
+                Ok(())
+            }
+            ActiveShaper::Forwarder { stop, thread } => {
+                stop.store(true, Ordering::Relaxed);
+                let report = thread
+                    .join()
+                    .map_err(|_| TopoError::ThreadPanicked("forwarder".into()))???;
+                tracing::info!(?report, "forwarder stopped");
                 Ok(())
             }
             ActiveShaper::Kernel => {
@@ -518,6 +596,24 @@ fn sleep_until(t: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_passthrough_config_has_no_class() {
+        let c = passthrough_config();
+        assert!(c.classes.is_empty());
+        assert_eq!(c.interfaces.inside, "in0");
+    }
+
+    #[test]
+    fn the_ceiling_runs_every_shaper_in_turn_with_offloads_off() {
+        let o = CompareOptions::ceiling();
+        assert!(o.offloads_off && o.repetitions >= 3);
+        assert_eq!(o.flows, vec![1]);
+        assert!(o.targets_bps.iter().all(|&t| t >= 10 * 4_000_000_000));
+        for s in [Shaper::Forwarder, Shaper::Passthrough, Shaper::Metronome] {
+            assert!(o.shapers.contains(&s), "{s:?}");
+        }
+    }
 
     #[test]
     fn the_metronome_config_is_valid() {

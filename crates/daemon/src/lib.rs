@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod demo;
 pub mod engine;
 pub mod flow_table;
+pub mod forwarder;
 pub mod metrics;
 pub mod netns;
 pub mod pipeline_bench;

@@ -478,6 +478,37 @@ impl Topology {
         Ok(())
     }
 
+    /// Turns transmit checksum offload, TSO, GSO and GRO off on all four veths with the ethtool
+    /// ioctl ([`metronome_io::Offload`]; no `ethtool` program needed): one-MTU frames and full
+    /// checksums everywhere, the set-up of issue 4's throughput target. An offload the driver
+    /// cannot change is a warning (kept in [`Topology::warnings`]), not an error.
+    pub fn offloads_off(&mut self) -> Result<(), TopoError> {
+        let interfaces: Vec<(Namespace, String)> = self
+            .interfaces()
+            .iter()
+            .map(|(ns, iface)| ((*ns).clone(), iface.to_string()))
+            .collect();
+        for (ns, iface) in interfaces {
+            let name = iface.clone();
+            let failures = ns.run(move || {
+                metronome_io::Offload::ALL
+                    .iter()
+                    .filter_map(|o| {
+                        o.set(&name, false)
+                            .err()
+                            .map(|e| format!("{}: {e}", o.name()))
+                    })
+                    .collect::<Vec<_>>()
+            })?;
+            for f in failures {
+                let warning = format!("{}/{iface}: cannot turn offload {f}", ns.name());
+                tracing::warn!("{warning}");
+                self.warnings.push(warning);
+            }
+        }
+        Ok(())
+    }
+
     /// Turns ECN on for TCP in the sender namespace (`net.ipv4.tcp_ecn=1`), so CE marks from the
     /// shaper reach congestion control. A failure is logged, not fatal: the shaper then counts
     /// its not-ECT fallbacks instead.

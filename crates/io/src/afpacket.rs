@@ -34,7 +34,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// `ETH_P_ALL`: every protocol (linux/if_ether.h).
-const ETH_P_ALL: u16 = 0x0003;
+pub(crate) const ETH_P_ALL: u16 = 0x0003;
 /// `ETH_P_8021Q`: the default TPID of a re-inserted VLAN tag (linux/if_ether.h).
 const ETH_P_8021Q: u16 = 0x8100;
 /// Bytes of the two MAC addresses, after which an 802.1Q tag goes (IEEE 802.1Q §9.3).
@@ -133,19 +133,7 @@ impl AfPacketPort {
             ifname: name(),
             reason,
         })?;
-        let io_err = |op: &'static str| {
-            move |e: io::Error| match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => PortError::Permission { ifname: name() },
-                Some(libc::ENODEV) | Some(libc::ENXIO) => {
-                    PortError::NoSuchInterface { ifname: name() }
-                }
-                _ => PortError::Io {
-                    op,
-                    ifname: name(),
-                    source: e,
-                },
-            }
-        };
+        let io_err = |op: &'static str| move |e: io::Error| os_error(ifname, op, e);
         let ifindex = sys::if_index(ifname).map_err(io_err("if_nametoindex"))?;
 
         let rx_fd = sys::packet_socket(0).map_err(io_err("socket"))?;
@@ -226,6 +214,74 @@ fn copy_frame(pool: &mut FramePool, data: &[u8], vlan: Option<(u16, u16)>) -> Op
     Some(id)
 }
 
+/// [`PacketPort::send`] on a bound packet socket, shared by the ring port and
+/// [`crate::MmsgPort`]: `sendmmsg` batches of up to 64 frames from `pool`, counted in
+/// `counters`. A busy device stops early (`tx_busy`), a frame refused for good is counted
+/// (`tx_errors`) and freed; an unexpected error is returned only while no id was consumed, so the
+/// caller still knows exactly which slots it owns.
+pub(crate) fn send_batches(
+    tx_fd: &OwnedFd,
+    counters: &mut PortCounters,
+    pool: &mut FramePool,
+    ids: &[u32],
+) -> io::Result<usize> {
+    let mut done = 0;
+    while done < ids.len() {
+        let batch = &ids[done..ids.len().min(done + SEND_BATCH)];
+        let mut frames: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
+        for (f, &id) in frames.iter_mut().zip(batch) {
+            *f = pool.frame(id);
+        }
+        match sys::send_frames(tx_fd, &frames[..batch.len()]) {
+            Ok(sent) => {
+                for &id in &batch[..sent] {
+                    counters.tx_packets += 1;
+                    counters.tx_bytes += pool.len(id) as u64;
+                    pool.free(id);
+                }
+                done += sent;
+                if sent == 0 {
+                    counters.tx_busy += 1;
+                    break;
+                }
+            }
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => {
+                    counters.tx_busy += 1;
+                    break;
+                }
+                // The first frame of the batch was refused for good: count, free, go on.
+                Some(
+                    libc::EMSGSIZE | libc::EINVAL | libc::ENETDOWN | libc::ENXIO | libc::EFAULT,
+                ) => {
+                    counters.tx_errors += 1;
+                    pool.free(batch[0]);
+                    done += 1;
+                }
+                _ if done > 0 => break,
+                _ => return Err(e),
+            },
+        }
+    }
+    Ok(done)
+}
+
+/// The [`PortError`] naming `ifname` for an OS error of operation `op`: `EPERM`/`EACCES` are
+/// [`PortError::Permission`], `ENODEV`/`ENXIO` [`PortError::NoSuchInterface`], anything else
+/// [`PortError::Io`].
+pub(crate) fn os_error(ifname: &str, op: &'static str, e: io::Error) -> PortError {
+    let ifname = ifname.to_string();
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => PortError::Permission { ifname },
+        Some(libc::ENODEV) | Some(libc::ENXIO) => PortError::NoSuchInterface { ifname },
+        _ => PortError::Io {
+            op,
+            ifname,
+            source: e,
+        },
+    }
+}
+
 impl PacketPort for AfPacketPort {
     fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
         let mut n = 0;
@@ -275,53 +331,11 @@ impl PacketPort for AfPacketPort {
     }
 
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
-        let mut done = 0;
-        while done < ids.len() {
-            let batch = &ids[done..ids.len().min(done + SEND_BATCH)];
-            let mut frames: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
-            for (f, &id) in frames.iter_mut().zip(batch) {
-                *f = pool.frame(id);
-            }
-            match sys::send_frames(&self.tx_fd, &frames[..batch.len()]) {
-                Ok(sent) => {
-                    for &id in &batch[..sent] {
-                        self.counters.tx_packets += 1;
-                        self.counters.tx_bytes += pool.len(id) as u64;
-                        pool.free(id);
-                    }
-                    done += sent;
-                    if sent == 0 {
-                        self.counters.tx_busy += 1;
-                        break;
-                    }
-                }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => {
-                        self.counters.tx_busy += 1;
-                        break;
-                    }
-                    // The first frame of the batch was refused for good: count, free, go on.
-                    Some(
-                        libc::EMSGSIZE | libc::EINVAL | libc::ENETDOWN | libc::ENXIO | libc::EFAULT,
-                    ) => {
-                        self.counters.tx_errors += 1;
-                        pool.free(batch[0]);
-                        done += 1;
-                    }
-                    // Unexpected: report it, but only once no id was consumed, so that the
-                    // caller still knows exactly which slots it owns.
-                    _ if done > 0 => break,
-                    _ => {
-                        return Err(PortError::Io {
-                            op: "sendmmsg",
-                            ifname: self.ifname.clone(),
-                            source: e,
-                        })
-                    }
-                },
-            }
-        }
-        Ok(done)
+        send_batches(&self.tx_fd, &mut self.counters, pool, ids).map_err(|source| PortError::Io {
+            op: "sendmmsg",
+            ifname: self.ifname.clone(),
+            source,
+        })
     }
 
     fn counters(&mut self) -> PortCounters {

@@ -156,6 +156,29 @@ impl FramePool {
             .map_or(&mut [][..], |s| &mut s[..size])
     }
 
+    /// The whole slots `ids` at once, as disjoint writable buffers in the order of `ids` (for a
+    /// `recvmmsg` that fills several slots in one call). `ids` must be strictly increasing; an id
+    /// out of order or out of range ends the sequence early (a caller bug, caught by a debug
+    /// assertion).
+    pub fn slots_mut<'a>(&'a mut self, ids: &'a [u32]) -> impl Iterator<Item = &'a mut [u8]> + 'a {
+        debug_assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids not increasing");
+        let size = self.slot_size;
+        let mut rest: &'a mut [u8] = &mut self.bytes;
+        let mut next_start = 0usize;
+        ids.iter().map_while(move |&id| {
+            let start = (id as usize).checked_mul(size)?;
+            let skip = start.checked_sub(next_start)?;
+            if rest.len() < skip + size {
+                return None;
+            }
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+            let (slot, tail) = tail.split_at_mut(size);
+            rest = tail;
+            next_start = start + size;
+            Some(slot)
+        })
+    }
+
     /// Sets the frame length of slot `id`, clamped to the slot size.
     pub fn set_len(&mut self, id: u32, len: usize) {
         if let Some(l) = self.lens.get_mut(id as usize) {

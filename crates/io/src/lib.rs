@@ -10,6 +10,10 @@
 //! * [`afpacket`]: [`AfPacketPort`], Linux AF_PACKET with a TPACKET_V3 memory-mapped RX ring and
 //!   `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst).
 //! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.
+//! * [`mmsg_port`]: [`MmsgPort`], plain packet sockets with `recvmmsg`/`sendmmsg` batches of 64
+//!   (the reference forwarder's I/O).
+//! * [`offload`]: turning an interface's offloads (TSO, GSO, GRO, checksum) on or off, as
+//!   `ethtool -K` does.
 //!
 //! All `unsafe` code (libc calls, the ring mapping) lives in one private module, `sys`.
 //!
@@ -37,6 +41,8 @@ pub mod afpacket;
 pub mod clock;
 pub mod frame_pool;
 pub mod memory_port;
+pub mod mmsg_port;
+pub mod offload;
 pub mod port;
 mod sys;
 
@@ -44,4 +50,6 @@ pub use afpacket::{AfPacketConfig, AfPacketPort};
 pub use clock::MonotonicClock;
 pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, JUMBO_SLOT_SIZE};
 pub use memory_port::{MemoryPort, MemoryPortConfig};
+pub use mmsg_port::{MmsgPort, MMSG_BATCH};
+pub use offload::Offload;
 pub use port::{wait_readable, PacketPort, PortCounters, PortError, RxFrame};

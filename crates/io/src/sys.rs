@@ -381,3 +381,94 @@ impl Drop for RxRing {
         }
     }
 }
+
+/// `recvmmsg(fd, MSG_DONTWAIT)` into `bufs` (one message per buffer, at most [`SEND_BATCH`]):
+/// writes each message's length to `lens` and whether the kernel cut it short (`MSG_TRUNC`: the
+/// frame was longer than its buffer) to `truncated`. Returns how many messages arrived; 0 when
+/// none was waiting (`EAGAIN`).
+pub(crate) fn recv_frames(
+    fd: &OwnedFd,
+    bufs: &mut [&mut [u8]],
+    lens: &mut [usize],
+    truncated: &mut [bool],
+) -> io::Result<usize> {
+    let n = bufs
+        .len()
+        .min(lens.len())
+        .min(truncated.len())
+        .min(SEND_BATCH);
+    // SAFETY: iovec and mmsghdr are plain integers and pointers; all-zero is valid.
+    let mut iov: [libc::iovec; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        iov[i].iov_base = bufs[i].as_mut_ptr().cast();
+        iov[i].iov_len = bufs[i].len();
+        msgs[i].msg_hdr.msg_iov = &mut iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: `msgs[..n]` point at `iov[..n]`, which point at the caller's buffers, live and
+    // exclusively borrowed for the call; the kernel writes at most `iov_len` bytes into each and
+    // fills `msg_len` / `msg_flags`. A null timeout: return what is there (MSG_DONTWAIT).
+    let rc = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            n as u32,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(0),
+            _ => Err(e),
+        };
+    }
+    let got = rc as usize;
+    for i in 0..got {
+        lens[i] = msgs[i].msg_len as usize;
+        truncated[i] = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+    }
+    Ok(got)
+}
+
+/// `struct ethtool_value` of uapi `linux/ethtool.h`: a command and one 32-bit value.
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+/// Issues the ethtool ioctl `cmd` (a `ETHTOOL_S*` command taking an `ethtool_value`) with `data`
+/// on interface `ifname` of the calling thread's network namespace, as `ethtool -K` does
+/// (`SIOCETHTOOL`, uapi `linux/sockios.h`).
+pub(crate) fn ethtool_set(ifname: &str, cmd: u32, data: u32) -> io::Result<()> {
+    let name = ifname.as_bytes();
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: a plain socket(2) call; the result is checked before use.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor this function owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut value = EthtoolValue { cmd, data };
+    // SAFETY: ifreq is plain integers, arrays and a union of them; all-zero is valid.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, &src) in ifr.ifr_name.iter_mut().zip(name) {
+        *dst = src as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+    // SAFETY: `ifr` names the interface (NUL-terminated: zeroed beyond the name) and points at
+    // `value`, both live for the call; SIOCETHTOOL reads the command and value from them.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut ifr) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,81 @@
+//! Turning an interface's offloads on or off with the ethtool ioctl, as `ethtool -K IF tso off`
+//! does, for machines without the `ethtool` program.
+//!
+//! Issue 4 measures forwarding "with TSO, GSO and GRO off on all four veths" so that every frame is
+//! one MTU; checksum offload off makes the end hosts compute full TCP checksums, which a forwarder
+//! that does not complete partial checksums ([`crate::MmsgPort`]) needs. The legacy per-feature
+//! commands are used (uapi `linux/ethtool.h`); the kernel maps them onto its feature flags and
+//! turns dependent features off too (no TSO without checksum offload).
+
+use crate::port::PortError;
+use crate::sys;
+
+/// One offload, by its legacy ethtool set-command (uapi `linux/ethtool.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offload {
+    /// Transmit checksum offload (`ETHTOOL_STXCSUM`, 0x17): `ethtool -K IF tx`.
+    TxChecksum,
+    /// TCP segmentation offload (`ETHTOOL_STSO`, 0x1f): `ethtool -K IF tso`.
+    Tso,
+    /// Generic segmentation offload (`ETHTOOL_SGSO`, 0x24): `ethtool -K IF gso`.
+    Gso,
+    /// Generic receive offload (`ETHTOOL_SGRO`, 0x2c): `ethtool -K IF gro`.
+    Gro,
+}
+
+impl Offload {
+    /// All four, in the order they are best turned off (checksum first: TSO depends on it).
+    pub const ALL: [Offload; 4] = [
+        Offload::TxChecksum,
+        Offload::Tso,
+        Offload::Gso,
+        Offload::Gro,
+    ];
+
+    /// The ethtool set-command number.
+    fn command(self) -> u32 {
+        match self {
+            Offload::TxChecksum => 0x17,
+            Offload::Tso => 0x1f,
+            Offload::Gso => 0x24,
+            Offload::Gro => 0x2c,
+        }
+    }
+
+    /// The name `ethtool -K` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Offload::TxChecksum => "tx",
+            Offload::Tso => "tso",
+            Offload::Gso => "gso",
+            Offload::Gro => "gro",
+        }
+    }
+
+    /// Sets the offload on `ifname` (of the calling thread's network namespace) on or off. Needs
+    /// CAP_NET_ADMIN; errors name the interface and the offload.
+    pub fn set(self, ifname: &str, on: bool) -> Result<(), PortError> {
+        sys::ethtool_set(ifname, self.command(), u32::from(on))
+            .map_err(|e| crate::afpacket::os_error(ifname, self.op(), e))
+    }
+
+    fn op(self) -> &'static str {
+        match self {
+            Offload::TxChecksum => "ETHTOOL_STXCSUM",
+            Offload::Tso => "ETHTOOL_STSO",
+            Offload::Gso => "ETHTOOL_SGSO",
+            Offload::Gro => "ETHTOOL_SGRO",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_interface_is_named() {
+        let e = Offload::Gro.set("mtr-no-such-if", false).unwrap_err();
+        assert!(e.to_string().contains("mtr-no-such-if"), "{e}");
+    }
+}
