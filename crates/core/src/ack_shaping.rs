@@ -34,8 +34,8 @@
 //!   (the window's right edge moves down with the ACK, which only restricts the sender further);
 //!   a SACK block above a held-back ACK may make a sender with real losses retransmit early.
 //!
-//! Memory: a preallocated table of `capacity` flows (80 bytes each plus a 4-byte index entry per
-//! half-filled bucket); an ACK of a flow that finds the table full passes unchanged and is counted
+//! Memory: a preallocated table of `capacity` flows (80 bytes each plus two 4-byte index buckets,
+//! so the index stays at most half full); an ACK of a flow that finds the table full passes unchanged and is counted
 //! (`table_full`). Flows fully acknowledged and idle for `idle_timeout` are expired lazily. The
 //! generated-ACK order is an intrusive list sorted by due time, so [`AckShaper::next_due`] is O(1)
 //! and nothing allocates after construction.

@@ -54,7 +54,8 @@ pub use frame::{tcp_view, TcpView, TEMPLATE_BYTES};
 /// bound on acknowledged bytes becomes `rate x interval + 2 MTU`.
 const DAEMON_BURST_MTUS: u32 = 2;
 
-/// Generated ACKs taken per poll: the caller's batch bounds it further.
+/// Generated ACKs taken per poll call, a batch (the caller's room bounds it further); the loop
+/// calls until fewer come back, so the value changes speed, never results.
 const GENERATE_BATCH: usize = 64;
 
 /// Outcome labels of `metronome_ack_shaping_total`, in [`ClassAcks::metrics`] order.
