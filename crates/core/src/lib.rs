@@ -9,6 +9,7 @@
 //!   nodes (Carousel §5.1.2, Algorithm 1), and the same wheel with per-packet allocating lists.
 //! * [`mltw`]: FlowBundler's multi-level timing wheel with inter-flow batching and per-destination
 //!   rate estimation (FlowBundler §IV-B..D).
+//! * [`ack_shaping`]: receiver-side ACK shaping of incast flows (Carousel §6).
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!
@@ -38,6 +39,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ack_shaping;
 pub mod binary_heap;
 pub mod bitmap;
 pub mod completions;

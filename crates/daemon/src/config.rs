@@ -170,6 +170,33 @@ pub struct ClassPolicy {
     pub horizon_policy: Option<HorizonPolicy>,
     /// What happens when the class's flows queue too much.
     pub backpressure: Backpressure,
+    /// Receiver-side ACK shaping of the class's TCP flows in the reverse direction (Carousel §6,
+    /// [`crate::ack_shaping`]); `None`: ACKs pass unchanged.
+    pub ack_shaping: Option<AckShapingPolicy>,
+}
+
+/// Default flows one class's ACK shaper tracks: 4096 (80-byte core slot plus a 160-byte header
+/// template each, about 1 MB per class).
+pub const DEFAULT_ACK_SHAPING_FLOWS: u32 = 4096;
+/// Most flows one class's ACK shaper may track: 2^20 (about 250 MB per class).
+pub const MAX_ACK_SHAPING_FLOWS: u32 = 1 << 20;
+
+/// A class's `ack_shaping`: the rate at which the ACKs of its TCP flows are released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckShapingPolicy {
+    /// The rate: shared by the class's active flows, or each flow's when `per_flow`.
+    pub rate: Rate,
+    /// `rate` applies to each flow (`per = "flow"`) rather than to the class (`per = "class"`).
+    pub per_flow: bool,
+    /// Most flows tracked; ACKs of further flows pass unchanged (counted).
+    pub flows: u32,
+}
+
+impl fmt::Display for AckShapingPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per = if self.per_flow { "flow" } else { "class" };
+        write!(f, "{} per {per}, {} flows", self.rate, self.flows)
+    }
 }
 
 impl ClassPolicy {
@@ -181,6 +208,7 @@ impl ClassPolicy {
             burst: mtu.saturating_add(ETHERNET_HEADER),
             horizon_policy: None,
             backpressure: Backpressure::None,
+            ack_shaping: None,
         }
     }
 

@@ -40,6 +40,7 @@
 //! packets leave at their EDT; a new classifier takes the next packet. Changes that need a restart
 //! (`ReloadPlan::restart_required`) are refused, the running configuration kept.
 
+use crate::ack_shaping::AckShaping;
 use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZE};
 use crate::flow_table::{FlowTable, Lookup};
 use crate::metrics::{ClassMetrics, DropReason, Metrics};
@@ -150,6 +151,8 @@ pub struct Engine {
     batch: Vec<PacketRef>,
     /// Longest delay the wheel holds: horizon minus one slot.
     max_delay: Duration,
+    /// Receiver-side ACK shaping of the reverse direction ([`crate::ack_shaping`]).
+    acks: AckShaping,
     // Cold.
     counters: EngineCounters,
     parse_counters: ParseCounters,
@@ -191,6 +194,7 @@ impl Engine {
             slot_entry: vec![NO_ENTRY; pool_slots],
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
             max_delay: Duration::from_nanos(max_delay),
+            acks: AckShaping::new(config, &metrics),
             counters: EngineCounters::default(),
             parse_counters: ParseCounters::new(),
             metrics,
@@ -269,6 +273,7 @@ impl Engine {
             return Err(ReloadError::RestartRequired(plan));
         }
         self.install_classes(new)?;
+        self.acks.reload(new);
         self.config = new.clone();
         Ok(plan)
     }
@@ -526,7 +531,39 @@ impl Engine {
 
     /// When the next queued packet is due (the loop sleeps until then), `None` when empty.
     pub fn next_due(&self) -> Option<Timestamp> {
-        self.wheel.next_due()
+        match (self.wheel.next_due(), self.acks.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// ACK shaping of the frames `ids[from..]` that [`Engine::pass_through`] just pushed
+    /// ([`AckShaping::on_reverse`]): rewrites ACKs in place, frees and removes suppressed ones.
+    pub fn shape_acks(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        ids: &mut Vec<u32>,
+        from: usize,
+    ) {
+        self.acks.on_reverse(now, pool, ids, from);
+    }
+
+    /// Pushes the ACKs that ACK shaping generates at `now` onto `out` (bound for `inside`), at
+    /// most `room`; returns how many ([`AckShaping::generate`]).
+    pub fn generate_acks(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        out: &mut Vec<u32>,
+        room: usize,
+    ) -> usize {
+        self.acks.generate(now, pool, out, room)
+    }
+
+    /// The ACK-shaping state (counters).
+    pub fn ack_shaping(&self) -> &AckShaping {
+        &self.acks
     }
 
     /// Packets waiting in the wheel.

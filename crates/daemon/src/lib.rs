@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ack_shaping;
 pub mod compare;
 pub mod config;
 pub mod daemon;

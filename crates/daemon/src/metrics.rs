@@ -94,6 +94,12 @@ struct ClassReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassOutcomeLabel {
+    class: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
 }
@@ -224,6 +230,7 @@ struct Inner {
     malformed: Family<ReasonLabel, Counter>,
     pass_through_packets: Counter,
     pass_through_bytes: Counter,
+    ack_shaping: Family<ClassOutcomeLabel, Counter>,
 }
 
 /// The daemon's metrics: a cheap, clonable handle to the registry and the global counters.
@@ -262,6 +269,7 @@ impl Metrics {
             malformed: Family::default(),
             pass_through_packets: Counter::default(),
             pass_through_bytes: Counter::default(),
+            ack_shaping: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -323,6 +331,8 @@ impl Metrics {
         );
         let ptb = "Bytes forwarded unshaped";
         r.register("pass_through_bytes", ptb, inner.pass_through_bytes.clone());
+        let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
+        r.register("ack_shaping", acks, inner.ack_shaping.clone());
         Metrics {
             inner: Arc::new(Inner { registry, ..inner }),
         }
@@ -350,6 +360,16 @@ impl Metrics {
             ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
             queued: i.queued.get_or_create(&l).clone(),
         }
+    }
+
+    /// The ACK-shaping counter of class `name` for `outcome` (see [`crate::ack_shaping`]); call
+    /// at start-up and after reloads, not per packet.
+    pub fn ack_shaping_counter(&self, name: &str, outcome: &'static str) -> Counter {
+        let label = ClassOutcomeLabel {
+            class: name.to_owned(),
+            outcome,
+        };
+        self.inner.ack_shaping.get_or_create(&label).clone()
     }
 
     /// Sets the number of packets in the timing wheel.

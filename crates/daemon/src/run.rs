@@ -7,7 +7,9 @@
 //! 1. receive a batch on `inside`, classify / stamp / queue it ([`Engine::receive`]); frames that
 //!    are not shaped join the outgoing batch at once;
 //! 2. receive a batch on `outside` and pass it to `inside` unshaped (checksums completed,
-//!    [`Engine::pass_through`]);
+//!    [`Engine::pass_through`]), except the TCP ACKs of classes with `ack_shaping`, rewritten or
+//!    suppressed ([`Engine::shape_acks`]); add the ACKs that ACK shaping generates now
+//!    ([`Engine::generate_acks`], due at [`Engine::next_due`] like the wheel's packets);
 //! 3. release everything due from the wheel ([`Engine::release`]) and send it together with the
 //!    unshaped frames as **one** `send` batch per tick (inter-flow batching, FlowBundler §IV-A);
 //! 4. when nothing happened, sleep in `ppoll(2)` on both ports' descriptors until the wheel's
@@ -173,10 +175,14 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock>(
         }
         if to_inside.ids.len() < batch {
             let n = outside.recv(pool, &mut rx)?;
+            let from = to_inside.ids.len();
             engine.pass_through(pool, &rx[..n], &mut to_inside.ids);
+            engine.shape_acks(now, pool, &mut to_inside.ids, from);
             passed_back += n as u64;
             work += n;
         }
+        let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
+        work += engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
         work += engine.release(clock.now(), &mut to_outside.ids, room);
         let pending_before = to_outside.ids.len() + to_inside.ids.len();

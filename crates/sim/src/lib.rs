@@ -13,6 +13,7 @@
 //! * [`scenario`]: every parameter ([`Scenario`], serde `Deserialize` for TOML plans).
 //! * [`run`]: one run, returning a [`SimReport`].
 //! * [`event`]: the `(time, sequence)` event queue; simulated time jumps to the next event.
+//! * [`incast`]: many senders into one receiver, with Carousel §6's receiver-side ACK shaping.
 //! * [`tcp`], [`host`]: transports, sources and receivers.
 //! * [`shaper`]: the shaper under test, wrapping `metronome_core`'s structures.
 //! * [`metrics`], [`report`]: measurement and the report.
@@ -39,6 +40,7 @@
 mod engine;
 pub mod event;
 pub mod host;
+pub mod incast;
 pub mod metrics;
 pub mod report;
 pub mod scenario;

@@ -79,6 +79,24 @@ pub(crate) struct RawClass {
     pub burst: Option<Spanned<Scalar>>,
     pub horizon_policy: Option<Spanned<RawHorizonPolicy>>,
     pub backpressure: Option<Spanned<RawBackpressure>>,
+    pub ack_shaping: Option<Spanned<RawAckShaping>>,
+}
+
+/// A class's `ack_shaping` table: `{ rate = "1gbit", per = "class" | "flow", flows = 4096 }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAckShaping {
+    pub rate: Spanned<Scalar>,
+    pub per: Option<Spanned<RawAckPer>>,
+    pub flows: Option<Spanned<i64>>,
+}
+
+/// `per = "class" | "flow"`.
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawAckPer {
+    Class,
+    Flow,
 }
 
 /// A class's `match` table.

@@ -3,7 +3,7 @@
 //!
 //! Applied live, without losing a queued packet:
 //! * classes added, removed, reordered, or with a new `match`, `rate`, `pacing`, `burst`,
-//!   `horizon_policy` or `backpressure`; the default class's policy;
+//!   `horizon_policy`, `backpressure` or `ack_shaping`; the default class's policy;
 //! * `daemon.busy_poll`.
 //!
 //! Queued packets keep the EDT they were stamped with: a new rate applies from the next packet
@@ -168,6 +168,8 @@ fn policy_changes(old: &ClassPolicy, new: &ClassPolicy) -> Vec<FieldChange> {
         old.backpressure.to_string(),
         new.backpressure.to_string(),
     );
+    let acks = |a: Option<super::AckShapingPolicy>| a.map_or("none".to_string(), |a| a.to_string());
+    text("ack_shaping", acks(old.ack_shaping), acks(new.ack_shaping));
     compare(
         &mut out,
         "horizon_policy",

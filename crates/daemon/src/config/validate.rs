@@ -10,13 +10,14 @@
 
 use super::error::{ConfigError, ErrorKind, ErrorSite};
 use super::raw::{
-    RawBackpressure, RawBackpressureMode, RawClass, RawConfig, RawDaemon, RawHorizonPolicy,
-    RawInterfaces, RawLogFormat, RawMatch, RawWheel, Scalar,
+    RawAckPer, RawAckShaping, RawBackpressure, RawBackpressureMode, RawClass, RawConfig, RawDaemon,
+    RawHorizonPolicy, RawInterfaces, RawLogFormat, RawMatch, RawWheel, Scalar,
 };
 use super::{
-    Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, Match,
-    DEFAULT_BATCH_SIZE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU, MAX_BATCH_SIZE, MAX_CLASSES,
-    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
+    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_METRICS_LISTEN,
+    DEFAULT_MTU, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_INTERFACE_NAME,
+    MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::{parse_duration, parse_size};
 use ipnet::IpNet;
@@ -318,7 +319,31 @@ impl Validator<'_> {
             policy.backpressure =
                 self.backpressure(bp.get_ref(), &format!("{path}.backpressure"))?;
         }
+        if let Some(a) = &raw.ack_shaping {
+            policy.ack_shaping =
+                Some(self.ack_shaping(a.get_ref(), &format!("{path}.ack_shaping"))?);
+        }
         Ok(policy)
+    }
+
+    fn ack_shaping(&self, raw: &RawAckShaping, path: &str) -> Result<AckShapingPolicy> {
+        let flows = match &raw.flows {
+            Some(f) => self.int_in(
+                f,
+                &format!("{path}.flows"),
+                1,
+                i64::from(MAX_ACK_SHAPING_FLOWS),
+            )? as u32,
+            None => DEFAULT_ACK_SHAPING_FLOWS,
+        };
+        Ok(AckShapingPolicy {
+            rate: self.rate(&raw.rate, &format!("{path}.rate"))?,
+            per_flow: matches!(
+                raw.per.as_ref().map(|p| *p.get_ref()),
+                Some(RawAckPer::Flow)
+            ),
+            flows,
+        })
     }
 
     fn rate(&self, raw: &Spanned<Scalar>, field: &str) -> Result<Rate> {

@@ -11,10 +11,12 @@
 //!
 //! [`wheel_granularity`] models the wheel alone; [`carousel_backpressure`] (Carousel Fig. 14-15)
 //! and [`carousel_conformance`] (Fig. 12, 13, 16) run whole hosts on the simulator
-//! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD).
+//! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD);
+//! [`incast`] (Carousel Fig. 19) runs the simulator's incast model.
 
 pub mod carousel_backpressure;
 pub mod carousel_conformance;
+pub mod incast;
 mod simulated;
 pub mod wheel_granularity;
 pub mod zd;
@@ -52,6 +54,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: carousel_conformance::NAME,
         summary: "rate conformance of timing wheel, fq tree and HTB-like bucket (Carousel Fig. 12, 13, 16)",
         run: carousel_conformance::run,
+    },
+    Experiment {
+        name: incast::NAME,
+        summary: "100:1 incast held to a rate at the receiver: ACK shaping vs ingress queue (Carousel Fig. 19)",
+        run: incast::run,
     },
     Experiment {
         name: zd::NAME,
