@@ -36,6 +36,9 @@
 use crate::rate::Rate;
 use crate::time::Duration;
 
+#[cfg(test)]
+mod tests;
+
 /// Default EWMA weight of the old `T_round` (MQ-ECN §5.3.3: "β is 0.75 ... by default").
 pub const DEFAULT_BETA: f64 = 0.75;
 
