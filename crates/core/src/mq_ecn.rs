@@ -28,6 +28,8 @@
 //! * Before the first sample `T_round` is unknown and the threshold is the standard one (`s_i = 1`);
 //!   the first sample initialises the average instead of being blended with zero. §3.2 notes that
 //!   an under-estimated `T_round` cures itself, and Equation 5's cap keeps `K_i <= K`.
+//! * RED's probability between the thresholds is the linear `p_b` alone, without the count-based
+//!   spacing of Floyd & Jacobson's `p_a`: what switch ECN/RED profiles (and DCQCN's) configure.
 //! * The core has no RNG source: RED's coin is a SplitMix64 generator stored in the port, seeded
 //!   from [`Red::seed`], so a run is reproducible.
 //! * Marking happens at enqueue only (§2.4 "Compatible with legacy ECN/RED implementation");

@@ -31,7 +31,29 @@
 //!
 //! Time: `now` never goes backwards; an earlier `now` is treated as the latest one seen. The port
 //! is idle from the end of the last departure's transmission (`now + len / C` at the dequeue that
-//! emptied it) until the next enqueue, which applies MQ-ECN's idle decay.
+//! emptied it) until the next enqueue, which applies MQ-ECN's idle decay. A turn's end is taken
+//! at the dequeue of its last packet, the start of that packet's transmission, as in the paper's
+//! qdisc: successive samples of a backlogged queue are the same phase apart, so they measure the
+//! round exactly; a lone packet arriving at an idle port gives a sample of 0.
+//!
+//! ```
+//! use metronome_core::{Marking, MqPort, MqPortConfig, QueueConfig, PacketRef, FlowId, ClassId,
+//!                      Duration, Timestamp};
+//!
+//! let mut port = MqPort::new(MqPortConfig {
+//!     queues: vec![QueueConfig::weighted(1500); 4],
+//!     marking: Marking::MqEcn { rtt: Duration::from_micros(80), lambda: 0.15, beta: 0.75,
+//!                               t_idle: None },
+//!     ..Default::default() // 10 Gbit/s, 300 KB shared, DWRR, MTU 1500
+//! })
+//! .unwrap();
+//! assert_eq!(port.threshold_bytes(0), 15_000); // C x RTT x lambda before any round
+//! let now = Timestamp::from_nanos(0);
+//! let pkt = PacketRef::new(1, FlowId(9), ClassId(2), 1500); // queue 2
+//! assert!(!port.enqueue(now, pkt, true).unwrap().marked);
+//! let out = port.dequeue(now).unwrap();
+//! assert_eq!((out.pkt, out.queue), (pkt, 2));
+//! ```
 
 mod counters;
 #[cfg(test)]
@@ -51,6 +73,11 @@ pub const MIN_PACKET_BYTES: u64 = 64;
 
 /// Default MTU in bytes (Ethernet payload, the paper's 1.5 KB packets, §5.2).
 pub const DEFAULT_MTU_BYTES: u32 = 1500;
+
+/// Largest shared buffer in bytes: 1 GiB. The reference pool costs about a fifth of the buffer
+/// (`buffer / MIN_PACKET_BYTES` references at 12.8 bytes each), so this bounds it near 200 MiB;
+/// switch ports hold 96 KB to a few MB (MQ-ECN §5.1-5.2: 96 KB and 300 KB).
+pub const MAX_BUFFER_BYTES: u64 = 1 << 30;
 
 /// Most queues per port: 64, one bit each in the strict-priority occupancy word. Switch chips
 /// have 4-8 per port; the paper's scaling test uses 32 (§5.3.1).
@@ -132,6 +159,9 @@ pub enum MqConfigError {
     /// The line rate is zero.
     #[error("line rate must be positive")]
     LineRate,
+    /// The buffer exceeds [`MAX_BUFFER_BYTES`].
+    #[error("buffer above 1 GiB")]
+    BufferTooLarge,
     /// The MTU is zero or above 65 535 bytes.
     #[error("MTU must lie in 1..=65535 bytes")]
     Mtu,
@@ -223,6 +253,9 @@ impl MqPort {
         let n = cfg.queues.len();
         if n == 0 || n > MAX_QUEUES {
             return Err(MqConfigError::QueueCount);
+        }
+        if cfg.buffer_bytes > MAX_BUFFER_BYTES {
+            return Err(MqConfigError::BufferTooLarge);
         }
         if cfg.line_rate.bps() == 0 {
             return Err(MqConfigError::LineRate);

@@ -160,6 +160,13 @@ fn configurations_are_checked() {
         }),
         Some(MqConfigError::Mtu)
     );
+    assert_eq!(
+        bad(MqPortConfig {
+            buffer_bytes: MAX_BUFFER_BYTES + 1,
+            ..base()
+        }),
+        Some(MqConfigError::BufferTooLarge)
+    );
     assert!(MqPort::new(MqPortConfig {
         queues: vec![QueueConfig::weighted(1500); MAX_QUEUES],
         ..base()
