@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod report;
 pub mod scenario;
 pub mod shaper;
+pub mod switch;
 pub mod tcp;
 
 pub use report::{

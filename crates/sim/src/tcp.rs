@@ -196,6 +196,14 @@ impl TcpSender {
         }
     }
 
+    /// The same sender with `rto` as its retransmission timeout before the first RTT sample
+    /// (at least its minimum), e.g. to model a connection whose handshake already gave an RTT
+    /// sample instead of RFC 6298's 1 s.
+    pub fn with_initial_rto(mut self, rto: Duration) -> Self {
+        self.rto = rto.max(self.rto_min);
+        self
+    }
+
     /// The congestion window in MTUs.
     pub fn cwnd(&self) -> f64 {
         self.cwnd
