@@ -32,6 +32,10 @@ pub const EMBEDDED: &[EmbeddedPlan] = &[
         text: include_str!("../../../lab/plans/carousel-conformance.toml"),
     },
     EmbeddedPlan {
+        name: "mqecn",
+        text: include_str!("../../../lab/plans/mqecn.toml"),
+    },
+    EmbeddedPlan {
         name: "zd",
         text: include_str!("../../../lab/plans/zd.toml"),
     },

@@ -12,9 +12,11 @@
 //! [`wheel_granularity`] models the wheel alone; [`carousel_backpressure`] (Carousel Fig. 14-15)
 //! and [`carousel_conformance`] (Fig. 12, 13, 16) run whole hosts on the simulator
 //! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD).
+//! [`mqecn`] runs the simulator's switch-port scenario (MQ-ECN Fig. 1, 3, 6-10).
 
 pub mod carousel_backpressure;
 pub mod carousel_conformance;
+pub mod mqecn;
 mod simulated;
 pub mod wheel_granularity;
 pub mod zd;
@@ -52,6 +54,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: carousel_conformance::NAME,
         summary: "rate conformance of timing wheel, fq tree and HTB-like bucket (Carousel Fig. 12, 13, 16)",
         run: carousel_conformance::run,
+    },
+    Experiment {
+        name: mqecn::NAME,
+        summary: "ECN on a multi-queue switch port: per-queue standard/min, per-port, MQ-ECN (MQ-ECN Fig. 1, 3, 6-10)",
+        run: mqecn::run,
     },
     Experiment {
         name: zd::NAME,
