@@ -693,6 +693,12 @@ impl<'a> SwitchSim<'a> {
         } else {
             0.0
         };
+        let c = self.port.counters();
+        r.port_marked = c.port.marked;
+        r.port_buffer_drops = c.port.buffer_drops;
+        r.non_ect_passes = c.port.non_ect_passes;
+        r.t_round_samples = c.t_round_samples;
+        r.idle_decays = c.idle_decays;
         r.events = self.q.popped;
         r
     }

@@ -326,6 +326,16 @@ pub struct SwitchReport {
     pub retransmits: u64,
     /// TCP retransmission timeouts.
     pub timeouts: u64,
+    /// The port's own count of packets it marked (core counter; equals `ce_marked`).
+    pub port_marked: u64,
+    /// The port's own count of packets refused for a full buffer (core counter).
+    pub port_buffer_drops: u64,
+    /// Non-ECT packets the rule would have marked and the port passed unmarked (core counter).
+    pub non_ect_passes: u64,
+    /// `T_round` samples the port took (MQ-ECN §3.3.1; core counter).
+    pub t_round_samples: u64,
+    /// Idle decays of `T_round` (MQ-ECN §3.3.1, after `T_idle` of idleness; core counter).
+    pub idle_decays: u64,
     /// Mean of the port's MQ-ECN threshold of queue 0 sampled at each enqueue, bytes.
     pub mean_threshold_q0_bytes: f64,
     /// Simulated time of the run, ns.

@@ -38,8 +38,11 @@ fn poisson(marking: MarkingSpec, load: f64, flows: u32) -> SwitchScenario {
     }
 }
 
-/// Every packet sent is received, dropped with a reason, or still somewhere at the end.
+/// Every packet sent is received, dropped with a reason, or still somewhere at the end; the
+/// simulator's counts agree with the port's own counters.
 fn conserved(r: &SwitchReport) {
+    assert_eq!(r.ce_marked, r.port_marked);
+    assert_eq!(r.buffer_drops, r.port_buffer_drops);
     assert_eq!(
         r.packets_sent,
         r.packets_received + r.buffer_drops + r.non_ect_drops + r.packets_in_flight_at_end,
@@ -54,6 +57,7 @@ fn mq_ecn_shares_equally_between_one_and_four_flows() {
     assert!(r.share_max_min_ratio < 1.1, "{:?}", r.service_goodput_bps);
     assert!(r.utilization > 0.95, "{}", r.utilization);
     assert!(r.ce_marked > 0);
+    assert!(r.t_round_samples > 0);
 }
 
 #[test]
@@ -113,6 +117,10 @@ fn only_ect_packets_are_marked() {
     conserved(&r);
     assert!(r.ce_marked > 0);
     assert_eq!(r.ce_on_non_ect, 0);
+    assert!(
+        r.non_ect_passes > 0,
+        "the Reno service went over K unmarked"
+    );
 }
 
 #[test]

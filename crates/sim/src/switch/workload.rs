@@ -156,6 +156,66 @@ pub fn exponential_ns(rng: &mut Rng, rate_per_s: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::Rng;
+    use proptest::prelude::{prop_assert, proptest};
+
+    /// The reference: the smallest integer `n >= 1` whose interpolated CDF value `F(n)` reaches
+    /// `u` (`F` piecewise linear through the points), found by scanning `n` upwards.
+    fn reference_quantile(points: &[(f64, f64)], u: f64) -> u32 {
+        let cdf = |x: f64| {
+            let mut prev = (points[0].0, 0.0);
+            let mut f = 0.0;
+            for &(px, pp) in points {
+                if x >= px {
+                    f = pp;
+                } else if x > prev.0 {
+                    f = prev.1 + (pp - prev.1) * (x - prev.0) / (px - prev.0);
+                    break;
+                } else {
+                    break;
+                }
+                prev = (px, pp);
+            }
+            f
+        };
+        let mut n = 1u32;
+        while cdf(f64::from(n)) < u && f64::from(n) < points[points.len() - 1].0 {
+            n += 1;
+        }
+        n
+    }
+
+    proptest! {
+        #[test]
+        fn quantile_is_monotone_and_bounded(a in 0.0f64..1.0, b in 0.0f64..1.0) {
+            let c = FlowSizeCdf::websearch();
+            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+            prop_assert!(c.quantile(lo) <= c.quantile(hi));
+            prop_assert!((6..=20_000).contains(&c.quantile(lo)));
+        }
+
+        #[test]
+        fn quantile_matches_a_scan_of_the_cdf(
+            steps in proptest::collection::vec((1u32..50, 0.01f64..0.5), 1..6),
+            u in 0.0f64..1.0,
+        ) {
+            // A random CDF: sizes increase by 1..50 packets, probabilities by random weights.
+            let total: f64 = steps.iter().map(|s| s.1).sum();
+            let mut points = vec![(1.0, 0.0)];
+            let (mut x, mut p) = (1.0, 0.0);
+            for (dx, w) in &steps {
+                x += f64::from(*dx);
+                p += w / total;
+                points.push((x, p.min(1.0)));
+            }
+            let last = points.len() - 1;
+            points[last].1 = 1.0;
+            let c = FlowSizeCdf { points: points.clone() };
+            let got = c.quantile(u);
+            let want = reference_quantile(&points, u);
+            prop_assert!(got == want, "u {} got {} want {} {:?}", u, got, want, points);
+        }
+    }
 
     #[test]
     fn websearch_file_parses_with_the_published_points() {
