@@ -92,6 +92,18 @@ fn flows(p: &Point) -> Result<Vec<u32>, LabError> {
         })
 }
 
+/// `service_weights`: a list of numbers (empty: balanced traffic).
+fn weights(p: &Point) -> Result<Vec<f64>, LabError> {
+    let bad = || LabError::param(p.index, "service_weights", "must be a list of numbers");
+    p.get("service_weights")?
+        .as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))
+        .collect::<Option<Vec<f64>>>()
+        .ok_or_else(bad)
+}
+
 /// The port and transport parameters every point sets, and the workload.
 fn base(p: &Point) -> Result<SwitchScenario, LabError> {
     let mut sc = SwitchScenario {
@@ -134,6 +146,7 @@ fn base(p: &Point) -> Result<SwitchScenario, LabError> {
                 load: p.f64("load")?,
                 flows: positive_u32(p, "flow_count")?,
                 services: positive_u32(p, "services")?,
+                service_weights: weights(p)?,
                 hosts: positive_u32(p, "hosts")?,
                 cdf: None,
             };
@@ -224,8 +237,18 @@ fn row(
             }
             row.set("mq_threshold_q0_bytes", round(r.mean_threshold_q0_bytes, 0));
         }
-        Workload::Poisson { load, .. } => {
+        Workload::Poisson {
+            load,
+            service_weights,
+            ..
+        } => {
             row.set("workload", "poisson");
+            let traffic = if service_weights.is_empty() {
+                "balanced"
+            } else {
+                "unbalanced"
+            };
+            row.set("traffic", traffic);
             row.set("load", *load);
             row.set("fct_all_avg_us", round(r.fct_all.mean_us, 1));
             row.set("fct_small_avg_us", round(r.fct_small.mean_us, 1));

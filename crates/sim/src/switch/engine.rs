@@ -7,7 +7,7 @@
 //! in [`crate::event`]. Everything pops in `(time, sequence)` order, so the run is deterministic.
 //! Packet descriptors live in a slab with a free list; the steady state does not allocate.
 
-use super::workload::{exponential_ns, FlowSizeCdf};
+use super::workload::{exponential_ns, uniform, FlowSizeCdf};
 use super::{FctSummary, MarkingSpec, SwitchError, SwitchReport, SwitchScenario, Workload};
 use crate::event::Ack;
 use crate::host::{Receiver, Rng};
@@ -384,7 +384,10 @@ impl<'a> SwitchSim<'a> {
 
     fn on_arrival(&mut self, now: Timestamp) {
         let Workload::Poisson {
-            services, hosts, ..
+            services,
+            service_weights,
+            hosts,
+            ..
         } = &self.sc.workload
         else {
             return;
@@ -394,7 +397,11 @@ impl<'a> SwitchSim<'a> {
             Some(cdf) => cdf.sample(&mut self.rng),
             None => return,
         };
-        let service = self.rng.below(services) as u32;
+        let service = if service_weights.is_empty() {
+            self.rng.below(services) as u32
+        } else {
+            pick(service_weights, uniform(&mut self.rng))
+        };
         let host = self.rng.below(hosts) as u32;
         let f = self.add_flow(service, host, size, now);
         self.try_send(f, now);
@@ -709,6 +716,19 @@ fn host() -> Host {
         fifo: VecDeque::with_capacity(256),
         busy: false,
     }
+}
+
+/// The index `i` where the cumulative normalised `weights` first exceed `u` in [0, 1).
+fn pick(weights: &[f64], u: f64) -> u32 {
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    for (i, w) in weights.iter().enumerate() {
+        acc += w / total;
+        if u < acc {
+            return i as u32;
+        }
+    }
+    (weights.len() - 1) as u32
 }
 
 /// Largest over smallest goodput among services that have flows.

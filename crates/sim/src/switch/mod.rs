@@ -81,8 +81,11 @@ pub enum Workload {
         load: f64,
         /// Flows to generate.
         flows: u32,
-        /// Services (queues) the flows spread over, uniformly (balanced traffic).
+        /// Services (queues) the flows spread over.
         services: u32,
+        /// Probability of each service (normalised; MQ-ECN §5.1.2's unbalanced traffic:
+        /// 10/20/30/40 %); empty: uniform (balanced traffic).
+        service_weights: Vec<f64>,
         /// Sending hosts.
         hosts: u32,
         /// Text of the flow-size CDF ([`WEBSEARCH_CDF`] format); `None`: web search.
@@ -247,12 +250,24 @@ impl SwitchScenario {
             Workload::Poisson {
                 load,
                 flows,
+                services,
+                service_weights,
                 hosts,
                 cdf,
-                ..
             } => {
                 if !(*load > 0.0 && *load <= 1.0) {
                     return Err(bad("workload.load", "must lie in (0, 1]"));
+                }
+                let usable = |w: &f64| w.is_finite() && *w >= 0.0;
+                if !service_weights.is_empty()
+                    && (service_weights.len() != *services as usize
+                        || !service_weights.iter().all(usable)
+                        || service_weights.iter().sum::<f64>() <= 0.0)
+                {
+                    return Err(bad(
+                        "workload.service_weights",
+                        "one non-negative weight per service, not all zero",
+                    ));
                 }
                 if *flows == 0 || *hosts == 0 {
                     return Err(bad("workload.flows/hosts", "must be positive"));

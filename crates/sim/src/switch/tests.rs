@@ -30,6 +30,7 @@ fn poisson(marking: MarkingSpec, load: f64, flows: u32) -> SwitchScenario {
             load,
             flows,
             services: 4,
+            service_weights: Vec::new(),
             hosts: 8,
             cdf: None,
         },
@@ -139,6 +140,29 @@ fn poisson_flows_complete_and_are_deterministic() {
         r
     };
     assert_eq!(strip(a), strip(b));
+}
+
+#[test]
+fn unbalanced_weights_steer_flows_to_services() {
+    let mut sc = poisson(MarkingSpec::MqEcn, 0.3, 400);
+    if let Workload::Poisson {
+        service_weights, ..
+    } = &mut sc.workload
+    {
+        *service_weights = vec![0.0, 0.0, 1.0, 3.0];
+    }
+    let r = run(&sc).unwrap();
+    conserved(&r);
+    let g = &r.service_goodput_bps;
+    assert_eq!((g[0], g[1]), (0.0, 0.0), "{g:?}");
+    assert!(g[3] > 1.5 * g[2], "{g:?}");
+    if let Workload::Poisson {
+        service_weights, ..
+    } = &mut sc.workload
+    {
+        *service_weights = vec![1.0, 2.0];
+    }
+    assert!(run(&sc).is_err(), "one weight per service");
 }
 
 #[test]

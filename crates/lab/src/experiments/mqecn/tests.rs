@@ -51,7 +51,7 @@ fn one_row_per_scheme_with_mq_ecn_sharing_equally_and_per_port_not() {
 fn poisson_rows_have_fct_columns_and_are_deterministic() {
     let text = format!(
         "{PORT}workload = \"poisson\"\nload = 0.5\nflow_count = 120\nservices = 4\nhosts = 8\n\
-         drain_ms = 2000\n"
+         drain_ms = 2000\nservice_weights = []\n"
     );
     let p = Point::new(toml::from_str(&text).expect("test point parses"));
     let a = run(&p).expect("runs");
