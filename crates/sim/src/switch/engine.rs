@@ -1,12 +1,10 @@
 //! The event loop of the switch-port scenario ([`super`]): hosts' NICs, the [`MqPort`], the
 //! receiver and the DCTCP senders.
 //!
-//! Events: timers (flow starts and arrivals, RTOs, NIC and port transmissions, the end) go
-//! through a binary heap; packets and ACKs travel three FIFO delay lines (host -> switch,
-//! switch -> receiver, receiver -> sender), each of constant delay and entered in time order, as
-//! in [`crate::event`]. Everything pops in `(time, sequence)` order, so the run is deterministic.
+//! Events come from [`super::events`] in `(time, sequence)` order, so the run is deterministic.
 //! Packet descriptors live in a slab with a free list; the steady state does not allocate.
 
+use super::events::{Ev, Queue, TO_RECEIVER, TO_SENDER, TO_SWITCH};
 use super::workload::{exponential_ns, uniform, FlowSizeCdf};
 use super::{FctSummary, MarkingSpec, SwitchError, SwitchReport, SwitchScenario, Workload};
 use crate::event::Ack;
@@ -18,8 +16,7 @@ use metronome_core::{
     ClassId, Duration, FlowId, Marking, MqPort, MqPortConfig, MqReject, PacketRef, QueueConfig,
     Rate, Scheduling, Timestamp,
 };
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 /// Bytes of TCP/IP headers in a data packet (20 + 20): goodput counts the rest.
 const HEADER_BYTES: u64 = 40;
@@ -35,97 +32,6 @@ const SNDBUF_PACKETS: u32 = 2800;
 const TSQ_PACKETS: u32 = 2;
 /// Sequence space of a greedy long-lived flow, packets (never reached in a run).
 const GREEDY_PACKETS: u32 = u32::MAX / 2;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ev {
-    FlowStart(u32),
-    NextArrival,
-    Rto(u32),
-    HostDone(u32),
-    PortDone,
-    End,
-    AtSwitch(u32),
-    AtReceiver(u32),
-    AckAt(Ack),
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    time: Timestamp,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, o: &Self) -> bool {
-        (self.time, self.seq) == (o.time, o.seq)
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, o: &Self) -> Ordering {
-        (self.time, self.seq).cmp(&(o.time, o.seq))
-    }
-}
-
-/// Timers in a heap, packets and ACKs on three FIFO lines.
-struct Queue {
-    heap: BinaryHeap<Reverse<Entry>>,
-    lines: [VecDeque<Entry>; 3],
-    seq: u64,
-    now: Timestamp,
-    popped: u64,
-}
-
-impl Queue {
-    fn entry(&mut self, time: Timestamp, ev: Ev) -> Entry {
-        debug_assert!(time >= self.now, "event scheduled in the past");
-        self.seq += 1;
-        Entry {
-            time: time.max(self.now),
-            seq: self.seq,
-            ev,
-        }
-    }
-    fn timer(&mut self, time: Timestamp, ev: Ev) {
-        let e = self.entry(time, ev);
-        self.heap.push(Reverse(e));
-    }
-    fn line(&mut self, line: usize, time: Timestamp, ev: Ev) {
-        let e = self.entry(time, ev);
-        debug_assert!(self.lines[line].back().is_none_or(|b| b.time <= e.time));
-        self.lines[line].push_back(e);
-    }
-    fn pop(&mut self) -> Option<(Timestamp, Ev)> {
-        let mut best = self.heap.peek().map(|r| (r.0.time, r.0.seq));
-        let mut from = None;
-        for (i, l) in self.lines.iter().enumerate() {
-            if let Some(e) = l.front() {
-                if best.is_none_or(|b| (e.time, e.seq) < b) {
-                    best = Some((e.time, e.seq));
-                    from = Some(i);
-                }
-            }
-        }
-        let e = match from {
-            Some(i) => self.lines[i].pop_front()?,
-            None => self.heap.pop()?.0,
-        };
-        debug_assert!(e.time >= self.now, "time went backwards");
-        self.now = e.time;
-        self.popped += 1;
-        Some((e.time, e.ev))
-    }
-}
-
-const TO_SWITCH: usize = 0;
-const TO_RECEIVER: usize = 1;
-const TO_SENDER: usize = 2;
 
 /// A data packet in the network.
 #[derive(Clone, Copy, Debug, Default)]
@@ -235,13 +141,7 @@ impl<'a> SwitchSim<'a> {
         let prop = sc.base_rtt_ns - 2 * ser.as_nanos();
         let mut sim = SwitchSim {
             sc,
-            q: Queue {
-                heap: BinaryHeap::with_capacity(1024),
-                lines: [(); 3].map(|_| VecDeque::with_capacity(4096)),
-                seq: 0,
-                now: Timestamp::ZERO,
-                popped: 0,
-            },
+            q: Queue::with_capacity(4096),
             port,
             port_busy: None,
             pkts: Vec::with_capacity(4096),
@@ -527,9 +427,10 @@ impl<'a> SwitchSim<'a> {
             Err((_, why)) => {
                 match why {
                     MqReject::NotEctDropped => self.r.non_ect_drops += 1,
-                    // Full buffer; the other reasons cannot happen with one MTU per packet and
-                    // services mapped to existing queues, and are counted as drops too.
-                    _ => self.r.buffer_drops += 1,
+                    MqReject::BufferFull => self.r.buffer_drops += 1,
+                    // Cannot happen with one-MTU packets and services mapped to existing queues
+                    // (validated), but counted if it does.
+                    _ => self.r.other_rejects += 1,
                 }
                 self.release(id);
             }
@@ -706,7 +607,7 @@ impl<'a> SwitchSim<'a> {
         r.non_ect_passes = c.port.non_ect_passes;
         r.t_round_samples = c.t_round_samples;
         r.idle_decays = c.idle_decays;
-        r.events = self.q.popped;
+        r.events = self.q.popped();
         r
     }
 }

@@ -30,6 +30,7 @@
 //! `(time, sequence)`; the only wall-clock figure is [`SwitchReport::wall_ns`].
 
 mod engine;
+mod events;
 pub mod workload;
 
 pub use workload::{FlowSizeCdf, WEBSEARCH_CDF};
@@ -335,6 +336,8 @@ pub struct SwitchReport {
     pub buffer_drops: u64,
     /// Non-ECT packets dropped instead of marked (the port's non-ECT policy).
     pub non_ect_drops: u64,
+    /// Packets the port refused for another reason (unknown queue, longer than the MTU).
+    pub other_rejects: u64,
     /// Packets still in hosts, on links or in the port when the run ended.
     pub packets_in_flight_at_end: u64,
     /// TCP retransmissions.

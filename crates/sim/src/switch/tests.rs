@@ -46,7 +46,11 @@ fn conserved(r: &SwitchReport) {
     assert_eq!(r.buffer_drops, r.port_buffer_drops);
     assert_eq!(
         r.packets_sent,
-        r.packets_received + r.buffer_drops + r.non_ect_drops + r.packets_in_flight_at_end,
+        r.packets_received
+            + r.buffer_drops
+            + r.non_ect_drops
+            + r.other_rejects
+            + r.packets_in_flight_at_end,
         "{r:?}"
     );
 }
