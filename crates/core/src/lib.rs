@@ -10,6 +10,8 @@
 //! * [`mltw`]: FlowBundler's multi-level timing wheel with inter-flow batching and per-destination
 //!   rate estimation (FlowBundler §IV-B..D).
 //! * [`ack_shaping`]: receiver-side ACK shaping of incast flows (Carousel §6).
+//! * [`mq_port`], [`mq_ecn`]: a multi-queue switch port (DWRR or WRR under strict priority, a
+//!   shared buffer) with per-queue, per-port and MQ-ECN marking (MQ-ECN, NSDI '16, §2-§4).
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!
@@ -45,6 +47,8 @@ pub mod bitmap;
 pub mod completions;
 pub mod fq_tree;
 pub mod mltw;
+pub mod mq_ecn;
+pub mod mq_port;
 pub mod packet;
 pub mod paused_flows;
 pub mod pool;
@@ -57,6 +61,11 @@ pub mod token_bucket_rr;
 pub mod zd;
 
 pub use completions::{Completion, CompletionMode, Deferred, InFlight};
+pub use mq_ecn::{Marking, MarkingError, NonEctPolicy, Red};
+pub use mq_port::{
+    MqConfigError, MqCounters, MqDequeued, MqEnqueued, MqPort, MqPortConfig, MqQueueCounters,
+    MqReject, QueueConfig, Scheduling,
+};
 pub use packet::{ClassId, FlowId, PacketRef};
 pub use paused_flows::{Discipline, PausedFlows};
 pub use queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};

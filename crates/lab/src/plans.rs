@@ -36,6 +36,10 @@ pub const EMBEDDED: &[EmbeddedPlan] = &[
         text: include_str!("../../../lab/plans/incast.toml"),
     },
     EmbeddedPlan {
+        name: "mqecn",
+        text: include_str!("../../../lab/plans/mqecn.toml"),
+    },
+    EmbeddedPlan {
         name: "zd",
         text: include_str!("../../../lab/plans/zd.toml"),
     },

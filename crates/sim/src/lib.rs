@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod report;
 pub mod scenario;
 pub mod shaper;
+pub mod switch;
 pub mod tcp;
 
 pub use report::{

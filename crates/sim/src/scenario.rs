@@ -52,6 +52,18 @@ pub enum CongestionControl {
         /// Upper bound; above it the window shrinks by one per RTT.
         beta: u32,
     },
+    /// DCTCP (RFC 8257, Alizadeh et al. SIGCOMM 2010): ECN-capable packets, an estimate `alpha`
+    /// of the fraction of marked bytes per window (gain `g = 1/16`) and a window cut by
+    /// `alpha / 2` at most once per window; Reno growth and Reno's reaction to loss.
+    Dctcp,
+}
+
+impl CongestionControl {
+    /// Whether the transport sends ECN-capable (ECT) packets: DCTCP does (RFC 8257 §3.1);
+    /// the others here are modelled as non-ECN TCP (an ECN echo still halves their window).
+    pub fn ecn_capable(self) -> bool {
+        matches!(self, CongestionControl::Dctcp)
+    }
 }
 
 /// What one source sends.

@@ -20,6 +20,16 @@
 //!   notes it should be; the brief asks for nothing fancy).
 //! * ECN: an ACK with ECE reduces the window as a loss would, at most once per RTT (RFC 3168
 //!   §6.1.2), without retransmitting.
+//! * DCTCP (RFC 8257 §3.3–3.5; Alizadeh et al., SIGCOMM 2010 §3.1): per observation window
+//!   (one window of data: it ends when `snd_una` passes the `snd_nxt` recorded at its start) the
+//!   sender counts MTUs acknowledged and those acknowledged by ACKs with ECE, then updates
+//!   `alpha = (1 - g) alpha + g F` with `g = 1/16` ([`DCTCP_G`]). An ECE reduces the window to
+//!   `cwnd (1 - alpha / 2)` at most once per window (the same once-per-RTT gate as RFC 3168).
+//!   Growth is Reno's; a loss halves the window like Reno (RFC 8257 §3.5). `alpha` starts at 1
+//!   (Linux `dctcp_alpha_on_init` default), so the first marks halve as RFC 3168 would. The
+//!   receiver echoes the CE of each segment exactly when it ACKs every segment (no delayed
+//!   ACKs); with delayed ACKs it echoes CE if any of the two segments carried it (RFC 8257 §3.2
+//!   would send an immediate ACK on a CE change, which the simulator does not model).
 //! * Delivery latency (not a TCP mechanism; a measurement for zD §2.3 and §6.2, Figures 3 and 12):
 //!   each segment's first transmission time is kept until an ACK cumulatively covers it, and
 //!   [`TcpSender::take_delivered`] yields `ack time - first transmission time`. Unlike the echoed
@@ -43,6 +53,10 @@ const DUPACK_THRESHOLD: u32 = 3;
 const MIN_SSTHRESH: f64 = 2.0;
 /// Vegas' slow-start exit threshold `gamma`, packets (Linux `tcp_vegas.c`).
 const VEGAS_GAMMA: f64 = 1.0;
+/// DCTCP's estimation gain `g` (RFC 8257 §4.2 and the DCTCP paper §3.1: 1/16).
+pub const DCTCP_G: f64 = 1.0 / 16.0;
+/// DCTCP's initial `alpha` (Linux `dctcp_alpha_on_init` default: the maximum, 1).
+const DCTCP_ALPHA_INIT: f64 = 1.0;
 
 /// Per-algorithm state.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +77,16 @@ enum Cc {
         epoch_end: u32,
         /// Minimum RTT sample of the current epoch, ns.
         epoch_min: u64,
+    },
+    Dctcp {
+        /// Estimated fraction of marked MTUs, in [0, 1].
+        alpha: f64,
+        /// End of the current observation window (a sequence number).
+        window_end: u32,
+        /// MTUs acknowledged in the current observation window.
+        acked: u32,
+        /// MTUs acknowledged by ACKs carrying ECE in the current observation window.
+        marked: u32,
     },
 }
 
@@ -142,6 +166,12 @@ impl TcpSender {
                 epoch_end: 0,
                 epoch_min: u64::MAX,
             },
+            CongestionControl::Dctcp => Cc::Dctcp {
+                alpha: DCTCP_ALPHA_INIT,
+                window_end: 0,
+                acked: 0,
+                marked: 0,
+            },
         };
         TcpSender {
             snd_una: 0,
@@ -166,9 +196,25 @@ impl TcpSender {
         }
     }
 
+    /// The same sender with `rto` as its retransmission timeout before the first RTT sample
+    /// (at least its minimum), e.g. to model a connection whose handshake already gave an RTT
+    /// sample instead of RFC 6298's 1 s.
+    pub fn with_initial_rto(mut self, rto: Duration) -> Self {
+        self.rto = rto.max(self.rto_min);
+        self
+    }
+
     /// The congestion window in MTUs.
     pub fn cwnd(&self) -> f64 {
         self.cwnd
+    }
+
+    /// DCTCP's current estimate of the fraction of marked packets (`None` for other algorithms).
+    pub fn dctcp_alpha(&self) -> Option<f64> {
+        match self.cc {
+            Cc::Dctcp { alpha, .. } => Some(alpha),
+            _ => None,
+        }
     }
 
     /// MTUs sent and not yet acknowledged.
@@ -266,13 +312,47 @@ impl TcpSender {
         } else if ack.ack == self.snd_una && self.has_outstanding() {
             self.on_dupack();
         }
+        self.dctcp_observe(out.newly_acked, ack.ece);
         if ack.ece && self.snd_una >= self.ecn_recover && !self.in_recovery {
             self.counters.ecn_reductions += 1;
-            self.reduce();
+            if let Cc::Dctcp { alpha, .. } = self.cc {
+                // RFC 8257 §3.4: cwnd = cwnd * (1 - alpha / 2).
+                self.ssthresh = (self.cwnd * (1.0 - alpha / 2.0)).max(MIN_SSTHRESH);
+            } else {
+                self.reduce();
+            }
             self.cwnd = self.ssthresh;
             self.ecn_recover = self.snd_nxt;
         }
         out
+    }
+
+    /// DCTCP's per-window estimation (RFC 8257 §3.3): counts `newly_acked` MTUs (marked if
+    /// `ece`) and, once `snd_una` passes the window's end, folds the marked fraction into
+    /// `alpha` and opens the next window.
+    fn dctcp_observe(&mut self, newly_acked: u32, ece: bool) {
+        let Cc::Dctcp {
+            alpha,
+            window_end,
+            acked,
+            marked,
+        } = &mut self.cc
+        else {
+            return;
+        };
+        *acked += newly_acked;
+        if ece {
+            *marked += newly_acked;
+        }
+        if self.snd_una < *window_end || *acked == 0 {
+            return;
+        }
+        let f = f64::from(*marked) / f64::from(*acked);
+        *alpha = (1.0 - DCTCP_G) * *alpha + DCTCP_G * f;
+        debug_assert!((0.0..=1.0).contains(alpha), "alpha {alpha} out of [0, 1]");
+        *acked = 0;
+        *marked = 0;
+        *window_end = self.snd_nxt;
     }
 
     fn on_dupack(&mut self) {
@@ -310,7 +390,7 @@ impl TcpSender {
         // Linux `tcp_reno_ssthresh` / `bictcp_recalc_ssthresh`: a fraction of cwnd.
         let base = self.cwnd;
         self.ssthresh = match &mut self.cc {
-            Cc::Reno | Cc::Vegas { .. } => (base * RENO_BETA).max(MIN_SSTHRESH),
+            Cc::Reno | Cc::Vegas { .. } | Cc::Dctcp { .. } => (base * RENO_BETA).max(MIN_SSTHRESH),
             Cc::Cubic {
                 w_max,
                 w_last_max,
@@ -360,7 +440,7 @@ impl TcpSender {
             return;
         }
         match &mut self.cc {
-            Cc::Reno | Cc::Vegas { .. } => self.cwnd += acked / self.cwnd,
+            Cc::Reno | Cc::Vegas { .. } | Cc::Dctcp { .. } => self.cwnd += acked / self.cwnd,
             Cc::Cubic {
                 w_max,
                 k,
@@ -510,6 +590,104 @@ mod tests {
         assert!(got.iter().all(|d| *d > rto), "{got:?} vs RTO {rto:?}");
         s.take_delivered(done, |d| got.push(d));
         assert_eq!(got.len(), 2, "each segment is sampled once");
+    }
+
+    /// A DCTCP sender with one window of `n` MTUs in flight.
+    fn dctcp(n: u32) -> TcpSender {
+        let mut s = TcpSender::new(CongestionControl::Dctcp, 10, Duration::from_millis(10));
+        s.on_sent(Timestamp::ZERO, 0, n);
+        s
+    }
+
+    /// Sends the next `n` MTUs, then ACKs the oldest `n` one by one, the first `marked` with
+    /// ECE: from the second call on, each call is exactly one DCTCP observation window.
+    fn dctcp_window(s: &mut TcpSender, n: u32, marked: u32) {
+        let nxt = s.snd_nxt;
+        s.on_sent(Timestamp::ZERO, nxt, n);
+        let start = s.snd_una;
+        for i in 0..n {
+            let mut a = ack(start + i + 1, 0);
+            a.ece = i < marked;
+            s.on_ack(Timestamp::from_nanos(1000), &a);
+        }
+    }
+
+    #[test]
+    fn dctcp_alpha_follows_the_marked_fraction_with_gain_one_sixteenth() {
+        let mut s = dctcp(10);
+        assert_eq!(s.dctcp_alpha(), Some(1.0));
+        // The first window is the first ACK alone (its end starts at 0): F = 0.
+        dctcp_window(&mut s, 10, 0);
+        let a1 = s.dctcp_alpha().unwrap();
+        assert!((a1 - 15.0 / 16.0).abs() < 1e-12, "{a1}");
+        // No marks for many windows: alpha decays geometrically towards 0.
+        for _ in 0..200 {
+            dctcp_window(&mut s, 10, 0);
+        }
+        assert!(s.dctcp_alpha().unwrap() < 1e-4);
+        // Every packet marked: alpha converges to 1.
+        for _ in 0..200 {
+            dctcp_window(&mut s, 10, 10);
+        }
+        assert!(s.dctcp_alpha().unwrap() > 0.999);
+        let reno = TcpSender::new(CongestionControl::Reno, 1, Duration::ZERO);
+        assert_eq!(reno.dctcp_alpha(), None);
+    }
+
+    #[test]
+    fn dctcp_steady_marking_settles_alpha_at_the_fraction() {
+        let mut s = dctcp(10);
+        for _ in 0..400 {
+            dctcp_window(&mut s, 10, 3);
+        }
+        let a = s.dctcp_alpha().unwrap();
+        assert!((a - 0.3).abs() < 1e-6, "{a}");
+    }
+
+    #[test]
+    fn dctcp_cuts_by_half_alpha_once_per_window() {
+        let mut s = dctcp(4);
+        for _ in 0..200 {
+            dctcp_window(&mut s, 4, 1); // alpha settles at 1/4 (one ECE per window)
+        }
+        let cuts = s.counters.ecn_reductions;
+        // The gate reopens once the data in flight at a cut is acknowledged: with one window
+        // sent ahead, that is every second window.
+        assert!((99..=101).contains(&cuts), "{cuts}");
+        s.ssthresh = 1.0; // congestion avoidance from here
+        let before = s.cwnd();
+        let una = s.snd_una;
+        let mut a = ack(una + 1, 0);
+        a.ece = true;
+        s.on_ack(Timestamp::from_nanos(1000), &a);
+        let alpha = s.dctcp_alpha().unwrap();
+        assert!((alpha - 0.25).abs() < 1e-3, "{alpha}");
+        let expected = ((before + 1.0 / before) * (1.0 - alpha / 2.0)).max(MIN_SSTHRESH);
+        assert!(
+            (s.cwnd() - expected).abs() < 1e-9,
+            "{} vs {expected}",
+            s.cwnd()
+        );
+        assert_eq!(s.counters.ecn_reductions, cuts + 1);
+        // A second ECE in the same window does not cut again.
+        a.ack = una + 2;
+        s.on_ack(Timestamp::from_nanos(1000), &a);
+        assert_eq!(s.counters.ecn_reductions, cuts + 1);
+    }
+
+    #[test]
+    fn dctcp_loss_halves_like_reno() {
+        let mut s = dctcp(20);
+        for _ in 0..50 {
+            dctcp_window(&mut s, 20, 0);
+        }
+        let before = s.cwnd();
+        let una = s.snd_una;
+        for _ in 0..3 {
+            s.on_ack(Timestamp::from_nanos(1000), &ack(una, 0));
+        }
+        assert_eq!(s.counters.fast_retransmits, 1);
+        assert!((s.ssthresh - before * RENO_BETA).abs() < 1e-9);
     }
 
     #[test]

@@ -12,11 +12,13 @@
 //! [`wheel_granularity`] models the wheel alone; [`carousel_backpressure`] (Carousel Fig. 14-15)
 //! and [`carousel_conformance`] (Fig. 12, 13, 16) run whole hosts on the simulator
 //! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD);
-//! [`incast`] (Carousel Fig. 19) runs the simulator's incast model.
+//! [`incast`] (Carousel Fig. 19) runs the simulator's incast model and [`mqecn`] its switch-port
+//! scenario (MQ-ECN Fig. 1, 3, 6-10).
 
 pub mod carousel_backpressure;
 pub mod carousel_conformance;
 pub mod incast;
+pub mod mqecn;
 mod simulated;
 pub mod wheel_granularity;
 pub mod zd;
@@ -59,6 +61,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: incast::NAME,
         summary: "100:1 incast held to a rate at the receiver: ACK shaping vs ingress queue (Carousel Fig. 19)",
         run: incast::run,
+    },
+    Experiment {
+        name: mqecn::NAME,
+        summary: "ECN on a multi-queue switch port: per-queue standard/min, per-port, MQ-ECN (MQ-ECN Fig. 1, 3, 6-10)",
+        run: mqecn::run,
     },
     Experiment {
         name: zd::NAME,
