@@ -22,9 +22,12 @@
 //! [`Marking::PerPort`] their bytes count towards the port total like any other.
 //!
 //! Departures from the paper, and why:
-//! * The queue length compared with the threshold is the instantaneous backlog the packet finds
-//!   on arrival (excluding itself), not RED's averaged length: DCTCP's setting (RED weight 1), which
-//!   the paper's testbed and simulations use. A packet is marked when that backlog exceeds `K`.
+//! * The queue length compared with the threshold is the instantaneous length, not RED's
+//!   averaged one: DCTCP's setting (RED weight 1), which the paper's testbed and simulations use.
+//!   It includes the arriving packet: a packet is marked when the queue (the port under
+//!   [`Marking::PerPort`]) holds more than `K` bytes with it, as the authors' code does (ns-2
+//!   `queue/dwrr.cc`: `byteLength() > thresh` after `enque`; Linux `sch_dwrr`: `len_bytes >
+//!   ecn_thresh_bytes` after adding the packet).
 //! * Before the first sample `T_round` is unknown and the threshold is the standard one (`s_i = 1`);
 //!   the first sample initialises the average instead of being blended with zero. §3.2 notes that
 //!   an under-estimated `T_round` cures itself, and Equation 5's cap keeps `K_i <= K`.
@@ -283,9 +286,9 @@ impl EcnState {
         }
     }
 
-    /// Decides whether a packet joining `queue` is over the threshold, given the backlog it
-    /// finds (the queue's, or the port's under [`Marking::PerPort`]). Draws from the generator
-    /// only between RED's two thresholds.
+    /// Decides whether a packet joining `queue` is over the threshold, given the occupancy with
+    /// the packet in it (the queue's, or the port's under [`Marking::PerPort`]). Draws from the
+    /// generator only between RED's two thresholds.
     #[inline]
     pub(crate) fn over_threshold(
         &mut self,

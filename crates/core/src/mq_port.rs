@@ -31,10 +31,17 @@
 //!
 //! Time: `now` never goes backwards; an earlier `now` is treated as the latest one seen. The port
 //! is idle from the end of the last departure's transmission (`now + len / C` at the dequeue that
-//! emptied it) until the next enqueue, which applies MQ-ECN's idle decay. A turn's end is taken
-//! at the dequeue of its last packet, the start of that packet's transmission, as in the paper's
-//! qdisc: successive samples of a backlogged queue are the same phase apart, so they measure the
-//! round exactly; a lone packet arriving at an idle port gives a sample of 0.
+//! emptied it) until the next enqueue, which applies MQ-ECN's idle decay. A turn ends when its
+//! last packet has been *served*, i.e. transmitted: at `now + len / C` of the dequeue that sends
+//! it (the caller dequeues when the link is free and serialises at `C`). The sample is that end
+//! minus `T_start`; the queue's next `T_start` is the same end, whether it goes back to the tail
+//! or empties (a queue that empties and receives a packet while its last one is still on the
+//! wire starts its next turn when that packet has left). This is the authors' ns-2 code for the
+//! paper's simulations (`queue/dwrr.cc` of MQ-ECN-NS2: `round_time_sample = now + pktSize * 8 /
+//! link_capacity_ - start_time`), and their Linux qdisc floors a sample at the last packet's
+//! transmission time the same way: a lone packet arriving at an idle port gives a sample of one
+//! transmission time (not 0), and a queue that joins a busy port measures its wait plus its own
+//! service. Successive samples of a backlogged queue are one round apart either way.
 //!
 //! ```
 //! use metronome_core::{Marking, MqPort, MqPortConfig, QueueConfig, PacketRef, FlowId, ClassId,
@@ -218,7 +225,8 @@ struct Queue {
     credit: u64,
     strict: bool,
     on_list: bool,
-    /// When the queue last joined the tail of the active list (MQ-ECN §4.2 `T_start`).
+    /// When the queue's current turn started (MQ-ECN §4.2 `T_start`): when it joined the tail
+    /// of the active list, or when the last packet of its previous turn had been transmitted.
     t_start: Timestamp,
 }
 
@@ -351,9 +359,10 @@ impl MqPort {
             return Err((pkt, MqReject::BufferFull));
         }
         self.wake(now);
+        // The occupancy compared is the queue's (or port's) bytes with this packet in it.
         let over = self
             .ecn
-            .over_threshold(qi, self.queues[qi].bytes, self.total_bytes);
+            .over_threshold(qi, self.queues[qi].bytes + len, self.total_bytes + len);
         let marked = over && ect;
         if over && !ect && self.non_ect == NonEctPolicy::Drop {
             self.counters.count_non_ect_drop(qi);
@@ -380,7 +389,8 @@ impl MqPort {
         } else if !q.on_list {
             q.on_list = true;
             q.deficit = q.credit;
-            q.t_start = now;
+            // Its previous turn may still be on the wire: the new one starts after it.
+            q.t_start = q.t_start.max(now);
             self.active.push_back(qi as u16);
         }
         self.counters.count_enqueue(qi, len, marked);
@@ -439,8 +449,10 @@ impl MqPort {
 
     /// Charges the weighted head queue `qi` for a departure of `len` bytes and, if its turn is
     /// over, takes it off the head: gone if empty, to the tail with a new credit otherwise.
-    /// Either way one `T_round` sample (MQ-ECN §4.2).
+    /// Either way one `T_round` sample (MQ-ECN §4.2), from `T_start` to the end of this
+    /// packet's transmission, which is also the next turn's `T_start` (see the module docs).
     fn end_turn_if_done(&mut self, now: Timestamp, qi: usize, len: u64) {
+        let served = now.saturating_add(self.line_rate.transmit_time(len));
         let scheduling = self.scheduling;
         let q = &mut self.queues[qi];
         q.deficit -= match scheduling {
@@ -455,7 +467,8 @@ impl MqPort {
         if fits(q) {
             return;
         }
-        let sample = now.saturating_since(q.t_start);
+        let sample = served.saturating_since(q.t_start);
+        q.t_start = served;
         self.active.pop_front();
         if q.packets == 0 {
             q.on_list = false;
@@ -465,7 +478,6 @@ impl MqPort {
                 Scheduling::Dwrr => q.deficit + q.credit,
                 Scheduling::Wrr => q.credit,
             };
-            q.t_start = now;
             self.active.push_back(qi as u16);
         }
         self.counters.count_turn(qi);

@@ -89,12 +89,13 @@ fn per_queue_standard_marks_past_k_on_every_queue() {
     );
     assert_eq!(port.threshold_bytes(0), K_STD);
     assert_eq!(port.threshold_bytes(1), K_STD);
-    // Packets 1..=11 find 0..=15 000 bytes queued: not above K. The 12th finds 16 500.
-    let marks: Vec<bool> = (0..12)
+    // With packets 1..=10 in it the queue holds up to 15 000 bytes: not above K. With the 11th
+    // it holds 16 500 (the arriving packet counts, as in the authors' ns-2 and qdisc code).
+    let marks: Vec<bool> = (0..11)
         .map(|i| port.enqueue(t(0), pkt(i, 0, 1500), true).unwrap().marked)
         .collect();
     assert_eq!(marks.iter().filter(|&&m| m).count(), 1);
-    assert!(marks[11]);
+    assert!(marks[10]);
     // Queue 1 is independent of queue 0's backlog.
     assert!(!port.enqueue(t(0), pkt(99, 1, 1500), true).unwrap().marked);
     assert_eq!(port.counters().queues[0].marked, 1);
@@ -131,13 +132,13 @@ fn per_port_marks_on_the_total_backlog() {
         vec![QueueConfig::weighted(1500); 2],
         NonEctPolicy::Pass,
     );
-    for i in 0..10 {
+    for i in 0..9 {
         assert!(!port.enqueue(t(0), pkt(i, 0, 1500), true).unwrap().marked);
     }
-    // The port holds exactly K: an empty queue 1 is not marked yet.
-    assert!(!port.enqueue(t(0), pkt(10, 1, 100), true).unwrap().marked);
+    // With it the port holds exactly K: an empty queue 1 is not marked yet.
+    assert!(!port.enqueue(t(0), pkt(9, 1, 1500), true).unwrap().marked);
     // Now above K: queue 1's packet is marked for queue 0's bytes (§2.3's interference).
-    assert!(port.enqueue(t(0), pkt(11, 1, 100), true).unwrap().marked);
+    assert!(port.enqueue(t(0), pkt(10, 1, 100), true).unwrap().marked);
 }
 
 #[test]
@@ -148,7 +149,7 @@ fn non_ect_packets_take_the_fallback_and_are_counted() {
     };
     for policy in [NonEctPolicy::Pass, NonEctPolicy::Drop] {
         let mut port = port_with(marking.clone(), vec![QueueConfig::weighted(1500)], policy);
-        for i in 0..11 {
+        for i in 0..10 {
             // Below the threshold non-ECT packets pass silently.
             assert!(!port.enqueue(t(0), pkt(i, 0, 1500), false).unwrap().marked);
         }
@@ -259,7 +260,7 @@ fn mq_ecn_t_round_decays_after_idleness() {
     assert_eq!(port.counters().idle_decays, 0);
     now += PKT_NS - 1;
     port.dequeue(t(now)).unwrap();
-    // That lone packet's turn was one sample of (nearly) 0.
+    // That lone packet's turn was one sample of its transmission time.
     let before = port.t_round().unwrap().as_nanos() as f64;
     // Idle for 2.5 T_idle: two decays, as two samples of 0.
     port.enqueue(t(now + PKT_NS + 5 * PKT_NS / 2), pkt(1, 0, 1500), true)
@@ -280,6 +281,34 @@ fn mq_ecn_t_round_decays_after_idleness() {
     assert_eq!(port.threshold_bytes(0), K_STD);
 }
 
+#[test]
+fn mq_ecn_a_turn_lasts_until_its_last_packet_is_transmitted() {
+    // The authors' ns-2 code: sample = now + pktSize / C - start_time; the next start is that end.
+    let mut port = port_with(
+        mq_ecn(),
+        vec![QueueConfig::weighted(1500); 4],
+        NonEctPolicy::Pass,
+    );
+    // Queues 0 and 1 join an idle port together at 0.
+    port.enqueue(t(0), pkt(0, 0, 1500), true).unwrap();
+    port.enqueue(t(0), pkt(1, 1, 1500), true).unwrap();
+    port.dequeue(t(0)).unwrap();
+    // Queue 0's turn: its packet served by 1.2 us. The first sample initialises T_round.
+    assert_eq!(port.t_round(), Some(Duration::from_nanos(PKT_NS)));
+    port.dequeue(t(PKT_NS)).unwrap();
+    // Queue 1 waited one packet and was served in the next: 2.4 us. 0.75 x 1.2 + 0.25 x 2.4.
+    assert_eq!(port.t_round(), Some(Duration::from_nanos(1_500)));
+    // Queue 1 gets a packet while its last one is still on the wire (until 2.4 us): its turn
+    // starts when that one has left, so this turn is one packet long, not 1.3 packets.
+    port.enqueue(t(PKT_NS + 100), pkt(2, 1, 1500), true)
+        .unwrap();
+    assert_eq!(port.counters().idle_decays, 0);
+    port.dequeue(t(2 * PKT_NS)).unwrap();
+    assert_eq!(port.t_round(), Some(Duration::from_nanos(1_425)));
+    assert_eq!(port.counters().t_round_samples, 3);
+    port.invariants();
+}
+
 fn red(base: Marking, seed: u64) -> Marking {
     Marking::Red {
         base: Box::new(base),
@@ -292,15 +321,15 @@ fn red(base: Marking, seed: u64) -> Marking {
     }
 }
 
-/// Marks among `samples` enqueues that each find `backlog` bytes in queue 0 (a dequeue after
-/// each keeps the backlog constant).
+/// Marks among `samples` enqueues that each bring queue 0 to `backlog` bytes (100-byte packets;
+/// a dequeue after each keeps the backlog constant).
 fn red_marks(marking: Marking, backlog: u64, samples: u32) -> Vec<bool> {
     let mut port = port_with(
         marking,
         vec![QueueConfig::weighted(1500)],
         NonEctPolicy::Pass,
     );
-    for i in 0..backlog / 100 {
+    for i in 0..backlog / 100 - 1 {
         port.enqueue(t(0), pkt(i as u32, 0, 100), true).unwrap();
     }
     (0..samples)
@@ -394,8 +423,8 @@ fn any_rule() -> impl Strategy<Value = Marking> {
 proptest! {
     /// Random traffic on every rule (optionally under RED) and both fallbacks: only ECN-capable
     /// packets are marked; a non-ECT packet over the threshold is passed or handed back as the
-    /// policy says, and counted; for the deterministic rules the decision is exactly "backlog
-    /// found on arrival > K" with K read just before (MQ-ECN's K can also be checked only while
+    /// policy says, and counted; for the deterministic rules the decision is exactly "occupancy
+    /// with the packet > K" with K read just before (MQ-ECN's K can also be checked only while
     /// the port is busy, since an enqueue into an idle port first decays `T_round`).
     #[test]
     fn only_ect_is_marked_and_fallbacks_are_counted(
@@ -417,7 +446,7 @@ proptest! {
                 continue;
             }
             let ect = op != 0;
-            let found = if matches!(rule, Marking::PerPort { .. }) {
+            let found = u64::from(len) + if matches!(rule, Marking::PerPort { .. }) {
                 port.total_bytes()
             } else {
                 port.queue_bytes(q as usize)

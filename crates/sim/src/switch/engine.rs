@@ -93,7 +93,8 @@ pub(super) struct SwitchSim<'a> {
     occ_last: Timestamp,
     occ_max: u64,
     rtt_ns: Histogram<u64>,
-    fcts: Vec<(u64, u64)>,
+    /// Per completed flow: bytes, FCT in ns, retransmission timeouts it suffered.
+    fcts: Vec<(u64, u64, u64)>,
     thr_sum: f64,
     thr_samples: u64,
     r: SwitchReport,
@@ -499,8 +500,8 @@ impl<'a> SwitchSim<'a> {
             fl.done = true;
             fl.rto_at = None;
             let bytes = u64::from(fl.size) * super::workload::CDF_PACKET_PAYLOAD;
-            self.fcts
-                .push((bytes, now.saturating_since(fl.start).as_nanos()));
+            let fct = now.saturating_since(fl.start).as_nanos();
+            self.fcts.push((bytes, fct, fl.tcp.counters.timeouts));
             self.flows_done += 1;
             if self.arrivals_left == 0 && self.flows_done as usize == self.flows.len() {
                 self.finish(now);
@@ -572,8 +573,8 @@ impl<'a> SwitchSim<'a> {
             let mut v: Vec<f64> = self
                 .fcts
                 .iter()
-                .filter(|(b, _)| *b > lo && *b <= hi)
-                .map(|&(_, ns)| ns as f64 / 1e3)
+                .filter(|(b, _, _)| *b > lo && *b <= hi)
+                .map(|&(_, ns, _)| ns as f64 / 1e3)
                 .collect();
             v.sort_by(f64::total_cmp);
             FctSummary {
@@ -587,6 +588,16 @@ impl<'a> SwitchSim<'a> {
         r.fct_small = class(0, SMALL_FLOW_BYTES);
         r.fct_medium = class(SMALL_FLOW_BYTES, LARGE_FLOW_BYTES);
         r.fct_large = class(LARGE_FLOW_BYTES, u64::MAX);
+        // The small-flow tail split by cause: flows that waited for a retransmission timeout
+        // (at least RTO_min) and the p99 of the others (queueing, fast retransmits).
+        let small = || self.fcts.iter().filter(|(b, _, _)| *b <= SMALL_FLOW_BYTES);
+        r.small_flows_timed_out = small().filter(|(_, _, to)| *to > 0).count() as u64;
+        let mut clean: Vec<f64> = small()
+            .filter(|(_, _, to)| *to == 0)
+            .map(|&(_, ns, _)| ns as f64 / 1e3)
+            .collect();
+        clean.sort_by(f64::total_cmp);
+        r.fct_small_p99_no_timeout_us = percentile(&clean, 0.99);
         r.unfinished_flows = self.flows.iter().filter(|f| !f.done).count() as u64;
         if let Workload::LongLived { .. } = self.sc.workload {
             r.unfinished_flows = 0; // greedy flows never finish

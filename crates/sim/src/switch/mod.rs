@@ -318,6 +318,11 @@ pub struct SwitchReport {
     pub fct_all: FctSummary,
     /// FCT of flows of at most 100 KB (MQ-ECN Figures 7-8 (b, c)).
     pub fct_small: FctSummary,
+    /// Small flows (at most 100 KB) that suffered at least one retransmission timeout: when
+    /// they exceed 1 % of the small flows, the small-flow p99 is at least `RTO_min`.
+    pub small_flows_timed_out: u64,
+    /// 99th percentile FCT of the small flows without a timeout (nearest rank), µs.
+    pub fct_small_p99_no_timeout_us: f64,
     /// FCT of flows of 100 KB to 10 MB.
     pub fct_medium: FctSummary,
     /// FCT of flows above 10 MB (MQ-ECN Figures 7-8 (d)).

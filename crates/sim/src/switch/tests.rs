@@ -182,3 +182,23 @@ fn bad_scenarios_are_refused() {
     sc.base_rtt_ns = 1_000;
     assert!(run(&sc).is_err());
 }
+
+#[test]
+fn small_flow_timeouts_are_counted_and_set_the_tail() {
+    let sc = poisson(MarkingSpec::PerQueueStandard, 0.8, 400);
+    let r = run(&sc).unwrap();
+    conserved(&r);
+    let small = r.fct_small.flows;
+    // Four queues of 32 KB in a 96 KB buffer at 80 % load: over 1 % of small flows time out.
+    assert!(r.small_flows_timed_out * 100 > small, "{r:?}");
+    assert!(r.small_flows_timed_out <= small.min(r.timeouts));
+    assert!(r.fct_small_p99_no_timeout_us > 0.0);
+    // A timed-out flow took at least RTO_min; with more than 1 % of them, so does the p99.
+    let rto_min_us = sc.rto_min_ns as f64 / 1e3;
+    assert!(r.fct_small.p99_us >= rto_min_us, "{r:?}");
+    // Without timeouts the small-flow p99 stays below RTO_min plus a few base RTTs of queueing.
+    let mut sc = sc;
+    sc.rto_min_ns = 1_000 * MS;
+    let r = run(&sc).unwrap();
+    assert!(r.fct_small_p99_no_timeout_us < rto_min_us);
+}
