@@ -256,6 +256,12 @@ fn row(
             row.set("fct_medium_avg_us", round(r.fct_medium.mean_us, 1));
             row.set("fct_large_avg_us", round(r.fct_large.mean_us, 1));
             row.set("small_flows", r.fct_small.flows);
+            let timed_out = r.small_flows_timed_out as f64 / r.fct_small.flows.max(1) as f64;
+            row.set("small_timeout_pct", round(timed_out * 100.0, 2));
+            row.set(
+                "fct_small_p99_no_timeout_us",
+                round(r.fct_small_p99_no_timeout_us, 1),
+            );
             row.set("large_flows", r.fct_large.flows);
             row.set("unfinished_flows", r.unfinished_flows);
             let st = |f: fn(&SwitchReport) -> f64| standard.map(f);

@@ -61,6 +61,9 @@ fn poisson_rows_have_fct_columns_and_are_deterministic() {
         assert_eq!(num(&a, scheme, "unfinished_flows"), 0.0);
         assert!(num(&a, scheme, "fct_small_p99_us") >= 250.0);
         assert!(num(&a, scheme, "small_flows") > 30.0);
+        let pct = num(&a, scheme, "small_timeout_pct");
+        assert!((0.0..=100.0).contains(&pct));
+        assert!(num(&a, scheme, "fct_small_p99_no_timeout_us") >= 250.0);
     }
 }
 
