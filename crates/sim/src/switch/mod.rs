@@ -24,7 +24,11 @@
 //! limiter at 99.5 % of line rate (§4.2); here the port serialises at exactly `C`. Flows are not
 //! carried on persistent connections (§5.1.2): each starts with the initial window. The FCT is
 //! measured from the flow's arrival to the ACK of its last byte at the sender (no request
-//! message, no handshake). One receiver; the hosts are only senders.
+//! message, no handshake). One receiver; the hosts are only senders. Each flow is a new
+//! [`crate::tcp::TcpSender`]: DCTCP's `alpha` starts at 1 for every flow (Linux's
+//! `dctcp_alpha_on_init`), whereas a persistent connection carries it over from earlier
+//! responses; the senders are NewReno without SACK (the testbed's Linux 3.18 has SACK). Both
+//! lengthen small-flow tails, the first most ([`SwitchReport::fct_small_p99_no_timeout_us`]).
 //!
 //! Determinism: one seeded generator for arrivals, sizes and placement, events ordered by
 //! `(time, sequence)`; the only wall-clock figure is [`SwitchReport::wall_ns`].
