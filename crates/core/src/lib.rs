@@ -9,6 +9,9 @@
 //!   nodes (Carousel §5.1.2, Algorithm 1), and the same wheel with per-packet allocating lists.
 //! * [`mltw`]: FlowBundler's multi-level timing wheel with inter-flow batching and per-destination
 //!   rate estimation (FlowBundler §IV-B..D).
+//! * [`nicpic`]: NicPic's transmit scheduler: per-class rate limits over 100 000+ classes whose
+//!   queues stay in host memory, 32 bytes per class, MTU-sized pulls out of large segments and
+//!   weighted sharing when the limits oversubscribe the link (NicPic §3).
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!
@@ -43,6 +46,7 @@ pub mod bitmap;
 pub mod completions;
 pub mod fq_tree;
 pub mod mltw;
+pub mod nicpic;
 pub mod packet;
 pub mod paused_flows;
 pub mod pool;
@@ -55,6 +59,7 @@ pub mod token_bucket_rr;
 pub mod zd;
 
 pub use completions::{Completion, CompletionMode, Deferred, InFlight};
+pub use nicpic::{NicPic, NicPicConfig, NicPicCounters, Pull};
 pub use packet::{ClassId, FlowId, PacketRef};
 pub use paused_flows::{Discipline, PausedFlows};
 pub use queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};
