@@ -83,6 +83,8 @@ struct Params {
     wheel_horizon_ns: u64,
     htb_timer_ns: u64,
     htb_hz: u64,
+    start_spread: bool,
+    seed: u64,
 }
 
 impl Params {
@@ -123,6 +125,8 @@ impl Params {
             wheel_horizon_ns: bounded("wheel_horizon_ms", 1, 60_000)? * 1_000_000,
             htb_timer_ns: bounded("htb_timer_ms", 1, 10_000)? * 1_000_000,
             htb_hz: bounded("htb_hz", 1, 1_000_000)?,
+            start_spread: p.bool("start_spread")?,
+            seed: p.u64("seed")?,
         };
         if params.total_bps > params.line_rate_bps {
             return Err(LabError::param(
@@ -136,6 +140,24 @@ impl Params {
 
     fn class_rate(&self) -> Rate {
         Rate::from_bps((self.total_bps / u64::from(self.classes)).max(1))
+    }
+
+    /// When each class announces its first segment, in time order: all at 0, or (`start_spread`)
+    /// uniformly within one segment's ideal gap, seeded, as independent sources would.
+    fn starts(&self) -> Vec<(u64, u32)> {
+        let gap = (self.ideal_gap_ns() * self.frames_per_segment() as f64) as u64;
+        let mut starts: Vec<(u64, u32)> = (0..self.classes)
+            .map(|c| {
+                let at = if self.start_spread {
+                    splitmix64(self.seed ^ u64::from(c).wrapping_mul(0x9e37_79b9)) % gap.max(1)
+                } else {
+                    0
+                };
+                (at, c)
+            })
+            .collect();
+        starts.sort_unstable();
+        starts
     }
 
     /// Frames of one segment.
@@ -209,6 +231,14 @@ fn round(v: f64, decimals: i32) -> f64 {
     (v * scale).round() / scale
 }
 
+/// SplitMix64 (Steele, Lea and Flood 2014): one well-mixed 64-bit value per input.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 fn ts(ns: u64) -> Timestamp {
     Timestamp::from_nanos(ns)
 }
@@ -234,16 +264,35 @@ fn run_nicpic(p: &Params, point: usize) -> Result<Run, LabError> {
     let rates = vec![p.class_rate(); p.classes as usize];
     let mut nic = NicPic::new(cfg, &rates).map_err(|e| experiment_error(point, e.to_string()))?;
     let end = p.duration_ns();
+    let starts = p.starts();
     let mut frames = frame_log(p);
     let started = Instant::now();
-    for c in 0..p.classes {
-        nic.backlog(ts(0), c, p.segment_bytes)
-            .map_err(|e| experiment_error(point, e.to_string()))?;
-    }
-    while let Some(due) = nic.next_due() {
-        if due.as_nanos() >= end {
+    let mut next_start = 0;
+    loop {
+        let start = starts.get(next_start).copied();
+        let due = match (nic.next_due(), start) {
+            (Some(d), Some((s, c))) if s <= d.as_nanos() => Err((s, c)),
+            (None, Some((s, c))) => Err((s, c)),
+            (Some(d), _) => Ok(d),
+            (None, None) => break,
+        };
+        let at = match due {
+            Ok(d) => d.as_nanos(),
+            Err((s, _)) => s,
+        };
+        if at >= end {
             break;
         }
+        let due = match due {
+            Ok(d) => d,
+            Err((s, c)) => {
+                // A source starts: its first segment rings the doorbell.
+                nic.backlog(ts(s), c, p.segment_bytes)
+                    .map_err(|e| experiment_error(point, e.to_string()))?;
+                next_start += 1;
+                continue;
+            }
+        };
         if let Some(pull) = nic.pull(due) {
             frames.push((pull.class, due.as_nanos()));
             if pull.last {
@@ -296,20 +345,24 @@ fn run_wheel(p: &Params, point: usize) -> Result<Run, LabError> {
             )
         })
     };
-    for c in 0..p.classes {
-        enqueue(&mut wheel, 0, c)?;
-    }
+    let starts = p.starts();
+    let mut next_start = 0;
     let (mut now, mut link_free) = (0u64, 0u64);
     loop {
         let wheel_due = wheel.next_due().map(Timestamp::as_nanos);
         let tx = (!fifo.is_empty()).then_some(link_free);
-        now = match (wheel_due, tx) {
-            (Some(a), Some(b)) => now.max(a.min(b)),
-            (Some(a), None) | (None, Some(a)) => now.max(a),
-            (None, None) => break,
+        let start = starts.get(next_start).map(|s| s.0);
+        let Some(next) = [wheel_due, tx, start].into_iter().flatten().min() else {
+            break;
         };
+        now = now.max(next);
         if now >= end {
             break;
+        }
+        if start.is_some_and(|s| s <= now) {
+            enqueue(&mut wheel, now, starts[next_start].1)?;
+            next_start += 1;
+            continue;
         }
         if wheel_due.is_some_and(|d| d <= now) {
             loop {
@@ -363,16 +416,19 @@ fn run_htb(p: &Params) -> Run {
     let seg = p.segment_bytes as u16;
     let class_of = |c: u32| ClassId(c as u16);
     let mut out = [PacketRef::default(); 1];
+    let starts = p.starts();
+    let mut next_start = 0;
     let started = Instant::now();
-    for c in 0..p.classes {
-        for _ in 0..HTB_QUEUED {
-            let pkt = PacketRef::new(c, FlowId(c), class_of(c), seg);
-            // Classes beyond u16 alias (the plan keeps classes <= 65 536).
-            let _ = q.enqueue(ts(0), ts(0), pkt);
-        }
-    }
     let mut now = 0u64;
     while now < end {
+        while let Some(&(_, c)) = starts.get(next_start).filter(|s| s.0 <= now) {
+            for _ in 0..HTB_QUEUED {
+                let pkt = PacketRef::new(c, FlowId(c), class_of(c), seg);
+                // Classes beyond u16 alias (the plan keeps classes <= 65 536).
+                let _ = q.enqueue(ts(now), ts(now), pkt);
+            }
+            next_start += 1;
+        }
         if q.dequeue(ts(now), &mut out) == 1 {
             let c = out[0].id;
             let mut left = u32::from(out[0].len);
@@ -389,14 +445,18 @@ fn run_htb(p: &Params) -> Run {
             );
             continue;
         }
-        let Some(due) = q.next_due() else { break };
+        // Idle: the timer fires at the next tick after tokens suffice, or a source starts (an
+        // enqueue runs the qdisc).
         let period = p.htb_timer_ns;
-        let tick = due
-            .as_nanos()
-            .max(now)
-            .div_ceil(period)
-            .saturating_mul(period);
-        now = tick.max(now + 1);
+        let tick = q.next_due().map(|due| {
+            let tick = due.as_nanos().max(now).div_ceil(period);
+            tick.saturating_mul(period).max(now + 1)
+        });
+        let start = starts.get(next_start).map(|s| s.0);
+        let Some(next) = [tick, start].into_iter().flatten().min() else {
+            break;
+        };
+        now = next.max(now);
     }
     let wall_ns = started.elapsed().as_nanos() as u64;
     Run {
@@ -470,7 +530,8 @@ mod tests {
              line_rate_bps = 10_000_000_000\nmtu = 1500\nsegment_bytes = {segment_bytes}\n\
              gaps_per_class = 20\nwarmup_frames = 4\nmin_frames = 2000\nrepeats = 1\n\
              nicpic_granularity_ns = 1024\nnicpic_buckets = 65536\nwheel_granularity_ns = 2000\n\
-             wheel_horizon_ms = 100\nhtb_timer_ms = 10\nhtb_hz = 100\n"
+             wheel_horizon_ms = 100\nhtb_timer_ms = 10\nhtb_hz = 100\n\
+             start_spread = true\nseed = 1\n"
         );
         Point::new(toml::from_str(&text).expect("test point parses"))
     }
