@@ -654,7 +654,15 @@ impl NicPic {
             self.slope_for(sum)
         };
         let need = (u128::from(target - self.v) << REM_BITS) - u128::from(self.v_rem);
-        let ns = need.div_ceil(u128::from(slope.max(1)));
+        // Real time (the common case) is a shift; otherwise a 64-bit division when it fits (a
+        // 128-bit one costs tens of ns and this runs once per piece).
+        let ns = if slope == SLOPE_ONE {
+            need.div_ceil(u128::from(SLOPE_ONE))
+        } else if let Ok(need) = u64::try_from(need) {
+            u128::from(need.div_ceil(slope.max(1)))
+        } else {
+            need.div_ceil(u128::from(slope.max(1)))
+        };
         let ns = u64::try_from(ns).unwrap_or(u64::MAX);
         self.last_now.saturating_add(Duration::from_nanos(ns))
     }

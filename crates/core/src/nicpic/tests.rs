@@ -381,7 +381,7 @@ proptest! {
             if let Some(p) = n.pull(t(now)) {
                 if p.last {
                     turn += 1;
-                    if turn % 2 == 0 {
+                    if turn.is_multiple_of(2) {
                         if let Some(len) = take(p.class as usize, &mut model) {
                             n.backlog(t(now), p.class, len).unwrap();
                         }
@@ -412,8 +412,8 @@ proptest! {
         let sum: u64 = rates.iter().map(|r| r.bps()).sum();
         prop_assume!(sum > 11_000_000_000);
         let mut n = nic(&rates);
-        for c in 0..rates.len() {
-            n.backlog(t(0), c as u32, lens[c]).unwrap();
+        for (c, &len) in lens.iter().enumerate().take(rates.len()) {
+            n.backlog(t(0), c as u32, len).unwrap();
         }
         let sent = drive(&mut n, 10_000_000, |c, _| Some(lens[c as usize]));
         let mut bytes = vec![0u64; rates.len()];
@@ -455,8 +455,8 @@ proptest! {
         let sum: u64 = rates.iter().map(|r| r.bps()).sum();
         prop_assume!(sum <= 10_000_000_000);
         let mut n = nic(&rates);
-        for c in 0..rates.len() {
-            n.backlog(t(0), c as u32, lens[c]).unwrap();
+        for (c, &len) in lens.iter().enumerate().take(rates.len()) {
+            n.backlog(t(0), c as u32, len).unwrap();
         }
         let sent = drive(&mut n, 2_000_000, |c, _| Some(lens[c as usize]));
         let mut bytes = vec![0u64; rates.len()];

@@ -6,8 +6,10 @@
 //! times ... normalize[d] to the class's ideal expected inter-packet arrival time", plus the
 //! kernel's CPU time. Here, in simulated time (no simulator, no clock in the model, no randomness:
 //! the same point gives the same row, bar the wall-clock column):
-//! * `classes` classes, each limited to `total_bps / classes`, always backlogged with segments of
-//!   `segment_bytes` (1500: the paper's UDP packets; 64 500: TSO segments of 43 MTUs).
+//! * `classes` classes, each limited to `total_bps / classes`, each source starting at a seeded
+//!   random instant within one segment's ideal gap (`start_spread`, as independent UDP generators
+//!   would; all at 0 otherwise), then always backlogged with segments of `segment_bytes` (1500:
+//!   the paper's UDP packets; 64 500: TSO segments of 43 MTUs).
 //! * A 10 Gbit/s link sends one frame (at most `mtu` bytes) at a time; a frame's start time is its
 //!   "arrival" at the receiver (a fixed propagation delay does not change the gaps).
 //! * `nicpic`: [`NicPic`] with the segments announced by doorbell, pulled in MTU pieces.
@@ -24,7 +26,7 @@
 //! Measured: `gap_cv` is, per class, the standard deviation of the gaps between consecutive
 //! frames' start times divided by the ideal gap (`mtu × 8 / rate`), averaged over classes;
 //! `gap_cv_p99` is its 99th percentile over classes. The first `warmup_frames` frames of every
-//! class are skipped (all classes start at once). Each class sends at least `gaps_per_class` gaps
+//! class are skipped; `achieved_bps` counts from the end of the start window plus the warm-up. Each class sends at least `gaps_per_class` gaps
 //! and the run lasts long enough for `min_frames` frames in all.
 //! `ns_per_packet` is the wall time of the event loop (scheduler calls plus the few operations of
 //! the driver: refilling the sources, the link's clock, appending each frame's class and time to a
@@ -145,7 +147,7 @@ impl Params {
     /// When each class announces its first segment, in time order: all at 0, or (`start_spread`)
     /// uniformly within one segment's ideal gap, seeded, as independent sources would.
     fn starts(&self) -> Vec<(u64, u32)> {
-        let gap = (self.ideal_gap_ns() * self.frames_per_segment() as f64) as u64;
+        let gap = self.spread_ns();
         let mut starts: Vec<(u64, u32)> = (0..self.classes)
             .map(|c| {
                 let at = if self.start_spread {
@@ -171,11 +173,27 @@ impl Params {
         f64::from(self.segment_bytes) * 8e9 / rate / self.frames_per_segment() as f64
     }
 
-    /// Simulated duration: every class sends `warmup + gaps + 1` frames, and `min_frames` in all.
+    /// The window in which sources start: one segment's ideal gap with `start_spread`, else 0.
+    fn spread_ns(&self) -> u64 {
+        if self.start_spread {
+            (self.ideal_gap_ns() * self.frames_per_segment() as f64) as u64
+        } else {
+            0
+        }
+    }
+
+    /// When the measurement of the aggregate rate starts: every source has started and sent its
+    /// warm-up frames.
+    fn warm_ns(&self) -> u64 {
+        self.spread_ns() + (self.warmup_frames as f64 * self.ideal_gap_ns()) as u64
+    }
+
+    /// Simulated duration: after the start window, every class sends `warmup + gaps + 1` frames,
+    /// and `min_frames` in all.
     fn duration_ns(&self) -> u64 {
         let per_class = (self.warmup_frames + self.gaps_per_class + 1)
             .max(self.min_frames.div_ceil(u64::from(self.classes)));
-        (per_class as f64 * self.ideal_gap_ns()).ceil() as u64
+        self.spread_ns() + (per_class as f64 * self.ideal_gap_ns()).ceil() as u64
     }
 }
 
@@ -482,7 +500,7 @@ fn gap_stats(p: &Params, frames: &[(u32, u64)]) -> GapStats {
     let mut count = vec![0u64; n];
     let mut mean = vec![0f64; n];
     let mut m2 = vec![0f64; n];
-    let warm_ns = (p.warmup_frames as f64 * p.ideal_gap_ns()) as u64;
+    let warm_ns = p.warm_ns();
     let mut measured_frames = 0u64;
     for &(c, at) in frames {
         let c = c as usize;
