@@ -298,7 +298,7 @@ struct Class {
     npb: u64,
     /// Next class in the bucket, [`NIL`] at the tail or when not linked.
     next: u32,
-    /// Previous class in the bucket, [`NIL`] at the head or when not linked.
+    /// Previous class in the bucket; [`NIL`] when not linked, meaningless at the head.
     prev: u32,
     /// The bucket holding the class, or [`IDLE`] / [`DRAINED`].
     bucket: u32,
@@ -719,22 +719,25 @@ impl NicPic {
         self.linked += 1;
     }
 
-    /// Takes class `c` out of its bucket.
+    /// Takes class `c` out of its bucket. The head's `prev` is not kept up to date (it is never
+    /// read: head-ness is `bucket.head == c`), so popping the head touches no other class.
     fn unlink(&mut self, c: u32) {
         let Class {
             next, prev, bucket, ..
         } = self.classes[c as usize];
         let pos = bucket as usize;
-        match prev {
-            NIL => self.buckets[pos].head = next,
-            p => self.classes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.buckets[pos].tail = prev,
-            n => self.classes[n as usize].prev = prev,
-        }
-        if self.buckets[pos].head == NIL {
-            self.occupied.clear(pos);
+        if self.buckets[pos].head == c {
+            self.buckets[pos].head = next;
+            if next == NIL {
+                self.buckets[pos].tail = NIL;
+                self.occupied.clear(pos);
+            }
+        } else {
+            self.classes[prev as usize].next = next;
+            match next {
+                NIL => self.buckets[pos].tail = prev,
+                n => self.classes[n as usize].prev = prev,
+            }
         }
         let cl = &mut self.classes[c as usize];
         cl.next = NIL;
@@ -798,7 +801,11 @@ impl NicPic {
                     "{c} twice"
                 );
                 let cl = &self.classes[c as usize];
-                assert_eq!((cl.prev, cl.bucket), (prev, pos as u32), "links of {c}");
+                // The head's `prev` is stale by design (see `unlink`).
+                if prev != NIL {
+                    assert_eq!(cl.prev, prev, "prev link of {c}");
+                }
+                assert_eq!(cl.bucket, pos as u32, "bucket of {c}");
                 assert!(u32::from(cl.offset) < cl.seg_len(), "offset of {c}");
                 linked += 1;
                 prev = c;
