@@ -12,6 +12,9 @@
 //! * [`ack_shaping`]: receiver-side ACK shaping of incast flows (Carousel §6).
 //! * [`mq_port`], [`mq_ecn`]: a multi-queue switch port (DWRR or WRR under strict priority, a
 //!   shared buffer) with per-queue, per-port and MQ-ECN marking (MQ-ECN, NSDI '16, §2-§4).
+//! * [`nicpic`]: NicPic's transmit scheduler: per-class rate limits over 100 000+ classes whose
+//!   queues stay in host memory, 32 bytes per class, MTU-sized pulls out of large segments and
+//!   weighted sharing when the limits oversubscribe the link (NicPic §3).
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!
@@ -49,6 +52,7 @@ pub mod fq_tree;
 pub mod mltw;
 pub mod mq_ecn;
 pub mod mq_port;
+pub mod nicpic;
 pub mod packet;
 pub mod paused_flows;
 pub mod pool;
@@ -66,6 +70,7 @@ pub use mq_port::{
     MqConfigError, MqCounters, MqDequeued, MqEnqueued, MqPort, MqPortConfig, MqQueueCounters,
     MqReject, QueueConfig, Scheduling,
 };
+pub use nicpic::{NicPic, NicPicConfig, NicPicCounters, Pull};
 pub use packet::{ClassId, FlowId, PacketRef};
 pub use paused_flows::{Discipline, PausedFlows};
 pub use queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};

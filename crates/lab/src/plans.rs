@@ -43,6 +43,10 @@ pub const EMBEDDED: &[EmbeddedPlan] = &[
         name: "zd",
         text: include_str!("../../../lab/plans/zd.toml"),
     },
+    EmbeddedPlan {
+        name: "nicpic",
+        text: include_str!("../../../lab/plans/nicpic.toml"),
+    },
 ];
 
 /// The embedded plan called `name`, parsed, or [`LabError::UnknownExperiment`] listing the

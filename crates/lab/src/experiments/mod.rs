@@ -19,6 +19,7 @@ pub mod carousel_backpressure;
 pub mod carousel_conformance;
 pub mod incast;
 pub mod mqecn;
+pub mod nicpic;
 mod simulated;
 pub mod wheel_granularity;
 pub mod zd;
@@ -71,6 +72,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: zd::NAME,
         summary: "TSQ + pfifo vs zD: drops, retransmissions, latency tail, 500-16k flows (zD Fig. 3, 9-12)",
         run: zd::run,
+    },
+    Experiment {
+        name: nicpic::NAME,
+        summary: "inter-packet gap deviation and ns/packet of NicPic, HTB-like and timing wheel, 16-10k classes (NicPic Fig. 2)",
+        run: nicpic::run,
     },
 ];
 
