@@ -9,6 +9,9 @@
 //!   nodes (Carousel §5.1.2, Algorithm 1), and the same wheel with per-packet allocating lists.
 //! * [`mltw`]: FlowBundler's multi-level timing wheel with inter-flow batching and per-destination
 //!   rate estimation (FlowBundler §IV-B..D).
+//! * [`nba`], [`rate_exchange`]: the NIC-level bandwidth allocator that splits an aggregate limit
+//!   across per-core shapers, and the lock-free cells they exchange usage and rates through
+//!   (Carousel §5.3); [`spsc`]: the lock-free ring that hands packets between cores.
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!
@@ -43,11 +46,15 @@ pub mod bitmap;
 pub mod completions;
 pub mod fq_tree;
 pub mod mltw;
+pub mod nba;
 pub mod packet;
 pub mod paused_flows;
 pub mod pool;
 pub mod queue;
 pub mod rate;
+pub mod rate_exchange;
+pub mod spsc;
+mod sync;
 pub mod time;
 pub mod timestamp;
 pub mod timing_wheel;
@@ -55,10 +62,12 @@ pub mod token_bucket_rr;
 pub mod zd;
 
 pub use completions::{Completion, CompletionMode, Deferred, InFlight};
+pub use nba::{water_fill, Nba, NbaConfig, NbaConfigError, NbaCounters};
 pub use packet::{ClassId, FlowId, PacketRef};
 pub use paused_flows::{Discipline, PausedFlows};
 pub use queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};
 pub use rate::{ParseRateError, Rate};
+pub use rate_exchange::RateExchange;
 pub use time::{Clock, Duration, ManualClock, SlotClock, Timestamp};
 pub use timing_wheel::{
     GenericTimingWheel, ListSlots, PoolSlots, TimingWheel, TimingWheelConfig, TimingWheelList,
