@@ -35,6 +35,10 @@ pub const EMBEDDED: &[EmbeddedPlan] = &[
         name: "zd",
         text: include_str!("../../../lab/plans/zd.toml"),
     },
+    EmbeddedPlan {
+        name: "nba",
+        text: include_str!("../../../lab/plans/nba.toml"),
+    },
 ];
 
 /// The embedded plan called `name`, parsed, or [`LabError::UnknownExperiment`] listing the

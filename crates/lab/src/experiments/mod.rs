@@ -15,6 +15,7 @@
 
 pub mod carousel_backpressure;
 pub mod carousel_conformance;
+pub mod nba;
 mod simulated;
 pub mod wheel_granularity;
 pub mod zd;
@@ -57,6 +58,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: zd::NAME,
         summary: "TSQ + pfifo vs zD: drops, retransmissions, latency tail, 500-16k flows (zD Fig. 3, 9-12)",
         run: zd::run,
+    },
+    Experiment {
+        name: nba::NAME,
+        summary: "an aggregate limit over 2-4 per-core shapers via the NIC-level bandwidth allocator, shifting demand (Carousel §5.3)",
+        run: nba::run,
     },
 ];
 
