@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod netns;
 pub mod pipeline_bench;
 pub mod run;
+pub mod silo;
 pub mod trafficgen;
 pub mod units;
 

@@ -207,7 +207,7 @@ pub fn workload_frames() -> Vec<Vec<u8>> {
 }
 
 /// An Ethernet II + IPv4 + TCP frame of [`FRAME_LEN`] bytes from 10.1.x.y:`src` to 10.2.0.1:`dst`.
-fn tcp_frame(src: u16, dst: u16, host: u16) -> Vec<u8> {
+pub(crate) fn tcp_frame(src: u16, dst: u16, host: u16) -> Vec<u8> {
     let mut f = vec![0u8; FRAME_LEN];
     f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
     f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
