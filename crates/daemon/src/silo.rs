@@ -224,7 +224,12 @@ struct LinkedClass {
 }
 
 impl SiloLink {
-    fn new(silo: usize, cells: &[LimitCell], engine: &Engine, metrics: Metrics) -> SiloLink {
+    pub(crate) fn new(
+        silo: usize,
+        cells: &[LimitCell],
+        engine: &Engine,
+        metrics: Metrics,
+    ) -> SiloLink {
         let mut link = SiloLink {
             silo,
             classes: Vec::new(),
@@ -311,7 +316,7 @@ pub struct SiloReport {
 
 /// Pins the calling thread to the `silo`-th CPU of the process's affinity mask; `None` (with a
 /// warning) when there are fewer CPUs than silos or the kernel refuses.
-fn pin(silo: usize) -> Option<usize> {
+pub(crate) fn pin(silo: usize) -> Option<usize> {
     use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
     use nix::unistd::Pid;
     let allowed = match sched_getaffinity(Pid::from_raw(0)) {
