@@ -429,11 +429,7 @@ fn split_proportionally(total: Rate, weights: &[Rate], out: &mut [Rate]) {
     let t = total.bps() as u128;
     let mut given = 0u128;
     for (i, (o, w)) in out.iter_mut().zip(weights).enumerate() {
-        let share = if sum == 0 {
-            t / n
-        } else {
-            t * w.bps() as u128 / sum
-        };
+        let share = (t * w.bps() as u128).checked_div(sum).unwrap_or(t / n);
         let share = if i + 1 == weights.len() {
             t - given
         } else {

@@ -50,7 +50,7 @@ impl PairCell {
     /// Stores a pair. Only one thread may write a given cell.
     fn write(&self, first: u64, second: u64) {
         let seq = self.seq.load(Ordering::Relaxed);
-        debug_assert!(seq % 2 == 0, "a second writer on a single-writer cell");
+        debug_assert!(seq.is_multiple_of(2), "a second writer on a single-writer cell");
         self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
         // Orders the odd sequence before the data: a reader that sees new data sees it odd too.
         fence(Ordering::Release);
@@ -62,7 +62,7 @@ impl PairCell {
     /// One read attempt: the pair if no write overlapped it.
     fn try_read(&self) -> Option<(u64, u64)> {
         let before = self.seq.load(Ordering::Acquire);
-        if before % 2 == 1 {
+        if !before.is_multiple_of(2) {
             return None;
         }
         let first = self.first.load(Ordering::Relaxed);
