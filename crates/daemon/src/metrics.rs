@@ -223,15 +223,20 @@ pub struct ClassMetrics {
     ecn_marked: Counter,
     ecn_not_ect: Counter,
     queued: Gauge,
-    nba_rate: Gauge,
+}
+
+/// A silo's share of one class's aggregate rate (`metronome_nba_rate_bps{class,silo}`).
+#[derive(Clone, Debug)]
+pub struct NbaRateGauge(Gauge);
+
+impl NbaRateGauge {
+    /// Sets the share the allocator gave this silo, bit/s.
+    pub fn set(&self, bps: u64) {
+        self.0.set(i64::try_from(bps).unwrap_or(i64::MAX));
+    }
 }
 
 impl ClassMetrics {
-    /// Sets the share of the class's aggregate rate the allocator gave this silo, bit/s.
-    pub fn set_nba_rate(&self, bps: u64) {
-        self.nba_rate.set(i64::try_from(bps).unwrap_or(i64::MAX));
-    }
-
     /// Counts `packets` packets of `bytes` bytes transmitted.
     pub fn sent(&self, packets: u64, bytes: u64) {
         self.packets.inc_by(packets);
@@ -442,12 +447,17 @@ impl Metrics {
             ecn_marked: i.ecn_marked.get_or_create(&l).clone(),
             ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
             queued: i.queued.get_or_create(&l).clone(),
-            // One silo has no allocator: a detached gauge, so no series appears.
-            nba_rate: match silo {
-                Some(_) => i.nba_rate.get_or_create(&l).clone(),
-                None => Gauge::default(),
-            },
         }
+    }
+
+    /// The gauge of this silo's share of class `name`'s aggregate rate; the series appears
+    /// when first asked for (only classes with a cross-silo limit have one).
+    pub fn nba_rate(&self, name: &str) -> NbaRateGauge {
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        NbaRateGauge(self.inner.nba_rate.get_or_create(&l).clone())
     }
 
     /// Sets the number of packets in the timing wheel.

@@ -38,7 +38,7 @@
 use crate::config::{Config, DEFAULT_NBA_PERIOD};
 use crate::daemon::frame_slots;
 use crate::engine::Engine;
-use crate::metrics::{ClassMetrics, Metrics};
+use crate::metrics::{Metrics, NbaRateGauge};
 use crate::run::{run_loop_linked, Control, LoopOptions, LoopReport};
 use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::rate_exchange::RateExchange;
@@ -220,7 +220,7 @@ struct LinkedClass {
     exchange: Arc<RateExchange>,
     /// Epoch applied last (0: none yet).
     epoch: u64,
-    metrics: ClassMetrics,
+    rate_gauge: NbaRateGauge,
 }
 
 impl SiloLink {
@@ -250,7 +250,7 @@ impl SiloLink {
                 index: engine.class_index(&c.class),
                 exchange: c.exchange.clone(),
                 epoch: 0,
-                metrics: self.metrics.class(&c.class),
+                rate_gauge: self.metrics.nba_rate(&c.class),
             })
             .collect();
     }
@@ -268,7 +268,7 @@ impl SiloLink {
             if epoch != c.epoch {
                 c.epoch = epoch;
                 if rate.bps() > 0 && engine.set_class_rate(index, rate) {
-                    c.metrics.set_nba_rate(rate.bps());
+                    c.rate_gauge.set(rate.bps());
                 } else {
                     self.refused_rates += 1;
                 }

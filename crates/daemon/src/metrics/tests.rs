@@ -135,8 +135,8 @@ fn silos_label_their_series_and_stats_sum_them() {
     let (a0, a1) = (s0.class("A"), s1.class("A"));
     a0.sent(1, 1_000);
     a1.sent(2, 3_000);
-    a0.set_nba_rate(60_000_000);
-    a1.set_nba_rate(140_000_000);
+    s0.nba_rate("A").set(60_000_000);
+    s1.nba_rate("A").set(140_000_000);
     s0.set_wheel_occupancy(5);
     s1.set_wheel_occupancy(7);
     s0.observe_lateness_ns(1_500);
@@ -155,11 +155,10 @@ fn silos_label_their_series_and_stats_sum_them() {
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
-    // One silo: no silo label and no allocator series.
+    // One silo: no silo label.
     let one = Metrics::new();
-    one.class("A").set_nba_rate(5);
+    one.class("A").sent(1, 1);
     assert!(!one.encode().contains("silo"));
-    assert!(!one.encode().contains("nba_rate_bps{"));
 
     let first = m.encode();
     a1.sent(1, 1_000);
@@ -178,4 +177,9 @@ fn silos_label_their_series_and_stats_sum_them() {
         lines[3],
         "silo 1: sent 4000 bytes 3 pkt rate 8.0Kbit, nba A 140.0Mbit"
     );
+    // Only classes with a cross-silo limit have an allocator series.
+    s0.class("B").sent(1, 10);
+    let text = m.encode();
+    assert!(text.contains(r#"metronome_class_bytes_total{class="B",silo="0"} 10"#));
+    assert!(!text.contains(r#"nba_rate_bps{class="B""#));
 }
