@@ -386,10 +386,11 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
             .collect();
         writeln!(
             out,
-            "{:<6} {:>12.2} {:>12.2}  {}",
+            "{:<6} {:>12.2} {:>12.2} {:>16.1}  {}",
             row.silos,
             row.packets_per_sec / 1e6,
             row.packets_per_sec / 1e6 / row.silos as f64,
+            row.cpu_ns_per_packet,
             cpus.join(", ")
         )?;
     }

@@ -14,9 +14,14 @@
 //! Each repetition times one silo alone, then two together: all threads wait at a barrier, each
 //! processes the same number of packets, and the run's rate is all packets over the wall time
 //! from the barrier to the last thread's end. The ratio of the medians is reported against the
-//! brief's target of 1.8. It is only meaningful on a machine with two idle cores.
+//! brief's target of 1.8. It is only meaningful on a machine with two idle cores, so each thread
+//! also reads its own CPU time (`/proc/thread-self/schedstat`): CPU ns per packet in each silo
+//! shows whether a silo slows down when another one runs (shared caches, memory bandwidth, false
+//! sharing) apart from how much CPU the machine granted; [`ScalingReport::cpu_ratio`] is the
+//! ratio two silos would reach with two whole cores.
 
 use super::{workload_config, workload_frames, Rig, Stage};
+use crate::compare::measure::ThreadCpu;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::silo::{pin, Allocator};
@@ -35,6 +40,8 @@ pub struct ScalingRow {
     pub packets_per_sec: f64,
     /// Every repetition's packets per second.
     pub repetitions_pps: Vec<f64>,
+    /// Median over the repetitions of the silos' mean thread CPU time per packet, ns.
+    pub cpu_ns_per_packet: f64,
     /// The CPU each silo was pinned to in the last repetition (`None`: not pinned).
     pub pinned: Vec<Option<usize>>,
 }
@@ -50,6 +57,8 @@ pub struct ScalingReport {
     pub two: ScalingRow,
     /// `two.packets_per_sec / one.packets_per_sec`.
     pub ratio: f64,
+    /// `2 × one.cpu_ns_per_packet / two.cpu_ns_per_packet`: the ratio with two whole cores.
+    pub cpu_ratio: f64,
     /// [`TARGET_RATIO`].
     pub target_ratio: f64,
     /// Drops in any silo's engine during the runs (the workload has none; a non-zero value
@@ -89,9 +98,18 @@ fn rigs(silos: usize, batch: usize) -> Vec<Rig> {
         .collect()
 }
 
-/// Runs every rig on its own pinned thread for `packets` packets each, together; returns the
-/// rigs, all packets per second of wall time, and where each thread was pinned.
-fn run_together(rigs: Vec<Rig>, packets: u64) -> (Vec<Rig>, f64, Vec<Option<usize>>) {
+/// One run of [`run_together`].
+struct Together {
+    rigs: Vec<Rig>,
+    /// All packets over the wall time.
+    pps: f64,
+    /// The silos' mean thread CPU ns per packet (0 when schedstat is unreadable).
+    cpu_ns: f64,
+    pinned: Vec<Option<usize>>,
+}
+
+/// Runs every rig on its own pinned thread for `packets` packets each, together.
+fn run_together(rigs: Vec<Rig>, packets: u64) -> Together {
     let n = rigs.len();
     let barrier = Arc::new(Barrier::new(n + 1));
     let threads: Vec<_> = rigs
@@ -101,25 +119,42 @@ fn run_together(rigs: Vec<Rig>, packets: u64) -> (Vec<Rig>, f64, Vec<Option<usiz
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 let pinned = pin(silo);
+                let mut cpu = ThreadCpu::of_current_thread().ok();
+                let mut cpu_ns = || cpu.as_mut().and_then(|c| c.read().ok()).unwrap_or(0);
                 barrier.wait();
+                let cpu_start = cpu_ns();
                 let done = rig.steps(packets);
-                (rig, done, Instant::now(), pinned)
+                let finished = Instant::now();
+                let cpu_used = cpu_ns().saturating_sub(cpu_start);
+                (
+                    rig,
+                    done,
+                    finished,
+                    pinned,
+                    cpu_used as f64 / done.max(1) as f64,
+                )
             })
         })
         .collect();
     barrier.wait();
     let start = Instant::now();
     let mut out = Vec::with_capacity(n);
-    let (mut total, mut end, mut pinned) = (0u64, start, Vec::with_capacity(n));
+    let (mut total, mut end, mut pinned, mut cpu) = (0u64, start, Vec::with_capacity(n), 0.0);
     for t in threads {
-        let (rig, done, finished, p) = t.join().expect("a benchmark silo panicked");
+        let (rig, done, finished, p, cpu_ns) = t.join().expect("a benchmark silo panicked");
         total += done;
         end = end.max(finished);
         pinned.push(p);
+        cpu += cpu_ns / n as f64;
         out.push(rig);
     }
     let secs = end.duration_since(start).as_secs_f64().max(1e-9);
-    (out, total as f64 / secs, pinned)
+    Together {
+        rigs: out,
+        pps: total as f64 / secs,
+        cpu_ns: cpu,
+        pinned,
+    }
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -133,32 +168,39 @@ pub fn run(batch: usize, packets: u64, repetitions: usize) -> ScalingReport {
     let mut one = rigs(1, batch);
     let mut two = rigs(2, batch);
     let (mut one_pps, mut two_pps) = (Vec::new(), Vec::new());
+    let (mut one_cpu, mut two_cpu) = (Vec::new(), Vec::new());
     let (mut one_pin, mut two_pin) = (Vec::new(), Vec::new());
     for _ in 0..repetitions.max(1) {
-        let (r, pps, p) = run_together(one, packets);
-        (one, one_pin) = (r, p);
-        one_pps.push(pps);
-        let (r, pps, p) = run_together(two, packets);
-        (two, two_pin) = (r, p);
-        two_pps.push(pps);
+        let t = run_together(one, packets);
+        (one, one_pin) = (t.rigs, t.pinned);
+        one_pps.push(t.pps);
+        one_cpu.push(t.cpu_ns);
+        let t = run_together(two, packets);
+        (two, two_pin) = (t.rigs, t.pinned);
+        two_pps.push(t.pps);
+        two_cpu.push(t.cpu_ns);
     }
     let dropped = one.iter().chain(&two).map(|r| r.totals().dropped).sum();
     let (a, b) = (median(&one_pps), median(&two_pps));
+    let (ca, cb) = (median(&one_cpu), median(&two_cpu));
     ScalingReport {
         packets_per_silo: packets,
         one: ScalingRow {
             silos: 1,
             packets_per_sec: a,
             repetitions_pps: one_pps,
+            cpu_ns_per_packet: ca,
             pinned: one_pin,
         },
         two: ScalingRow {
             silos: 2,
             packets_per_sec: b,
             repetitions_pps: two_pps,
+            cpu_ns_per_packet: cb,
             pinned: two_pin,
         },
         ratio: b / a.max(1e-9),
+        cpu_ratio: if cb > 0.0 { 2.0 * ca / cb } else { 0.0 },
         target_ratio: TARGET_RATIO,
         dropped,
     }
