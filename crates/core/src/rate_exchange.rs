@@ -50,7 +50,10 @@ impl PairCell {
     /// Stores a pair. Only one thread may write a given cell.
     fn write(&self, first: u64, second: u64) {
         let seq = self.seq.load(Ordering::Relaxed);
-        debug_assert!(seq.is_multiple_of(2), "a second writer on a single-writer cell");
+        debug_assert!(
+            seq.is_multiple_of(2),
+            "a second writer on a single-writer cell"
+        );
         self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
         // Orders the odd sequence before the data: a reader that sees new data sees it odd too.
         fence(Ordering::Release);
