@@ -155,7 +155,7 @@ pub struct NbaCounters {
     pub floored_cores: u64,
     /// Core-periods without a new sample (previous demand kept).
     pub stale_cores: u64,
-    /// Samples ignored because their byte count or timestamp went backwards.
+    /// Samples whose byte count or timestamp went backwards (measurement restarted from them).
     pub regressed_samples: u64,
     /// Samples ignored because their core index is out of range.
     pub unknown_core_samples: u64,
@@ -231,21 +231,25 @@ impl Nba {
     }
 
     /// Core `core`'s cumulative transmitted+queued bytes at `now` (a (byte count, timestamp)
-    /// pair, Carousel §5.3). Samples whose count or time goes backwards, or whose core is out of
-    /// range, are ignored and counted.
+    /// pair, Carousel §5.3). A sample whose count or time goes backwards (a silo restarted with a
+    /// fresh counter) starts the core's measurement afresh from it: the core keeps its previous
+    /// demand until a full period has been measured. Samples for a core out of range are ignored.
+    /// Both are counted.
     pub fn record_demand(&mut self, core: usize, cumulative_bytes: u64, now: Timestamp) {
-        let Some(latest) = self.latest.get_mut(core) else {
+        if core >= self.cfg.cores {
             self.counters.unknown_core_samples += 1;
             return;
-        };
-        if cumulative_bytes < latest.bytes || now < latest.at {
-            self.counters.regressed_samples += 1;
-            return;
         }
-        *latest = Sample {
+        let sample = Sample {
             bytes: cumulative_bytes,
             at: now,
         };
+        let latest = self.latest[core];
+        if cumulative_bytes < latest.bytes || now < latest.at {
+            self.counters.regressed_samples += 1;
+            self.base[core] = sample;
+        }
+        self.latest[core] = sample;
     }
 
     /// If a period has elapsed since the last update, recomputes the per-core rates by

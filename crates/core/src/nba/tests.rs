@@ -230,15 +230,30 @@ fn idle_cores_keep_one_percent_and_ramp_in_one_period() {
 }
 
 #[test]
-fn bad_samples_are_ignored_and_counted() {
-    let mut nba = Nba::new(NbaConfig::new(Rate::gbps(1), 2)).unwrap();
-    nba.record_demand(0, 100, Timestamp::from_nanos(10));
-    nba.record_demand(0, 50, Timestamp::from_nanos(20));
-    nba.record_demand(0, 200, Timestamp::from_nanos(5));
-    nba.record_demand(7, 200, Timestamp::from_nanos(30));
-    assert_eq!(nba.counters().regressed_samples, 2);
-    assert_eq!(nba.counters().unknown_core_samples, 1);
-    nba.invariants();
+fn a_restarted_counter_restarts_the_measurement_and_unknown_cores_are_ignored() {
+    let mut f = Fluid::new(NbaConfig::new(Rate::gbps(1), 2));
+    f.period(&[800_000_000, 200_000_000]);
+    assert_eq!(bps(f.nba.rates()), [796_000_000, 204_000_000]);
+    // Core 0's silo restarts: its counter starts from zero again.
+    let at = |ms: u64| Timestamp::from_nanos(f.now + ms * MS);
+    f.nba.record_demand(0, 1_000, at(0));
+    f.nba.record_demand(7, 200, at(0));
+    assert_eq!(f.nba.counters().regressed_samples, 1);
+    assert_eq!(f.nba.counters().unknown_core_samples, 1);
+    f.nba.invariants();
+    // At the next update core 0 has only its fresh baseline: stale, previous demand kept.
+    f.nba.record_demand(1, f.bytes[1] + 2_500_000, at(100));
+    let stale = f.nba.counters().stale_cores;
+    assert!(f.nba.update(at(100)).is_some());
+    assert_eq!(f.nba.counters().stale_cores, stale + 1);
+    assert_eq!(bps(f.nba.rates()), [796_000_000, 204_000_000]);
+    // A period later it is measured again from the new counter: 19.8 MB in 200 ms = 792 Mbit/s,
+    // 99.5 % of its rate: at its cap.
+    f.nba.record_demand(0, 1_000 + 19_800_000, at(200));
+    f.nba.record_demand(1, f.bytes[1] + 5_000_000, at(200));
+    assert!(f.nba.update(at(200)).is_some());
+    assert_eq!(bps(f.nba.demands())[0], 1_000_000_000, "capped: unbounded");
+    assert_eq!(bps(f.nba.rates()), [796_000_000, 204_000_000]);
 }
 
 #[test]
