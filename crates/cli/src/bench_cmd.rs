@@ -375,8 +375,8 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "{:<6} {:>12} {:>12}  pinned",
-        "silos", "Mpps", "Mpps/silo"
+        "{:<6} {:>12} {:>12} {:>16}  pinned",
+        "silos", "Mpps", "Mpps/silo", "cpu ns/pkt/silo"
     )?;
     for row in [&sc.one, &sc.two] {
         let cpus: Vec<String> = row
@@ -409,6 +409,11 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
         } else {
             String::new()
         }
+    )?;
+    writeln!(
+        out,
+        "with two whole cores (thread CPU time per packet, 2 x one / two): {:.2}x",
+        sc.cpu_ratio
     )?;
     Ok(())
 }
