@@ -29,6 +29,9 @@
 //! `achieved_bps`, `deviation_pct` (mean absolute deviation) and `max_deviation_pct` are taken over
 //! those settled windows, or over all whole windows of the phase if it never settles.
 //!
+//! With `trace = true` a point returns one row per window instead (`time_ms`, `window_bps`): the
+//! aggregate rate over time, for the plot of convergence.
+//!
 //! Departures from the paper, and why: the demand a silo reports is what it stamped (transmitted
 //! plus queued in the shaper), Carousel's "flow usage data"; sources are constant-rate, not TCP,
 //! so the only dynamics are the allocator's; silos pick up a published rate at once, while a real
@@ -69,6 +72,8 @@ struct Params {
     inflight_packets: usize,
     source_buffer_packets: u64,
     converge_pct: f64,
+    /// One row per window instead of one per phase.
+    trace: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +119,7 @@ impl Params {
             inflight_packets: positive("inflight_packets")?.min(1 << 16) as usize,
             source_buffer_packets: positive("source_buffer_packets")?,
             converge_pct: p.f64("converge_pct")?,
+            trace: p.bool("trace")?,
         };
         if params.shift_lag_ns >= params.phase_ns || params.phase_ns < 2 * params.period_ns {
             return Err(LabError::param(
@@ -207,6 +213,9 @@ impl Core {
 pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
     let p = Params::read(point)?;
     let (windows, rates) = simulate(&p, point.index)?;
+    if p.trace {
+        return Ok(trace_rows(&p, &windows));
+    }
     Ok((0..p.splits.len())
         .map(|i| phase_row(&p, &windows, &rates[i], i))
         .collect())
@@ -403,6 +412,44 @@ fn phase_row(p: &Params, windows: &[u64], rates: &[u64], i: usize) -> Row {
         .with("converged", converged)
         .with("periods_to_converge", periods_to_converge as u64)
         .with("rates_mbps", mbps.join("/"))
+        .with("trace", false)
+}
+
+/// With `trace = true`: one row per whole window, the aggregate rate over time.
+fn trace_rows(p: &Params, windows: &[u64]) -> Vec<Row> {
+    let whole = (p.end() / p.period_ns) as usize;
+    (0..whole)
+        .map(|w| {
+            let start = w as u64 * p.period_ns;
+            let phase = (0..p.splits.len())
+                .rev()
+                .find(|&i| p.phase_start(i) <= start)
+                .unwrap_or(0);
+            Row::new()
+                .with("experiment", NAME)
+                .with("setup", setup(p))
+                .with("allocator", allocator_name(p))
+                .with("cores", p.cores as u64)
+                .with("period_ms", p.period_ns / MS)
+                .with("splits", p.splits_text.as_str())
+                .with("shift", phase as u64)
+                .with("target_bps", p.aggregate_bps.min(p.offered_bps))
+                .with("time_ms", start / MS)
+                .with("window_bps", windows[w] * 8 * 1_000_000_000 / p.period_ns)
+                .with("trace", true)
+        })
+        .collect()
+}
+
+fn allocator_name(p: &Params) -> &'static str {
+    match p.allocator {
+        Allocator::Nba => "nba",
+        Allocator::Static => "static",
+    }
+}
+
+fn setup(p: &Params) -> String {
+    format!("{}, {} cores", allocator_name(p), p.cores)
 }
 
 /// `v` rounded to `decimals` decimal places.

@@ -7,7 +7,7 @@ fn point(allocator: &str, cores: u64, splits: &str, period_ms: u64) -> Point {
         "allocator = \"{allocator}\"\ncores = {cores}\nsplits = \"{splits}\"\n\
          aggregate_bps = 1_000_000_000\noffered_bps = 1_200_000_000\nperiod_ms = {period_ms}\n\
          phase_ms = 600\nshift_lag_ms = 37\npacket_bytes = 1500\ninflight_packets = 16\n\
-         source_buffer_packets = 64\nconverge_pct = 2.0\n"
+         source_buffer_packets = 64\nconverge_pct = 2.0\ntrace = false\n"
     );
     Point::new(toml::from_str(&text).expect("test point parses"))
 }
@@ -87,4 +87,31 @@ fn bad_splits_are_refused() {
         assert!(e.is_bad_input() && e.to_string().contains("splits"), "{e}");
     }
     assert!(run(&point("magic", 2, TWO, 100)).is_err());
+}
+
+#[test]
+fn trace_rows_show_the_aggregate_per_window() {
+    let mut p = point("nba", 2, TWO, 100);
+    let rows_of = |p: &Point| run(p).expect("runs");
+    let phases = rows_of(&p);
+    p.params.insert("trace".into(), toml::Value::Boolean(true));
+    let trace = rows_of(&p);
+    // 3 phases of 600 ms plus the 37 ms lag: 18 whole windows of 100 ms.
+    assert_eq!(trace.len(), 18);
+    assert_eq!(num(&trace[0], "time_ms"), 0.0);
+    assert_eq!(num(&trace[17], "time_ms"), 1700.0);
+    // Window 0 runs on the equal split: 500 + 240 Mbit/s.
+    assert!(
+        (num(&trace[0], "window_bps") - 740e6).abs() < 2e6,
+        "{:?}",
+        trace[0]
+    );
+    // The phase rows' settled mean is the mean of the trace's settled windows.
+    let last: Vec<f64> = trace[14..].iter().map(|r| num(r, "window_bps")).collect();
+    let mean = last.iter().sum::<f64>() / last.len() as f64;
+    assert!(
+        (mean - num(&phases[2], "achieved_bps")).abs() < 1.0,
+        "{mean} vs {:?}",
+        phases[2]
+    );
 }
