@@ -181,3 +181,73 @@ fn one_silo_never_pins_beyond_the_mask_and_never_panics() {
     // Pinning is best effort: a silo index beyond the CPUs is refused with a warning.
     assert_eq!(pin(100_000), None);
 }
+
+/// The `nba_rate_bps` series of `bulk` for silo `silo` in `metrics`.
+fn share(metrics: &Metrics, silo: usize) -> Option<u64> {
+    let head = format!("metronome_nba_rate_bps{{class=\"bulk\",silo=\"{silo}\"}} ");
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(head.as_str())?.trim().parse().ok())
+}
+
+#[test]
+fn a_reload_goes_through_the_coordinator_to_every_silo() {
+    let dir = std::env::temp_dir().join(format!("mtr-silo-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("silos.toml");
+    let text = |rate: &str| {
+        format!(
+            "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ncores = 2\n\
+             [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\" }}\nrate = \"{rate}\"\n"
+        )
+    };
+    std::fs::write(&path, text("200mbit")).unwrap();
+    let mut running = Config::load(&path).unwrap();
+    let metrics = Metrics::with_silos(2);
+    let mut allocator = Allocator::new(&running, 2);
+    let mut engines: Vec<Engine> = (0..2)
+        .map(|i| Engine::new(&running, 64, metrics.for_silo(i)))
+        .collect();
+    let mut links: Vec<SiloLink> = (0..2)
+        .map(|i| SiloLink::new(i, &allocator.cells(), &engines[i], metrics.for_silo(i)))
+        .collect();
+    let inboxes: Vec<Inbox> = links
+        .iter()
+        .map(|l| (l.reload.clone(), l.inbox.clone()))
+        .collect();
+    let now = Timestamp::from_nanos(1);
+    for (l, e) in links.iter_mut().zip(&mut engines) {
+        l.poll(e, now);
+    }
+    assert_eq!(
+        (share(&metrics, 0), share(&metrics, 1)),
+        (Some(100_000_000), Some(100_000_000))
+    );
+
+    // A live change: the allocator rescales, each silo reloads its engine and re-applies.
+    std::fs::write(&path, text("300mbit")).unwrap();
+    reload_silos(&path, &mut running, &mut allocator, &inboxes);
+    for (l, e) in links.iter_mut().zip(&mut engines) {
+        l.poll(e, now);
+        assert_eq!(e.config().classes[0].policy.rate, Some(Rate::mbps(300)));
+        assert_eq!(l.refused_rates, 0);
+    }
+    assert_eq!(
+        (share(&metrics, 0), share(&metrics, 1)),
+        (Some(150_000_000), Some(150_000_000))
+    );
+
+    // A change that needs a restart is refused before any silo hears of it.
+    std::fs::write(
+        &path,
+        text("300mbit").replace("[daemon]", "[wheel]\ngranularity = \"4us\"\n[daemon]"),
+    )
+    .unwrap();
+    reload_silos(&path, &mut running, &mut allocator, &inboxes);
+    assert!(inboxes
+        .iter()
+        .all(|(flag, _)| !flag.load(Ordering::Acquire)));
+    assert_eq!(running.wheel.granularity, Duration::from_micros(2));
+    let _ = std::fs::remove_dir_all(dir);
+}
