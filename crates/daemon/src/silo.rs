@@ -399,10 +399,10 @@ pub fn run_silos(
     let mut inboxes = Vec::with_capacity(n);
     let mut threads = Vec::with_capacity(n);
     for (silo, (mut inside, mut outside)) in ports.into_iter().enumerate() {
-        let (config, options, control) = (config.clone(), options.clone(), control.clone());
+        let (options, silo_stop) = (options.clone(), control.stop.clone());
         let metrics = metrics.for_silo(silo);
-        let mut pool = FramePool::new(frame_slots(&config), DEFAULT_SLOT_SIZE);
-        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let mut pool = FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE);
+        let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
         let mut link = SiloLink::new(silo, &allocator.cells(), &engine, metrics.clone());
         inboxes.push((link.reload.clone(), link.inbox.clone()));
         let thread = std::thread::Builder::new()
@@ -410,7 +410,7 @@ pub fn run_silos(
             .spawn(move || {
                 let pinned = pin(silo);
                 let silo_control = Control {
-                    stop: control.stop.clone(),
+                    stop: silo_stop.clone(),
                     reload: Arc::default(), // reloads come through the link
                 };
                 let result = run_loop_linked(
@@ -425,7 +425,7 @@ pub fn run_silos(
                     Some(&mut link),
                 );
                 if result.is_err() {
-                    control.stop.store(true, Ordering::Relaxed); // one silo down stops all
+                    silo_stop.store(true, Ordering::Relaxed); // one silo down stops all
                 }
                 result.map(|report| SiloReport {
                     report,
@@ -437,8 +437,18 @@ pub fn run_silos(
                 op: "spawn",
                 ifname: config.interfaces.inside.clone(),
                 source: e,
-            })?;
-        threads.push(thread);
+            });
+        match thread {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                // Stop the silos already running before reporting.
+                control.stop.store(true, Ordering::Relaxed);
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(e);
+            }
+        }
     }
     let mut running = config.clone();
     while !control.stop.load(Ordering::Relaxed) {
