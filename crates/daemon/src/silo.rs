@@ -31,7 +31,7 @@
 //! that need a restart, rescales or adds the allocators of changed classes, then hands the
 //! configuration to every silo ([`SiloLink`]), which reloads its engine and re-applies its shares
 //! (the engine's reload puts the classes' whole rates back). These hand-offs take a mutex, on the
-//! reload path only.
+//! reload path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
 //!
 //! With `cores = 1` none of this runs: [`crate::daemon::run_with`] is the single loop as before.
 
@@ -495,6 +495,12 @@ fn reload_silos(path: &Path, running: &mut Config, allocator: &mut Allocator, in
     let plan = running.diff(&new);
     if plan.needs_restart() {
         return tracing::error!(plan = %plan, "reload refused");
+    }
+    if let Some(b) = plan.busy_poll {
+        tracing::warn!(
+            busy_poll = b,
+            "busy_poll changes need a restart with silos; kept"
+        );
     }
     allocator.apply(&new);
     let cells = allocator.cells();
