@@ -325,7 +325,7 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "metronome bench --daemon on {machine}, one core")?;
+    writeln!(out, "metronome bench --daemon on {machine}")?;
     writeln!(
         out,
         "workload: {} IPv4 TCP flows of {} B frames in 4 classes (2 aggregate-limited, 1 paced, 1 unshaped), \
@@ -366,6 +366,54 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
         out,
         "engine: {} forwarded unshaped, {} released from the wheel, {} dropped, {} queued at the end",
         report.forwarded, report.released, report.dropped, report.queued_at_end
+    )?;
+    let sc = &report.scaling;
+    writeln!(
+        out,
+        "\nsilos (Carousel §5.3): each silo a thread with its own engine, in-memory ports and traffic, {} packets per silo",
+        sc.packets_per_silo
+    )?;
+    writeln!(
+        out,
+        "{:<6} {:>12} {:>12} {:>16}  pinned",
+        "silos", "Mpps", "Mpps/silo", "cpu ns/pkt/silo"
+    )?;
+    for row in [&sc.one, &sc.two] {
+        let cpus: Vec<String> = row
+            .pinned
+            .iter()
+            .map(|p| p.map_or("no".to_owned(), |c| format!("cpu {c}")))
+            .collect();
+        writeln!(
+            out,
+            "{:<6} {:>12.2} {:>12.2} {:>16.1}  {}",
+            row.silos,
+            row.packets_per_sec / 1e6,
+            row.packets_per_sec / 1e6 / row.silos as f64,
+            row.cpu_ns_per_packet,
+            cpus.join(", ")
+        )?;
+    }
+    writeln!(
+        out,
+        "2 silos / 1 silo: {:.2}x; target {:.1}x: {}{}",
+        sc.ratio,
+        sc.target_ratio,
+        if sc.ratio >= sc.target_ratio {
+            "met"
+        } else {
+            "NOT met"
+        },
+        if sc.dropped > 0 {
+            format!(" ({} drops: not like for like)", sc.dropped)
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(
+        out,
+        "with two whole cores (thread CPU time per packet, 2 x one / two): {:.2}x",
+        sc.cpu_ratio
     )?;
     Ok(())
 }

@@ -15,6 +15,11 @@
 //! * [`nicpic`]: NicPic's transmit scheduler: per-class rate limits over 100 000+ classes whose
 //!   queues stay in host memory, 32 bytes per class, MTU-sized pulls out of large segments and
 //!   weighted sharing when the limits oversubscribe the link (NicPic §3).
+//! * [`nba`], [`rate_exchange`]: the NIC-level bandwidth allocator that splits an aggregate limit
+//!   across per-core shapers, and the lock-free cells they exchange usage and rates through
+//!   (Carousel §5.3); [`spsc`]: the lock-free ring that hands packets between cores. Their loom
+//!   model tests run with `RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib loom`
+//!   (`cargo test --workspace` runs the other tests).
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!
@@ -52,12 +57,16 @@ pub mod fq_tree;
 pub mod mltw;
 pub mod mq_ecn;
 pub mod mq_port;
+pub mod nba;
 pub mod nicpic;
 pub mod packet;
 pub mod paused_flows;
 pub mod pool;
 pub mod queue;
 pub mod rate;
+pub mod rate_exchange;
+pub mod spsc;
+mod sync;
 pub mod time;
 pub mod timestamp;
 pub mod timing_wheel;
@@ -70,11 +79,13 @@ pub use mq_port::{
     MqConfigError, MqCounters, MqDequeued, MqEnqueued, MqPort, MqPortConfig, MqQueueCounters,
     MqReject, QueueConfig, Scheduling,
 };
+pub use nba::{water_fill, Nba, NbaConfig, NbaConfigError, NbaCounters};
 pub use nicpic::{NicPic, NicPicConfig, NicPicCounters, Pull};
 pub use packet::{ClassId, FlowId, PacketRef};
 pub use paused_flows::{Discipline, PausedFlows};
 pub use queue::{EdtQueue, HorizonPolicy, QueueCounters, RejectReason, Rejected};
 pub use rate::{ParseRateError, Rate};
+pub use rate_exchange::RateExchange;
 pub use time::{Clock, Duration, ManualClock, SlotClock, Timestamp};
 pub use timing_wheel::{
     GenericTimingWheel, ListSlots, PoolSlots, TimingWheel, TimingWheelConfig, TimingWheelList,

@@ -70,6 +70,12 @@ pub const MAX_WHEEL_SLOTS: usize = 1 << 27;
 pub const MAX_POOL_PACKETS: usize = 1 << 28;
 /// Longest interface name in bytes: `IFNAMSIZ` (16) minus the terminating NUL.
 pub const MAX_INTERFACE_NAME: usize = 15;
+/// Most shaper silos (`[daemon] cores`): a sanity bound, well above the cores of one host's
+/// NIC queues; each silo takes a thread, two AF_PACKET sockets with 16 MiB rings and a pool.
+pub const MAX_CORES: usize = 256;
+/// Default period of the NIC-level bandwidth allocator: Carousel §5.3, "we currently use
+/// ≈ 100 ms".
+pub const DEFAULT_NBA_PERIOD: Duration = Duration::from_millis(100);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 
@@ -124,6 +130,11 @@ pub struct DaemonConfig {
     pub metrics_listen: SocketAddr,
     /// Log format. Default text.
     pub log_format: LogFormat,
+    /// Shaper silos (Carousel §5.3): one thread, engine and pair of fanout sockets each. Default 1.
+    pub cores: usize,
+    /// How often the NIC-level bandwidth allocator redistributes each class's aggregate `rate`
+    /// among the silos (only with `cores > 1`). Default [`DEFAULT_NBA_PERIOD`].
+    pub nba_period: Duration,
 }
 
 /// One `[[class]]`.

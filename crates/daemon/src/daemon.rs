@@ -6,15 +6,19 @@
 //! configuration (`FILE:LINE: FIELD: MESSAGE`), a missing interface or a missing capability
 //! (both named by [`metronome_io::PortError`]), a metrics address already in use.
 //!
+//! With `[daemon] cores` (or `--cores`) above 1 it runs that many shaper silos instead
+//! ([`crate::silo::run_silos`], Carousel §5.3); with 1, the single loop exactly as before.
+//!
 //! [`spawn_shaper`] runs the same loop on a thread inside a network namespace: `metronome demo`
 //! and the integration tests use it on the `in0`/`out0` veths of a
-//! [`crate::netns::Topology`].
+//! [`crate::netns::Topology`]; [`spawn_silos`] does the same with silos.
 
 use crate::config::{Config, ConfigError, LogFormat};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, MetricsError};
 use crate::netns::{Namespace, TopoError};
 use crate::run::{run_loop, Control, LoopOptions, LoopReport};
+use crate::silo::{run_silos, SiloReport};
 use metronome_io::{
     AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PortError, DEFAULT_SLOT_SIZE,
 };
@@ -28,6 +32,9 @@ pub const DEFAULT_FRAME_SLOTS: u32 = 65_536;
 
 /// The thread of [`spawn_shaper`]: joins to the loop's report, or why it could not run.
 pub type ShaperThread = std::thread::JoinHandle<Result<Result<LoopReport, PortError>, TopoError>>;
+/// The thread of [`spawn_silos`]: joins to every silo's report, or why they could not run.
+pub type SilosThread =
+    std::thread::JoinHandle<Result<Result<Vec<SiloReport>, PortError>, TopoError>>;
 
 /// Why the daemon could not start or stopped. Built once per run, on a cold path, so the
 /// configuration error (file, line, field, message) is not boxed.
@@ -118,10 +125,14 @@ pub fn run_with(
     )
 }
 
-/// `metronome run --config FILE`. See the module docs.
+/// `metronome run --config FILE [--cores N]`: `cores` overrides `[daemon] cores`. See the
+/// module docs.
 #[allow(clippy::result_large_err)] // see `DaemonError`
-pub fn run_daemon(config_path: &Path) -> Result<LoopReport, DaemonError> {
-    let config = Config::load(config_path)?;
+pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), DaemonError> {
+    let mut config = Config::load(config_path)?;
+    if let Some(n) = cores {
+        config.daemon.cores = n.clamp(1, crate::config::MAX_CORES);
+    }
     init_logging(config.daemon.log_format);
     let control = Control::default();
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -132,12 +143,22 @@ pub fn run_daemon(config_path: &Path) -> Result<LoopReport, DaemonError> {
     ] {
         signal_hook::flag::register(signal, flag.clone()).map_err(DaemonError::Signals)?;
     }
-    let metrics = Metrics::new();
+    let metrics = Metrics::with_silos(config.daemon.cores);
     let server = metrics.serve(config.daemon.metrics_listen)?;
     tracing::info!(addr = %server.addr(), "metrics endpoint");
-    let report = run_with(&config, Some(config_path), &metrics, &control)?;
-    log_report(&report);
-    Ok(report)
+    if config.daemon.cores > 1 {
+        for (silo, r) in run_silos(&config, Some(config_path), &metrics, &control)?
+            .iter()
+            .enumerate()
+        {
+            tracing::info!(silo, pinned = ?r.pinned, refused_rates = r.refused_rates, "silo");
+            log_report(&r.report);
+        }
+    } else {
+        let report = run_with(&config, Some(config_path), &metrics, &control)?;
+        log_report(&report);
+    }
+    Ok(())
 }
 
 /// Logs the counters of a stopped loop.
@@ -175,6 +196,24 @@ pub fn spawn_shaper(
     })
 }
 
+/// Runs `config.daemon.cores` silos for `config` inside namespace `ns` (ports are opened
+/// there; the calling thread of [`run_silos`] is the new one). `metrics` must have as many silos
+/// ([`Metrics::with_silos`]). Set `control.stop` and join the handle for the reports.
+pub fn spawn_silos(
+    ns: &Namespace,
+    config: Config,
+    metrics: Metrics,
+    control: Control,
+) -> Result<SilosThread, TopoError> {
+    ns.spawn(move || {
+        let result = run_silos(&config, None, &metrics, &control);
+        if result.is_err() {
+            control.stop.store(true, Ordering::Relaxed);
+        }
+        result
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,7 +240,7 @@ mod tests {
             "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[[class]]\nname = \"x\"\nrate = \"1zbit\"\n",
         )
         .unwrap();
-        let err = run_daemon(&path).unwrap_err();
+        let err = run_daemon(&path, None).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(
             err.to_string().contains("bad.toml:6: class[0].rate"),

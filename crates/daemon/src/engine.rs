@@ -131,6 +131,9 @@ struct ClassState {
     metrics: ClassMetrics,
     /// Packets of this class in the wheel.
     queued: u64,
+    /// Bytes of this class accepted into the wheel, cumulative: the silo's demand that the
+    /// NIC-level bandwidth allocator reads (Carousel §5.3, "byte count" samples).
+    stamped_bytes: u64,
 }
 
 /// The shaping pipeline. See the module docs.
@@ -229,6 +232,7 @@ impl Engine {
                         aggregate: None,
                         metrics: self.metrics.class(name),
                         queued: 0,
+                        stamped_bytes: 0,
                     });
                     self.classes.len() - 1
                 }
@@ -460,6 +464,7 @@ impl Engine {
             Ok(()) => {
                 self.counters.enqueued += 1;
                 self.classes[index].queued += 1;
+                self.classes[index].stamped_bytes += u64::from(len);
                 if let Some(slot) = self.slot_edt.get_mut(id as usize) {
                     *slot = edt;
                 }
@@ -577,6 +582,28 @@ impl Engine {
             .iter()
             .find(|s| s.name == name)
             .map_or(0, |s| s.queued)
+    }
+
+    /// The state index of class `name` (stable across reloads while the name stays), for
+    /// [`Engine::set_class_rate`] and [`Engine::class_stamped_bytes`].
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|s| s.name == name)
+    }
+
+    /// Bytes of class `index` accepted into the wheel so far (0 for an unknown index).
+    pub fn class_stamped_bytes(&self, index: usize) -> u64 {
+        self.classes.get(index).map_or(0, |s| s.stamped_bytes)
+    }
+
+    /// Sets the rate of class `index`'s aggregate policy to `rate` from the next packet on, as a
+    /// silo's share of the class's `rate` (Carousel §5.3); no burst is granted
+    /// (`Timestamper::set_rate`). The configuration keeps the class's whole rate, which a reload
+    /// puts back. Returns false when the class has no aggregate policy.
+    pub fn set_class_rate(&mut self, index: usize, rate: metronome_core::Rate) -> bool {
+        match self.classes.get(index).and_then(|s| s.aggregate) {
+            Some(p) => self.stamper.set_rate(p, rate).is_ok(),
+            None => false,
+        }
     }
 
     /// The engine's counters.

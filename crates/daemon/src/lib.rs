@@ -7,6 +7,8 @@
 //!   ([`metronome_core::Rate`], [`metronome_core::TimingWheelConfig`], ...), with errors of the
 //!   form `FILE:LINE: FIELD: MESSAGE`, and the plan of what a SIGHUP reload changes.
 //! * [`units`]: durations (`500us`) and tc-like byte sizes (`15k`); rates are parsed by the core.
+//! * [`silo`]: `--cores N`, per-core shaper silos sharing class limits through the NIC-level
+//!   bandwidth allocator (Carousel §5.3).
 //!
 //! Like the core it reads no clock; unlike the core it may read files ([`config::Config::load`]).
 #![forbid(unsafe_code)]
@@ -24,6 +26,7 @@ pub mod metrics;
 pub mod netns;
 pub mod pipeline_bench;
 pub mod run;
+pub mod silo;
 pub mod trafficgen;
 pub mod units;
 

@@ -13,17 +13,28 @@
 //! Malformed frames are counted through a label lookup (a read lock and a hash) because they
 //! are rare and their reasons belong to the parser crate.
 //!
+//! **Silos** (`[daemon] cores > 1`, Carousel §5.3): every silo counts into series of its own,
+//! so that no cache line is shared between cores on the data path. Every series then carries a
+//! `silo` label (`metronome_class_bytes_total{class="bulk",silo="1"}`,
+//! `metronome_wheel_occupancy_packets{silo="0"}`); the names stay those of one silo, and a sum by
+//! `class` (or over `silo`) gives the daemon's total. With one silo there is no `silo` label and
+//! the output is the same as before silos existed. [`Metrics::with_silos`] builds the registry,
+//! [`Metrics::for_silo`] the handle a silo counts through. `metronome_nba_rate_bps{class,silo}`
+//! is the share of a class's aggregate rate the NIC-level bandwidth allocator gave each silo.
+//!
 //! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
 
 pub mod stats;
 
 pub use stats::{fetch_and_format, format_stats, scrape, MetricsError};
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::encoding::{
+    EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,21 +93,57 @@ impl DropReason {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClassLabel {
-    class: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClassReasonLabel {
-    class: String,
-    reason: &'static str,
-}
-
+/// `{class="...",outcome="..."}` of the ACK-shaping counters (one series per class and outcome,
+/// summed over silos).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassOutcomeLabel {
     class: String,
     outcome: &'static str,
+}
+
+/// `{class="..."}`, plus `silo="i"` when the daemon runs several silos.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ClassLabel {
+    class: String,
+    silo: Option<u16>,
+}
+
+impl EncodeLabelSet for ClassLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("class", self.class.as_str()).encode(encoder.encode_label())?;
+        SiloLabel { silo: self.silo }.encode(encoder)
+    }
+}
+
+/// `{class="...",reason="..."}`, plus `silo="i"` when the daemon runs several silos.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ClassReasonLabel {
+    class: String,
+    reason: &'static str,
+    silo: Option<u16>,
+}
+
+impl EncodeLabelSet for ClassReasonLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("class", self.class.as_str()).encode(encoder.encode_label())?;
+        ("reason", self.reason).encode(encoder.encode_label())?;
+        SiloLabel { silo: self.silo }.encode(encoder)
+    }
+}
+
+/// `{silo="i"}`, or nothing with one silo.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct SiloLabel {
+    silo: Option<u16>,
+}
+
+impl EncodeLabelSet for SiloLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        match self.silo {
+            Some(s) => ("silo", s).encode(encoder.encode_label()),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -186,6 +233,17 @@ pub struct ClassMetrics {
     queued: Gauge,
 }
 
+/// A silo's share of one class's aggregate rate (`metronome_nba_rate_bps{class,silo}`).
+#[derive(Clone, Debug)]
+pub struct NbaRateGauge(Gauge);
+
+impl NbaRateGauge {
+    /// Sets the share the allocator gave this silo, bit/s.
+    pub fn set(&self, bps: u64) {
+        self.0.set(i64::try_from(bps).unwrap_or(i64::MAX));
+    }
+}
+
 impl ClassMetrics {
     /// Counts `packets` packets of `bytes` bytes transmitted.
     pub fn sent(&self, packets: u64, bytes: u64) {
@@ -215,6 +273,30 @@ impl ClassMetrics {
     }
 }
 
+/// The series one silo updates outside its classes.
+#[derive(Clone, Debug)]
+struct SiloSeries {
+    wheel_occupancy: Gauge,
+    lateness: ArcMetric,
+    tx_batch: ArcMetric,
+    rx_ring_drops: Counter,
+    pass_through_packets: Counter,
+    pass_through_bytes: Counter,
+}
+
+impl SiloSeries {
+    fn new() -> Self {
+        SiloSeries {
+            wheel_occupancy: Gauge::default(),
+            lateness: ArcMetric::lateness(),
+            tx_batch: ArcMetric::tx_batch(),
+            rx_ring_drops: Counter::default(),
+            pass_through_packets: Counter::default(),
+            pass_through_bytes: Counter::default(),
+        }
+    }
+}
+
 struct Inner {
     registry: Registry,
     bytes: Family<ClassLabel, Counter>,
@@ -223,20 +305,19 @@ struct Inner {
     ecn_marked: Family<ClassLabel, Counter>,
     ecn_not_ect: Family<ClassLabel, Counter>,
     queued: Family<ClassLabel, Gauge>,
-    wheel_occupancy: Gauge,
-    lateness: Arc<Pow2Histogram>,
-    tx_batch: Arc<Pow2Histogram>,
-    rx_ring_drops: Counter,
+    nba_rate: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
-    pass_through_packets: Counter,
-    pass_through_bytes: Counter,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
+    /// One entry per silo.
+    silos: Vec<SiloSeries>,
 }
 
-/// The daemon's metrics: a cheap, clonable handle to the registry and the global counters.
+/// The daemon's metrics: a cheap, clonable handle to the registry and to the series of one
+/// silo (silo 0 unless made by [`Metrics::for_silo`]).
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
+    silo: usize,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -252,24 +333,27 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// An empty registry with every metric family registered.
+    /// An empty registry with every metric family registered, for one silo (no `silo` label).
     pub fn new() -> Self {
+        Self::with_silos(1)
+    }
+
+    /// An empty registry for `silos` silos (at least 1): with more than one, every series has a
+    /// `silo` label (see the module docs).
+    pub fn with_silos(silos: usize) -> Self {
+        let n = silos.max(1);
         let mut registry = Registry::with_prefix(PREFIX);
-        let inner = Inner {
+        let mut inner = Inner {
             bytes: Family::default(),
             packets: Family::default(),
             drops: Family::default(),
             ecn_marked: Family::default(),
             ecn_not_ect: Family::default(),
             queued: Family::default(),
-            wheel_occupancy: Gauge::default(),
-            lateness: Arc::new(Pow2Histogram::new(LATENESS_BASE_NS, LATENESS_BUCKETS)),
-            tx_batch: Arc::new(Pow2Histogram::new(1, BATCH_BUCKETS)),
-            rx_ring_drops: Counter::default(),
+            nba_rate: Family::default(),
             malformed: Family::default(),
-            pass_through_packets: Counter::default(),
-            pass_through_bytes: Counter::default(),
             ack_shaping: Family::default(),
+            silos: Vec::with_capacity(n),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -300,55 +384,71 @@ impl Metrics {
             "Packets queued per class",
             inner.queued.clone(),
         );
-        let occ = "Packets held in the timing wheel";
-        r.register(
-            "wheel_occupancy_packets",
-            occ,
-            inner.wheel_occupancy.clone(),
-        );
-        let late = "Actual minus scheduled departure time, nanoseconds";
-        r.register("lateness_ns", late, ArcMetric(inner.lateness.clone()));
-        r.register(
-            "tx_batch_packets",
-            "Packets per transmit batch",
-            ArcMetric(inner.tx_batch.clone()),
-        );
-        r.register(
-            "rx_ring_drops",
-            "Frames the RX ring dropped (overruns)",
-            inner.rx_ring_drops.clone(),
-        );
+        let nba = "Share of the class's aggregate rate given to each silo by the NIC-level \
+                   bandwidth allocator, bit/s";
+        r.register("nba_rate_bps", nba, inner.nba_rate.clone());
         r.register(
             "malformed_frames",
             "Malformed frames by reason",
             inner.malformed.clone(),
         );
-        let pt = "Packets forwarded unshaped (non-IP, reverse direction)";
-        r.register(
-            "pass_through_packets",
-            pt,
-            inner.pass_through_packets.clone(),
-        );
-        let ptb = "Bytes forwarded unshaped";
-        r.register("pass_through_bytes", ptb, inner.pass_through_bytes.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
+        inner.silos = if n == 1 {
+            let one = SiloSeries::new();
+            register_silo_series(r, &one);
+            vec![one]
+        } else {
+            register_silo_families(r, n)
+        };
         Metrics {
             inner: Arc::new(Inner { registry, ..inner }),
+            silo: 0,
         }
+    }
+
+    /// The handle silo `silo` counts through (same registry; its own series). Panics if
+    /// `silo` is not below the registry's silo count (a start-up bug).
+    pub fn for_silo(&self, silo: usize) -> Metrics {
+        assert!(
+            silo < self.inner.silos.len(),
+            "silo {silo} of {}",
+            self.inner.silos.len()
+        );
+        Metrics {
+            inner: self.inner.clone(),
+            silo,
+        }
+    }
+
+    /// Silos the registry has series for.
+    pub fn silos(&self) -> usize {
+        self.inner.silos.len()
+    }
+
+    /// The `silo` label value of this handle's series (`None` with one silo).
+    fn silo_label(&self) -> Option<u16> {
+        (self.inner.silos.len() > 1).then_some(self.silo as u16)
+    }
+
+    fn series(&self) -> &SiloSeries {
+        &self.inner.silos[self.silo]
     }
 
     /// The counters of class `name` (created at zero, or the existing ones after a reload, so
     /// series continue). Call at start-up and after reloads, not per packet.
     pub fn class(&self, name: &str) -> ClassMetrics {
         let i = &self.inner;
+        let silo = self.silo_label();
         let l = ClassLabel {
             class: name.to_owned(),
+            silo,
         };
         let drop_of = |reason: DropReason| {
             let label = ClassReasonLabel {
                 class: name.to_owned(),
                 reason: reason.label(),
+                silo,
             };
             i.drops.get_or_create(&label).clone()
         };
@@ -362,8 +462,8 @@ impl Metrics {
         }
     }
 
-    /// The ACK-shaping counter of class `name` for `outcome` (see [`crate::ack_shaping`]); call
-    /// at start-up and after reloads, not per packet.
+    /// The ACK-shaping counter of class `name` for `outcome` (see [`crate::ack_shaping`]), shared
+    /// by the silos; call at start-up and after reloads, not per packet.
     pub fn ack_shaping_counter(&self, name: &str, outcome: &'static str) -> Counter {
         let label = ClassOutcomeLabel {
             class: name.to_owned(),
@@ -372,26 +472,36 @@ impl Metrics {
         self.inner.ack_shaping.get_or_create(&label).clone()
     }
 
+    /// The gauge of this silo's share of class `name`'s aggregate rate; the series appears
+    /// when first asked for (only classes with a cross-silo limit have one).
+    pub fn nba_rate(&self, name: &str) -> NbaRateGauge {
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        NbaRateGauge(self.inner.nba_rate.get_or_create(&l).clone())
+    }
+
     /// Sets the number of packets in the timing wheel.
     pub fn set_wheel_occupancy(&self, packets: u64) {
         let v = i64::try_from(packets).unwrap_or(i64::MAX);
-        self.inner.wheel_occupancy.set(v);
+        self.series().wheel_occupancy.set(v);
     }
 
     /// Records one departure `ns` nanoseconds after its scheduled time (0 if on time or early).
     pub fn observe_lateness_ns(&self, ns: u64) {
-        self.inner.lateness.observe(ns);
+        self.series().lateness.0.observe(ns);
     }
 
     /// Records one transmit batch of `packets` packets.
     pub fn observe_tx_batch(&self, packets: u64) {
-        self.inner.tx_batch.observe(packets);
+        self.series().tx_batch.0.observe(packets);
     }
 
     /// Adds `frames` to the RX ring drop counter (from `tp_drops` of TPACKET_V3 block headers or
     /// `PACKET_STATISTICS`).
     pub fn rx_ring_drops(&self, frames: u64) {
-        self.inner.rx_ring_drops.inc_by(frames);
+        self.series().rx_ring_drops.inc_by(frames);
     }
 
     /// Counts one malformed frame for `reason` (cold path: a label lookup).
@@ -404,13 +514,14 @@ impl Metrics {
 
     /// Counts `packets` packets of `bytes` bytes forwarded without shaping.
     pub fn pass_through(&self, packets: u64, bytes: u64) {
-        self.inner.pass_through_packets.inc_by(packets);
-        self.inner.pass_through_bytes.inc_by(bytes);
+        let series = self.series();
+        series.pass_through_packets.inc_by(packets);
+        series.pass_through_bytes.inc_by(bytes);
     }
 
-    /// The lateness histogram (for tests and end-of-run summaries).
+    /// This silo's lateness histogram (for tests and end-of-run summaries).
     pub fn lateness(&self) -> &Pow2Histogram {
-        &self.inner.lateness
+        &self.series().lateness.0
     }
 
     /// The whole registry in the OpenMetrics text format.
@@ -447,8 +558,81 @@ impl Metrics {
 }
 
 /// Lets the registry hold a histogram that [`Metrics`] also holds.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct ArcMetric(Arc<Pow2Histogram>);
+
+impl ArcMetric {
+    fn lateness() -> Self {
+        ArcMetric(Arc::new(Pow2Histogram::new(
+            LATENESS_BASE_NS,
+            LATENESS_BUCKETS,
+        )))
+    }
+
+    fn tx_batch() -> Self {
+        ArcMetric(Arc::new(Pow2Histogram::new(1, BATCH_BUCKETS)))
+    }
+}
+
+impl TypedMetric for ArcMetric {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+const OCCUPANCY_HELP: &str = "Packets held in the timing wheel";
+const LATENESS_HELP: &str = "Actual minus scheduled departure time, nanoseconds";
+const TX_BATCH_HELP: &str = "Packets per transmit batch";
+const RING_DROPS_HELP: &str = "Frames the RX ring dropped (overruns)";
+const PASS_PACKETS_HELP: &str = "Packets forwarded unshaped (non-IP, reverse direction)";
+const PASS_BYTES_HELP: &str = "Bytes forwarded unshaped";
+
+/// Registers one silo's series without labels (the one-silo daemon).
+fn register_silo_series(r: &mut Registry, s: &SiloSeries) {
+    let occ = s.wheel_occupancy.clone();
+    r.register("wheel_occupancy_packets", OCCUPANCY_HELP, occ);
+    r.register("lateness_ns", LATENESS_HELP, s.lateness.clone());
+    r.register("tx_batch_packets", TX_BATCH_HELP, s.tx_batch.clone());
+    r.register("rx_ring_drops", RING_DROPS_HELP, s.rx_ring_drops.clone());
+    let pt = s.pass_through_packets.clone();
+    r.register("pass_through_packets", PASS_PACKETS_HELP, pt);
+    let ptb = s.pass_through_bytes.clone();
+    r.register("pass_through_bytes", PASS_BYTES_HELP, ptb);
+}
+
+/// Registers the same series as families with a `silo` label; returns each silo's series.
+fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeries> {
+    let occupancy = Family::<SiloLabel, Gauge>::default();
+    let lateness = Family::<SiloLabel, ArcMetric, fn() -> ArcMetric>::new_with_constructor(
+        ArcMetric::lateness as fn() -> ArcMetric,
+    );
+    let tx_batch = Family::<SiloLabel, ArcMetric, fn() -> ArcMetric>::new_with_constructor(
+        ArcMetric::tx_batch as fn() -> ArcMetric,
+    );
+    let ring_drops = Family::<SiloLabel, Counter>::default();
+    let pass_packets = Family::<SiloLabel, Counter>::default();
+    let pass_bytes = Family::<SiloLabel, Counter>::default();
+    let series = (0..n)
+        .map(|i| {
+            let l = SiloLabel {
+                silo: Some(i as u16),
+            };
+            SiloSeries {
+                wheel_occupancy: occupancy.get_or_create(&l).clone(),
+                lateness: lateness.get_or_create(&l).clone(),
+                tx_batch: tx_batch.get_or_create(&l).clone(),
+                rx_ring_drops: ring_drops.get_or_create(&l).clone(),
+                pass_through_packets: pass_packets.get_or_create(&l).clone(),
+                pass_through_bytes: pass_bytes.get_or_create(&l).clone(),
+            }
+        })
+        .collect();
+    r.register("wheel_occupancy_packets", OCCUPANCY_HELP, occupancy);
+    r.register("lateness_ns", LATENESS_HELP, lateness);
+    r.register("tx_batch_packets", TX_BATCH_HELP, tx_batch);
+    r.register("rx_ring_drops", RING_DROPS_HELP, ring_drops);
+    r.register("pass_through_packets", PASS_PACKETS_HELP, pass_packets);
+    r.register("pass_through_bytes", PASS_BYTES_HELP, pass_bytes);
+    series
+}
 
 impl EncodeMetric for ArcMetric {
     fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {

@@ -25,11 +25,14 @@ use crate::config::{Config, MAX_BATCH_SIZE};
 use crate::engine::Engine;
 use crate::flow_table::{FlowTable, Lookup};
 use crate::metrics::Metrics;
+use crate::silo::{LimitCell, SiloLink};
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};
 use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;
+
+pub mod scaling;
 
 /// Flows in the workload: 1 000, a quarter per class (issue 4 brief).
 pub const FLOWS: usize = 1_000;
@@ -183,6 +186,8 @@ pub struct PipelineReport {
     pub dropped: u64,
     /// Of the engine stage's last repetition: packets still queued at the end.
     pub queued_at_end: usize,
+    /// One silo against two side by side ([`scaling`]).
+    pub scaling: scaling::ScalingReport,
 }
 
 /// Issue 4's target for the whole per-packet path on one core, ns.
@@ -207,7 +212,7 @@ pub fn workload_frames() -> Vec<Vec<u8>> {
 }
 
 /// An Ethernet II + IPv4 + TCP frame of [`FRAME_LEN`] bytes from 10.1.x.y:`src` to 10.2.0.1:`dst`.
-fn tcp_frame(src: u16, dst: u16, host: u16) -> Vec<u8> {
+pub(crate) fn tcp_frame(src: u16, dst: u16, host: u16) -> Vec<u8> {
     let mut f = vec![0u8; FRAME_LEN];
     f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
     f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
@@ -265,6 +270,8 @@ pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> Pipelin
             repetitions_ns: std::mem::take(&mut reps),
         });
     }
+    progress("silos: one, then two side by side");
+    let scaling = scaling::run(batch, options.packets, options.repetitions);
     let ns = |s: Stage| {
         stages
             .iter()
@@ -285,11 +292,12 @@ pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> Pipelin
         released: last.released,
         dropped: last.dropped,
         queued_at_end: last.queued,
+        scaling,
     }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
-struct Totals {
+pub(crate) struct Totals {
     forwarded: u64,
     released: u64,
     dropped: u64,
@@ -421,7 +429,7 @@ enum Pipeline {
 }
 
 /// One stage's world: ports, pool, pipeline and the virtual clock.
-struct Rig {
+pub(crate) struct Rig {
     stage: Stage,
     pipeline: Pipeline,
     pool: FramePool,
@@ -432,17 +440,28 @@ struct Rig {
     now: Timestamp,
     /// Simulated time per step: one batch at [`OFFERED_BPS`].
     step: Duration,
+    /// As one silo of several: its link to the allocator, polled every step.
+    link: Option<Box<SiloLink>>,
 }
 
 impl Rig {
     fn new(config: &Config, frames: &[Vec<u8>], batch: usize, stage: Stage) -> Rig {
+        Rig::with_metrics(config, frames, batch, stage, Metrics::new())
+    }
+
+    /// A rig counting into `metrics` (a silo's handle in the scaling benchmark).
+    pub(crate) fn with_metrics(
+        config: &Config,
+        frames: &[Vec<u8>],
+        batch: usize,
+        stage: Stage,
+        metrics: Metrics,
+    ) -> Rig {
         let pool = FramePool::new(POOL_SLOTS, metronome_io::DEFAULT_SLOT_SIZE);
         let pipeline = match stage {
-            Stage::Engine => Pipeline::Engine(Box::new(Engine::new(
-                config,
-                pool.capacity(),
-                Metrics::new(),
-            ))),
+            Stage::Engine => {
+                Pipeline::Engine(Box::new(Engine::new(config, pool.capacity(), metrics)))
+            }
             _ => Pipeline::Pieces(Box::new(Pieces::new(config))),
         };
         let port = |keep_sent| {
@@ -465,11 +484,19 @@ impl Rig {
             tx: Vec::with_capacity(4 * MAX_BATCH_SIZE),
             now: Timestamp::from_nanos(1_000_000_000),
             step: Duration::from_nanos(step_ns.max(1)),
+            link: None,
+        }
+    }
+
+    /// Links the rig's engine to an allocator's cells as silo `silo` (engine stage only).
+    pub(crate) fn link(&mut self, silo: usize, cells: &[LimitCell], metrics: Metrics) {
+        if let Pipeline::Engine(e) = &self.pipeline {
+            self.link = Some(Box::new(SiloLink::new(silo, cells, e, metrics)));
         }
     }
 
     /// Runs steps until `span` of simulated time has passed.
-    fn warm_up(&mut self, span: Duration) {
+    pub(crate) fn warm_up(&mut self, span: Duration) {
         let until = self.now.saturating_add(span);
         while self.now < until {
             self.steps(1);
@@ -477,7 +504,7 @@ impl Rig {
     }
 
     /// Runs steps until at least `packets` were received; returns how many were.
-    fn steps(&mut self, packets: u64) -> u64 {
+    pub(crate) fn steps(&mut self, packets: u64) -> u64 {
         let mut done = 0u64;
         while done < packets {
             self.now = self.now.saturating_add(self.step);
@@ -486,6 +513,9 @@ impl Rig {
             let now = self.now;
             match &mut self.pipeline {
                 Pipeline::Engine(e) => {
+                    if let Some(link) = self.link.as_deref_mut() {
+                        link.poll(e, now);
+                    }
                     e.receive(now, &mut self.pool, &self.rx[..n], &mut self.tx);
                     while e.release(now, &mut self.tx, MAX_BATCH_SIZE) == MAX_BATCH_SIZE {}
                 }
@@ -506,7 +536,7 @@ impl Rig {
         done
     }
 
-    fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         match &self.pipeline {
             Pipeline::Engine(e) => {
                 let c = e.counters();

@@ -24,6 +24,7 @@
 use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
 use crate::metrics::Metrics;
+use crate::silo::SiloLink;
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
 use nix::poll::{PollFd, PollFlags};
@@ -78,6 +79,9 @@ pub struct LoopOptions {
     pub busy_poll: bool,
     /// The file to re-read on [`Control::reload`] (`None`: reload requests are ignored).
     pub config_path: Option<PathBuf>,
+    /// Silos of the running daemon: a reloaded file's `[daemon] cores` is replaced by it, since
+    /// `--cores` may override the file and the count cannot change without a restart.
+    pub cores: usize,
 }
 
 impl LoopOptions {
@@ -87,6 +91,7 @@ impl LoopOptions {
             batch_size: config.daemon.batch_size.max(1),
             busy_poll: config.daemon.busy_poll,
             config_path,
+            cores: config.daemon.cores,
         }
     }
 }
@@ -147,6 +152,25 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock>(
     options: &LoopOptions,
     control: &Control,
 ) -> Result<LoopReport, PortError> {
+    run_loop_linked(
+        inside, outside, pool, engine, clock, metrics, options, control, None,
+    )
+}
+
+/// [`run_loop`] as one silo of several ([`crate::silo`]): `link`, when given, is polled at the
+/// top of every iteration (allocator rates in, demand out, reloads).
+#[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
+pub fn run_loop_linked<I: PacketPort, O: PacketPort, C: Clock>(
+    inside: &mut I,
+    outside: &mut O,
+    pool: &mut FramePool,
+    engine: &mut Engine,
+    clock: &C,
+    metrics: &Metrics,
+    options: &LoopOptions,
+    control: &Control,
+    mut link: Option<&mut SiloLink>,
+) -> Result<LoopReport, PortError> {
     let batch = options.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE);
     let mut busy_poll = options.busy_poll;
     let mut rx = vec![RxFrame::default(); batch];
@@ -166,6 +190,9 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock>(
             }
         }
         let now = clock.now();
+        if let Some(link) = link.as_deref_mut() {
+            link.poll(engine, now);
+        }
         let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
         if to_outside.ids.len() < batch {
@@ -257,7 +284,10 @@ fn wait<I: PacketPort, O: PacketPort>(inside: &I, outside: &O, timeout: StdDurat
 fn reload(engine: &mut Engine, options: &LoopOptions) -> Option<bool> {
     let path = options.config_path.as_ref()?;
     let config = match Config::load(path) {
-        Ok(c) => c,
+        Ok(mut c) => {
+            c.daemon.cores = options.cores;
+            c
+        }
         Err(e) => {
             tracing::error!(error = %e, "reload failed, keeping the running configuration");
             return None;

@@ -70,3 +70,14 @@ fn a_missing_file_names_the_path() {
         "{err}"
     );
 }
+
+#[test]
+fn silos_example_runs_two_silos_under_one_limit() {
+    let c = Config::load(examples_dir().join("silos.toml")).expect("validates");
+    assert_eq!(c.daemon.cores, 2);
+    assert_eq!(
+        c.daemon.nba_period,
+        metronome_core::Duration::from_millis(100)
+    );
+    assert_eq!(c.classes[0].policy.rate, Some(Rate::gbps(2)));
+}

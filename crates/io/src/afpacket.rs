@@ -21,6 +21,15 @@
 //!   and a `send` kick, for a gain (fewer syscalls) `sendmmsg` batching mostly gets too; the issue's
 //!   reference forwarder is `sendmmsg` with batches of 64.
 //!
+//! * **Fanout** (per-core silos, Carousel §5.3): with [`AfPacketConfig::fanout`] set, the RX
+//!   socket joins a `PACKET_FANOUT` group of type `PACKET_FANOUT_HASH` right after `bind`: the
+//!   kernel hashes each frame's flow (`skb_get_hash`, the same for every packet of a 5-tuple) and
+//!   delivers it to one socket of the group only, so each silo's ring sees whole flows. The first
+//!   socket creates the group with `PACKET_FANOUT_FLAG_UNIQUEID` (the kernel picks an id no
+//!   other group in the namespace uses; [`AfPacketPort::fanout_group`] reads it back), the
+//!   others join that id. Between a socket's `bind` and its joining (microseconds at start-up)
+//!   it sees every frame, like a plain tap: a frame may then be delivered twice, never lost.
+//!
 //! Offloads: with GRO/GSO/TSO on, frames up to 64 KiB reach the ring; use a
 //! [`crate::frame_pool::JUMBO_SLOT_SIZE`] pool, or turn them off (`ethtool -K IF gro off gso off
 //! tso off`; without `ethtool`, `ip link set IF gso_max_segs 1` stops TCP building super-frames
@@ -62,6 +71,20 @@ pub struct AfPacketConfig {
     pub promiscuous: bool,
     /// Set `PACKET_QDISC_BYPASS` on the TX socket. Default true.
     pub qdisc_bypass: bool,
+    /// Join the RX socket to a `PACKET_FANOUT_HASH` group (see the module docs). Default none:
+    /// the socket sees every frame.
+    pub fanout: Option<Fanout>,
+}
+
+/// The `PACKET_FANOUT_HASH` group an RX socket joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fanout {
+    /// Create a new group with an id the kernel picks (`PACKET_FANOUT_FLAG_UNIQUEID`); read it
+    /// back with [`AfPacketPort::fanout_group`] and open the other members with
+    /// [`Fanout::Join`].
+    NewGroup,
+    /// Join the group of this id (on the same interface).
+    Join(u16),
 }
 
 impl Default for AfPacketConfig {
@@ -73,6 +96,7 @@ impl Default for AfPacketConfig {
             retire_timeout_ms: 1,
             promiscuous: true,
             qdisc_bypass: true,
+            fanout: None,
         }
     }
 }
@@ -112,6 +136,7 @@ pub struct AfPacketPort {
     tx_fd: OwnedFd,
     ring: RxRing,
     counters: PortCounters,
+    fanout_group: Option<u16>,
 }
 
 impl std::fmt::Debug for AfPacketPort {
@@ -161,6 +186,10 @@ impl AfPacketPort {
         sys::set_packet_opt(&rx_fd, libc::PACKET_IGNORE_OUTGOING, &one)
             .map_err(io_err("PACKET_IGNORE_OUTGOING"))?;
         sys::bind_packet(&rx_fd, ifindex, ETH_P_ALL).map_err(io_err("bind"))?;
+        let fanout_group = match config.fanout {
+            None => None,
+            Some(f) => Some(join_fanout(&rx_fd, f).map_err(io_err("PACKET_FANOUT"))?),
+        };
         if config.promiscuous {
             let mreq = libc::packet_mreq {
                 mr_ifindex: ifindex as i32,
@@ -185,13 +214,31 @@ impl AfPacketPort {
             tx_fd,
             ring,
             counters: PortCounters::default(),
+            fanout_group,
         })
+    }
+
+    /// The id of the fanout group the RX socket is in (`None` without [`AfPacketConfig::fanout`]).
+    pub fn fanout_group(&self) -> Option<u16> {
+        self.fanout_group
     }
 
     /// The interface name the port was opened on.
     pub fn ifname(&self) -> &str {
         &self.ifname
     }
+}
+
+/// Joins `fd` (bound) to the `PACKET_FANOUT_HASH` group `f`; returns the group's id.
+fn join_fanout(fd: &OwnedFd, f: Fanout) -> io::Result<u16> {
+    let hash = libc::PACKET_FANOUT_HASH;
+    let arg: u32 = match f {
+        Fanout::NewGroup => (hash | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+        Fanout::Join(id) => u32::from(id) | hash << 16,
+    };
+    sys::set_packet_opt(fd, libc::PACKET_FANOUT, &arg)?;
+    // packet(7): getsockopt(PACKET_FANOUT) returns `id | type << 16 | flags << 24`.
+    Ok((sys::packet_fanout(fd)? & 0xffff) as u16)
 }
 
 /// Copies `data` into a fresh slot of `pool`, re-inserting the 802.1Q tag the kernel stripped
@@ -378,6 +425,40 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("mtio-nope0"), "{msg}");
         assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn fanout_members_share_the_group_the_first_created() {
+        // Loopback, not promiscuous: no effect on the host beyond two short-lived sockets.
+        let first = AfPacketConfig {
+            promiscuous: false,
+            block_count: 2,
+            fanout: Some(Fanout::NewGroup),
+            ..Default::default()
+        };
+        let a = match AfPacketPort::open("lo", &first) {
+            Ok(p) => p,
+            Err(e @ PortError::Permission { .. }) => return eprintln!("skipping: {e}"),
+            Err(e) => panic!("{e}"),
+        };
+        let id = a.fanout_group().expect("a fanout group");
+        let join = AfPacketConfig {
+            fanout: Some(Fanout::Join(id)),
+            ..first
+        };
+        let b = AfPacketPort::open("lo", &join).unwrap();
+        assert_eq!(b.fanout_group(), Some(id));
+        // A second new group gets another id.
+        let c = AfPacketPort::open("lo", &first).unwrap();
+        assert_ne!(c.fanout_group(), Some(id));
+        let plain = AfPacketConfig {
+            fanout: None,
+            ..first
+        };
+        assert_eq!(
+            AfPacketPort::open("lo", &plain).unwrap().fanout_group(),
+            None
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub mod offload;
 pub mod port;
 mod sys;
 
-pub use afpacket::{AfPacketConfig, AfPacketPort};
+pub use afpacket::{AfPacketConfig, AfPacketPort, Fanout};
 pub use clock::MonotonicClock;
 pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, JUMBO_SLOT_SIZE};
 pub use memory_port::{MemoryPort, MemoryPortConfig};

@@ -86,6 +86,28 @@ pub(crate) fn packet_stats(fd: &OwnedFd) -> io::Result<libc::tpacket_stats_v3> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// `getsockopt(fd, SOL_PACKET, PACKET_FANOUT)`: the socket's fanout group, `id | type << 16 |
+/// flags << 24` (packet(7)); 0 when it is in none.
+pub(crate) fn packet_fanout(fd: &OwnedFd) -> io::Result<u32> {
+    let mut v: u32 = 0;
+    let mut len = size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `v` is a writable u32 and `len` its size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            (&mut v as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
+}
+
 /// Binds a packet socket to interface `ifindex` and `protocol` (host order).
 pub(crate) fn bind_packet(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain integers; all-zero is a valid value.

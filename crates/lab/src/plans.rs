@@ -47,6 +47,10 @@ pub const EMBEDDED: &[EmbeddedPlan] = &[
         name: "nicpic",
         text: include_str!("../../../lab/plans/nicpic.toml"),
     },
+    EmbeddedPlan {
+        name: "nba",
+        text: include_str!("../../../lab/plans/nba.toml"),
+    },
 ];
 
 /// The embedded plan called `name`, parsed, or [`LabError::UnknownExperiment`] listing the

@@ -57,6 +57,8 @@ pub(crate) struct RawDaemon {
     pub batch_size: Option<Spanned<i64>>,
     pub metrics_listen: Option<Spanned<String>>,
     pub log_format: Option<Spanned<RawLogFormat>>,
+    pub cores: Option<Spanned<i64>>,
+    pub nba_period: Option<Spanned<String>>,
 }
 
 /// `log_format = "text" | "json"`.

@@ -235,6 +235,9 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
         od.log_format,
         nd.log_format,
     );
+    compare(&mut restart, "daemon.cores", od.cores, nd.cores);
+    let (op, np) = (od.nba_period.to_string(), nd.nba_period.to_string());
+    compare(&mut restart, "daemon.nba_period", op, np);
 
     let mut classes = Vec::new();
     for c in &old.classes {

@@ -421,3 +421,26 @@ fn reload_of_interfaces_or_wheel_needs_a_restart() {
         "{plan}"
     );
 }
+
+#[test]
+fn cores_and_nba_period() {
+    let c = parse("").unwrap();
+    assert_eq!(
+        (c.daemon.cores, c.daemon.nba_period),
+        (1, DEFAULT_NBA_PERIOD)
+    );
+    let c = parse("[daemon]\ncores = 2\nnba_period = \"50ms\"\n").unwrap();
+    assert_eq!(c.daemon.cores, 2);
+    assert_eq!(c.daemon.nba_period, Duration::from_millis(50));
+    error_at("[daemon]\ncores = 0\n", 5, "daemon.cores");
+    error_at("[daemon]\ncores = 100000\n", 5, "daemon.cores");
+    error_at("[daemon]\nnba_period = \"0ms\"\n", 5, "daemon.nba_period");
+    // Both need a restart: the silos and their sockets are made at start-up.
+    let plan = c.diff(&parse("[daemon]\ncores = 3\n").unwrap());
+    let fields: Vec<&str> = plan
+        .restart_required
+        .iter()
+        .map(|f| f.field.as_str())
+        .collect();
+    assert_eq!(fields, ["daemon.cores", "daemon.nba_period"]);
+}

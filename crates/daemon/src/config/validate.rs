@@ -16,8 +16,8 @@ use super::raw::{
 use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
     LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_METRICS_LISTEN,
-    DEFAULT_MTU, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_INTERFACE_NAME,
-    MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    DEFAULT_MTU, DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES,
+    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::{parse_duration, parse_size};
 use ipnet::IpNet;
@@ -211,11 +211,21 @@ impl Validator<'_> {
             Some(RawLogFormat::Json) => LogFormat::Json,
             Some(RawLogFormat::Text) | None => LogFormat::Text,
         };
+        let cores = match &raw.cores {
+            Some(c) => self.int_in(c, "daemon.cores", 1, MAX_CORES as i64)? as usize,
+            None => 1,
+        };
+        let nba_period = match &raw.nba_period {
+            Some(p) => self.positive_duration(p, "daemon.nba_period")?,
+            None => DEFAULT_NBA_PERIOD,
+        };
         Ok(DaemonConfig {
             busy_poll: raw.busy_poll.unwrap_or(false),
             batch_size,
             metrics_listen,
             log_format,
+            cores,
+            nba_period,
         })
     }
 

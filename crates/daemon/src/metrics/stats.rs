@@ -1,5 +1,9 @@
 //! `metronome stats`: scrape the endpoint and print tc -s-like lines per class.
 //!
+//! A daemon with several silos labels every series with `silo`: the class lines and the wheel
+//! line are sums over the silos (lateness buckets summed bound by bound), and one line per silo
+//! follows with its share of the traffic and the allocator's rate for each class.
+//!
 //! The rate is computed from two scrapes [`STATS_INTERVAL`] apart: the byte counter's delta × 8
 //! divided by the measured time between the two responses. (A rate gauge kept by the daemon
 //! would need a window of its own; a counter delta needs nothing from the daemon and is what
@@ -146,9 +150,19 @@ struct ClassLine {
     queued: f64,
 }
 
+/// One silo's traffic (all classes) and allocator rates.
+#[derive(Debug, Default)]
+struct SiloLine {
+    bytes: f64,
+    packets: f64,
+    /// (class, bit/s) from `nba_rate_bps`.
+    nba: Vec<(String, f64)>,
+}
+
 #[derive(Debug, Default)]
 struct Summary {
     classes: BTreeMap<String, ClassLine>,
+    silos: BTreeMap<u32, SiloLine>,
     occupancy: f64,
     rx_ring_drops: f64,
     malformed: f64,
@@ -164,29 +178,43 @@ fn summarise(text: &str) -> Summary {
             .name
             .strip_prefix("metronome_")
             .unwrap_or(&sample.name);
+        let silo = sample.label("silo").and_then(|v| v.parse::<u32>().ok());
         if let Some(class) = sample.label("class") {
+            if let Some(i) = silo {
+                let line = s.silos.entry(i).or_default();
+                match name {
+                    "class_bytes_total" => line.bytes += sample.value,
+                    "class_packets_total" => line.packets += sample.value,
+                    "nba_rate_bps" => line.nba.push((class.to_owned(), sample.value)),
+                    _ => {}
+                }
+            }
             let c = s.classes.entry(class.to_owned()).or_default();
             match name {
-                "class_bytes_total" => c.bytes = sample.value,
-                "class_packets_total" => c.packets = sample.value,
+                "class_bytes_total" => c.bytes += sample.value,
+                "class_packets_total" => c.packets += sample.value,
                 "class_drops_total" => c.dropped += sample.value,
-                "class_ecn_marks_total" => c.ecn_marked = sample.value,
-                "class_queued_packets" => c.queued = sample.value,
+                "class_ecn_marks_total" => c.ecn_marked += sample.value,
+                "class_queued_packets" => c.queued += sample.value,
                 _ => {}
             }
             continue;
         }
         match name {
-            "wheel_occupancy_packets" => s.occupancy = sample.value,
-            "rx_ring_drops_total" => s.rx_ring_drops = sample.value,
+            "wheel_occupancy_packets" => s.occupancy += sample.value,
+            "rx_ring_drops_total" => s.rx_ring_drops += sample.value,
             "malformed_frames_total" => s.malformed += sample.value,
-            "pass_through_packets_total" => s.pass_through = sample.value,
+            "pass_through_packets_total" => s.pass_through += sample.value,
             "lateness_ns_bucket" => {
                 let le = sample
                     .label("le")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(f64::INFINITY);
-                s.lateness.push((le, sample.value));
+                // Silos' histograms share their bounds: sum bound by bound.
+                match s.lateness.iter_mut().find(|(b, _)| *b == le) {
+                    Some(bucket) => bucket.1 += sample.value,
+                    None => s.lateness.push((le, sample.value)),
+                }
             }
             _ => {}
         }
@@ -246,6 +274,18 @@ pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
         "wheel: occupancy {:.0} pkt, lateness p99 {lateness}; rx ring drops {:.0}, malformed {:.0}, pass-through {:.0} pkt\n",
         now.occupancy, now.rx_ring_drops, now.malformed, now.pass_through
     ));
+    for (i, silo) in &now.silos {
+        let prev = before.silos.get(i).map_or(silo.bytes, |p| p.bytes);
+        let rate = format_rate((silo.bytes - prev).max(0.0) * 8.0 / secs);
+        out.push_str(&format!(
+            "silo {i}: sent {:.0} bytes {:.0} pkt rate {rate}",
+            silo.bytes, silo.packets
+        ));
+        for (class, bps) in &silo.nba {
+            out.push_str(&format!(", nba {class} {}", format_rate(*bps)));
+        }
+        out.push('\n');
+    }
     out
 }
 

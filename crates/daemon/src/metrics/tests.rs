@@ -126,3 +126,60 @@ fn server_serves_and_stats_format() {
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+
+#[test]
+fn silos_label_their_series_and_stats_sum_them() {
+    let m = Metrics::with_silos(2);
+    assert_eq!(m.silos(), 2);
+    let (s0, s1) = (m.for_silo(0), m.for_silo(1));
+    let (a0, a1) = (s0.class("A"), s1.class("A"));
+    a0.sent(1, 1_000);
+    a1.sent(2, 3_000);
+    s0.nba_rate("A").set(60_000_000);
+    s1.nba_rate("A").set(140_000_000);
+    s0.set_wheel_occupancy(5);
+    s1.set_wheel_occupancy(7);
+    s0.observe_lateness_ns(1_500);
+    s1.observe_lateness_ns(1_500);
+    s1.rx_ring_drops(3);
+    let text = m.encode();
+    for needle in [
+        r#"metronome_class_bytes_total{class="A",silo="0"} 1000"#,
+        r#"metronome_class_bytes_total{class="A",silo="1"} 3000"#,
+        r#"metronome_class_drops_total{class="A",reason="horizon",silo="1"} 0"#,
+        r#"metronome_nba_rate_bps{class="A",silo="1"} 140000000"#,
+        r#"metronome_wheel_occupancy_packets{silo="0"} 5"#,
+        r#"metronome_lateness_ns_bucket{le="2000.0",silo="1"} 1"#,
+        r#"metronome_rx_ring_drops_total{silo="1"} 3"#,
+        r#"metronome_pass_through_packets_total{silo="0"} 0"#,
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    // One silo: no silo label.
+    let one = Metrics::new();
+    one.class("A").sent(1, 1);
+    assert!(!one.encode().contains("silo"));
+
+    let first = m.encode();
+    a1.sent(1, 1_000);
+    let out = format_stats(&first, &m.encode(), Duration::from_secs(1));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "class A: sent 5000 bytes 4 pkt (dropped 0, ecn marked 0) rate 8.0Kbit queued 0"
+    );
+    assert!(lines[1].starts_with("wheel: occupancy 12 pkt, lateness p99 <= 2us; rx ring drops 3"));
+    assert_eq!(
+        lines[2],
+        "silo 0: sent 1000 bytes 1 pkt rate 0bit, nba A 60.0Mbit"
+    );
+    assert_eq!(
+        lines[3],
+        "silo 1: sent 4000 bytes 3 pkt rate 8.0Kbit, nba A 140.0Mbit"
+    );
+    // Only classes with a cross-silo limit have an allocator series.
+    s0.class("B").sent(1, 10);
+    let text = m.encode();
+    assert!(text.contains(r#"metronome_class_bytes_total{class="B",silo="0"} 10"#));
+    assert!(!text.contains(r#"nba_rate_bps{class="B""#));
+}

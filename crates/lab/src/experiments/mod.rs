@@ -19,6 +19,7 @@ pub mod carousel_backpressure;
 pub mod carousel_conformance;
 pub mod incast;
 pub mod mqecn;
+pub mod nba;
 pub mod nicpic;
 mod simulated;
 pub mod wheel_granularity;
@@ -77,6 +78,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: nicpic::NAME,
         summary: "inter-packet gap deviation and ns/packet of NicPic, HTB-like and timing wheel, 16-10k classes (NicPic Fig. 2)",
         run: nicpic::run,
+    },
+    Experiment {
+        name: nba::NAME,
+        summary: "an aggregate limit over 2-4 per-core shapers via the NIC-level bandwidth allocator, shifting demand (Carousel §5.3)",
+        run: nba::run,
     },
 ];
 

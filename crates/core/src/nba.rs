@@ -1,0 +1,445 @@
+//! The NIC-level bandwidth allocator (NBA): one aggregate rate limit shared by per-core shapers
+//! (Carousel §5.3, component 1).
+//!
+//! Carousel silos one shaper per core; a limit that spans cores (a tenant whose flows hash to
+//! several cores) is split by the NBA, which "accepts a total rate limit for flow-aggregates and
+//! redistributes each rate limit periodically to individual per-core Timestampers", by "a simple
+//! water-filling algorithm to achieve work-conservation and max-min fairness". Each core reports
+//! usage as "(byte count, timestamp of the byte count measurement) pairs" ([`Nba::record_demand`]);
+//! "if flows on any core have zero demand, then the central algorithm still reserves 1% of the
+//! aggregate rate, to provide headroom for ramping up" ([`NbaConfig::idle_floor_fraction`]); the
+//! update period is "≈ 100 ms" ([`DEFAULT_PERIOD`]).
+//!
+//! ## How demand is estimated (the paper leaves it open)
+//!
+//! At each update, a core's *measured* rate is its byte count's growth between the last sample
+//! seen at the previous update and the latest sample, divided by the samples' time difference
+//! (their own timestamps, not the update times, so a late publish does not distort the rate).
+//! A shaped core never sends faster than its allocation, so its measurement only bounds its demand
+//! from below when it sent (nearly) all it was allowed to:
+//!
+//! * **below its cap** (measured < [`NbaConfig::cap_threshold`] × its rate during the period): the
+//!   core is satisfied and its demand is known; it asks for the measured rate plus
+//!   [`NbaConfig::headroom`] (2 % by default) so that it stays visibly below its next cap.
+//!   Without that margin a core whose demand equals its allocation exactly is indistinguishable
+//!   from a core held back by it, and the allocator oscillates between the two readings.
+//! * **at its cap**: the core may want more; its demand is taken as unbounded (the whole
+//!   aggregate; a growth factor of aggregate / measured). Water-filling then gives the satisfied
+//!   cores their demand and splits the rest equally among the cores at their cap, which is the
+//!   max-min fair share given what is known. A core ramps from the 1 % floor to its fair share in
+//!   one period, instead of the log_g(share / floor) periods a fixed growth factor g would take
+//!   (7 periods with g = 2 from 1 % to 100 %).
+//! * **no new sample** in a period (a silo that did not publish): the previous demand estimate is
+//!   kept and [`NbaCounters::stale_cores`] counts it.
+//!
+//! The margin of satisfied cores is the price of knowing who is satisfied: when demands sum to
+//! exactly the aggregate, a core at its cap receives up to `headroom` × the others' demand less than
+//! it could use (1 % of the aggregate when satisfied cores ask for half of it).
+//!
+//! ## Departures from the paper
+//!
+//! Rates go out in bit/s ([`Rate`]), not bytes per second. Whatever the demands, the rates always
+//! sum to exactly the aggregate (leftover capacity is split equally, [`water_fill`]): that is the
+//! work conservation of the paper, and the share given beyond a core's demand is its headroom.
+//!
+//! The allocator is pure and clock-free: `now` is an argument, and nothing allocates after
+//! [`Nba::new`].
+
+use crate::rate::Rate;
+use crate::time::{Duration, Timestamp, NANOS_PER_SEC};
+
+#[cfg(test)]
+mod tests;
+
+/// Update period: 100 ms (Carousel §5.3: "we currently use ≈ 100 ms").
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
+
+/// Share of the aggregate kept for each core with no demand: 1 % (Carousel §5.3: "still reserves
+/// 1% of the aggregate rate, to provide headroom for ramping up").
+pub const DEFAULT_IDLE_FLOOR_FRACTION: f64 = 0.01;
+
+/// Margin a satisfied core asks for above its measured rate: 2 % (ours; it keeps a satisfied core
+/// measurably below its cap, see the module docs, and costs at most 2 % of the satisfied cores'
+/// demand when the aggregate is exactly used).
+pub const DEFAULT_HEADROOM: f64 = 0.02;
+
+/// A core that used at least this fraction of its rate is at its cap: 0.99 (ours; between
+/// 1 / (1 + [`DEFAULT_HEADROOM`]) = 0.980, where a satisfied core sits, and 1, leaving 1 % for
+/// measurement noise such as one 1500-byte packet in a 100 ms period at 12 Mbit/s).
+pub const DEFAULT_CAP_THRESHOLD: f64 = 0.99;
+
+/// The allocator's configuration. Build it with [`NbaConfig::new`] and change fields as needed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NbaConfig {
+    /// The limit spanning cores.
+    pub aggregate: Rate,
+    /// Cores sharing it.
+    pub cores: usize,
+    /// Time between updates ([`DEFAULT_PERIOD`]).
+    pub period: Duration,
+    /// Each core with no demand keeps this fraction of the aggregate
+    /// ([`DEFAULT_IDLE_FLOOR_FRACTION`]); at most 1 / `cores`.
+    pub idle_floor_fraction: f64,
+    /// Margin a satisfied core gets above its measured rate ([`DEFAULT_HEADROOM`]).
+    pub headroom: f64,
+    /// Fraction of its rate above which a core is treated as wanting more
+    /// ([`DEFAULT_CAP_THRESHOLD`]); must lie in (1 / (1 + `headroom`), 1].
+    pub cap_threshold: f64,
+}
+
+impl NbaConfig {
+    /// `aggregate` shared by `cores` with the defaults above.
+    pub fn new(aggregate: Rate, cores: usize) -> Self {
+        NbaConfig {
+            aggregate,
+            cores,
+            period: DEFAULT_PERIOD,
+            idle_floor_fraction: DEFAULT_IDLE_FLOOR_FRACTION,
+            headroom: DEFAULT_HEADROOM,
+            cap_threshold: DEFAULT_CAP_THRESHOLD,
+        }
+    }
+
+    /// Checks the configuration.
+    pub fn validate(&self) -> Result<(), NbaConfigError> {
+        if self.cores == 0 {
+            return Err(NbaConfigError::NoCores);
+        }
+        if self.period == Duration::ZERO {
+            return Err(NbaConfigError::ZeroPeriod);
+        }
+        let floor_ok =
+            self.idle_floor_fraction >= 0.0 && self.idle_floor_fraction * self.cores as f64 <= 1.0;
+        if !floor_ok {
+            return Err(NbaConfigError::IdleFloor);
+        }
+        if !(self.headroom >= 0.0 && self.headroom.is_finite()) {
+            return Err(NbaConfigError::Headroom);
+        }
+        let satisfied = 1.0 / (1.0 + self.headroom);
+        if !(self.cap_threshold > satisfied && self.cap_threshold <= 1.0) {
+            return Err(NbaConfigError::CapThreshold);
+        }
+        Ok(())
+    }
+}
+
+/// Why an [`NbaConfig`] is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum NbaConfigError {
+    /// `cores` is zero.
+    #[error("the allocator needs at least one core")]
+    NoCores,
+    /// `period` is zero.
+    #[error("the update period must be positive")]
+    ZeroPeriod,
+    /// `idle_floor_fraction` is negative, NaN, or above 1 / `cores`.
+    #[error("idle floor fraction must lie in [0, 1/cores]")]
+    IdleFloor,
+    /// `headroom` is negative or not finite.
+    #[error("headroom must be a finite fraction >= 0")]
+    Headroom,
+    /// `cap_threshold` is not in (1 / (1 + headroom), 1].
+    #[error("cap threshold must lie in (1/(1+headroom), 1]")]
+    CapThreshold,
+}
+
+/// Named counters of an [`Nba`]. Monotonic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NbaCounters {
+    /// Updates that recomputed the rates.
+    pub updates: u64,
+    /// Core-periods in which the core was at its cap (demand taken as unbounded).
+    pub capped_cores: u64,
+    /// Core-periods in which the core had no demand and got the idle floor.
+    pub floored_cores: u64,
+    /// Core-periods without a new sample (previous demand kept).
+    pub stale_cores: u64,
+    /// Samples whose byte count or timestamp went backwards (measurement restarted from them).
+    pub regressed_samples: u64,
+    /// Samples ignored because their core index is out of range.
+    pub unknown_core_samples: u64,
+}
+
+/// One (byte count, timestamp) usage sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Sample {
+    bytes: u64,
+    at: Timestamp,
+}
+
+/// The allocator: per-core demand in, per-core rates out, every [`NbaConfig::period`].
+///
+/// Layout: one `Vec` per per-core field, all sized once in [`Nba::new`]; `rates` is what
+/// [`Nba::rates`] hands out.
+#[derive(Clone, Debug)]
+pub struct Nba {
+    cfg: NbaConfig,
+    floor: Rate,
+    /// Sample in force at the previous update (start of the measured period).
+    base: Vec<Sample>,
+    /// Latest sample recorded.
+    latest: Vec<Sample>,
+    /// Measured rate of the last period.
+    measured: Vec<Rate>,
+    /// Demand estimate fed to water-filling.
+    demand: Vec<Rate>,
+    /// Rates in force.
+    rates: Vec<Rate>,
+    /// Whether the first update (which only takes the baseline) has happened.
+    started: bool,
+    next_update: Timestamp,
+    epoch: u64,
+    counters: NbaCounters,
+}
+
+impl Nba {
+    /// An allocator whose rates start as an equal split of the aggregate.
+    pub fn new(cfg: NbaConfig) -> Result<Nba, NbaConfigError> {
+        cfg.validate()?;
+        let n = cfg.cores;
+        let mut nba = Nba {
+            cfg,
+            floor: Rate::from_bps(0),
+            base: vec![Sample::default(); n],
+            latest: vec![Sample::default(); n],
+            measured: vec![Rate::from_bps(0); n],
+            demand: vec![Rate::from_bps(0); n],
+            rates: vec![Rate::from_bps(0); n],
+            started: false,
+            next_update: Timestamp::ZERO,
+            epoch: 0,
+            counters: NbaCounters::default(),
+        };
+        nba.set_aggregate(cfg.aggregate);
+        Ok(nba)
+    }
+
+    /// Changes the aggregate (a configuration reload); the rates are rescaled to it at once, in
+    /// proportion to the current ones, and the next update recomputes them.
+    pub fn set_aggregate(&mut self, aggregate: Rate) {
+        let old_total: u128 = self.rates.iter().map(|r| r.bps() as u128).sum();
+        self.cfg.aggregate = aggregate;
+        let floor = (aggregate.bps() as f64 * self.cfg.idle_floor_fraction) as u64;
+        self.floor = Rate::from_bps(floor.min(aggregate.bps() / self.cfg.cores as u64));
+        // Reuse `demand` as the weights of the split (equal when nothing was allocated yet).
+        for (d, r) in self.demand.iter_mut().zip(&self.rates) {
+            *d = if old_total == 0 { aggregate } else { *r };
+        }
+        split_proportionally(aggregate, &self.demand, &mut self.rates);
+        self.debug_invariants();
+    }
+
+    /// Core `core`'s cumulative transmitted+queued bytes at `now` (a (byte count, timestamp)
+    /// pair, Carousel §5.3). A sample whose count or time goes backwards (a silo restarted with a
+    /// fresh counter) starts the core's measurement afresh from it: the core keeps its previous
+    /// demand until a full period has been measured. Samples for a core out of range are ignored.
+    /// Both are counted.
+    pub fn record_demand(&mut self, core: usize, cumulative_bytes: u64, now: Timestamp) {
+        if core >= self.cfg.cores {
+            self.counters.unknown_core_samples += 1;
+            return;
+        }
+        let sample = Sample {
+            bytes: cumulative_bytes,
+            at: now,
+        };
+        let latest = self.latest[core];
+        if cumulative_bytes < latest.bytes || now < latest.at {
+            self.counters.regressed_samples += 1;
+            self.base[core] = sample;
+        }
+        self.latest[core] = sample;
+    }
+
+    /// If a period has elapsed since the last update, recomputes the per-core rates by
+    /// water-filling over the demand estimates (see the module docs) and returns them.
+    ///
+    /// The first call only takes the baseline samples (there is no period to measure yet) and
+    /// returns `None`; from then on an update happens at most once per period.
+    pub fn update(&mut self, now: Timestamp) -> Option<&[Rate]> {
+        if !self.started {
+            self.started = true;
+            self.base.copy_from_slice(&self.latest);
+            self.next_update = now.saturating_add(self.cfg.period);
+            return None;
+        }
+        if now < self.next_update {
+            return None;
+        }
+        for core in 0..self.cfg.cores {
+            self.estimate(core);
+        }
+        self.base.copy_from_slice(&self.latest);
+        water_fill(
+            self.cfg.aggregate,
+            &self.demand,
+            self.floor,
+            &mut self.rates,
+        );
+        // The next update is one period after this one (not after the missed deadline), so a late
+        // call does not cause a burst of catch-up updates.
+        self.next_update = now.saturating_add(self.cfg.period);
+        self.epoch += 1;
+        self.counters.updates += 1;
+        self.debug_invariants();
+        Some(&self.rates)
+    }
+
+    /// Measures core `core` over the period and sets its demand estimate.
+    fn estimate(&mut self, core: usize) {
+        let (base, latest) = (self.base[core], self.latest[core]);
+        let dt = latest.at.saturating_since(base.at).as_nanos();
+        if dt == 0 {
+            self.counters.stale_cores += 1;
+            return;
+        }
+        let bits = (latest.bytes - base.bytes) as u128 * 8;
+        let bps = (bits * NANOS_PER_SEC as u128 / dt as u128).min(u64::MAX as u128) as u64;
+        self.measured[core] = Rate::from_bps(bps);
+        let cap = self.rates[core].bps() as f64;
+        let aggregate = self.cfg.aggregate.bps();
+        let demand = if bps == 0 {
+            self.counters.floored_cores += 1;
+            0
+        } else if bps as f64 >= self.cfg.cap_threshold * cap {
+            self.counters.capped_cores += 1;
+            aggregate
+        } else {
+            ((bps as f64 * (1.0 + self.cfg.headroom)) as u64).min(aggregate)
+        };
+        self.demand[core] = Rate::from_bps(demand);
+    }
+
+    /// The rates in force, one per core, summing to the aggregate.
+    pub fn rates(&self) -> &[Rate] {
+        &self.rates
+    }
+
+    /// When [`Nba::update`] will next recompute the rates (the loop's sleep-until);
+    /// [`Timestamp::ZERO`] before the first call.
+    pub fn next_update(&self) -> Timestamp {
+        self.next_update
+    }
+
+    /// Updates done so far (the epoch to publish with the rates).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The measured rates of the last period, one per core.
+    pub fn measured(&self) -> &[Rate] {
+        &self.measured
+    }
+
+    /// The demand estimates of the last update, one per core.
+    pub fn demands(&self) -> &[Rate] {
+        &self.demand
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &NbaConfig {
+        &self.cfg
+    }
+
+    /// The named counters.
+    pub fn counters(&self) -> NbaCounters {
+        self.counters
+    }
+
+    /// Checks the allocator's invariants; panics on violation.
+    pub fn invariants(&self) {
+        let n = self.cfg.cores;
+        assert!(self.base.len() == n && self.latest.len() == n && self.rates.len() == n);
+        let total: u128 = self.rates.iter().map(|r| r.bps() as u128).sum();
+        assert_eq!(
+            total,
+            self.cfg.aggregate.bps() as u128,
+            "rates sum to the aggregate"
+        );
+        for (b, l) in self.base.iter().zip(&self.latest) {
+            assert!(
+                b.bytes <= l.bytes && b.at <= l.at,
+                "samples never go backwards"
+            );
+        }
+    }
+
+    #[inline]
+    fn debug_invariants(&self) {
+        #[cfg(debug_assertions)]
+        self.invariants();
+    }
+}
+
+/// Shares `total` among `demands` max-min fairly and writes the shares into `out`; the shares
+/// always sum to exactly `total` (work conservation).
+///
+/// Every entry first counts as demanding at least `floor` (lowered to `total / n` when `n` floors
+/// do not fit). If the demands reach `total`, the water level `L` is the largest with
+/// `sum(min(demand, L)) <= total`, entry `i` gets `min(demand_i, L)`, and the few bit/s of
+/// rounding go one each to the first entries above the level. Otherwise every entry gets its
+/// demand plus an equal share of what is left. Integer arithmetic throughout, no allocation:
+/// a binary search over the level, O(n log total).
+///
+/// # Panics
+/// If `out` and `demands` differ in length.
+pub fn water_fill(total: Rate, demands: &[Rate], floor: Rate, out: &mut [Rate]) {
+    assert_eq!(demands.len(), out.len(), "one share per demand");
+    let n = demands.len() as u64;
+    if n == 0 {
+        return;
+    }
+    let total = total.bps();
+    let floor = floor.bps().min(total / n);
+    let want = |i: usize| demands[i].bps().max(floor);
+    let filled =
+        |level: u64| -> u128 { (0..demands.len()).map(|i| want(i).min(level) as u128).sum() };
+    let sum_want: u128 = (0..demands.len()).map(|i| want(i) as u128).sum();
+    if sum_want <= total as u128 {
+        let left = total - sum_want as u64;
+        let (share, extra) = (left / n, left % n);
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = Rate::from_bps(want(i) + share + u64::from((i as u64) < extra));
+        }
+        return;
+    }
+    // Largest level with filled(level) <= total: filled(0) = 0 and filled(total) > total.
+    let (mut lo, mut hi) = (0u64, total);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if filled(mid) <= total as u128 {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let mut rest = total - filled(lo) as u64; // < entries above the level
+    for (i, o) in out.iter_mut().enumerate() {
+        let mut share = want(i).min(lo);
+        if want(i) > lo && rest > 0 {
+            share += 1;
+            rest -= 1;
+        }
+        *o = Rate::from_bps(share);
+    }
+}
+
+/// Splits `total` in proportion to `weights` (equal split if they are all zero); shares sum to
+/// exactly `total`.
+fn split_proportionally(total: Rate, weights: &[Rate], out: &mut [Rate]) {
+    let n = weights.len() as u128;
+    let sum: u128 = weights.iter().map(|w| w.bps() as u128).sum();
+    let t = total.bps() as u128;
+    let mut given = 0u128;
+    for (i, (o, w)) in out.iter_mut().zip(weights).enumerate() {
+        let share = (t * w.bps() as u128).checked_div(sum).unwrap_or(t / n);
+        let share = if i + 1 == weights.len() {
+            t - given
+        } else {
+            share
+        };
+        given += share;
+        *o = Rate::from_bps(share as u64);
+    }
+}

@@ -1,0 +1,253 @@
+//! Silo tests: the allocator's publishing, and two silos' engines sharing one aggregate limit in
+//! simulated time through the real [`SiloLink`] and [`Allocator`] (deterministic, no threads).
+
+use super::*;
+use crate::pipeline_bench::tcp_frame;
+use metronome_io::RxFrame;
+
+fn config(rate: &str) -> Config {
+    let text = format!(
+        "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ncores = 2\n\
+         [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\" }}\nrate = \"{rate}\"\n\
+         burst = \"15k\"\n"
+    );
+    Config::from_toml_str(&text, "silo.toml").unwrap()
+}
+
+#[test]
+fn the_allocator_starts_with_an_equal_split_and_water_fills() {
+    let mut a = Allocator::new(&config("200mbit"), 2);
+    let cells = a.cells();
+    assert_eq!(cells.len(), 1);
+    let x = &cells[0].exchange;
+    assert_eq!(x.read_rate(0), (Rate::mbps(100), 1));
+    assert_eq!(x.read_rate(1), (Rate::mbps(100), 1));
+    // Silo 0 uses 30 Mbit/s, silo 1 all of its 100: silo 1 gets what silo 0 leaves.
+    let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
+    x.publish_demand(0, 0, ms(1));
+    x.publish_demand(1, 0, ms(1));
+    a.step(ms(1)); // baseline
+    x.publish_demand(0, 30_000_000 / 8 / 10, ms(101));
+    x.publish_demand(1, 100_000_000 / 8 / 10, ms(101));
+    a.step(ms(101));
+    let (r0, e0) = x.read_rate(0);
+    let (r1, e1) = x.read_rate(1);
+    assert_eq!((e0, e1), (2, 2));
+    assert_eq!(r0.bps() + r1.bps(), 200_000_000, "{r0} + {r1}");
+    assert!(r0.bps() < 35_000_000 && r1.bps() > 165_000_000, "{r0} {r1}");
+    assert_eq!(a.rates("bulk"), Some(&[r0, r1][..]));
+    // A reload rescales and republishes with a later epoch.
+    a.apply(&config("100mbit"));
+    let (r0, e0) = x.read_rate(0);
+    assert_eq!(e0, 3);
+    assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 100_000_000);
+}
+
+/// One simulated silo: engine, pool, link and an offered load of `offered_bps` over `flows`.
+struct SimSilo {
+    engine: Engine,
+    pool: FramePool,
+    link: SiloLink,
+    frames: Vec<Vec<u8>>,
+    offered_bps: u64,
+    credit_bits: u64,
+    next_flow: usize,
+    released_bytes: u64,
+}
+
+impl SimSilo {
+    fn new(
+        silo: usize,
+        config: &Config,
+        cells: &[LimitCell],
+        metrics: &Metrics,
+        flows: u16,
+    ) -> Self {
+        let pool = FramePool::new(16_384, DEFAULT_SLOT_SIZE);
+        let metrics = metrics.for_silo(silo);
+        let engine = Engine::new(config, pool.capacity(), metrics.clone());
+        let link = SiloLink::new(silo, cells, &engine, metrics);
+        let frames = (0..flows)
+            .map(|f| tcp_frame(40_000 + f, 5201, silo as u16))
+            .collect();
+        SimSilo {
+            engine,
+            pool,
+            link,
+            frames,
+            offered_bps: 0,
+            credit_bits: 0,
+            next_flow: 0,
+            released_bytes: 0,
+        }
+    }
+
+    /// One step of `dt` ending at `now`.
+    fn step(&mut self, now: Timestamp, dt: Duration) {
+        self.link.poll(&mut self.engine, now);
+        self.credit_bits += self.offered_bps * dt.as_nanos() / 1_000_000_000;
+        let mut rx = Vec::new();
+        while self.credit_bits >= 1514 * 8 {
+            self.credit_bits -= 1514 * 8;
+            let frame = &self.frames[self.next_flow % self.frames.len()];
+            self.next_flow += 1;
+            let id = self.pool.store(frame).expect("pool room");
+            rx.push(RxFrame {
+                id,
+                len: frame.len() as u32,
+                csum_not_ready: false,
+            });
+        }
+        let mut out = Vec::new();
+        self.engine.receive(now, &mut self.pool, &rx, &mut out);
+        assert!(out.is_empty(), "every frame is shaped");
+        while self.engine.release(now, &mut out, 1024) == 1024 {}
+        for id in out {
+            self.released_bytes += self.pool.len(id) as u64;
+            self.pool.free(id);
+        }
+    }
+}
+
+/// Runs two silos offered `offered` bit/s under a 100 Mbit/s class for 1.5 s of simulated time;
+/// returns each silo's released rate over the last second.
+fn two_silos(offered: [u64; 2]) -> [f64; 2] {
+    let config = config("100mbit");
+    let metrics = Metrics::with_silos(2);
+    let mut allocator = Allocator::new(&config, 2);
+    let cells = allocator.cells();
+    let mut silos = [
+        SimSilo::new(0, &config, &cells, &metrics, 3),
+        SimSilo::new(1, &config, &cells, &metrics, 1),
+    ];
+    for (s, o) in silos.iter_mut().zip(offered) {
+        s.offered_bps = o;
+    }
+    let dt = Duration::from_micros(100);
+    let mut now = Timestamp::from_nanos(1_000_000_000);
+    let mut next_nba = now;
+    let start = now;
+    let mut at_half = [0u64; 2];
+    for step in 0..15_000u32 {
+        now = now.saturating_add(dt);
+        if now >= next_nba {
+            next_nba = allocator.step(now);
+        }
+        for s in silos.iter_mut() {
+            s.step(now, dt);
+        }
+        if step == 5_000 {
+            at_half = [silos[0].released_bytes, silos[1].released_bytes];
+        }
+    }
+    assert!(now.saturating_since(start) >= Duration::from_millis(1_500));
+    for s in &silos {
+        s.engine.invariants();
+        assert_eq!(s.engine.counters().dropped(), 0);
+        assert_eq!(s.link.refused_rates, 0);
+    }
+    let secs = 1.0; // steps 5 000..15 000 of 100 us
+    [0, 1].map(|i| (silos[i].released_bytes - at_half[i]) as f64 * 8.0 / secs)
+}
+
+#[test]
+fn two_silos_at_their_cap_split_the_aggregate_and_hold_it() {
+    let [a, b] = two_silos([80_000_000, 80_000_000]);
+    let total = a + b;
+    assert!((total / 100e6 - 1.0).abs() < 0.02, "total {total}");
+    assert!((a / b - 1.0).abs() < 0.05, "{a} vs {b}");
+}
+
+#[test]
+fn a_silo_below_its_share_leaves_the_rest_to_the_other() {
+    // 20 Mbit/s: at 10 one frame per period is more than the allocator's 1 % margin between a
+    // satisfied and a capped core, and the split flips to equal now and then (reported to the
+    // allocator's owner, /work/notes/nba_api.md).
+    let [a, b] = two_silos([150_000_000, 20_000_000]);
+    let total = a + b;
+    assert!(
+        (b / 20e6 - 1.0).abs() < 0.02,
+        "the light silo sends what it is offered: {b}"
+    );
+    assert!(
+        (total / 100e6 - 1.0).abs() < 0.03,
+        "total {total}: the aggregate is used"
+    );
+    assert!(a > 75e6, "the heavy silo gets the rest: {a}");
+}
+
+#[test]
+fn one_silo_never_pins_beyond_the_mask_and_never_panics() {
+    // Pinning is best effort: a silo index beyond the CPUs is refused with a warning.
+    assert_eq!(pin(100_000), None);
+}
+
+/// The `nba_rate_bps` series of `bulk` for silo `silo` in `metrics`.
+fn share(metrics: &Metrics, silo: usize) -> Option<u64> {
+    let head = format!("metronome_nba_rate_bps{{class=\"bulk\",silo=\"{silo}\"}} ");
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(head.as_str())?.trim().parse().ok())
+}
+
+#[test]
+fn a_reload_goes_through_the_coordinator_to_every_silo() {
+    let dir = std::env::temp_dir().join(format!("mtr-silo-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("silos.toml");
+    let text = |rate: &str| {
+        format!(
+            "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ncores = 2\n\
+             [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\" }}\nrate = \"{rate}\"\n"
+        )
+    };
+    std::fs::write(&path, text("200mbit")).unwrap();
+    let mut running = Config::load(&path).unwrap();
+    let metrics = Metrics::with_silos(2);
+    let mut allocator = Allocator::new(&running, 2);
+    let mut engines: Vec<Engine> = (0..2)
+        .map(|i| Engine::new(&running, 64, metrics.for_silo(i)))
+        .collect();
+    let mut links: Vec<SiloLink> = (0..2)
+        .map(|i| SiloLink::new(i, &allocator.cells(), &engines[i], metrics.for_silo(i)))
+        .collect();
+    let inboxes: Vec<Inbox> = links
+        .iter()
+        .map(|l| (l.reload.clone(), l.inbox.clone()))
+        .collect();
+    let now = Timestamp::from_nanos(1);
+    for (l, e) in links.iter_mut().zip(&mut engines) {
+        l.poll(e, now);
+    }
+    assert_eq!(
+        (share(&metrics, 0), share(&metrics, 1)),
+        (Some(100_000_000), Some(100_000_000))
+    );
+
+    // A live change: the allocator rescales, each silo reloads its engine and re-applies.
+    std::fs::write(&path, text("300mbit")).unwrap();
+    reload_silos(&path, &mut running, &mut allocator, &inboxes);
+    for (l, e) in links.iter_mut().zip(&mut engines) {
+        l.poll(e, now);
+        assert_eq!(e.config().classes[0].policy.rate, Some(Rate::mbps(300)));
+        assert_eq!(l.refused_rates, 0);
+    }
+    assert_eq!(
+        (share(&metrics, 0), share(&metrics, 1)),
+        (Some(150_000_000), Some(150_000_000))
+    );
+
+    // A change that needs a restart is refused before any silo hears of it.
+    std::fs::write(
+        &path,
+        text("300mbit").replace("[daemon]", "[wheel]\ngranularity = \"4us\"\n[daemon]"),
+    )
+    .unwrap();
+    reload_silos(&path, &mut running, &mut allocator, &inboxes);
+    assert!(inboxes
+        .iter()
+        .all(|(flag, _)| !flag.load(Ordering::Acquire)));
+    assert_eq!(running.wheel.granularity, Duration::from_micros(2));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,459 @@
+//! `nba`: an aggregate limit shared by per-core shapers through the NIC-level bandwidth allocator
+//! while the offered load moves between cores (Carousel §5.3).
+//!
+//! Carousel gives no figure for the NBA; this experiment measures the two properties §5.3 claims
+//! for it, work conservation (the aggregate reaches its limit whatever the split between cores) and
+//! convergence (how many ≈ 100 ms update periods the split takes to follow a shift of demand).
+//!
+//! The model, in simulated time with the core's own parts (no simulator crate, no randomness: the
+//! same point always gives the same rows):
+//! * `cores` cores, each with its own [`Timestamper`] holding one aggregate policy at the core's
+//!   allocated rate, burst one packet (Carousel §5.1.1), and a FIFO of stamped packets released at
+//!   their EDT (one policy per core, so EDTs are in order: the FIFO stands for the core's wheel).
+//! * Offered load: `offered_bps` in total, split between cores by `splits` (`"80/20,20/80,0/100"`:
+//!   percentages per core, one group per phase). Each core's source generates `packet_bytes`
+//!   packets at a constant rate into a buffer of `source_buffer_packets` (an application that
+//!   blocks when it is full: the excess is not offered) and hands them to its shaper while fewer
+//!   than `inflight_packets` are there (the per-flow bound of Deferred Completions, Carousel §5.2).
+//!   Phase `i` starts at `i × phase_ms + shift_lag_ms` (phase 0 at 0): the lag keeps shifts off the
+//!   update grid, as they would be.
+//! * Every `period_ms` each silo publishes its (cumulative bytes stamped, time) pair through a
+//!   [`RateExchange`]; the allocator reads them, runs [`Nba::update`], and publishes the rates with
+//!   their epoch; each silo reads its rate back and sets it on its policy. With `allocator =
+//!   "static"` the rates stay at the equal split (the baseline without an NBA).
+//! * The aggregate's departures are counted in windows of one period, aligned with the updates.
+//!
+//! Per phase: the target is `min(aggregate_bps, offered_bps)`; `periods_to_converge` is the
+//! smallest `j >= 1` such that every window from the `j`-th update after the shift to the end of
+//! the phase is within `converge_pct` of the target (the window cut by the shift does not count);
+//! `achieved_bps`, `deviation_pct` (mean absolute deviation) and `max_deviation_pct` are taken over
+//! those settled windows, or over all whole windows of the phase if it never settles.
+//!
+//! With `trace = true` a point returns one row per window instead (`time_ms`, `window_bps`): the
+//! aggregate rate over time, for the plot of convergence.
+//!
+//! Departures from the paper, and why: the demand a silo reports is what it stamped (transmitted
+//! plus queued in the shaper), Carousel's "flow usage data"; sources are constant-rate, not TCP,
+//! so the only dynamics are the allocator's; silos pick up a published rate at once, while a real
+//! silo would at its next poll (microseconds, far below one period).
+
+use std::collections::VecDeque;
+
+use metronome_core::nba::{Nba, NbaConfig};
+use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
+use metronome_core::{Rate, RateExchange, Timestamp};
+
+use crate::error::LabError;
+use crate::point::{Point, Row};
+
+#[cfg(test)]
+mod tests;
+
+/// The experiment's registered name.
+pub const NAME: &str = "nba";
+
+/// Nanoseconds per millisecond.
+const MS: u64 = 1_000_000;
+
+/// The parameters of one run, read from a [`Point`].
+#[derive(Clone, Debug, PartialEq)]
+struct Params {
+    allocator: Allocator,
+    cores: usize,
+    /// Per phase, per core, percent of `offered_bps`.
+    splits: Vec<Vec<u64>>,
+    splits_text: String,
+    aggregate_bps: u64,
+    offered_bps: u64,
+    period_ns: u64,
+    phase_ns: u64,
+    shift_lag_ns: u64,
+    packet_bytes: u32,
+    inflight_packets: usize,
+    source_buffer_packets: u64,
+    converge_pct: f64,
+    /// One row per window instead of one per phase.
+    trace: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Allocator {
+    Nba,
+    Static,
+}
+
+impl Params {
+    fn read(p: &Point) -> Result<Self, LabError> {
+        let positive = |name: &str| -> Result<u64, LabError> {
+            match p.u64(name)? {
+                0 => Err(LabError::param(p.index, name, "must be at least 1")),
+                v => Ok(v),
+            }
+        };
+        let allocator = match p.str("allocator")? {
+            "nba" => Allocator::Nba,
+            "static" => Allocator::Static,
+            other => {
+                return Err(LabError::param(
+                    p.index,
+                    "allocator",
+                    format!("unknown allocator {other:?}; known: nba, static"),
+                ))
+            }
+        };
+        let cores = positive("cores")?.min(1024) as usize;
+        let splits_text = p.str("splits")?.to_string();
+        let splits =
+            parse_splits(&splits_text, cores).map_err(|m| LabError::param(p.index, "splits", m))?;
+        let params = Params {
+            allocator,
+            cores,
+            splits,
+            splits_text,
+            aggregate_bps: positive("aggregate_bps")?,
+            offered_bps: positive("offered_bps")?,
+            period_ns: positive("period_ms")? * MS,
+            phase_ns: positive("phase_ms")? * MS,
+            shift_lag_ns: p.u64("shift_lag_ms")? * MS,
+            packet_bytes: positive("packet_bytes")?.min(65_535) as u32,
+            inflight_packets: positive("inflight_packets")?.min(1 << 16) as usize,
+            source_buffer_packets: positive("source_buffer_packets")?,
+            converge_pct: p.f64("converge_pct")?,
+            trace: p.bool("trace")?,
+        };
+        if params.shift_lag_ns >= params.phase_ns || params.phase_ns < 2 * params.period_ns {
+            return Err(LabError::param(
+                p.index,
+                "phase_ms",
+                "must exceed shift_lag_ms and cover two periods",
+            ));
+        }
+        Ok(params)
+    }
+
+    fn phase_start(&self, i: usize) -> u64 {
+        if i == 0 {
+            0
+        } else {
+            i as u64 * self.phase_ns + self.shift_lag_ns
+        }
+    }
+
+    fn end(&self) -> u64 {
+        self.splits.len() as u64 * self.phase_ns + self.shift_lag_ns
+    }
+}
+
+/// `"80/20,20/80"` into `[[80, 20], [20, 80]]`: one group per phase, `cores` numbers each.
+fn parse_splits(text: &str, cores: usize) -> Result<Vec<Vec<u64>>, String> {
+    let splits: Vec<Vec<u64>> = text
+        .split(',')
+        .map(|phase| {
+            phase
+                .split('/')
+                .map(|s| s.trim().parse::<u64>().map_err(|e| format!("{s:?}: {e}")))
+                .collect::<Result<Vec<u64>, String>>()
+        })
+        .collect::<Result<_, _>>()?;
+    for s in &splits {
+        if s.len() != cores || s.iter().sum::<u64>() != 100 {
+            return Err(format!(
+                "each phase needs {cores} percentages summing to 100: {s:?}"
+            ));
+        }
+    }
+    Ok(splits)
+}
+
+/// One core: its source, its shaper and what it reported.
+struct Core {
+    stamper: Timestamper,
+    policy: PolicyId,
+    /// Offered rate in this phase, bit/s.
+    offered_bps: u64,
+    /// Start of the current constant-rate arrival train and packets generated since.
+    train_start: u64,
+    train_packets: u64,
+    /// Packets waiting at the source.
+    source_queue: u64,
+    /// EDTs of the packets in the shaper, in order.
+    shaper: VecDeque<u64>,
+    /// Bytes handed to the shaper (transmitted + queued): the demand the silo reports.
+    stamped_bytes: u64,
+    /// Packets the source could not buffer (not offered).
+    blocked: u64,
+    epoch: u64,
+}
+
+impl Core {
+    fn next_arrival(&self, packet_bits: u64) -> u64 {
+        if self.offered_bps == 0 {
+            return u64::MAX;
+        }
+        let k = u128::from(self.train_packets + 1);
+        let dt = k * u128::from(packet_bits) * 1_000_000_000 / u128::from(self.offered_bps);
+        self.train_start
+            .saturating_add(dt.min(u128::from(u64::MAX)) as u64)
+    }
+
+    /// Hands waiting packets to the shaper while it has room (Deferred Completions' bound).
+    fn feed(&mut self, now: u64, p: &Params) {
+        while self.source_queue > 0 && self.shaper.len() < p.inflight_packets {
+            let edt =
+                self.stamper
+                    .stamp(Timestamp::from_nanos(now), p.packet_bytes, &[self.policy]);
+            self.shaper.push_back(edt.as_nanos());
+            self.source_queue -= 1;
+            self.stamped_bytes += u64::from(p.packet_bytes);
+        }
+    }
+}
+
+/// Runs one point: see the module documentation.
+pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
+    let p = Params::read(point)?;
+    let (windows, rates) = simulate(&p, point.index)?;
+    if p.trace {
+        return Ok(trace_rows(&p, &windows));
+    }
+    Ok((0..p.splits.len())
+        .map(|i| phase_row(&p, &windows, &rates[i], i))
+        .collect())
+}
+
+/// The event loop: bytes departed per window, and each phase's final rates.
+fn simulate(p: &Params, point: usize) -> Result<(Vec<u64>, Vec<Vec<u64>>), LabError> {
+    let mut cfg = NbaConfig::new(Rate::from_bps(p.aggregate_bps), p.cores);
+    cfg.period = metronome_core::Duration::from_nanos(p.period_ns);
+    let mut nba = Nba::new(cfg).map_err(|e| LabError::Experiment {
+        point,
+        message: e.to_string(),
+    })?;
+    let exchange = RateExchange::new(p.cores);
+    let mut cores: Vec<Core> = nba
+        .rates()
+        .iter()
+        .map(|r| {
+            let mut stamper = Timestamper::new();
+            let policy = stamper.add_policy(PolicyKind::Aggregate, *r, p.packet_bytes);
+            Core {
+                stamper,
+                policy,
+                offered_bps: 0,
+                train_start: 0,
+                train_packets: 0,
+                source_queue: 0,
+                shaper: VecDeque::with_capacity(p.inflight_packets),
+                stamped_bytes: 0,
+                blocked: 0,
+                epoch: 0,
+            }
+        })
+        .collect();
+    let end = p.end();
+    let packet_bits = u64::from(p.packet_bytes) * 8;
+    let mut windows = vec![0u64; end.div_ceil(p.period_ns) as usize];
+    let mut final_rates = Vec::with_capacity(p.splits.len());
+    let mut phase = 0;
+    let mut next_update = 0;
+    let mut now = 0;
+    loop {
+        let shift = if phase < p.splits.len() {
+            p.phase_start(phase)
+        } else {
+            u64::MAX
+        };
+        let arrival = cores
+            .iter()
+            .map(|c| c.next_arrival(packet_bits))
+            .min()
+            .unwrap_or(u64::MAX);
+        let departure = cores
+            .iter()
+            .filter_map(|c| c.shaper.front().copied())
+            .min()
+            .unwrap_or(u64::MAX);
+        let next = shift.min(arrival).min(departure).min(next_update).min(end);
+        debug_assert!(next >= now, "time never goes backwards");
+        now = next;
+        if now >= end {
+            break;
+        }
+        for c in &mut cores {
+            while c.shaper.front().is_some_and(|&edt| edt <= now) {
+                c.shaper.pop_front();
+                windows[(now / p.period_ns) as usize] += u64::from(p.packet_bytes);
+            }
+            while c.next_arrival(packet_bits) <= now {
+                c.train_packets += 1;
+                if c.source_queue < p.source_buffer_packets {
+                    c.source_queue += 1;
+                } else {
+                    c.blocked += 1;
+                }
+            }
+            c.feed(now, p);
+        }
+        if now == shift {
+            if phase > 0 {
+                final_rates.push(current_rates(&cores));
+            }
+            for (c, pct) in cores.iter_mut().zip(&p.splits[phase]) {
+                c.offered_bps = p.offered_bps / 100 * pct;
+                c.train_start = now;
+                c.train_packets = 0;
+            }
+            phase += 1;
+        }
+        if now == next_update {
+            allocate(p, &mut nba, &exchange, &mut cores, now);
+            next_update = if nba.next_update().as_nanos() > now {
+                nba.next_update().as_nanos()
+            } else {
+                now + p.period_ns
+            };
+        }
+    }
+    final_rates.push(current_rates(&cores));
+    Ok((windows, final_rates))
+}
+
+/// One update: silos publish usage, the allocator recomputes and publishes, silos take their rate.
+fn allocate(p: &Params, nba: &mut Nba, exchange: &RateExchange, cores: &mut [Core], now: u64) {
+    let at = Timestamp::from_nanos(now);
+    for (i, c) in cores.iter().enumerate() {
+        exchange.publish_demand(i, c.stamped_bytes, at);
+    }
+    if p.allocator == Allocator::Nba {
+        for i in 0..cores.len() {
+            let (bytes, t) = exchange.read_demand(i);
+            nba.record_demand(i, bytes, t);
+        }
+        if nba.update(at).is_some() {
+            let epoch = nba.epoch();
+            for (i, r) in nba.rates().iter().enumerate() {
+                exchange.publish_rate(i, *r, epoch);
+            }
+        }
+    }
+    for (i, c) in cores.iter_mut().enumerate() {
+        let (rate, epoch) = exchange.read_rate(i);
+        if epoch > c.epoch {
+            c.epoch = epoch;
+            c.stamper
+                .set_rate(c.policy, rate)
+                .expect("the core's policy exists");
+        }
+    }
+}
+
+fn current_rates(cores: &[Core]) -> Vec<u64> {
+    cores
+        .iter()
+        .map(|c| c.stamper.policy(c.policy).map_or(0, |pol| pol.rate().bps()))
+        .collect()
+}
+
+/// The row of phase `i`: convergence and conformance over its windows.
+fn phase_row(p: &Params, windows: &[u64], rates: &[u64], i: usize) -> Row {
+    let target = p.aggregate_bps.min(p.offered_bps) as f64;
+    let start = p.phase_start(i);
+    let stop = if i + 1 < p.splits.len() {
+        p.phase_start(i + 1)
+    } else {
+        p.end()
+    };
+    // Windows starting at the updates after the shift (the first update at or after it) and
+    // ending before the next shift.
+    let first = start.div_ceil(p.period_ns) as usize;
+    let last = (stop / p.period_ns) as usize; // exclusive
+    let rate = |w: usize| windows[w] as f64 * 8.0 / (p.period_ns as f64 / 1e9);
+    let dev = |w: usize| (rate(w) - target).abs() / target * 100.0;
+    let whole: Vec<usize> = (first..last).collect();
+    // The first window from which all the rest are within the tolerance.
+    let settled_from = whole
+        .iter()
+        .rposition(|&w| dev(w) > p.converge_pct)
+        .map_or(0, |k| k + 1);
+    let converged = settled_from < whole.len();
+    // Window `first` holds the rates of the first update at or after the shift; for phase 0 that
+    // update only takes the baseline, so counting starts one window later.
+    let updates_before = usize::from(i == 0 || start.is_multiple_of(p.period_ns));
+    let periods_to_converge = settled_from + 1 - updates_before;
+    let measured = if converged {
+        &whole[settled_from..]
+    } else {
+        &whole[..]
+    };
+    let n = measured.len().max(1) as f64;
+    let achieved = measured.iter().map(|&w| rate(w)).sum::<f64>() / n;
+    let deviation = measured.iter().map(|&w| dev(w)).sum::<f64>() / n;
+    let max_dev = measured.iter().map(|&w| dev(w)).fold(0.0, f64::max);
+    let split: Vec<String> = p.splits[i].iter().map(u64::to_string).collect();
+    let mbps: Vec<String> = rates.iter().map(|r| (r / 1_000_000).to_string()).collect();
+    let allocator = if p.allocator == Allocator::Nba {
+        "nba"
+    } else {
+        "static"
+    };
+    Row::new()
+        .with("experiment", NAME)
+        .with("setup", format!("{allocator}, {} cores", p.cores))
+        .with("allocator", allocator)
+        .with("cores", p.cores as u64)
+        .with("period_ms", p.period_ns / MS)
+        .with("splits", p.splits_text.as_str())
+        .with("shift", i as u64)
+        .with("split", split.join("/"))
+        .with("target_bps", target as u64)
+        .with("achieved_bps", achieved.round() as u64)
+        .with("deviation_pct", round(deviation, 3))
+        .with("max_deviation_pct", round(max_dev, 3))
+        .with("converged", converged)
+        .with("periods_to_converge", periods_to_converge as u64)
+        .with("rates_mbps", mbps.join("/"))
+        .with("trace", false)
+}
+
+/// With `trace = true`: one row per whole window, the aggregate rate over time.
+fn trace_rows(p: &Params, windows: &[u64]) -> Vec<Row> {
+    let whole = (p.end() / p.period_ns) as usize;
+    (0..whole)
+        .map(|w| {
+            let start = w as u64 * p.period_ns;
+            let phase = (0..p.splits.len())
+                .rev()
+                .find(|&i| p.phase_start(i) <= start)
+                .unwrap_or(0);
+            Row::new()
+                .with("experiment", NAME)
+                .with("setup", setup(p))
+                .with("allocator", allocator_name(p))
+                .with("cores", p.cores as u64)
+                .with("period_ms", p.period_ns / MS)
+                .with("splits", p.splits_text.as_str())
+                .with("shift", phase as u64)
+                .with("target_bps", p.aggregate_bps.min(p.offered_bps))
+                .with("time_ms", start / MS)
+                .with("window_bps", windows[w] * 8 * 1_000_000_000 / p.period_ns)
+                .with("trace", true)
+        })
+        .collect()
+}
+
+fn allocator_name(p: &Params) -> &'static str {
+    match p.allocator {
+        Allocator::Nba => "nba",
+        Allocator::Static => "static",
+    }
+}
+
+fn setup(p: &Params) -> String {
+    format!("{}, {} cores", allocator_name(p), p.cores)
+}
+
+/// `v` rounded to `decimals` decimal places.
+fn round(v: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    (v * scale).round() / scale
+}
