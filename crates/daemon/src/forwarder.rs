@@ -1,6 +1,8 @@
 //! The reference forwarder of issue 4's throughput target: "a plain `recvmmsg`/`sendmmsg`
-//! AF_PACKET forwarder with batches of 64". It moves frames between two [`MmsgPort`]s in both
-//! directions and does nothing else: no parsing, no classification, no checksum work, no queue.
+//! AF_PACKET forwarder with batches of 64". It moves frames between two [`AfPacketPort`]s in
+//! [`RxMode::Mmsg`] (`recvmmsg` and `sendmmsg`, batches of 64: the same sockets and options as the
+//! daemon's ports) in both directions and does nothing else: no parsing, no classification, no
+//! checksum work, no queue.
 //! `metronome compare --ceiling` runs it on the same path as the daemon to show what the daemon's
 //! own per-packet work costs against the cheapest user-space forwarding on the same sockets.
 //!
@@ -9,7 +11,10 @@
 //! port counter (`rx_oversize`, `tx_errors`) or still pending at the stop ([`ForwarderReport`]).
 //! When nothing moved it sleeps in `ppoll(2)` on both receive sockets, at most [`IDLE_SLEEP`].
 
-use metronome_io::{FramePool, MmsgPort, PacketPort, PortCounters, PortError, RxFrame, MMSG_BATCH};
+use metronome_io::{
+    AfPacketConfig, AfPacketPort, FramePool, PacketPort, PortCounters, PortError, RxFrame, RxMode,
+    RECV_BATCH as MMSG_BATCH,
+};
 use nix::poll::{PollFd, PollFlags};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -19,6 +24,11 @@ pub const IDLE_SLEEP: Duration = Duration::from_millis(10);
 /// Wait before retrying frames the device refused as busy: 20 µs, as the daemon's loop
 /// (`crate::run::TX_RETRY`).
 const TX_RETRY: Duration = Duration::from_micros(20);
+/// The ports: `recvmmsg` receive, the daemon's defaults otherwise.
+const PLAIN: AfPacketConfig = AfPacketConfig {
+    rx: RxMode::Mmsg,
+    ..AfPacketConfig::DEFAULT
+};
 /// Frame slots: four batches per direction in flight at most (receive stops while a direction has
 /// frames pending), with room to spare.
 const POOL_SLOTS: u32 = 8 * MMSG_BATCH as u32;
@@ -44,8 +54,8 @@ impl Direction {
     /// how many frames moved.
     fn step(
         &mut self,
-        from: &mut MmsgPort,
-        to: &mut MmsgPort,
+        from: &mut AfPacketPort,
+        to: &mut AfPacketPort,
         pool: &mut FramePool,
         rx: &mut [RxFrame],
     ) -> Result<usize, PortError> {
@@ -58,7 +68,7 @@ impl Direction {
         Ok(moved)
     }
 
-    fn flush(&mut self, to: &mut MmsgPort, pool: &mut FramePool) -> Result<usize, PortError> {
+    fn flush(&mut self, to: &mut AfPacketPort, pool: &mut FramePool) -> Result<usize, PortError> {
         if self.pending.is_empty() {
             return Ok(0);
         }
@@ -75,8 +85,8 @@ pub fn forward(
     outside: &str,
     stop: &AtomicBool,
 ) -> Result<ForwarderReport, PortError> {
-    let mut a = MmsgPort::open(inside, true)?;
-    let mut b = MmsgPort::open(outside, true)?;
+    let mut a = AfPacketPort::open(inside, &PLAIN)?;
+    let mut b = AfPacketPort::open(outside, &PLAIN)?;
     let mut pool = FramePool::new(POOL_SLOTS, metronome_io::DEFAULT_SLOT_SIZE);
     let mut rx = [RxFrame::default(); MMSG_BATCH];
     let mut out = Direction {

@@ -7,11 +7,9 @@
 //!   [`RxFrame`], [`PortCounters`] and [`PortError`].
 //! * [`frame_pool`]: the [`FramePool`] of preallocated frame buffers that received frames are
 //!   copied into; the shaper queues their `u32` ids as `PacketRef::id`.
-//! * [`afpacket`]: [`AfPacketPort`], Linux AF_PACKET with a TPACKET_V3 memory-mapped RX ring and
-//!   `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst).
+//! * [`afpacket`]: [`AfPacketPort`], Linux AF_PACKET with `recvmmsg` batches or a TPACKET_V3
+//!   memory-mapped RX ring, and `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst).
 //! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.
-//! * [`mmsg_port`]: [`MmsgPort`], plain packet sockets with `recvmmsg`/`sendmmsg` batches of 64
-//!   (the reference forwarder's I/O).
 //! * [`offload`]: turning an interface's offloads (TSO, GSO, GRO, checksum) on or off, as
 //!   `ethtool -K` does.
 //!
@@ -41,15 +39,13 @@ pub mod afpacket;
 pub mod clock;
 pub mod frame_pool;
 pub mod memory_port;
-pub mod mmsg_port;
 pub mod offload;
 pub mod port;
 mod sys;
 
-pub use afpacket::{AfPacketConfig, AfPacketPort, Fanout};
+pub use afpacket::{AfPacketConfig, AfPacketPort, Fanout, RxMode, RECV_BATCH};
 pub use clock::MonotonicClock;
 pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, JUMBO_SLOT_SIZE};
 pub use memory_port::{MemoryPort, MemoryPortConfig};
-pub use mmsg_port::{MmsgPort, MMSG_BATCH};
 pub use offload::Offload;
 pub use port::{wait_readable, PacketPort, PortCounters, PortError, RxFrame};

@@ -3,7 +3,7 @@
 //!
 //! Issue 4 measures forwarding "with TSO, GSO and GRO off on all four veths" so that every frame is
 //! one MTU; checksum offload off makes the end hosts compute full TCP checksums, which a forwarder
-//! that does not complete partial checksums ([`crate::MmsgPort`]) needs. The legacy per-feature
+//! that does not complete partial checksums (`metronome_daemon::forwarder`) needs. The legacy per-feature
 //! commands are used (uapi `linux/ethtool.h`); the kernel maps them onto its feature flags and
 //! turns dependent features off too (no TSO without checksum offload).
 

@@ -404,34 +404,53 @@ impl Drop for RxRing {
     }
 }
 
-/// `recvmmsg(fd, MSG_DONTWAIT)` into `bufs` (one message per buffer, at most [`SEND_BATCH`]):
-/// writes each message's length to `lens` and whether the kernel cut it short (`MSG_TRUNC`: the
-/// frame was longer than its buffer) to `truncated`. Returns how many messages arrived; 0 when
-/// none was waiting (`EAGAIN`).
+/// What `recvmmsg` said about one received frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RecvMeta {
+    /// Bytes written into the buffer.
+    pub len: usize,
+    /// The kernel cut the frame short (`MSG_TRUNC`: longer than its buffer).
+    pub truncated: bool,
+    /// `tp_status` of the frame's `PACKET_AUXDATA` (`TP_STATUS_*`), 0 without one.
+    pub status: u32,
+    /// 802.1Q TCI the kernel stripped, valid if `status & TP_STATUS_VLAN_VALID`.
+    pub vlan_tci: u16,
+    /// TPID of that tag, valid if `status & TP_STATUS_VLAN_TPID_VALID`.
+    pub vlan_tpid: u16,
+}
+
+/// Control buffer of one message: room for one `PACKET_AUXDATA` cmsg (`CMSG_SPACE(20)` is 40
+/// bytes on 64-bit Linux), aligned like a `cmsghdr`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct CmsgBuf([u8; 64]);
+
+/// `recvmmsg(fd, MSG_DONTWAIT)` into `bufs` (one message per buffer, at most [`SEND_BATCH`]),
+/// writing what it learnt of each frame to `meta` (its `PACKET_AUXDATA` when the socket has that
+/// option on). Returns how many messages arrived; 0 when none was waiting (`EAGAIN`).
 pub(crate) fn recv_frames(
     fd: &OwnedFd,
     bufs: &mut [&mut [u8]],
-    lens: &mut [usize],
-    truncated: &mut [bool],
+    meta: &mut [RecvMeta],
 ) -> io::Result<usize> {
-    let n = bufs
-        .len()
-        .min(lens.len())
-        .min(truncated.len())
-        .min(SEND_BATCH);
+    let n = bufs.len().min(meta.len()).min(SEND_BATCH);
     // SAFETY: iovec and mmsghdr are plain integers and pointers; all-zero is valid.
     let mut iov: [libc::iovec; SEND_BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    let mut control = [CmsgBuf([0; 64]); SEND_BATCH];
     for i in 0..n {
         iov[i].iov_base = bufs[i].as_mut_ptr().cast();
         iov[i].iov_len = bufs[i].len();
         msgs[i].msg_hdr.msg_iov = &mut iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_control = control[i].0.as_mut_ptr().cast();
+        msgs[i].msg_hdr.msg_controllen = control[i].0.len();
     }
-    // SAFETY: `msgs[..n]` point at `iov[..n]`, which point at the caller's buffers, live and
-    // exclusively borrowed for the call; the kernel writes at most `iov_len` bytes into each and
-    // fills `msg_len` / `msg_flags`. A null timeout: return what is there (MSG_DONTWAIT).
+    // SAFETY: `msgs[..n]` point at `iov[..n]` (the caller's buffers, live and exclusively
+    // borrowed) and at `control[..n]`, all outliving the call; the kernel writes at most
+    // `iov_len` / `msg_controllen` bytes into them and fills `msg_len`, `msg_flags` and
+    // `msg_controllen`. A null timeout with MSG_DONTWAIT returns what is there.
     let rc = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -450,10 +469,61 @@ pub(crate) fn recv_frames(
     }
     let got = rc as usize;
     for i in 0..got {
-        lens[i] = msgs[i].msg_len as usize;
-        truncated[i] = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let hdr = &msgs[i].msg_hdr;
+        let mut m = RecvMeta {
+            len: msgs[i].msg_len as usize,
+            truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
+            ..RecvMeta::default()
+        };
+        // SAFETY: `hdr` is a message header the kernel just filled, whose control buffer
+        // (`control[i]`, live) holds `msg_controllen` valid bytes; CMSG_FIRSTHDR / CMSG_NXTHDR
+        // stay within it and return null at its end.
+        let mut c = unsafe { libc::CMSG_FIRSTHDR(hdr) };
+        while !c.is_null() {
+            // SAFETY: `c` is non-null and points at a complete cmsghdr inside the buffer.
+            let cm = unsafe { &*c };
+            let want = size_of::<libc::tpacket_auxdata>();
+            if cm.cmsg_level == libc::SOL_PACKET
+                && cm.cmsg_type == libc::PACKET_AUXDATA
+                && cm.cmsg_len as usize >= unsafe { libc::CMSG_LEN(want as u32) } as usize
+            {
+                // SAFETY: the cmsg carries at least a tpacket_auxdata (length checked); the
+                // data may be unaligned, so it is read unaligned.
+                let aux: libc::tpacket_auxdata =
+                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+                m.status = aux.tp_status;
+                m.vlan_tci = aux.tp_vlan_tci;
+                m.vlan_tpid = aux.tp_vlan_tpid;
+            }
+            // SAFETY: as for CMSG_FIRSTHDR.
+            c = unsafe { libc::CMSG_NXTHDR(hdr, c) };
+        }
+        meta[i] = m;
     }
     Ok(got)
+}
+
+/// `setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, bytes)` (root may exceed `rmem_max`), falling
+/// back to `SO_RCVBUF` (capped by `net.core.rmem_max`) without CAP_NET_ADMIN.
+pub(crate) fn set_rcvbuf(fd: &OwnedFd, bytes: libc::c_int) -> io::Result<()> {
+    /// `SO_RCVBUFFORCE` of uapi `asm-generic/socket.h`.
+    const SO_RCVBUFFORCE: libc::c_int = 33;
+    for opt in [SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: `bytes` is a live c_int and the length passed is its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+    }
+    Err(io::Error::last_os_error())
 }
 
 /// `struct ethtool_value` of uapi `linux/ethtool.h`: a command and one 32-bit value.
