@@ -43,7 +43,7 @@
 use crate::ack_shaping::AckShaping;
 use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZE};
 use crate::flow_table::{FlowTable, Lookup};
-use crate::metrics::{ClassMetrics, DropReason, Metrics};
+use crate::metrics::{ClassMetrics, DropReason, HistogramTally, Metrics};
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{
     ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, RejectReason, Timestamp,
@@ -129,6 +129,9 @@ struct ClassState {
     /// The class's aggregate rate policy, when it has a rate.
     aggregate: Option<PolicyId>,
     metrics: ClassMetrics,
+    /// Packets and bytes sent since the last [`Engine::publish_gauges`], added to `metrics`
+    /// there (once per batch, not per packet).
+    unpublished: (u64, u64),
     /// Packets of this class in the wheel.
     queued: u64,
     /// Bytes of this class accepted into the wheel, cumulative: the silo's demand that the
@@ -160,6 +163,10 @@ pub struct Engine {
     counters: EngineCounters,
     parse_counters: ParseCounters,
     metrics: Metrics,
+    /// Lateness of released packets since the last [`Engine::publish_gauges`].
+    lateness: HistogramTally,
+    /// Frames passed unshaped (packets, bytes) since the last [`Engine::publish_gauges`].
+    unpublished_pass: (u64, u64),
     config: Config,
 }
 
@@ -200,6 +207,8 @@ impl Engine {
             acks: AckShaping::new(config, &metrics),
             counters: EngineCounters::default(),
             parse_counters: ParseCounters::new(),
+            lateness: metrics.lateness_tally(),
+            unpublished_pass: (0, 0),
             metrics,
             config: config.clone(),
         };
@@ -231,6 +240,7 @@ impl Engine {
                         horizon_policy: config.wheel.horizon_policy,
                         aggregate: None,
                         metrics: self.metrics.class(name),
+                        unpublished: (0, 0),
                         queued: 0,
                         stamped_bytes: 0,
                     });
@@ -318,7 +328,7 @@ impl Engine {
                 Verdict::PassNonIp => {
                     self.counters.passed_non_ip += 1;
                     self.forward(rx.id, forward);
-                    self.metrics.pass_through(1, u64::from(rx.len));
+                    self.tally_pass_through(rx.len);
                 }
                 Verdict::Malformed(reason) => {
                     self.counters.malformed += 1;
@@ -344,9 +354,10 @@ impl Engine {
                     L4Checksum::NotApplicable => {}
                 }
             }
-            self.metrics.pass_through(1, u64::from(rx.len));
+            self.tally_pass_through(rx.len);
             out.push(rx.id);
         }
+        self.publish_gauges();
     }
 
     /// Empties the wheel at shutdown: frees every queued packet's slot without sending it and
@@ -403,7 +414,9 @@ impl Engine {
             return self.forward(id, forward);
         };
         if !state.policy.is_shaped() {
-            state.metrics.sent(1, u64::from(len));
+            let state = &mut self.classes[index];
+            state.unpublished.0 += 1;
+            state.unpublished.1 += u64::from(len);
             return self.forward(id, forward);
         }
         let (policy, horizon_policy, aggregate) =
@@ -506,8 +519,7 @@ impl Engine {
         for pkt in &self.batch[..n] {
             let i = pkt.id as usize;
             if let Some(&edt) = self.slot_edt.get(i) {
-                self.metrics
-                    .observe_lateness_ns(now.saturating_since(edt).as_nanos());
+                self.lateness.observe(now.saturating_since(edt).as_nanos());
             }
             if let Some(&e) = self.slot_entry.get(i) {
                 if e != NO_ENTRY {
@@ -516,7 +528,8 @@ impl Engine {
             }
             if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
                 state.queued = state.queued.saturating_sub(1);
-                state.metrics.sent(1, u64::from(pkt.len));
+                state.unpublished.0 += 1;
+                state.unpublished.1 += u64::from(pkt.len);
             }
             out.push(pkt.id);
         }
@@ -527,11 +540,29 @@ impl Engine {
         n
     }
 
-    fn publish_gauges(&self) {
+    /// Counts a frame passed unshaped; published with the gauges.
+    fn tally_pass_through(&mut self, len: u32) {
+        self.unpublished_pass.0 += 1;
+        self.unpublished_pass.1 += u64::from(len);
+    }
+
+    /// Publishes the gauges and what was tallied since the last call (sent packets and bytes per
+    /// class, pass-through, lateness): once per batch, so the per-packet path does no atomic
+    /// read-modify-write on shared metrics.
+    fn publish_gauges(&mut self) {
         self.metrics.set_wheel_occupancy(self.wheel.len() as u64);
-        for state in &self.classes {
+        for state in &mut self.classes {
             state.metrics.set_queued(state.queued);
+            let (packets, bytes) = std::mem::take(&mut state.unpublished);
+            if packets > 0 {
+                state.metrics.sent(packets, bytes);
+            }
         }
+        let (packets, bytes) = std::mem::take(&mut self.unpublished_pass);
+        if packets > 0 {
+            self.metrics.pass_through(packets, bytes);
+        }
+        self.metrics.merge_lateness(&mut self.lateness);
     }
 
     /// When the next queued packet is due (the loop sleeps until then), `None` when empty.

@@ -183,3 +183,26 @@ fn silos_label_their_series_and_stats_sum_them() {
     assert!(text.contains(r#"metronome_class_bytes_total{class="B",silo="0"} 10"#));
     assert!(!text.contains(r#"nba_rate_bps{class="B""#));
 }
+
+#[test]
+fn a_merged_tally_equals_observing_each_value() {
+    let direct = Pow2Histogram::new(1_000, 8);
+    let batched = Pow2Histogram::new(1_000, 8);
+    let mut tally = batched.tally();
+    for v in [0, 1, 999, 1_000, 1_001, 64_000, 10_000_000, 7] {
+        direct.observe(v);
+        tally.observe(v);
+    }
+    assert_eq!(batched.count(), 0, "nothing published before the merge");
+    batched.merge(&mut tally);
+    batched.merge(&mut tally); // empty now: adds nothing
+    let encode = |h: Pow2Histogram| {
+        let mut r = prometheus_client::registry::Registry::default();
+        r.register("h", "h", h);
+        let mut s = String::new();
+        prometheus_client::encoding::text::encode(&mut s, &r).unwrap();
+        s
+    };
+    assert_eq!(batched.count(), 8);
+    assert_eq!(encode(direct), encode(batched));
+}
