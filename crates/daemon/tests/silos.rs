@@ -145,9 +145,16 @@ fn shaped_run(topo: &Topology) -> f64 {
         );
         assert_eq!(l.outside.rx_packets, l.passed_back);
     }
-    // The allocator's shares are in the metrics, one per silo, and add up to the limit.
+    // The allocator's shares are in the metrics, one per silo, and add up to the limit. Each
+    // silo sets its own gauge when it picks a new share up (at its next loop pass), so when the
+    // loops stop, one silo may show the newest period's share and the other the previous one:
+    // the sum is the limit only within what one update moves (the allocator's exact sum is a
+    // property test of `metronome_core::nba`). Seen: 199.80 Mbit/s for 200.
     assert_eq!(rate_silos, 2);
-    assert!((rate_sum - TARGET_BPS).abs() < 1.0, "{rate_sum}");
+    assert!(
+        (rate_sum - TARGET_BPS).abs() <= 0.02 * TARGET_BPS,
+        "{rate_sum}"
+    );
     assert!(report.groups[0].bytes > 0);
     achieved
 }
