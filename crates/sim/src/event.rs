@@ -56,56 +56,63 @@ pub enum Event {
     AckArrive(Ack),
 }
 
+/// An event stamped with its time and scheduling sequence.
 #[derive(Clone, Copy, Debug)]
-struct Entry {
+struct Entry<E> {
     time: Timestamp,
     seq: u64,
-    ev: Event,
+    ev: E,
 }
 
-impl PartialEq for Entry {
-    fn eq(&self, o: &Self) -> bool {
-        (self.time, self.seq) == (o.time, o.seq)
+impl<E> Entry<E> {
+    fn key(&self) -> (Timestamp, u64) {
+        (self.time, self.seq)
     }
 }
-impl Eq for Entry {}
-impl PartialOrd for Entry {
+
+impl<E> PartialEq for Entry<E> {
+    fn eq(&self, o: &Self) -> bool {
+        self.key() == o.key()
+    }
+}
+impl<E> Eq for Entry<E> {}
+impl<E> PartialOrd for Entry<E> {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Entry {
+impl<E> Ord for Entry<E> {
     /// Reversed: `BinaryHeap` is a max-heap and the earliest `(time, seq)` must come out first.
     fn cmp(&self, o: &Self) -> Ordering {
-        (o.time, o.seq).cmp(&(self.time, self.seq))
+        o.key().cmp(&self.key())
     }
 }
 
-/// Timers in a heap plus two FIFO delay lines, popped in `(time, sequence)` order.
+/// Timers in a binary heap plus `LINES` FIFO delay lines (each entered in time order), popped in
+/// `(time, sequence)` order: the queue of every simulated scenario (the host model's
+/// [`EventQueue`], the switch-port and incast models).
 #[derive(Debug)]
-pub struct EventQueue {
-    heap: BinaryHeap<Entry>,
-    data_line: VecDeque<Entry>,
-    ack_line: VecDeque<Entry>,
+pub struct TimedQueue<E, const LINES: usize> {
+    heap: BinaryHeap<Entry<E>>,
+    lines: [VecDeque<Entry<E>>; LINES],
     next_seq: u64,
     now: Timestamp,
     popped: u64,
 }
 
-impl EventQueue {
+impl<E, const LINES: usize> TimedQueue<E, LINES> {
     /// An empty queue with room for `capacity` events in each container.
     pub fn with_capacity(capacity: usize) -> Self {
-        EventQueue {
+        TimedQueue {
             heap: BinaryHeap::with_capacity(capacity),
-            data_line: VecDeque::with_capacity(capacity),
-            ack_line: VecDeque::with_capacity(capacity),
+            lines: std::array::from_fn(|_| VecDeque::with_capacity(capacity)),
             next_seq: 0,
             now: Timestamp::ZERO,
             popped: 0,
         }
     }
 
-    fn entry(&mut self, time: Timestamp, ev: Event) -> Entry {
+    fn entry(&mut self, time: Timestamp, ev: E) -> Entry<E> {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -117,38 +124,33 @@ impl EventQueue {
     }
 
     /// Schedules a timer event at `time` (not before the current time).
-    pub fn schedule(&mut self, time: Timestamp, ev: Event) {
+    pub fn schedule(&mut self, time: Timestamp, ev: E) {
         let e = self.entry(time, ev);
         self.heap.push(e);
     }
 
-    /// Puts a packet on the data delay line, arriving at `time` (not before the line's tail).
-    pub fn push_arrival(&mut self, time: Timestamp, desc: u32) {
-        let e = self.entry(time, Event::Arrive(desc));
-        debug_assert!(self.data_line.back().is_none_or(|b| b.time <= e.time));
-        self.data_line.push_back(e);
-    }
-
-    /// Puts an ACK on the return delay line, arriving at `time` (not before the line's tail).
-    pub fn push_ack(&mut self, time: Timestamp, ack: Ack) {
-        let e = self.entry(time, Event::AckArrive(ack));
-        debug_assert!(self.ack_line.back().is_none_or(|b| b.time <= e.time));
-        self.ack_line.push_back(e);
+    /// Puts `ev` on delay line `line`, arriving at `time` (not before the line's tail).
+    pub fn push_line(&mut self, line: usize, time: Timestamp, ev: E) {
+        let e = self.entry(time, ev);
+        debug_assert!(self.lines[line].back().is_none_or(|b| b.time <= e.time));
+        self.lines[line].push_back(e);
     }
 
     /// The earliest event, removed, with the clock moved to its time.
-    pub fn pop(&mut self) -> Option<(Timestamp, Event)> {
-        let key = |e: Option<&Entry>| e.map(|e| (e.time, e.seq));
-        let h = key(self.heap.peek());
-        let d = key(self.data_line.front());
-        let a = key(self.ack_line.front());
-        let earliest = [h, d, a].into_iter().flatten().min()?;
-        let e = if Some(earliest) == h {
-            self.heap.pop()
-        } else if Some(earliest) == d {
-            self.data_line.pop_front()
-        } else {
-            self.ack_line.pop_front()
+    pub fn pop(&mut self) -> Option<(Timestamp, E)> {
+        let mut best = self.heap.peek().map(Entry::key);
+        let mut from = None;
+        for (i, l) in self.lines.iter().enumerate() {
+            if let Some(k) = l.front().map(Entry::key) {
+                if best.is_none_or(|b| k < b) {
+                    best = Some(k);
+                    from = Some(i);
+                }
+            }
+        }
+        let e = match from {
+            Some(i) => self.lines[i].pop_front(),
+            None => self.heap.pop(),
         }?;
         debug_assert!(e.time >= self.now, "time went backwards");
         self.now = e.time;
@@ -168,12 +170,68 @@ impl EventQueue {
 
     /// Events waiting.
     pub fn len(&self) -> usize {
-        self.heap.len() + self.data_line.len() + self.ack_line.len()
+        self.heap.len() + self.lines.iter().map(VecDeque::len).sum::<usize>()
     }
 
     /// True when no event waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The data delay line of [`EventQueue`] (sender -> receiver).
+const DATA_LINE: usize = 0;
+/// The ACK delay line of [`EventQueue`] (receiver -> sender).
+const ACK_LINE: usize = 1;
+
+/// The host model's queue: timers in a heap plus the data and ACK delay lines.
+#[derive(Debug)]
+pub struct EventQueue(TimedQueue<Event, 2>);
+
+impl EventQueue {
+    /// An empty queue with room for `capacity` events in each container.
+    pub fn with_capacity(capacity: usize) -> Self {
+        EventQueue(TimedQueue::with_capacity(capacity))
+    }
+
+    /// Schedules a timer event at `time` (not before the current time).
+    pub fn schedule(&mut self, time: Timestamp, ev: Event) {
+        self.0.schedule(time, ev);
+    }
+
+    /// Puts a packet on the data delay line, arriving at `time` (not before the line's tail).
+    pub fn push_arrival(&mut self, time: Timestamp, desc: u32) {
+        self.0.push_line(DATA_LINE, time, Event::Arrive(desc));
+    }
+
+    /// Puts an ACK on the return delay line, arriving at `time` (not before the line's tail).
+    pub fn push_ack(&mut self, time: Timestamp, ack: Ack) {
+        self.0.push_line(ACK_LINE, time, Event::AckArrive(ack));
+    }
+
+    /// The earliest event, removed, with the clock moved to its time.
+    pub fn pop(&mut self) -> Option<(Timestamp, Event)> {
+        self.0.pop()
+    }
+
+    /// The current simulated time: the time of the last event popped.
+    pub fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    /// Events popped so far.
+    pub fn popped(&self) -> u64 {
+        self.0.popped()
+    }
+
+    /// Events waiting.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when no event waits.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 

@@ -202,10 +202,10 @@ impl<'a> SwitchSim<'a> {
                             s as u32
                         };
                         let f = self.add_flow(s as u32, h, GREEDY_PACKETS, at);
-                        self.q.timer(at, Ev::FlowStart(f));
+                        self.q.schedule(at, Ev::FlowStart(f));
                     }
                 }
-                self.q.timer(self.end, Ev::End);
+                self.q.schedule(self.end, Ev::End);
             }
             Workload::Poisson {
                 load,
@@ -228,7 +228,7 @@ impl<'a> SwitchSim<'a> {
                 self.fcts.reserve(*flows as usize);
                 self.hosts = (0..*hosts).map(|_| host()).collect();
                 self.end = Timestamp::from_nanos(u64::MAX / 4);
-                self.q.timer(Timestamp::ZERO, Ev::NextArrival);
+                self.q.schedule(Timestamp::ZERO, Ev::NextArrival);
             }
         }
         Ok(())
@@ -310,10 +310,10 @@ impl<'a> SwitchSim<'a> {
         if self.arrivals_left > 0 {
             let gap = exponential_ns(&mut self.rng, self.arrival_rate);
             self.q
-                .timer(now + Duration::from_nanos(gap), Ev::NextArrival);
+                .schedule(now + Duration::from_nanos(gap), Ev::NextArrival);
         } else {
             self.end = now + Duration::from_nanos(self.sc.duration_ns);
-            self.q.timer(self.end, Ev::End);
+            self.q.schedule(self.end, Ev::End);
         }
     }
 
@@ -369,7 +369,7 @@ impl<'a> SwitchSim<'a> {
             self.hosts[host as usize].fifo.push_back(id);
             if !self.hosts[host as usize].busy {
                 self.hosts[host as usize].busy = true;
-                self.q.timer(now + self.ser, Ev::HostDone(host));
+                self.q.schedule(now + self.ser, Ev::HostDone(host));
             }
         }
     }
@@ -380,10 +380,11 @@ impl<'a> SwitchSim<'a> {
         if host.fifo.is_empty() {
             host.busy = false;
         } else {
-            self.q.timer(now + self.ser, Ev::HostDone(h));
+            self.q.schedule(now + self.ser, Ev::HostDone(h));
         }
         if let Some(id) = sent {
-            self.q.line(TO_SWITCH, now + self.hop, Ev::AtSwitch(id));
+            self.q
+                .push_line(TO_SWITCH, now + self.hop, Ev::AtSwitch(id));
             // TSQ: the transmit completion lets the flow send again.
             let f = self.pkts[id as usize].flow;
             self.flows[f as usize].in_host -= 1;
@@ -447,7 +448,7 @@ impl<'a> SwitchSim<'a> {
                 self.r.ce_marked += 1;
             }
             self.port_busy = Some(id);
-            self.q.timer(now + self.ser, Ev::PortDone);
+            self.q.schedule(now + self.ser, Ev::PortDone);
         }
     }
 
@@ -456,7 +457,8 @@ impl<'a> SwitchSim<'a> {
             if now >= self.warmup {
                 self.tx_bytes += u64::from(self.sc.mtu);
             }
-            self.q.line(TO_RECEIVER, now + self.hop, Ev::AtReceiver(id));
+            self.q
+                .push_line(TO_RECEIVER, now + self.hop, Ev::AtReceiver(id));
         }
         self.start_port(now);
     }
@@ -476,7 +478,7 @@ impl<'a> SwitchSim<'a> {
             self.goodput_bytes[fl.service as usize] += u64::from(fl.rx.rcv_nxt - before) * payload;
         }
         if let Some(a) = ack {
-            self.q.line(TO_SENDER, now + self.back, Ev::AckAt(a));
+            self.q.push_line(TO_SENDER, now + self.back, Ev::AckAt(a));
         }
     }
 
@@ -522,7 +524,7 @@ impl<'a> SwitchSim<'a> {
         let fl = &mut self.flows[f as usize];
         if fl.rto_event_at.is_none_or(|e| t < e) {
             fl.rto_event_at = Some(t);
-            self.q.timer(t, Ev::Rto(f));
+            self.q.schedule(t, Ev::Rto(f));
         }
     }
 
