@@ -8,14 +8,16 @@
 //! and that the daemon rewrote, suppressed and generated ACKs and dropped no data frame. Skips,
 //! saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
 
+mod common;
+
 use metronome_daemon::config::Config;
 use metronome_daemon::daemon::spawn_shaper;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::netns::{TopoError, Topology};
+use metronome_daemon::netns::Topology;
 use metronome_daemon::run::Control;
-use metronome_daemon::trafficgen::{self, FlowGroup, TrafficPlan};
+use metronome_daemon::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Traffic duration.
 const RUN: Duration = Duration::from_secs(4);
@@ -42,17 +44,6 @@ match = { protocol = "tcp", dst_port = "5201-5216" }
 ack_shaping = { rate = "100mbit" }
 "#;
 
-fn topology() -> Option<Topology> {
-    match Topology::bump_in_the_wire("mtr-ack") {
-        Ok(topo) => Some(topo),
-        Err(e @ TopoError::MissingPrivilege(_)) => {
-            eprintln!("skipping ack_real_traffic: {e}");
-            None
-        }
-        Err(e) => panic!("building the topology failed: {e}"),
-    }
-}
-
 /// One run; returns the payload rate achieved on the wire, bit/s.
 fn ack_shaped_run(topo: &Topology) -> f64 {
     let metrics = Metrics::new();
@@ -60,28 +51,15 @@ fn ack_shaped_run(topo: &Topology) -> f64 {
     let config = Config::from_toml_str(CONFIG, "ack_real_traffic.toml").unwrap();
     let shaper = spawn_shaper(&topo.shaper, config, metrics.clone(), control.clone()).unwrap();
     std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
-    let mut counters = topo.receiver.link_counters(&topo.receiver_if).unwrap();
     let plan = TrafficPlan::new(
         topo.receiver_addr,
         vec![FlowGroup::tcp("incast", 5201, 4)],
         RUN,
     );
-    let (sender, receiver) = (topo.sender.clone(), topo.receiver.clone());
-    let traffic =
-        std::thread::spawn(move || trafficgen::run(&plan, Some(&sender), Some(&receiver)));
-    let start = Instant::now();
-    let mut samples = Vec::new();
-    while !traffic.is_finished() {
-        samples.push((start.elapsed(), counters.read().unwrap().rx_bytes));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let report = traffic.join().unwrap().unwrap();
+    let (report, samples) = common::drive(topo, plan);
     control.stop.store(true, Ordering::Relaxed);
     let loop_report = shaper.join().unwrap().unwrap().unwrap();
-    let end = RUN.saturating_sub(COOLDOWN);
-    let first = samples.iter().find(|(t, _)| *t >= WARMUP).unwrap();
-    let last = samples.iter().rev().find(|(t, _)| *t <= end).unwrap();
-    let wire = (last.1 - first.1) as f64 * 8.0 / (last.0 - first.0).as_secs_f64();
+    let wire = common::wire_bps(&samples, WARMUP, RUN.saturating_sub(COOLDOWN));
     let text = metrics.encode();
     let count = |outcome: &str| -> u64 {
         let key = format!("metronome_ack_shaping_total{{class=\"incast\",outcome=\"{outcome}\"}} ");
@@ -114,7 +92,7 @@ fn ack_shaped_run(topo: &Topology) -> f64 {
 
 #[test]
 fn kernel_tcp_is_held_to_the_ack_shaping_rate() {
-    let Some(topo) = topology() else {
+    let Some(topo) = common::topology("mtr-ack", "ack_real_traffic") else {
         return;
     };
     // Segments of one MTU: the payload-per-frame ratio above holds for every frame.
@@ -122,14 +100,9 @@ fn kernel_tcp_is_held_to_the_ack_shaping_rate() {
     // Two attempts, as in real_traffic.rs: a burst of load from another process on this shared
     // machine can starve the kernel senders for part of one run. Each attempt still checks the
     // counters; the rate must hold in at least one.
-    let mut last = String::new();
-    let held = (0..2).any(|attempt| {
-        let achieved = ack_shaped_run(&topo);
-        let deviation = achieved / TARGET_BPS - 1.0;
-        last = format!("{:.2} % off (attempt {})", deviation * 100.0, attempt + 1);
-        eprintln!("{last}");
-        deviation.abs() <= TOLERANCE
-    });
+    let held = common::holds_in_two_attempts("", TARGET_BPS, TOLERANCE, || ack_shaped_run(&topo));
     topo.remove().unwrap();
-    assert!(held, "{last}");
+    if let Err(last) = held {
+        panic!("{last}");
+    }
 }

@@ -5,8 +5,9 @@
 //! frame the forwarder received was sent or is counted. Skips, saying why, without CAP_NET_ADMIN;
 //! the topology is removed on every path (its `Drop`).
 
+mod common;
+
 use metronome_daemon::forwarder;
-use metronome_daemon::netns::{TopoError, Topology};
 use metronome_daemon::trafficgen::{self, FlowGroup, TrafficPlan};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,13 +18,8 @@ const CAP_BYTES: u64 = 20 << 20;
 
 #[test]
 fn tcp_crosses_the_plain_forwarder_and_every_frame_is_counted() {
-    let mut topo = match Topology::bump_in_the_wire("mtr-fw") {
-        Ok(topo) => topo,
-        Err(e @ TopoError::MissingPrivilege(_)) => {
-            eprintln!("skipping forwarder test: {e}");
-            return;
-        }
-        Err(e) => panic!("building the topology failed: {e}"),
+    let Some(mut topo) = common::topology("mtr-fw", "forwarder test") else {
+        return;
     };
     topo.one_mtu_segments().unwrap();
     topo.offloads_off().unwrap();

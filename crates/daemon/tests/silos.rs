@@ -8,14 +8,16 @@
 //! Skips, saying why, without CAP_NET_ADMIN; the topology (its own `mtr-sl` names) is removed on
 //! every path, panics included (its `Drop`).
 
+mod common;
+
 use metronome_daemon::config::Config;
 use metronome_daemon::daemon::spawn_silos;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::netns::{TopoError, Topology};
+use metronome_daemon::netns::Topology;
 use metronome_daemon::run::Control;
-use metronome_daemon::trafficgen::{self, FlowGroup, TrafficPlan};
+use metronome_daemon::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Traffic duration.
 const RUN: Duration = Duration::from_secs(3);
@@ -48,18 +50,6 @@ burst = "15k"
     Config::from_toml_str(text, "silos.toml").unwrap()
 }
 
-/// Builds the topology, or `None` (printing why) without the privilege.
-fn topology() -> Option<Topology> {
-    match Topology::bump_in_the_wire("mtr-sl") {
-        Ok(topo) => Some(topo),
-        Err(e @ TopoError::MissingPrivilege(_)) => {
-            eprintln!("skipping silos: {e}");
-            None
-        }
-        Err(e) => panic!("building the topology failed: {e}"),
-    }
-}
-
 /// The sum of `metronome_nba_rate_bps{class="bulk",silo=...}` and how many silos have one.
 fn nba_rates(metrics: &Metrics) -> (f64, usize) {
     let text = metrics.encode();
@@ -77,30 +67,17 @@ fn shaped_run(topo: &Topology) -> f64 {
     let control = Control::default();
     let silos = spawn_silos(&topo.shaper, config(), metrics.clone(), control.clone()).unwrap();
     std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
-    let mut counters = topo.receiver.link_counters(&topo.receiver_if).unwrap();
     let plan = TrafficPlan::new(
         topo.receiver_addr,
         vec![FlowGroup::tcp("bulk", 5201, FLOWS)],
         RUN,
     );
-    let (sender, receiver) = (topo.sender.clone(), topo.receiver.clone());
-    let traffic =
-        std::thread::spawn(move || trafficgen::run(&plan, Some(&sender), Some(&receiver)));
-    let start = Instant::now();
-    let mut samples = Vec::new();
-    while !traffic.is_finished() {
-        samples.push((start.elapsed(), counters.read().unwrap().rx_bytes));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let report = traffic.join().unwrap().unwrap();
+    let (report, samples) = common::drive(topo, plan);
     let (rate_sum, rate_silos) = nba_rates(&metrics);
     control.stop.store(true, Ordering::Relaxed);
     let reports = silos.join().unwrap().unwrap().unwrap();
 
-    let end = RUN.saturating_sub(COOLDOWN);
-    let first = samples.iter().find(|(t, _)| *t >= WARMUP).unwrap();
-    let last = samples.iter().rev().find(|(t, _)| *t <= end).unwrap();
-    let achieved = (last.1 - first.1) as f64 * 8.0 / (last.0 - first.0).as_secs_f64();
+    let achieved = common::wire_bps(&samples, WARMUP, RUN.saturating_sub(COOLDOWN));
     println!(
         "achieved {:.2} Mbit/s on the wire (target {:.0}), goodput {:.2} Mbit/s; allocator rates \
          sum {:.2} Mbit/s over {rate_silos} silos",
@@ -129,20 +106,7 @@ fn shaped_run(topo: &Topology) -> f64 {
         assert_eq!(r.refused_rates, 0);
         // Every frame the silo's inside port delivered is sent, dropped under a name, or was
         // queued; nothing is lost silently.
-        assert_eq!(l.inside.rx_packets, e.received);
-        assert_eq!(e.received, e.forwarded + e.enqueued + e.dropped());
-        assert_eq!(e.enqueued, e.released + l.queued_at_stop);
-        let out = l.outside;
-        assert_eq!(
-            l.inside.rx_packets,
-            out.tx_packets
-                + out.tx_errors
-                + e.dropped()
-                + l.queued_at_stop
-                + l.pending_at_stop
-                + l.tx_failed,
-            "silo {silo}: {l:?}"
-        );
+        common::assert_every_frame_accounted(l, &format!("silo {silo}"));
         assert_eq!(l.outside.rx_packets, l.passed_back);
     }
     // The allocator's shares are in the metrics, one per silo, and add up to the limit. Each
@@ -161,7 +125,7 @@ fn shaped_run(topo: &Topology) -> f64 {
 
 #[test]
 fn two_silos_share_one_aggregate_limit_on_real_tcp() {
-    let Some(topo) = topology() else {
+    let Some(topo) = common::topology("mtr-sl", "silos") else {
         return;
     };
     // Segments of one MTU: GSO/TSO would hand the shaper 64 KiB super-frames (see the demo).
@@ -169,14 +133,9 @@ fn two_silos_share_one_aggregate_limit_on_real_tcp() {
     // Two attempts, as in real_traffic.rs: on this shared 2-core machine a burst of load from
     // another process can starve the kernel TCP senders for part of one run. Every attempt
     // asserts the accounting; the rate must hold in one of them.
-    let mut last = String::new();
-    let held = (0..2).any(|attempt| {
-        let achieved = shaped_run(&topo);
-        let deviation = achieved / TARGET_BPS - 1.0;
-        last = format!("{:.2} % off (attempt {})", deviation * 100.0, attempt + 1);
-        eprintln!("{last}");
-        deviation.abs() <= TOLERANCE
-    });
+    let held = common::holds_in_two_attempts("", TARGET_BPS, TOLERANCE, || shaped_run(&topo));
     topo.remove().unwrap();
-    assert!(held, "{last}");
+    if let Err(last) = held {
+        panic!("{last}");
+    }
 }

