@@ -20,7 +20,7 @@
 //! Nothing allocates per packet: descriptors live in a slab with a free list, ready flows in a
 //! reused queue, resumed flows in a reused vector.
 
-use crate::event::{Ack, Event, EventQueue};
+use crate::event::{Ack, Event, EventQueue, TimerFire};
 use crate::host::{Flow, Rng, Transport, DELAYED_ACK_TIMEOUT};
 use crate::metrics::Metrics;
 use crate::report::{DropReport, ShaperReport, SimReport, Speed};
@@ -414,9 +414,8 @@ impl<'a> Sim<'a> {
         match &mut fl.transport {
             Transport::Tcp(tcp) => {
                 tcp.on_sent(now, seq, mtus);
-                if fl.rto_at.is_none() {
+                if !fl.rto.is_set() {
                     let t = now + tcp.rto();
-                    fl.rto_at = Some(t);
                     self.arm_rto(f, t);
                 }
             }
@@ -438,31 +437,25 @@ impl<'a> Sim<'a> {
     }
 
     fn arm_rto(&mut self, f: u32, t: Timestamp) {
-        let fl = &mut self.flows[f as usize];
-        if fl.rto_event_at.is_none_or(|e| t < e) {
-            fl.rto_event_at = Some(t);
-            self.q.schedule(t, Event::Rto(f));
+        if let Some(at) = self.flows[f as usize].rto.set(t) {
+            self.q.schedule(at, Event::Rto(f));
         }
     }
 
     fn on_rto_timer(&mut self, f: u32, now: Timestamp) {
         let fl = &mut self.flows[f as usize];
-        if fl.rto_event_at == Some(now) {
-            fl.rto_event_at = None;
-        }
-        match fl.rto_at {
-            Some(t) if t <= now => {
+        match fl.rto.fire(now) {
+            TimerFire::Expired => {
                 let Transport::Tcp(tcp) = &mut fl.transport else {
                     return;
                 };
                 tcp.on_rto();
                 let t = now + tcp.rto();
-                fl.rto_at = Some(t);
                 self.arm_rto(f, t);
                 self.try_send(f, now);
             }
-            Some(t) => self.arm_rto(f, t),
-            None => {}
+            TimerFire::Early(t) => self.arm_rto(f, t),
+            TimerFire::Stopped => {}
         }
     }
 
@@ -585,10 +578,9 @@ impl<'a> Sim<'a> {
         let metrics = &mut self.metrics;
         tcp.take_delivered(now, |d| metrics.on_delivery(now, f, d));
         if !tcp.has_outstanding() {
-            fl.rto_at = None;
+            fl.rto.clear();
         } else if out.newly_acked > 0 {
             let t = now + tcp.rto();
-            fl.rto_at = Some(t);
             self.arm_rto(f, t);
         }
         self.try_send(f, now);

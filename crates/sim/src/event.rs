@@ -179,6 +179,66 @@ impl<E, const LINES: usize> TimedQueue<E, LINES> {
     }
 }
 
+/// A deadline that moves often (a TCP retransmission timer pushed back by every ACK) served by
+/// lazy events: setting it asks for an event only when none is pending at or before the new
+/// deadline, and an event that fires before the deadline asks for one at it. So a flow has at
+/// most a few timer events in the queue however often its deadline moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LazyTimer {
+    /// The deadline, when the timer runs.
+    deadline: Option<Timestamp>,
+    /// The earliest pending event for this timer.
+    event_at: Option<Timestamp>,
+}
+
+/// What a [`LazyTimer`]'s event found when it fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerFire {
+    /// The deadline has passed: the timer expired.
+    Expired,
+    /// The deadline is later (it moved): call [`LazyTimer::set`] with it again.
+    Early(Timestamp),
+    /// The timer is stopped.
+    Stopped,
+}
+
+impl LazyTimer {
+    /// True while the timer runs.
+    pub fn is_set(&self) -> bool {
+        self.deadline.is_some()
+    }
+
+    /// Stops the timer (a pending event will find it stopped).
+    pub fn clear(&mut self) {
+        self.deadline = None;
+    }
+
+    /// Sets the deadline to `t`; returns the time to schedule an event at, or `None` when a
+    /// pending event fires at or before `t` already.
+    #[must_use]
+    pub fn set(&mut self, t: Timestamp) -> Option<Timestamp> {
+        self.deadline = Some(t);
+        if self.event_at.is_none_or(|e| t < e) {
+            self.event_at = Some(t);
+            Some(t)
+        } else {
+            None
+        }
+    }
+
+    /// One of this timer's events fired at `now`.
+    pub fn fire(&mut self, now: Timestamp) -> TimerFire {
+        if self.event_at == Some(now) {
+            self.event_at = None;
+        }
+        match self.deadline {
+            Some(t) if t <= now => TimerFire::Expired,
+            Some(t) => TimerFire::Early(t),
+            None => TimerFire::Stopped,
+        }
+    }
+}
+
 /// The data delay line of [`EventQueue`] (sender -> receiver).
 const DATA_LINE: usize = 0;
 /// The ACK delay line of [`EventQueue`] (receiver -> sender).
@@ -268,5 +328,22 @@ mod tests {
         assert_eq!(q.now(), t(30));
         assert_eq!(q.popped(), 5);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_lazy_timer_asks_for_an_event_only_when_none_fires_earlier() {
+        let mut r = LazyTimer::default();
+        assert!(!r.is_set());
+        assert_eq!(r.set(t(100)), Some(t(100)));
+        // Pushed back: the pending event at 100 will do.
+        assert_eq!(r.set(t(150)), None);
+        assert_eq!(r.fire(t(100)), TimerFire::Early(t(150)));
+        assert_eq!(r.set(t(150)), Some(t(150)));
+        // Brought forward: a new, earlier event.
+        assert_eq!(r.set(t(120)), Some(t(120)));
+        assert_eq!(r.fire(t(120)), TimerFire::Expired);
+        r.clear();
+        assert_eq!(r.fire(t(150)), TimerFire::Stopped);
+        assert!(!r.is_set());
     }
 }

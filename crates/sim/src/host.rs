@@ -10,7 +10,7 @@
 //! of order or fills a hole, and a timer ([`DELAYED_ACK_TIMEOUT`]) for a lone segment. The ACK
 //! echoes the triggering segment's send time (RFC 7323 timestamps) and its CE mark (RFC 3168).
 
-use crate::event::Ack;
+use crate::event::{Ack, LazyTimer};
 use crate::tcp::TcpSender;
 use metronome_core::{Duration, Timestamp};
 
@@ -171,10 +171,8 @@ pub struct Flow {
     pub started: bool,
     /// A `SourceWake` event is pending at this time.
     pub wake_at: Option<Timestamp>,
-    /// The retransmission deadline, when the timer runs.
-    pub rto_at: Option<Timestamp>,
-    /// The earliest pending `Rto` event for this flow.
-    pub rto_event_at: Option<Timestamp>,
+    /// The retransmission timer (`Rto` events).
+    pub rto: LazyTimer,
     /// The flow is in the engine's ready list.
     pub ready: bool,
     /// The receiver.
@@ -197,8 +195,7 @@ impl Flow {
             resumed_turn: false,
             started: false,
             wake_at: None,
-            rto_at: None,
-            rto_event_at: None,
+            rto: LazyTimer::default(),
             ready: false,
             rx: Receiver::default(),
             rng,

@@ -35,7 +35,7 @@
 //! queueing delay, drops, the senders' RTT samples and the bytes the receiver holds received but
 //! unacknowledged.
 
-use crate::event::Ack;
+use crate::event::{Ack, LazyTimer, TimerFire};
 use crate::host::{Receiver, Rng};
 use crate::metrics::Metrics;
 use crate::report::{CountSummary, LatencySummary, ThroughputReport};
@@ -254,8 +254,7 @@ struct Flow {
     tcp: TcpSender,
     rx: Receiver,
     machine: u32,
-    rto_at: Option<Timestamp>,
-    rto_event_at: Option<Timestamp>,
+    rto: LazyTimer,
     /// Highest acknowledgement (MTUs) sent toward the sender.
     ack_sent: u32,
     /// Echo of the latest segment, for generated ACKs.
@@ -307,8 +306,7 @@ impl<'a> IncastSim<'a> {
                 tcp: TcpSender::new(sc.cc, sc.initial_cwnd, rto_min),
                 rx: Receiver::default(),
                 machine: f % sc.senders,
-                rto_at: None,
-                rto_event_at: None,
+                rto: LazyTimer::default(),
                 ack_sent: 0,
                 ts_echo: Timestamp::ZERO,
                 ece_pending: false,
@@ -427,9 +425,8 @@ impl<'a> IncastSim<'a> {
             self.q.schedule(depart + self.quarter_rtt, Ev::AtPort(id));
             let fl = &mut self.flows[f as usize];
             fl.tcp.on_sent(now, seq, 1);
-            if fl.rto_at.is_none() {
+            if !fl.rto.is_set() {
                 let t = now + fl.tcp.rto();
-                fl.rto_at = Some(t);
                 self.arm_rto(f, t);
             }
         }
@@ -585,38 +582,31 @@ impl<'a> IncastSim<'a> {
             self.metrics.on_rtt(now, rtt);
         }
         if !fl.tcp.has_outstanding() {
-            fl.rto_at = None;
+            fl.rto.clear();
         } else if out.newly_acked > 0 {
             let t = now + fl.tcp.rto();
-            fl.rto_at = Some(t);
             self.arm_rto(f, t);
         }
         self.try_send(f, now);
     }
 
     fn arm_rto(&mut self, f: u32, t: Timestamp) {
-        let fl = &mut self.flows[f as usize];
-        if fl.rto_event_at.is_none_or(|e| t < e) {
-            fl.rto_event_at = Some(t);
-            self.q.schedule(t, Ev::Rto(f));
+        if let Some(at) = self.flows[f as usize].rto.set(t) {
+            self.q.schedule(at, Ev::Rto(f));
         }
     }
 
     fn on_rto_timer(&mut self, f: u32, now: Timestamp) {
         let fl = &mut self.flows[f as usize];
-        if fl.rto_event_at == Some(now) {
-            fl.rto_event_at = None;
-        }
-        match fl.rto_at {
-            Some(t) if t <= now => {
+        match fl.rto.fire(now) {
+            TimerFire::Expired => {
                 fl.tcp.on_rto();
                 let t = now + fl.tcp.rto();
-                fl.rto_at = Some(t);
                 self.arm_rto(f, t);
                 self.try_send(f, now);
             }
-            Some(t) => self.arm_rto(f, t),
-            None => {}
+            TimerFire::Early(t) => self.arm_rto(f, t),
+            TimerFire::Stopped => {}
         }
     }
 

@@ -7,7 +7,7 @@
 use super::events::{Ev, Queue, TO_RECEIVER, TO_SENDER, TO_SWITCH};
 use super::workload::{exponential_ns, uniform, FlowSizeCdf};
 use super::{FctSummary, MarkingSpec, SwitchError, SwitchReport, SwitchScenario, Workload};
-use crate::event::Ack;
+use crate::event::{Ack, LazyTimer, TimerFire};
 use crate::host::{Receiver, Rng};
 use crate::scenario::CongestionControl;
 use crate::tcp::TcpSender;
@@ -55,8 +55,7 @@ struct Flow {
     in_host: u32,
     start: Timestamp,
     done: bool,
-    rto_at: Option<Timestamp>,
-    rto_event_at: Option<Timestamp>,
+    rto: LazyTimer,
 }
 
 struct Host {
@@ -254,8 +253,7 @@ impl<'a> SwitchSim<'a> {
             in_host: 0,
             start,
             done: false,
-            rto_at: None,
-            rto_event_at: None,
+            rto: LazyTimer::default(),
         });
         (self.flows.len() - 1) as u32
     }
@@ -350,9 +348,8 @@ impl<'a> SwitchSim<'a> {
                 return;
             };
             tcp.on_sent(now, seq, 1);
-            if fl.rto_at.is_none() {
+            if !fl.rto.is_set() {
                 let t = now + tcp.rto();
-                fl.rto_at = Some(t);
                 self.arm_rto(f, t);
             }
             let fl = &mut self.flows[f as usize];
@@ -500,7 +497,7 @@ impl<'a> SwitchSim<'a> {
         }
         if fl.tcp.snd_una >= fl.size {
             fl.done = true;
-            fl.rto_at = None;
+            fl.rto.clear();
             let bytes = u64::from(fl.size) * super::workload::CDF_PACKET_PAYLOAD;
             let fct = now.saturating_since(fl.start).as_nanos();
             self.fcts.push((bytes, fct, fl.tcp.counters.timeouts));
@@ -511,37 +508,30 @@ impl<'a> SwitchSim<'a> {
             return;
         }
         if !fl.tcp.has_outstanding() {
-            fl.rto_at = None;
+            fl.rto.clear();
         } else if out.newly_acked > 0 {
             let t = now + fl.tcp.rto();
-            fl.rto_at = Some(t);
             self.arm_rto(f, t);
         }
         self.try_send(f, now);
     }
 
     fn arm_rto(&mut self, f: u32, t: Timestamp) {
-        let fl = &mut self.flows[f as usize];
-        if fl.rto_event_at.is_none_or(|e| t < e) {
-            fl.rto_event_at = Some(t);
-            self.q.schedule(t, Ev::Rto(f));
+        if let Some(at) = self.flows[f as usize].rto.set(t) {
+            self.q.schedule(at, Ev::Rto(f));
         }
     }
 
     fn on_rto(&mut self, f: u32, now: Timestamp) {
         let fl = &mut self.flows[f as usize];
-        if fl.rto_event_at == Some(now) {
-            fl.rto_event_at = None;
-        }
-        match fl.rto_at {
-            Some(t) if t <= now && !fl.done => {
+        match fl.rto.fire(now) {
+            TimerFire::Expired if !fl.done => {
                 fl.tcp.on_rto();
                 let t = now + fl.tcp.rto();
-                fl.rto_at = Some(t);
                 self.arm_rto(f, t);
                 self.try_send(f, now);
             }
-            Some(t) if !fl.done => self.arm_rto(f, t),
+            TimerFire::Early(t) if !fl.done => self.arm_rto(f, t),
             _ => {}
         }
     }
