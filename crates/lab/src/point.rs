@@ -54,6 +54,14 @@ impl Point {
         }
     }
 
+    /// `name` as an integer of at least 1.
+    pub fn positive(&self, name: &str) -> Result<u64, LabError> {
+        match self.u64(name)? {
+            0 => Err(LabError::param(self.index, name, "must be at least 1")),
+            v => Ok(v),
+        }
+    }
+
     /// `name` as a number (an integer is accepted and converted).
     pub fn f64(&self, name: &str) -> Result<f64, LabError> {
         match self.get(name)? {

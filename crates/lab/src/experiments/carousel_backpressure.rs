@@ -26,7 +26,7 @@
 
 use metronome_sim::{BackpressureMode, CongestionControl, ShaperSpec, SourceKind};
 
-use super::simulated::{base_scenario, positive, positive_u32, push_common, round, simulate};
+use super::simulated::{base_scenario, positive_u32, push_common, round, simulate};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -39,7 +39,7 @@ const MODES: [&str; 3] = ["dc", "vegas", "none"];
 /// Runs one point: see the module documentation.
 pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
     let mode = point.str("mode")?;
-    let rate_bps = positive(point, "rate_bps")?;
+    let rate_bps = point.positive("rate_bps")?;
     let mut sc = base_scenario(point)?;
     let cubic = SourceKind::Tcp(CongestionControl::Cubic);
     (sc.source, sc.backpressure) = match mode {
@@ -66,8 +66,8 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
         }
     };
     sc.shaper = ShaperSpec::TimingWheel {
-        granularity_ns: positive(point, "granularity_ns")?,
-        horizon_ns: positive(point, "horizon_ms")? * 1_000_000,
+        granularity_ns: point.positive("granularity_ns")?,
+        horizon_ns: point.positive("horizon_ms")? * 1_000_000,
         aggregate_bps: Some(rate_bps),
         per_flow_bps: None,
         capacity_packets: positive_u32(point, "capacity_packets")?,

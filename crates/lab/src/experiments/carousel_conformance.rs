@@ -38,7 +38,7 @@
 
 use metronome_sim::{BackpressureMode, CongestionControl, ShaperSpec, SourceKind};
 
-use super::simulated::{base_scenario, positive, positive_u32, push_common, round, simulate};
+use super::simulated::{base_scenario, positive_u32, push_common, round, simulate};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -51,7 +51,7 @@ const SHAPERS: [&str; 3] = ["timing_wheel", "fq_tree", "token_bucket_rr"];
 /// Runs one point: see the module documentation.
 pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
     let shaper = point.str("shaper")?;
-    let target_bps = positive(point, "target_bps")?;
+    let target_bps = point.positive("target_bps")?;
     let mut sc = base_scenario(point)?;
     sc.source = SourceKind::Tcp(CongestionControl::Cubic);
     let tsq = BackpressureMode::Tsq {
@@ -60,10 +60,10 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
     let mut granularity_ns = 0;
     (sc.shaper, sc.backpressure) = match shaper {
         "timing_wheel" => {
-            granularity_ns = positive(point, "granularity_ns")?;
+            granularity_ns = point.positive("granularity_ns")?;
             let spec = ShaperSpec::TimingWheel {
                 granularity_ns,
-                horizon_ns: positive(point, "horizon_ms")? * 1_000_000,
+                horizon_ns: point.positive("horizon_ms")? * 1_000_000,
                 aggregate_bps: Some(target_bps),
                 per_flow_bps: None,
                 capacity_packets: positive_u32(point, "wheel_capacity_packets")?,
@@ -82,14 +82,14 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
             (spec, tsq)
         }
         "token_bucket_rr" => {
-            let hz = positive(point, "htb_hz")?;
+            let hz = point.positive("htb_hz")?;
             let burst = target_bps / 8 / hz + u64::from(sc.transport.mtu);
             let spec = ShaperSpec::TokenBucketRr {
                 rate_bps: target_bps,
                 burst_bytes: u32::try_from(burst).map_err(|_| {
                     LabError::param(point.index, "htb_hz", "rate / HZ over 4 GB: raise it")
                 })?,
-                timer_ns: positive(point, "htb_timer_ms")? * 1_000_000,
+                timer_ns: point.positive("htb_timer_ms")? * 1_000_000,
                 capacity_packets: positive_u32(point, "htb_capacity_packets")?,
             };
             (spec, tsq)

@@ -28,7 +28,7 @@
 use metronome_sim::incast::{run_incast, IncastMode, IncastReport, IncastScenario};
 use metronome_sim::CongestionControl;
 
-use super::simulated::{positive, positive_u32, round};
+use super::simulated::{positive_u32, round};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -58,21 +58,21 @@ fn scenario(p: &Point) -> Result<IncastScenario, LabError> {
     Ok(IncastScenario {
         senders: positive_u32(p, "senders")?,
         flows_per_sender: positive_u32(p, "flows_per_sender")?,
-        line_rate_bps: positive(p, "line_rate_bps")?,
-        target_bps: positive(p, "target_bps")?,
+        line_rate_bps: p.positive("line_rate_bps")?,
+        target_bps: p.positive("target_bps")?,
         mode,
-        base_rtt_ns: positive(p, "base_rtt_us")? * US,
+        base_rtt_ns: p.positive("base_rtt_us")? * US,
         mtu: positive_u32(p, "mtu")?,
         port_buffer_packets: positive_u32(p, "port_buffer_packets")?,
         ecn_threshold_packets: (ecn > 0).then_some(ecn as u32),
         rwnd_mtus: positive_u32(p, "rwnd_mtus")?,
         initial_cwnd: positive_u32(p, "initial_cwnd")?,
-        rto_min_ns: positive(p, "rto_min_ms")? * MS,
+        rto_min_ns: p.positive("rto_min_ms")? * MS,
         cc,
         ack_burst_bytes: positive_u32(p, "ack_burst_bytes")?,
-        duration_ns: positive(p, "duration_ms")? * MS,
+        duration_ns: p.positive("duration_ms")? * MS,
         warmup_ns: p.u64("warmup_ms")? * MS,
-        window_ns: positive(p, "window_ms")? * MS,
+        window_ns: p.positive("window_ms")? * MS,
         start_spread_ns: p.u64("start_spread_us")? * US,
         seed: p.u64("seed")?,
     })

@@ -36,7 +36,7 @@
 use metronome_sim::switch::{self, MarkingSpec, SwitchReport, SwitchScenario, Workload};
 use metronome_sim::CongestionControl;
 
-use super::simulated::{positive, positive_u32, round, SPEED_COLUMN};
+use super::simulated::{positive_u32, round, SPEED_COLUMN};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -118,16 +118,16 @@ fn weights(p: &Point) -> Result<Vec<f64>, LabError> {
 fn base(p: &Point) -> Result<SwitchScenario, LabError> {
     let mut sc = SwitchScenario {
         seed: p.u64("seed")?,
-        line_rate_bps: positive(p, "line_rate_bps")?,
+        line_rate_bps: p.positive("line_rate_bps")?,
         base_rtt_ns: (p.f64("base_rtt_us")? * US).round() as u64,
-        buffer_bytes: positive(p, "buffer_bytes")?,
+        buffer_bytes: p.positive("buffer_bytes")?,
         queues: positive_u32(p, "queues")?,
         quantum_bytes: positive_u32(p, "quantum_bytes")?,
-        standard_threshold_bytes: positive(p, "standard_threshold_bytes")?,
+        standard_threshold_bytes: p.positive("standard_threshold_bytes")?,
         beta: p.f64("beta")?,
         cc: CongestionControl::Dctcp,
         initial_cwnd: positive_u32(p, "initial_cwnd")?,
-        rto_min_ns: positive(p, "rto_min_us")? * 1_000,
+        rto_min_ns: p.positive("rto_min_us")? * 1_000,
         ..SwitchScenario::default()
     };
     match p.str("workload")? {
@@ -148,7 +148,7 @@ fn base(p: &Point) -> Result<SwitchScenario, LabError> {
                 start_spread_ns: MS,
                 host_per_flow,
             };
-            sc.duration_ns = positive(p, "duration_ms")? * MS;
+            sc.duration_ns = p.positive("duration_ms")? * MS;
             sc.warmup_ns = p.u64("warmup_ms")? * MS;
         }
         "poisson" => {
@@ -160,7 +160,7 @@ fn base(p: &Point) -> Result<SwitchScenario, LabError> {
                 hosts: positive_u32(p, "hosts")?,
                 cdf: None,
             };
-            sc.duration_ns = positive(p, "drain_ms")? * MS;
+            sc.duration_ns = p.positive("drain_ms")? * MS;
         }
         other => {
             return Err(LabError::param(

@@ -84,12 +84,6 @@ enum Allocator {
 
 impl Params {
     fn read(p: &Point) -> Result<Self, LabError> {
-        let positive = |name: &str| -> Result<u64, LabError> {
-            match p.u64(name)? {
-                0 => Err(LabError::param(p.index, name, "must be at least 1")),
-                v => Ok(v),
-            }
-        };
         let allocator = match p.str("allocator")? {
             "nba" => Allocator::Nba,
             "static" => Allocator::Static,
@@ -101,7 +95,7 @@ impl Params {
                 ))
             }
         };
-        let cores = positive("cores")?.min(1024) as usize;
+        let cores = p.positive("cores")?.min(1024) as usize;
         let splits_text = p.str("splits")?.to_string();
         let splits =
             parse_splits(&splits_text, cores).map_err(|m| LabError::param(p.index, "splits", m))?;
@@ -110,14 +104,14 @@ impl Params {
             cores,
             splits,
             splits_text,
-            aggregate_bps: positive("aggregate_bps")?,
-            offered_bps: positive("offered_bps")?,
-            period_ns: positive("period_ms")? * MS,
-            phase_ns: positive("phase_ms")? * MS,
+            aggregate_bps: p.positive("aggregate_bps")?,
+            offered_bps: p.positive("offered_bps")?,
+            period_ns: p.positive("period_ms")? * MS,
+            phase_ns: p.positive("phase_ms")? * MS,
             shift_lag_ns: p.u64("shift_lag_ms")? * MS,
-            packet_bytes: positive("packet_bytes")?.min(65_535) as u32,
-            inflight_packets: positive("inflight_packets")?.min(1 << 16) as usize,
-            source_buffer_packets: positive("source_buffer_packets")?,
+            packet_bytes: p.positive("packet_bytes")?.min(65_535) as u32,
+            inflight_packets: p.positive("inflight_packets")?.min(1 << 16) as usize,
+            source_buffer_packets: p.positive("source_buffer_packets")?,
             converge_pct: p.f64("converge_pct")?,
             trace: p.bool("trace")?,
         };

@@ -19,17 +19,9 @@ pub const SPEED_COLUMN: &str = "events_per_sec";
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
 
-/// A parameter that must be at least 1.
-pub fn positive(p: &Point, name: &str) -> Result<u64, LabError> {
-    match p.u64(name)? {
-        0 => Err(LabError::param(p.index, name, "must be at least 1")),
-        v => Ok(v),
-    }
-}
-
 /// A parameter that must be at least 1 and fit in a `u32`.
 pub fn positive_u32(p: &Point, name: &str) -> Result<u32, LabError> {
-    let v = positive(p, name)?;
+    let v = p.positive(name)?;
     u32::try_from(v)
         .map_err(|_| LabError::param(p.index, name, format!("must be at most {}", u32::MAX)))
 }
@@ -40,12 +32,12 @@ pub fn positive_u32(p: &Point, name: &str) -> Result<u32, LabError> {
 pub fn base_scenario(p: &Point) -> Result<Scenario, LabError> {
     let mut sc = Scenario {
         seed: p.u64("seed")?,
-        duration_ns: positive(p, "duration_ms")? * MS,
+        duration_ns: p.positive("duration_ms")? * MS,
         warmup_ns: p.u64("warmup_ms")? * MS,
-        window_ns: positive(p, "window_ms")? * MS,
+        window_ns: p.positive("window_ms")? * MS,
         start_spread_ns: p.u64("start_spread_ms")? * MS,
-        base_rtt_ns: positive(p, "base_rtt_us")? * US,
-        line_rate_bps: positive(p, "line_rate_bps")?,
+        base_rtt_ns: p.positive("base_rtt_us")? * US,
+        line_rate_bps: p.positive("line_rate_bps")?,
         flows: positive_u32(p, "flows")?,
         ..Scenario::default()
     };

@@ -66,14 +66,8 @@ struct Params {
 
 impl Params {
     fn read(p: &Point) -> Result<Self, LabError> {
-        let positive = |name: &str| -> Result<u64, LabError> {
-            match p.u64(name)? {
-                0 => Err(LabError::param(p.index, name, "must be at least 1")),
-                v => Ok(v),
-            }
-        };
         let small = |name: &str, max: u64| -> Result<u64, LabError> {
-            let v = positive(name)?;
+            let v = p.positive(name)?;
             if v > max {
                 return Err(LabError::param(
                     p.index,
@@ -94,12 +88,12 @@ impl Params {
         let ms = 1_000_000;
         let params = Params {
             shaper,
-            target_bps: positive("target_bps")?,
-            line_rate_bps: positive("line_rate_bps")?,
+            target_bps: p.positive("target_bps")?,
+            line_rate_bps: p.positive("line_rate_bps")?,
             flows: small("flows", 1 << 20)? as u32,
             packets_per_flow: small("packets_per_flow", 1 << 16)? as u32,
             packet_bytes: small("packet_bytes", u64::from(u16::MAX))? as u16,
-            granularity_ns: positive("granularity_ns")?,
+            granularity_ns: p.positive("granularity_ns")?,
             horizon_ns: small("horizon_ms", 60_000)? * ms,
             duration_ns: small("duration_ms", 3_600_000)? * ms,
             window_ns: small("window_ms", 3_600_000)? * ms,
