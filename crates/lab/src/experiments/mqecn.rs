@@ -27,10 +27,9 @@
 //! and `fct_small_p99_no_timeout_us` split it into flows that waited for a retransmission
 //! timeout and the others. Per-queue-standard's p99 at 80-90 % load is RTO_min plus backoff
 //! (3-16 % of its small flows time out on the 1 Gbit/s port); MQ-ECN's, per-queue-min's and
-//! per-port's is the no-timeout tail. That tail is dominated by each flow being a new DCTCP
-//! connection whose `alpha` starts at 1 (the first mark halves the window), where the testbed's
-//! persistent connections carry `alpha` over: a local run with `alpha` starting at 0 cut
-//! MQ-ECN's p99 at unbalanced 80/90 % from 9.1/10.9 ms to 5.0/5.6 ms. The ratio to the
+//! per-port's is the no-timeout tail. That tail includes each flow being a new DCTCP connection
+//! whose `alpha` starts at 1 (the first mark halves the window), where the testbed's persistent
+//! connections carry `alpha` over (no run here separates that share). The ratio to the
 //! standard threshold varies with the seed (sweeps `seeds_1g_unbalanced_*`).
 
 use metronome_sim::switch::{self, MarkingSpec, SwitchReport, SwitchScenario, Workload};
