@@ -1,6 +1,6 @@
 //! Hosts: the per-flow source (a TCP-like or UDP-like transport plus its timers and backpressure
 //! state), the receiver that answers it with cumulative ACKs, and the seeded random generator each
-//! source owns (STYLE.md §14: one seeded RNG per source).
+//! source owns (CONTRIBUTING.md §14: one seeded RNG per source).
 //!
 //! All per-flow state is preallocated in one `Vec<Flow>` indexed by flow number; the receiver's
 //! out-of-order list keeps its capacity, so the steady state does not allocate.

@@ -1,5 +1,5 @@
-//! The shaper or scheduled buffer under test, behind one enum (STYLE.md §4: enum dispatch on the
-//! hot path).
+//! The shaper or scheduled buffer under test, behind one enum (CONTRIBUTING.md §4: enum dispatch
+//! on the hot path).
 //!
 //! EDT shapers (timing wheel, `sch_fq` tree) get their EDTs from a
 //! [`metronome_core::timestamp::PolicyStack`] over one
@@ -9,7 +9,7 @@
 //! token bucket, `pfifo`, `tbf`) ignore EDTs.
 //!
 //! Every variant holds at most `capacity` packets. Without zD a packet over it, or one the core
-//! structure hands back, is a physical drop that the caller counts (STYLE.md §11). Under zD
+//! structure hands back, is a physical drop that the caller counts (CONTRIBUTING.md §11). Under zD
 //! (zD §4) the scheduled buffer is one of `metronome_core::zd`'s (pfifo, tbf, capped timing
 //! wheel) behind the [`Zd`] controller: a full buffer pauses the flow instead (a virtual drop),
 //! and each departure resumes a paused flow. The NIC pulls one packet
