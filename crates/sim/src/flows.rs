@@ -66,7 +66,7 @@ impl<T: Copy> Slab<T> {
 
 /// A scenario whose flows are TCP senders: the event glue of sending, ACKs and retransmission
 /// timers, written once for every scenario.
-pub(crate) trait TcpFlows {
+pub trait TcpFlows {
     /// The sender of flow `f`, or `None` when it has none (a UDP source) or has finished.
     fn sender(&mut self, f: u32) -> Option<&mut TcpSender>;
 
