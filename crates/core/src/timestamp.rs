@@ -17,6 +17,9 @@
 //! * a backlogged policy spaces packets exactly `len / R` apart;
 //! * a rate change takes effect from the next packet: bytes already stamped keep their times.
 //!
+//! [`PolicyStack`] is the composition a shaper uses per packet: the class's aggregate policy and
+//! the flow's pacing policy, peeked and checked before the packet is accepted, then committed.
+//!
 //! As in Carousel each policy advances its own timestamp, independently of the others; consolidation
 //! only takes the maximum. A burst smaller than the packet is treated as one packet, so a packet
 //! is never held beyond what a full bucket allows.
@@ -229,6 +232,76 @@ impl Timestamper {
     }
 }
 
+/// The policies one packet passes: its class's aggregate rate limit and, when the flow paces, the
+/// flow's own pacing policy. Its EDT is the latest of their departures (Carousel §5.1.1: "we
+/// choose the largest of timestamps"), never before the transport's own timestamp; stamping
+/// commits both policies. A packet with neither is unshaped: its EDT is `max(now, earliest)`.
+///
+/// Peek, check and commit: [`PolicyStack::peek`] and [`PolicyStack::backlog`] change nothing, so a
+/// caller can refuse or drop a packet (backpressure, horizon, a full queue) before
+/// [`PolicyStack::stamp`] charges it to the policies, and a dropped packet consumes no rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyStack {
+    /// The class's aggregate rate policy, if the class has a rate.
+    pub aggregate: Option<PolicyId>,
+    /// The flow's pacing policy, if the flow is paced.
+    pub pacing: Option<PolicyId>,
+}
+
+impl PolicyStack {
+    /// The stack of `aggregate` and `pacing`.
+    pub fn new(aggregate: Option<PolicyId>, pacing: Option<PolicyId>) -> Self {
+        PolicyStack { aggregate, pacing }
+    }
+
+    /// The policies, aggregate first.
+    fn ids(self) -> impl Iterator<Item = PolicyId> {
+        self.aggregate.into_iter().chain(self.pacing)
+    }
+
+    /// The EDT [`PolicyStack::stamp`] would give a `len`-byte packet at `now` that the transport
+    /// stamped `earliest`, without changing any policy. Ids `ts` never handed out are skipped.
+    pub fn peek(
+        self,
+        ts: &Timestamper,
+        now: Timestamp,
+        earliest: Timestamp,
+        len: u32,
+    ) -> Timestamp {
+        self.ids()
+            .filter_map(|id| ts.policy(id))
+            .map(|p| p.earliest(now, len))
+            .fold(earliest.max(now), Timestamp::max)
+    }
+
+    /// The delay a packet stamped at `now` would wait: the largest backlog among the policies
+    /// ([`Timestamper::backlog`]); zero for an unshaped packet.
+    pub fn backlog(self, ts: &Timestamper, now: Timestamp) -> Duration {
+        self.ids()
+            .filter_map(|id| ts.backlog(id, now))
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Stamps a `len`-byte packet at `now` that the transport stamped `earliest`: commits every
+    /// policy of the stack and returns the latest of their departures and `earliest`
+    /// ([`Timestamper::stamp_after`]). With no policy nothing is counted and the EDT is
+    /// `max(now, earliest)`.
+    pub fn stamp(
+        self,
+        ts: &mut Timestamper,
+        now: Timestamp,
+        earliest: Timestamp,
+        len: u32,
+    ) -> Timestamp {
+        match (self.aggregate, self.pacing) {
+            (Some(a), Some(p)) => ts.stamp_after(now, earliest, len, &[a, p]),
+            (Some(p), None) | (None, Some(p)) => ts.stamp_after(now, earliest, len, &[p]),
+            (None, None) => earliest.max(now),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +414,37 @@ mod tests {
             a.set_rate(foreign, Rate::gbps(2)),
             Err(UnknownPolicy(foreign))
         );
+    }
+
+    #[test]
+    fn a_policy_stack_peeks_what_it_stamps_and_takes_the_latest_departure() {
+        let mut ts = Timestamper::new();
+        let agg = ts.add_policy(PolicyKind::Aggregate, Rate::mbps(500), MTU);
+        let pace = ts.add_policy(PolicyKind::Pacing, Rate::gbps(1), MTU);
+        let both = PolicyStack::new(Some(agg), Some(pace));
+        let paced = PolicyStack::new(None, Some(pace));
+        let now = t(0);
+        for _ in 0..20 {
+            let peeked = both.peek(&ts, now, now, MTU);
+            assert_eq!(both.stamp(&mut ts, now, now, MTU), peeked);
+        }
+        // The aggregate (500 Mbit/s, 24 us a packet) is the later of the two.
+        assert_eq!(both.backlog(&ts, now), Duration::from_nanos(20 * 24_000));
+        assert_eq!(paced.backlog(&ts, now), Duration::from_nanos(20 * 12_000));
+        assert_eq!(both.peek(&ts, now, now, MTU), t(20 * 24_000));
+        // The transport's own timestamp wins when it is later.
+        assert_eq!(both.peek(&ts, now, t(10_000_000), MTU), t(10_000_000));
+        // Unshaped: now or the transport's time; nothing committed or counted.
+        let none = PolicyStack::default();
+        let stamped = ts.counters().stamped;
+        assert_eq!(none.stamp(&mut ts, t(5), t(3), MTU), t(5));
+        assert_eq!(none.backlog(&ts, t(5)), Duration::ZERO);
+        assert_eq!(ts.counters().stamped, stamped);
+        // An id this timestamper never handed out is skipped, not fatal.
+        let foreign = PolicyStack::new(Some(PolicyId(99)), None);
+        assert_eq!(foreign.peek(&ts, t(7), t(7), MTU), t(7));
+        assert_eq!(foreign.stamp(&mut ts, t(7), t(7), MTU), t(7));
+        assert_eq!(ts.counters().unknown_policy, 1);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Experiment plans: the TOML files under `lab/plans/` (STYLE.md §15, after s2n-quic-sim's
+//! Experiment plans: the TOML files under `lab/plans/` (CONTRIBUTING.md §15, after s2n-quic-sim's
 //! `plans/`).
 //!
 //! ```toml

@@ -17,40 +17,26 @@ pub struct EmbeddedPlan {
     pub text: &'static str,
 }
 
+/// `EmbeddedPlan`s of `lab/plans/<name>.toml` for each name given.
+macro_rules! embedded {
+    ($($name:literal),* $(,)?) => {
+        &[$(EmbeddedPlan {
+            name: $name,
+            text: include_str!(concat!("../../../lab/plans/", $name, ".toml")),
+        }),*]
+    };
+}
+
 /// Every plan of `lab/plans/`, in the order `metronome lab --list` shows them.
-pub const EMBEDDED: &[EmbeddedPlan] = &[
-    EmbeddedPlan {
-        name: "wheel-granularity",
-        text: include_str!("../../../lab/plans/wheel-granularity.toml"),
-    },
-    EmbeddedPlan {
-        name: "carousel-backpressure",
-        text: include_str!("../../../lab/plans/carousel-backpressure.toml"),
-    },
-    EmbeddedPlan {
-        name: "carousel-conformance",
-        text: include_str!("../../../lab/plans/carousel-conformance.toml"),
-    },
-    EmbeddedPlan {
-        name: "incast",
-        text: include_str!("../../../lab/plans/incast.toml"),
-    },
-    EmbeddedPlan {
-        name: "mqecn",
-        text: include_str!("../../../lab/plans/mqecn.toml"),
-    },
-    EmbeddedPlan {
-        name: "zd",
-        text: include_str!("../../../lab/plans/zd.toml"),
-    },
-    EmbeddedPlan {
-        name: "nicpic",
-        text: include_str!("../../../lab/plans/nicpic.toml"),
-    },
-    EmbeddedPlan {
-        name: "nba",
-        text: include_str!("../../../lab/plans/nba.toml"),
-    },
+pub const EMBEDDED: &[EmbeddedPlan] = embedded![
+    "wheel-granularity",
+    "carousel-backpressure",
+    "carousel-conformance",
+    "incast",
+    "mqecn",
+    "zd",
+    "nicpic",
+    "nba",
 ];
 
 /// The embedded plan called `name`, parsed, or [`LabError::UnknownExperiment`] listing the

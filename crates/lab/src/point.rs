@@ -62,6 +62,26 @@ impl Point {
         }
     }
 
+    /// `name` as an integer of at least 1 that fits in a `u32`.
+    pub fn positive_u32(&self, name: &str) -> Result<u32, LabError> {
+        let v = self.positive(name)?;
+        u32::try_from(v)
+            .map_err(|_| LabError::param(self.index, name, format!("must be at most {}", u32::MAX)))
+    }
+
+    /// `name` as an integer in `min..=max`.
+    pub fn u64_in(&self, name: &str, min: u64, max: u64) -> Result<u64, LabError> {
+        let v = self.u64(name)?;
+        if v < min || v > max {
+            return Err(LabError::param(
+                self.index,
+                name,
+                format!("must be in {min}..={max}, found {v}"),
+            ));
+        }
+        Ok(v)
+    }
+
     /// `name` as a number (an integer is accepted and converted).
     pub fn f64(&self, name: &str) -> Result<f64, LabError> {
         match self.get(name)? {

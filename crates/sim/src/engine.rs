@@ -20,7 +20,8 @@
 //! Nothing allocates per packet: descriptors live in a slab with a free list, ready flows in a
 //! reused queue, resumed flows in a reused vector.
 
-use crate::event::{Ack, Event, EventQueue, TimerFire};
+use crate::event::{Ack, Event, EventQueue};
+use crate::flows::{Slab, TcpFlows};
 use crate::host::{Flow, Rng, Transport, DELAYED_ACK_TIMEOUT};
 use crate::metrics::Metrics;
 use crate::report::{DropReport, ShaperReport, SimReport, Speed};
@@ -46,34 +47,6 @@ struct Desc {
     ce: bool,
 }
 
-/// Descriptors in a slab with a free list: no allocation once the high-water mark is reached.
-#[derive(Debug, Default)]
-struct Slab {
-    descs: Vec<Desc>,
-    free: Vec<u32>,
-}
-
-impl Slab {
-    fn alloc(&mut self, d: Desc) -> u32 {
-        match self.free.pop() {
-            Some(i) => {
-                self.descs[i as usize] = d;
-                i
-            }
-            None => {
-                self.descs.push(d);
-                (self.descs.len() - 1) as u32
-            }
-        }
-    }
-    fn release(&mut self, i: u32) {
-        self.free.push(i);
-    }
-    fn get(&self, i: u32) -> Desc {
-        self.descs[i as usize]
-    }
-}
-
 /// Where a packet's completion is produced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum CompletionPoint {
@@ -88,7 +61,7 @@ pub(crate) struct Sim<'a> {
     sc: &'a Scenario,
     q: EventQueue,
     flows: Vec<Flow>,
-    descs: Slab,
+    descs: Slab<Desc>,
     shaper: Shaper,
     inflight: Option<InFlight>,
     completion: CompletionPoint,
@@ -162,10 +135,7 @@ impl<'a> Sim<'a> {
             sc,
             q: EventQueue::with_capacity(capacity),
             flows,
-            descs: Slab {
-                descs: Vec::with_capacity(shaper.capacity().min(1 << 20) + capacity),
-                free: Vec::with_capacity(shaper.capacity().min(1 << 20) + capacity),
-            },
+            descs: Slab::with_capacity(shaper.capacity().min(1 << 20) + capacity),
             shaper,
             inflight,
             completion,
@@ -242,7 +212,7 @@ impl<'a> Sim<'a> {
                 self.udp_generate(f);
                 self.try_send(f, now);
             }
-            Event::Rto(f) => self.on_rto_timer(f, now),
+            Event::Rto(f) => self.timer_event(f, now),
             Event::DelAck(f) => {
                 if let Some(ack) = self.flows[f as usize].rx.on_delack_timer(f) {
                     self.q.push_ack(now + self.half_rtt, ack);
@@ -411,20 +381,14 @@ impl<'a> Sim<'a> {
         if let Some(p) = self.pacing {
             fl.next_send = fl.next_send.max(now) + p.transmit_time(u64::from(mtus * self.mtu));
         }
-        match &mut fl.transport {
-            Transport::Tcp(tcp) => {
-                tcp.on_sent(now, seq, mtus);
-                if !fl.rto.is_set() {
-                    let t = now + tcp.rto();
-                    self.arm_rto(f, t);
-                }
-            }
-            Transport::Udp {
-                backlog, next_seq, ..
-            } => {
-                *backlog -= 1;
-                *next_seq += mtus;
-            }
+        if let Transport::Udp {
+            backlog, next_seq, ..
+        } = &mut fl.transport
+        {
+            *backlog -= 1;
+            *next_seq += mtus;
+        } else {
+            self.segment_sent(f, now, seq, mtus);
         }
     }
 
@@ -433,29 +397,6 @@ impl<'a> Sim<'a> {
         if fl.wake_at.is_none_or(|w| t < w) {
             fl.wake_at = Some(t);
             self.q.schedule(t, Event::SourceWake(f as u32));
-        }
-    }
-
-    fn arm_rto(&mut self, f: u32, t: Timestamp) {
-        if let Some(at) = self.flows[f as usize].rto.set(t) {
-            self.q.schedule(at, Event::Rto(f));
-        }
-    }
-
-    fn on_rto_timer(&mut self, f: u32, now: Timestamp) {
-        let fl = &mut self.flows[f as usize];
-        match fl.rto.fire(now) {
-            TimerFire::Expired => {
-                let Transport::Tcp(tcp) = &mut fl.transport else {
-                    return;
-                };
-                tcp.on_rto();
-                let t = now + tcp.rto();
-                self.arm_rto(f, t);
-                self.try_send(f, now);
-            }
-            TimerFire::Early(t) => self.arm_rto(f, t),
-            TimerFire::Stopped => {}
         }
     }
 
@@ -567,21 +508,15 @@ impl<'a> Sim<'a> {
 
     fn on_ack(&mut self, ack: Ack, now: Timestamp) {
         let f = ack.flow;
-        let fl = &mut self.flows[f as usize];
-        let Transport::Tcp(tcp) = &mut fl.transport else {
+        let Some(out) = self.ack_arrived(now, &ack) else {
             return;
         };
-        let out = tcp.on_ack(now, &ack);
         if let Some(rtt) = out.rtt {
             self.metrics.on_rtt(now, rtt);
         }
-        let metrics = &mut self.metrics;
-        tcp.take_delivered(now, |d| metrics.on_delivery(now, f, d));
-        if !tcp.has_outstanding() {
-            fl.rto.clear();
-        } else if out.newly_acked > 0 {
-            let t = now + tcp.rto();
-            self.arm_rto(f, t);
+        if let Transport::Tcp(tcp) = &mut self.flows[f as usize].transport {
+            let metrics = &mut self.metrics;
+            tcp.take_delivered(now, |d| metrics.on_delivery(now, f, d));
         }
         self.try_send(f, now);
     }
@@ -650,5 +585,22 @@ impl<'a> Sim<'a> {
                 speedup: sc.duration_ns as f64 / 1e9 / secs,
             },
         }
+    }
+}
+
+impl TcpFlows for Sim<'_> {
+    fn sender(&mut self, f: u32) -> Option<&mut TcpSender> {
+        match &mut self.flows[f as usize].transport {
+            Transport::Tcp(tcp) => Some(tcp.as_mut()),
+            Transport::Udp { .. } => None,
+        }
+    }
+
+    fn schedule_timer(&mut self, f: u32, at: Timestamp) {
+        self.q.schedule(at, Event::Rto(f));
+    }
+
+    fn send_more(&mut self, f: u32, now: Timestamp) {
+        self.try_send(f, now);
     }
 }

@@ -1,7 +1,7 @@
 //! The event queue: simulated time jumps from one event to the next, in `(time, sequence)` order.
 //!
 //! Events are stamped with a sequence number when scheduled, so two events at the same instant
-//! fire in the order they were scheduled: the run is deterministic (STYLE.md §14) with no
+//! fire in the order they were scheduled: the run is deterministic (CONTRIBUTING.md §14) with no
 //! dependence on heap internals.
 //!
 //! Layout for speed. Most events of a run are packet arrivals at the receiver and ACK arrivals at

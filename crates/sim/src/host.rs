@@ -1,6 +1,6 @@
 //! Hosts: the per-flow source (a TCP-like or UDP-like transport plus its timers and backpressure
 //! state), the receiver that answers it with cumulative ACKs, and the seeded random generator each
-//! source owns (STYLE.md §14: one seeded RNG per source).
+//! source owns (CONTRIBUTING.md §14: one seeded RNG per source).
 //!
 //! All per-flow state is preallocated in one `Vec<Flow>` indexed by flow number; the receiver's
 //! out-of-order list keeps its capacity, so the steady state does not allocate.
@@ -10,7 +10,7 @@
 //! of order or fills a hole, and a timer ([`DELAYED_ACK_TIMEOUT`]) for a lone segment. The ACK
 //! echoes the triggering segment's send time (RFC 7323 timestamps) and its CE mark (RFC 3168).
 
-use crate::event::{Ack, LazyTimer};
+use crate::event::Ack;
 use crate::tcp::TcpSender;
 use metronome_core::{Duration, Timestamp};
 
@@ -171,8 +171,6 @@ pub struct Flow {
     pub started: bool,
     /// A `SourceWake` event is pending at this time.
     pub wake_at: Option<Timestamp>,
-    /// The retransmission timer (`Rto` events).
-    pub rto: LazyTimer,
     /// The flow is in the engine's ready list.
     pub ready: bool,
     /// The receiver.
@@ -195,7 +193,6 @@ impl Flow {
             resumed_turn: false,
             started: false,
             wake_at: None,
-            rto: LazyTimer::default(),
             ready: false,
             rx: Receiver::default(),
             rng,

@@ -35,7 +35,8 @@
 //! queueing delay, drops, the senders' RTT samples and the bytes the receiver holds received but
 //! unacknowledged.
 
-use crate::event::{Ack, LazyTimer, TimerFire};
+use crate::event::Ack;
+use crate::flows::{Slab, TcpFlows};
 use crate::host::{Receiver, Rng};
 use crate::metrics::Metrics;
 use crate::report::{CountSummary, LatencySummary, ThroughputReport};
@@ -254,7 +255,6 @@ struct Flow {
     tcp: TcpSender,
     rx: Receiver,
     machine: u32,
-    rto: LazyTimer,
     /// Highest acknowledgement (MTUs) sent toward the sender.
     ack_sent: u32,
     /// Echo of the latest segment, for generated ACKs.
@@ -276,8 +276,7 @@ struct IncastSim<'a> {
     sc: &'a IncastScenario,
     q: EventHeap,
     flows: Vec<Flow>,
-    descs: Vec<Desc>,
-    free: Vec<u32>,
+    descs: Slab<Desc>,
     nic_free: Vec<Timestamp>,
     port_departures: VecDeque<Timestamp>,
     port_last: Timestamp,
@@ -306,7 +305,6 @@ impl<'a> IncastSim<'a> {
                 tcp: TcpSender::new(sc.cc, sc.initial_cwnd, rto_min),
                 rx: Receiver::default(),
                 machine: f % sc.senders,
-                rto: LazyTimer::default(),
                 ack_sent: 0,
                 ts_echo: Timestamp::ZERO,
                 ece_pending: false,
@@ -335,8 +333,7 @@ impl<'a> IncastSim<'a> {
             sc,
             q: EventHeap::with_capacity(n as usize * 4 + buffer),
             flows,
-            descs: Vec::with_capacity(n as usize * sc.rwnd_mtus as usize + buffer),
-            free: Vec::with_capacity(n as usize * sc.rwnd_mtus as usize + buffer),
+            descs: Slab::with_capacity(n as usize * sc.rwnd_mtus as usize + buffer),
             nic_free: vec![Timestamp::ZERO; sc.senders as usize],
             port_departures: VecDeque::with_capacity(buffer),
             port_last: Timestamp::ZERO,
@@ -385,7 +382,7 @@ impl<'a> IncastSim<'a> {
             match ev {
                 Ev::End => break,
                 Ev::Start(f) => self.try_send(f, now),
-                Ev::Rto(f) => self.on_rto_timer(f, now),
+                Ev::Rto(f) => self.timer_event(f, now),
                 Ev::AtPort(id) => self.at_port(id, now),
                 Ev::AtReceiver(id) => self.at_receiver(id, now),
                 Ev::AckAtSender(ack) => self.at_sender(ack, now),
@@ -416,32 +413,14 @@ impl<'a> IncastSim<'a> {
             let depart =
                 self.nic_free[m].max(now) + self.line.transmit_time(u64::from(self.sc.mtu));
             self.nic_free[m] = depart;
-            let id = self.alloc(Desc {
+            let id = self.descs.alloc(Desc {
                 flow: f,
                 seq,
                 sent_at: now,
                 ce: false,
             });
             self.q.schedule(depart + self.quarter_rtt, Ev::AtPort(id));
-            let fl = &mut self.flows[f as usize];
-            fl.tcp.on_sent(now, seq, 1);
-            if !fl.rto.is_set() {
-                let t = now + fl.tcp.rto();
-                self.arm_rto(f, t);
-            }
-        }
-    }
-
-    fn alloc(&mut self, d: Desc) -> u32 {
-        match self.free.pop() {
-            Some(i) => {
-                self.descs[i as usize] = d;
-                i
-            }
-            None => {
-                self.descs.push(d);
-                (self.descs.len() - 1) as u32
-            }
+            self.segment_sent(f, now, seq, 1);
         }
     }
 
@@ -454,7 +433,7 @@ impl<'a> IncastSim<'a> {
         let queued = self.port_departures.len();
         if queued >= self.sc.port_buffer_packets as usize {
             self.drops += 1;
-            self.free.push(id);
+            self.descs.release(id);
             return;
         }
         if self
@@ -462,7 +441,7 @@ impl<'a> IncastSim<'a> {
             .ecn_threshold_packets
             .is_some_and(|k| queued >= k as usize)
         {
-            self.descs[id as usize].ce = true;
+            self.descs.get_mut(id).ce = true;
             self.ce_marked += 1;
         }
         let depart = self.port_last.max(now) + self.port_rate.transmit_time(u64::from(self.sc.mtu));
@@ -475,8 +454,8 @@ impl<'a> IncastSim<'a> {
     }
 
     fn at_receiver(&mut self, id: u32, now: Timestamp) {
-        let d = self.descs[id as usize];
-        self.free.push(id);
+        let d = self.descs.get(id);
+        self.descs.release(id);
         let mtu = u64::from(self.sc.mtu);
         let fl = &mut self.flows[d.flow as usize];
         let before = fl.rx.rcv_nxt;
@@ -575,39 +554,13 @@ impl<'a> IncastSim<'a> {
     }
 
     fn at_sender(&mut self, ack: Ack, now: Timestamp) {
-        let f = ack.flow;
-        let fl = &mut self.flows[f as usize];
-        let out = fl.tcp.on_ack(now, &ack);
+        let Some(out) = self.ack_arrived(now, &ack) else {
+            return;
+        };
         if let Some(rtt) = out.rtt {
             self.metrics.on_rtt(now, rtt);
         }
-        if !fl.tcp.has_outstanding() {
-            fl.rto.clear();
-        } else if out.newly_acked > 0 {
-            let t = now + fl.tcp.rto();
-            self.arm_rto(f, t);
-        }
-        self.try_send(f, now);
-    }
-
-    fn arm_rto(&mut self, f: u32, t: Timestamp) {
-        if let Some(at) = self.flows[f as usize].rto.set(t) {
-            self.q.schedule(at, Ev::Rto(f));
-        }
-    }
-
-    fn on_rto_timer(&mut self, f: u32, now: Timestamp) {
-        let fl = &mut self.flows[f as usize];
-        match fl.rto.fire(now) {
-            TimerFire::Expired => {
-                fl.tcp.on_rto();
-                let t = now + fl.tcp.rto();
-                self.arm_rto(f, t);
-                self.try_send(f, now);
-            }
-            TimerFire::Early(t) => self.arm_rto(f, t),
-            TimerFire::Stopped => {}
-        }
+        self.try_send(ack.flow, now);
     }
 
     fn report(&self) -> IncastReport {
@@ -650,6 +603,20 @@ impl<'a> IncastSim<'a> {
             acks,
             events: self.q.popped(),
         }
+    }
+}
+
+impl TcpFlows for IncastSim<'_> {
+    fn sender(&mut self, f: u32) -> Option<&mut TcpSender> {
+        Some(&mut self.flows[f as usize].tcp)
+    }
+
+    fn schedule_timer(&mut self, f: u32, at: Timestamp) {
+        self.q.schedule(at, Ev::Rto(f));
+    }
+
+    fn send_more(&mut self, f: u32, now: Timestamp) {
+        self.try_send(f, now);
     }
 }
 

@@ -15,6 +15,7 @@
 //! * [`event`]: the `(time, sequence)` event queue; simulated time jumps to the next event.
 //! * [`incast`]: many senders into one receiver, with Carousel §6's receiver-side ACK shaping.
 //! * [`tcp`], [`host`]: transports, sources and receivers.
+//! * [`flows`]: the descriptor slab and the TCP sender's event handling every scenario shares.
 //! * [`shaper`]: the shaper under test, wrapping `metronome_core`'s structures.
 //! * [`metrics`], [`report`]: measurement and the report.
 //!
@@ -39,6 +40,7 @@
 
 mod engine;
 pub mod event;
+pub mod flows;
 pub mod host;
 pub mod incast;
 pub mod metrics;

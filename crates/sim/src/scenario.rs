@@ -2,8 +2,8 @@
 //! path and measurement.
 //!
 //! Every field has a default (`Scenario::default()` is a valid run), and every struct derives
-//! serde `Deserialize` with `#[serde(default)]`, so a TOML plan (STYLE.md §15) sets only what it
-//! varies. [`Scenario::validate`] rejects parameters the simulator cannot run, with a
+//! serde `Deserialize` with `#[serde(default)]`, so a TOML plan (CONTRIBUTING.md §15) sets only
+//! what it varies. [`Scenario::validate`] rejects parameters the simulator cannot run, with a
 //! [`ScenarioError`] naming the field, instead of panicking.
 //!
 //! The defaults follow the papers' set-ups: 1500-byte MTU, a 1 Gbit/s NIC, greedy TCP Cubic flows

@@ -1,14 +1,15 @@
-//! The shaper or scheduled buffer under test, behind one enum (STYLE.md §4: enum dispatch on the
-//! hot path).
+//! The shaper or scheduled buffer under test, behind one enum (CONTRIBUTING.md §4: enum dispatch
+//! on the hot path).
 //!
 //! EDT shapers (timing wheel, `sch_fq` tree) get their EDTs from a
+//! [`metronome_core::timestamp::PolicyStack`] over one
 //! [`metronome_core::timestamp::Timestamper`] (Carousel §5.1.1): an aggregate policy when the spec
 //! sets an aggregate rate, a pacing policy per flow when it sets a per-flow rate, and the
-//! transport's own pacing time as the earliest departure. Timestamp-free baselines (the
-//! HTB-like token bucket, `pfifo`, `tbf`) ignore EDTs.
+//! transport's own pacing time as the earliest departure. Timestamp-free baselines (the HTB-like
+//! token bucket, `pfifo`, `tbf`) ignore EDTs.
 //!
 //! Every variant holds at most `capacity` packets. Without zD a packet over it, or one the core
-//! structure hands back, is a physical drop that the caller counts (STYLE.md §11). Under zD
+//! structure hands back, is a physical drop that the caller counts (CONTRIBUTING.md §11). Under zD
 //! (zD §4) the scheduled buffer is one of `metronome_core::zd`'s (pfifo, tbf, capped timing
 //! wheel) behind the [`Zd`] controller: a full buffer pauses the flow instead (a virtual drop),
 //! and each departure resumes a paused flow. The NIC pulls one packet
@@ -21,7 +22,7 @@
 
 use crate::scenario::{ScenarioError, ShaperSpec, ZdDiscipline};
 use metronome_core::fq_tree::FqTree;
-use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
+use metronome_core::timestamp::{PolicyId, PolicyKind, PolicyStack, Timestamper};
 use metronome_core::token_bucket_rr::{ClassConfig, TokenBucketRr};
 use metronome_core::zd::{
     CappedWheel, Offer, Overflow, Pfifo, ScheduledBuffer, TbfBuffer, TbfConfig, Zd, ZdConfig,
@@ -249,18 +250,13 @@ impl Shaper {
     /// never stamped, so a drop does not consume the aggregate's rate.
     #[inline]
     pub fn peek_edt(&self, now: Timestamp, earliest: Timestamp, len: u32, flow: u32) -> Timestamp {
-        let mut edt = earliest.max(now);
-        let pacing = self.per_flow.get(flow as usize).copied();
-        for id in pacing.into_iter().chain(self.aggregate) {
-            if let Some(p) = self.stamper.policy(id) {
-                let slack = u64::from(p.burst().saturating_sub(len));
-                let t = p
-                    .last_timestamp()
-                    .saturating_sub(p.rate().transmit_time(slack));
-                edt = edt.max(t);
-            }
-        }
-        edt
+        self.policies(flow).peek(&self.stamper, now, earliest, len)
+    }
+
+    /// The policies a packet of `flow` passes: the aggregate's and the flow's pacing, when set.
+    #[inline]
+    fn policies(&self, flow: u32) -> PolicyStack {
+        PolicyStack::new(self.aggregate, self.per_flow.get(flow as usize).copied())
     }
 
     /// Stamps an accepted packet: commits the policies' state and returns its EDT.
@@ -272,13 +268,8 @@ impl Shaper {
         len: u32,
         flow: u32,
     ) -> Timestamp {
-        let st = &mut self.stamper;
-        match (self.per_flow.get(flow as usize), self.aggregate) {
-            (Some(&p), Some(a)) => st.stamp_after(now, earliest, len, &[p, a]),
-            (Some(&p), None) => st.stamp_after(now, earliest, len, &[p]),
-            (None, Some(a)) => st.stamp_after(now, earliest, len, &[a]),
-            (None, None) => earliest.max(now),
-        }
+        let policies = self.policies(flow);
+        policies.stamp(&mut self.stamper, now, earliest, len)
     }
 
     /// Offers `pkt` with `edt`. Without zD a full shaper (or a refusal by the structure) drops

@@ -36,7 +36,7 @@
 //!   RTT above, this includes the stalls of losses: a segment dropped in the host and resent
 //!   after an RTO shows a latency above the RTO (the multi-second tails of zD Figure 12).
 
-use crate::event::Ack;
+use crate::event::{Ack, LazyTimer, TimerFire};
 use crate::scenario::{CongestionControl, MAX_RTO};
 use metronome_core::{Duration, Timestamp};
 use std::collections::VecDeque;
@@ -143,8 +143,20 @@ pub struct TcpSender {
     // most the flight (<= the socket buffer) and keeps its capacity, so the steady state does not
     // allocate.
     first_sent: VecDeque<(u32, Timestamp)>,
+    /// The retransmission timer: runs while data is outstanding, restarted by every ACK of new
+    /// data ([`TcpSender::sent`], [`TcpSender::acked`], [`TcpSender::timer_fired`]).
+    timer: LazyTimer,
     /// Counters.
     pub counters: TcpCounters,
+}
+
+/// What a retransmission-timer event did ([`TcpSender::timer_fired`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerStep {
+    /// The timer expired: the sender went back to `snd_una` and may send again.
+    pub expired: bool,
+    /// Schedule a timer event at this time.
+    pub schedule: Option<Timestamp>,
 }
 
 impl TcpSender {
@@ -192,7 +204,57 @@ impl TcpSender {
             rto_min,
             backoff: 0,
             first_sent: VecDeque::with_capacity(initial_cwnd as usize),
+            timer: LazyTimer::default(),
             counters: TcpCounters::default(),
+        }
+    }
+
+    /// Records a segment sent ([`TcpSender::on_sent`]) and starts the retransmission timer
+    /// (`now + RTO`) unless it runs; returns the time to schedule a timer event at, if any.
+    #[must_use]
+    pub fn sent(&mut self, now: Timestamp, seq: u32, n: u32) -> Option<Timestamp> {
+        self.on_sent(now, seq, n);
+        if self.timer.is_set() {
+            None
+        } else {
+            self.timer.set(now + self.rto())
+        }
+    }
+
+    /// Processes an ACK ([`TcpSender::on_ack`]), then stops the retransmission timer when nothing
+    /// is outstanding or restarts it when the ACK acknowledged new data (RFC 6298 §5.2–5.3);
+    /// returns the outcome and the time to schedule a timer event at, if any.
+    #[must_use]
+    pub fn acked(&mut self, now: Timestamp, ack: &Ack) -> (AckOutcome, Option<Timestamp>) {
+        let out = self.on_ack(now, ack);
+        let schedule = if !self.has_outstanding() {
+            self.timer.clear();
+            None
+        } else if out.newly_acked > 0 {
+            self.timer.set(now + self.rto())
+        } else {
+            None
+        };
+        (out, schedule)
+    }
+
+    /// One of the retransmission timer's events fired at `now`: on expiry the sender backs off
+    /// ([`TcpSender::on_rto`]) and the timer restarts with the new RTO.
+    #[must_use]
+    pub fn timer_fired(&mut self, now: Timestamp) -> TimerStep {
+        match self.timer.fire(now) {
+            TimerFire::Expired => {
+                self.on_rto();
+                TimerStep {
+                    expired: true,
+                    schedule: self.timer.set(now + self.rto()),
+                }
+            }
+            TimerFire::Early(t) => TimerStep {
+                expired: false,
+                schedule: self.timer.set(t),
+            },
+            TimerFire::Stopped => TimerStep::default(),
         }
     }
 

@@ -26,7 +26,8 @@
 
 use metronome_sim::{BackpressureMode, CongestionControl, ShaperSpec, SourceKind};
 
-use super::simulated::{base_scenario, positive_u32, push_common, round, simulate};
+use super::rows::round;
+use super::simulated::{base_scenario, push_common, simulate};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -46,13 +47,13 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
         "dc" => (
             cubic,
             BackpressureMode::DeferredCompletions {
-                limit: positive_u32(point, "dc_limit")?,
+                limit: point.positive_u32("dc_limit")?,
             },
         ),
         "vegas" => (
             SourceKind::Tcp(CongestionControl::Vegas {
-                alpha: positive_u32(point, "vegas_alpha")?,
-                beta: positive_u32(point, "vegas_beta")?,
+                alpha: point.positive_u32("vegas_alpha")?,
+                beta: point.positive_u32("vegas_beta")?,
             }),
             BackpressureMode::DelayBased,
         ),
@@ -70,7 +71,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
         horizon_ns: point.positive("horizon_ms")? * 1_000_000,
         aggregate_bps: Some(rate_bps),
         per_flow_bps: None,
-        capacity_packets: positive_u32(point, "capacity_packets")?,
+        capacity_packets: point.positive_u32("capacity_packets")?,
     };
     let r = simulate(point, &sc)?;
     // The histogram's 3 significant digits report a bucket's highest value (70 015 for a full
@@ -95,6 +96,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rows::int;
     use super::super::simulated::without_speed;
     use super::*;
 
@@ -109,12 +111,6 @@ mod tests {
              window_ms = 50\nstart_spread_ms = 1\n"
         );
         Point::new(toml::from_str(&text).expect("test point parses"))
-    }
-
-    fn int(row: &Row, column: &str) -> u64 {
-        row.get(column)
-            .and_then(|v| v.as_u64())
-            .unwrap_or_else(|| panic!("{column} in {row:?}"))
     }
 
     #[test]

@@ -38,7 +38,8 @@
 
 use metronome_sim::{BackpressureMode, CongestionControl, ShaperSpec, SourceKind};
 
-use super::simulated::{base_scenario, positive_u32, push_common, round, simulate};
+use super::rows::round;
+use super::simulated::{base_scenario, push_common, simulate};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -55,7 +56,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
     let mut sc = base_scenario(point)?;
     sc.source = SourceKind::Tcp(CongestionControl::Cubic);
     let tsq = BackpressureMode::Tsq {
-        limit: positive_u32(point, "tsq_limit")?,
+        limit: point.positive_u32("tsq_limit")?,
     };
     let mut granularity_ns = 0;
     (sc.shaper, sc.backpressure) = match shaper {
@@ -66,10 +67,10 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
                 horizon_ns: point.positive("horizon_ms")? * 1_000_000,
                 aggregate_bps: Some(target_bps),
                 per_flow_bps: None,
-                capacity_packets: positive_u32(point, "wheel_capacity_packets")?,
+                capacity_packets: point.positive_u32("wheel_capacity_packets")?,
             };
             let dc = BackpressureMode::DeferredCompletions {
-                limit: positive_u32(point, "dc_limit")?,
+                limit: point.positive_u32("dc_limit")?,
             };
             (spec, dc)
         }
@@ -77,7 +78,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
             let spec = ShaperSpec::FqTree {
                 aggregate_bps: None,
                 per_flow_bps: Some((target_bps / u64::from(sc.flows)).max(1)),
-                capacity_packets: positive_u32(point, "fq_capacity_packets")?,
+                capacity_packets: point.positive_u32("fq_capacity_packets")?,
             };
             (spec, tsq)
         }
@@ -90,7 +91,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
                     LabError::param(point.index, "htb_hz", "rate / HZ over 4 GB: raise it")
                 })?,
                 timer_ns: point.positive("htb_timer_ms")? * 1_000_000,
-                capacity_packets: positive_u32(point, "htb_capacity_packets")?,
+                capacity_packets: point.positive_u32("htb_capacity_packets")?,
             };
             (spec, tsq)
         }
@@ -122,6 +123,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rows::num;
     use super::super::simulated::without_speed;
     use super::*;
 
@@ -137,12 +139,6 @@ mod tests {
              warmup_ms = 100\nwindow_ms = 50\nstart_spread_ms = 1\n"
         );
         Point::new(toml::from_str(&text).expect("test point parses"))
-    }
-
-    fn num(row: &Row, column: &str) -> f64 {
-        row.get(column)
-            .and_then(|v| v.as_f64())
-            .unwrap_or_else(|| panic!("{column} in {row:?}"))
     }
 
     #[test]

@@ -28,7 +28,7 @@
 use metronome_sim::incast::{run_incast, IncastMode, IncastReport, IncastScenario};
 use metronome_sim::CongestionControl;
 
-use super::simulated::{positive_u32, round};
+use super::rows::round;
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -56,20 +56,20 @@ fn scenario(p: &Point) -> Result<IncastScenario, LabError> {
     };
     let ecn = p.u64("ecn_threshold_packets")?;
     Ok(IncastScenario {
-        senders: positive_u32(p, "senders")?,
-        flows_per_sender: positive_u32(p, "flows_per_sender")?,
+        senders: p.positive_u32("senders")?,
+        flows_per_sender: p.positive_u32("flows_per_sender")?,
         line_rate_bps: p.positive("line_rate_bps")?,
         target_bps: p.positive("target_bps")?,
         mode,
         base_rtt_ns: p.positive("base_rtt_us")? * US,
-        mtu: positive_u32(p, "mtu")?,
-        port_buffer_packets: positive_u32(p, "port_buffer_packets")?,
+        mtu: p.positive_u32("mtu")?,
+        port_buffer_packets: p.positive_u32("port_buffer_packets")?,
         ecn_threshold_packets: (ecn > 0).then_some(ecn as u32),
-        rwnd_mtus: positive_u32(p, "rwnd_mtus")?,
-        initial_cwnd: positive_u32(p, "initial_cwnd")?,
+        rwnd_mtus: p.positive_u32("rwnd_mtus")?,
+        initial_cwnd: p.positive_u32("initial_cwnd")?,
         rto_min_ns: p.positive("rto_min_ms")? * MS,
         cc,
-        ack_burst_bytes: positive_u32(p, "ack_burst_bytes")?,
+        ack_burst_bytes: p.positive_u32("ack_burst_bytes")?,
         duration_ns: p.positive("duration_ms")? * MS,
         warmup_ns: p.u64("warmup_ms")? * MS,
         window_ns: p.positive("window_ms")? * MS,
@@ -120,6 +120,7 @@ fn row(experiment: &str, sc: &IncastScenario, r: &IncastReport) -> Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiments::rows::num;
 
     /// 20 flows at 1 Gbit/s for 0.15 s (a debug build runs it in a fraction of a second).
     fn small(experiment: &str) -> Point {
@@ -131,12 +132,6 @@ mod tests {
              duration_ms = 150\nwarmup_ms = 50\nwindow_ms = 10\nstart_spread_us = 100\nseed = 1\n"
         );
         Point::new(toml::from_str(&text).expect("test point parses"))
-    }
-
-    fn num(row: &Row, column: &str) -> f64 {
-        row.get(column)
-            .and_then(|v| v.as_f64())
-            .unwrap_or_else(|| panic!("{column} is not a number in {row:?}"))
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod incast;
 pub mod mqecn;
 pub mod nba;
 pub mod nicpic;
+mod rows;
 mod simulated;
 pub mod wheel_granularity;
 pub mod zd;

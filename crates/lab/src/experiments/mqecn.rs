@@ -35,7 +35,8 @@
 use metronome_sim::switch::{self, MarkingSpec, SwitchReport, SwitchScenario, Workload};
 use metronome_sim::CongestionControl;
 
-use super::simulated::{positive_u32, round, SPEED_COLUMN};
+use super::rows::round;
+use super::simulated::SPEED_COLUMN;
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -120,12 +121,12 @@ fn base(p: &Point) -> Result<SwitchScenario, LabError> {
         line_rate_bps: p.positive("line_rate_bps")?,
         base_rtt_ns: (p.f64("base_rtt_us")? * US).round() as u64,
         buffer_bytes: p.positive("buffer_bytes")?,
-        queues: positive_u32(p, "queues")?,
-        quantum_bytes: positive_u32(p, "quantum_bytes")?,
+        queues: p.positive_u32("queues")?,
+        quantum_bytes: p.positive_u32("quantum_bytes")?,
         standard_threshold_bytes: p.positive("standard_threshold_bytes")?,
         beta: p.f64("beta")?,
         cc: CongestionControl::Dctcp,
-        initial_cwnd: positive_u32(p, "initial_cwnd")?,
+        initial_cwnd: p.positive_u32("initial_cwnd")?,
         rto_min_ns: p.positive("rto_min_us")? * 1_000,
         ..SwitchScenario::default()
     };
@@ -153,10 +154,10 @@ fn base(p: &Point) -> Result<SwitchScenario, LabError> {
         "poisson" => {
             sc.workload = Workload::Poisson {
                 load: p.f64("load")?,
-                flows: positive_u32(p, "flow_count")?,
-                services: positive_u32(p, "services")?,
+                flows: p.positive_u32("flow_count")?,
+                services: p.positive_u32("services")?,
                 service_weights: weights(p)?,
-                hosts: positive_u32(p, "hosts")?,
+                hosts: p.positive_u32("hosts")?,
                 cdf: None,
             };
             sc.duration_ns = p.positive("drain_ms")? * MS;

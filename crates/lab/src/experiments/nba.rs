@@ -43,6 +43,7 @@ use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Rate, RateExchange, Timestamp};
 
+use super::rows::round;
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -444,10 +445,4 @@ fn allocator_name(p: &Params) -> &'static str {
 
 fn setup(p: &Params) -> String {
     format!("{}, {} cores", allocator_name(p), p.cores)
-}
-
-/// `v` rounded to `decimals` decimal places.
-fn round(v: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (v * scale).round() / scale
 }

@@ -50,6 +50,7 @@ use metronome_core::{
     TimingWheelConfig,
 };
 
+use super::rows::round;
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -96,17 +97,7 @@ struct Params {
 
 impl Params {
     fn read(p: &Point) -> Result<Self, LabError> {
-        let bounded = |name: &str, min: u64, max: u64| -> Result<u64, LabError> {
-            let v = p.u64(name)?;
-            if v < min || v > max {
-                return Err(LabError::param(
-                    p.index,
-                    name,
-                    format!("must be in {min}..={max}, found {v}"),
-                ));
-            }
-            Ok(v)
-        };
+        let bounded = |name: &str, min: u64, max: u64| p.u64_in(name, min, max);
         let scheduler = p.str("scheduler")?.to_string();
         if !SCHEDULERS.contains(&scheduler.as_str()) {
             return Err(LabError::param(
@@ -250,12 +241,6 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
         .with("ns_per_packet", round(ns_per_packet, 1))
         .with("bytes_per_class", round(run.bytes_per_class, 1))
         .with("memory_bytes", run.memory_bytes as u64)])
-}
-
-/// `v` rounded to `decimals` decimal places.
-fn round(v: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (v * scale).round() / scale
 }
 
 /// SplitMix64 (Steele, Lea and Flood 2014): one well-mixed 64-bit value per input.
@@ -550,6 +535,7 @@ fn gap_stats(p: &Params, frames: &[(u32, u64)]) -> GapStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiments::rows::num;
 
     fn tiny(scheduler: &str, classes: u64, total_bps: u64, segment_bytes: u64) -> Point {
         let text = format!(
@@ -561,10 +547,6 @@ mod tests {
              start_spread = true\nseed = 1\n"
         );
         Point::new(toml::from_str(&text).expect("test point parses"))
-    }
-
-    fn num(row: &Row, column: &str) -> f64 {
-        row.get(column).and_then(|v| v.as_f64()).expect(column)
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use metronome_sim::{Scenario, SimReport};
 
+use super::rows::round;
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -18,13 +19,6 @@ pub const SPEED_COLUMN: &str = "events_per_sec";
 /// Nanoseconds per millisecond and per microsecond.
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
-
-/// A parameter that must be at least 1 and fit in a `u32`.
-pub fn positive_u32(p: &Point, name: &str) -> Result<u32, LabError> {
-    let v = p.positive(name)?;
-    u32::try_from(v)
-        .map_err(|_| LabError::param(p.index, name, format!("must be at most {}", u32::MAX)))
-}
 
 /// The scenario fields every simulated plan sets in `[base]`: `seed`, `duration_ms`,
 /// `warmup_ms`, `window_ms`, `start_spread_ms`, `base_rtt_us`, `line_rate_bps`, `sndbuf_mtus`
@@ -38,10 +32,10 @@ pub fn base_scenario(p: &Point) -> Result<Scenario, LabError> {
         start_spread_ns: p.u64("start_spread_ms")? * MS,
         base_rtt_ns: p.positive("base_rtt_us")? * US,
         line_rate_bps: p.positive("line_rate_bps")?,
-        flows: positive_u32(p, "flows")?,
+        flows: p.positive_u32("flows")?,
         ..Scenario::default()
     };
-    sc.transport.sndbuf_mtus = positive_u32(p, "sndbuf_mtus")?;
+    sc.transport.sndbuf_mtus = p.positive_u32("sndbuf_mtus")?;
     Ok(sc)
 }
 
@@ -60,12 +54,6 @@ pub fn push_common(row: &mut Row, r: &SimReport) {
     row.set("deviation_pct", round(r.throughput.deviation_pct, 4));
     row.set("drops", r.drops.physical);
     row.set(SPEED_COLUMN, r.speed.events_per_second.round() as u64);
-}
-
-/// `v` rounded to `decimals` decimal places (keeps the CSV and JSON short).
-pub fn round(v: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (v * scale).round() / scale
 }
 
 /// `rows` without the wall-clock column, for determinism checks.

@@ -36,6 +36,7 @@ use metronome_core::{
     TimingWheelConfig,
 };
 
+use super::rows::round;
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -66,17 +67,7 @@ struct Params {
 
 impl Params {
     fn read(p: &Point) -> Result<Self, LabError> {
-        let small = |name: &str, max: u64| -> Result<u64, LabError> {
-            let v = p.positive(name)?;
-            if v > max {
-                return Err(LabError::param(
-                    p.index,
-                    name,
-                    format!("must be at most {max}, found {v}"),
-                ));
-            }
-            Ok(v)
-        };
+        let small = |name: &str, max: u64| p.u64_in(name, 1, max);
         let shaper = p.str("shaper")?.to_string();
         if shaper != SHAPER_TIMING_WHEEL {
             return Err(LabError::param(
@@ -136,13 +127,6 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
         .with("granularity_ns", p.granularity_ns)
         .with("deviation_pct", round(deviation_pct, 4))
         .with("achieved_bps", achieved_bps.round() as u64)])
-}
-
-/// `v` rounded to `decimals` decimal places (keeps the CSV and JSON short; far below the model's
-/// resolution of one packet per window).
-fn round(v: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (v * scale).round() / scale
 }
 
 /// The event loop: returns the bytes sent in each measurement window.

@@ -36,7 +36,8 @@ use metronome_sim::{
     ZdDiscipline,
 };
 
-use super::simulated::{base_scenario, positive_u32, round, simulate, SPEED_COLUMN};
+use super::rows::round;
+use super::simulated::{base_scenario, simulate, SPEED_COLUMN};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -57,7 +58,7 @@ fn scenario(p: &Point) -> Result<(String, metronome_sim::Scenario), LabError> {
     let bad = |name: &str, why: String| LabError::param(p.index, name, why);
     let mode = p.str("mode")?.to_string();
     let (shaper, backpressure) = if mode == ZD {
-        let capacity = positive_u32(p, "zd_pfifo_slots")?;
+        let capacity = p.positive_u32("zd_pfifo_slots")?;
         let discipline = ZdDiscipline::Fifo;
         (
             ShaperSpec::Pfifo { capacity },
@@ -69,7 +70,7 @@ fn scenario(p: &Point) -> Result<(String, metronome_sim::Scenario), LabError> {
             .ok()
             .filter(|&s| s > 0)
             .ok_or_else(|| bad("mode", format!("{mode:?}: no slot count after {TSQ_PFIFO}")))?;
-        let limit = positive_u32(p, "tsq_limit")?;
+        let limit = p.positive_u32("tsq_limit")?;
         (
             ShaperSpec::Pfifo { capacity },
             BackpressureMode::Tsq { limit },
@@ -89,8 +90,8 @@ fn scenario(p: &Point) -> Result<(String, metronome_sim::Scenario), LabError> {
     sc.source = SourceKind::Tcp(cc);
     sc.shaper = shaper;
     sc.backpressure = backpressure;
-    sc.transport.mtu = positive_u32(p, "mtu")?;
-    sc.transport.rto_min_ns = u64::from(positive_u32(p, "rto_min_ms")?) * MS;
+    sc.transport.mtu = p.positive_u32("mtu")?;
+    sc.transport.rto_min_ns = u64::from(p.positive_u32("rto_min_ms")?) * MS;
     Ok((mode, sc))
 }
 

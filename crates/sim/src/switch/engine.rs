@@ -7,7 +7,8 @@
 use super::events::{Ev, Queue, TO_RECEIVER, TO_SENDER, TO_SWITCH};
 use super::workload::{exponential_ns, uniform, FlowSizeCdf};
 use super::{FctSummary, MarkingSpec, SwitchError, SwitchReport, SwitchScenario, Workload};
-use crate::event::{Ack, LazyTimer, TimerFire};
+use crate::event::Ack;
+use crate::flows::{Slab, TcpFlows};
 use crate::host::{Receiver, Rng};
 use crate::scenario::CongestionControl;
 use crate::tcp::TcpSender;
@@ -55,7 +56,6 @@ struct Flow {
     in_host: u32,
     start: Timestamp,
     done: bool,
-    rto: LazyTimer,
 }
 
 struct Host {
@@ -69,8 +69,7 @@ pub(super) struct SwitchSim<'a> {
     q: Queue,
     port: MqPort,
     port_busy: Option<u32>,
-    pkts: Vec<Pkt>,
-    free: Vec<u32>,
+    pkts: Slab<Pkt>,
     flows: Vec<Flow>,
     hosts: Vec<Host>,
     rng: Rng,
@@ -144,8 +143,7 @@ impl<'a> SwitchSim<'a> {
             q: Queue::with_capacity(4096),
             port,
             port_busy: None,
-            pkts: Vec::with_capacity(4096),
-            free: Vec::with_capacity(4096),
+            pkts: Slab::with_capacity(4096),
             flows: Vec::new(),
             hosts: Vec::new(),
             rng: Rng::for_flow(sc.seed, u32::MAX),
@@ -253,7 +251,6 @@ impl<'a> SwitchSim<'a> {
             in_host: 0,
             start,
             done: false,
-            rto: LazyTimer::default(),
         });
         (self.flows.len() - 1) as u32
     }
@@ -271,7 +268,7 @@ impl<'a> SwitchSim<'a> {
         match ev {
             Ev::FlowStart(f) => self.try_send(f, now),
             Ev::NextArrival => self.on_arrival(now),
-            Ev::Rto(f) => self.on_rto(f, now),
+            Ev::Rto(f) => self.timer_event(f, now),
             Ev::HostDone(h) => self.on_host_done(h, now),
             Ev::PortDone => self.on_port_done(now),
             Ev::End => self.finish(now),
@@ -315,31 +312,14 @@ impl<'a> SwitchSim<'a> {
         }
     }
 
-    fn alloc(&mut self, p: Pkt) -> u32 {
-        match self.free.pop() {
-            Some(i) => {
-                self.pkts[i as usize] = p;
-                i
-            }
-            None => {
-                self.pkts.push(p);
-                (self.pkts.len() - 1) as u32
-            }
-        }
-    }
-
-    fn release(&mut self, i: u32) {
-        self.free.push(i);
-    }
-
     /// Sends what the flow's window allows: one MTU per packet, into its host's NIC.
     fn try_send(&mut self, f: u32, now: Timestamp) {
         loop {
-            let fl = &mut self.flows[f as usize];
+            let fl = &self.flows[f as usize];
             if fl.done || fl.in_host >= TSQ_PACKETS {
                 return;
             }
-            let tcp = &mut fl.tcp;
+            let tcp = &fl.tcp;
             let seq = if tcp.retx_pending {
                 tcp.snd_una
             } else if tcp.window_room(SNDBUF_PACKETS) > 0 && tcp.snd_nxt < fl.size {
@@ -347,15 +327,11 @@ impl<'a> SwitchSim<'a> {
             } else {
                 return;
             };
-            tcp.on_sent(now, seq, 1);
-            if !fl.rto.is_set() {
-                let t = now + tcp.rto();
-                self.arm_rto(f, t);
-            }
+            self.segment_sent(f, now, seq, 1);
             let fl = &mut self.flows[f as usize];
             fl.in_host += 1;
             let (host, ect) = (fl.host, fl.ect);
-            let id = self.alloc(Pkt {
+            let id = self.pkts.alloc(Pkt {
                 flow: f,
                 seq,
                 sent_at: now,
@@ -383,7 +359,7 @@ impl<'a> SwitchSim<'a> {
             self.q
                 .push_line(TO_SWITCH, now + self.hop, Ev::AtSwitch(id));
             // TSQ: the transmit completion lets the flow send again.
-            let f = self.pkts[id as usize].flow;
+            let f = self.pkts.get(id).flow;
             self.flows[f as usize].in_host -= 1;
             self.try_send(f, now);
         }
@@ -399,7 +375,7 @@ impl<'a> SwitchSim<'a> {
     }
 
     fn on_switch(&mut self, id: u32, now: Timestamp) {
-        let p = self.pkts[id as usize];
+        let p = self.pkts.get(id);
         let service = self.flows[p.flow as usize].service;
         let pkt = PacketRef::new(
             id,
@@ -411,7 +387,7 @@ impl<'a> SwitchSim<'a> {
         match self.port.enqueue(now, pkt, p.ect) {
             Ok(e) => {
                 if e.marked {
-                    self.pkts[id as usize].ce = true;
+                    self.pkts.get_mut(id).ce = true;
                     self.r.ce_marked += 1;
                 }
                 if now >= self.warmup {
@@ -431,7 +407,7 @@ impl<'a> SwitchSim<'a> {
                     // (validated), but counted if it does.
                     _ => self.r.other_rejects += 1,
                 }
-                self.release(id);
+                self.pkts.release(id);
             }
         }
     }
@@ -441,7 +417,7 @@ impl<'a> SwitchSim<'a> {
         if let Some(d) = self.port.dequeue(now) {
             let id = d.pkt.id;
             if d.marked {
-                self.pkts[id as usize].ce = true;
+                self.pkts.get_mut(id).ce = true;
                 self.r.ce_marked += 1;
             }
             self.port_busy = Some(id);
@@ -461,8 +437,8 @@ impl<'a> SwitchSim<'a> {
     }
 
     fn on_receiver(&mut self, id: u32, now: Timestamp) {
-        let p = self.pkts[id as usize];
-        self.release(id);
+        let p = self.pkts.get(id);
+        self.pkts.release(id);
         self.r.packets_received += 1;
         if p.ce && !p.ect {
             self.r.ce_on_non_ect += 1;
@@ -481,11 +457,11 @@ impl<'a> SwitchSim<'a> {
 
     fn on_ack(&mut self, ack: Ack, now: Timestamp) {
         let f = ack.flow;
-        let fl = &mut self.flows[f as usize];
-        if fl.done {
+        // A finished flow has no sender: its late ACKs are ignored.
+        let Some(out) = self.ack_arrived(now, &ack) else {
             return;
-        }
-        let out = fl.tcp.on_ack(now, &ack);
+        };
+        let fl = &mut self.flows[f as usize];
         fl.tcp.take_delivered(now, |_| {});
         if let Some(rtt) = out.rtt {
             if now >= self.warmup {
@@ -496,8 +472,8 @@ impl<'a> SwitchSim<'a> {
             }
         }
         if fl.tcp.snd_una >= fl.size {
+            // Everything sent is acknowledged: `ack_arrived` stopped the timer.
             fl.done = true;
-            fl.rto.clear();
             let bytes = u64::from(fl.size) * super::workload::CDF_PACKET_PAYLOAD;
             let fct = now.saturating_since(fl.start).as_nanos();
             self.fcts.push((bytes, fct, fl.tcp.counters.timeouts));
@@ -507,33 +483,7 @@ impl<'a> SwitchSim<'a> {
             }
             return;
         }
-        if !fl.tcp.has_outstanding() {
-            fl.rto.clear();
-        } else if out.newly_acked > 0 {
-            let t = now + fl.tcp.rto();
-            self.arm_rto(f, t);
-        }
         self.try_send(f, now);
-    }
-
-    fn arm_rto(&mut self, f: u32, t: Timestamp) {
-        if let Some(at) = self.flows[f as usize].rto.set(t) {
-            self.q.schedule(at, Ev::Rto(f));
-        }
-    }
-
-    fn on_rto(&mut self, f: u32, now: Timestamp) {
-        let fl = &mut self.flows[f as usize];
-        match fl.rto.fire(now) {
-            TimerFire::Expired if !fl.done => {
-                fl.tcp.on_rto();
-                let t = now + fl.tcp.rto();
-                self.arm_rto(f, t);
-                self.try_send(f, now);
-            }
-            TimerFire::Early(t) if !fl.done => self.arm_rto(f, t),
-            _ => {}
-        }
     }
 
     fn finish(&mut self, now: Timestamp) {
@@ -594,7 +544,7 @@ impl<'a> SwitchSim<'a> {
         if let Workload::LongLived { .. } = self.sc.workload {
             r.unfinished_flows = 0; // greedy flows never finish
         }
-        r.packets_in_flight_at_end = (self.pkts.len() - self.free.len()) as u64;
+        r.packets_in_flight_at_end = self.pkts.live() as u64;
         for fl in &self.flows {
             r.retransmits += fl.tcp.counters.retransmits;
             r.timeouts += fl.tcp.counters.timeouts;
@@ -612,6 +562,21 @@ impl<'a> SwitchSim<'a> {
         r.idle_decays = c.idle_decays;
         r.events = self.q.popped();
         r
+    }
+}
+
+impl TcpFlows for SwitchSim<'_> {
+    fn sender(&mut self, f: u32) -> Option<&mut TcpSender> {
+        let fl = &mut self.flows[f as usize];
+        (!fl.done).then_some(&mut fl.tcp)
+    }
+
+    fn schedule_timer(&mut self, f: u32, at: Timestamp) {
+        self.q.schedule(at, Ev::Rto(f));
+    }
+
+    fn send_more(&mut self, f: u32, now: Timestamp) {
+        self.try_send(f, now);
     }
 }
 

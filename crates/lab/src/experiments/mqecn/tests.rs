@@ -22,9 +22,7 @@ fn num(rows: &[Row], scheme: &str, column: &str) -> f64 {
         .iter()
         .find(|r| r.get("scheme").and_then(|v| v.as_str()) == Some(scheme))
         .unwrap_or_else(|| panic!("no {scheme} row"));
-    row.get(column)
-        .and_then(|v| v.as_f64())
-        .unwrap_or_else(|| panic!("{column} is not a number in {row:?}"))
+    super::super::rows::num(row, column)
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The `nba` experiment at small scale: phases of 600 ms instead of 2 s.
 
 use super::*;
+use crate::experiments::rows::num;
 
 fn point(allocator: &str, cores: u64, splits: &str, period_ms: u64) -> Point {
     let text = format!(
@@ -10,12 +11,6 @@ fn point(allocator: &str, cores: u64, splits: &str, period_ms: u64) -> Point {
          source_buffer_packets = 64\nconverge_pct = 2.0\ntrace = false\n"
     );
     Point::new(toml::from_str(&text).expect("test point parses"))
-}
-
-fn num(row: &Row, column: &str) -> f64 {
-    row.get(column)
-        .and_then(|v| v.as_f64())
-        .unwrap_or_else(|| panic!("{column} is not a number in {row:?}"))
 }
 
 fn converged(row: &Row) -> bool {

@@ -2,6 +2,7 @@
 //! pfifo at 1 Gbit/s (zD §6.2's comparison scaled down by 20 in flows and buffer).
 
 use super::*;
+use crate::experiments::rows::num;
 use crate::experiments::simulated::without_speed;
 
 /// A point of 200 flows at 1 Gbit/s for 1.5 s, 0.5 s of warm-up.
@@ -17,12 +18,6 @@ fn small(mode: &str) -> Point {
 
 fn one(mode: &str) -> Row {
     run(&small(mode)).expect("runs").remove(0)
-}
-
-fn num(row: &Row, column: &str) -> f64 {
-    row.get(column)
-        .and_then(|v| v.as_f64())
-        .unwrap_or_else(|| panic!("{column} is not a number in {row:?}"))
 }
 
 #[test]
