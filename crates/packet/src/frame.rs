@@ -301,7 +301,7 @@ struct Link {
 }
 
 /// Returns the EtherType after the VLAN tags, the offset of what follows, and the tag count.
-fn link_layer(frame: &[u8]) -> Result<(u16, usize, u8), Malformed> {
+pub(crate) fn link_layer(frame: &[u8]) -> Result<(u16, usize, u8), Malformed> {
     let mut ether_type = read_u16(frame, 12).ok_or(Malformed::TruncatedEthernet)?;
     let mut offset = ETHERNET_HEADER_BYTES;
     let mut tags = 0u8;
