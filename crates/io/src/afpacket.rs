@@ -655,6 +655,16 @@ mod tests {
             ..Default::default()
         };
         assert!(bad.check().is_err());
+        let vnet = AfPacketConfig {
+            vnet_hdr: true,
+            ..Default::default()
+        };
+        assert_eq!(vnet.check(), Ok(()));
+        let ring = AfPacketConfig {
+            rx: RxMode::Ring,
+            ..vnet
+        };
+        assert!(ring.check().unwrap_err().contains("vnet_hdr"));
     }
 
     #[test]

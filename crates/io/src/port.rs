@@ -26,9 +26,11 @@ pub struct RxFrame {
     /// The kernel had not yet computed the L4 checksum (`TP_STATUS_CSUMNOTREADY`: the frame came
     /// from a local sender with checksum offload, e.g. over a veth). Without `vnet_hdr`, forwarded
     /// as is, it arrives with a wrong checksum; the caller must fill it in (or the sender must
-    /// turn TX checksum offload off). With `vnet_hdr` the slot's header
+    /// turn TX checksum offload off). With `vnet_hdr` such a frame's header
     /// ([`FramePool::vnet`]) has `NEEDS_CSUM` and sending it with that header lets the kernel or
-    /// the device complete it: nothing to fill in.
+    /// the device complete the checksum, so the port reports `false`: a caller that fills the
+    /// checksum in anyway must also clear `NEEDS_CSUM` in the slot's header
+    /// ([`FramePool::set_vnet`]).
     ///
     /// The frame's virtio-net header (GSO type and size, checksum offsets) stays with its slot,
     /// [`FramePool::vnet`], where the shaper's queue (which holds only the id) and

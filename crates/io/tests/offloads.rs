@@ -176,6 +176,8 @@ struct Seen {
     needs_csum: u64,
     /// Pieces sent with `send_pieces`.
     pieces: u64,
+    /// Frames reported `csum_not_ready` (the loop fills in nothing).
+    csum_not_ready: u64,
 }
 
 /// Moves frames `a -> b` and `b -> a` until `stop`; frames the device refused as busy wait in
@@ -209,6 +211,9 @@ fn forward(
                     seen.tcp4_super_frames += 1;
                 }
                 seen.needs_csum += u64::from(hdr.needs_csum());
+                // The header carries the partial checksum; the port leaves nothing to fix.
+                assert!(!f.csum_not_ready || !hdr.needs_csum());
+                seen.csum_not_ready += u64::from(f.csum_not_ready);
                 match cut.filter(|_| dir == 0 && hdr.is_gso()) {
                     Some(max) => {
                         seen.pieces += send_cut(tx, pool.frame(f.id), &hdr, max);
@@ -263,7 +268,7 @@ fn send_cut(tx: &mut AfPacketPort, frame: &[u8], hdr: &VnetHdr, max: u32) -> u64
 
 #[test]
 fn tcp_super_frames_cross_two_vnet_hdr_ports_intact() {
-    let Some(seen) = transfer_through_forwarder(None) else {
+    let Some(seen) = transfer_through_forwarder(Sender::Tso, None) else {
         return;
     };
     assert_eq!(seen.pieces, 0);
@@ -274,26 +279,62 @@ fn tcp_super_frames_cross_two_vnet_hdr_ports_intact() {
 /// checksums completed by the kernel from the pieces' pseudo-header sums).
 #[test]
 fn tcp_super_frames_cut_into_pieces_arrive_intact() {
-    let Some(seen) = transfer_through_forwarder(Some(3)) else {
+    let Some(seen) = transfer_through_forwarder(Sender::Tso, Some(3)) else {
         return;
     };
     assert!(seen.pieces > seen.tcp4_super_frames, "{seen:?}");
 }
 
+/// The sender sends MTU frames (TSO and GSO off) and GRO on the forwarder's ingress veth merges
+/// them: the super-frames the port receives are GRO's.
+#[test]
+fn gro_super_frames_at_the_ingress_cross_intact() {
+    let Some(seen) = transfer_through_forwarder(Sender::MtuWithGroAtIngress, None) else {
+        return;
+    };
+    assert_eq!(seen.pieces, 0);
+}
+
+/// Control for the GRO test: with TSO, GSO and GRO off every frame is an MTU frame.
+#[test]
+fn without_offloads_no_super_frame_arrives() {
+    let Some(seen) = transfer_through_forwarder(Sender::Mtu, None) else {
+        return;
+    };
+    assert_eq!(seen.tcp4_super_frames, 0, "{seen:?}");
+    assert!(seen.longest <= MTU_FRAME, "{seen:?}");
+}
+
+/// Where the super-frames come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sender {
+    /// The sender's TCP builds them (TSO and GSO on at `s0`, the veth default).
+    Tso,
+    /// TSO and GSO off at `s0`, GRO on at the forwarder's ingress `m0`.
+    MtuWithGroAtIngress,
+    /// TSO and GSO off at `s0`, GRO off at `m0`: no super-frames.
+    Mtu,
+}
+
 /// Runs the 4 MiB transfer through the forwarder (cutting super-frames as `cut` says), checks
 /// the transfer and the ports' counters, and returns what the forwarder saw; `None` without
 /// the privilege to build the topology.
-fn transfer_through_forwarder(cut: Option<u32>) -> Option<Seen> {
+fn transfer_through_forwarder(source: Sender, cut: Option<u32>) -> Option<Seen> {
     let t = Topology::create()?;
-    // TSO and GSO are on by default on a veth; make sure, and read them back.
+    let tso = source == Sender::Tso;
     let s0 = t.s0.clone();
     let offloads = spawn_in(&t.snd, move || {
-        Offload::Tso
-            .set(&s0, true)
-            .and(Offload::Gso.set(&s0, true))?;
+        Offload::Tso.set(&s0, tso).and(Offload::Gso.set(&s0, tso))?;
         Ok::<_, metronome_io::PortError>((Offload::Tso.get(&s0)?, Offload::Gso.get(&s0)?))
     });
-    assert_eq!(offloads.join().unwrap().expect("ethtool"), (true, true));
+    assert_eq!(offloads.join().unwrap().expect("ethtool"), (tso, tso));
+    let m0 = t.m0.clone();
+    let gro_on = source == Sender::MtuWithGroAtIngress;
+    let gro = spawn_in(&t.mid, move || {
+        Offload::Gro.set(&m0, gro_on)?;
+        Offload::Gro.get(&m0)
+    });
+    assert_eq!(gro.join().unwrap().expect("ethtool"), gro_on);
 
     let stop = Arc::new(AtomicBool::new(false));
     let (m0, m1, halt) = (t.m0.clone(), t.m1.clone(), stop.clone());
@@ -339,12 +380,15 @@ fn transfer_through_forwarder(cut: Option<u32>) -> Option<Seen> {
     let got = received.expect("the receiver's transfer");
     assert_eq!(got.len(), TRANSFER);
     assert!(got.iter().enumerate().all(|(i, &b)| b == pattern(i)));
-    assert!(
-        seen.tcp4_super_frames > 0,
-        "no TCPV4 super-frame seen: {seen:?}"
-    );
-    assert!(seen.longest > MTU_FRAME);
+    if source != Sender::Mtu {
+        assert!(
+            seen.tcp4_super_frames > 0,
+            "no TCPV4 super-frame seen: {seen:?}"
+        );
+        assert!(seen.longest > MTU_FRAME);
+    }
     assert!(seen.needs_csum > 0);
+    assert_eq!(seen.csum_not_ready, 0);
     for c in [c0, c1] {
         assert_eq!(
             (

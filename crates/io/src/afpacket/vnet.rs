@@ -198,7 +198,9 @@ impl AfPacketPort {
             out[n] = RxFrame {
                 id,
                 len: len as u32,
-                csum_not_ready: m.status & libc::TP_STATUS_CSUMNOTREADY != 0 || hdr.needs_csum(),
+                // Sent back with its header, a NEEDS_CSUM frame is completed by the kernel or
+                // the device: nothing for the caller to fill in.
+                csum_not_ready: m.status & libc::TP_STATUS_CSUMNOTREADY != 0 && !hdr.needs_csum(),
             };
             n += 1;
         }
