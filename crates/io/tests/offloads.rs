@@ -95,7 +95,7 @@ impl Topology {
             return None;
         }
         let (s, m, r) = (t.snd.as_str(), t.mid.as_str(), t.rcv.as_str());
-        let steps: Vec<Vec<&str>> = vec![
+        let mut steps: Vec<Vec<&str>> = vec![
             vec!["netns", "add", m],
             vec!["netns", "add", r],
             vec![
@@ -106,8 +106,11 @@ impl Topology {
                 "link", "add", &t.r0, "netns", r, "address", MAC_R, "type", "veth", "peer", "name",
                 &t.m1, "netns", m,
             ],
-            vec!["-n", s, "addr", "add", "10.212.0.1/24", "dev", &t.s0],
-            vec!["-n", r, "addr", "add", "10.212.0.2/24", "dev", &t.r0],
+        ];
+        let (ep_s, ep_r) = (t.s0.as_str(), t.r0.as_str());
+        steps.extend([
+            vec!["-n", s, "addr", "add", "10.212.0.1/24", "dev", ep_s],
+            vec!["-n", r, "addr", "add", "10.212.0.2/24", "dev", ep_r],
             vec![
                 "-n",
                 s,
@@ -117,7 +120,7 @@ impl Topology {
                 "lladdr",
                 MAC_R,
                 "dev",
-                &t.s0,
+                ep_s,
             ],
             vec![
                 "-n",
@@ -128,13 +131,13 @@ impl Topology {
                 "lladdr",
                 MAC_S,
                 "dev",
-                &t.r0,
+                ep_r,
             ],
             vec!["-n", s, "link", "set", &t.s0, "up"],
             vec!["-n", m, "link", "set", &t.m0, "up"],
             vec!["-n", m, "link", "set", &t.m1, "up"],
             vec!["-n", r, "link", "set", &t.r0, "up"],
-        ];
+        ]);
         for step in steps {
             ip(&step).unwrap_or_else(|e| panic!("building the test topology: {e}"));
         }
@@ -178,6 +181,8 @@ struct Seen {
     pieces: u64,
     /// Frames reported `csum_not_ready` (the loop fills in nothing).
     csum_not_ready: u64,
+    /// NEEDS_CSUM TCP frames whose `csum_start` was checked.
+    csum_start_checked: u64,
 }
 
 /// Moves frames `a -> b` and `b -> a` until `stop`; frames the device refused as busy wait in
@@ -214,6 +219,10 @@ fn forward(
                 // The header carries the partial checksum; the port leaves nothing to fix.
                 assert!(!f.csum_not_ready || !hdr.needs_csum());
                 seen.csum_not_ready += u64::from(f.csum_not_ready);
+                if hdr.needs_csum() {
+                    check_csum_start(pool.frame(f.id), &hdr);
+                    seen.csum_start_checked += 1;
+                }
                 match cut.filter(|_| dir == 0 && hdr.is_gso()) {
                     Some(max) => {
                         seen.pieces += send_cut(tx, pool.frame(f.id), &hdr, max);
@@ -236,6 +245,26 @@ fn forward(
         }
     }
     seen
+}
+
+/// Asserts that a NEEDS_CSUM TCP frame's `csum_start` is its TCP header and `csum_offset` the
+/// TCP checksum field.
+fn check_csum_start(frame: &[u8], hdr: &VnetHdr) {
+    let Some(ip) = metronome_packet::parse(frame).ip().copied() else {
+        panic!("NEEDS_CSUM on a frame that does not parse as IP");
+    };
+    assert_eq!(ip.tuple.protocol, 6, "only TCP in these tests");
+    let l3 = usize::from(ip.ip_offset);
+    let l4 = if frame[l3] >> 4 == 4 {
+        l3 + usize::from(frame[l3] & 0x0f) * 4
+    } else {
+        l3 + 40
+    };
+    assert_eq!(
+        (usize::from(hdr.csum_start), hdr.csum_offset),
+        (l4, 16),
+        "{hdr:?}"
+    );
 }
 
 /// Cuts the super-frame `frame` into pieces of at most `max` segments and sends them all
@@ -303,6 +332,115 @@ fn without_offloads_no_super_frame_arrives() {
     };
     assert_eq!(seen.tcp4_super_frames, 0, "{seen:?}");
     assert!(seen.longest <= MTU_FRAME, "{seen:?}");
+}
+
+/// A TCP/IPv4 super-frame behind an 802.1Q tag, sent with a GSO header from a `vnet_hdr` port
+/// in the sender namespace (raw: no VLAN interface needed), crosses the veth unsegmented; the
+/// kernel strips the tag before the receiving port sees the frame, the port re-inserts it and
+/// moves `csum_start` with it. The frame arrives byte for byte, with the header it was sent
+/// with.
+#[test]
+fn tagged_super_frames_keep_their_bytes_and_checksum_offsets() {
+    let Some(t) = Topology::create() else {
+        return;
+    };
+    let config = AfPacketConfig {
+        vnet_hdr: true,
+        ..AfPacketConfig::DEFAULT
+    };
+    let s0 = t.s0.clone();
+    let mut tx = spawn_in(&t.snd, move || {
+        AfPacketPort::open(&s0, &config).expect("open s0")
+    })
+    .join()
+    .unwrap();
+    let m0 = t.m0.clone();
+    let mut rx = spawn_in(&t.mid, move || {
+        AfPacketPort::open(&m0, &config).expect("open m0")
+    })
+    .join()
+    .unwrap();
+    let (frame, hdr) = tagged_super_frame(20_000, 1000);
+    let piece = TxPiece {
+        vnet: hdr,
+        headers: &frame[..58],
+        payload: &frame[58..],
+    };
+    assert_eq!(tx.send_pieces(&[piece]).expect("send"), 1);
+    let mut pool = FramePool::with_large(64, DEFAULT_SLOT_SIZE, 4, GSO_SLOT_SIZE);
+    let mut batch = [RxFrame::default(); 64];
+    let mut got = None;
+    for _ in 0..3000 {
+        let n = rx.recv(&mut pool, &mut batch).expect("recv");
+        for f in &batch[..n] {
+            if pool.frame(f.id).len() > MTU_FRAME {
+                got = Some((pool.frame(f.id).to_vec(), pool.vnet(f.id)));
+            }
+            pool.free(f.id);
+        }
+        if got.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (bytes, vnet) = got.expect("the tagged super-frame");
+    assert_eq!(bytes, frame);
+    assert_eq!(
+        (
+            vnet.gso_type,
+            vnet.gso_size,
+            vnet.csum_start,
+            vnet.csum_offset
+        ),
+        (GsoType::TcpV4, 1000, 38, 16)
+    );
+    assert!(vnet.needs_csum());
+    check_csum_start(&bytes, &vnet);
+    assert_eq!(rx.counters().rx_vnet_errors, 0);
+}
+
+/// Ethernet + 802.1Q (VLAN 42) + IPv4 + TCP (20 bytes) + `payload` bytes to the receiver's
+/// MAC, its TCP checksum partial (the pseudo-header sum), with its TCPV4 GSO header.
+fn tagged_super_frame(payload: usize, gso_size: u16) -> (Vec<u8>, VnetHdr) {
+    let mac = |m: &str| -> Vec<u8> {
+        m.split(':')
+            .map(|b| u8::from_str_radix(b, 16).unwrap())
+            .collect()
+    };
+    let mut f = mac(MAC_R);
+    f.extend(mac(MAC_S));
+    f.extend_from_slice(&[0x81, 0x00, 0x00, 42, 0x08, 0x00]);
+    let ip_len = (20 + 20 + payload) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0]);
+    f.extend_from_slice(&IP_S.octets());
+    f.extend_from_slice(&IP_R.octets());
+    let sum = metronome_packet::ipv4_header_checksum(&f[18..38]).unwrap();
+    f[28..30].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10]);
+    f.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+    f.extend((0..payload).map(pattern));
+    // Pseudo-header sum: addresses, protocol 6, TCP length; folded, not complemented.
+    let words = f[30..38]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>()
+        + 6
+        + (20 + payload) as u32;
+    let folded = (words & 0xffff) + (words >> 16);
+    let folded = ((folded & 0xffff) + (folded >> 16)) as u16;
+    f[54..56].copy_from_slice(&folded.to_be_bytes());
+    let hdr = VnetHdr {
+        flags: metronome_packet::gso::FLAG_NEEDS_CSUM,
+        gso_type: GsoType::TcpV4,
+        ecn: false,
+        hdr_len: 58,
+        gso_size,
+        csum_start: 38,
+        csum_offset: 16,
+    };
+    (f, hdr)
 }
 
 /// Where the super-frames come from.
