@@ -242,13 +242,35 @@ proptest! {
                 tcp.calc_checksum_ipv4(&Ipv4Header::from_slice(ip_bytes).unwrap().0, tcp_payload)
             };
             prop_assert_eq!(tcp.checksum, expected_sum.unwrap());
-            wire += wire_bytes(bytes, vnet, RX_BYTES_FRAMING).unwrap();
+            let piece_wire = wire_bytes(bytes, vnet, RX_BYTES_FRAMING).unwrap();
+            wire += piece_wire;
+            let direct = sf.piece(&frame, k as u32, n, &mut [0u8; 256]).unwrap();
+            prop_assert_eq!(direct.wire_bytes(RX_BYTES_FRAMING), piece_wire);
         }
         prop_assert_eq!(&stream, &s.payload);
         // The pieces occupy exactly the wire bytes of the super-frame.
         let expected_wire = (total_segments * h + s.payload.len()) as u64;
         prop_assert_eq!(wire_bytes(&frame, &hdr, RX_BYTES_FRAMING).unwrap(), expected_wire);
         prop_assert_eq!(wire, expected_wire);
+    }
+
+    /// `segments_within(budget)` pieces fit the budget (unless one segment alone exceeds it),
+    /// and one more segment per piece would not.
+    #[test]
+    fn segments_within_a_budget(s in spec(), budget in 100..=65_535u64, framing in 0..=24u32) {
+        let (frame, hdr) = build(&s);
+        let sf = SuperFrame::parse(&frame, &hdr).unwrap();
+        let n = sf.segments_within(budget, framing);
+        prop_assert!(n >= 1 && n <= sf.segments());
+        let per = (sf.header_len() + usize::from(s.gso_size)) as u64 + u64::from(framing);
+        let mut scratch = [0u8; 256];
+        for k in 0..sf.pieces(n) {
+            let p = sf.piece(&frame, k, n, &mut scratch).unwrap();
+            prop_assert!(p.wire_bytes(framing) <= budget.max(per));
+        }
+        if n < sf.segments() {
+            prop_assert!((u64::from(n) + 1) * per > budget);
+        }
     }
 
     /// With one segment per piece the pieces, checksums completed, are the segments of full

@@ -73,6 +73,15 @@ pub struct Piece {
     pub segments: u32,
 }
 
+impl Piece {
+    /// Bytes the piece occupies on the wire: `segments × (header_len + framing) + payload`
+    /// (the convention of [`super::wire_bytes`]).
+    pub fn wire_bytes(&self, framing: u32) -> u64 {
+        let per_segment = self.header_len as u64 + u64::from(framing);
+        u64::from(self.segments) * per_segment + self.payload.len() as u64
+    }
+}
+
 impl SuperFrame {
     /// Walks the headers of `frame`, which `hdr` describes: Ethernet (up to two VLAN tags), the
     /// IP version `hdr.gso_type` names (IPv4 with options, IPv6 without extension headers), TCP
@@ -186,6 +195,17 @@ impl SuperFrame {
     pub fn wire_bytes(&self, framing: u32) -> u64 {
         let n = u64::from(self.segments());
         n * (self.header_len as u64 + u64::from(framing)) + self.payload_len() as u64
+    }
+
+    /// The most segments a piece may have for its bytes on the wire (see
+    /// [`Piece::wire_bytes`]) to stay within `budget`: `floor(budget / (H + S + framing))`,
+    /// between 1 (a segment is never cut further) and [`SuperFrame::segments`]. With
+    /// `budget = 65 535` every piece fits the `u16` length of a `metronome_core::PacketRef`;
+    /// a shaper may also bound it by about 1 ms of its rate, as `tcp_tso_autosize`
+    /// (net/ipv4/tcp_output.c) bounds a sender's bursts.
+    pub fn segments_within(&self, budget: u64, framing: u32) -> u32 {
+        let per_segment = (self.header_len + self.gso_size()) as u64 + u64::from(framing);
+        (budget / per_segment).clamp(1, u64::from(self.segments())) as u32
     }
 
     /// How many pieces of at most `max_segments` segments the frame is cut into (0 if
