@@ -60,7 +60,7 @@
 //!   Frames from a local sender with checksum offload still arrive with
 //!   [`RxFrame::csum_not_ready`] set.
 
-use crate::frame_pool::FramePool;
+use crate::frame_pool::{FramePool, StoreError};
 use crate::port::{PacketPort, PortCounters, PortError, RxFrame};
 use crate::sys::{self, RxRing, MSG_PARTS, SEND_BATCH};
 use metronome_packet::VNET_HDR_LEN;
@@ -109,7 +109,9 @@ pub struct AfPacketConfig {
     pub rx: RxMode,
     /// Set `PACKET_VNET_HDR` on both sockets: receive GSO/GRO super-frames of up to
     /// [`crate::frame_pool::GSO_SLOT_SIZE`] bytes with their virtio-net header, send every frame
-    /// with one (see the module docs). Needs [`RxMode::Mmsg`]. Default false.
+    /// with one (see the module docs). Needs [`RxMode::Mmsg`]. Costs 4.2 MB of receive overflow
+    /// buffers per port (`RECV_BATCH × GSO_SLOT_SIZE`), besides the pool's large slots.
+    /// Default false.
     pub vnet_hdr: bool,
 }
 
@@ -332,24 +334,25 @@ fn join_fanout(fd: &OwnedFd, f: Fanout) -> io::Result<u16> {
     Ok((sys::packet_fanout(fd)? & 0xffff) as u16)
 }
 
-/// Copies `data` into a fresh slot of `pool`, re-inserting the 802.1Q tag the kernel stripped
-/// (`vlan`: TPID, TCI). `None` if the frame does not fit a slot.
-fn copy_frame(pool: &mut FramePool, data: &[u8], vlan: Option<(u16, u16)>) -> Option<u32> {
+/// Copies `data` into a fresh slot of `pool` (of the class its length needs), re-inserting the
+/// 802.1Q tag the kernel stripped (`vlan`: TPID, TCI). The pool's error if it cannot.
+fn copy_frame(
+    pool: &mut FramePool,
+    data: &[u8],
+    vlan: Option<(u16, u16)>,
+) -> Result<u32, StoreError> {
     let Some((tpid, tci)) = vlan.filter(|_| data.len() >= MAC_ADDRS_LEN) else {
-        return pool.store(data).ok();
+        return pool.store(data);
     };
     let len = data.len() + 4;
-    if len > pool.slot_size() {
-        return None;
-    }
-    let id = pool.alloc()?;
+    let id = pool.alloc_for(len)?;
     let slot = pool.slot_mut(id);
     slot[..MAC_ADDRS_LEN].copy_from_slice(&data[..MAC_ADDRS_LEN]);
     slot[MAC_ADDRS_LEN..MAC_ADDRS_LEN + 2].copy_from_slice(&tpid.to_be_bytes());
     slot[MAC_ADDRS_LEN + 2..MAC_ADDRS_LEN + 4].copy_from_slice(&tci.to_be_bytes());
     slot[MAC_ADDRS_LEN + 4..len].copy_from_slice(&data[MAC_ADDRS_LEN..]);
     pool.set_len(id, len);
-    Some(id)
+    Ok(id)
 }
 
 /// [`PacketPort::send`] on a bound packet socket: `sendmmsg` batches of up to 64 frames from `pool`, counted in
@@ -458,13 +461,13 @@ fn insert_vlan(slot: &mut [u8], len: usize, (tpid, tci): (u16, u16)) -> Option<u
 impl AfPacketPort {
     /// [`PacketPort::recv`] in [`RxMode::Mmsg`]: one `recvmmsg` straight into fresh pool slots.
     fn recv_mmsg(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
-        let want = out.len().min(pool.available()).min(RECV_BATCH);
+        let want = out.len().min(pool.available_small()).min(RECV_BATCH);
         if want == 0 {
             return Ok(0);
         }
         let mut ids = [0u32; RECV_BATCH];
         for id in &mut ids[..want] {
-            // `want` is at most `available()`, so every allocation succeeds.
+            // `want` is at most `available_small()`, so every allocation succeeds.
             *id = pool.alloc().unwrap_or_default();
         }
         // `slots_mut` hands out disjoint slots in increasing id order.
@@ -551,7 +554,7 @@ impl PacketPort for AfPacketPort {
                 let vlan = stripped_vlan(frame.status, frame.vlan_tpid, frame.vlan_tci);
                 let csum_not_ready = frame.status & libc::TP_STATUS_CSUMNOTREADY != 0;
                 match copy_frame(pool, frame.data, vlan) {
-                    Some(id) => {
+                    Ok(id) => {
                         let len = pool.len(id) as u32;
                         out[n] = RxFrame {
                             id,
@@ -562,7 +565,10 @@ impl PacketPort for AfPacketPort {
                         self.counters.rx_packets += 1;
                         self.counters.rx_bytes += u64::from(len);
                     }
-                    None => self.counters.rx_oversize += 1,
+                    // The frame's class is full: it stays in the ring for the next call.
+                    Err(StoreError::Exhausted) => break,
+                    Err(StoreError::NoLargeSlot { .. }) => self.counters.rx_no_large_slot += 1,
+                    Err(StoreError::Oversize { .. }) => self.counters.rx_oversize += 1,
                 }
             }
             ring.advance();
@@ -720,7 +726,22 @@ mod tests {
         assert_eq!(&got[12..16], &[0x81, 0x00, 0x01, 0x23]);
         assert_eq!(&got[16..], &frame[12..]);
         // 62 + 4 > 64: refused without using a slot.
-        assert_eq!(copy_frame(&mut pool, &[0; 62], Some((0x8100, 1))), None);
+        assert_eq!(
+            copy_frame(&mut pool, &[0; 62], Some((0x8100, 1))),
+            Err(StoreError::Oversize {
+                len: 66,
+                slot_size: 64
+            })
+        );
         assert_eq!(pool.in_use(), 1);
+        // With a large class it goes there; with that full it is refused by name.
+        let mut two = FramePool::with_large(1, 64, 1, 128);
+        let id = copy_frame(&mut two, &[1; 62], Some((0x8100, 1))).unwrap();
+        assert!(two.is_large(id));
+        assert_eq!(two.frame(id).len(), 66);
+        assert_eq!(
+            copy_frame(&mut two, &[1; 62], Some((0x8100, 1))),
+            Err(StoreError::NoLargeSlot { len: 66 })
+        );
     }
 }

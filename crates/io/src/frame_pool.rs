@@ -207,19 +207,25 @@ impl FramePool {
         self.vnet[id as usize] = VnetHdr::NONE;
     }
 
+    /// Takes a free slot for a frame of `len` bytes: small if it fits one, else large. The
+    /// frame length is left 0 (fill the slot, then [`FramePool::set_len`]).
+    pub fn alloc_for(&mut self, len: usize) -> Result<u32, StoreError> {
+        if len <= self.slot_size {
+            self.alloc().ok_or(StoreError::Exhausted)
+        } else if len <= self.large_slot_size && self.large_capacity() > 0 {
+            self.alloc_large().ok_or(StoreError::NoLargeSlot { len })
+        } else {
+            Err(StoreError::Oversize {
+                len,
+                slot_size: self.large_slot_size,
+            })
+        }
+    }
+
     /// Copies `frame` into a free slot (small if it fits one, else large) and returns its id.
     pub fn store(&mut self, frame: &[u8]) -> Result<u32, StoreError> {
         let len = frame.len();
-        let id = if len <= self.slot_size {
-            self.alloc().ok_or(StoreError::Exhausted)?
-        } else if len <= self.large_slot_size && self.large_capacity() > 0 {
-            self.alloc_large().ok_or(StoreError::NoLargeSlot { len })?
-        } else {
-            return Err(StoreError::Oversize {
-                len,
-                slot_size: self.large_slot_size,
-            });
-        };
+        let id = self.alloc_for(len)?;
         self.slot_mut(id)[..len].copy_from_slice(frame);
         self.lens[id as usize] = len as u32;
         Ok(id)

@@ -67,7 +67,16 @@ impl Offload {
     pub fn get(self, ifname: &str) -> Result<bool, PortError> {
         sys::ethtool_value(ifname, self.command() - 1, 0)
             .map(|v| v != 0)
-            .map_err(|e| crate::afpacket::os_error(ifname, self.op(), e))
+            .map_err(|e| crate::afpacket::os_error(ifname, self.get_op(), e))
+    }
+
+    fn get_op(self) -> &'static str {
+        match self {
+            Offload::TxChecksum => "ETHTOOL_GTXCSUM",
+            Offload::Tso => "ETHTOOL_GTSO",
+            Offload::Gso => "ETHTOOL_GGSO",
+            Offload::Gro => "ETHTOOL_GGRO",
+        }
     }
 
     fn op(self) -> &'static str {
