@@ -39,17 +39,37 @@
 //!   others join that id. Between a socket's `bind` and its joining (microseconds at start-up)
 //!   it sees every frame, like a plain tap: a frame may then be delivered twice, never lost.
 //!
-//! Offloads: with GRO/GSO/TSO on, frames up to 64 KiB reach the ring; use a
-//! [`crate::frame_pool::JUMBO_SLOT_SIZE`] pool, or turn them off (`ethtool -K IF gro off gso off
-//! tso off`; without `ethtool`, `ip link set IF gso_max_segs 1` stops TCP building super-frames
-//! on the sending side). Frames from a local sender with checksum offload arrive with
-//! [`RxFrame::csum_not_ready`] set.
+//! Offloads: with GRO/GSO/TSO on, frames up to 64 KiB reach the socket with a partial checksum.
+//! Three ways to handle them:
+//!
+//! * **[`AfPacketConfig::vnet_hdr`]** (module `vnet`): `PACKET_VNET_HDR` on both sockets. Every
+//!   received frame comes with its `struct virtio_net_hdr` ([`metronome_packet::VnetHdr`]: GSO
+//!   type and size, `NEEDS_CSUM` offsets), stored with the frame's slot
+//!   ([`FramePool::vnet`]); [`PacketPort::send`] sends each frame with its slot's header, so the
+//!   kernel segments a super-frame only where a device needs it and completes the checksum;
+//!   [`AfPacketPort::send_pieces`] sends pieces cut with [`metronome_packet::SuperFrame::piece`]
+//!   as (header, headers, payload) iovecs without copying the payload. Receive mode
+//!   [`RxMode::Mmsg`] only: [`RxMode::Ring`] with `vnet_hdr` is refused with
+//!   [`PortError::Config`] (the ring would need a second per-frame header walk and its blocks
+//!   hold 64 KiB frames poorly). Use a pool with a large class ([`FramePool::with_large`],
+//!   [`crate::frame_pool::GSO_SLOT_SIZE`]).
+//! * A [`crate::frame_pool::JUMBO_SLOT_SIZE`] pool without the header: frames arrive whole but
+//!   must leave as MTU frames, which a super-frame is not (`tx_errors`).
+//! * Turning them off (`ethtool -K IF gro off gso off tso off`; without `ethtool`,
+//!   `ip link set IF gso_max_segs 1` stops TCP building super-frames on the sending side).
+//!   Frames from a local sender with checksum offload still arrive with
+//!   [`RxFrame::csum_not_ready`] set.
 
-use crate::frame_pool::FramePool;
+use crate::frame_pool::{FramePool, StoreError};
 use crate::port::{PacketPort, PortCounters, PortError, RxFrame};
-use crate::sys::{self, RxRing, SEND_BATCH};
+use crate::sys::{self, RxRing, MSG_PARTS, SEND_BATCH};
+use metronome_packet::VNET_HDR_LEN;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+mod vnet;
+
+pub use vnet::TxPiece;
 
 /// `ETH_P_ALL`: every protocol (linux/if_ether.h).
 const ETH_P_ALL: u16 = 0x0003;
@@ -87,6 +107,12 @@ pub struct AfPacketConfig {
     pub fanout: Option<Fanout>,
     /// How frames are received: `recvmmsg` batches (default) or the TPACKET_V3 ring.
     pub rx: RxMode,
+    /// Set `PACKET_VNET_HDR` on both sockets: receive GSO/GRO super-frames of up to
+    /// [`crate::frame_pool::GSO_SLOT_SIZE`] bytes with their virtio-net header, send every frame
+    /// with one (see the module docs). Needs [`RxMode::Mmsg`]. Costs 4.2 MB of receive overflow
+    /// buffers per port (`RECV_BATCH × GSO_SLOT_SIZE`), besides the pool's large slots.
+    /// Default false.
+    pub vnet_hdr: bool,
 }
 
 /// How an [`AfPacketPort`] receives (see the module docs, "RX").
@@ -131,6 +157,7 @@ impl AfPacketConfig {
         qdisc_bypass: true,
         fanout: None,
         rx: RxMode::Mmsg,
+        vnet_hdr: false,
     };
 }
 
@@ -158,6 +185,9 @@ impl AfPacketConfig {
         if self.retire_timeout_ms == 0 {
             return Err("retire_timeout_ms must be at least 1");
         }
+        if self.vnet_hdr && self.rx == RxMode::Ring {
+            return Err("vnet_hdr needs rx = Mmsg (the TPACKET_V3 ring is not supported with it)");
+        }
         Ok(())
     }
 }
@@ -171,6 +201,8 @@ pub struct AfPacketPort {
     ring: Option<RxRing>,
     counters: PortCounters,
     fanout_group: Option<u16>,
+    /// With [`AfPacketConfig::vnet_hdr`]: the receive overflow buffers (see module `vnet`).
+    vnet: Option<vnet::VnetRx>,
 }
 
 impl std::fmt::Debug for AfPacketPort {
@@ -197,6 +229,10 @@ impl AfPacketPort {
 
         let rx_fd = sys::packet_socket(0).map_err(io_err("socket"))?;
         let one: libc::c_int = 1;
+        if config.vnet_hdr {
+            sys::set_packet_opt(&rx_fd, libc::PACKET_VNET_HDR, &one)
+                .map_err(io_err("PACKET_VNET_HDR"))?;
+        }
         let ring = match config.rx {
             RxMode::Ring => Some(map_ring(&rx_fd, config).map_err(io_err("PACKET_RX_RING"))?),
             RxMode::Mmsg => {
@@ -228,6 +264,10 @@ impl AfPacketPort {
         }
 
         let tx_fd = sys::packet_socket(0).map_err(io_err("socket"))?;
+        if config.vnet_hdr {
+            sys::set_packet_opt(&tx_fd, libc::PACKET_VNET_HDR, &one)
+                .map_err(io_err("PACKET_VNET_HDR"))?;
+        }
         if config.qdisc_bypass {
             sys::set_packet_opt(&tx_fd, libc::PACKET_QDISC_BYPASS, &one)
                 .map_err(io_err("PACKET_QDISC_BYPASS"))?;
@@ -241,6 +281,7 @@ impl AfPacketPort {
             ring,
             counters: PortCounters::default(),
             fanout_group,
+            vnet: config.vnet_hdr.then(vnet::VnetRx::new),
         })
     }
 
@@ -252,6 +293,11 @@ impl AfPacketPort {
     /// The interface name the port was opened on.
     pub fn ifname(&self) -> &str {
         &self.ifname
+    }
+
+    /// True if the port was opened with [`AfPacketConfig::vnet_hdr`].
+    pub fn vnet_hdr(&self) -> bool {
+        self.vnet.is_some()
     }
 }
 
@@ -288,32 +334,37 @@ fn join_fanout(fd: &OwnedFd, f: Fanout) -> io::Result<u16> {
     Ok((sys::packet_fanout(fd)? & 0xffff) as u16)
 }
 
-/// Copies `data` into a fresh slot of `pool`, re-inserting the 802.1Q tag the kernel stripped
-/// (`vlan`: TPID, TCI). `None` if the frame does not fit a slot.
-fn copy_frame(pool: &mut FramePool, data: &[u8], vlan: Option<(u16, u16)>) -> Option<u32> {
+/// Copies `data` into a fresh slot of `pool` (of the class its length needs), re-inserting the
+/// 802.1Q tag the kernel stripped (`vlan`: TPID, TCI). The pool's error if it cannot.
+fn copy_frame(
+    pool: &mut FramePool,
+    data: &[u8],
+    vlan: Option<(u16, u16)>,
+) -> Result<u32, StoreError> {
     let Some((tpid, tci)) = vlan.filter(|_| data.len() >= MAC_ADDRS_LEN) else {
-        return pool.store(data).ok();
+        return pool.store(data);
     };
     let len = data.len() + 4;
-    if len > pool.slot_size() {
-        return None;
-    }
-    let id = pool.alloc()?;
+    let id = pool.alloc_for(len)?;
     let slot = pool.slot_mut(id);
     slot[..MAC_ADDRS_LEN].copy_from_slice(&data[..MAC_ADDRS_LEN]);
     slot[MAC_ADDRS_LEN..MAC_ADDRS_LEN + 2].copy_from_slice(&tpid.to_be_bytes());
     slot[MAC_ADDRS_LEN + 2..MAC_ADDRS_LEN + 4].copy_from_slice(&tci.to_be_bytes());
     slot[MAC_ADDRS_LEN + 4..len].copy_from_slice(&data[MAC_ADDRS_LEN..]);
     pool.set_len(id, len);
-    Some(id)
+    Ok(id)
 }
 
 /// [`PacketPort::send`] on a bound packet socket: `sendmmsg` batches of up to 64 frames from `pool`, counted in
 /// `counters`. A busy device stops early (`tx_busy`), a frame refused for good is counted
 /// (`tx_errors`) and freed; an unexpected error is returned only while no id was consumed, so the
 /// caller still knows exactly which slots it owns.
+///
+/// With `vnet` (the socket has `PACKET_VNET_HDR`) each frame goes out behind its slot's
+/// [`FramePool::vnet`] header.
 fn send_batches(
     tx_fd: &OwnedFd,
+    vnet: bool,
     counters: &mut PortCounters,
     pool: &mut FramePool,
     ids: &[u32],
@@ -321,11 +372,18 @@ fn send_batches(
     let mut done = 0;
     while done < ids.len() {
         let batch = &ids[done..ids.len().min(done + SEND_BATCH)];
-        let mut frames: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
-        for (f, &id) in frames.iter_mut().zip(batch) {
-            *f = pool.frame(id);
+        let mut headers = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
+        if vnet {
+            for (h, &id) in headers.iter_mut().zip(batch) {
+                *h = pool.vnet(id).to_bytes();
+            }
         }
-        match sys::send_frames(tx_fd, &frames[..batch.len()]) {
+        let mut msgs: [[&[u8]; MSG_PARTS]; SEND_BATCH] = [[&[]; MSG_PARTS]; SEND_BATCH];
+        for ((m, &id), h) in msgs.iter_mut().zip(batch).zip(&headers) {
+            let header: &[u8] = if vnet { h } else { &[] };
+            *m = [header, pool.frame(id), &[]];
+        }
+        match sys::send_msgs(tx_fd, &msgs[..batch.len()]) {
             Ok(sent) => {
                 for &id in &batch[..sent] {
                     counters.tx_packets += 1;
@@ -403,22 +461,23 @@ fn insert_vlan(slot: &mut [u8], len: usize, (tpid, tci): (u16, u16)) -> Option<u
 impl AfPacketPort {
     /// [`PacketPort::recv`] in [`RxMode::Mmsg`]: one `recvmmsg` straight into fresh pool slots.
     fn recv_mmsg(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
-        let want = out.len().min(pool.available()).min(RECV_BATCH);
+        let want = out.len().min(pool.available_small()).min(RECV_BATCH);
         if want == 0 {
             return Ok(0);
         }
         let mut ids = [0u32; RECV_BATCH];
         for id in &mut ids[..want] {
-            // `want` is at most `available()`, so every allocation succeeds.
+            // `want` is at most `available_small()`, so every allocation succeeds.
             *id = pool.alloc().unwrap_or_default();
         }
         // `slots_mut` hands out disjoint slots in increasing id order.
         ids[..want].sort_unstable();
         let mut meta = [sys::RecvMeta::default(); RECV_BATCH];
         let got = {
-            let mut bufs: [&mut [u8]; RECV_BATCH] = std::array::from_fn(|_| &mut [][..]);
+            let mut bufs: [[&mut [u8]; MSG_PARTS]; RECV_BATCH] =
+                std::array::from_fn(|_| std::array::from_fn(|_| &mut [][..]));
             for (buf, slot) in bufs.iter_mut().zip(pool.slots_mut(&ids[..want])) {
-                *buf = slot;
+                buf[0] = slot;
             }
             sys::recv_frames(&self.rx_fd, &mut bufs[..want], &mut meta)
         };
@@ -470,6 +529,9 @@ impl AfPacketPort {
 
 impl PacketPort for AfPacketPort {
     fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
+        if self.vnet.is_some() {
+            return self.recv_vnet(pool, out);
+        }
         let Some(ring) = self.ring.as_mut() else {
             return self.recv_mmsg(pool, out);
         };
@@ -492,7 +554,7 @@ impl PacketPort for AfPacketPort {
                 let vlan = stripped_vlan(frame.status, frame.vlan_tpid, frame.vlan_tci);
                 let csum_not_ready = frame.status & libc::TP_STATUS_CSUMNOTREADY != 0;
                 match copy_frame(pool, frame.data, vlan) {
-                    Some(id) => {
+                    Ok(id) => {
                         let len = pool.len(id) as u32;
                         out[n] = RxFrame {
                             id,
@@ -503,7 +565,10 @@ impl PacketPort for AfPacketPort {
                         self.counters.rx_packets += 1;
                         self.counters.rx_bytes += u64::from(len);
                     }
-                    None => self.counters.rx_oversize += 1,
+                    // The frame's class is full: it stays in the ring for the next call.
+                    Err(StoreError::Exhausted) => break,
+                    Err(StoreError::NoLargeSlot { .. }) => self.counters.rx_no_large_slot += 1,
+                    Err(StoreError::Oversize { .. }) => self.counters.rx_oversize += 1,
                 }
             }
             ring.advance();
@@ -512,10 +577,13 @@ impl PacketPort for AfPacketPort {
     }
 
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
-        send_batches(&self.tx_fd, &mut self.counters, pool, ids).map_err(|source| PortError::Io {
-            op: "sendmmsg",
-            ifname: self.ifname.clone(),
-            source,
+        let vnet = self.vnet.is_some();
+        send_batches(&self.tx_fd, vnet, &mut self.counters, pool, ids).map_err(|source| {
+            PortError::Io {
+                op: "sendmmsg",
+                ifname: self.ifname.clone(),
+                source,
+            }
         })
     }
 
@@ -593,6 +661,16 @@ mod tests {
             ..Default::default()
         };
         assert!(bad.check().is_err());
+        let vnet = AfPacketConfig {
+            vnet_hdr: true,
+            ..Default::default()
+        };
+        assert_eq!(vnet.check(), Ok(()));
+        let ring = AfPacketConfig {
+            rx: RxMode::Ring,
+            ..vnet
+        };
+        assert!(ring.check().unwrap_err().contains("vnet_hdr"));
     }
 
     #[test]
@@ -648,7 +726,22 @@ mod tests {
         assert_eq!(&got[12..16], &[0x81, 0x00, 0x01, 0x23]);
         assert_eq!(&got[16..], &frame[12..]);
         // 62 + 4 > 64: refused without using a slot.
-        assert_eq!(copy_frame(&mut pool, &[0; 62], Some((0x8100, 1))), None);
+        assert_eq!(
+            copy_frame(&mut pool, &[0; 62], Some((0x8100, 1))),
+            Err(StoreError::Oversize {
+                len: 66,
+                slot_size: 64
+            })
+        );
         assert_eq!(pool.in_use(), 1);
+        // With a large class it goes there; with that full it is refused by name.
+        let mut two = FramePool::with_large(1, 64, 1, 128);
+        let id = copy_frame(&mut two, &[1; 62], Some((0x8100, 1))).unwrap();
+        assert!(two.is_large(id));
+        assert_eq!(two.frame(id).len(), 66);
+        assert_eq!(
+            copy_frame(&mut two, &[1; 62], Some((0x8100, 1))),
+            Err(StoreError::NoLargeSlot { len: 66 })
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The real clock: CLOCK_MONOTONIC through `std::time::Instant`, as nanoseconds since the clock
-//! was created (STYLE.md §2, after tokio `runtime/time/source.rs`).
+//! was created (CONTRIBUTING.md §2, after tokio `runtime/time/source.rs`).
 
 use metronome_core::{Clock, Timestamp};
 use std::time::Instant;

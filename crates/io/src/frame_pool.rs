@@ -9,11 +9,21 @@
 //! (`tp_freeze_q_cnt`) and drops everything behind it (`tp_drops`). One `memcpy` of at most one
 //! MTU per packet is the price of a ring that never waits for the shaper.
 //!
-//! Layout (STYLE.md §5): one contiguous `Vec<u8>` of `slots × slot_size` bytes (slot `i` starts at
-//! `i × slot_size`), a parallel `Vec<u32>` of frame lengths, and a LIFO free stack (the slot freed
-//! last is reused first, so it is likely still in cache). Allocation and release are O(1) and never
-//! allocate. The pool is owned by the caller, not by a port, so a bump in the wire can receive on
+//! Layout (CONTRIBUTING.md §5): one contiguous `Vec<u8>` of `small × slot_size` bytes (slot `i`
+//! starts at `i × slot_size`) followed by `large × large_slot_size` bytes for the large class,
+//! parallel vectors of frame lengths and [`VnetHdr`]s, and one LIFO free stack per class (the
+//! slot freed last is reused first, so it is likely still in cache). Allocation and release are
+//! O(1) and never allocate.
+//!
+//! Two size classes because super-frames (up to 64 KiB with GSO/GRO and
+//! `AfPacketConfig::vnet_hdr`) would make a pool of one class 32 times larger: most frames of a
+//! TCP transfer are still small (ACKs, MTU frames), so many [`DEFAULT_SLOT_SIZE`] slots and a
+//! bounded number of [`GSO_SLOT_SIZE`] slots hold them. A super-frame that finds no free large
+//! slot is refused with [`StoreError::NoLargeSlot`] (a port counts it in `rx_no_large_slot`);
+//! small frames never take large slots, so bulk traffic cannot starve ACKs. The pool is owned by the caller, not by a port, so a bump in the wire can receive on
 //! one port and transmit the same slot on the other.
+
+use metronome_packet::VnetHdr;
 
 /// Default slot size in bytes: a 1500-byte MTU frame plus Ethernet and 802.1Q headers, rounded up
 /// to a power of two. Enough when GRO, GSO and TSO are off on the interfaces.
@@ -22,67 +32,134 @@ pub const DEFAULT_SLOT_SIZE: usize = 2048;
 /// Slot size in bytes for GRO/GSO super-frames: the kernel's default `gso_max_size`
 /// (`GSO_LEGACY_MAX_SIZE`, 65 536 bytes, include/linux/netdevice.h) bounds such a frame. Needed
 /// when TSO/GSO/GRO cannot be turned off (no `ethtool`); 32× the memory of
-/// [`DEFAULT_SLOT_SIZE`]. Frames above the slot size are dropped under `rx_oversize`.
+/// [`DEFAULT_SLOT_SIZE`]. Frames above the slot size are dropped under `rx_oversize`. With
+/// `AfPacketConfig::vnet_hdr`, a [`FramePool::with_large`] pool holds super-frames in a bounded
+/// number of [`GSO_SLOT_SIZE`] slots instead.
 pub const JUMBO_SLOT_SIZE: usize = 65_536;
+
+/// Slot size in bytes of the large class for GSO/GRO super-frames with a virtio-net header
+/// (`AfPacketConfig::vnet_hdr`): the largest IP packet the kernel builds under its default
+/// `gso_max_size`/`gro_max_size` (65 536, `GSO_LEGACY_MAX_SIZE` in include/linux/netdevice.h; an
+/// IPv4 total length is at most 65 535) plus a 14-byte Ethernet header and two re-inserted
+/// 4-byte VLAN tags, 65 557 bytes, rounded up to a multiple of 128.
+pub const GSO_SLOT_SIZE: usize = 65_664;
 
 /// Why [`FramePool::store`] could not take a frame. The frame is not stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
-    /// Every slot is in use.
+    /// Every slot of the class the frame needs is in use (the small class for frames up to
+    /// [`FramePool::slot_size`]).
     #[error("frame pool exhausted")]
     Exhausted,
-    /// The frame is longer than a slot.
+    /// The frame is longer than a small slot and every large slot is in use.
+    #[error("frame of {len} bytes finds no free large slot")]
+    NoLargeSlot {
+        /// Length of the refused frame in bytes.
+        len: usize,
+    },
+    /// The frame is longer than the largest slot.
     #[error("frame of {len} bytes exceeds the {slot_size}-byte slot")]
     Oversize {
         /// Length of the refused frame in bytes.
         len: usize,
-        /// The pool's slot size in bytes.
+        /// The pool's largest slot size in bytes.
         slot_size: usize,
     },
 }
 
-/// A fixed pool of frame buffers, indexed by `u32` slot ids.
+/// A fixed pool of frame buffers in two size classes, indexed by `u32` slot ids.
+///
+/// Ids `0..small` are slots of [`FramePool::slot_size`] bytes, ids `small..capacity` slots of
+/// [`FramePool::large_slot_size`] bytes. [`FramePool::new`] makes a pool of one class. Every
+/// slot also holds the [`VnetHdr`] its frame was received with (or is to be sent with).
 pub struct FramePool {
-    /// `slots × slot_size` bytes; slot `i` is `bytes[i*slot_size..][..slot_size]`.
+    /// Small slots then large slots: slot `i < small` is `bytes[i*slot_size..][..slot_size]`,
+    /// slot `small + j` is `bytes[small*slot_size + j*large_slot_size..][..large_slot_size]`.
     bytes: Vec<u8>,
     /// Frame length of each slot in bytes (0 when free).
     lens: Vec<u32>,
+    /// Virtio-net header of each slot ([`VnetHdr::NONE`] when free).
+    vnet: Vec<VnetHdr>,
     /// True for allocated slots: catches double frees and use of free slots.
     in_use: Vec<bool>,
-    /// Free slot ids, a LIFO stack.
+    /// Free small slot ids, a LIFO stack.
     free: Vec<u32>,
+    /// Free large slot ids, a LIFO stack.
+    free_large: Vec<u32>,
     slot_size: usize,
+    large_slot_size: usize,
+    /// Number of small slots: the first large id.
+    small: u32,
 }
 
 impl FramePool {
-    /// A pool of `slots` slots of `slot_size` bytes each, all free. Allocates `slots × slot_size`
-    /// bytes once. `slot_size` is at least 64 (a minimum Ethernet frame).
+    /// A pool of `slots` slots of `slot_size` bytes each, all free, and no large class.
+    /// Allocates `slots × slot_size` bytes once. `slot_size` is at least 64 (a minimum
+    /// Ethernet frame).
     pub fn new(slots: u32, slot_size: usize) -> Self {
+        Self::with_large(slots, slot_size, 0, 0)
+    }
+
+    /// A pool of `small` slots of `slot_size` bytes and `large` slots of `large_slot_size`
+    /// bytes (at least `slot_size`; [`GSO_SLOT_SIZE`] for super-frames), all free. Allocates
+    /// `small × slot_size + large × large_slot_size` bytes once: 8 192 slots of 2 KiB and 256
+    /// of 64 KiB are 32 MiB, where 8 448 slots of 64 KiB would be 541 MiB.
+    pub fn with_large(small: u32, slot_size: usize, large: u32, large_slot_size: usize) -> Self {
         let slot_size = slot_size.max(64);
-        let n = slots as usize;
+        let large_slot_size = if large == 0 {
+            slot_size
+        } else {
+            large_slot_size.max(slot_size)
+        };
+        let n = small as usize + large as usize;
+        let total = small as usize * slot_size + large as usize * large_slot_size;
         FramePool {
-            bytes: vec![0; n * slot_size],
+            bytes: vec![0; total],
             lens: vec![0; n],
+            vnet: vec![VnetHdr::NONE; n],
             in_use: vec![false; n],
-            // Reversed so that slot 0 is handed out first.
-            free: (0..slots).rev().collect(),
+            // Reversed so that the lowest id is handed out first.
+            free: (0..small).rev().collect(),
+            free_large: (small..small + large).rev().collect(),
             slot_size,
+            large_slot_size,
+            small,
         }
     }
 
-    /// Bytes per slot: the longest frame the pool can hold.
+    /// Bytes per small slot: the longest frame a small slot holds.
     pub fn slot_size(&self) -> usize {
         self.slot_size
     }
 
-    /// Total number of slots.
+    /// Bytes per large slot (equal to [`FramePool::slot_size`] without a large class).
+    pub fn large_slot_size(&self) -> usize {
+        self.large_slot_size
+    }
+
+    /// Total number of slots, both classes.
     pub fn capacity(&self) -> usize {
         self.lens.len()
     }
 
-    /// Number of free slots.
+    /// Number of large slots.
+    pub fn large_capacity(&self) -> usize {
+        self.capacity() - self.small as usize
+    }
+
+    /// Number of free slots, both classes.
     pub fn available(&self) -> usize {
+        self.free.len() + self.free_large.len()
+    }
+
+    /// Number of free small slots.
+    pub fn available_small(&self) -> usize {
         self.free.len()
+    }
+
+    /// Number of free large slots.
+    pub fn available_large(&self) -> usize {
+        self.free_large.len()
     }
 
     /// Number of allocated slots.
@@ -90,37 +167,84 @@ impl FramePool {
         self.capacity() - self.available()
     }
 
-    /// Takes a free slot, with frame length 0, or `None` if the pool is exhausted.
+    /// True if `id` is a large slot.
+    pub fn is_large(&self, id: u32) -> bool {
+        id >= self.small && (id as usize) < self.capacity()
+    }
+
+    /// Start and size of slot `id` in `bytes`, or `None` out of range.
+    fn span(&self, id: u32) -> Option<(usize, usize)> {
+        if (id as usize) >= self.capacity() {
+            None
+        } else if id < self.small {
+            Some((id as usize * self.slot_size, self.slot_size))
+        } else {
+            let j = (id - self.small) as usize;
+            let base = self.small as usize * self.slot_size;
+            Some((base + j * self.large_slot_size, self.large_slot_size))
+        }
+    }
+
+    /// Takes a free small slot, with frame length 0 and [`VnetHdr::NONE`], or `None` if every
+    /// small slot is in use.
     pub fn alloc(&mut self) -> Option<u32> {
         let id = self.free.pop()?;
-        self.in_use[id as usize] = true;
-        self.lens[id as usize] = 0;
+        self.take(id);
         Some(id)
     }
 
-    /// Copies `frame` into a free slot and returns its id.
-    pub fn store(&mut self, frame: &[u8]) -> Result<u32, StoreError> {
-        if frame.len() > self.slot_size {
-            return Err(StoreError::Oversize {
-                len: frame.len(),
-                slot_size: self.slot_size,
-            });
+    /// Takes a free large slot, with frame length 0 and [`VnetHdr::NONE`], or `None` if every
+    /// large slot is in use (or the pool has none).
+    pub fn alloc_large(&mut self) -> Option<u32> {
+        let id = self.free_large.pop()?;
+        self.take(id);
+        Some(id)
+    }
+
+    fn take(&mut self, id: u32) {
+        self.in_use[id as usize] = true;
+        self.lens[id as usize] = 0;
+        self.vnet[id as usize] = VnetHdr::NONE;
+    }
+
+    /// Takes a free slot for a frame of `len` bytes: small if it fits one, else large. The
+    /// frame length is left 0 (fill the slot, then [`FramePool::set_len`]).
+    pub fn alloc_for(&mut self, len: usize) -> Result<u32, StoreError> {
+        if len <= self.slot_size {
+            self.alloc().ok_or(StoreError::Exhausted)
+        } else if len <= self.large_slot_size && self.large_capacity() > 0 {
+            self.alloc_large().ok_or(StoreError::NoLargeSlot { len })
+        } else {
+            Err(StoreError::Oversize {
+                len,
+                slot_size: self.large_slot_size,
+            })
         }
-        let id = self.alloc().ok_or(StoreError::Exhausted)?;
-        self.slot_mut(id)[..frame.len()].copy_from_slice(frame);
-        self.lens[id as usize] = frame.len() as u32;
+    }
+
+    /// Copies `frame` into a free slot (small if it fits one, else large) and returns its id.
+    pub fn store(&mut self, frame: &[u8]) -> Result<u32, StoreError> {
+        let len = frame.len();
+        let id = self.alloc_for(len)?;
+        self.slot_mut(id)[..len].copy_from_slice(frame);
+        self.lens[id as usize] = len as u32;
         Ok(id)
     }
 
-    /// Returns slot `id` to the free list. Returns `false` (and changes nothing) if `id` is out of
-    /// range or already free — a caller bug, caught by a debug assertion.
+    /// Returns slot `id` to its free list. Returns `false` (and changes nothing) if `id` is out
+    /// of range or already free — a caller bug, caught by a debug assertion.
     pub fn free(&mut self, id: u32) -> bool {
         let ok = self.in_use.get(id as usize).copied().unwrap_or(false);
         debug_assert!(ok, "freeing slot {id} that is not allocated");
         if ok {
             self.in_use[id as usize] = false;
             self.lens[id as usize] = 0;
-            self.free.push(id);
+            self.vnet[id as usize] = VnetHdr::NONE;
+            if id < self.small {
+                self.free.push(id);
+            } else {
+                self.free_large.push(id);
+            }
         }
         ok
     }
@@ -132,28 +256,27 @@ impl FramePool {
 
     /// The frame in slot `id` (empty if `id` is out of range).
     pub fn frame(&self, id: u32) -> &[u8] {
-        let len = self.lens.get(id as usize).copied().unwrap_or(0) as usize;
-        self.bytes
-            .get(id as usize * self.slot_size..)
-            .map_or(&[][..], |s| &s[..len])
+        let len = self.len(id);
+        self.span(id)
+            .and_then(|(start, _)| self.bytes.get(start..start + len))
+            .unwrap_or(&[])
     }
 
     /// The frame in slot `id`, writable in place (to rewrite DSCP/ECN, say).
     pub fn frame_mut(&mut self, id: u32) -> &mut [u8] {
-        let len = self.lens.get(id as usize).copied().unwrap_or(0) as usize;
-        let start = id as usize * self.slot_size;
-        self.bytes
-            .get_mut(start..)
-            .map_or(&mut [][..], |s| &mut s[..len])
+        let len = self.len(id);
+        match self.span(id) {
+            Some((start, _)) => &mut self.bytes[start..start + len],
+            None => &mut [],
+        }
     }
 
-    /// The whole slot `id` (`slot_size` bytes), to fill before [`FramePool::set_len`].
+    /// The whole slot `id` (its class's size), to fill before [`FramePool::set_len`].
     pub fn slot_mut(&mut self, id: u32) -> &mut [u8] {
-        let start = id as usize * self.slot_size;
-        let size = self.slot_size;
-        self.bytes
-            .get_mut(start..)
-            .map_or(&mut [][..], |s| &mut s[..size])
+        match self.span(id) {
+            Some((start, size)) => &mut self.bytes[start..start + size],
+            None => &mut [],
+        }
     }
 
     /// The whole slots `ids` at once, as disjoint writable buffers in the order of `ids` (for a
@@ -162,11 +285,30 @@ impl FramePool {
     /// assertion).
     pub fn slots_mut<'a>(&'a mut self, ids: &'a [u32]) -> impl Iterator<Item = &'a mut [u8]> + 'a {
         debug_assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids not increasing");
-        let size = self.slot_size;
+        let spans: &'a [u32] = ids;
+        let (small, slot_size, large_slot_size, capacity) = (
+            self.small,
+            self.slot_size,
+            self.large_slot_size,
+            self.capacity(),
+        );
+        let span = move |id: u32| -> Option<(usize, usize)> {
+            if (id as usize) >= capacity {
+                None
+            } else if id < small {
+                Some((id as usize * slot_size, slot_size))
+            } else {
+                let base = small as usize * slot_size;
+                Some((
+                    base + (id - small) as usize * large_slot_size,
+                    large_slot_size,
+                ))
+            }
+        };
         let mut rest: &'a mut [u8] = &mut self.bytes;
         let mut next_start = 0usize;
-        ids.iter().map_while(move |&id| {
-            let start = (id as usize).checked_mul(size)?;
+        spans.iter().map_while(move |&id| {
+            let (start, size) = span(id)?;
             let skip = start.checked_sub(next_start)?;
             if rest.len() < skip + size {
                 return None;
@@ -179,10 +321,10 @@ impl FramePool {
         })
     }
 
-    /// Sets the frame length of slot `id`, clamped to the slot size.
+    /// Sets the frame length of slot `id`, clamped to its slot size.
     pub fn set_len(&mut self, id: u32, len: usize) {
-        if let Some(l) = self.lens.get_mut(id as usize) {
-            *l = len.min(self.slot_size) as u32;
+        if let Some((_, size)) = self.span(id) {
+            self.lens[id as usize] = len.min(size) as u32;
         }
     }
 
@@ -191,23 +333,47 @@ impl FramePool {
         self.lens.get(id as usize).copied().unwrap_or(0) as usize
     }
 
-    /// Checks the pool's invariants (STYLE.md §10): every slot is either free (exactly once on
-    /// the free list, length 0) or allocated, and every length fits its slot.
+    /// The virtio-net header of slot `id` ([`VnetHdr::NONE`] for a plain frame or an id out of
+    /// range). An [`crate::AfPacketPort`] with `vnet_hdr` sets it on receive and sends the frame
+    /// with it.
+    pub fn vnet(&self, id: u32) -> VnetHdr {
+        self.vnet.get(id as usize).copied().unwrap_or(VnetHdr::NONE)
+    }
+
+    /// Sets the virtio-net header of slot `id` (ignored out of range). After completing a
+    /// partial checksum in software, set [`VnetHdr::NONE`] (or clear `NEEDS_CSUM`): a device
+    /// would otherwise sum over the completed checksum again.
+    pub fn set_vnet(&mut self, id: u32, hdr: VnetHdr) {
+        if let Some(v) = self.vnet.get_mut(id as usize) {
+            *v = hdr;
+        }
+    }
+
+    /// Checks the pool's invariants (CONTRIBUTING.md §10): every slot is either free (exactly
+    /// once on its class's free list, length 0, no header) or allocated, and every length fits
+    /// its slot.
     pub fn invariants(&self) {
         let mut on_list = vec![false; self.capacity()];
-        for &id in &self.free {
-            assert!(!on_list[id as usize], "slot {id} twice on the free list");
-            assert!(
-                !self.in_use[id as usize],
-                "allocated slot {id} on the free list"
-            );
-            assert_eq!(self.lens[id as usize], 0, "free slot {id} has a length");
-            on_list[id as usize] = true;
+        for (list, large) in [(&self.free, false), (&self.free_large, true)] {
+            for &id in list {
+                assert_eq!(self.is_large(id), large, "slot {id} on the wrong free list");
+                assert!(!on_list[id as usize], "slot {id} twice on the free list");
+                assert!(
+                    !self.in_use[id as usize],
+                    "allocated slot {id} on the free list"
+                );
+                assert_eq!(self.lens[id as usize], 0, "free slot {id} has a length");
+                assert_eq!(self.vnet[id as usize], VnetHdr::NONE, "free slot {id}");
+                on_list[id as usize] = true;
+            }
         }
         for (id, (&used, &listed)) in self.in_use.iter().zip(&on_list).enumerate() {
             assert!(used != listed, "slot {id} neither free nor allocated");
         }
-        assert!(self.lens.iter().all(|&l| l as usize <= self.slot_size));
+        for id in 0..self.capacity() as u32 {
+            let size = self.span(id).map_or(0, |(_, size)| size);
+            assert!(self.len(id) <= size, "slot {id} longer than its class");
+        }
     }
 }
 
@@ -216,6 +382,8 @@ impl std::fmt::Debug for FramePool {
         f.debug_struct("FramePool")
             .field("slots", &self.capacity())
             .field("slot_size", &self.slot_size)
+            .field("large_slots", &self.large_capacity())
+            .field("large_slot_size", &self.large_slot_size)
             .field("in_use", &self.in_use())
             .finish()
     }
@@ -295,40 +463,97 @@ mod tests {
         assert_eq!(pool.len(id), 64);
     }
 
-    /// Differential test against a plain model (STYLE.md §13): a deterministic mix of stores and
-    /// frees, checked slot by slot against a `Vec<Option<Vec<u8>>>`.
+    /// Differential test against a plain model (CONTRIBUTING.md §13): a deterministic mix of
+    /// stores (small, large and oversize frames), frees and header writes on a two-class pool,
+    /// checked slot by slot against a `Vec<Option<(Vec<u8>, VnetHdr)>>`.
     #[test]
     fn matches_a_plain_model() {
-        let mut pool = FramePool::new(16, 96);
-        let mut model: Vec<Option<Vec<u8>>> = vec![None; 16];
+        const SMALL: u32 = 16;
+        const LARGE: u32 = 4;
+        let mut pool = FramePool::with_large(SMALL, 96, LARGE, 300);
+        let n = (SMALL + LARGE) as usize;
+        let mut model: Vec<Option<(Vec<u8>, VnetHdr)>> = vec![None; n];
         let mut rng = 0x2545_f491_4f6c_dd1du64;
-        for step in 0..5_000u32 {
+        for step in 0..8_000u32 {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            let live: Vec<u32> = (0..16).filter(|&i| model[i as usize].is_some()).collect();
+            let live: Vec<u32> = (0..n as u32)
+                .filter(|&i| model[i as usize].is_some())
+                .collect();
+            let live_small = live.iter().filter(|&&i| i < SMALL).count();
             if !rng.is_multiple_of(3) || live.is_empty() {
-                let len = (rng >> 8) as usize % 100;
+                // Mostly small frames, some large, a few oversize.
+                let len = match (rng >> 40) % 8 {
+                    0 | 1 => 97 + (rng >> 8) as usize % 204,
+                    2 => 301 + (rng >> 8) as usize % 10,
+                    _ => (rng >> 8) as usize % 97,
+                };
                 let frame: Vec<u8> = (0..len).map(|i| (i as u32 ^ step) as u8).collect();
                 match pool.store(&frame) {
                     Ok(id) => {
                         assert!(model[id as usize].is_none());
-                        model[id as usize] = Some(frame);
+                        assert_eq!(pool.is_large(id), len > 96, "class of {len} bytes");
+                        let hdr = VnetHdr {
+                            gso_size: step as u16,
+                            ..VnetHdr::NONE
+                        };
+                        pool.set_vnet(id, hdr);
+                        model[id as usize] = Some((frame, hdr));
                     }
-                    Err(StoreError::Oversize { .. }) => assert!(len > 96),
-                    Err(StoreError::Exhausted) => assert!(live.len() == 16),
+                    Err(StoreError::Oversize { .. }) => assert!(len > 300),
+                    Err(StoreError::NoLargeSlot { .. }) => {
+                        assert!(len > 96 && live.len() - live_small == LARGE as usize)
+                    }
+                    Err(StoreError::Exhausted) => {
+                        assert!(len <= 96 && live_small == SMALL as usize)
+                    }
                 }
             } else {
                 let id = live[(rng >> 20) as usize % live.len()];
                 assert!(pool.free(id));
+                assert_eq!(pool.vnet(id), VnetHdr::NONE);
                 model[id as usize] = None;
             }
             for (id, m) in model.iter().enumerate() {
-                if let Some(bytes) = m {
+                if let Some((bytes, hdr)) = m {
                     assert_eq!(pool.frame(id as u32), &bytes[..]);
+                    assert_eq!(pool.vnet(id as u32), *hdr);
                 }
             }
+            assert_eq!(pool.in_use(), model.iter().flatten().count());
         }
+        pool.invariants();
+    }
+
+    #[test]
+    fn two_classes_footprint_and_slots_mut_across_them() {
+        let mut pool = FramePool::with_large(8192, DEFAULT_SLOT_SIZE, 256, GSO_SLOT_SIZE);
+        // 16 MiB + 16.0 MiB, against 541 MiB for 8 448 slots of 64 KiB.
+        assert_eq!(
+            pool.bytes.len(),
+            8192 * DEFAULT_SLOT_SIZE + 256 * GSO_SLOT_SIZE
+        );
+        assert_eq!((pool.capacity(), pool.large_capacity()), (8448, 256));
+        let small = pool.alloc().unwrap();
+        let large = pool.alloc_large().unwrap();
+        assert_eq!((small, large), (0, 8192));
+        let sizes: Vec<usize> = pool.slots_mut(&[small, large]).map(|s| s.len()).collect();
+        assert_eq!(sizes, [DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE]);
+        pool.slot_mut(large)[GSO_SLOT_SIZE - 1] = 7;
+        pool.set_len(large, GSO_SLOT_SIZE + 5);
+        assert_eq!(pool.len(large), GSO_SLOT_SIZE);
+        assert_eq!(pool.frame(large)[GSO_SLOT_SIZE - 1], 7);
+        // A one-class pool has no large slot: super-frames are oversize, never silently cut.
+        let mut plain = FramePool::new(4, 2048);
+        assert_eq!(plain.alloc_large(), None);
+        assert_eq!(
+            plain.store(&[0; 3000]),
+            Err(StoreError::Oversize {
+                len: 3000,
+                slot_size: 2048
+            })
+        );
         pool.invariants();
     }
 }

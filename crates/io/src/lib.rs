@@ -1,14 +1,18 @@
 //! # metronome-io
 //!
-//! Everything around the core that touches the operating system (STYLE.md §1):
+//! Everything around the core that touches the operating system (CONTRIBUTING.md §1):
 //!
 //! * [`clock`]: the real monotonic [`MonotonicClock`].
 //! * [`port`]: the packet I/O seam, [`PacketPort`], that the daemon loop drives, with its
 //!   [`RxFrame`], [`PortCounters`] and [`PortError`].
 //! * [`frame_pool`]: the [`FramePool`] of preallocated frame buffers that received frames are
-//!   copied into; the shaper queues their `u32` ids as `PacketRef::id`.
+//!   copied into, in two size classes (MTU frames and, for `PACKET_VNET_HDR`, 64 KiB
+//!   super-frames), each slot with its virtio-net header; the shaper queues their `u32` ids as
+//!   `PacketRef::id`.
 //! * [`afpacket`]: [`AfPacketPort`], Linux AF_PACKET with `recvmmsg` batches or a TPACKET_V3
-//!   memory-mapped RX ring, and `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst).
+//!   memory-mapped RX ring, and `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst);
+//!   with [`AfPacketConfig::vnet_hdr`], GSO/GRO super-frames with their virtio-net header, and
+//!   [`AfPacketPort::send_pieces`] for pieces cut from them.
 //! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.
 //! * [`offload`]: turning an interface's offloads (TSO, GSO, GRO, checksum) on or off, as
 //!   `ethtool -K` does.
@@ -43,9 +47,9 @@ pub mod offload;
 pub mod port;
 mod sys;
 
-pub use afpacket::{AfPacketConfig, AfPacketPort, Fanout, RxMode, RECV_BATCH};
+pub use afpacket::{AfPacketConfig, AfPacketPort, Fanout, RxMode, TxPiece, RECV_BATCH};
 pub use clock::MonotonicClock;
-pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, JUMBO_SLOT_SIZE};
+pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE, JUMBO_SLOT_SIZE};
 pub use memory_port::{MemoryPort, MemoryPortConfig};
 pub use offload::Offload;
 pub use port::{wait_readable, PacketPort, PortCounters, PortError, RxFrame};

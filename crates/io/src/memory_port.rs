@@ -126,6 +126,15 @@ impl MemoryPort {
         n
     }
 
+    /// Counts a received frame `pool` refused for good: too long for any slot, or no free large
+    /// slot (dropped like an AF_PACKET port drops it, rather than stalling the queue).
+    fn count_refused(&mut self, e: StoreError) {
+        match e {
+            StoreError::NoLargeSlot { .. } => self.counters.rx_no_large_slot += 1,
+            _ => self.counters.rx_oversize += 1,
+        }
+    }
+
     /// Copies the next frame to hand out into `pool`: an injected one, else a replayed template.
     /// `Ok(None)`: nothing to hand out. `Err(())`: `pool` is exhausted, the frame stays queued.
     fn next_into(&mut self, pool: &mut FramePool) -> Result<Option<u32>, ()> {
@@ -138,10 +147,10 @@ impl MemoryPort {
                     Ok(Some(id))
                 }
                 Err(StoreError::Exhausted) => Err(()),
-                Err(StoreError::Oversize { .. }) => {
+                Err(e @ (StoreError::Oversize { .. } | StoreError::NoLargeSlot { .. })) => {
                     self.rx.pop_front();
                     self.store.free(src);
-                    self.counters.rx_oversize += 1;
+                    self.count_refused(e);
                     Ok(None)
                 }
             }
@@ -153,9 +162,9 @@ impl MemoryPort {
                     Ok(Some(id))
                 }
                 Err(StoreError::Exhausted) => Err(()),
-                Err(StoreError::Oversize { .. }) => {
+                Err(e @ (StoreError::Oversize { .. } | StoreError::NoLargeSlot { .. })) => {
                     self.replay_next = (self.replay_next + 1) % self.replay.len();
-                    self.counters.rx_oversize += 1;
+                    self.count_refused(e);
                     Ok(None)
                 }
             }
@@ -199,7 +208,7 @@ impl PacketPort for MemoryPort {
                 }
                 match self.store.store(pool.frame(id)) {
                     Ok(copy) => self.tx.push_back(copy),
-                    Err(StoreError::Exhausted) => {
+                    Err(StoreError::Exhausted | StoreError::NoLargeSlot { .. }) => {
                         self.counters.tx_busy += 1;
                         break;
                     }

@@ -24,14 +24,22 @@ pub struct RxFrame {
     /// Frame length in bytes, as stored in the pool (including a re-inserted 802.1Q tag).
     pub len: u32,
     /// The kernel had not yet computed the L4 checksum (`TP_STATUS_CSUMNOTREADY`: the frame came
-    /// from a local sender with checksum offload, e.g. over a veth). Forwarded as is, it arrives
-    /// with a wrong checksum; the caller must fill it in (or the sender must turn TX checksum
-    /// offload off).
+    /// from a local sender with checksum offload, e.g. over a veth). Without `vnet_hdr`, forwarded
+    /// as is, it arrives with a wrong checksum; the caller must fill it in (or the sender must
+    /// turn TX checksum offload off). With `vnet_hdr` such a frame's header
+    /// ([`FramePool::vnet`]) has `NEEDS_CSUM` and sending it with that header lets the kernel or
+    /// the device complete the checksum, so the port reports `false`: a caller that fills the
+    /// checksum in anyway must also clear `NEEDS_CSUM` in the slot's header
+    /// ([`FramePool::set_vnet`]).
+    ///
+    /// The frame's virtio-net header (GSO type and size, checksum offsets) stays with its slot,
+    /// [`FramePool::vnet`], where the shaper's queue (which holds only the id) and
+    /// [`PacketPort::send`] find it.
     pub csum_not_ready: bool,
 }
 
 /// Counters of a port, cumulative since it was opened. Every frame the port did not deliver or
-/// did not send is in one of them (STYLE.md §11).
+/// did not send is in one of them (CONTRIBUTING.md §11).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortCounters {
     /// Frames delivered by [`PacketPort::recv`].
@@ -44,8 +52,20 @@ pub struct PortCounters {
     /// Times the kernel found the RX ring's next block still held by user space and froze the
     /// queue (`tp_freeze_q_cnt`); the frames lost meanwhile are in `rx_ring_drops`.
     pub rx_ring_freezes: u64,
-    /// Frames longer than a pool slot, dropped.
+    /// Frames longer than the pool's largest slot, dropped.
     pub rx_oversize: u64,
+    /// Super-frames (longer than a small slot) that found every large slot of the pool in use,
+    /// dropped.
+    pub rx_no_large_slot: u64,
+    /// With `vnet_hdr`: frames longer than the receive buffer
+    /// ([`crate::frame_pool::GSO_SLOT_SIZE`]), which the socket truncated (`MSG_TRUNC`), dropped.
+    /// Happens only when an interface's `gro_max_size`/`gso_max_size` is raised above 64 KiB
+    /// (BIG TCP); lower it back (`ip link set IF gro_max_size 65536 gso_max_size 65536`).
+    pub rx_gso_truncated: u64,
+    /// With `vnet_hdr`: frames the kernel could not describe with a virtio-net header (a GSO
+    /// type virtio has no value for: the receive fails with `EINVAL` and the frame is gone), or
+    /// whose header did not parse. Dropped.
+    pub rx_vnet_errors: u64,
     /// Frames the ring truncated (`tp_snaplen < tp_len`: longer than a ring block), dropped.
     pub rx_truncated: u64,
     /// Ring entries that failed validation (offsets outside their block); the rest of the block

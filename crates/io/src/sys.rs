@@ -3,7 +3,7 @@
 //!
 //! References: packet(7); the kernel's Documentation/networking/packet_mmap.rst ("TPACKET_V3
 //! example"); uapi `linux/if_packet.h` for the block and frame headers (via `libc`). No maintained
-//! crate wraps TPACKET_V3 (STYLE.md, Dependencies), so the ring walk is written here, with every
+//! crate wraps TPACKET_V3 (CONTRIBUTING.md, Dependencies), so the ring walk is written here, with every
 //! offset the kernel hands us checked against the block before it is dereferenced.
 #![allow(unsafe_code)]
 
@@ -150,28 +150,35 @@ pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<b
     Ok(rc > 0 && p.revents & (libc::POLLIN | libc::POLLERR) != 0)
 }
 
-/// `sendmmsg(fd, frames, MSG_DONTWAIT)` on a bound packet socket: one message per frame, no
-/// address (the bound interface is used). At most [`SEND_BATCH`] frames. Returns how many the
-/// kernel took; an error means it took none.
-pub(crate) fn send_frames(fd: &OwnedFd, frames: &[&[u8]]) -> io::Result<usize> {
-    let n = frames.len().min(SEND_BATCH);
+/// Most buffers one message of [`send_msgs`] / [`recv_frames`] gathers or scatters: a
+/// virtio-net header, headers (or a pool slot) and a payload (or the overflow of a super-frame).
+pub(crate) const MSG_PARTS: usize = 3;
+
+/// `sendmmsg(fd, msgs, MSG_DONTWAIT)` on a bound packet socket: one message per entry of `msgs`,
+/// gathered from its (up to [`MSG_PARTS`], possibly empty) buffers in order, no address (the
+/// bound interface is used). At most [`SEND_BATCH`] messages. Returns how many the kernel took;
+/// an error means it took none.
+pub(crate) fn send_msgs(fd: &OwnedFd, msgs: &[[&[u8]; MSG_PARTS]]) -> io::Result<usize> {
+    let n = msgs.len().min(SEND_BATCH);
     // SAFETY: iovec and mmsghdr are plain integers and pointers; all-zero is valid (null
     // pointers, zero lengths).
-    let mut iov: [libc::iovec; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    let mut iov: [[libc::iovec; MSG_PARTS]; SEND_BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
     for i in 0..n {
-        iov[i].iov_base = frames[i].as_ptr() as *mut libc::c_void;
-        iov[i].iov_len = frames[i].len();
-        msgs[i].msg_hdr.msg_iov = &mut iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
+        for (v, part) in iov[i].iter_mut().zip(&msgs[i]) {
+            v.iov_base = part.as_ptr() as *mut libc::c_void;
+            v.iov_len = part.len();
+        }
+        hdrs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
+        hdrs[i].msg_hdr.msg_iovlen = MSG_PARTS;
     }
-    // SAFETY: `msgs[..n]` point at `iov[..n]`, which point at the caller's live frames; the
-    // kernel only reads the frames and writes `msg_len`. All outlive the call.
+    // SAFETY: `hdrs[..n]` point at `iov[..n]`, which point at the caller's live buffers; the
+    // kernel only reads the buffers and writes `msg_len`. All outlive the call.
     let rc = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
-            msgs.as_mut_ptr(),
+            hdrs.as_mut_ptr(),
             n as u32,
             libc::MSG_DONTWAIT,
         )
@@ -425,25 +432,28 @@ pub(crate) struct RecvMeta {
 #[derive(Clone, Copy)]
 struct CmsgBuf([u8; 64]);
 
-/// `recvmmsg(fd, MSG_DONTWAIT)` into `bufs` (one message per buffer, at most [`SEND_BATCH`]),
-/// writing what it learnt of each frame to `meta` (its `PACKET_AUXDATA` when the socket has that
-/// option on). Returns how many messages arrived; 0 when none was waiting (`EAGAIN`).
+/// `recvmmsg(fd, MSG_DONTWAIT)` into `bufs` (one message per entry, scattered over its up to
+/// [`MSG_PARTS`] buffers in order; at most [`SEND_BATCH`] messages), writing what it learnt of
+/// each frame to `meta` (its `PACKET_AUXDATA` when the socket has that option on). Returns how
+/// many messages arrived; 0 when none was waiting (`EAGAIN`).
 pub(crate) fn recv_frames(
     fd: &OwnedFd,
-    bufs: &mut [&mut [u8]],
+    bufs: &mut [[&mut [u8]; MSG_PARTS]],
     meta: &mut [RecvMeta],
 ) -> io::Result<usize> {
     let n = bufs.len().min(meta.len()).min(SEND_BATCH);
     // SAFETY: iovec and mmsghdr are plain integers and pointers; all-zero is valid.
-    let mut iov: [libc::iovec; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    let mut iov: [[libc::iovec; MSG_PARTS]; SEND_BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
     let mut control = [CmsgBuf([0; 64]); SEND_BATCH];
     for i in 0..n {
-        iov[i].iov_base = bufs[i].as_mut_ptr().cast();
-        iov[i].iov_len = bufs[i].len();
-        msgs[i].msg_hdr.msg_iov = &mut iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
+        for (v, part) in iov[i].iter_mut().zip(bufs[i].iter_mut()) {
+            v.iov_base = part.as_mut_ptr().cast();
+            v.iov_len = part.len();
+        }
+        msgs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
+        msgs[i].msg_hdr.msg_iovlen = MSG_PARTS;
         msgs[i].msg_hdr.msg_control = control[i].0.as_mut_ptr().cast();
         msgs[i].msg_hdr.msg_controllen = control[i].0.len();
     }
@@ -533,10 +543,11 @@ struct EthtoolValue {
     data: u32,
 }
 
-/// Issues the ethtool ioctl `cmd` (a `ETHTOOL_S*` command taking an `ethtool_value`) with `data`
-/// on interface `ifname` of the calling thread's network namespace, as `ethtool -K` does
-/// (`SIOCETHTOOL`, uapi `linux/sockios.h`).
-pub(crate) fn ethtool_set(ifname: &str, cmd: u32, data: u32) -> io::Result<()> {
+/// Issues the ethtool ioctl `cmd` (an `ETHTOOL_S*` or `ETHTOOL_G*` command taking an
+/// `ethtool_value`) with `data` on interface `ifname` of the calling thread's network namespace,
+/// as `ethtool -K` / `ethtool -k` do (`SIOCETHTOOL`, uapi `linux/sockios.h`). Returns the
+/// value's `data` after the call (what a get-command read).
+pub(crate) fn ethtool_value(ifname: &str, cmd: u32, data: u32) -> io::Result<u32> {
     let name = ifname.as_bytes();
     if name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
@@ -561,6 +572,6 @@ pub(crate) fn ethtool_set(ifname: &str, cmd: u32, data: u32) -> io::Result<()> {
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(())
+        Ok(value.data)
     }
 }

@@ -37,8 +37,9 @@ use etherparse::err::{ipv4 as ipv4_err, ipv6 as ipv6_err, Layer};
 use etherparse::{Ipv4HeaderSlice, Ipv6ExtensionSlice, Ipv6Slice};
 
 /// Largest frame accepted, in bytes: the IPv4 total-length limit, and what a
-/// [`metronome_core::PacketRef`]'s `u16` length holds. Larger (GSO/GRO) frames are
-/// [`Malformed::Oversized`]: segmentation offloads must be off on shaped interfaces.
+/// [`metronome_core::PacketRef`]'s `u16` length holds. GSO/GRO super-frames up to this length
+/// parse (their headers are those of the first segment; see [`crate::gso`]); a longer one (an
+/// IPv4 GRO frame of 65 536 to 65 549 bytes, or a BIG TCP frame) is [`Malformed::Oversized`].
 pub const MAX_FRAME_BYTES: usize = u16::MAX as usize;
 /// Most VLAN tags read before the EtherType (one 802.1Q tag, or an 802.1ad S-tag and a C-tag).
 pub const MAX_VLAN_TAGS: usize = 2;
@@ -301,7 +302,7 @@ struct Link {
 }
 
 /// Returns the EtherType after the VLAN tags, the offset of what follows, and the tag count.
-fn link_layer(frame: &[u8]) -> Result<(u16, usize, u8), Malformed> {
+pub(crate) fn link_layer(frame: &[u8]) -> Result<(u16, usize, u8), Malformed> {
     let mut ether_type = read_u16(frame, 12).ok_or(Malformed::TruncatedEthernet)?;
     let mut offset = ETHERNET_HEADER_BYTES;
     let mut tags = 0u8;

@@ -15,6 +15,9 @@
 //! * [`mark_ce`]: sets CE on ECN-capable packets (RFC 3168 §5), IPv4 checksum updated
 //!   incrementally (RFC 1624).
 //! * [`ParseCounters`], [`EcnCounters`]: a named counter per verdict, reason and mark outcome.
+//! * [`gso`]: GSO/GRO super-frames: the virtio-net header ([`VnetHdr`]) of `PACKET_VNET_HDR`,
+//!   their bytes on the wire ([`wire_bytes`]) and cutting a TCP super-frame into pieces
+//!   ([`SuperFrame::piece`]) with headers in a scratch buffer and payload left in place.
 //!
 //! No I/O, no clock reads, no allocation per packet: [`parse`] borrows the frame and returns a
 //! `Copy` value; [`Classifier::classify`] scans a slice of rules. Nothing panics on any input
@@ -52,6 +55,7 @@ pub mod counters;
 pub mod ecn;
 pub mod flow_hash;
 pub mod frame;
+pub mod gso;
 
 pub use checksum::{fix_l4_checksum, L4Checksum};
 pub use classify::{ClassRule, Classifier, Verdict};
@@ -61,4 +65,8 @@ pub use flow_hash::{flow_id, DEFAULT_FLOW_SEED};
 pub use frame::{
     parse, proto, Ecn, FiveTuple, Fragment, IpPacket, Malformed, NonIp, Parsed, ETHERTYPE_IPV4,
     ETHERTYPE_IPV6, MAX_FRAME_BYTES, MAX_VLAN_TAGS,
+};
+pub use gso::{
+    complete_partial_checksum, wire_bytes, GsoError, GsoType, Piece, SuperFrame, VnetError,
+    VnetHdr, VNET_HDR_LEN,
 };

@@ -15,6 +15,11 @@
 //!   flips and a random truncation, and checked against the same invariants.
 //! * `mutated_corpus_seeds`: the committed `corpus/` frames with random byte flips and
 //!   truncations (reaches IPv6 extension chains, options and fragments the generator does not).
+//! * `vnet_headers_and_cuts`: any 10 bytes through `VnetHdr::parse` (a header that parses
+//!   writes back the same bytes), then any header with a TCP super-frame whose header bytes are
+//!   XORed with random bytes and truncated at random, through `SuperFrame::parse`, `wire_bytes`
+//!   and every piece of a cut. Invariants: no panic; the pieces' payload ranges lie in the
+//!   frame, follow each other and cover the payload.
 
 mod common;
 
@@ -279,4 +284,80 @@ fn set_ip_payload_len(frame: &mut [u8], ipv6: bool, len: usize) {
 /// Whether the IPv4 header its IHL describes fits in the frame.
 fn ipv4_header_checksum_fits(frame: &[u8]) -> bool {
     frame.len() >= 14 + usize::from(frame[14] & 0x0f) * 4
+}
+
+/// A TCP super-frame template: Ethernet, IPv4 or IPv6, TCP (20 bytes), 3000 payload bytes.
+fn super_frame_template(ipv6: bool) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    let tcp_len = 20 + 3000;
+    if ipv6 {
+        f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+        f.extend_from_slice(&(tcp_len as u16).to_be_bytes());
+        f.extend_from_slice(&[6, 64]);
+        f.extend_from_slice(&[0xfd; 32]);
+    } else {
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+        f.extend_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    }
+    f.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18]);
+    f.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+    f.extend((0..3000).map(|i| i as u8));
+    f
+}
+
+#[test]
+fn vnet_headers_and_cuts() {
+    use metronome_packet::gso::{wire_bytes, GsoType, SuperFrame, VnetHdr, RX_BYTES_FRAMING};
+    let templates = [super_frame_template(false), super_frame_template(true)];
+    check!()
+        .with_iterations(ITERATIONS)
+        .with_max_len(160)
+        .for_each(|bytes: &[u8]| {
+            if let Ok(h) = VnetHdr::parse(bytes) {
+                assert_eq!(&h.to_bytes()[..], &bytes[..10]);
+            }
+            let Some((&choice, rest)) = bytes.split_first() else {
+                return;
+            };
+            let gso_type = [
+                GsoType::TcpV4,
+                GsoType::TcpV6,
+                GsoType::UdpL4,
+                GsoType::None,
+            ][usize::from(choice & 3)];
+            let (size, rest) = rest.split_at(rest.len().min(2));
+            let gso_size =
+                u16::from_le_bytes([*size.first().unwrap_or(&0), *size.get(1).unwrap_or(&0)]);
+            let hdr = VnetHdr {
+                gso_type,
+                gso_size,
+                ..VnetHdr::NONE
+            };
+            let mut frame = templates[usize::from(choice >> 2 & 1)].clone();
+            for (b, x) in frame.iter_mut().zip(rest) {
+                *b ^= x;
+            }
+            if choice & 0x80 != 0 {
+                frame.truncate(usize::from(gso_size) % (frame.len() + 1));
+            }
+            let _ = wire_bytes(&frame, &hdr, RX_BYTES_FRAMING);
+            let Ok(sf) = SuperFrame::parse(&frame, &hdr) else {
+                return;
+            };
+            let n = u32::from(choice >> 3 & 7);
+            let mut scratch = [0u8; 128];
+            let mut next = sf.header_len();
+            for k in 0..sf.pieces(n) {
+                let Ok(p) = sf.piece(&frame, k, n, &mut scratch) else {
+                    continue;
+                };
+                assert_eq!(p.payload.start, next);
+                assert!(p.payload.end <= frame.len() && p.segments <= n);
+                next = p.payload.end;
+            }
+            if sf.pieces(n) > 0 && hdr.gso_type != GsoType::UdpL4 {
+                assert_eq!(next, sf.header_len() + sf.payload_len());
+            }
+        });
 }

@@ -1,0 +1,265 @@
+//! Receive and send with `PACKET_VNET_HDR` (packet(7); net/packet/af_packet.c
+//! `packet_rcv_vnet`, `packet_snd_vnet_parse`).
+//!
+//! **Receive.** `recvmsg` on a socket with the option writes the 10-byte `virtio_net_hdr`
+//! first, then the frame, scattered over the message's buffers in order, and returns
+//! `10 + bytes copied`; a frame longer than the buffers is cut short and flagged `MSG_TRUNC`.
+//! Each message of a `recvmmsg` batch is scattered over three buffers: the header, a fresh small
+//! pool slot, and this port's overflow buffer for that message (`GSO_SLOT_SIZE − slot_size`
+//! bytes). A frame that fits the small slot (ACKs, MTU frames: nearly every frame) lands there
+//! with no further copy; a super-frame is copied once, small slot then overflow, into a large
+//! slot ([`FramePool::alloc_large`]) and the small slot is freed. No large slot free: dropped
+//! and counted in `rx_no_large_slot` (never silently, never stalling the small frames behind
+//! it). The overflow buffers are `RECV_BATCH × GSO_SLOT_SIZE` bytes (4.2 MB) per port,
+//! allocated once at open.
+//!
+//! **Frames above 64 KiB.** With an interface's `gro_max_size` or `gso_max_size` raised above
+//! 65 536 (BIG TCP) the kernel can queue larger frames; the socket copies the first
+//! `GSO_SLOT_SIZE` bytes and sets `MSG_TRUNC`. They are dropped and counted in
+//! `rx_gso_truncated`. A frame whose GSO type virtio cannot express fails the receive with
+//! `EINVAL` (`virtio_net_hdr_from_skb`), the frame already consumed: counted in
+//! `rx_vnet_errors`.
+//!
+//! **VLAN.** The kernel strips an 802.1Q tag into the auxiliary data before packet taps see the
+//! frame, and its `csum_start` counts from the untagged frame; re-inserting the tag moves the
+//! headers 4 bytes, so `csum_start` (and a non-zero `hdr_len`) move with them.
+//!
+//! **Send.** Every message starts with a header: a slot's [`FramePool::vnet`] for
+//! [`crate::PacketPort::send`], the piece's own for [`AfPacketPort::send_pieces`].
+
+use super::{insert_vlan, os_error, stripped_vlan, AfPacketPort, RECV_BATCH};
+use crate::frame_pool::{FramePool, GSO_SLOT_SIZE};
+use crate::port::{PortError, RxFrame};
+use crate::sys::{self, MSG_PARTS, SEND_BATCH};
+use metronome_packet::{VnetHdr, VNET_HDR_LEN};
+
+/// The receive overflow buffers of a `vnet_hdr` port: one [`GSO_SLOT_SIZE`] region per message
+/// of a batch.
+pub(super) struct VnetRx {
+    overflow: Vec<u8>,
+}
+
+impl VnetRx {
+    pub(super) fn new() -> Self {
+        VnetRx {
+            overflow: vec![0; RECV_BATCH * GSO_SLOT_SIZE],
+        }
+    }
+}
+
+/// One piece to send with [`AfPacketPort::send_pieces`]: the message is `vnet`'s 10 bytes, then
+/// `headers`, then `payload` (gathered by the kernel: the payload is not copied in user space).
+#[derive(Clone, Copy, Debug)]
+pub struct TxPiece<'a> {
+    /// The virtio-net header (from [`metronome_packet::Piece::vnet`]).
+    pub vnet: VnetHdr,
+    /// Ethernet through TCP headers (the scratch buffer [`metronome_packet::SuperFrame::piece`]
+    /// wrote).
+    pub headers: &'a [u8],
+    /// The payload (a slice of the pooled super-frame).
+    pub payload: &'a [u8],
+}
+
+impl AfPacketPort {
+    /// [`crate::PacketPort::recv`] with `vnet_hdr`: see the module docs.
+    pub(super) fn recv_vnet(
+        &mut self,
+        pool: &mut FramePool,
+        out: &mut [RxFrame],
+    ) -> Result<usize, PortError> {
+        let Some(vnet) = self.vnet.as_mut() else {
+            return Ok(0);
+        };
+        let want = out.len().min(pool.available_small()).min(RECV_BATCH);
+        if want == 0 {
+            return Ok(0);
+        }
+        let mut ids = [0u32; RECV_BATCH];
+        for id in &mut ids[..want] {
+            // `want` is at most `available_small()`, so every allocation succeeds.
+            *id = pool.alloc().unwrap_or_default();
+        }
+        ids[..want].sort_unstable();
+        let slot_size = pool.slot_size();
+        let overflow_len = GSO_SLOT_SIZE.saturating_sub(slot_size);
+        let mut headers = [[0u8; VNET_HDR_LEN]; RECV_BATCH];
+        let mut meta = [sys::RecvMeta::default(); RECV_BATCH];
+        let got = {
+            let mut bufs: [[&mut [u8]; MSG_PARTS]; RECV_BATCH] =
+                std::array::from_fn(|_| std::array::from_fn(|_| &mut [][..]));
+            let overflow = vnet.overflow.chunks_exact_mut(GSO_SLOT_SIZE);
+            for (((buf, h), slot), over) in bufs
+                .iter_mut()
+                .zip(headers.iter_mut())
+                .zip(pool.slots_mut(&ids[..want]))
+                .zip(overflow)
+            {
+                *buf = [&mut h[..], slot, &mut over[..overflow_len]];
+            }
+            sys::recv_frames(&self.rx_fd, &mut bufs[..want], &mut meta)
+        };
+        let got = match got {
+            Ok(n) => n,
+            Err(e) => {
+                for &id in &ids[..want] {
+                    pool.free(id);
+                }
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    // The frame the kernel could not describe is gone; the rest stay queued.
+                    self.counters.rx_vnet_errors += 1;
+                    return Ok(0);
+                }
+                return Err(os_error(&self.ifname, "recvmmsg", e));
+            }
+        };
+        let mut n = 0;
+        for (i, &small) in ids[..want].iter().enumerate() {
+            if i >= got {
+                pool.free(small);
+                continue;
+            }
+            let m = &meta[i];
+            let parsed = VnetHdr::parse(&headers[i]);
+            let (mut hdr, len) = match (m.truncated, parsed, m.len.checked_sub(VNET_HDR_LEN)) {
+                (true, _, _) => {
+                    self.counters.rx_gso_truncated += 1;
+                    pool.free(small);
+                    continue;
+                }
+                (false, Ok(hdr), Some(len)) => (hdr, len),
+                _ => {
+                    self.counters.rx_vnet_errors += 1;
+                    pool.free(small);
+                    continue;
+                }
+            };
+            let vlan = stripped_vlan(m.status, m.vlan_tpid, m.vlan_tci);
+            let need = len + if vlan.is_some() { 4 } else { 0 };
+            let id = if need <= slot_size {
+                small
+            } else if need > pool.large_slot_size() || pool.large_capacity() == 0 {
+                self.counters.rx_oversize += 1;
+                pool.free(small);
+                continue;
+            } else if let Some(large) = pool.alloc_large() {
+                // Small ids are below large ids: `slots_mut` hands out both, in this order.
+                let pair = [small, large];
+                let copied = {
+                    let mut both = pool.slots_mut(&pair);
+                    match (both.next(), both.next()) {
+                        (Some(head), Some(dst)) => {
+                            let in_slot = len.min(slot_size);
+                            dst[..in_slot].copy_from_slice(&head[..in_slot]);
+                            let start = i * GSO_SLOT_SIZE;
+                            let rest = &vnet.overflow[start..start + (len - in_slot)];
+                            dst[in_slot..len].copy_from_slice(rest);
+                            true
+                        }
+                        _ => false,
+                    }
+                };
+                if !copied {
+                    // Unreachable: both ids are allocated and in range.
+                    self.counters.rx_oversize += 1;
+                    pool.free(large);
+                    pool.free(small);
+                    continue;
+                }
+                pool.free(small);
+                large
+            } else {
+                self.counters.rx_no_large_slot += 1;
+                pool.free(small);
+                continue;
+            };
+            let len = match vlan {
+                None => len,
+                Some(tag) => match insert_vlan(pool.slot_mut(id), len, tag) {
+                    Some(len) => {
+                        if hdr.needs_csum() {
+                            hdr.csum_start = hdr.csum_start.saturating_add(4);
+                        }
+                        if hdr.hdr_len != 0 {
+                            hdr.hdr_len = hdr.hdr_len.saturating_add(4);
+                        }
+                        len
+                    }
+                    None => {
+                        self.counters.rx_oversize += 1;
+                        pool.free(id);
+                        continue;
+                    }
+                },
+            };
+            pool.set_len(id, len);
+            pool.set_vnet(id, hdr);
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += len as u64;
+            out[n] = RxFrame {
+                id,
+                len: len as u32,
+                // Sent back with its header, a NEEDS_CSUM frame is completed by the kernel or
+                // the device: nothing for the caller to fill in.
+                csum_not_ready: m.status & libc::TP_STATUS_CSUMNOTREADY != 0 && !hdr.needs_csum(),
+            };
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Sends `pieces` in order, each as one message of its virtio-net header, headers and
+    /// payload (`sendmmsg` batches of up to 64; the payload is gathered by the kernel, not
+    /// copied here). Needs [`super::AfPacketConfig::vnet_hdr`] ([`PortError::Config`]
+    /// otherwise). Returns how many leading pieces were consumed: sent (`tx_packets`,
+    /// `tx_bytes` counting headers and payload) or refused for good (`tx_errors`); the rest
+    /// were not sent because the device was busy (`tx_busy`), to retry. On `Err` none was
+    /// consumed. Never blocks.
+    pub fn send_pieces(&mut self, pieces: &[TxPiece<'_>]) -> Result<usize, PortError> {
+        if self.vnet.is_none() {
+            return Err(PortError::Config {
+                ifname: self.ifname.clone(),
+                reason: "send_pieces needs a port opened with vnet_hdr",
+            });
+        }
+        let mut done = 0;
+        while done < pieces.len() {
+            let batch = &pieces[done..pieces.len().min(done + SEND_BATCH)];
+            let mut headers = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
+            let mut msgs: [[&[u8]; MSG_PARTS]; SEND_BATCH] = [[&[]; MSG_PARTS]; SEND_BATCH];
+            for (h, p) in headers.iter_mut().zip(batch) {
+                *h = p.vnet.to_bytes();
+            }
+            for ((m, p), h) in msgs.iter_mut().zip(batch).zip(&headers) {
+                *m = [&h[..], p.headers, p.payload];
+            }
+            match sys::send_msgs(&self.tx_fd, &msgs[..batch.len()]) {
+                Ok(sent) => {
+                    for p in &batch[..sent] {
+                        self.counters.tx_packets += 1;
+                        self.counters.tx_bytes += (p.headers.len() + p.payload.len()) as u64;
+                    }
+                    done += sent;
+                    if sent == 0 {
+                        self.counters.tx_busy += 1;
+                        break;
+                    }
+                }
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => {
+                        self.counters.tx_busy += 1;
+                        break;
+                    }
+                    Some(
+                        libc::EMSGSIZE | libc::EINVAL | libc::ENETDOWN | libc::ENXIO | libc::EFAULT,
+                    ) => {
+                        self.counters.tx_errors += 1;
+                        done += 1;
+                    }
+                    _ if done > 0 => break,
+                    _ => return Err(os_error(&self.ifname, "sendmmsg", e)),
+                },
+            }
+        }
+        Ok(done)
+    }
+}
