@@ -17,6 +17,15 @@
 //! * a backlogged policy spaces packets exactly `len / R` apart;
 //! * a rate change takes effect from the next packet: bytes already stamped keep their times.
 //!
+//! A policy whose rate is zero is *paused*: it sends nothing. A packet that passes a paused policy
+//! gets no EDT: [`Timestamper::try_stamp_after`] hands back [`Paused`] naming the policy, and
+//! [`Timestamper::stamp`] / [`Timestamper::stamp_after`] return [`Timestamp::MAX`], the end of
+//! time. Such a packet changes no policy's state (it is counted in [`Policy::paused`] and
+//! [`TimestamperCounters::paused`]), so the caller may hold it and stamp it again once the rate is
+//! restored. A restored rate takes effect from the next packet, as any rate change does: bytes
+//! stamped before the pause keep their times, and a policy that was idle through the pause grants
+//! at most its configured burst, as any idle policy does.
+//!
 //! As in Carousel each policy advances its own timestamp, independently of the others; consolidation
 //! only takes the maximum. A burst smaller than the packet is treated as one packet, so a packet
 //! is never held beyond what a full bucket allows.
@@ -50,6 +59,12 @@ impl PolicyId {
 #[error("unknown policy {0:?}")]
 pub struct UnknownPolicy(pub PolicyId);
 
+/// A packet passed a policy whose rate is zero: the policy sends nothing, and no policy's state
+/// changed ([`Timestamper::try_stamp_after`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("policy {0:?} is paused (zero rate)")]
+pub struct Paused(pub PolicyId);
+
 /// One policy's state and counters.
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {
@@ -69,6 +84,8 @@ pub struct Policy {
     /// Packets whose EDT this policy pushed later than `now` (it was the one that delayed them,
     /// or tied).
     pub delayed: u64,
+    /// Packets this policy held because its rate was zero (not stamped, not in `packets`).
+    pub paused: u64,
 }
 
 impl Policy {
@@ -84,6 +101,10 @@ impl Policy {
     pub fn last_timestamp(&self) -> Timestamp {
         self.tat
     }
+    /// True if the rate is zero: the policy sends nothing until its rate is set above zero.
+    pub fn is_paused(&self) -> bool {
+        self.rate.bps() == 0
+    }
 
     /// Earliest conforming departure of `len` bytes at `now`.
     #[inline]
@@ -93,20 +114,19 @@ impl Policy {
         t.max(now)
     }
 
+    /// Records `len` bytes stamped at `now`. Never called on a paused policy (a zero rate's
+    /// transmit time is unbounded; the stamp is refused before any commit).
     #[inline]
     fn commit(&mut self, now: Timestamp, len: u32) {
+        debug_assert!(!self.is_paused(), "a paused policy stamps nothing");
         if now > self.tat {
             self.tat = now;
             self.tat_frac = 0;
         }
-        if self.rate.bps() == 0 {
-            self.tat = Timestamp::MAX;
-        } else {
-            let total = self.tat_frac as u128 + self.rate.transmit_time_fp(len as u64);
-            let whole = (total >> Rate::FRAC_BITS).min(u64::MAX as u128) as u64;
-            self.tat += Duration::from_nanos(whole);
-            self.tat_frac = (total & ((1 << Rate::FRAC_BITS) - 1)) as u32;
-        }
+        let total = self.tat_frac as u128 + self.rate.transmit_time_fp(len as u64);
+        let whole = (total >> Rate::FRAC_BITS).min(u64::MAX as u128) as u64;
+        self.tat += Duration::from_nanos(whole);
+        self.tat_frac = (total & ((1 << Rate::FRAC_BITS) - 1)) as u32;
         self.packets += 1;
         self.bytes += len as u64;
     }
@@ -115,10 +135,12 @@ impl Policy {
 /// Counters of a [`Timestamper`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimestamperCounters {
-    /// Packets stamped.
+    /// Packets stamped with an EDT (paused packets not included).
     pub stamped: u64,
     /// Packets that passed no policy (EDT = `now` or the caller's earliest time).
     pub unshaped: u64,
+    /// Packets refused an EDT because a policy they pass has a zero rate ([`Paused`]).
+    pub paused: u64,
     /// Policy ids in a `stamp` call that this timestamper never handed out (skipped).
     pub unknown_policy: u64,
 }
@@ -136,7 +158,7 @@ impl Timestamper {
         Self::default()
     }
 
-    /// Adds a policy of `rate` and `burst` bytes; returns its handle.
+    /// Adds a policy of `rate` and `burst` bytes; returns its handle. A zero rate adds it paused.
     pub fn add_policy(&mut self, kind: PolicyKind, rate: Rate, burst: u32) -> PolicyId {
         self.policies.push(Policy {
             kind,
@@ -147,11 +169,14 @@ impl Timestamper {
             packets: 0,
             bytes: 0,
             delayed: 0,
+            paused: 0,
         });
         PolicyId(self.policies.len() as u32 - 1)
     }
 
-    /// Changes a policy's rate; it applies from the next packet stamped.
+    /// Changes a policy's rate; it applies from the next packet stamped. Zero pauses the policy
+    /// (see [`Paused`]); a rate above zero resumes it from the next packet, with what it stamped
+    /// before keeping its times and at most its burst granted if it went idle.
     pub fn set_rate(&mut self, id: PolicyId, rate: Rate) -> Result<(), UnknownPolicy> {
         self.get_mut(id)?.rate = rate;
         Ok(())
@@ -187,13 +212,14 @@ impl Timestamper {
         self.policies.get_mut(id.index()).ok_or(UnknownPolicy(id))
     }
 
-    /// The EDT of a `len`-byte packet arriving at `now` that passes `policies`.
+    /// The EDT of a `len`-byte packet arriving at `now` that passes `policies`, or
+    /// [`Timestamp::MAX`] if one of them is paused (zero rate; see [`Timestamper::try_stamp_after`]).
     pub fn stamp(&mut self, now: Timestamp, len: u32, policies: &[PolicyId]) -> Timestamp {
         self.stamp_after(now, now, len, policies)
     }
 
     /// Like [`Timestamper::stamp`], for a packet that already carries a timestamp `earliest` (the
-    /// transport's pacing): the EDT is never before it.
+    /// transport's pacing): the EDT is never before it. [`Timestamp::MAX`] if a policy is paused.
     pub fn stamp_after(
         &mut self,
         now: Timestamp,
@@ -201,6 +227,34 @@ impl Timestamper {
         len: u32,
         policies: &[PolicyId],
     ) -> Timestamp {
+        self.try_stamp_after(now, earliest, len, policies)
+            .unwrap_or(Timestamp::MAX)
+    }
+
+    /// Like [`Timestamper::stamp_after`], with a paused policy named: if a known policy in
+    /// `policies` has a zero rate, the packet gets no EDT, no policy's state changes, and the
+    /// first such policy comes back in [`Paused`] (every paused policy it passes counts it in
+    /// [`Policy::paused`]). Unknown ids are skipped and counted in
+    /// [`TimestamperCounters::unknown_policy`] when the packet is stamped.
+    pub fn try_stamp_after(
+        &mut self,
+        now: Timestamp,
+        earliest: Timestamp,
+        len: u32,
+        policies: &[PolicyId],
+    ) -> Result<Timestamp, Paused> {
+        if let Some(&first) = policies
+            .iter()
+            .find(|id| self.policy(**id).is_some_and(Policy::is_paused))
+        {
+            for &id in policies {
+                if let Some(p) = self.policies.get_mut(id.index()) {
+                    p.paused += p.is_paused() as u64;
+                }
+            }
+            self.counters.paused += 1;
+            return Err(Paused(first));
+        }
         self.counters.stamped += 1;
         let mut edt = earliest.max(now);
         let mut known = 0;
@@ -220,7 +274,7 @@ impl Timestamper {
         if known == 0 {
             self.counters.unshaped += 1;
         }
-        edt
+        Ok(edt)
     }
 
     /// The time a policy needs to drain what it has stamped, as seen at `now` (its backlog).
