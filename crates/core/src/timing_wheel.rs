@@ -281,7 +281,7 @@ impl<S: SlotStore> GenericTimingWheel<S> {
         Some((self.front_slot + dist as u64, pos))
     }
 
-    /// Checks, in debug builds, that time never goes backwards (STYLE.md §10). Release builds
+    /// Checks, in debug builds, that time never goes backwards (CONTRIBUTING.md §10). Release builds
     /// skip it: the wheel's behaviour does not depend on it.
     #[inline(always)]
     fn observe(&mut self, now: Timestamp) {

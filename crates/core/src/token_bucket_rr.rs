@@ -281,7 +281,7 @@ impl TokenBucketRr {
         self.last_now = self.last_now.max(now);
     }
 
-    /// Checks the executable invariants (STYLE.md §10).
+    /// Checks the executable invariants (CONTRIBUTING.md §10).
     #[cfg(test)]
     fn invariants(&self) {
         let mut seen = vec![false; self.classes.len()];

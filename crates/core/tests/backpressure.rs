@@ -1,4 +1,4 @@
-//! Property tests of the backpressure library (STYLE.md §13): the paused-flows queue against a
+//! Property tests of the backpressure library (CONTRIBUTING.md §13): the paused-flows queue against a
 //! plain reference model, zD over a small pfifo driven by a closed-loop source model, and Deferred
 //! Completions with sources that obey `can_send`.
 

@@ -1,4 +1,4 @@
-//! Property tests of every queue against a plain reference model (STYLE.md §13).
+//! Property tests of every queue against a plain reference model (CONTRIBUTING.md §13).
 //!
 //! The reference is a stable sort: each accepted packet gets a release key and a sequence number,
 //! and at every poll the reference releases, in (key, sequence) order, every packet whose key is

@@ -1,4 +1,4 @@
-//! Named counters of a [`super::MqPort`]: per queue and for the whole port (STYLE.md §11: every
+//! Named counters of a [`super::MqPort`]: per queue and for the whole port (CONTRIBUTING.md §11: every
 //! drop, mark and fallback has one). Monotonic over the port's life.
 
 /// Counters of one queue; the port's `port` field holds the same sums over all queues.
