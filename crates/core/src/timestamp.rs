@@ -26,6 +26,12 @@
 //! stamped before the pause keep their times, and a policy that was idle through the pause grants
 //! at most its configured burst, as any idle policy does.
 //!
+//! Precisely, with `slack = burst - len` (zero when the packet is larger than the burst), a
+//! policy's EDT is `max(now, floor(tat) - round(slack / R))`, and the packet's EDT the maximum of
+//! that over its policies, `now` and `earliest`. Times are whole nanoseconds; `tat` also keeps the
+//! sub-nanosecond remainder of `len / R` in [`Rate`]'s fixed point, so a long run keeps the exact
+//! rate.
+//!
 //! As in Carousel each policy advances its own timestamp, independently of the others; consolidation
 //! only takes the maximum. A burst smaller than the packet is treated as one packet, so a packet
 //! is never held beyond what a full bucket allows.

@@ -98,3 +98,229 @@ fn an_mltw_destination_at_zero_rate_releases_nothing_before_its_edt() {
     assert_eq!(q.dequeue(t(2_000_000), &mut out), 1);
     assert_eq!(out[0].id, 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The Timestamper against a reference model written from its docs (CONTRIBUTING.md §13).
+// ---------------------------------------------------------------------------------------------
+
+use metronome_core::timestamp::{Paused, PolicyId};
+use proptest::prelude::*;
+
+/// Rates whose nanoseconds per byte are whole, so the model needs no rounding: 0 (paused),
+/// 8 Gbit/s (1 ns/B), 4 (2), 2 (4), 1 (8), 0.5 (16), 0.1 Gbit/s (80).
+const MODEL_RATES_BPS: [u64; 7] = [
+    0,
+    8_000_000_000,
+    4_000_000_000,
+    2_000_000_000,
+    1_000_000_000,
+    500_000_000,
+    100_000_000,
+];
+
+fn ns_per_byte(bps: u64) -> u64 {
+    8_000_000_000 / bps
+}
+
+/// Highest policy index the operations name; indices at or above the timestamper's policy count
+/// are ids it never handed out.
+const MODEL_IDS: u32 = 6;
+
+#[derive(Clone, Debug)]
+enum StampOp {
+    Add {
+        rate: usize,
+        burst: u32,
+    },
+    SetRate {
+        id: u32,
+        rate: usize,
+    },
+    SetBurst {
+        id: u32,
+        burst: u32,
+    },
+    Stamp {
+        dt: u64,
+        len: u32,
+        ids: Vec<u32>,
+        /// The transport's timestamp, relative to `now`.
+        earliest: Option<i64>,
+    },
+}
+
+fn stamp_ops() -> impl Strategy<Value = Vec<StampOp>> {
+    let burst = prop_oneof![Just(0u32), 1u32..6_000, Just(MTU), Just(10 * MTU)];
+    let op = prop_oneof![
+        1 => (0..MODEL_RATES_BPS.len(), burst.clone())
+            .prop_map(|(rate, burst)| StampOp::Add { rate, burst }),
+        2 => (0..MODEL_IDS, 0..MODEL_RATES_BPS.len())
+            .prop_map(|(id, rate)| StampOp::SetRate { id, rate }),
+        1 => (0..MODEL_IDS, burst).prop_map(|(id, burst)| StampOp::SetBurst { id, burst }),
+        8 => (
+            prop_oneof![Just(0u64), 0u64..50_000, Just(10_000_000)],
+            prop_oneof![Just(MTU), 0u32..9_000],
+            prop::collection::vec(0..MODEL_IDS, 0..4),
+            prop::option::of(-5_000i64..30_000),
+        )
+            .prop_map(|(dt, len, ids, earliest)| StampOp::Stamp { dt, len, ids, earliest }),
+    ];
+    prop::collection::vec(op, 1..200)
+}
+
+/// One policy as the module docs describe it: a GCRA with theoretical arrival time `tat`.
+#[derive(Clone, Debug, Default)]
+struct ModelPolicy {
+    bps: u64,
+    burst: u32,
+    tat: u64,
+    packets: u64,
+    bytes: u64,
+    delayed: u64,
+    paused: u64,
+}
+
+#[derive(Debug, Default)]
+struct ModelStamper {
+    policies: Vec<ModelPolicy>,
+    stamped: u64,
+    unshaped: u64,
+    paused: u64,
+    unknown: u64,
+}
+
+impl ModelStamper {
+    /// EDT = max(now, earliest, max over policies of tat - (burst - len) / R), then every policy
+    /// moves `tat` to max(tat, now) + len / R. A policy at zero holds the packet: no EDT, no
+    /// policy changes.
+    fn stamp(&mut self, now: u64, earliest: u64, len: u32, ids: &[u32]) -> Result<u64, u32> {
+        let n = self.policies.len();
+        let known = |i: &u32| (*i as usize) < n;
+        if let Some(&first) = ids
+            .iter()
+            .find(|i| known(i) && self.policies[**i as usize].bps == 0)
+        {
+            for i in ids.iter().filter(|i| known(i)) {
+                let p = &mut self.policies[*i as usize];
+                if p.bps == 0 {
+                    p.paused += 1;
+                }
+            }
+            self.paused += 1;
+            return Err(first);
+        }
+        self.stamped += 1;
+        let mut edt = earliest.max(now);
+        let mut any = false;
+        for &i in ids {
+            let Some(p) = self.policies.get_mut(i as usize) else {
+                self.unknown += 1;
+                continue;
+            };
+            any = true;
+            let r = ns_per_byte(p.bps);
+            let slack = u64::from(p.burst.saturating_sub(len)) * r;
+            let t = p.tat.saturating_sub(slack).max(now);
+            if t > now {
+                p.delayed += 1;
+            }
+            p.tat = p.tat.max(now) + u64::from(len) * r;
+            p.packets += 1;
+            p.bytes += u64::from(len);
+            edt = edt.max(t);
+        }
+        if !any {
+            self.unshaped += 1;
+        }
+        Ok(edt)
+    }
+}
+
+fn check_stamper(ts: &Timestamper, m: &ModelStamper, ids: &[PolicyId], now: u64) {
+    assert_eq!(ts.len(), m.policies.len());
+    let c = ts.counters();
+    assert_eq!(
+        (c.stamped, c.unshaped, c.paused, c.unknown_policy),
+        (m.stamped, m.unshaped, m.paused, m.unknown)
+    );
+    for (i, mp) in m.policies.iter().enumerate() {
+        let p = ts.policy(ids[i]).expect("a policy it handed out");
+        assert_eq!(p.rate().bps(), mp.bps);
+        assert_eq!(p.burst(), mp.burst);
+        assert_eq!(p.is_paused(), mp.bps == 0);
+        assert_eq!(p.last_timestamp().as_nanos(), mp.tat, "policy {i}");
+        assert_eq!(
+            (p.packets, p.bytes, p.delayed, p.paused),
+            (mp.packets, mp.bytes, mp.delayed, mp.paused),
+            "policy {i}"
+        );
+        assert_eq!(
+            ts.backlog(ids[i], t(now)),
+            Some(Duration::from_nanos(mp.tat.saturating_sub(now)))
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Any sequence of adds, rate changes (zero included), burst changes and stamps gives the
+    /// model's EDTs and counters: the burst and spacing rules, a rate change from the next packet,
+    /// the pause at zero and the resume without burst or stuck state.
+    #[test]
+    fn timestamper_matches_the_model(ops in stamp_ops(), t0 in 0u64..1_000_000_000) {
+        let mut ts = Timestamper::new();
+        let mut m = ModelStamper::default();
+        // Ids 0..MODEL_IDS as handed out by some timestamper: known here once added.
+        let mut foreign = Timestamper::new();
+        let ids: Vec<PolicyId> = (0..MODEL_IDS)
+            .map(|_| foreign.add_policy(PolicyKind::Pacing, Rate::gbps(1), MTU))
+            .collect();
+        let mut now = t0;
+        for op in ops {
+            match op {
+                StampOp::Add { rate, burst } => {
+                    if m.policies.len() < MODEL_IDS as usize {
+                        let bps = MODEL_RATES_BPS[rate];
+                        let id = ts.add_policy(PolicyKind::Aggregate, Rate::from_bps(bps), burst);
+                        prop_assert_eq!(id, ids[m.policies.len()]);
+                        m.policies.push(ModelPolicy { bps, burst, ..Default::default() });
+                    }
+                }
+                StampOp::SetRate { id, rate } => {
+                    let bps = MODEL_RATES_BPS[rate];
+                    let r = ts.set_rate(ids[id as usize], Rate::from_bps(bps));
+                    match m.policies.get_mut(id as usize) {
+                        Some(p) => { prop_assert!(r.is_ok()); p.bps = bps; }
+                        None => prop_assert!(r.is_err()),
+                    }
+                }
+                StampOp::SetBurst { id, burst } => {
+                    let r = ts.set_burst(ids[id as usize], burst);
+                    match m.policies.get_mut(id as usize) {
+                        Some(p) => { prop_assert!(r.is_ok()); p.burst = burst; }
+                        None => prop_assert!(r.is_err()),
+                    }
+                }
+                StampOp::Stamp { dt, len, ids: which, earliest } => {
+                    now += dt;
+                    let earliest = earliest.map_or(now, |e| (now as i64 + e).max(0) as u64);
+                    let pids: Vec<PolicyId> = which.iter().map(|&i| ids[i as usize]).collect();
+                    let want = m.stamp(now, earliest, len, &which);
+                    // Half the stamps through the Timestamp::MAX form, half through the named one.
+                    if len % 2 == 0 {
+                        let got = ts.stamp_after(t(now), t(earliest), len, &pids);
+                        prop_assert_eq!(got.as_nanos(), want.unwrap_or(u64::MAX));
+                    } else {
+                        let got = ts.try_stamp_after(t(now), t(earliest), len, &pids);
+                        prop_assert_eq!(
+                            got.map(|e| e.as_nanos()),
+                            want.map_err(|i| Paused(ids[i as usize]))
+                        );
+                    }
+                }
+            }
+            check_stamper(&ts, &m, &ids, now);
+        }
+    }
+}
