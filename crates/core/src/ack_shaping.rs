@@ -279,7 +279,8 @@ impl AckShaper {
             .max(Duration::from_nanos(1));
     }
 
-    /// Time never goes backwards (CONTRIBUTING.md §10): an earlier `now` is taken as the latest seen.
+    /// Time never goes backwards (CONTRIBUTING.md §10): an earlier `now` is taken as the latest
+    /// seen.
     fn clock(&mut self, now: Timestamp) -> Timestamp {
         debug_assert!(now >= self.last_now, "time went backwards");
         self.last_now = self.last_now.max(now);

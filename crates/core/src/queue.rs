@@ -2,9 +2,9 @@
 //! timing wheel and the baselines are compared side by side in one run (Carousel Table 1,
 //! FlowBundler §V-C).
 //!
-//! Nothing is dropped silently (CONTRIBUTING.md §11): a queue that cannot take a packet hands it back in a
-//! [`Rejected`] with its [`RejectReason`], and every rejection, clamp and past-due placement has a
-//! named counter in [`QueueCounters`].
+//! Nothing is dropped silently (CONTRIBUTING.md §11): a queue that cannot take a packet hands it
+//! back in a [`Rejected`] with its [`RejectReason`], and every rejection, clamp and past-due
+//! placement has a named counter in [`QueueCounters`].
 
 use crate::packet::PacketRef;
 use crate::time::Timestamp;

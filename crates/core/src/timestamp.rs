@@ -219,7 +219,8 @@ impl Timestamper {
     }
 
     /// The EDT of a `len`-byte packet arriving at `now` that passes `policies`, or
-    /// [`Timestamp::MAX`] if one of them is paused (zero rate; see [`Timestamper::try_stamp_after`]).
+    /// [`Timestamp::MAX`] if one of them is paused (zero rate; see
+    /// [`Timestamper::try_stamp_after`]).
     pub fn stamp(&mut self, now: Timestamp, len: u32, policies: &[PolicyId]) -> Timestamp {
         self.stamp_after(now, now, len, policies)
     }

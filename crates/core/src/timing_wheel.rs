@@ -281,8 +281,8 @@ impl<S: SlotStore> GenericTimingWheel<S> {
         Some((self.front_slot + dist as u64, pos))
     }
 
-    /// Checks, in debug builds, that time never goes backwards (CONTRIBUTING.md §10). Release builds
-    /// skip it: the wheel's behaviour does not depend on it.
+    /// Checks, in debug builds, that time never goes backwards (CONTRIBUTING.md §10). Release
+    /// builds skip it: the wheel's behaviour does not depend on it.
     #[inline(always)]
     fn observe(&mut self, now: Timestamp) {
         if cfg!(debug_assertions) {

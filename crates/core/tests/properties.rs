@@ -7,7 +7,10 @@
 //! heap it is the EDT itself. Beyond exact agreement where the order is defined, every structure is
 //! checked for: nothing lost or duplicated; nothing released before its EDT rounded down to the
 //! granularity; when polled at every slot, nothing released more than one granularity late; per
-//! flow order kept when a flow's EDTs do not decrease.
+//! flow order kept when a flow's EDTs do not decrease; every counter equal to what the trace says
+//! it counts (placements of accepted packets only, rejections by reason), and a pool exhausted
+//! only when the queue holds at least the packets its configuration promises to fit. The MLTW is
+//! also driven with destination rates (zero included) changing between calls.
 
 use metronome_core::binary_heap::BinaryHeapQueue;
 use metronome_core::fq_tree::FqTree;
@@ -47,8 +50,12 @@ struct Rec {
 struct Trace {
     accepted: BTreeMap<u32, Rec>,
     rejected: Vec<(u32, RejectReason)>,
+    /// Per rejection: packets the queue held at that moment.
+    len_at_rejection: Vec<usize>,
     /// Per poll: (now, ids released in order).
     polls: Vec<(u64, Vec<u32>)>,
+    /// Calls to `dequeue` that returned at least one packet.
+    nonempty_dequeues: u64,
 }
 
 impl Trace {
@@ -79,6 +86,7 @@ fn drive<Q: EdtQueue>(q: &mut Q, steps: &[Vec<Arrival>], poll: u64, monotone: bo
         loop {
             let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
             ids.extend(out[..n].iter().map(|p| p.id));
+            t.nonempty_dequeues += (n > 0) as u64;
             if n < out.len() {
                 break;
             }
@@ -110,6 +118,7 @@ fn drive<Q: EdtQueue>(q: &mut Q, steps: &[Vec<Arrival>], poll: u64, monotone: bo
                 Err(e) => {
                     assert_eq!(e.pkt, pkt, "a rejected packet comes back untouched");
                     t.rejected.push((id, e.reason));
+                    t.len_at_rejection.push(q.len());
                 }
             }
             id += 1;
@@ -165,13 +174,69 @@ fn check_flow_order(t: &Trace) {
     }
 }
 
+/// Every counter against the trace: `past_due` and `clamped_beyond_horizon` count accepted
+/// packets only (`is_past_due` and `is_clamped` say which, from the queue's docs), each rejection
+/// counts under its reason, and a [`RejectReason::PoolExhausted`] happens only when the queue
+/// holds at least the `pool_packets` its configuration promises to fit.
+fn check_counters(
+    q: &impl EdtQueue,
+    t: &Trace,
+    is_past_due: impl Fn(&Rec) -> bool,
+    is_clamped: impl Fn(&Rec) -> bool,
+    pool_packets: usize,
+) {
+    let c = q.counters();
+    let released = t.releases().count() as u64;
+    let reasons = |r: RejectReason| t.rejected.iter().filter(|x| x.1 == r).count() as u64;
+    assert_eq!(c.enqueued, t.accepted.len() as u64, "enqueued");
+    assert_eq!(c.dequeued, released, "dequeued");
+    assert_eq!(
+        c.nonempty_dequeues, t.nonempty_dequeues,
+        "nonempty_dequeues"
+    );
+    let past_due = t.accepted.values().filter(|r| is_past_due(r)).count() as u64;
+    let clamped = t.accepted.values().filter(|r| is_clamped(r)).count() as u64;
+    assert_eq!(c.past_due, past_due, "past_due");
+    assert_eq!(c.clamped_beyond_horizon, clamped, "clamped_beyond_horizon");
+    assert_eq!(
+        c.rejected_beyond_horizon,
+        reasons(RejectReason::BeyondHorizon)
+    );
+    assert_eq!(
+        c.rejected_pool_exhausted,
+        reasons(RejectReason::PoolExhausted)
+    );
+    assert_eq!(
+        c.rejected_unknown_class,
+        reasons(RejectReason::UnknownClass)
+    );
+    assert_eq!(c.rejected_full, reasons(RejectReason::Full));
+    for (&(id, reason), &len) in t.rejected.iter().zip(&t.len_at_rejection) {
+        if reason == RejectReason::PoolExhausted {
+            assert!(
+                len >= pool_packets,
+                "id {id} handed back as PoolExhausted with {len} < {pool_packets} packets queued"
+            );
+        }
+    }
+}
+
+/// The wheel's front at enqueue is the slot of `now` (the driver drains everything due first).
+fn wheel_past_due(r: &Rec) -> bool {
+    r.edt / G < r.enq_now / G
+}
+
+fn wheel_beyond_horizon(r: &Rec) -> bool {
+    r.edt / G >= r.enq_now / G + SLOTS
+}
+
 /// The reference model: a stable sort by key, released when the key is due.
 fn reference(
     t: &Trace,
-    key: impl Fn(&Rec) -> u64,
+    key: impl Fn(u32, &Rec) -> u64,
     due: impl Fn(u64, u64) -> bool,
 ) -> Vec<(u64, Vec<u32>)> {
-    let mut pending: Vec<(u64, u32)> = t.accepted.iter().map(|(&id, r)| (key(r), id)).collect();
+    let mut pending: Vec<(u64, u32)> = t.accepted.iter().map(|(&id, r)| (key(id, r), id)).collect();
     pending.sort();
     t.polls
         .iter()
@@ -210,11 +275,12 @@ fn wheel_key(r: &Rec) -> u64 {
 fn check_wheel<Q: EdtQueue>(mut q: Q, policy: HorizonPolicy, steps: &[Vec<Arrival>]) {
     let t = drive(&mut q, steps, G, false);
     check_conservation(&t);
+    check_counters(&q, &t, wheel_past_due, wheel_beyond_horizon, usize::MAX);
     for &(id, reason) in &t.rejected {
         assert_eq!(policy, HorizonPolicy::Reject, "clamp never rejects");
         assert_eq!(reason, RejectReason::BeyondHorizon, "id {id}");
     }
-    let want = reference(&t, wheel_key, |k, now| k <= now / G);
+    let want = reference(&t, |_, r| wheel_key(r), |k, now| k <= now / G);
     assert_eq!(t.polls, want, "{} differs from the reference", q.name());
     // Timing: clamped packets are late by design; check the others.
     let in_horizon = Trace {
@@ -225,6 +291,8 @@ fn check_wheel<Q: EdtQueue>(mut q: Q, policy: HorizonPolicy, steps: &[Vec<Arriva
             .map(|(&id, r)| (id, *r))
             .collect(),
         rejected: vec![],
+        len_at_rejection: vec![],
+        nonempty_dequeues: 0,
         polls: t
             .polls
             .iter()
@@ -270,9 +338,11 @@ proptest! {
                 id += 1;
             }
         }
-        let want = reference(&t, wheel_key, |k, now| k <= now / G);
+        let want = reference(&t, |_, r| wheel_key(r), |k, now| k <= now / G);
         prop_assert_eq!(&t.polls, &want);
         check_timing(&t, |_| G, G);
+        // Beyond the horizon is rejected, not clamped.
+        check_counters(&q, &t, wheel_past_due, |_| false, usize::MAX);
     }
 
     #[test]
@@ -286,7 +356,7 @@ proptest! {
         let t = drive(&mut q, &steps, G, false);
         check_conservation(&t);
         prop_assert!(t.rejected.is_empty());
-        let want = reference(&t, |r| r.edt, |k, now| k <= now);
+        let want = reference(&t, |_, r| r.edt, |k, now| k <= now);
         prop_assert_eq!(&t.polls, &want);
         check_timing(&t, |_| 1, G);
     }
@@ -299,7 +369,7 @@ proptest! {
         prop_assert!(t.rejected.is_empty());
         check_flow_order(&t);
         // With non-decreasing EDTs per flow, each poll releases exactly the due set.
-        let want = reference(&t, |r| r.edt, |k, now| k <= now);
+        let want = reference(&t, |_, r| r.edt, |k, now| k <= now);
         for ((now, got), (_, exp)) in t.polls.iter().zip(&want) {
             let mut a = got.clone();
             a.sort_unstable();
@@ -328,7 +398,10 @@ proptest! {
         for &(_, reason) in &t.rejected {
             prop_assert_eq!(reason, RejectReason::PoolExhausted);
         }
-        prop_assert_eq!(q.counters().rejected_pool_exhausted as usize, t.rejected.len());
+        // The accepted packets still follow the reference; the counters count only them.
+        let want = reference(&t, |_, r| wheel_key(r), |k, now| k <= now / G);
+        prop_assert_eq!(&t.polls, &want);
+        check_counters(&q, &t, wheel_past_due, wheel_beyond_horizon, 2);
     }
 }
 
@@ -360,6 +433,9 @@ proptest! {
         let t = drive(&mut q, &steps, G, false);
         check_conservation(&t);
         prop_assert!(t.rejected.is_empty());
+        // The front at enqueue is `now` (the driver drains everything due first); the top level's
+        // ring reaches far beyond these EDTs, so nothing is clamped.
+        check_counters(&q, &t, |r| r.edt < r.enq_now, |_| false, usize::MAX);
         // A packet may ride in a coarser slot that starts at the same time (inter-flow
         // accumulation) or, far ahead, descend to a coarser level: it is never released before
         // its EDT rounded down to the granularity it was placed with, which is at least its
@@ -414,4 +490,112 @@ fn token_bucket_rr_rejects_unknown_classes() {
         .unwrap_err();
     assert_eq!(e.reason, RejectReason::UnknownClass);
     assert_eq!(e.pkt, pkt);
+}
+
+/// Rates an MLTW destination is set to between steps: 0 (paused) up to 40 Gbit/s.
+const MLTW_RATES: [Rate; 6] = [
+    Rate::from_bps(0),
+    Rate::kbps(10),
+    Rate::mbps(100),
+    Rate::gbps(1),
+    Rate::gbps(10),
+    Rate::gbps(40),
+];
+
+/// One step of the MLTW under rate changes: maybe set a flow's rate (flow, index into
+/// [`MLTW_RATES`]) before the step's poll, then the arrivals.
+type RateStep = (Option<(u8, usize)>, Vec<Arrival>);
+
+fn rate_steps() -> impl Strategy<Value = Vec<RateStep>> {
+    let arrival = (0u8..6, -20_000i64..400_000).prop_map(|(flow, offset)| Arrival { flow, offset });
+    let set = prop::option::of((0u8..6, 0..MLTW_RATES.len()));
+    prop::collection::vec((set, prop::collection::vec(arrival, 0..6)), 1..60)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Rates (zero included) change between calls. Every packet waits in the slot that
+    /// [`Mltw::placement`] names, `floor(max(edt, front) / g) × g` at a level no finer than its
+    /// bucket's, and leaves at the first poll at or after that start; packets leave earliest
+    /// start first and FIFO within a start; a destination at zero rate rounds at level 0.
+    #[test]
+    fn mltw_under_rate_changes_releases_each_packet_at_its_placement(
+        steps in rate_steps(),
+        pool_packets in prop_oneof![Just(1usize << 12), 1usize..8],
+    ) {
+        let mut q = Mltw::new(MltwConfig {
+            pool_packets,
+            estimate_every: 0,
+            slots_per_level: 64,
+            ..Default::default()
+        });
+        let mut t = Trace::default();
+        let mut start: HashMap<u32, u64> = HashMap::new();
+        let mut now = T0;
+        let mut id = 0u32;
+        let mut out = [PacketRef::default(); 3];
+        let mut poll = |q: &mut Mltw, now: u64, t: &mut Trace| {
+            let mut ids = Vec::new();
+            loop {
+                let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
+                ids.extend(out[..n].iter().map(|p| p.id));
+                t.nonempty_dequeues += (n > 0) as u64;
+                if n < out.len() {
+                    break;
+                }
+            }
+            t.polls.push((now, ids));
+        };
+        for (set, arrivals) in &steps {
+            if let Some((flow, r)) = *set {
+                let flow = FlowId(flow as u32);
+                q.set_rate(flow, MLTW_RATES[r]);
+                prop_assert_eq!(q.estimated_rate(flow), MLTW_RATES[r]);
+                if MLTW_RATES[r].bps() == 0 {
+                    prop_assert_eq!(q.level_for(flow), 0, "a paused destination rounds finest");
+                }
+            }
+            now += G;
+            poll(&mut q, now, &mut t);
+            for a in arrivals {
+                let edt = (now as i64 + a.offset).max(0) as u64;
+                let flow = FlowId(a.flow as u32);
+                let nowt = Timestamp::from_nanos(now);
+                let edtt = Timestamp::from_nanos(edt);
+                let pl = q.placement(nowt, flow, edtt).expect("clamp never rejects");
+                let g = pl.granularity.as_nanos();
+                prop_assert!(pl.rounding_level >= q.level_for(flow));
+                prop_assert!(!pl.clamped, "these EDTs lie within the top level's ring");
+                prop_assert_eq!(pl.past_due, edt < now);
+                prop_assert_eq!(pl.slot_start.as_nanos(), edt.max(now) / g * g);
+                let pkt = PacketRef::new(id, flow, ClassId(0), 1500);
+                match q.enqueue(nowt, edtt, pkt) {
+                    Ok(()) => {
+                        t.accepted.insert(id, Rec { edt, enq_now: now, flow: a.flow as u32 });
+                        start.insert(id, pl.slot_start.as_nanos());
+                        prop_assert!(q.next_due().is_some_and(|d| d <= pl.slot_start));
+                    }
+                    Err(e) => {
+                        prop_assert_eq!(e.pkt, pkt);
+                        t.rejected.push((id, e.reason));
+                        t.len_at_rejection.push(q.len());
+                    }
+                }
+                id += 1;
+            }
+        }
+        while !q.is_empty() {
+            now += G;
+            poll(&mut q, now, &mut t);
+            prop_assert!(now < T0 + 1_000_000_000, "the MLTW never drained");
+        }
+        check_conservation(&t);
+        check_counters(&q, &t, |r| r.edt < r.enq_now, |_| false, pool_packets);
+        for &(id, reason) in &t.rejected {
+            prop_assert_eq!(reason, RejectReason::PoolExhausted, "id {}", id);
+        }
+        let want = reference(&t, |id, _| start[&id], |k, now| k <= now);
+        prop_assert_eq!(&t.polls, &want);
+    }
 }
