@@ -17,8 +17,8 @@ use metronome_core::fq_tree::FqTree;
 use metronome_core::mltw::{Mltw, MltwConfig};
 use metronome_core::token_bucket_rr::{ClassConfig, TokenBucketRr};
 use metronome_core::{
-    ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, Rate, RejectReason, Timestamp,
-    TimingWheel, TimingWheelConfig, TimingWheelList,
+    ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, Rate, RejectReason, Rejected,
+    Timestamp, TimingWheel, TimingWheelConfig, TimingWheelList,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
@@ -83,6 +83,7 @@ fn drive<Q: EdtQueue>(q: &mut Q, steps: &[Vec<Arrival>], poll: u64, monotone: bo
     let poll_once = |q: &mut Q, now: u64, t: &mut Trace| {
         let mut out = [PacketRef::default(); 3];
         let mut ids = Vec::new();
+        let due = check_next_due(q, now);
         loop {
             let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
             ids.extend(out[..n].iter().map(|p| p.id));
@@ -91,6 +92,17 @@ fn drive<Q: EdtQueue>(q: &mut Q, steps: &[Vec<Arrival>], poll: u64, monotone: bo
                 break;
             }
         }
+        assert_eq!(
+            !ids.is_empty(),
+            due,
+            "{}: next_due disagrees with dequeue at {now}",
+            q.name()
+        );
+        assert!(
+            !check_next_due(q, now),
+            "{}: due packets left after a drain",
+            q.name()
+        );
         t.polls.push((now, ids));
     };
     for step in steps {
@@ -131,6 +143,19 @@ fn drive<Q: EdtQueue>(q: &mut Q, steps: &[Vec<Arrival>], poll: u64, monotone: bo
         guard += 1;
     }
     t
+}
+
+/// `next_due` is the earliest instant at which `dequeue` returns a packet: a dequeue at `now`
+/// returns one exactly when `next_due` is at or before `now` (checked without dequeuing, on a
+/// queue the caller is about to poll or has just drained), and it is `None` only when empty.
+fn check_next_due<Q: EdtQueue>(q: &Q, now: u64) -> bool {
+    let due = q.next_due();
+    assert_eq!(
+        due.is_none(),
+        q.is_empty(),
+        "next_due is None exactly when empty"
+    );
+    due.is_some_and(|d| d.as_nanos() <= now)
 }
 
 /// Nothing lost, nothing duplicated.
@@ -181,8 +206,8 @@ fn check_flow_order(t: &Trace) {
 fn check_counters(
     q: &impl EdtQueue,
     t: &Trace,
-    is_past_due: impl Fn(&Rec) -> bool,
-    is_clamped: impl Fn(&Rec) -> bool,
+    is_past_due: impl Fn(u32, &Rec) -> bool,
+    is_clamped: impl Fn(u32, &Rec) -> bool,
     pool_packets: usize,
 ) {
     let c = q.counters();
@@ -194,8 +219,9 @@ fn check_counters(
         c.nonempty_dequeues, t.nonempty_dequeues,
         "nonempty_dequeues"
     );
-    let past_due = t.accepted.values().filter(|r| is_past_due(r)).count() as u64;
-    let clamped = t.accepted.values().filter(|r| is_clamped(r)).count() as u64;
+    let count =
+        |f: &dyn Fn(u32, &Rec) -> bool| t.accepted.iter().filter(|(&id, r)| f(id, r)).count();
+    let (past_due, clamped) = (count(&is_past_due) as u64, count(&is_clamped) as u64);
     assert_eq!(c.past_due, past_due, "past_due");
     assert_eq!(c.clamped_beyond_horizon, clamped, "clamped_beyond_horizon");
     assert_eq!(
@@ -222,11 +248,11 @@ fn check_counters(
 }
 
 /// The wheel's front at enqueue is the slot of `now` (the driver drains everything due first).
-fn wheel_past_due(r: &Rec) -> bool {
+fn wheel_past_due(_: u32, r: &Rec) -> bool {
     r.edt / G < r.enq_now / G
 }
 
-fn wheel_beyond_horizon(r: &Rec) -> bool {
+fn wheel_beyond_horizon(_: u32, r: &Rec) -> bool {
     r.edt / G >= r.enq_now / G + SLOTS
 }
 
@@ -342,7 +368,7 @@ proptest! {
         prop_assert_eq!(&t.polls, &want);
         check_timing(&t, |_| G, G);
         // Beyond the horizon is rejected, not clamped.
-        check_counters(&q, &t, wheel_past_due, |_| false, usize::MAX);
+        check_counters(&q, &t, wheel_past_due, |_, _| false, usize::MAX);
     }
 
     #[test]
@@ -435,7 +461,7 @@ proptest! {
         prop_assert!(t.rejected.is_empty());
         // The front at enqueue is `now` (the driver drains everything due first); the top level's
         // ring reaches far beyond these EDTs, so nothing is clamped.
-        check_counters(&q, &t, |r| r.edt < r.enq_now, |_| false, usize::MAX);
+        check_counters(&q, &t, |_, r| r.edt < r.enq_now, |_, _| false, usize::MAX);
         // A packet may ride in a coarser slot that starts at the same time (inter-flow
         // accumulation) or, far ahead, descend to a coarser level: it is never released before
         // its EDT rounded down to the granularity it was placed with, which is at least its
@@ -523,20 +549,30 @@ proptest! {
     fn mltw_under_rate_changes_releases_each_packet_at_its_placement(
         steps in rate_steps(),
         pool_packets in prop_oneof![Just(1usize << 12), 1usize..8],
+        short in any::<bool>(),
+        reject in any::<bool>(),
     ) {
+        let policy = if reject { HorizonPolicy::Reject } else { HorizonPolicy::Clamp };
+        // Short: 9 levels of 64 slots from 16 ns, a 262 µs horizon that many EDTs pass.
+        let (min_granularity_log2, levels) = if short { (4, 9) } else { (0, 64) };
         let mut q = Mltw::new(MltwConfig {
             pool_packets,
             estimate_every: 0,
             slots_per_level: 64,
+            min_granularity_log2,
+            levels,
+            horizon_policy: policy,
             ..Default::default()
         });
         let mut t = Trace::default();
         let mut start: HashMap<u32, u64> = HashMap::new();
+        let mut clamped: HashMap<u32, bool> = HashMap::new();
         let mut now = T0;
         let mut id = 0u32;
         let mut out = [PacketRef::default(); 3];
         let mut poll = |q: &mut Mltw, now: u64, t: &mut Trace| {
             let mut ids = Vec::new();
+            let due = check_next_due(q, now);
             loop {
                 let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
                 ids.extend(out[..n].iter().map(|p| p.id));
@@ -545,6 +581,8 @@ proptest! {
                     break;
                 }
             }
+            assert_eq!(!ids.is_empty(), due, "next_due disagrees with dequeue at {now}");
+            assert!(!check_next_due(q, now), "due packets left after a drain");
             t.polls.push((now, ids));
         };
         for (set, arrivals) in &steps {
@@ -563,23 +601,46 @@ proptest! {
                 let flow = FlowId(a.flow as u32);
                 let nowt = Timestamp::from_nanos(now);
                 let edtt = Timestamp::from_nanos(edt);
-                let pl = q.placement(nowt, flow, edtt).expect("clamp never rejects");
-                let g = pl.granularity.as_nanos();
-                prop_assert!(pl.rounding_level >= q.level_for(flow));
-                prop_assert!(!pl.clamped, "these EDTs lie within the top level's ring");
-                prop_assert_eq!(pl.past_due, edt < now);
-                prop_assert_eq!(pl.slot_start.as_nanos(), edt.max(now) / g * g);
+                let pl = q.placement(nowt, flow, edtt);
+                // Beyond the top level's ring from the front, which is `now` here (everything
+                // due left at the poll).
+                let top = q.granularity(levels - 1).as_nanos();
+                let beyond = edt.max(now) / top - now / top >= 64;
                 let pkt = PacketRef::new(id, flow, ClassId(0), 1500);
-                match q.enqueue(nowt, edtt, pkt) {
-                    Ok(()) => {
+                let held = q.len();
+                let got = q.enqueue(nowt, edtt, pkt);
+                match pl {
+                    Err(reason) => {
+                        prop_assert!(beyond && reject, "{:?} within the horizon", reason);
+                        prop_assert_eq!(reason, RejectReason::BeyondHorizon);
+                        prop_assert_eq!(got, Err(Rejected { pkt, reason }));
+                    }
+                    Ok(pl) => {
+                        prop_assert!(!(beyond && reject));
+                        prop_assert_eq!(pl.clamped, beyond);
+                        prop_assert!(pl.rounding_level >= q.level_for(flow));
+                        prop_assert_eq!(pl.past_due, edt < now);
+                        let g = pl.granularity.as_nanos();
+                        if !pl.clamped {
+                            prop_assert_eq!(pl.slot_start.as_nanos(), edt.max(now) / g * g);
+                        }
+                    }
+                }
+                match (got, pl) {
+                    (Ok(()), Ok(pl)) => {
                         t.accepted.insert(id, Rec { edt, enq_now: now, flow: a.flow as u32 });
                         start.insert(id, pl.slot_start.as_nanos());
+                        clamped.insert(id, pl.clamped);
                         prop_assert!(q.next_due().is_some_and(|d| d <= pl.slot_start));
                     }
-                    Err(e) => {
+                    (Ok(()), Err(_)) => prop_assert!(false, "accepted what placement rejects"),
+                    (Err(e), _) => {
                         prop_assert_eq!(e.pkt, pkt);
+                        if e.reason == RejectReason::PoolExhausted {
+                            prop_assert!(held >= pool_packets, "{} < {} queued", held, pool_packets);
+                        }
                         t.rejected.push((id, e.reason));
-                        t.len_at_rejection.push(q.len());
+                        t.len_at_rejection.push(held);
                     }
                 }
                 id += 1;
@@ -591,10 +652,7 @@ proptest! {
             prop_assert!(now < T0 + 1_000_000_000, "the MLTW never drained");
         }
         check_conservation(&t);
-        check_counters(&q, &t, |r| r.edt < r.enq_now, |_| false, pool_packets);
-        for &(id, reason) in &t.rejected {
-            prop_assert_eq!(reason, RejectReason::PoolExhausted, "id {}", id);
-        }
+        check_counters(&q, &t, |_, r| r.edt < r.enq_now, |id, _| clamped[&id], pool_packets);
         let want = reference(&t, |id, _| start[&id], |k, now| k <= now);
         prop_assert_eq!(&t.polls, &want);
     }
