@@ -324,3 +324,75 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rates and the NBA's shares.
+// ---------------------------------------------------------------------------------------------
+
+use metronome_core::{Nba, NbaConfig};
+
+proptest! {
+    /// `transmit_time` is `bytes × 8e9 / bps` rounded to the nearest nanosecond, up to the fixed
+    /// point's error of at most 2^-25 ns per byte (the module docs' bound): |t - exact| <= 1/2 +
+    /// bytes × 2^-25.
+    #[test]
+    fn transmit_time_is_the_exact_time_within_the_documented_error(
+        bps in 1_000u64..u64::MAX,
+        bytes in 0u64..(1 << 32),
+    ) {
+        let got = Rate::from_bps(bps).transmit_time(bytes).as_nanos() as u128;
+        let exact_num = bytes as u128 * 8_000_000_000; // exact = exact_num / bps
+        let err = (got * bps as u128).abs_diff(exact_num);
+        prop_assert!(
+            (err << 25) <= bps as u128 * ((1 << 24) + bytes as u128),
+            "{} B at {} bit/s: {} ns", bytes, bps, got
+        );
+    }
+
+    /// Every rate prints as a tc rate that parses back to itself.
+    #[test]
+    fn every_rate_round_trips_through_display_and_parse(bps in any::<u64>()) {
+        let r = Rate::from_bps(bps);
+        prop_assert_eq!(r.to_string().parse::<Rate>(), Ok(r));
+    }
+}
+
+#[test]
+fn a_zero_rate_has_no_transmit_time_and_carries_no_bytes() {
+    let zero = Rate::from_bps(0);
+    assert_eq!(zero.transmit_time(1), Duration::MAX);
+    assert_eq!(zero.transmit_time(0), Duration::MAX);
+    assert_eq!(zero.bytes_in(Duration::from_secs(3600)), 0);
+}
+
+#[test]
+fn the_nba_shares_a_zero_aggregate_as_zero_and_a_restored_one_from_the_restore() {
+    let mut nba = Nba::new(NbaConfig::new(Rate::from_bps(0), 3)).unwrap();
+    assert!(nba.rates().iter().all(|r| r.bps() == 0));
+    let period = nba.config().period;
+    let mut now = t(0);
+    nba.update(now);
+    for step in 1..4u64 {
+        now += period;
+        for core in 0..3 {
+            nba.record_demand(core, step * 1_000_000, now);
+        }
+        let rates = nba.update(now).expect("one update per period");
+        assert!(rates.iter().all(|r| r.bps() == 0), "{rates:?}");
+        nba.invariants();
+    }
+    // Restored: an equal split at once, then rates that sum to the aggregate, none left at zero.
+    nba.set_aggregate(Rate::gbps(3));
+    assert_eq!(nba.rates(), &[Rate::gbps(1); 3]);
+    for step in 4..8u64 {
+        now += period;
+        for core in 0..3 {
+            nba.record_demand(core, step * 1_000_000, now);
+        }
+        let rates = nba.update(now).expect("one update per period");
+        let total: u64 = rates.iter().map(|r| r.bps()).sum();
+        assert_eq!(total, 3_000_000_000);
+        assert!(rates.iter().all(|r| r.bps() > 0), "{rates:?}");
+        nba.invariants();
+    }
+}
