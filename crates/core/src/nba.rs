@@ -314,11 +314,11 @@ impl Nba {
         self.demand[core] = Rate::from_bps(demand);
     }
 
-    /// The rates in force, one per core, summing to the aggregate. A core's rate is zero only when
-    /// the aggregate is, or when it is below the number of cores, or when
-    /// [`NbaConfig::idle_floor_fraction`] is zero and the core shows no demand while the others
-    /// take the whole aggregate; a core at zero sends nothing, so it shows no demand until the
-    /// others leave room.
+    /// The rates in force, one per core, summing to the aggregate. A core's rate can be zero only
+    /// when the aggregate is, or when its floor (`aggregate` × [`NbaConfig::idle_floor_fraction`],
+    /// at most `aggregate / cores`, in whole bit/s) is zero and the core shows no demand while the
+    /// others take the whole aggregate; a core at zero sends nothing, so it shows no demand until
+    /// the others leave room.
     pub fn rates(&self) -> &[Rate] {
         &self.rates
     }
