@@ -28,6 +28,10 @@ const FRAC_BITS: u32 = 24;
 ///   before its EDT rounded down to `g_min`;
 /// * the [`Nba`](crate::nba::Nba) shares a zero aggregate as zero rates, and a core's zero share
 ///   pauses that core's policy as above;
+/// * a token bucket ([`TokenBucketRr`](crate::token_bucket_rr::TokenBucketRr)'s classes,
+///   [`TbfBuffer`](crate::zd::TbfBuffer)) at zero releases nothing, whatever its tokens, and
+///   reports `next_due` as [`Timestamp::MAX`](crate::time::Timestamp::MAX); a rate above zero set
+///   later releases from then on, with at most the burst it kept;
 /// * [`NicPic`](crate::nicpic::NicPic) refuses a zero rate with a named error (a class at zero
 ///   would hold its queue forever).
 #[derive(Clone, Copy, PartialEq, Eq)]
