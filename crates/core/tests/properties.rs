@@ -657,3 +657,92 @@ proptest! {
         prop_assert_eq!(&t.polls, &want);
     }
 }
+
+/// Rates a token-bucket class is set to between steps: 0 (paused), 200 Mbit/s, 1 Gbit/s.
+const BUCKET_RATES: [Rate; 3] = [Rate::from_bps(0), Rate::mbps(200), Rate::gbps(1)];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// Rates (zero included) change between calls. By every poll a class has released at most its
+    /// burst plus what its rates allowed over time, nothing while its rate is zero, everything
+    /// eventually once its rate is above zero, in FIFO order; `next_due` agrees with `dequeue`.
+    #[test]
+    fn token_bucket_rr_under_rate_changes_conforms_and_pauses_at_zero(
+        steps in prop::collection::vec(
+            (prop::option::of((0u8..3, 0..BUCKET_RATES.len())), prop::collection::vec(0u8..3, 0..4)),
+            1..80,
+        ),
+    ) {
+        let burst = 3_000u32;
+        let mut rates = [Rate::mbps(200); 3];
+        let mut q = TokenBucketRr::new(rates.iter().map(|&rate| ClassConfig { rate, burst }).collect());
+        let mut now = T0;
+        let mut id = 0u32;
+        // Per class: bytes released, bytes allowed (the burst plus rate x time, in bit-ns), FIFO
+        // of ids.
+        let mut sent = [0u64; 3];
+        let mut allowed_bit_ns = [burst as u128 * 8 * 1_000_000_000; 3];
+        let mut fifo: Vec<std::collections::VecDeque<u32>> = vec![Default::default(); 3];
+        let mut out = [PacketRef::default(); 2];
+        let mut poll = |q: &mut TokenBucketRr, now: u64, rates: &[Rate; 3], sent: &mut [u64; 3],
+                        fifo: &mut Vec<std::collections::VecDeque<u32>>| -> Result<(), TestCaseError> {
+            let due = check_next_due(q, now);
+            let mut any = false;
+            loop {
+                let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
+                for p in &out[..n] {
+                    let c = p.class.0 as usize;
+                    prop_assert!(rates[c].bps() > 0, "class {} released at zero rate", c);
+                    prop_assert_eq!(fifo[c].pop_front(), Some(p.id));
+                    sent[c] += u64::from(p.len);
+                }
+                any |= n > 0;
+                if n < out.len() {
+                    break;
+                }
+            }
+            prop_assert_eq!(any, due, "next_due disagrees with dequeue at {}", now);
+            prop_assert!(!check_next_due(q, now));
+            Ok(())
+        };
+        for (set, arrivals) in &steps {
+            let dt = G * 3;
+            now += dt;
+            for c in 0..3 {
+                allowed_bit_ns[c] += u128::from(rates[c].bps()) * u128::from(dt);
+            }
+            poll(&mut q, now, &rates, &mut sent, &mut fifo)?;
+            for c in 0..3 {
+                prop_assert!(
+                    u128::from(sent[c]) * 8 * 1_000_000_000 <= allowed_bit_ns[c],
+                    "class {} sent {} B over its rates", c, sent[c]
+                );
+            }
+            // Set right after a poll at `now`, so the old rate is credited up to `now`.
+            if let Some((c, r)) = *set {
+                rates[c as usize] = BUCKET_RATES[r];
+                q.set_rate(ClassId(c as u16), BUCKET_RATES[r]).unwrap();
+            }
+            for &c in arrivals {
+                let pkt = PacketRef::new(id, FlowId(c as u32), ClassId(c as u16), 1500);
+                q.enqueue(Timestamp::from_nanos(now), Timestamp::from_nanos(now), pkt).unwrap();
+                fifo[c as usize].push_back(id);
+                id += 1;
+            }
+        }
+        // Resume every class: everything leaves.
+        for (c, rate) in rates.iter_mut().enumerate() {
+            *rate = Rate::gbps(1);
+            q.set_rate(ClassId(c as u16), *rate).unwrap();
+        }
+        let mut guard = 0;
+        while !q.is_empty() {
+            now += G;
+            poll(&mut q, now, &rates, &mut sent, &mut fifo)?;
+            guard += 1;
+            prop_assert!(guard < 100_000, "never drained");
+        }
+        prop_assert!(fifo.iter().all(|f| f.is_empty()));
+    }
+}
