@@ -105,7 +105,7 @@ use crate::bitmap::OccupancyBitmap;
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp, NANOS_PER_SEC};
 
-/// Bytes of per-class metadata ([`Class`]); checked at compile time. NicPic §3.2 budgets "a few
+/// Bytes of per-class metadata (`Class`); checked at compile time. NicPic §3.2 budgets "a few
 /// 100s of kB" for "10s of thousands" of classes; Metronome's budget is 32 bytes a class.
 pub const CLASS_BYTES: usize = 32;
 
