@@ -160,7 +160,7 @@ pub struct GeneratedAck {
     pub ack: u32,
 }
 
-/// Named counters (STYLE.md §11).
+/// Named counters (CONTRIBUTING.md §11).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AckShapingCounters {
     /// Segments sent with a lower acknowledgement number than the receiver wrote.
@@ -279,7 +279,8 @@ impl AckShaper {
             .max(Duration::from_nanos(1));
     }
 
-    /// Time never goes backwards (STYLE.md §10): an earlier `now` is taken as the latest seen.
+    /// Time never goes backwards (CONTRIBUTING.md §10): an earlier `now` is taken as the latest
+    /// seen.
     fn clock(&mut self, now: Timestamp) -> Timestamp {
         debug_assert!(now >= self.last_now, "time went backwards");
         self.last_now = self.last_now.max(now);

@@ -134,7 +134,7 @@ impl BinaryHeapQueue {
         self.last_now = self.last_now.max(now);
     }
 
-    /// Checks the executable invariants (STYLE.md §10).
+    /// Checks the executable invariants (CONTRIBUTING.md §10).
     #[cfg(test)]
     fn invariants(&self) {
         assert!(self.heap.len() <= self.limit);

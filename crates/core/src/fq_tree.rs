@@ -174,7 +174,7 @@ impl FqTree {
         Some(idx)
     }
 
-    /// Checks the executable invariants (STYLE.md §10).
+    /// Checks the executable invariants (CONTRIBUTING.md §10).
     #[cfg(test)]
     fn invariants(&self) {
         let mut held = 0;

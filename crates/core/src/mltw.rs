@@ -147,7 +147,7 @@ pub struct MltwConfig {
     /// Bytes per MTU-sized packet, used to turn a rate into a level (1 to 65 535, the largest
     /// [`PacketRef`] length).
     pub mtu: u32,
-    /// The rate every bucket starts with.
+    /// The rate every bucket starts with. Zero rounds at level 0 (see [`Mltw::set_rate`]).
     pub initial_rate: Rate,
     /// EWMA weight of a new sample as a shift: `alpha = 2^-ewma_shift` (at most 32).
     pub ewma_shift: u32,
@@ -408,9 +408,13 @@ impl Geometry {
     /// The level of a bucket sending at `bps`: `floor(log2(MTU / R / g_min))`, capped to
     /// `[0, top]` (Algorithm 1 line 9). `C = MTU × 8e9`, `B = R × g_min`: the FLS difference
     /// `k = FLS(C) - FLS(B)` is the answer or one too many; one comparison decides.
+    ///
+    /// A zero rate gives level 0: it has no packet gap to round within, and the formula's limit
+    /// (the top level) would round an EDT down by up to the top granularity, releasing a paused
+    /// destination's packets at once.
     fn rate_level(&self, bps: u64) -> u32 {
         if bps == 0 {
-            return self.top;
+            return 0;
         }
         let c = self.mtu_bit_ns;
         // `bps << gmin_log2` in 64 bits; if it would overflow it exceeds `c` (< 2^49) anyway.
@@ -561,8 +565,14 @@ impl Mltw {
     }
 
     /// Sets the rate of `flow`'s destination bucket (shared with colliding flows), and with it
-    /// the level its next packets go to. The estimator keeps refining it unless
-    /// `estimate_every` is 0.
+    /// the level its next packets go to; packets already queued keep their slots. The estimator
+    /// keeps refining it unless `estimate_every` is 0.
+    ///
+    /// The MLTW releases packets by their EDT and uses the rate only to choose the rounding
+    /// granularity. A zero rate (a paused destination, whose packets a [`crate::timestamp`]
+    /// policy stamps [`Timestamp::MAX`]) rounds at level 0, the finest: it never lets a packet
+    /// leave before its EDT rounded down to `g_min`. A later rate takes effect from the next
+    /// packet.
     pub fn set_rate(&mut self, flow: FlowId, rate: Rate) {
         let level = self.geo.rate_level(rate.bps());
         let b = &mut self.buckets[bucket_index(flow, self.bucket_mask)];

@@ -71,7 +71,8 @@ pub const DEFAULT_CAP_THRESHOLD: f64 = 0.99;
 /// The allocator's configuration. Build it with [`NbaConfig::new`] and change fields as needed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NbaConfig {
-    /// The limit spanning cores.
+    /// The limit spanning cores. Zero shares out zero to every core (each core's policy is then
+    /// paused, see [`Rate`]); a later [`Nba::set_aggregate`] above zero splits it equally at once.
     pub aggregate: Rate,
     /// Cores sharing it.
     pub cores: usize,
@@ -216,7 +217,9 @@ impl Nba {
     }
 
     /// Changes the aggregate (a configuration reload); the rates are rescaled to it at once, in
-    /// proportion to the current ones, and the next update recomputes them.
+    /// proportion to the current ones (equally when they are all zero, as after a zero
+    /// aggregate), and the next update recomputes them. A zero aggregate gives every core a zero
+    /// rate.
     pub fn set_aggregate(&mut self, aggregate: Rate) {
         let old_total: u128 = self.rates.iter().map(|r| r.bps() as u128).sum();
         self.cfg.aggregate = aggregate;
@@ -311,7 +314,11 @@ impl Nba {
         self.demand[core] = Rate::from_bps(demand);
     }
 
-    /// The rates in force, one per core, summing to the aggregate.
+    /// The rates in force, one per core, summing to the aggregate. A core's rate can be zero only
+    /// when the aggregate is, or when its floor (`aggregate` × [`NbaConfig::idle_floor_fraction`],
+    /// at most `aggregate / cores`, in whole bit/s) is zero and the core shows no demand while the
+    /// others take the whole aggregate; a core at zero sends nothing, so it shows no demand until
+    /// the others leave room.
     pub fn rates(&self) -> &[Rate] {
         &self.rates
     }

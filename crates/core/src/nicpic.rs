@@ -105,8 +105,8 @@ use crate::bitmap::OccupancyBitmap;
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp, NANOS_PER_SEC};
 
-/// Bytes of per-class metadata ([`Class`]); checked at compile time. NicPic §3.2 budgets "a few
-/// 100s of kB" for "10s of thousands" of classes; the brief of issue 5 caps it at 32 bytes.
+/// Bytes of per-class metadata (`Class`); checked at compile time. NicPic §3.2 budgets "a few
+/// 100s of kB" for "10s of thousands" of classes; Metronome's budget is 32 bytes a class.
 pub const CLASS_BYTES: usize = 32;
 
 /// Most classes a scheduler can hold: class indices must stay below the list sentinels.
@@ -782,7 +782,7 @@ impl NicPic {
             + self.occupied.memory_bytes()
     }
 
-    /// Checks the executable invariants (STYLE.md §10); panics on a violation. O(classes +
+    /// Checks the executable invariants (CONTRIBUTING.md §10); panics on a violation. O(classes +
     /// buckets): for tests.
     pub fn invariants(&self) {
         assert!(self.v_rem < 1 << REM_BITS);

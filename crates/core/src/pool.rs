@@ -4,7 +4,7 @@
 //! free list node can hold references to n packets. Preallocated nodes are assigned to different
 //! time slots based on need." A slot is a FIFO chain of nodes ([`SlotList`]); the pool hands nodes
 //! out and takes them back through an intrusive free list, so enqueue and dequeue never allocate.
-//! Exhaustion hands the packet back to the caller (STYLE.md §11).
+//! Exhaustion hands the packet back to the caller (CONTRIBUTING.md §11).
 //!
 //! Layout: a [`Node`] is two cache lines, `#[repr(C, align(64))]`: ten 12-byte references (120 B)
 //! then the link and the read/write cursors (8 B). A full node costs 12.8 bytes per packet.

@@ -2,9 +2,9 @@
 //! timing wheel and the baselines are compared side by side in one run (Carousel Table 1,
 //! FlowBundler §V-C).
 //!
-//! Nothing is dropped silently (STYLE.md §11): a queue that cannot take a packet hands it back in a
-//! [`Rejected`] with its [`RejectReason`], and every rejection, clamp and past-due placement has a
-//! named counter in [`QueueCounters`].
+//! Nothing is dropped silently (CONTRIBUTING.md §11): a queue that cannot take a packet hands it
+//! back in a [`Rejected`] with its [`RejectReason`], and every rejection, clamp and past-due
+//! placement has a named counter in [`QueueCounters`].
 
 use crate::packet::PacketRef;
 use crate::time::Timestamp;
@@ -46,6 +46,9 @@ pub enum HorizonPolicy {
 }
 
 /// Named counters kept by every queue. Monotonic over the queue's life.
+///
+/// A packet handed back counts once, under its `rejected_*` reason, and in no other counter;
+/// `past_due` and `clamped_beyond_horizon` count accepted packets only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueCounters {
     /// Packets accepted.
@@ -98,8 +101,10 @@ pub trait EdtQueue {
     /// the next call returns them first.
     fn dequeue(&mut self, now: Timestamp, out: &mut [PacketRef]) -> usize;
 
-    /// The earliest instant at which `dequeue` would return a packet, or `None` when empty: the
-    /// caller may sleep until then. It may lie in the past when due packets wait.
+    /// The earliest instant at which `dequeue` would return a packet, or `None` exactly when
+    /// empty: the caller may sleep until then. `dequeue(now, ..)` with room in `out` returns at
+    /// least one packet exactly when `next_due() <= now`; it may lie in the past when due packets
+    /// wait.
     fn next_due(&self) -> Option<Timestamp>;
 
     /// Packets queued.

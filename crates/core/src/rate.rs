@@ -16,6 +16,24 @@ use core::fmt;
 const FRAC_BITS: u32 = 24;
 
 /// A rate in bits per second, with its per-byte transmission time precomputed.
+///
+/// A zero rate sends nothing, and every API that accepts a rate reads it so:
+/// * a [`Timestamper`](crate::timestamp::Timestamper) policy at zero is paused: a packet passing it
+///   gets no EDT ([`Paused`](crate::timestamp::Paused) from `try_stamp_after`,
+///   [`Timestamp::MAX`](crate::time::Timestamp::MAX) from `stamp` and `stamp_after`) and changes
+///   no policy's state; a rate set above zero later takes effect from the next packet, granting at
+///   most the policy's configured burst;
+/// * the [`Mltw`](crate::mltw::Mltw), which releases by EDT and uses a rate only to pick a
+///   rounding granularity, rounds a zero-rate destination at its finest level, so no packet leaves
+///   before its EDT rounded down to `g_min`;
+/// * the [`Nba`](crate::nba::Nba) shares a zero aggregate as zero rates, and a core's zero share
+///   pauses that core's policy as above;
+/// * a token bucket ([`TokenBucketRr`](crate::token_bucket_rr::TokenBucketRr)'s classes,
+///   [`TbfBuffer`](crate::zd::TbfBuffer)) at zero releases nothing, whatever its tokens, and
+///   reports `next_due` as [`Timestamp::MAX`](crate::time::Timestamp::MAX); a rate above zero set
+///   later releases from then on, with at most the burst it kept;
+/// * [`NicPic`](crate::nicpic::NicPic) refuses a zero rate with a named error (a class at zero
+///   would hold its queue forever).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
     bps: u64,
@@ -25,7 +43,7 @@ pub struct Rate {
 
 impl Rate {
     /// Builds a rate of `bps` bits per second. A zero rate sends nothing: its transmit time is
-    /// [`Duration::MAX`].
+    /// [`Duration::MAX`] (see [`Rate`] for how each API reads it).
     pub const fn from_bps(bps: u64) -> Self {
         // 8e9 << 24 = 1.34e17, fits u64; rounded to nearest.
         let ns_per_byte_fp = match (((8 * NANOS_PER_SEC) << FRAC_BITS) + bps / 2).checked_div(bps) {

@@ -12,9 +12,10 @@
 //!
 //! Nothing is dropped: [`Producer::push`] hands a token back when the ring is full and
 //! [`Producer::push_batch`] says how many it took; [`Producer::refused`] counts refusals.
-//! Departure from using `rtrb` (STYLE.md's SPSC crate): tokens are plain `u64`s stored in atomic
-//! slots, which needs no `unsafe` here (the core forbids it) and runs under loom; `rtrb` is generic
-//! over `T` with `unsafe` inside and cannot be loom-tested.
+//! Hand-written rather than taken from a crate such as `rtrb` (CONTRIBUTING.md, Dependencies):
+//! tokens are plain `u64`s stored in atomic slots, which needs no `unsafe` here (the core forbids
+//! it) and runs under loom; `rtrb` is generic over `T` with `unsafe` inside and cannot be
+//! loom-tested.
 //!
 //! Loom model tests: `RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib loom`.
 

@@ -1,6 +1,6 @@
 //! The atomics behind [`rate_exchange`](crate::rate_exchange) and [`spsc`](crate::spsc): std's,
 //! or `loom`'s when built with `RUSTFLAGS="--cfg loom"` so the loom model tests explore every
-//! interleaving (STYLE.md §13). Run them with
+//! interleaving (CONTRIBUTING.md §13). Run them with
 //! `RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib loom`.
 
 #[cfg(loom)]

@@ -2,7 +2,8 @@
 //!
 //! Every component of the core takes `now` as an argument; nothing here reads a clock. A real
 //! monotonic clock lives in the I/O crate (`metronome-io`), a [`ManualClock`] here serves tests and
-//! the simulator (STYLE.md §2, after s2n-quic `time/clock.rs` and tokio `runtime/time/source.rs`).
+//! the simulator (CONTRIBUTING.md §2, after s2n-quic `time/clock.rs` and tokio
+//! `runtime/time/source.rs`).
 //!
 //! Conversion of a time to a wheel slot happens in exactly one place, [`SlotClock::slot_of`], which
 //! rounds *down* (a packet whose EDT lies inside a slot belongs to that slot, so it may leave up to

@@ -17,6 +17,21 @@
 //! * a backlogged policy spaces packets exactly `len / R` apart;
 //! * a rate change takes effect from the next packet: bytes already stamped keep their times.
 //!
+//! A policy whose rate is zero is *paused*: it sends nothing. A packet that passes a paused policy
+//! gets no EDT: [`Timestamper::try_stamp_after`] hands back [`Paused`] naming the policy, and
+//! [`Timestamper::stamp`] / [`Timestamper::stamp_after`] return [`Timestamp::MAX`], the end of
+//! time. Such a packet changes no policy's state (it is counted in [`Policy::paused`] and
+//! [`TimestamperCounters::paused`]), so the caller may hold it and stamp it again once the rate is
+//! restored. A restored rate takes effect from the next packet, as any rate change does: bytes
+//! stamped before the pause keep their times, and a policy that was idle through the pause grants
+//! at most its configured burst, as any idle policy does.
+//!
+//! Precisely, with `slack = burst - len` (zero when the packet is larger than the burst), a
+//! policy's EDT is `max(now, floor(tat) - round(slack / R))`, and the packet's EDT the maximum of
+//! that over its policies, `now` and `earliest`. Times are whole nanoseconds; `tat` also keeps the
+//! sub-nanosecond remainder of `len / R` in [`Rate`]'s fixed point, so a long run keeps the exact
+//! rate.
+//!
 //! [`PolicyStack`] is the composition a shaper uses per packet: the class's aggregate policy and
 //! the flow's pacing policy, peeked and checked before the packet is accepted, then committed.
 //!
@@ -53,6 +68,12 @@ impl PolicyId {
 #[error("unknown policy {0:?}")]
 pub struct UnknownPolicy(pub PolicyId);
 
+/// A packet passed a policy whose rate is zero: the policy sends nothing, and no policy's state
+/// changed ([`Timestamper::try_stamp_after`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("policy {0:?} is paused (zero rate)")]
+pub struct Paused(pub PolicyId);
+
 /// One policy's state and counters.
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {
@@ -72,6 +93,8 @@ pub struct Policy {
     /// Packets whose EDT this policy pushed later than `now` (it was the one that delayed them,
     /// or tied).
     pub delayed: u64,
+    /// Packets this policy held because its rate was zero (not stamped, not in `packets`).
+    pub paused: u64,
 }
 
 impl Policy {
@@ -87,29 +110,35 @@ impl Policy {
     pub fn last_timestamp(&self) -> Timestamp {
         self.tat
     }
+    /// True if the rate is zero: the policy sends nothing until its rate is set above zero.
+    pub fn is_paused(&self) -> bool {
+        self.rate.bps() == 0
+    }
 
-    /// Earliest conforming departure of `len` bytes at `now`.
+    /// Earliest conforming departure of `len` bytes at `now`; [`Timestamp::MAX`] when paused.
     #[inline]
     fn earliest(&self, now: Timestamp, len: u32) -> Timestamp {
+        if self.is_paused() {
+            return Timestamp::MAX;
+        }
         let slack = self.burst.saturating_sub(len) as u64;
         let t = self.tat.saturating_sub(self.rate.transmit_time(slack));
         t.max(now)
     }
 
+    /// Records `len` bytes stamped at `now`. Never called on a paused policy (a zero rate's
+    /// transmit time is unbounded; the stamp is refused before any commit).
     #[inline]
     fn commit(&mut self, now: Timestamp, len: u32) {
+        debug_assert!(!self.is_paused(), "a paused policy stamps nothing");
         if now > self.tat {
             self.tat = now;
             self.tat_frac = 0;
         }
-        if self.rate.bps() == 0 {
-            self.tat = Timestamp::MAX;
-        } else {
-            let total = self.tat_frac as u128 + self.rate.transmit_time_fp(len as u64);
-            let whole = (total >> Rate::FRAC_BITS).min(u64::MAX as u128) as u64;
-            self.tat += Duration::from_nanos(whole);
-            self.tat_frac = (total & ((1 << Rate::FRAC_BITS) - 1)) as u32;
-        }
+        let total = self.tat_frac as u128 + self.rate.transmit_time_fp(len as u64);
+        let whole = (total >> Rate::FRAC_BITS).min(u64::MAX as u128) as u64;
+        self.tat += Duration::from_nanos(whole);
+        self.tat_frac = (total & ((1 << Rate::FRAC_BITS) - 1)) as u32;
         self.packets += 1;
         self.bytes += len as u64;
     }
@@ -118,10 +147,12 @@ impl Policy {
 /// Counters of a [`Timestamper`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimestamperCounters {
-    /// Packets stamped.
+    /// Packets stamped with an EDT (paused packets not included).
     pub stamped: u64,
     /// Packets that passed no policy (EDT = `now` or the caller's earliest time).
     pub unshaped: u64,
+    /// Packets refused an EDT because a policy they pass has a zero rate ([`Paused`]).
+    pub paused: u64,
     /// Policy ids in a `stamp` call that this timestamper never handed out (skipped).
     pub unknown_policy: u64,
 }
@@ -139,7 +170,7 @@ impl Timestamper {
         Self::default()
     }
 
-    /// Adds a policy of `rate` and `burst` bytes; returns its handle.
+    /// Adds a policy of `rate` and `burst` bytes; returns its handle. A zero rate adds it paused.
     pub fn add_policy(&mut self, kind: PolicyKind, rate: Rate, burst: u32) -> PolicyId {
         self.policies.push(Policy {
             kind,
@@ -150,11 +181,14 @@ impl Timestamper {
             packets: 0,
             bytes: 0,
             delayed: 0,
+            paused: 0,
         });
         PolicyId(self.policies.len() as u32 - 1)
     }
 
-    /// Changes a policy's rate; it applies from the next packet stamped.
+    /// Changes a policy's rate; it applies from the next packet stamped. Zero pauses the policy
+    /// (see [`Paused`]); a rate above zero resumes it from the next packet, with what it stamped
+    /// before keeping its times and at most its burst granted if it went idle.
     pub fn set_rate(&mut self, id: PolicyId, rate: Rate) -> Result<(), UnknownPolicy> {
         self.get_mut(id)?.rate = rate;
         Ok(())
@@ -190,13 +224,15 @@ impl Timestamper {
         self.policies.get_mut(id.index()).ok_or(UnknownPolicy(id))
     }
 
-    /// The EDT of a `len`-byte packet arriving at `now` that passes `policies`.
+    /// The EDT of a `len`-byte packet arriving at `now` that passes `policies`, or
+    /// [`Timestamp::MAX`] if one of them is paused (zero rate; see
+    /// [`Timestamper::try_stamp_after`]).
     pub fn stamp(&mut self, now: Timestamp, len: u32, policies: &[PolicyId]) -> Timestamp {
         self.stamp_after(now, now, len, policies)
     }
 
     /// Like [`Timestamper::stamp`], for a packet that already carries a timestamp `earliest` (the
-    /// transport's pacing): the EDT is never before it.
+    /// transport's pacing): the EDT is never before it. [`Timestamp::MAX`] if a policy is paused.
     pub fn stamp_after(
         &mut self,
         now: Timestamp,
@@ -204,6 +240,34 @@ impl Timestamper {
         len: u32,
         policies: &[PolicyId],
     ) -> Timestamp {
+        self.try_stamp_after(now, earliest, len, policies)
+            .unwrap_or(Timestamp::MAX)
+    }
+
+    /// Like [`Timestamper::stamp_after`], with a paused policy named: if a known policy in
+    /// `policies` has a zero rate, the packet gets no EDT, no policy's state changes, and the
+    /// first such policy comes back in [`Paused`] (every paused policy it passes counts it in
+    /// [`Policy::paused`]). Unknown ids are skipped and counted in
+    /// [`TimestamperCounters::unknown_policy`] when the packet is stamped.
+    pub fn try_stamp_after(
+        &mut self,
+        now: Timestamp,
+        earliest: Timestamp,
+        len: u32,
+        policies: &[PolicyId],
+    ) -> Result<Timestamp, Paused> {
+        if let Some(&first) = policies
+            .iter()
+            .find(|id| self.policy(**id).is_some_and(Policy::is_paused))
+        {
+            for &id in policies {
+                if let Some(p) = self.policies.get_mut(id.index()) {
+                    p.paused += p.is_paused() as u64;
+                }
+            }
+            self.counters.paused += 1;
+            return Err(Paused(first));
+        }
         self.counters.stamped += 1;
         let mut edt = earliest.max(now);
         let mut known = 0;
@@ -223,7 +287,7 @@ impl Timestamper {
         if known == 0 {
             self.counters.unshaped += 1;
         }
-        edt
+        Ok(edt)
     }
 
     /// The time a policy needs to drain what it has stamped, as seen at `now` (its backlog).
@@ -260,7 +324,8 @@ impl PolicyStack {
     }
 
     /// The EDT [`PolicyStack::stamp`] would give a `len`-byte packet at `now` that the transport
-    /// stamped `earliest`, without changing any policy. Ids `ts` never handed out are skipped.
+    /// stamped `earliest`, without changing any policy: [`Timestamp::MAX`] when a policy is paused.
+    /// Ids `ts` never handed out are skipped.
     pub fn peek(
         self,
         ts: &Timestamper,
@@ -445,6 +510,10 @@ mod tests {
         assert_eq!(foreign.peek(&ts, t(7), t(7), MTU), t(7));
         assert_eq!(foreign.stamp(&mut ts, t(7), t(7), MTU), t(7));
         assert_eq!(ts.counters().unknown_policy, 1);
+        // A paused aggregate: peek and stamp agree on the end of time.
+        ts.set_rate(agg, Rate::from_bps(0)).unwrap();
+        assert_eq!(both.peek(&ts, now, now, MTU), Timestamp::MAX);
+        assert_eq!(both.stamp(&mut ts, now, now, MTU), Timestamp::MAX);
     }
 
     #[test]

@@ -281,8 +281,8 @@ impl<S: SlotStore> GenericTimingWheel<S> {
         Some((self.front_slot + dist as u64, pos))
     }
 
-    /// Checks, in debug builds, that time never goes backwards (STYLE.md §10). Release builds
-    /// skip it: the wheel's behaviour does not depend on it.
+    /// Checks, in debug builds, that time never goes backwards (CONTRIBUTING.md §10). Release
+    /// builds skip it: the wheel's behaviour does not depend on it.
     #[inline(always)]
     fn observe(&mut self, now: Timestamp) {
         if cfg!(debug_assertions) {
@@ -322,14 +322,17 @@ impl<S: SlotStore> EdtQueue for GenericTimingWheel<S> {
             self.advance_front_to(self.clock.slot_of(now));
         }
         let mut slot = self.clock.slot_of(edt);
+        // Which counter the placement adds to, once the store has taken the packet: a packet
+        // handed back was placed nowhere.
+        let (mut past_due, mut clamped) = (false, false);
         if slot < self.front_slot {
             slot = self.front_slot;
-            self.counters.past_due += 1;
+            past_due = true;
         } else if slot - self.front_slot >= self.slots as u64 {
             match self.policy {
                 HorizonPolicy::Clamp => {
                     slot = self.front_slot + self.slots as u64 - 1;
-                    self.counters.clamped_beyond_horizon += 1;
+                    clamped = true;
                 }
                 HorizonPolicy::Reject => {
                     let reason = RejectReason::BeyondHorizon;
@@ -351,6 +354,8 @@ impl<S: SlotStore> EdtQueue for GenericTimingWheel<S> {
         }
         self.len += 1;
         self.counters.enqueued += 1;
+        self.counters.past_due += past_due as u64;
+        self.counters.clamped_beyond_horizon += clamped as u64;
         Ok(())
     }
 

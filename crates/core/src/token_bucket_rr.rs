@@ -52,7 +52,7 @@ pub const MAX_CLASSES: usize = u16::MAX as usize + 1;
 /// One class's shaping parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClassConfig {
-    /// The rate tokens accrue at.
+    /// The rate tokens accrue at. Zero sends nothing, whatever the tokens (see [`Rate`]).
     pub rate: Rate,
     /// The bucket depth in bytes: the largest burst released at once. At least 1 (0 is raised).
     pub burst: u32,
@@ -64,9 +64,10 @@ pub struct ClassConfig {
 pub struct UnknownClass(pub ClassId);
 
 /// A token bucket in exact integer units, with its send rule: the head packet of a FIFO leaves
-/// when the tokens cover `min(len, burst)` and then costs `len` (so an oversized packet leaves
-/// with a debt instead of being stuck). Shared by the classes here and by
-/// [`crate::zd::TbfBuffer`].
+/// when the rate is above zero and the tokens cover `min(len, burst)`, and then costs `len` (so an
+/// oversized packet leaves with a debt instead of being stuck). At a zero rate nothing leaves, as
+/// [`Rate`] defines for every API: the tokens already in the bucket (at most `burst`) stay there
+/// until a rate above zero is set. Shared by the classes here and by [`crate::zd::TbfBuffer`].
 #[derive(Clone, Debug)]
 pub(crate) struct TokenBucket {
     /// Tokens in [`TOKEN_UNITS_PER_BYTE`] units; at most `cap`, negative after an oversized packet.
@@ -116,8 +117,10 @@ impl TokenBucket {
 
     /// True if the head of `queue` may leave now.
     pub(crate) fn head_sendable(&self, queue: &VecDeque<PacketRef>) -> bool {
-        self.head_need(queue)
-            .is_some_and(|need| self.tokens >= need)
+        self.rate.bps() != 0
+            && self
+                .head_need(queue)
+                .is_some_and(|need| self.tokens >= need)
     }
 
     /// Releases head packets of `queue` into `out` while the tokens allow; returns how many.
@@ -141,12 +144,12 @@ impl TokenBucket {
     /// The earliest instant the head of `queue` may leave; `Timestamp::MAX` at a zero rate.
     pub(crate) fn due(&self, queue: &VecDeque<PacketRef>) -> Option<Timestamp> {
         let deficit = self.head_need(queue)? - self.tokens;
-        if deficit <= 0 {
-            return Some(self.last_refill);
-        }
         let bps = u128::from(self.rate.bps());
         if bps == 0 {
             return Some(Timestamp::MAX);
+        }
+        if deficit <= 0 {
+            return Some(self.last_refill);
         }
         // Exact ceiling of deficit / bps: `Rate::transmit_time` rounds down in fixed point, which
         // could name an instant a nanosecond early, where a poll would find nothing to send.
@@ -239,7 +242,8 @@ impl TokenBucketRr {
 
     /// Changes `class`'s rate. Tokens earned up to the latest `now` this shaper has seen are
     /// credited at the old rate first; the core reads no clock, so time after that counts at the
-    /// new rate.
+    /// new rate. At zero the class sends nothing, whatever its tokens; a rate above zero set later
+    /// lets it use the tokens it kept (at most its burst) and earn more from then on.
     pub fn set_rate(&mut self, class: ClassId, rate: Rate) -> Result<(), UnknownClass> {
         let now = self.last_now;
         let c = self
@@ -281,7 +285,7 @@ impl TokenBucketRr {
         self.last_now = self.last_now.max(now);
     }
 
-    /// Checks the executable invariants (STYLE.md §10).
+    /// Checks the executable invariants (CONTRIBUTING.md §10).
     #[cfg(test)]
     fn invariants(&self) {
         let mut seen = vec![false; self.classes.len()];
@@ -572,12 +576,16 @@ mod tests {
         for id in 0..2 {
             q.enqueue(ts(0), ts(0), pkt(id, 0, 1_500)).unwrap();
         }
-        assert_eq!(ids(&mut q, 0, 4), [0]);
+        // Nothing leaves at zero, not even what the full bucket would cover.
         assert_eq!(q.next_due(), Some(Timestamp::MAX));
+        assert_eq!(ids(&mut q, 0, 4), Vec::<u32>::new());
         assert_eq!(ids(&mut q, 1_000 * MS, 4), Vec::<u32>::new());
         q.set_rate(ClassId(0), Rate::mbps(1)).unwrap();
         assert_eq!(q.rate(ClassId(0)), Some(Rate::mbps(1)));
-        // Credited from the latest `now` seen (1 s), at the new rate.
+        // The kept burst lets the head leave at once; the next earns its tokens from the latest
+        // `now` seen (1 s), at the new rate.
+        assert_eq!(q.next_due(), Some(ts(1_000 * MS)));
+        assert_eq!(ids(&mut q, 1_000 * MS, 4), [0]);
         assert_eq!(q.next_due(), Some(ts(1_012 * MS)));
         assert_eq!(ids(&mut q, 1_012 * MS, 4), [1]);
     }

@@ -1,12 +1,13 @@
-//! Property tests of the backpressure library (STYLE.md §13): the paused-flows queue against a
-//! plain reference model, zD over a small pfifo driven by a closed-loop source model, and Deferred
-//! Completions with sources that obey `can_send`.
+//! Property tests of the backpressure library (CONTRIBUTING.md §13): the paused-flows queue
+//! against a plain reference model, zD over a small pfifo driven by a closed-loop source model,
+//! and Deferred Completions with sources that obey `can_send`.
 
 use metronome_core::completions::{Completion, CompletionMode, Deferred};
 use metronome_core::paused_flows::{Discipline, PauseError, PausedFlows};
 use metronome_core::zd::{Offer, Overflow, Pfifo, ScheduledBuffer, Zd, ZdConfig};
 use metronome_core::{
-    ClassId, Duration, FlowId, HorizonPolicy, PacketRef, Timestamp, TimingWheel, TimingWheelConfig,
+    ClassId, Duration, FlowId, HorizonPolicy, PacketRef, RejectReason, Timestamp, TimingWheel,
+    TimingWheelConfig,
 };
 use proptest::prelude::*;
 use std::collections::hash_map::Entry;
@@ -346,14 +347,16 @@ proptest! {
         ops in dc_ops(12),
         at_release in any::<bool>(),
         limit in 1u16..4,
+        pool_packets in prop_oneof![Just(1024usize), 1usize..6],
     ) {
         let mode = if at_release { CompletionMode::AtRelease } else { CompletionMode::AtEnqueue };
-        // Horizon 100 µs, EDTs up to 120 µs ahead: some packets are handed back.
+        // Horizon 100 µs, EDTs up to 120 µs ahead: some packets are handed back, and with a
+        // small pool some find it exhausted.
         let wheel = TimingWheel::new(TimingWheelConfig {
             granularity: Duration::from_micros(1),
             horizon: Duration::from_micros(100),
             horizon_policy: HorizonPolicy::Reject,
-            pool_packets: 1024,
+            pool_packets,
         });
         let mut d = Deferred::new(wheel, mode, 12, limit);
         let mut now = Timestamp::from_nanos(1_000_777);
@@ -398,19 +401,36 @@ proptest! {
                     }
                     next_id += 1;
                     let pkt = PacketRef::new(next_id, flow, ClassId(0), 1500);
-                    match d.enqueue(now, now + Duration::from_micros(ahead), pkt) {
+                    // Every due packet left at the last poll, so the wheel's front is the slot of
+                    // `now` and its horizon 100 slots from there.
+                    let edt = now + Duration::from_micros(ahead);
+                    let beyond = edt.as_nanos() / 1_000 - now.as_nanos() / 1_000 >= 100;
+                    let held = d.len();
+                    match d.enqueue(now, edt, pkt) {
                         Ok(Some(c)) => {
+                            prop_assert!(!beyond, "accepted beyond the horizon");
                             prop_assert_eq!(mode, CompletionMode::AtEnqueue);
                             prop_assert_eq!(c, Completion::of(&pkt));
                             at_enqueue.push(c);
                             queued += 1;
                         }
                         Ok(None) => {
+                            prop_assert!(!beyond, "accepted beyond the horizon");
                             prop_assert_eq!(mode, CompletionMode::AtRelease);
                             in_flight[f as usize] += 1;
                             queued += 1;
                         }
-                        Err(r) => prop_assert_eq!(r.pkt, pkt),
+                        Err(r) => {
+                            prop_assert_eq!(r.pkt, pkt);
+                            match r.reason {
+                                RejectReason::BeyondHorizon => prop_assert!(beyond),
+                                RejectReason::PoolExhausted => prop_assert!(
+                                    !beyond && held >= pool_packets,
+                                    "pool exhausted with {} < {} packets queued", held, pool_packets
+                                ),
+                                other => prop_assert!(false, "unexpected {:?}", other),
+                            }
+                        }
                     }
                 }
                 DcOp::Advance(us) => {
@@ -441,6 +461,7 @@ proptest! {
                 prop_assert_eq!(at_enqueue.len() as u64, c.enqueued);
             }
         }
-        prop_assert_eq!(c.handed_back, d.queue_counters().rejected_beyond_horizon);
+        let q = d.queue_counters();
+        prop_assert_eq!(c.handed_back, q.rejected_beyond_horizon + q.rejected_pool_exhausted);
     }
 }

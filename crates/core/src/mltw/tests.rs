@@ -96,7 +96,7 @@ fn level_choice_from_rate() {
         (Rate::kbps(10), 30),                 // 1.2 s (§IV-B: the coarsest of 32 queues)
         (Rate::from_bps(11_718_750_000), 10), // exactly 1024 ns
         (Rate::from_bps(11_718_750_001), 9),  // just under 1024 ns
-        (Rate::from_bps(0), 63),
+        (Rate::from_bps(0), 0),               // paused: no gap to round within
         (Rate::from_bps(u64::MAX), 0),
     ];
     for (rate, level) in cases {

@@ -1,5 +1,5 @@
-//! Named counters of a [`super::MqPort`]: per queue and for the whole port (STYLE.md §11: every
-//! drop, mark and fallback has one). Monotonic over the port's life.
+//! Named counters of a [`super::MqPort`]: per queue and for the whole port (CONTRIBUTING.md §11:
+//! every drop, mark and fallback has one). Monotonic over the port's life.
 
 /// Counters of one queue; the port's `port` field holds the same sums over all queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -351,6 +351,8 @@ proptest! {
         let mut port = port(scheduling, cfg, buffer);
         let mut model: Vec<std::collections::VecDeque<PacketRef>> = vec![Default::default(); 5];
         let (mut now, mut next_id, mut held, mut handed_back, mut left) = (0u64, 0u32, 0u64, 0u64, 0u64);
+        // Refusals per reason: BufferFull, UnknownQueue, TooLong.
+        let mut refused = [0u64; 3];
         for (op, q, len, dt) in ops {
             now += dt;
             if op < 2 {
@@ -376,6 +378,12 @@ proptest! {
                         prop_assert_eq!(back, p);
                         prop_assert_eq!(Some(why), want);
                         handed_back += 1;
+                        match why {
+                            MqReject::BufferFull => refused[0] += 1,
+                            MqReject::UnknownQueue => refused[1] += 1,
+                            MqReject::TooLong => refused[2] += 1,
+                            other => prop_assert!(false, "unexpected {:?}", other),
+                        }
                     }
                 }
             } else {
@@ -414,6 +422,7 @@ proptest! {
             c.port.buffer_drops + c.unknown_queue + c.too_long + c.port.non_ect_drops,
             handed_back
         );
+        prop_assert_eq!([c.port.buffer_drops, c.unknown_queue, c.too_long], refused);
         let per_queue: u64 = c.queues.iter().map(|q| q.dequeued_bytes).sum();
         prop_assert_eq!(per_queue, c.port.dequeued_bytes);
     }
