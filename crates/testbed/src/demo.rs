@@ -22,12 +22,12 @@
 //! flows under a 200 Mbit/s aggregate; 4 flows each paced at 50 Mbit/s), with the same 2 µs /
 //! 2 s timing wheel; the unshaped traffic is not simulated.
 
-use crate::config::Config;
-use crate::daemon::spawn_shaper;
-use crate::metrics::Metrics;
 use crate::netns::{TopoError, Topology};
-use crate::run::Control;
+use crate::shaper::spawn_shaper;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::run::Control;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! One [`Topology::bump_in_the_wire`] serves every run. For each target rate and flow count, the
 //! shapers take turns on the shaper namespace:
 //!
-//! * **metronome**: the daemon's loop ([`crate::daemon::run_with`]) on AF_PACKET ports on
+//! * **metronome**: the daemon's loop ([`metronome_daemon::service::run_with`]) on AF_PACKET ports on
 //!   `in0`/`out0`, with a one-class configuration ([`metronome_config`]): all TCP to the
 //!   receiver limited to the target as an aggregate, the default burst (one frame), `ecn`
 //!   backpressure at 1 ms of queued delay (the sender negotiates ECN, as in the demo), and a hard
@@ -44,13 +44,13 @@
 
 pub mod measure;
 
-use crate::config::Config;
-use crate::daemon::run_with;
-use crate::metrics::Metrics;
 use crate::netns::{LinkCounters, QdiscSpec, TopoError, Topology};
-use crate::run::Control;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use measure::{cpu_pct_per_gbit, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::run::Control;
+use metronome_daemon::service::run_with;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -319,7 +319,7 @@ fn prepare(topo: &mut Topology, options: &CompareOptions) -> Result<(), CompareE
 enum ActiveShaper {
     Daemon {
         control: Control,
-        thread: crate::daemon::ShaperThread,
+        thread: crate::shaper::ShaperThread,
         cpu: Option<ThreadCpu>,
     },
     Kernel,
@@ -415,7 +415,7 @@ impl ActiveShaper {
                 let report = thread
                     .join()
                     .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
-                crate::daemon::log_report(&report);
+                metronome_daemon::service::log_report(&report);
                 Ok(())
             }
             ActiveShaper::Forwarder { stop, thread } => {

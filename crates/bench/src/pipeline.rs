@@ -21,13 +21,13 @@
 //! timing-wheel enqueue and dequeue; and the full engine (which adds backpressure checks, per-slot bookkeeping and metrics). The
 //! difference between consecutive stages is the cost of what the later one adds.
 
-use crate::config::{Config, MAX_BATCH_SIZE};
-use crate::engine::Engine;
-use crate::flow_table::{FlowTable, Lookup};
-use crate::metrics::Metrics;
-use crate::silo::{LimitCell, SiloLink};
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};
+use metronome_daemon::config::{Config, MAX_BATCH_SIZE};
+use metronome_daemon::engine::Engine;
+use metronome_daemon::flow_table::{FlowTable, Lookup};
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::silo::{LimitCell, SiloLink};
 use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;
