@@ -1,5 +1,5 @@
 //! `metronome bench`: runs the suite of `metronome-bench` and prints a table (or `--json`), with
-//! the paper's figures beside ours and the targets checked from the measured numbers.
+//! the paper's figures beside ours and the project's targets checked from the measured numbers.
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -210,7 +210,7 @@ fn print_tables(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The targets, checked against this run's numbers (never asserted in tests).
+/// The project's targets, checked against this run's numbers (never asserted in tests).
 fn print_targets(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     let ns = |s: &str, n: u64| find(&r.results, s, n).map(|x| x.ns_per_packet);
     let floor = |n: u64| {

@@ -148,7 +148,7 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// `--ceiling`: one line per run, then per flow count the median throughput of each shaper and
-/// the two ratios (shaped vs the daemon's pass-through, shaped vs the plain forwarder).
+/// the two ratios of the throughput target (shaped vs the daemon's pass-through, shaped vs the plain forwarder).
 pub fn format_ceiling(reports: &[RunReport]) -> String {
     let mut out = format!(
         "{:<12} {:>6} {:>10} {:>9} {:>8}\n",

@@ -9,7 +9,7 @@
 //!
 //! * The single loop ([`FileReload`], its [`LoopHook`]) applies it to its engine
 //!   ([`install`]) and takes the new `busy_poll`.
-//! * With silos the coordinator ([`crate::silo::run_silos`]) applies it to its allocators and
+//! * With silos the coordinator (`silo::run_silos`) applies it to its allocators and
 //!   hands it to every silo, which [`install`]s it in its own engine.
 
 use crate::config::{Config, ReloadPlan};

@@ -4,8 +4,8 @@
 //! packets, timestamps them into the timing wheel and hands whatever the wheel says is due to the
 //! NIC. [`run_loop`] does the same between two [`PacketPort`]s sharing one [`FramePool`]:
 //!
-//! 0. call the loop's [`LoopHook`]: the single loop's reloads ([`crate::reload::FileReload`]), a
-//!    silo's rate and demand exchange and reloads ([`crate::silo::SiloLink`]), or nothing (`()`);
+//! 0. call the loop's [`LoopHook`]: the single loop's reloads (`reload::FileReload`), a
+//!    silo's rate and demand exchange and reloads (`silo::SiloLink`), or nothing (`()`);
 //! 1. receive a batch on `inside`, classify / stamp / queue it ([`Engine::receive`]); frames that
 //!    are not shaped join the outgoing batch at once;
 //! 2. receive a batch on `outside` and pass it to `inside` unshaped (checksums completed,
@@ -48,7 +48,7 @@ pub struct Control {
     /// Set to stop the loop or every silo (SIGINT, SIGTERM, or the caller).
     pub stop: Arc<AtomicBool>,
     /// Set to reload the configuration file (SIGHUP); whoever reloads clears it (the single
-    /// loop's [`crate::reload::FileReload`], or the silos' coordinator).
+    /// loop's `reload::FileReload`, or the silos' coordinator).
     pub reload: Arc<AtomicBool>,
 }
 

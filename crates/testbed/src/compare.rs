@@ -1,5 +1,5 @@
 //! `metronome compare`: Metronome against the kernel's HTB and TBF on the same path with the same
-//! traffic (issue 4, item 3).
+//! traffic.
 //!
 //! One [`Topology::bump_in_the_wire`] serves every run. For each target rate and flow count, the
 //! shapers take turns on the shaper namespace:
@@ -15,7 +15,7 @@
 //!   target, the `tc` default burst ([`QdiscSpec::Htb`]);
 //! * **tbf**: the same bridge with a TBF whose bucket and queue [`QdiscSpec::tbf`] picks.
 //!
-//! `--ceiling` ([`CompareOptions::ceiling`]) measures issue 4's throughput target instead: one
+//! `--ceiling` ([`CompareOptions::ceiling`]) measures the daemon's throughput ceiling instead: one
 //! TCP flow at an unreachable target ([`CEILING_TARGET_BPS`]) through, in turn, the plain
 //! `recvmmsg`/`sendmmsg` forwarder ([`crate::forwarder`]), the daemon with no class
 //! ([`passthrough_config`]) and the daemon shaping at the target, three rounds, with transmit
@@ -57,11 +57,11 @@ use std::time::{Duration, Instant};
 
 /// Prefix of the comparison's namespaces.
 pub const NS_PREFIX: &str = "mtr-cmp";
-/// Target rates of the full comparison, bits/s (issue 4 item 3).
+/// Target rates of the full comparison, bits/s: 100 Mbit/s to 2 Gbit/s.
 pub const FULL_TARGETS_BPS: [u64; 4] = [100_000_000, 500_000_000, 1_000_000_000, 2_000_000_000];
 /// The unreachable target of `--ceiling`: 40 Gbit/s, ten times what one core forwards on veth.
 pub const CEILING_TARGET_BPS: u64 = 40_000_000_000;
-/// Flow counts of the full comparison (issue 4 item 3).
+/// Flow counts of the full comparison: one flow, a few, many.
 pub const FULL_FLOWS: [usize; 3] = [1, 16, 256];
 /// Traffic kept running after the last window, so no flow stops inside it.
 pub const TAIL: Duration = Duration::from_millis(300);
@@ -146,7 +146,7 @@ impl CompareOptions {
 
     /// `--ceiling`: throughput at an unreachable target ([`CEILING_TARGET_BPS`]) of one TCP
     /// flow through the plain forwarder, the daemon passing everything and the daemon shaping
-    /// at the target, three times in turn, with all offloads off (issue 4, third target).
+    /// at the target, three times in turn, with all offloads off.
     pub fn ceiling() -> Self {
         CompareOptions {
             targets_bps: vec![CEILING_TARGET_BPS],

@@ -1,5 +1,5 @@
-//! The reference forwarder of issue 4's throughput target: "a plain `recvmmsg`/`sendmmsg`
-//! AF_PACKET forwarder with batches of 64". It moves frames between two [`AfPacketPort`]s in
+//! The reference forwarder of the daemon's throughput target: a plain `recvmmsg`/`sendmmsg`
+//! AF_PACKET forwarder with batches of 64. It moves frames between two [`AfPacketPort`]s in
 //! [`RxMode::Mmsg`] (`recvmmsg` and `sendmmsg`, batches of 64: the same sockets and options as the
 //! daemon's ports) in both directions and does nothing else: no parsing, no classification, no
 //! checksum work, no queue.
