@@ -1,6 +1,6 @@
 //! Criterion benchmark of the daemon's per-packet path through in-memory ports: the same
 //! workload and cumulative stages as `metronome bench --daemon`
-//! ([`metronome_bench::pipeline`]). Timing lives here, never in tests (STYLE.md §15).
+//! ([`metronome_bench::pipeline`]). Timing lives here, never in tests (CONTRIBUTING.md §15).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use metronome_bench::pipeline::{Stage, StageRunner};
