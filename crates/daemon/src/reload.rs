@@ -106,3 +106,61 @@ impl LoopHook for FileReload {
         plan.busy_poll
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use metronome_core::{Duration, Rate};
+
+    fn text(rate: &str, busy_poll: bool) -> String {
+        format!(
+            "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\nbusy_poll = {busy_poll}\n\
+             [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\" }}\nrate = \"{rate}\"\n"
+        )
+    }
+
+    #[test]
+    fn a_request_reloads_the_file_into_the_engine_and_a_restart_change_is_refused() {
+        let dir = std::env::temp_dir().join(format!("mtr-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("single.toml");
+        std::fs::write(&path, text("100mbit", false)).unwrap();
+        let config = Config::load(&path).unwrap();
+        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let request = Arc::new(AtomicBool::new(false));
+        let reloader = Reloader::new(path.clone(), config);
+        let mut hook = FileReload::new(request.clone(), Some(reloader));
+        let now = Timestamp::from_nanos(1);
+        let rate = |e: &Engine| e.config().classes[0].policy.rate;
+
+        // Without a request the file is not read.
+        std::fs::write(&path, text("300mbit", true)).unwrap();
+        assert_eq!(hook.poll(&mut engine, now), None);
+        assert_eq!(rate(&engine), Some(Rate::mbps(100)));
+
+        // A request installs the new rate, returns the new busy_poll and is cleared.
+        request.store(true, Ordering::Relaxed);
+        assert_eq!(hook.poll(&mut engine, now), Some(true));
+        assert_eq!(rate(&engine), Some(Rate::mbps(300)));
+        assert!(!request.load(Ordering::Relaxed));
+
+        // A change that needs a restart is refused: engine and running configuration stay.
+        let restart =
+            text("500mbit", true).replace("[daemon]", "[wheel]\ngranularity = \"4us\"\n[daemon]");
+        std::fs::write(&path, restart).unwrap();
+        request.store(true, Ordering::Relaxed);
+        assert_eq!(hook.poll(&mut engine, now), None);
+        assert_eq!(rate(&engine), Some(Rate::mbps(300)));
+        assert_eq!(engine.config().wheel.granularity, Duration::from_micros(2));
+        let running = hook.reloader.as_ref().unwrap().running();
+        assert_eq!(running.classes[0].policy.rate, Some(Rate::mbps(300)));
+
+        // Without a file, requests are cleared and ignored.
+        let mut ignoring = FileReload::new(request.clone(), None);
+        request.store(true, Ordering::Relaxed);
+        assert_eq!(ignoring.poll(&mut engine, now), None);
+        assert!(!request.load(Ordering::Relaxed));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
