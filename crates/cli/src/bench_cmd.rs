@@ -1,5 +1,5 @@
 //! `metronome bench`: runs the suite of `metronome-bench` and prints a table (or `--json`), with
-//! the paper's figures beside ours and the targets checked from the measured numbers.
+//! the paper's figures beside ours and the project's targets checked from the measured numbers.
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -210,7 +210,7 @@ fn print_tables(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The targets, checked against this run's numbers (never asserted in tests).
+/// The project's targets, checked against this run's numbers (never asserted in tests).
 fn print_targets(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     let ns = |s: &str, n: u64| find(&r.results, s, n).map(|x| x.ns_per_packet);
     let floor = |n: u64| {
@@ -305,9 +305,9 @@ fn print_targets(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
 }
 
 /// `metronome bench --daemon`: the in-memory pipeline benchmark
-/// ([`metronome_daemon::pipeline_bench`]).
+/// ([`metronome_bench::pipeline`]).
 fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
-    use metronome_daemon::pipeline_bench::{self, PipelineOptions, Stage};
+    use metronome_bench::pipeline::{self, PipelineOptions, Stage};
     let mut opts = PipelineOptions::new(args.quick);
     if let Some(p) = args.packets {
         opts.packets = p.max(1);
@@ -315,7 +315,7 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(r) = args.repetitions {
         opts.repetitions = r.max(1);
     }
-    let report = pipeline_bench::run(&opts, |what| eprintln!("bench --daemon: {what}"));
+    let report = pipeline::run(&opts, |what| eprintln!("bench --daemon: {what}"));
     let machine = metronome_bench::machine::describe();
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -1,19 +1,19 @@
 //! `metronome compare [--quick] [--json]`: Metronome, kernel HTB and kernel TBF on the same
 //! sender/shaper/receiver topology with the same kernel TCP traffic, at 100 Mbit/s, 500 Mbit/s,
 //! 1 Gbit/s and 2 Gbit/s with 1, 16 and 256 flows (`--quick`: 100 Mbit/s and 1 Gbit/s with 16
-//! flows). What is measured, and how, is documented in `metronome_daemon::compare`.
+//! flows). What is measured, and how, is documented in `metronome_testbed::compare`.
 //!
 //! Output: the side-by-side table ([`format_table`]: one line per (target, flows), the shapers
 //! side by side, the metronome block with the daemon thread's own CPU besides), or with `--json`
 //! exactly `{"rows": [{"shaper", "target_bps", "flows", "achieved_bps", "deviation_pct",
 //! "rtt_p99_us", "cpu_pct"}, ...]}` on standard output. Progress lines go to standard error.
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2. Everything created is
-//! removed at the end, on an error and on Ctrl-C (`metronome_daemon::netns::cleanup_on_signals`,
+//! removed at the end, on an error and on Ctrl-C (`metronome_testbed::netns::cleanup_on_signals`,
 //! installed by `main` before any thread starts).
 
 use crate::compare_plot;
 use clap::Args;
-use metronome_daemon::compare::{self, CompareOptions, Row, RunReport, Shaper};
+use metronome_testbed::compare::{self, CompareOptions, Row, RunReport, Shaper};
 use std::fmt::Write;
 
 /// Options of `metronome compare`.
@@ -148,7 +148,7 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// `--ceiling`: one line per run, then per flow count the median throughput of each shaper and
-/// the two ratios (shaped vs the daemon's pass-through, shaped vs the plain forwarder).
+/// the two ratios of the throughput target (shaped vs the daemon's pass-through, shaped vs the plain forwarder).
 pub fn format_ceiling(reports: &[RunReport]) -> String {
     let mut out = format!(
         "{:<12} {:>6} {:>10} {:>9} {:>8}\n",
@@ -212,7 +212,7 @@ fn to_json(reports: &[RunReport]) -> serde_json::Result<String> {
 
 /// Installs the Ctrl-C cleanup; call before any thread starts.
 pub fn install_cleanup() {
-    if let Err(e) = metronome_daemon::netns::cleanup_on_signals() {
+    if let Err(e) = metronome_testbed::netns::cleanup_on_signals() {
         eprintln!("metronome compare: cannot install the Ctrl-C cleanup: {e}");
     }
 }
@@ -222,7 +222,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     if let (Some(file), Some(dir)) = (&args.replot, &args.plot) {
         return replot(file, dir);
     }
-    metronome_daemon::daemon::init_logging(Default::default());
+    metronome_daemon::service::init_logging(Default::default());
     let mut options = if args.ceiling {
         CompareOptions::ceiling()
     } else if args.quick {

@@ -9,9 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use metronome_daemon::compare::Row as CompareRow;
 use metronome_lab::runner::PointRow;
 use metronome_lab::{Plan, Results, Row};
+use metronome_testbed::compare::Row as CompareRow;
 
 /// The plot plan (never run; see the module docs).
 const PLAN: &str = include_str!("../plots/compare.toml");

@@ -1,12 +1,12 @@
 //! `metronome demo [--duration 10s]`: with CAP_NET_ADMIN, real kernel TCP through the daemon on
 //! a throwaway sender/shaper/receiver topology, live per-class rates and a conformance table
-//! (`metronome_daemon::demo::run_real`); without it, one line saying so and the same scenario in
-//! the simulator (`metronome_daemon::demo::run_simulated`). Everything it creates is removed at
-//! the end, on an error and on Ctrl-C (`metronome_daemon::netns::cleanup_on_signals`).
+//! (`metronome_testbed::demo::run_real`); without it, one line saying so and the same scenario in
+//! the simulator (`metronome_testbed::demo::run_simulated`). Everything it creates is removed at
+//! the end, on an error and on Ctrl-C (`metronome_testbed::netns::cleanup_on_signals`).
 
 use clap::Args;
-use metronome_daemon::demo::{run_real, run_simulated, DemoError};
-use metronome_daemon::netns::TopoError;
+use metronome_testbed::demo::{run_real, run_simulated, DemoError};
+use metronome_testbed::netns::TopoError;
 use std::time::Duration;
 
 /// Options of `metronome demo`.
@@ -25,14 +25,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Installs the Ctrl-C cleanup; call before any thread starts.
 pub fn install_cleanup() {
-    if let Err(e) = metronome_daemon::netns::cleanup_on_signals() {
+    if let Err(e) = metronome_testbed::netns::cleanup_on_signals() {
         eprintln!("metronome demo: cannot install the Ctrl-C cleanup: {e}");
     }
 }
 
 /// Runs the demo.
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
-    metronome_daemon::daemon::init_logging(Default::default());
+    metronome_daemon::service::init_logging(Default::default());
     let mut out = std::io::stdout();
     match run_real(args.duration, &mut out) {
         Ok(_) => Ok(()),

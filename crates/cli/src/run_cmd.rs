@@ -1,4 +1,4 @@
-//! `metronome run --config FILE [--cores N]`: the shaping daemon (`metronome_daemon::daemon::run_daemon`).
+//! `metronome run --config FILE [--cores N]`: the shaping daemon (`metronome_daemon::service::run_daemon`).
 //!
 //! Exit status: 0 after a clean stop (SIGINT or SIGTERM); 2 for a bad configuration (the message
 //! names the file, line and field), a missing interface or a missing capability (the message
@@ -21,7 +21,7 @@ pub struct RunArgs {
 
 /// Runs the daemon until SIGINT or SIGTERM; exits the process with status 2 or 1 on error.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    match metronome_daemon::daemon::run_daemon(&args.config, args.cores.map(usize::from)) {
+    match metronome_daemon::service::run_daemon(&args.config, args.cores.map(usize::from)) {
         Ok(_) => Ok(()),
         Err(e) => {
             eprintln!("metronome run: {e}");

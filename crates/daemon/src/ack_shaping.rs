@@ -3,7 +3,7 @@
 //! [`metronome_core::ack_shaping::AckShaper`], so the class's senders on `inside` are slowed to
 //! the configured rate by their own ACK clock, without their data being queued.
 //!
-//! Per reverse frame ([`AckShaping::on_reverse`], after [`crate::engine::Engine::pass_through`]
+//! Per reverse frame ([`AckShaping::on_reverse`], after `engine::Engine::pass_through`
 //! completed its checksum): parse it; a TCP segment with ACK set is matched to a class by the
 //! **data direction's** 5-tuple (source and destination swapped, so a class written for the
 //! data, e.g. `dst_port = 5201`, takes its ACKs); if the class shapes ACKs, the core decides:

@@ -6,7 +6,7 @@
 //! policies (Carousel §5.1.1) and leave on [`Interfaces::outside`] from the timing wheel
 //! ([`Config::wheel`], Carousel §5.1.2); frames received on `outside` pass to `inside` unshaped.
 //! Classes are tried in file order and the first whose `match` fits takes the packet
-//! (issue 4, "first match wins"); the rest goes to the default class, unshaped unless
+//! (first match wins, like `tc` filters by priority); the rest goes to the default class, unshaped unless
 //! `[default]` says otherwise. `docs/config.md` documents every field.
 //!
 //! ```
@@ -51,10 +51,10 @@ use metronome_packet::{ClassRule, Classifier};
 use std::net::SocketAddr;
 use std::path::Path;
 
-/// Default metrics address: loopback only (issue 4: "bound to 127.0.0.1 by default"); 9187 is
+/// Default metrics address: loopback only (the endpoint is unauthenticated); 9187 is
 /// unassigned in the Prometheus exporter port list.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9187";
-/// Default packets per receive or transmit batch: the issue's baseline forwarder batches 64.
+/// Default packets per receive or transmit batch: the reference `recvmmsg`/`sendmmsg` forwarder's batch.
 pub const DEFAULT_BATCH_SIZE: usize = 64;
 /// Largest batch accepted, in packets: a sanity bound (FlowBundler's BESS pipeline moves 32).
 pub const MAX_BATCH_SIZE: usize = 1024;
@@ -182,7 +182,7 @@ pub struct ClassPolicy {
     /// What happens when the class's flows queue too much.
     pub backpressure: Backpressure,
     /// Receiver-side ACK shaping of the class's TCP flows in the reverse direction (Carousel §6,
-    /// [`crate::ack_shaping`]); `None`: ACKs pass unchanged.
+    /// `ack_shaping`); `None`: ACKs pass unchanged.
     pub ack_shaping: Option<AckShapingPolicy>,
 }
 
@@ -234,7 +234,7 @@ impl ClassPolicy {
     }
 }
 
-/// What a class does when its flows queue too much (issue 4, "backpressure mode").
+/// What a class does when its flows queue too much (`backpressure.mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backpressure {
     /// Nothing: packets wait as long as their EDT says.

@@ -1,5 +1,5 @@
 //! The daemon's per-packet shaping pipeline, without I/O: frames come in as pool slot ids, go out
-//! as slot ids to transmit, and `now` is an argument (STYLE.md §1). [`crate::run`] drives it
+//! as slot ids to transmit, and `now` is an argument (CONTRIBUTING.md §1). The loop (`run`) drives it
 //! between two [`metronome_io::PacketPort`]s; the tests drive it with a
 //! [`metronome_io::MemoryPort`].
 //!
@@ -31,7 +31,7 @@
 //! [`Engine::release`] moves everything due into one transmit batch (inter-flow batching,
 //! FlowBundler §IV-A) and observes each packet's lateness against its EDT, kept per pool slot.
 //!
-//! **Nothing is lost** (STYLE.md §11): every received frame is forwarded at once, queued, released
+//! **Nothing is lost** (CONTRIBUTING.md §11): every received frame is forwarded at once, queued, released
 //! or in a named drop counter; [`Engine::invariants`] checks
 //! `received = forwarded + enqueued + dropped` and `enqueued = released + queued`.
 //!
@@ -657,7 +657,7 @@ impl Engine {
         (self.flows.occupied(), self.flows.evictions)
     }
 
-    /// Checks the accounting identities (STYLE.md §10, §11); panics with the counters if broken.
+    /// Checks the accounting identities (CONTRIBUTING.md §10, §11); panics with the counters if broken.
     pub fn invariants(&self) {
         let c = &self.counters;
         assert_eq!(

@@ -12,7 +12,7 @@
 //! packet gets no entry ([`Lookup::Full`]): the engine shapes it by its class's aggregate policy
 //! only and counts it under `flow_table_full`.
 //!
-//! Layout (STYLE.md §5): one `Vec<FlowEntry>` allocated at start-up, entries of a bucket adjacent
+//! Layout (CONTRIBUTING.md §5): one `Vec<FlowEntry>` allocated at start-up, entries of a bucket adjacent
 //! (four 12-byte entries, within one cache line). Pacing policies are added to the timestamper lazily, at
 //! most one per entry, and reused when an entry is evicted, so the timestamper holds at most
 //! [`FLOW_TABLE_CAPACITY`] pacing policies.
@@ -22,8 +22,8 @@ use metronome_core::{FlowId, Rate, Timestamp};
 
 /// Entries per bucket: four 12-byte entries fit one 64-byte cache line.
 pub const FLOW_TABLE_WAYS: usize = 4;
-/// Buckets: 16 384, so [`FLOW_TABLE_CAPACITY`] is 65 536 flows — above the largest
-/// comparison (256 flows) and Carousel's 10 000-flow experiments (§7.1.1), in 768 KiB of entries plus 512 KiB of policy ids.
+/// Buckets: 16 384, so [`FLOW_TABLE_CAPACITY`] is 65 536 flows — above `metronome compare`'s largest
+/// flow count (256 flows) and Carousel's 10 000-flow experiments (§7.1.1), in 768 KiB of entries plus 512 KiB of policy ids.
 pub const FLOW_TABLE_BUCKETS: usize = 16_384;
 /// Flows tracked at once (buckets × ways).
 pub const FLOW_TABLE_CAPACITY: usize = FLOW_TABLE_BUCKETS * FLOW_TABLE_WAYS;

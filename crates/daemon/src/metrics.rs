@@ -1,4 +1,4 @@
-//! The daemon's Prometheus text endpoint (issue 4, "Observability"): per class bytes, packets,
+//! The daemon's Prometheus text endpoint: per class bytes, packets,
 //! drops by reason, ECN marks and not-ECT fallbacks, queued packets; wheel occupancy; a lateness
 //! histogram of actual against scheduled departure; TX batch sizes; RX ring drops; malformed
 //! frames by reason; pass-through traffic. Served by a small HTTP server on a background thread,
@@ -18,7 +18,7 @@
 //! `silo` label (`metronome_class_bytes_total{class="bulk",silo="1"}`,
 //! `metronome_wheel_occupancy_packets{silo="0"}`); the names stay those of one silo, and a sum by
 //! `class` (or over `silo`) gives the daemon's total. With one silo there is no `silo` label and
-//! the output is the same as before silos existed. [`Metrics::with_silos`] builds the registry,
+//! the series are those of a daemon without silos. [`Metrics::with_silos`] builds the registry,
 //! [`Metrics::for_silo`] the handle a silo counts through. `metronome_nba_rate_bps{class,silo}`
 //! is the share of a class's aggregate rate the NIC-level bandwidth allocator gave each silo.
 //!
@@ -44,8 +44,8 @@ use std::time::Duration;
 
 /// Prefix of every metric name.
 pub const PREFIX: &str = "metronome";
-/// Lateness buckets: upper bounds 1 µs × 2^k for k = 0..=17, i.e. 1 µs to 131 ms (covers the
-/// 100 ms of the brief; a departure later than that is in `+Inf`).
+/// Lateness buckets: upper bounds 1 µs × 2^k for k = 0..=17, i.e. 1 µs to 131 ms (covers
+/// 100 ms, the longest lateness worth telling apart; a departure later than that is in `+Inf`).
 pub const LATENESS_BASE_NS: u64 = 1_000;
 /// Number of finite lateness buckets (see [`LATENESS_BASE_NS`]).
 pub const LATENESS_BUCKETS: usize = 18;
@@ -511,7 +511,7 @@ impl Metrics {
         }
     }
 
-    /// The ACK-shaping counter of class `name` for `outcome` (see [`crate::ack_shaping`]), shared
+    /// The ACK-shaping counter of class `name` for `outcome` (see `ack_shaping`), shared
     /// by the silos; call at start-up and after reloads, not per packet.
     pub fn ack_shaping_counter(&self, name: &str, outcome: &'static str) -> Counter {
         let label = ClassOutcomeLabel {
@@ -595,10 +595,8 @@ impl Metrics {
     /// Serves `GET /metrics` on `addr` from a background thread until the returned server is
     /// dropped. Port 0 picks a free port ([`MetricsServer::addr`] tells which).
     pub fn serve(&self, addr: SocketAddr) -> Result<MetricsServer, MetricsError> {
-        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
-            addr,
-            reason: e.to_string(),
-        })?;
+        let server =
+            tiny_http::Server::http(addr).map_err(|source| MetricsError::Bind { addr, source })?;
         let local = server.server_addr().to_ip().unwrap_or(addr);
         let stop = Arc::new(AtomicBool::new(false));
         let (metrics, flag) = (self.clone(), stop.clone());
@@ -607,7 +605,7 @@ impl Metrics {
             .spawn(move || serve_loop(&server, &metrics, &flag))
             .map_err(|e| MetricsError::Bind {
                 addr,
-                reason: e.to_string(),
+                source: Box::new(e),
             })?;
         Ok(MetricsServer {
             addr: local,

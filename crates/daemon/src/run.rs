@@ -4,6 +4,8 @@
 //! packets, timestamps them into the timing wheel and hands whatever the wheel says is due to the
 //! NIC. [`run_loop`] does the same between two [`PacketPort`]s sharing one [`FramePool`]:
 //!
+//! 0. call the loop's [`LoopHook`]: the single loop's reloads (`reload::FileReload`), a
+//!    silo's rate and demand exchange and reloads (`silo::SiloLink`), or nothing (`()`);
 //! 1. receive a batch on `inside`, classify / stamp / queue it ([`Engine::receive`]); frames that
 //!    are not shaped join the outgoing batch at once;
 //! 2. receive a batch on `outside` and pass it to `inside` unshaped (checksums completed,
@@ -13,22 +15,20 @@
 //! 3. release everything due from the wheel ([`Engine::release`]) and send it together with the
 //!    unshaped frames as **one** `send` batch per tick (inter-flow batching, FlowBundler §IV-A);
 //! 4. when nothing happened, sleep in `ppoll(2)` on both ports' descriptors until the wheel's
-//!    `next_due` or [`MAX_SLEEP`] (STYLE.md §3: no timer per packet), unless `busy_poll` keeps
-//!    spinning (Carousel's mode; lowest lateness, one core at 100 %). The thread's timer slack is
-//!    set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
+//!    `next_due` or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per packet), unless `busy_poll`
+//!    keeps spinning (Carousel's mode; lowest lateness, one core at 100 %). The thread's timer
+//!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
 //!
 //! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
-//! after [`TX_RETRY`]: nothing is dropped. The loop stops when [`Control::stop`] is set and
-//! reloads the configuration file when [`Control::reload`] is (SIGHUP, see [`crate::daemon`]).
+//! after [`TX_RETRY`]: nothing is dropped. The loop stops when its `stop` flag
+//! ([`Control::stop`]) is set.
 
 use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
 use crate::metrics::Metrics;
-use crate::silo::SiloLink;
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
 use nix::poll::{PollFd, PollFlags};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -42,13 +42,28 @@ pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
 /// `getsockopt`, too costly per iteration).
 const COUNTER_PERIOD_NS: u64 = 100_000_000;
 
-/// Requests to a running loop, shared with signal handlers and other threads.
+/// Requests to a running daemon, shared with signal handlers and other threads.
 #[derive(Clone, Debug, Default)]
 pub struct Control {
-    /// Set to stop the loop (SIGINT, SIGTERM, or the caller).
+    /// Set to stop the loop or every silo (SIGINT, SIGTERM, or the caller).
     pub stop: Arc<AtomicBool>,
-    /// Set to reload the configuration file (SIGHUP); the loop clears it.
+    /// Set to reload the configuration file (SIGHUP); whoever reloads clears it (the single
+    /// loop's `reload::FileReload`, or the silos' coordinator).
     pub reload: Arc<AtomicBool>,
+}
+
+/// What a loop does at the top of every iteration besides moving frames (see the module docs).
+pub trait LoopHook {
+    /// Called at the top of every iteration, `now` being the iteration's time. Returns the new
+    /// `busy_poll` when a reload changed it.
+    fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool>;
+}
+
+/// No hook: a loop without reloads or other silos.
+impl LoopHook for () {
+    fn poll(&mut self, _engine: &mut Engine, _now: Timestamp) -> Option<bool> {
+        None
+    }
 }
 
 /// What a loop did, returned when it stops.
@@ -71,27 +86,20 @@ pub struct LoopReport {
 }
 
 /// Options of [`run_loop`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct LoopOptions {
     /// Frames per receive and transmit batch.
     pub batch_size: usize,
-    /// Spin instead of sleeping when idle.
+    /// Spin instead of sleeping when idle (a reload may change it, see [`LoopHook::poll`]).
     pub busy_poll: bool,
-    /// The file to re-read on [`Control::reload`] (`None`: reload requests are ignored).
-    pub config_path: Option<PathBuf>,
-    /// Silos of the running daemon: a reloaded file's `[daemon] cores` is replaced by it, since
-    /// `--cores` may override the file and the count cannot change without a restart.
-    pub cores: usize,
 }
 
 impl LoopOptions {
     /// The options `config` asks for.
-    pub fn from_config(config: &Config, config_path: Option<PathBuf>) -> LoopOptions {
+    pub fn from_config(config: &Config) -> LoopOptions {
         LoopOptions {
             batch_size: config.daemon.batch_size.max(1),
             busy_poll: config.daemon.busy_poll,
-            config_path,
-            cores: config.daemon.cores,
         }
     }
 }
@@ -140,9 +148,10 @@ impl TxQueue {
     }
 }
 
-/// Runs the loop until `control.stop` is set. See the module docs.
+/// Runs the loop until `stop` is set, calling `hook` at the top of every iteration. See the
+/// module docs.
 #[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
-pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock>(
+pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     inside: &mut I,
     outside: &mut O,
     pool: &mut FramePool,
@@ -150,26 +159,8 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock>(
     clock: &C,
     metrics: &Metrics,
     options: &LoopOptions,
-    control: &Control,
-) -> Result<LoopReport, PortError> {
-    run_loop_linked(
-        inside, outside, pool, engine, clock, metrics, options, control, None,
-    )
-}
-
-/// [`run_loop`] as one silo of several ([`crate::silo`]): `link`, when given, is polled at the
-/// top of every iteration (allocator rates in, demand out, reloads).
-#[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
-pub fn run_loop_linked<I: PacketPort, O: PacketPort, C: Clock>(
-    inside: &mut I,
-    outside: &mut O,
-    pool: &mut FramePool,
-    engine: &mut Engine,
-    clock: &C,
-    metrics: &Metrics,
-    options: &LoopOptions,
-    control: &Control,
-    mut link: Option<&mut SiloLink>,
+    stop: &AtomicBool,
+    hook: &mut H,
 ) -> Result<LoopReport, PortError> {
     let batch = options.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE);
     let mut busy_poll = options.busy_poll;
@@ -183,15 +174,10 @@ pub fn run_loop_linked<I: PacketPort, O: PacketPort, C: Clock>(
         // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)).
         let _ = nix::sys::prctl::set_timerslack(1);
     }
-    while !control.stop.load(Ordering::Relaxed) {
-        if control.reload.swap(false, Ordering::Relaxed) {
-            if let Some(b) = reload(engine, options) {
-                busy_poll = b;
-            }
-        }
+    while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
-        if let Some(link) = link.as_deref_mut() {
-            link.poll(engine, now);
+        if let Some(b) = hook.poll(engine, now) {
+            busy_poll = b;
         }
         let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
@@ -279,34 +265,6 @@ fn wait<I: PacketPort, O: PacketPort>(inside: &I, outside: &O, timeout: StdDurat
     let _ = nix::poll::ppoll(&mut fds, Some(ts), None);
 }
 
-/// Re-reads the configuration file and applies it; logs the outcome. Returns the new
-/// `busy_poll` when the reload was applied.
-fn reload(engine: &mut Engine, options: &LoopOptions) -> Option<bool> {
-    let path = options.config_path.as_ref()?;
-    let config = match Config::load(path) {
-        Ok(mut c) => {
-            c.daemon.cores = options.cores;
-            c
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "reload failed, keeping the running configuration");
-            return None;
-        }
-    };
-    match engine.reload(&config) {
-        Ok(plan) => {
-            for line in plan.to_string().lines() {
-                tracing::info!(change = line, "reloaded {}", path.display());
-            }
-            Some(config.daemon.busy_poll)
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "reload refused");
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,7 +303,7 @@ mod tests {
             std::thread::sleep(StdDuration::from_millis(20));
             stop.store(true, Ordering::Relaxed);
         });
-        let options = LoopOptions::from_config(&config, None);
+        let options = LoopOptions::from_config(&config);
         let report = run_loop(
             &mut inside,
             &mut outside,
@@ -354,7 +312,8 @@ mod tests {
             &clock,
             &metrics,
             &options,
-            &control,
+            &control.stop,
+            &mut (),
         )
         .unwrap();
         stopper.join().unwrap();

@@ -30,22 +30,22 @@
 //! **Reload** (SIGHUP) goes to the coordinator, which validates the file once, refuses changes
 //! that need a restart, rescales or adds the allocators of changed classes, then hands the
 //! configuration to every silo ([`SiloLink`]), which reloads its engine and re-applies its shares
-//! (the engine's reload puts the classes' whole rates back). These hand-offs take a mutex, on the
-//! reload path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
+//! (the engine's reload puts the classes' whole rates back). Reading, validating and logging the
+//! file is the single loop's path too ([`Reloader`]). These hand-offs take a mutex, on the reload
+//! path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
 //!
-//! With `cores = 1` none of this runs: [`crate::daemon::run_with`] is the single loop as before.
+//! With `cores = 1` none of this runs: `service::run_with` runs the single loop.
 
 use crate::config::{Config, DEFAULT_NBA_PERIOD};
-use crate::daemon::frame_slots;
 use crate::engine::Engine;
 use crate::metrics::{Metrics, NbaRateGauge};
-use crate::run::{run_loop_linked, Control, LoopOptions, LoopReport};
+use crate::ports::{frame_slots, open_silo_ports};
+use crate::reload::{install, Reloader};
+use crate::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport};
 use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::rate_exchange::RateExchange;
 use metronome_core::{Clock, Duration, Rate, Timestamp};
-use metronome_io::{
-    AfPacketConfig, AfPacketPort, Fanout, FramePool, MonotonicClock, PortError, DEFAULT_SLOT_SIZE,
-};
+use metronome_io::{FramePool, MonotonicClock, PortError, DEFAULT_SLOT_SIZE};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -200,7 +200,7 @@ struct ReloadBox {
 }
 
 /// A silo's link to the coordinator: its rate cells, its demand publishing, its reload inbox.
-/// Polled by the loop at the top of every iteration ([`crate::run::run_loop_linked`]).
+/// The silo loop's [`LoopHook`]: polled at the top of every iteration.
 #[derive(Debug)]
 pub struct SiloLink {
     silo: usize,
@@ -224,12 +224,9 @@ struct LinkedClass {
 }
 
 impl SiloLink {
-    pub(crate) fn new(
-        silo: usize,
-        cells: &[LimitCell],
-        engine: &Engine,
-        metrics: Metrics,
-    ) -> SiloLink {
+    /// The link of silo number `silo`, whose engine is `engine`, to the limits `cells`
+    /// ([`Allocator::cells`]); `metrics` is the silo's ([`Metrics::for_silo`]).
+    pub fn new(silo: usize, cells: &[LimitCell], engine: &Engine, metrics: Metrics) -> SiloLink {
         let mut link = SiloLink {
             silo,
             classes: Vec::new(),
@@ -294,12 +291,18 @@ impl SiloLink {
             .config
             .take();
         let Some((config, cells)) = taken else { return };
-        match engine.reload(&config) {
-            Ok(_) => tracing::info!(silo = self.silo, "reloaded"),
-            Err(e) => tracing::error!(silo = self.silo, error = %e, "reload refused"),
+        if install(engine, &config) {
+            tracing::info!(silo = self.silo, "reloaded");
         }
         // The engine put whole rates back: re-apply every share (epochs forgotten).
         self.relink(&cells, engine);
+    }
+}
+
+impl LoopHook for SiloLink {
+    fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool> {
+        SiloLink::poll(self, engine, now);
+        None // silos keep their `busy_poll` until a restart
     }
 }
 
@@ -316,7 +319,7 @@ pub struct SiloReport {
 
 /// Pins the calling thread to the `silo`-th CPU of the process's affinity mask; `None` (with a
 /// warning) when there are fewer CPUs than silos or the kernel refuses.
-pub(crate) fn pin(silo: usize) -> Option<usize> {
+pub fn pin(silo: usize) -> Option<usize> {
     use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
     use nix::unistd::Pid;
     let allowed = match sched_getaffinity(Pid::from_raw(0)) {
@@ -349,31 +352,6 @@ pub(crate) fn pin(silo: usize) -> Option<usize> {
     }
 }
 
-/// The two ports of every silo: inside and outside RX sockets fanned out by flow hash.
-fn open_silo_ports(
-    config: &Config,
-    n: usize,
-) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
-    let mut ports: Vec<(AfPacketPort, AfPacketPort)> = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (fanout_in, fanout_out) = match ports.first() {
-            None => (Fanout::NewGroup, Fanout::NewGroup),
-            Some((i, o)) => (
-                Fanout::Join(i.fanout_group().unwrap_or_default()),
-                Fanout::Join(o.fanout_group().unwrap_or_default()),
-            ),
-        };
-        let af = |fanout| AfPacketConfig {
-            fanout: Some(fanout),
-            ..AfPacketConfig::default()
-        };
-        let inside = AfPacketPort::open(&config.interfaces.inside, &af(fanout_in))?;
-        let outside = AfPacketPort::open(&config.interfaces.outside, &af(fanout_out))?;
-        ports.push((inside, outside));
-    }
-    Ok(ports)
-}
-
 /// Runs `config.daemon.cores` silos (at least 2; see the module docs) until `control.stop` is
 /// set; the calling thread coordinates. `metrics` must have been made by
 /// [`Metrics::with_silos`] with as many silos. `config_path`: the file a reload re-reads.
@@ -387,7 +365,7 @@ pub fn run_silos(
     let ports = open_silo_ports(config, n)?;
     let clock = MonotonicClock::new();
     let mut allocator = Allocator::new(config, n);
-    let options = LoopOptions::from_config(config, None);
+    let options = LoopOptions::from_config(config);
     tracing::info!(
         inside = %config.interfaces.inside,
         outside = %config.interfaces.outside,
@@ -399,7 +377,7 @@ pub fn run_silos(
     let mut inboxes = Vec::with_capacity(n);
     let mut threads = Vec::with_capacity(n);
     for (silo, (mut inside, mut outside)) in ports.into_iter().enumerate() {
-        let (options, silo_stop) = (options.clone(), control.stop.clone());
+        let silo_stop = control.stop.clone();
         let metrics = metrics.for_silo(silo);
         let mut pool = FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE);
         let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
@@ -409,11 +387,8 @@ pub fn run_silos(
             .name(format!("silo-{silo}"))
             .spawn(move || {
                 let pinned = pin(silo);
-                let silo_control = Control {
-                    stop: silo_stop.clone(),
-                    reload: Arc::default(), // reloads come through the link
-                };
-                let result = run_loop_linked(
+                // Reloads come through the link, from the coordinator.
+                let result = run_loop(
                     &mut inside,
                     &mut outside,
                     &mut pool,
@@ -421,8 +396,8 @@ pub fn run_silos(
                     &clock,
                     &metrics,
                     &options,
-                    &silo_control,
-                    Some(&mut link),
+                    &silo_stop,
+                    &mut link,
                 );
                 if result.is_err() {
                     silo_stop.store(true, Ordering::Relaxed); // one silo down stops all
@@ -450,11 +425,11 @@ pub fn run_silos(
             }
         }
     }
-    let mut running = config.clone();
+    let mut reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
     while !control.stop.load(Ordering::Relaxed) {
         if control.reload.swap(false, Ordering::Relaxed) {
-            if let Some(path) = config_path {
-                reload_silos(path, &mut running, &mut allocator, &inboxes);
+            if let Some(reloader) = reloader.as_mut() {
+                reload_silos(reloader, &mut allocator, &inboxes);
             }
         }
         let now = clock.now();
@@ -482,37 +457,25 @@ pub fn run_silos(
 
 type Inbox = (Arc<AtomicBool>, Arc<Mutex<ReloadBox>>);
 
-/// Validates the file once, refuses what needs a restart, updates the allocators and hands the
-/// configuration to every silo.
-fn reload_silos(path: &Path, running: &mut Config, allocator: &mut Allocator, inboxes: &[Inbox]) {
-    let mut new = match Config::load(path) {
-        Ok(c) => c,
-        Err(e) => {
-            return tracing::error!(error = %e, "reload failed, keeping the running configuration")
+/// Reloads the file once ([`Reloader::reload`]: validated, refused if it needs a restart),
+/// updates the allocators and hands the configuration to every silo.
+fn reload_silos(reloader: &mut Reloader, allocator: &mut Allocator, inboxes: &[Inbox]) {
+    reloader.reload(|new, plan| {
+        if let Some(b) = plan.busy_poll {
+            tracing::warn!(
+                busy_poll = b,
+                "busy_poll changes need a restart with silos; kept"
+            );
         }
-    };
-    new.daemon.cores = running.daemon.cores; // `--cores` may override the file
-    let plan = running.diff(&new);
-    if plan.needs_restart() {
-        return tracing::error!(plan = %plan, "reload refused");
-    }
-    if let Some(b) = plan.busy_poll {
-        tracing::warn!(
-            busy_poll = b,
-            "busy_poll changes need a restart with silos; kept"
-        );
-    }
-    allocator.apply(&new);
-    let cells = allocator.cells();
-    for (flag, inbox) in inboxes {
-        inbox.lock().unwrap_or_else(PoisonError::into_inner).config =
-            Some((new.clone(), cells.clone()));
-        flag.store(true, Ordering::Release);
-    }
-    for line in plan.to_string().lines() {
-        tracing::info!(change = line, "reloaded {}", path.display());
-    }
-    *running = new;
+        allocator.apply(new);
+        let cells = allocator.cells();
+        for (flag, inbox) in inboxes {
+            inbox.lock().unwrap_or_else(PoisonError::into_inner).config =
+                Some((new.clone(), cells.clone()));
+            flag.store(true, Ordering::Release);
+        }
+        true
+    });
 }
 
 #[cfg(test)]

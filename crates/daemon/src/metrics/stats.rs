@@ -25,12 +25,12 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
     /// The server could not bind its address.
-    #[error("cannot serve metrics on {addr}: {reason}")]
+    #[error("cannot serve metrics on {addr}: {source}")]
     Bind {
         /// The requested address.
         addr: SocketAddr,
-        /// Why.
-        reason: String,
+        /// Why: the HTTP server's error, or the serving thread's spawn error.
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// The endpoint could not be reached or read.
     #[error("cannot read metrics from {addr}: {source}")]

@@ -2,8 +2,21 @@
 //! simulated time through the real [`SiloLink`] and [`Allocator`] (deterministic, no threads).
 
 use super::*;
-use crate::pipeline_bench::tcp_frame;
+use etherparse::PacketBuilder;
 use metronome_io::RxFrame;
+
+/// A full-size (1514-byte) Ethernet + IPv4 + TCP frame from 10.1.0.`host`:`src` to
+/// 10.2.0.1:`dst`.
+fn tcp_frame(src: u16, dst: u16, host: u8) -> Vec<u8> {
+    let payload = [0u8; 1514 - 14 - 20 - 20];
+    let mut out = Vec::with_capacity(1514);
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([10, 1, 0, host], [10, 2, 0, 1], 64)
+        .tcp(src, dst, 1, 65_535)
+        .write(&mut out, &payload)
+        .expect("a valid frame");
+    out
+}
 
 fn config(rate: &str) -> Config {
     let text = format!(
@@ -68,7 +81,7 @@ impl SimSilo {
         let engine = Engine::new(config, pool.capacity(), metrics.clone());
         let link = SiloLink::new(silo, cells, &engine, metrics);
         let frames = (0..flows)
-            .map(|f| tcp_frame(40_000 + f, 5201, silo as u16))
+            .map(|f| tcp_frame(40_000 + f, 5201, silo as u8))
             .collect();
         SimSilo {
             engine,
@@ -203,7 +216,8 @@ fn a_reload_goes_through_the_coordinator_to_every_silo() {
         )
     };
     std::fs::write(&path, text("200mbit")).unwrap();
-    let mut running = Config::load(&path).unwrap();
+    let running = Config::load(&path).unwrap();
+    let mut reloader = Reloader::new(path.clone(), running.clone());
     let metrics = Metrics::with_silos(2);
     let mut allocator = Allocator::new(&running, 2);
     let mut engines: Vec<Engine> = (0..2)
@@ -227,7 +241,7 @@ fn a_reload_goes_through_the_coordinator_to_every_silo() {
 
     // A live change: the allocator rescales, each silo reloads its engine and re-applies.
     std::fs::write(&path, text("300mbit")).unwrap();
-    reload_silos(&path, &mut running, &mut allocator, &inboxes);
+    reload_silos(&mut reloader, &mut allocator, &inboxes);
     for (l, e) in links.iter_mut().zip(&mut engines) {
         l.poll(e, now);
         assert_eq!(e.config().classes[0].policy.rate, Some(Rate::mbps(300)));
@@ -244,10 +258,13 @@ fn a_reload_goes_through_the_coordinator_to_every_silo() {
         text("300mbit").replace("[daemon]", "[wheel]\ngranularity = \"4us\"\n[daemon]"),
     )
     .unwrap();
-    reload_silos(&path, &mut running, &mut allocator, &inboxes);
+    reload_silos(&mut reloader, &mut allocator, &inboxes);
     assert!(inboxes
         .iter()
         .all(|(flag, _)| !flag.load(Ordering::Acquire)));
-    assert_eq!(running.wheel.granularity, Duration::from_micros(2));
+    assert_eq!(
+        reloader.running().wheel.granularity,
+        Duration::from_micros(2)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,4 +1,4 @@
-//! Real kernel TCP through two shaper silos (issue 6, Carousel §5.3): a sender, shaper and
+//! Real kernel TCP through two shaper silos (Carousel §5.3): a sender, shaper and
 //! receiver namespace, `[daemon] cores = 2` (two AF_PACKET fanout-hashed socket pairs, two
 //! engines, the NIC-level bandwidth allocator splitting one class's 200 Mbit/s between them), 16
 //! TCP connections for 3 s. Asserts the aggregate on the wire — the receiver veth's rx byte
@@ -11,11 +11,11 @@
 mod common;
 
 use metronome_daemon::config::Config;
-use metronome_daemon::daemon::spawn_silos;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::netns::Topology;
 use metronome_daemon::run::Control;
-use metronome_daemon::trafficgen::{FlowGroup, TrafficPlan};
+use metronome_testbed::netns::Topology;
+use metronome_testbed::shaper::spawn_silos;
+use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ const RUN: Duration = Duration::from_secs(3);
 const WARMUP: Duration = Duration::from_millis(500);
 /// Skipped at the end (flows stopping one by one).
 const COOLDOWN: Duration = Duration::from_millis(300);
-/// Tolerance (the brief: within 3 %).
+/// Tolerance: within 3 %.
 const TOLERANCE: f64 = 0.03;
 /// The class's aggregate limit, bit/s.
 const TARGET_BPS: f64 = 200e6;

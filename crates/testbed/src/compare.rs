@@ -1,10 +1,10 @@
 //! `metronome compare`: Metronome against the kernel's HTB and TBF on the same path with the same
-//! traffic (issue 4, item 3).
+//! traffic.
 //!
 //! One [`Topology::bump_in_the_wire`] serves every run. For each target rate and flow count, the
 //! shapers take turns on the shaper namespace:
 //!
-//! * **metronome**: the daemon's loop ([`crate::daemon::run_with`]) on AF_PACKET ports on
+//! * **metronome**: the daemon's loop ([`metronome_daemon::service::run_with`]) on AF_PACKET ports on
 //!   `in0`/`out0`, with a one-class configuration ([`metronome_config`]): all TCP to the
 //!   receiver limited to the target as an aggregate, the default burst (one frame), `ecn`
 //!   backpressure at 1 ms of queued delay (the sender negotiates ECN, as in the demo), and a hard
@@ -15,7 +15,7 @@
 //!   target, the `tc` default burst ([`QdiscSpec::Htb`]);
 //! * **tbf**: the same bridge with a TBF whose bucket and queue [`QdiscSpec::tbf`] picks.
 //!
-//! `--ceiling` ([`CompareOptions::ceiling`]) measures issue 4's throughput target instead: one
+//! `--ceiling` ([`CompareOptions::ceiling`]) measures the daemon's throughput ceiling instead: one
 //! TCP flow at an unreachable target ([`CEILING_TARGET_BPS`]) through, in turn, the plain
 //! `recvmmsg`/`sendmmsg` forwarder ([`crate::forwarder`]), the daemon with no class
 //! ([`passthrough_config`]) and the daemon shaping at the target, three rounds, with transmit
@@ -44,24 +44,24 @@
 
 pub mod measure;
 
-use crate::config::Config;
-use crate::daemon::run_with;
-use crate::metrics::Metrics;
 use crate::netns::{LinkCounters, QdiscSpec, TopoError, Topology};
-use crate::run::Control;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use measure::{cpu_pct_per_gbit, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::run::Control;
+use metronome_daemon::service::run_with;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Prefix of the comparison's namespaces.
 pub const NS_PREFIX: &str = "mtr-cmp";
-/// Target rates of the full comparison, bits/s (issue 4 item 3).
+/// Target rates of the full comparison, bits/s: 100 Mbit/s to 2 Gbit/s.
 pub const FULL_TARGETS_BPS: [u64; 4] = [100_000_000, 500_000_000, 1_000_000_000, 2_000_000_000];
 /// The unreachable target of `--ceiling`: 40 Gbit/s, ten times what one core forwards on veth.
 pub const CEILING_TARGET_BPS: u64 = 40_000_000_000;
-/// Flow counts of the full comparison (issue 4 item 3).
+/// Flow counts of the full comparison: one flow, a few, many.
 pub const FULL_FLOWS: [usize; 3] = [1, 16, 256];
 /// Traffic kept running after the last window, so no flow stops inside it.
 pub const TAIL: Duration = Duration::from_millis(300);
@@ -146,7 +146,7 @@ impl CompareOptions {
 
     /// `--ceiling`: throughput at an unreachable target ([`CEILING_TARGET_BPS`]) of one TCP
     /// flow through the plain forwarder, the daemon passing everything and the daemon shaping
-    /// at the target, three times in turn, with all offloads off (issue 4, third target).
+    /// at the target, three times in turn, with all offloads off.
     pub fn ceiling() -> Self {
         CompareOptions {
             targets_bps: vec![CEILING_TARGET_BPS],
@@ -319,7 +319,7 @@ fn prepare(topo: &mut Topology, options: &CompareOptions) -> Result<(), CompareE
 enum ActiveShaper {
     Daemon {
         control: Control,
-        thread: crate::daemon::ShaperThread,
+        thread: crate::shaper::ShaperThread,
         cpu: Option<ThreadCpu>,
     },
     Kernel,
@@ -415,7 +415,7 @@ impl ActiveShaper {
                 let report = thread
                     .join()
                     .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
-                crate::daemon::log_report(&report);
+                metronome_daemon::service::log_report(&report);
                 Ok(())
             }
             ActiveShaper::Forwarder { stop, thread } => {

@@ -1,40 +1,25 @@
-//! `metronome run --config FILE`: load and validate the configuration, open AF_PACKET ports on
-//! the two interfaces, start the metrics endpoint, install the signal handlers and run
-//! [`crate::run::run_loop`] until SIGINT or SIGTERM; SIGHUP re-reads the file.
+//! The entry point of `metronome run --config FILE [--cores N]` ([`run_daemon`]): load and
+//! validate the configuration, install the logging and the signal handlers, start the metrics
+//! endpoint, open AF_PACKET ports on the two interfaces and run the loop until SIGINT or SIGTERM;
+//! SIGHUP re-reads the file.
 //!
 //! Errors a user can fix are one line and exit with status 2 ([`DaemonError::exit_code`]): a bad
 //! configuration (`FILE:LINE: FIELD: MESSAGE`), a missing interface or a missing capability
 //! (both named by [`metronome_io::PortError`]), a metrics address already in use.
 //!
-//! With `[daemon] cores` (or `--cores`) above 1 it runs that many shaper silos instead
-//! ([`crate::silo::run_silos`], Carousel §5.3); with 1, the single loop exactly as before.
-//!
-//! [`spawn_shaper`] runs the same loop on a thread inside a network namespace: `metronome demo`
-//! and the integration tests use it on the `in0`/`out0` veths of a
-//! [`crate::netns::Topology`]; [`spawn_silos`] does the same with silos.
+//! With `[daemon] cores` (or `--cores`) above 1 it runs that many shaper silos
+//! ([`crate::silo::run_silos`], Carousel §5.3); with 1, one loop on the calling thread
+//! ([`run_with`]).
 
 use crate::config::{Config, ConfigError, LogFormat};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, MetricsError};
-use crate::netns::{Namespace, TopoError};
+use crate::ports::{frame_slots, open_ports};
+use crate::reload::{FileReload, Reloader};
 use crate::run::{run_loop, Control, LoopOptions, LoopReport};
-use crate::silo::{run_silos, SiloReport};
-use metronome_io::{
-    AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PortError, DEFAULT_SLOT_SIZE,
-};
+use crate::silo::run_silos;
+use metronome_io::{FramePool, MonotonicClock, PortError, DEFAULT_SLOT_SIZE};
 use std::path::Path;
-use std::sync::atomic::Ordering;
-
-/// Frame pool slots: 65 536 frames of [`DEFAULT_SLOT_SIZE`] bytes (128 MiB), or the wheel's
-/// `pool_packets` when smaller. At 200 Mbit/s this holds 3.9 s of full-size frames, more than
-/// the default 2 s horizon.
-pub const DEFAULT_FRAME_SLOTS: u32 = 65_536;
-
-/// The thread of [`spawn_shaper`]: joins to the loop's report, or why it could not run.
-pub type ShaperThread = std::thread::JoinHandle<Result<Result<LoopReport, PortError>, TopoError>>;
-/// The thread of [`spawn_silos`]: joins to every silo's report, or why they could not run.
-pub type SilosThread =
-    std::thread::JoinHandle<Result<Result<Vec<SiloReport>, PortError>, TopoError>>;
 
 /// Why the daemon could not start or stopped. Built once per run, on a cold path, so the
 /// configuration error (file, line, field, message) is not boxed.
@@ -80,21 +65,8 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
-/// Frame pool slots for `config` (see [`DEFAULT_FRAME_SLOTS`]).
-pub fn frame_slots(config: &Config) -> u32 {
-    let wanted = u32::try_from(config.wheel.pool_packets).unwrap_or(u32::MAX);
-    wanted.clamp(1024, DEFAULT_FRAME_SLOTS)
-}
-
-/// Opens the inside and outside ports of `config` in the calling thread's namespace.
-pub fn open_ports(config: &Config) -> Result<(AfPacketPort, AfPacketPort), PortError> {
-    let af = AfPacketConfig::default();
-    let inside = AfPacketPort::open(&config.interfaces.inside, &af)?;
-    let outside = AfPacketPort::open(&config.interfaces.outside, &af)?;
-    Ok((inside, outside))
-}
-
-/// Runs the shaping loop for `config` on the calling thread until `control.stop` is set.
+/// Runs the shaping loop for `config` on the calling thread until `control.stop` is set;
+/// `control.reload` re-reads `config_path` (ignored when it is `None`).
 pub fn run_with(
     config: &Config,
     config_path: Option<&Path>,
@@ -104,7 +76,9 @@ pub fn run_with(
     let (mut inside, mut outside) = open_ports(config)?;
     let mut pool = FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE);
     let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
-    let options = LoopOptions::from_config(config, config_path.map(Path::to_path_buf));
+    let options = LoopOptions::from_config(config);
+    let reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
+    let mut hook = FileReload::new(control.reload.clone(), reloader);
     tracing::info!(
         inside = %config.interfaces.inside,
         outside = %config.interfaces.outside,
@@ -121,7 +95,8 @@ pub fn run_with(
         &MonotonicClock::new(),
         metrics,
         &options,
-        control,
+        &control.stop,
+        &mut hook,
     )
 }
 
@@ -177,41 +152,6 @@ pub fn log_report(r: &LoopReport) {
         queued_at_stop = r.queued_at_stop,
         "stopped"
     );
-}
-
-/// Runs the loop for `config` on a new thread inside namespace `ns` (ports are opened there).
-/// Set `control.stop` and join the handle for the report.
-pub fn spawn_shaper(
-    ns: &Namespace,
-    config: Config,
-    metrics: Metrics,
-    control: Control,
-) -> Result<ShaperThread, TopoError> {
-    ns.spawn(move || {
-        let result = run_with(&config, None, &metrics, &control);
-        if result.is_err() {
-            control.stop.store(true, Ordering::Relaxed);
-        }
-        result
-    })
-}
-
-/// Runs `config.daemon.cores` silos for `config` inside namespace `ns` (ports are opened
-/// there; the calling thread of [`run_silos`] is the new one). `metrics` must have as many silos
-/// ([`Metrics::with_silos`]). Set `control.stop` and join the handle for the reports.
-pub fn spawn_silos(
-    ns: &Namespace,
-    config: Config,
-    metrics: Metrics,
-    control: Control,
-) -> Result<SilosThread, TopoError> {
-    ns.spawn(move || {
-        let result = run_silos(&config, None, &metrics, &control);
-        if result.is_err() {
-            control.stop.store(true, Ordering::Relaxed);
-        }
-        result
-    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The in-memory pipeline benchmark (`metronome bench --daemon`): the daemon's whole per-packet
-//! path on one core, issue 4's target "parse, classify, timestamp, wheel, release at most 60 ns
-//! per packet".
+//! path on one core, against the project's target: parse, classify, timestamp, wheel, release
+//! in at most 60 ns per packet ([`TARGET_NS`]).
 //!
 //! The real [`Engine`] runs between [`MemoryPort`]s in **simulated time**: every step advances a
 //! virtual clock by the time one batch takes at the offered rate, receives one batch (the port
@@ -21,20 +21,20 @@
 //! timing-wheel enqueue and dequeue; and the full engine (which adds backpressure checks, per-slot bookkeeping and metrics). The
 //! difference between consecutive stages is the cost of what the later one adds.
 
-use crate::config::{Config, MAX_BATCH_SIZE};
-use crate::engine::Engine;
-use crate::flow_table::{FlowTable, Lookup};
-use crate::metrics::Metrics;
-use crate::silo::{LimitCell, SiloLink};
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};
+use metronome_daemon::config::{Config, MAX_BATCH_SIZE};
+use metronome_daemon::engine::Engine;
+use metronome_daemon::flow_table::{FlowTable, Lookup};
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::silo::{LimitCell, SiloLink};
 use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;
 
 pub mod scaling;
 
-/// Flows in the workload: 1 000, a quarter per class (issue 4 brief).
+/// Flows in the workload: 1 000, a quarter per class.
 pub const FLOWS: usize = 1_000;
 /// Frame length in bytes: a full 1500-byte IPv4 TCP segment plus the Ethernet header.
 pub const FRAME_LEN: usize = 1514;
@@ -176,7 +176,7 @@ pub struct PipelineReport {
     pub end_to_end_ns: f64,
     /// End to end minus the I/O stage: what the shaping pipeline itself costs per packet.
     pub pipeline_ns: f64,
-    /// Issue 4's target for the pipeline, ns per packet.
+    /// The target for the pipeline, ns per packet ([`TARGET_NS`]).
     pub target_ns: f64,
     /// Of the engine stage's last repetition: packets forwarded at once (unshaped class).
     pub forwarded: u64,
@@ -190,7 +190,7 @@ pub struct PipelineReport {
     pub scaling: scaling::ScalingReport,
 }
 
-/// Issue 4's target for the whole per-packet path on one core, ns.
+/// The project's target for the whole per-packet path on one core: 60 ns per packet.
 pub const TARGET_NS: f64 = 60.0;
 
 /// The workload configuration (parses [`WORKLOAD_TOML`]).

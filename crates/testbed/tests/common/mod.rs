@@ -3,9 +3,9 @@
 //! frame accounting of a loop, and the two attempts a rate gets on this shared machine.
 #![allow(dead_code)] // each test binary uses a part
 
-use metronome_daemon::netns::{TopoError, Topology};
 use metronome_daemon::run::LoopReport;
-use metronome_daemon::trafficgen::{self, TrafficPlan, TrafficReport};
+use metronome_testbed::netns::{TopoError, Topology};
+use metronome_testbed::trafficgen::{self, TrafficPlan, TrafficReport};
 use std::time::{Duration, Instant};
 
 /// How often the receiver's rx byte counter is read while traffic runs.

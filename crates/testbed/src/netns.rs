@@ -1,5 +1,5 @@
 //! A throwaway "bump in the wire" topology of network namespaces for `metronome demo`,
-//! `metronome compare` and the integration tests (issue 4, "Build" items 2 and 3).
+//! `metronome compare` and the integration tests.
 //!
 //! ```text
 //!  sender ns            shaper ns                   receiver ns
@@ -11,8 +11,8 @@
 //! `compare` and for tests, through a Linux bridge ([`Topology::bridge_shaper`]) with a `tc`
 //! qdisc on `out0` ([`Topology::install_qdisc`]).
 //!
-//! Everything is created with `ip`/`tc` from iproute2 (STYLE.md: "shelling out to `ip` in test
-//! fixtures is also fine"). Namespace names carry the process id and a per-process sequence
+//! Everything is created with `ip`/`tc` from iproute2 (shelling out to `ip` in test fixtures keeps
+//! netlink code out of the project). Namespace names carry the process id and a per-process sequence
 //! number, so concurrent runs never collide; the interface names are fixed (`snd0`, `in0`,
 //! `out0`, `rcv0`) because each lives alone in its own private namespace, which keeps them
 //! short (<= 15 bytes, `IFNAMSIZ` - 1) and lets configs name them. Cleanup: [`Topology`]'s
@@ -28,8 +28,8 @@
 //! rewind) from any other thread. [`LinkCounters`] therefore opens it once inside the namespace
 //! and re-reads it from the caller's thread: no process spawn and no thread per sample.
 //!
-//! Offloads: the issue's throughput targets are stated "with TSO, GSO and GRO off on all four
-//! veths". They are switched off with `ethtool -K` when `ethtool` is installed; when it is not,
+//! Offloads: the throughput targets are measured with TSO, GSO and GRO off on all four
+//! veths. They are switched off with `ethtool -K` when `ethtool` is installed; when it is not,
 //! the topology logs one warning line and records it in [`Topology::warnings`] (veth keeps its
 //! default offloads, so TCP hands the shaper super-frames of up to 64 KiB).
 
@@ -480,7 +480,7 @@ impl Topology {
 
     /// Turns transmit checksum offload, TSO, GSO and GRO off on all four veths with the ethtool
     /// ioctl ([`metronome_io::Offload`]; no `ethtool` program needed): one-MTU frames and full
-    /// checksums everywhere, the set-up of issue 4's throughput target. An offload the driver
+    /// checksums everywhere, the set-up of the throughput targets. An offload the driver
     /// cannot change is a warning (kept in [`Topology::warnings`]), not an error.
     pub fn offloads_off(&mut self) -> Result<(), TopoError> {
         let interfaces: Vec<(Namespace, String)> = self

@@ -1,6 +1,5 @@
 //! The built-in traffic generator of `metronome demo`, `metronome compare` and the integration
-//! tests: real kernel TCP (and UDP) from the sender namespace to sinks in the receiver namespace
-//! (issue 4, "Build" items 2 and 3).
+//! tests: real kernel TCP (and UDP) from the sender namespace to sinks in the receiver namespace.
 //!
 //! A [`TrafficPlan`] has flow groups and an optional RTT probe. Each group opens `flows`
 //! connections to one destination port (so the shaper's classes can match on the port); every
@@ -26,9 +25,9 @@ use std::time::Duration;
 /// Default per-connection byte cap: 4 GiB, above what one flow can move in a 10 s demo run at
 /// 2 Gbit/s (2.5 GB), so it bounds volume without shaping the run.
 pub const DEFAULT_MAX_BYTES_PER_FLOW: u64 = 4 << 30;
-/// Default goodput window: 100 ms, the window of the issue's rate measurement.
+/// Default goodput window: 100 ms, the rate window of Carousel §7.1.1.
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
-/// Default probe interval: 10 ms (issue 4 brief).
+/// Default probe interval: 10 ms, a hundred RTT samples per second.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(10);
 /// Largest plan accepted, in connections: each connection costs two threads.
 pub const MAX_FLOWS: usize = 1024;

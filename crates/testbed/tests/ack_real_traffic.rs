@@ -11,11 +11,11 @@
 mod common;
 
 use metronome_daemon::config::Config;
-use metronome_daemon::daemon::spawn_shaper;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::netns::Topology;
 use metronome_daemon::run::Control;
-use metronome_daemon::trafficgen::{FlowGroup, TrafficPlan};
+use metronome_testbed::netns::Topology;
+use metronome_testbed::shaper::spawn_shaper;
+use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Silo scaling (`metronome bench --daemon`, issue 6): packets per second of the whole per-packet
+//! Silo scaling (`metronome bench --daemon`): packets per second of the whole per-packet
 //! path with one silo and with two silos side by side in the same run (Carousel §5.3: one
 //! independent shaper per core).
 //!
@@ -6,29 +6,29 @@
 //! does) running the benchmark's engine [`Rig`] on its own in-memory ports, pool and traffic: the
 //! same [`super::workload_frames`] at [`super::OFFERED_BPS`] in its own simulated time. Like the
 //! daemon's silos, the two-silo run counts into one registry made by [`Metrics::with_silos`]
-//! (each silo its own series) and polls a [`crate::silo::SiloLink`] every step (rate cells read,
+//! (each silo its own series) and polls a [`metronome_daemon::silo::SiloLink`] every step (rate cells read,
 //! demand published every simulated millisecond); its classes' aggregate rates are doubled and
 //! split by the allocator, so that each silo shapes exactly what the one silo shapes. The
-//! one-silo run is today's loop (no link, [`Metrics::new`]).
+//! one-silo run is the single loop (no link, [`Metrics::new`]).
 //!
 //! Each repetition times one silo alone, then two together: all threads wait at a barrier, each
 //! processes the same number of packets, and the run's rate is all packets over the wall time
 //! from the barrier to the last thread's end. The ratio of the medians is reported against the
-//! brief's target of 1.8. It is only meaningful on a machine with two idle cores, so each thread
+//! target of 1.8 ([`TARGET_RATIO`]). It is only meaningful on a machine with two idle cores, so each thread
 //! also reads its own CPU time (`/proc/thread-self/schedstat`): CPU ns per packet in each silo
 //! shows whether a silo slows down when another one runs (shared caches, memory bandwidth, false
 //! sharing) apart from how much CPU the machine granted; [`ScalingReport::cpu_ratio`] is the
 //! ratio two silos would reach with two whole cores.
 
 use super::{workload_config, workload_frames, Rig, Stage};
-use crate::compare::measure::ThreadCpu;
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::silo::{pin, Allocator};
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::silo::{pin, Allocator};
+use metronome_testbed::compare::measure::ThreadCpu;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-/// The brief's target: two silos at least 1.8 times the packet rate of one.
+/// The target: two silos at least 1.8 times the packet rate of one.
 pub const TARGET_RATIO: f64 = 1.8;
 
 /// One configuration's measurement.

@@ -1,5 +1,5 @@
-//! The reference forwarder of issue 4's throughput target: "a plain `recvmmsg`/`sendmmsg`
-//! AF_PACKET forwarder with batches of 64". It moves frames between two [`AfPacketPort`]s in
+//! The reference forwarder of the daemon's throughput target: a plain `recvmmsg`/`sendmmsg`
+//! AF_PACKET forwarder with batches of 64. It moves frames between two [`AfPacketPort`]s in
 //! [`RxMode::Mmsg`] (`recvmmsg` and `sendmmsg`, batches of 64: the same sockets and options as the
 //! daemon's ports) in both directions and does nothing else: no parsing, no classification, no
 //! checksum work, no queue.
@@ -22,7 +22,7 @@ use std::time::Duration;
 /// Longest idle sleep: bounds how late a stop is noticed (10 ms).
 pub const IDLE_SLEEP: Duration = Duration::from_millis(10);
 /// Wait before retrying frames the device refused as busy: 20 µs, as the daemon's loop
-/// (`crate::run::TX_RETRY`).
+/// (`metronome_daemon::run::TX_RETRY`).
 const TX_RETRY: Duration = Duration::from_micros(20);
 /// The ports: `recvmmsg` receive, the daemon's defaults otherwise.
 const PLAIN: AfPacketConfig = AfPacketConfig {

@@ -1,4 +1,4 @@
-//! What `metronome compare` measures, and how (issue 4, item 3).
+//! What `metronome compare` measures, and how.
 //!
 //! * **Rate on the wire** ([`WindowSampler`]): the receiver veth's `rx_bytes` (Ethernet frames
 //!   with their 14-byte header, without FCS, as `/proc/net/dev` counts them) read every
@@ -23,7 +23,7 @@ use std::fs::File;
 use std::io::{Read, Seek};
 use std::time::{Duration, Instant};
 
-/// Rate window: 100 ms (Carousel §7.1.1; issue 4 item 3).
+/// Rate window: 100 ms (Carousel §7.1.1).
 pub const WINDOW: Duration = Duration::from_millis(100);
 
 /// The rates of consecutive windows from `(time, cumulative bytes)` samples, in bits/s: window

@@ -1,9 +1,9 @@
 //! Criterion benchmark of the daemon's per-packet path through in-memory ports: the same
 //! workload and cumulative stages as `metronome bench --daemon`
-//! ([`metronome_daemon::pipeline_bench`]). Timing lives here, never in tests (STYLE.md §15).
+//! ([`metronome_bench::pipeline`]). Timing lives here, never in tests (CONTRIBUTING.md §15).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use metronome_daemon::pipeline_bench::{Stage, StageRunner};
+use metronome_bench::pipeline::{Stage, StageRunner};
 use std::time::{Duration, Instant};
 
 /// Frames per receive batch: the daemon's default `batch_size`.

@@ -7,8 +7,8 @@
 
 mod common;
 
-use metronome_daemon::forwarder;
-use metronome_daemon::trafficgen::{self, FlowGroup, TrafficPlan};
+use metronome_testbed::forwarder;
+use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

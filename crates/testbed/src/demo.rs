@@ -1,4 +1,4 @@
-//! `metronome demo`: the daemon on a throwaway topology with real kernel TCP (issue 4, item 2).
+//! `metronome demo`: the daemon on a throwaway topology with real kernel TCP.
 //!
 //! With CAP_NET_ADMIN, [`run_real`] builds a [`Topology::bump_in_the_wire`], runs the daemon's
 //! loop on AF_PACKET ports on `in0`/`out0` inside the shaper namespace with the embedded
@@ -22,12 +22,12 @@
 //! flows under a 200 Mbit/s aggregate; 4 flows each paced at 50 Mbit/s), with the same 2 µs /
 //! 2 s timing wheel; the unshaped traffic is not simulated.
 
-use crate::config::Config;
-use crate::daemon::spawn_shaper;
-use crate::metrics::Metrics;
 use crate::netns::{TopoError, Topology};
-use crate::run::Control;
+use crate::shaper::spawn_shaper;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::run::Control;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -55,7 +55,7 @@ pub enum DemoError {
     Port(#[from] metronome_io::PortError),
     /// The simulator refused the scenario.
     #[error("simulator: {0}")]
-    Sim(String),
+    Sim(#[from] metronome_sim::ScenarioError),
 }
 
 /// One line of the conformance table.
@@ -268,7 +268,7 @@ pub fn run_simulated(duration: Duration, out: &mut dyn Write) -> Result<Vec<Clas
             },
             ..Scenario::default()
         };
-        let report = metronome_sim::run(&scenario).map_err(|e| DemoError::Sim(e.to_string()))?;
+        let report = metronome_sim::run(&scenario)?;
         let target = target_bps(&config, name, flows as usize);
         let (achieved, dev) = conformance(&report.throughput.windows_bps, target);
         rows.push(ClassRow {

@@ -1,0 +1,32 @@
+//! # metronome-testbed
+//!
+//! What builds and measures topologies around the daemon (`metronome-daemon`): throwaway network
+//! namespaces, real kernel TCP through them, and the daemon, kernel qdiscs or a plain forwarder
+//! in between. The daemon does not depend on this crate; `metronome demo`, `metronome compare`,
+//! the pipeline benchmark's CPU accounting and the real-traffic integration tests do.
+//!
+//! * [`netns`]: a sender / shaper / receiver "bump in the wire" topology of network namespaces
+//!   and veths, `tc` qdiscs for the kernel baselines, per-namespace link counters, cleanup on
+//!   drop and on signals.
+//! * [`trafficgen`]: kernel TCP (and UDP) flow groups from the sender to sinks in the receiver,
+//!   goodput windows and an RTT probe.
+//! * [`shaper`]: the daemon's loop ([`shaper::spawn_shaper`]) or its silos
+//!   ([`shaper::spawn_silos`]) on a thread inside a namespace.
+//! * [`demo`]: `metronome demo`, the daemon on a topology with a conformance table, or the same
+//!   scenario in `metronome-sim` without the privilege.
+//! * [`compare`]: `metronome compare`, the daemon against kernel HTB and TBF on the same path;
+//!   [`compare::measure`] holds the rate, deviation and CPU accounting.
+//! * [`forwarder`]: the plain `recvmmsg`/`sendmmsg` AF_PACKET forwarder that `compare --ceiling`
+//!   measures the daemon against.
+//!
+//! Building a topology needs CAP_NET_ADMIN; without it the entry points return
+//! [`netns::TopoError::MissingPrivilege`] and the integration tests skip.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod compare;
+pub mod demo;
+pub mod forwarder;
+pub mod netns;
+pub mod shaper;
+pub mod trafficgen;

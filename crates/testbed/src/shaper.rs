@@ -1,0 +1,55 @@
+//! The daemon on a topology: [`spawn_shaper`] runs [`metronome_daemon::service::run_with`] (the
+//! single loop) and [`spawn_silos`] runs [`metronome_daemon::silo::run_silos`] on a new thread
+//! inside a network namespace, so that the AF_PACKET ports open on that namespace's interfaces
+//! (`in0` / `out0` of a [`crate::netns::Topology`]). `metronome demo`, `metronome compare` and
+//! the integration tests use them.
+
+use crate::netns::{Namespace, TopoError};
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::run::{Control, LoopReport};
+use metronome_daemon::service::run_with;
+use metronome_daemon::silo::{run_silos, SiloReport};
+use metronome_io::PortError;
+use std::sync::atomic::Ordering;
+
+/// The thread of [`spawn_shaper`]: joins to the loop's report, or why it could not run.
+pub type ShaperThread = std::thread::JoinHandle<Result<Result<LoopReport, PortError>, TopoError>>;
+/// The thread of [`spawn_silos`]: joins to every silo's report, or why they could not run.
+pub type SilosThread =
+    std::thread::JoinHandle<Result<Result<Vec<SiloReport>, PortError>, TopoError>>;
+
+/// Runs the loop for `config` on a new thread inside namespace `ns` (ports are opened there).
+/// Set `control.stop` and join the handle for the report.
+pub fn spawn_shaper(
+    ns: &Namespace,
+    config: Config,
+    metrics: Metrics,
+    control: Control,
+) -> Result<ShaperThread, TopoError> {
+    ns.spawn(move || {
+        let result = run_with(&config, None, &metrics, &control);
+        if result.is_err() {
+            control.stop.store(true, Ordering::Relaxed);
+        }
+        result
+    })
+}
+
+/// Runs `config.daemon.cores` silos for `config` inside namespace `ns` (ports are opened
+/// there; the calling thread of [`run_silos`] is the new one). `metrics` must have as many silos
+/// ([`Metrics::with_silos`]). Set `control.stop` and join the handle for the reports.
+pub fn spawn_silos(
+    ns: &Namespace,
+    config: Config,
+    metrics: Metrics,
+    control: Control,
+) -> Result<SilosThread, TopoError> {
+    ns.spawn(move || {
+        let result = run_silos(&config, None, &metrics, &control);
+        if result.is_err() {
+            control.stop.store(true, Ordering::Relaxed);
+        }
+        result
+    })
+}
