@@ -44,7 +44,7 @@ use crate::ack_shaping::AckShaping;
 use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZE};
 use crate::flow_table::{FlowTable, Lookup};
 use crate::metrics::{ClassMetrics, DropReason, HistogramTally, Metrics};
-use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
+use metronome_core::timestamp::{PolicyId, PolicyKind, PolicyStack, Timestamper};
 use metronome_core::{
     ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, RejectReason, Timestamp,
     TimingWheel, TimingWheelConfig,
@@ -433,19 +433,16 @@ impl Engine {
                 return self.drop(pool, id, index, DropReason::FlowLimit);
             }
         }
-        let mut policies = [aggregate, None];
-        if let (Some(rate), Some(e)) = (policy.pacing, entry) {
-            policies[1] = self
-                .flows
-                .pacing_policy(e, &mut self.stamper, rate, policy.burst);
-        }
+        let pacing = match (policy.pacing, entry) {
+            (Some(rate), Some(e)) => {
+                self.flows
+                    .pacing_policy(e, &mut self.stamper, rate, policy.burst)
+            }
+            _ => None,
+        };
+        let policies = PolicyStack::new(aggregate, pacing);
         // The delay this packet will wait: the largest backlog among its policies.
-        let delay = policies
-            .iter()
-            .flatten()
-            .filter_map(|&p| self.stamper.backlog(p, now))
-            .max()
-            .unwrap_or(Duration::ZERO);
+        let delay = policies.backlog(&self.stamper, now);
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if delay > threshold {
                 match mark_ce(pool.frame_mut(id), parsed) {
@@ -464,12 +461,7 @@ impl Engine {
         if horizon_policy == HorizonPolicy::Reject && delay >= self.max_delay {
             return self.drop(pool, id, index, DropReason::Horizon);
         }
-        let (a, b) = (policies[0], policies[1]);
-        let edt = match (a, b) {
-            (Some(a), Some(b)) => self.stamper.stamp(now, len, &[a, b]),
-            (Some(p), None) | (None, Some(p)) => self.stamper.stamp(now, len, &[p]),
-            (None, None) => now,
-        };
+        let edt = policies.stamp(&mut self.stamper, now, now, len);
         let edt = edt.min(now.saturating_add(self.max_delay));
         let len16 = u16::try_from(len).unwrap_or(u16::MAX);
         let pkt = PacketRef::new(id, flow, ClassId(index as u16), len16);
