@@ -74,10 +74,10 @@ pub mod token_bucket_rr;
 pub mod zd;
 
 pub use completions::{Completion, CompletionMode, Deferred, InFlight};
-pub use mq_ecn::{Marking, MarkingError, NonEctPolicy, Red};
+pub use mq_ecn::{Marking, MarkingConfigError, NonEctPolicy, Red};
 pub use mq_port::{
     MqConfigError, MqCounters, MqDequeued, MqEnqueued, MqPort, MqPortConfig, MqQueueCounters,
-    MqReject, QueueConfig, Scheduling,
+    MqRejectReason, QueueConfig, Scheduling,
 };
 pub use nba::{water_fill, Nba, NbaConfig, NbaConfigError, NbaCounters};
 pub use nicpic::{NicPic, NicPicConfig, NicPicCounters, Pull};
@@ -90,7 +90,7 @@ pub use time::{Clock, Duration, ManualClock, SlotClock, Timestamp};
 pub use timing_wheel::{
     GenericTimingWheel, ListSlots, PoolSlots, TimingWheel, TimingWheelConfig, TimingWheelList,
 };
-pub use zd::{CappedWheel, Offer, Overflow, Pfifo, ScheduledBuffer, TbfBuffer, Zd, ZdConfig};
+pub use zd::{CappedWheel, Overflow, Pfifo, ScheduledBuffer, TbfBuffer, Zd, ZdConfig, ZdVerdict};
 
 /// The README's code blocks, compiled and run as doctests so the README cannot drift.
 #[doc = include_str!("../../../README.md")]

@@ -121,7 +121,7 @@ pub enum NonEctPolicy {
 
 /// Why a marking configuration was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum MarkingError {
+pub enum MarkingConfigError {
     /// `lambda` is negative or not finite.
     #[error("lambda must be finite and >= 0")]
     Lambda,
@@ -178,18 +178,18 @@ impl EcnState {
         mtu_bytes: u32,
         quanta: &[u64],
         strict: &[bool],
-    ) -> Result<Self, MarkingError> {
+    ) -> Result<Self, MarkingConfigError> {
         let (base, red) = match marking {
             Marking::Red { base, red } => {
                 if matches!(**base, Marking::None | Marking::Red { .. }) {
-                    return Err(MarkingError::RedBase);
+                    return Err(MarkingConfigError::RedBase);
                 }
                 let ok = red.k_min_fraction >= 0.0
                     && red.k_min_fraction <= red.k_max_fraction
                     && red.k_max_fraction.is_finite()
                     && (0.0..=1.0).contains(&red.p_max);
                 if !ok {
-                    return Err(MarkingError::RedParameters);
+                    return Err(MarkingConfigError::RedParameters);
                 }
                 (&**base, Some(*red))
             }
@@ -222,13 +222,13 @@ impl EcnState {
             Marking::Red { .. } => unreachable!("checked above"),
         };
         if !(lambda.is_finite() && lambda >= 0.0) {
-            return Err(MarkingError::Lambda);
+            return Err(MarkingConfigError::Lambda);
         }
         if !(beta > 0.0 && beta < 1.0) {
-            return Err(MarkingError::Beta);
+            return Err(MarkingConfigError::Beta);
         }
         if t_idle == Duration::ZERO {
-            return Err(MarkingError::TIdle);
+            return Err(MarkingConfigError::TIdle);
         }
         let k_std = line_rate.bytes_in(rtt) as f64 * lambda;
         let weight_sum: u64 = quanta

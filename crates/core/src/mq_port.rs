@@ -25,7 +25,7 @@
 //! construction for `buffer_bytes / MIN_PACKET_BYTES` packets plus one spare node per queue, so
 //! every queue may hold the whole buffer and nothing allocates after `new`. Each queue keeps its
 //! head packet outside the pool (the pool has no peek) and the rest in a pool list. A packet that
-//! would take the port past `buffer_bytes` is handed back ([`MqReject::BufferFull`]; drop-tail,
+//! would take the port past `buffer_bytes` is handed back ([`MqRejectReason::BufferFull`]; drop-tail,
 //! "completely shared by all the queues in a first-in-first-serve bias", §5.1). Packets shorter
 //! than [`MIN_PACKET_BYTES`] can exhaust the pool first; they are handed back the same way.
 //!
@@ -68,9 +68,10 @@ mod tests;
 
 pub use counters::{MqCounters, MqQueueCounters};
 
-use crate::mq_ecn::{EcnState, Marking, MarkingError, NonEctPolicy};
+use crate::mq_ecn::{EcnState, Marking, MarkingConfigError, NonEctPolicy};
 use crate::packet::PacketRef;
 use crate::pool::{NodePool, SlotList};
+use crate::queue::Rejected;
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp};
 use std::collections::VecDeque;
@@ -174,7 +175,7 @@ pub enum MqConfigError {
     Mtu,
     /// The marking rule is invalid.
     #[error("marking: {0}")]
-    Marking(#[from] MarkingError),
+    Marking(#[from] MarkingConfigError),
 }
 
 /// An accepted packet.
@@ -186,7 +187,7 @@ pub struct MqEnqueued {
 
 /// Why a packet was handed back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum MqReject {
+pub enum MqRejectReason {
     /// The shared buffer has no room for it (drop-tail).
     #[error("port buffer full")]
     BufferFull,
@@ -342,21 +343,30 @@ impl MqPort {
         now: Timestamp,
         pkt: PacketRef,
         ect: bool,
-    ) -> Result<MqEnqueued, (PacketRef, MqReject)> {
+    ) -> Result<MqEnqueued, Rejected<MqRejectReason>> {
         let now = self.advance(now);
         let qi = pkt.class.0 as usize;
         if qi >= self.queues.len() {
             self.counters.unknown_queue += 1;
-            return Err((pkt, MqReject::UnknownQueue));
+            return Err(Rejected {
+                pkt,
+                reason: MqRejectReason::UnknownQueue,
+            });
         }
         let len = u64::from(pkt.len);
         if len > u64::from(self.mtu_bytes) {
             self.counters.too_long += 1;
-            return Err((pkt, MqReject::TooLong));
+            return Err(Rejected {
+                pkt,
+                reason: MqRejectReason::TooLong,
+            });
         }
         if self.total_bytes + len > self.buffer_bytes {
             self.counters.count_buffer_drop(qi);
-            return Err((pkt, MqReject::BufferFull));
+            return Err(Rejected {
+                pkt,
+                reason: MqRejectReason::BufferFull,
+            });
         }
         self.wake(now);
         // The occupancy compared is the queue's (or port's) bytes with this packet in it.
@@ -366,7 +376,10 @@ impl MqPort {
         let marked = over && ect;
         if over && !ect && self.non_ect == NonEctPolicy::Drop {
             self.counters.count_non_ect_drop(qi);
-            return Err((pkt, MqReject::NotEctDropped));
+            return Err(Rejected {
+                pkt,
+                reason: MqRejectReason::NotEctDropped,
+            });
         }
         let q = &mut self.queues[qi];
         if q.head.is_none() {
@@ -374,7 +387,10 @@ impl MqPort {
         } else if let Err(pkt) = self.pool.push_back(&mut q.rest, pkt) {
             self.counters.pool_exhausted += 1;
             self.counters.count_buffer_drop(qi);
-            return Err((pkt, MqReject::BufferFull));
+            return Err(Rejected {
+                pkt,
+                reason: MqRejectReason::BufferFull,
+            });
         }
         if over && !ect {
             self.counters.count_non_ect_pass(qi);

@@ -188,7 +188,7 @@ impl Default for NicPicConfig {
 
 /// Why a scheduler could not be built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum NicPicConfigError {
     /// The link rate is zero.
     #[error("link rate must be positive")]
     ZeroLinkRate,
@@ -205,7 +205,7 @@ pub enum ConfigError {
 
 /// Why [`NicPic::backlog`] refused a doorbell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum RefuseReason {
+pub enum NicPicRejectReason {
     /// The class index is not configured.
     #[error("unknown class")]
     UnknownClass,
@@ -223,13 +223,13 @@ pub enum RefuseReason {
 /// A doorbell handed back with its reason; nothing changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("class {class}: segment of {segment_len} bytes refused: {reason}")]
-pub struct Refused {
+pub struct RejectedSegment {
     /// The class named.
     pub class: u32,
     /// The segment length announced.
     pub segment_len: u32,
     /// Why it was refused.
-    pub reason: RefuseReason,
+    pub reason: NicPicRejectReason,
 }
 
 /// Why [`NicPic::set_rate`] refused a rate.
@@ -377,20 +377,20 @@ pub struct NicPic {
 impl NicPic {
     /// A scheduler for `rates.len()` classes, class `i` limited to `rates[i]`, all idle, at time
     /// zero.
-    pub fn new(config: NicPicConfig, rates: &[Rate]) -> Result<Self, ConfigError> {
+    pub fn new(config: NicPicConfig, rates: &[Rate]) -> Result<Self, NicPicConfigError> {
         if config.link.bps() == 0 {
-            return Err(ConfigError::ZeroLinkRate);
+            return Err(NicPicConfigError::ZeroLinkRate);
         }
         if config.mtu == 0 || config.mtu > MAX_SEGMENT_BYTES {
-            return Err(ConfigError::BadMtu);
+            return Err(NicPicConfigError::BadMtu);
         }
         if rates.len() > MAX_CLASSES {
-            return Err(ConfigError::TooManyClasses);
+            return Err(NicPicConfigError::TooManyClasses);
         }
         let mut classes = Vec::with_capacity(rates.len());
         for (i, r) in rates.iter().enumerate() {
             if r.bps() == 0 {
-                return Err(ConfigError::ZeroRate(i as u32));
+                return Err(NicPicConfigError::ZeroRate(i as u32));
             }
             classes.push(Class {
                 tag: 0,
@@ -436,31 +436,36 @@ impl NicPic {
     }
 
     /// The doorbell (NicPic §3.1): class `class` has a head segment of `segment_len` bytes to
-    /// send, from offset 0. Refused, with nothing changed, when the class is unknown or already
+    /// send, from offset 0. RejectedSegment, with nothing changed, when the class is unknown or already
     /// backlogged, or the length is 0 or beyond [`MAX_SEGMENT_BYTES`].
-    pub fn backlog(&mut self, now: Timestamp, class: u32, segment_len: u32) -> Result<(), Refused> {
+    pub fn backlog(
+        &mut self,
+        now: Timestamp,
+        class: u32,
+        segment_len: u32,
+    ) -> Result<(), RejectedSegment> {
         self.advance(now);
-        let refuse = |reason| Refused {
+        let refuse = |reason| RejectedSegment {
             class,
             segment_len,
             reason,
         };
         let reason = match self.classes.get(class as usize) {
-            None => Some(RefuseReason::UnknownClass),
-            Some(_) if segment_len == 0 => Some(RefuseReason::EmptySegment),
-            Some(_) if segment_len > MAX_SEGMENT_BYTES => Some(RefuseReason::SegmentTooLong),
+            None => Some(NicPicRejectReason::UnknownClass),
+            Some(_) if segment_len == 0 => Some(NicPicRejectReason::EmptySegment),
+            Some(_) if segment_len > MAX_SEGMENT_BYTES => Some(NicPicRejectReason::SegmentTooLong),
             Some(c) if c.bucket != IDLE && c.bucket != DRAINED => {
-                Some(RefuseReason::AlreadyBacklogged)
+                Some(NicPicRejectReason::AlreadyBacklogged)
             }
             Some(_) => None,
         };
         if let Some(reason) = reason {
             let c = &mut self.counters;
             match reason {
-                RefuseReason::UnknownClass => c.refused_unknown_class += 1,
-                RefuseReason::AlreadyBacklogged => c.refused_already_backlogged += 1,
-                RefuseReason::EmptySegment => c.refused_empty_segment += 1,
-                RefuseReason::SegmentTooLong => c.refused_segment_too_long += 1,
+                NicPicRejectReason::UnknownClass => c.refused_unknown_class += 1,
+                NicPicRejectReason::AlreadyBacklogged => c.refused_already_backlogged += 1,
+                NicPicRejectReason::EmptySegment => c.refused_empty_segment += 1,
+                NicPicRejectReason::SegmentTooLong => c.refused_segment_too_long += 1,
             }
             return Err(refuse(reason));
         }

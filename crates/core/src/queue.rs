@@ -26,13 +26,15 @@ pub enum RejectReason {
     Full,
 }
 
-/// A packet the queue did not accept, handed back to the caller with the reason.
+/// A packet a queue did not accept, handed back to the caller with the reason. Every queue of the
+/// core hands packets back this way; `R` is the queue's own reason type ([`RejectReason`] for the
+/// EDT queues, [`crate::mq_port::MqRejectReason`] for the multi-queue port).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rejected {
+pub struct Rejected<R = RejectReason> {
     /// The packet, untouched.
     pub pkt: PacketRef,
     /// Why it was not accepted.
-    pub reason: RejectReason,
+    pub reason: R,
 }
 
 /// What a time-indexed queue does with an EDT beyond its horizon (Carousel §5.1.2).

@@ -381,7 +381,7 @@ impl Default for ZdConfig {
 /// What [`Zd::offer`] did with a packet. Every variant but `Enqueued` hands the packet back.
 #[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Offer {
+pub enum ZdVerdict {
     /// The buffer took the packet.
     Enqueued,
     /// The flow is now paused and appended to the paused-flows queue; the source keeps the packet
@@ -421,7 +421,7 @@ pub struct ZdCounters {
     pub already_paused: u64,
     /// Flows resumed.
     pub resumed: u64,
-    /// Packets handed back to their source (every `Offer` but `Enqueued` and `Dropped`).
+    /// Packets handed back to their source (every `ZdVerdict` but `Enqueued` and `Dropped`).
     pub virtual_drops: u64,
     /// Packets physically dropped (only with [`Overflow::Drop`]).
     pub physical_drops: u64,
@@ -463,18 +463,18 @@ enum PauseCause {
 /// zD's controller over a scheduled buffer (zD Algorithm 1). See the module docs.
 ///
 /// ```
-/// use metronome_core::zd::{Offer, Overflow, Pfifo, ScheduledBuffer, Zd, ZdConfig};
+/// use metronome_core::zd::{ZdVerdict, Overflow, Pfifo, ScheduledBuffer, Zd, ZdConfig};
 /// use metronome_core::{ClassId, FlowId, PacketRef, Timestamp};
 ///
 /// let mut zd = Zd::new(Pfifo::new(1, Overflow::HandBack), ZdConfig { flows: 4, ..Default::default() });
 /// let t = Timestamp::ZERO;
 /// let p = |id, f| PacketRef::new(id, FlowId(f), ClassId(0), 1500);
-/// assert_eq!(zd.offer(t, t, p(1, 0)), Offer::Enqueued);
-/// assert_eq!(zd.offer(t, t, p(2, 1)), Offer::Paused(p(2, 1))); // full: flow 1 keeps its packet
+/// assert_eq!(zd.offer(t, t, p(1, 0)), ZdVerdict::Enqueued);
+/// assert_eq!(zd.offer(t, t, p(2, 1)), ZdVerdict::Paused(p(2, 1))); // full: flow 1 keeps its packet
 /// let (mut out, mut resumed) = ([PacketRef::default(); 4], Vec::new());
 /// assert_eq!(zd.dequeue(t, &mut out, &mut resumed), 1);
 /// assert_eq!(resumed, vec![FlowId(1)]); // the departure resumed flow 1
-/// assert_eq!(zd.offer(t, t, p(2, 1)), Offer::Enqueued);
+/// assert_eq!(zd.offer(t, t, p(2, 1)), ZdVerdict::Enqueued);
 /// assert_eq!(zd.counters().physical_drops, 0);
 /// ```
 pub struct Zd<B: ScheduledBuffer> {
@@ -499,18 +499,18 @@ impl<B: ScheduledBuffer> Zd<B> {
     }
 
     /// Algorithm 1's `ProcessFlow` for one packet of `pkt.flow` with EDT `edt`.
-    pub fn offer(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> Offer {
+    pub fn offer(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> ZdVerdict {
         self.counters.offers += 1;
         let i = pkt.flow.0 as usize;
         let Some(&state) = self.flows.get(i) else {
             self.counters.unknown_flow += 1;
             self.counters.virtual_drops += 1;
-            return Offer::UnknownFlow(pkt);
+            return ZdVerdict::UnknownFlow(pkt);
         };
         if self.paused.contains(pkt.flow) {
             self.counters.already_paused += 1;
             self.counters.virtual_drops += 1;
-            return Offer::AlreadyPaused(pkt);
+            return ZdVerdict::AlreadyPaused(pkt);
         }
         self.counters.probes += 1;
         if !self.buffer.probe(now, pkt.flow) {
@@ -527,12 +527,12 @@ impl<B: ScheduledBuffer> Zd<B> {
             Ok(()) => {
                 self.flows[i] = FlowState::with(state.in_buffer() + 1, state.pushed() + 1);
                 self.counters.enqueued += 1;
-                Offer::Enqueued
+                ZdVerdict::Enqueued
             }
             Err(r) if r.reason == RejectReason::Full => match self.buffer.overflow() {
                 Overflow::Drop => {
                     self.counters.physical_drops += 1;
-                    Offer::Dropped(pkt)
+                    ZdVerdict::Dropped(pkt)
                 }
                 // The probe said there was room; treat it as a failed probe.
                 Overflow::HandBack => self.pause(edt, pkt, PauseCause::NoRoom),
@@ -540,19 +540,19 @@ impl<B: ScheduledBuffer> Zd<B> {
             Err(r) => {
                 self.counters.rejected += 1;
                 self.counters.virtual_drops += 1;
-                Offer::Rejected(r)
+                ZdVerdict::Rejected(r)
             }
         }
     }
 
     /// Pauses `pkt.flow` (not yet paused, index in range) and hands `pkt` back.
-    fn pause(&mut self, edt: Timestamp, pkt: PacketRef, cause: PauseCause) -> Offer {
+    fn pause(&mut self, edt: Timestamp, pkt: PacketRef, cause: PauseCause) -> ZdVerdict {
         self.counters.virtual_drops += 1;
         if self.paused.pause(pkt.flow, edt).is_err() {
             // Unreachable: same capacity as `flows`, and paused flows return earlier.
             debug_assert!(false, "pause refused");
             self.counters.unknown_flow += 1;
-            return Offer::UnknownFlow(pkt);
+            return ZdVerdict::UnknownFlow(pkt);
         }
         self.counters.paused += 1;
         match cause {
@@ -560,7 +560,7 @@ impl<B: ScheduledBuffer> Zd<B> {
             PauseCause::AtLimit => self.counters.paused_at_limit += 1,
             PauseCause::TurnUsed => self.counters.paused_turn_used += 1,
         }
-        Offer::Paused(pkt)
+        ZdVerdict::Paused(pkt)
     }
 
     /// Releases packets from the buffer into `out` and, for each departure, resumes the head of

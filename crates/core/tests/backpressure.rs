@@ -4,7 +4,7 @@
 
 use metronome_core::completions::{Completion, CompletionMode, Deferred};
 use metronome_core::paused_flows::{Discipline, PauseError, PausedFlows};
-use metronome_core::zd::{Offer, Overflow, Pfifo, ScheduledBuffer, Zd, ZdConfig};
+use metronome_core::zd::{Overflow, Pfifo, ScheduledBuffer, Zd, ZdConfig, ZdVerdict};
 use metronome_core::{
     ClassId, Duration, FlowId, HorizonPolicy, PacketRef, RejectReason, Timestamp, TimingWheel,
     TimingWheelConfig,
@@ -200,10 +200,10 @@ impl World {
         self.offered += 1;
         let now = Timestamp::ZERO;
         match self.zd.offer(now, now, pkt) {
-            Offer::Enqueued => {
+            ZdVerdict::Enqueued => {
                 self.in_shaper.insert(pkt.id, f as u32);
             }
-            Offer::Paused(back) => {
+            ZdVerdict::Paused(back) => {
                 prop_assert_eq!(back, pkt);
                 let src = &mut self.sources[f];
                 src.held = Some(back);

@@ -26,7 +26,7 @@ use crate::host::{Flow, Rng, Transport, DELAYED_ACK_TIMEOUT};
 use crate::metrics::Metrics;
 use crate::report::{DropReport, ShaperReport, SimReport, Speed};
 use crate::scenario::{BackpressureMode, Scenario, ScenarioError, SourceKind};
-use crate::shaper::{Admit, Shaper};
+use crate::shaper::{Shaper, Verdict};
 use crate::tcp::TcpSender;
 use metronome_core::completions::InFlight;
 use metronome_core::{ClassId, Duration, FlowId, PacketRef, Rate, Timestamp};
@@ -341,7 +341,7 @@ impl<'a> Sim<'a> {
         let admit = self.shaper.offer(now, edt, pkt);
         self.flows[f as usize].resumed_turn = false;
         match admit {
-            Admit::Enqueued => {
+            Verdict::Enqueued => {
                 let stamped = self.shaper.commit_edt(now, now, bytes, f);
                 debug_assert_eq!(stamped, edt, "peek and commit disagree");
                 self.ce_marked += u64::from(ce);
@@ -354,19 +354,19 @@ impl<'a> Sim<'a> {
                 self.kick(now);
                 true
             }
-            Admit::Dropped => {
+            Verdict::Dropped => {
                 // Lost: freed at once (its completion), found out by TCP as a network loss.
                 self.descs.release(id);
                 self.physical_drops += 1;
                 self.on_segment_sent(f, seq, mtus, now);
                 true
             }
-            Admit::Paused => {
+            Verdict::Paused => {
                 self.descs.release(id);
                 self.flows[f as usize].paused = true;
                 false
             }
-            Admit::HandedBack => {
+            Verdict::HandedBack => {
                 self.descs.release(id);
                 self.schedule_wake(f as usize, now + HANDED_BACK_RETRY);
                 false

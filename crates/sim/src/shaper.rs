@@ -25,8 +25,8 @@ use metronome_core::fq_tree::FqTree;
 use metronome_core::timestamp::{PolicyId, PolicyKind, PolicyStack, Timestamper};
 use metronome_core::token_bucket_rr::{ClassConfig, TokenBucketRr};
 use metronome_core::zd::{
-    CappedWheel, Offer, Overflow, Pfifo, ScheduledBuffer, TbfBuffer, TbfConfig, Zd, ZdConfig,
-    ZdCounters,
+    CappedWheel, Overflow, Pfifo, ScheduledBuffer, TbfBuffer, TbfConfig, Zd, ZdConfig, ZdCounters,
+    ZdVerdict,
 };
 use metronome_core::{
     ClassId, Discipline, Duration, EdtQueue, FlowId, PacketRef, Rate, Timestamp, TimingWheel,
@@ -53,7 +53,7 @@ enum Queue {
 
 /// What happened to a packet offered to the shaper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admit {
+pub enum Verdict {
     /// Accepted.
     Enqueued,
     /// Refused and lost: a physical drop (the source learns of it as a network loss).
@@ -275,19 +275,19 @@ impl Shaper {
     /// Offers `pkt` with `edt`. Without zD a full shaper (or a refusal by the structure) drops
     /// it physically; under zD the flow may be paused (zD Algorithm 1 `ProcessFlow`).
     #[inline]
-    pub fn offer(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> Admit {
+    pub fn offer(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> Verdict {
         self.counters.operations += 1;
-        let zd_admit = |o: Offer| match o {
-            Offer::Enqueued => Admit::Enqueued,
-            Offer::Paused(_) | Offer::AlreadyPaused(_) => Admit::Paused,
-            Offer::Rejected(_) | Offer::UnknownFlow(_) => Admit::HandedBack,
-            Offer::Dropped(_) => Admit::Dropped,
+        let zd_admit = |o: ZdVerdict| match o {
+            ZdVerdict::Enqueued => Verdict::Enqueued,
+            ZdVerdict::Paused(_) | ZdVerdict::AlreadyPaused(_) => Verdict::Paused,
+            ZdVerdict::Rejected(_) | ZdVerdict::UnknownFlow(_) => Verdict::HandedBack,
+            ZdVerdict::Dropped(_) => Verdict::Dropped,
         };
         let plain = |r: Result<(), _>| {
             if r.is_ok() {
-                Admit::Enqueued
+                Verdict::Enqueued
             } else {
-                Admit::Dropped
+                Verdict::Dropped
             }
         };
         let full = self.len() >= self.capacity;
@@ -295,7 +295,7 @@ impl Shaper {
             Queue::ZdPfifo(z) => zd_admit(z.offer(now, edt, pkt)),
             Queue::ZdTbf(z) => zd_admit(z.offer(now, edt, pkt)),
             Queue::ZdWheel(z) => zd_admit(z.offer(now, edt, pkt)),
-            _ if full => Admit::Dropped,
+            _ if full => Verdict::Dropped,
             Queue::Wheel(q) => plain(q.enqueue(now, edt, pkt)),
             Queue::Fq(q) => plain(q.enqueue(now, edt, pkt)),
             Queue::Bucket(q) => plain(q.enqueue(
@@ -310,10 +310,10 @@ impl Shaper {
             Queue::Tbf(q) => plain(q.enqueue(now, edt, pkt)),
         };
         match admit {
-            Admit::Enqueued => self.counters.enqueued += 1,
-            Admit::Dropped if full => self.counters.rejected_full += 1,
-            Admit::Dropped => self.counters.rejected_other += 1,
-            Admit::Paused | Admit::HandedBack => {}
+            Verdict::Enqueued => self.counters.enqueued += 1,
+            Verdict::Dropped if full => self.counters.rejected_full += 1,
+            Verdict::Dropped => self.counters.rejected_other += 1,
+            Verdict::Paused | Verdict::HandedBack => {}
         }
         admit
     }

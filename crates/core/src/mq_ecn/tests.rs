@@ -3,8 +3,9 @@
 //! marked while non-ECT packets over the threshold take the configured fallback, counted.
 
 use super::*;
-use crate::mq_port::{MqPort, MqPortConfig, MqReject, QueueConfig, Scheduling};
+use crate::mq_port::{MqPort, MqPortConfig, MqRejectReason, QueueConfig, Scheduling};
 use crate::packet::{ClassId, FlowId, PacketRef};
+use crate::queue::Rejected;
 use crate::time::Timestamp;
 use proptest::prelude::*;
 
@@ -161,7 +162,13 @@ fn non_ect_packets_take_the_fallback_and_are_counted() {
                 assert_eq!((c.non_ect_passes, c.non_ect_drops, c.marked), (1, 0, 0));
             }
             NonEctPolicy::Drop => {
-                assert_eq!(over, Err((pkt(11, 0, 1500), MqReject::NotEctDropped)));
+                assert_eq!(
+                    over,
+                    Err(Rejected {
+                        pkt: pkt(11, 0, 1500),
+                        reason: MqRejectReason::NotEctDropped
+                    })
+                );
                 assert_eq!((c.non_ect_passes, c.non_ect_drops, c.marked), (0, 1, 0));
             }
         }
@@ -391,18 +398,27 @@ fn invalid_markings_are_refused() {
         beta,
         t_idle,
     };
-    assert_eq!(bad(with(1.0, LAMBDA, None)), Some(E(MarkingError::Beta)));
-    assert_eq!(bad(with(0.5, -1.0, None)), Some(E(MarkingError::Lambda)));
+    assert_eq!(
+        bad(with(1.0, LAMBDA, None)),
+        Some(E(MarkingConfigError::Beta))
+    );
+    assert_eq!(
+        bad(with(0.5, -1.0, None)),
+        Some(E(MarkingConfigError::Lambda))
+    );
     assert_eq!(
         bad(with(0.5, LAMBDA, Some(Duration::ZERO))),
-        Some(E(MarkingError::TIdle))
+        Some(E(MarkingConfigError::TIdle))
     );
-    assert_eq!(bad(red(Marking::None, 0)), Some(E(MarkingError::RedBase)));
+    assert_eq!(
+        bad(red(Marking::None, 0)),
+        Some(E(MarkingConfigError::RedBase))
+    );
     let mut r = red(mq_ecn(), 0);
     if let Marking::Red { red, .. } = &mut r {
         red.k_min_fraction = 2.0;
     }
-    assert_eq!(bad(r), Some(E(MarkingError::RedParameters)));
+    assert_eq!(bad(r), Some(E(MarkingConfigError::RedParameters)));
 }
 
 fn any_rule() -> impl Strategy<Value = Marking> {
@@ -468,7 +484,7 @@ proptest! {
                         prop_assert_eq!(e.marked || passed == 1, found > k);
                     }
                 }
-                Err((back, MqReject::NotEctDropped)) => {
+                Err(Rejected { pkt: back, reason: MqRejectReason::NotEctDropped }) => {
                     prop_assert_eq!(back, p);
                     prop_assert!(!ect && drop);
                     if exact {
@@ -476,7 +492,7 @@ proptest! {
                     }
                     drops += 1;
                 }
-                Err((_, why)) => prop_assert_eq!(why, MqReject::BufferFull),
+                Err(Rejected { pkt: _, reason: why }) => prop_assert_eq!(why, MqRejectReason::BufferFull),
             }
             if let Marking::MqEcn { .. } = rule {
                 // The min(.., C) cap: never above C x RTT x lambda = 10 000 bytes.

@@ -103,16 +103,25 @@ fn refusals_are_handed_back_and_counted() {
     port.enqueue(t(0), pkt(2, 1, 1400), true).unwrap();
     assert_eq!(
         port.enqueue(t(0), pkt(3, 1, 101), true),
-        Err((pkt(3, 1, 101), MqReject::BufferFull))
+        Err(Rejected {
+            pkt: pkt(3, 1, 101),
+            reason: MqRejectReason::BufferFull
+        })
     );
     port.enqueue(t(0), pkt(4, 1, 100), true).unwrap(); // exactly full
     assert_eq!(
         port.enqueue(t(0), pkt(5, 2, 100), true),
-        Err((pkt(5, 2, 100), MqReject::UnknownQueue))
+        Err(Rejected {
+            pkt: pkt(5, 2, 100),
+            reason: MqRejectReason::UnknownQueue
+        })
     );
     assert_eq!(
         port.enqueue(t(0), pkt(6, 0, 1501), true),
-        Err((pkt(6, 0, 1501), MqReject::TooLong))
+        Err(Rejected {
+            pkt: pkt(6, 0, 1501),
+            reason: MqRejectReason::TooLong
+        })
     );
     let c = port.counters();
     assert_eq!((c.queues[1].buffer_drops, c.port.buffer_drops), (1, 1));
@@ -182,8 +191,10 @@ fn the_pool_holds_the_whole_buffer_in_one_queue() {
         port.enqueue(t(0), pkt(id, 3, 64), true).unwrap();
     }
     assert_eq!(
-        port.enqueue(t(0), pkt(100, 0, 64), true).unwrap_err().1,
-        MqReject::BufferFull
+        port.enqueue(t(0), pkt(100, 0, 64), true)
+            .unwrap_err()
+            .reason,
+        MqRejectReason::BufferFull
     );
     assert_eq!(port.counters().pool_exhausted, 0);
     port.invariants();
@@ -359,11 +370,11 @@ proptest! {
                 let p = pkt(next_id, q, len);
                 next_id += 1;
                 let want = if q >= 5 {
-                    Some(MqReject::UnknownQueue)
+                    Some(MqRejectReason::UnknownQueue)
                 } else if len > 1500 {
-                    Some(MqReject::TooLong)
+                    Some(MqRejectReason::TooLong)
                 } else if held + u64::from(len) > buffer {
-                    Some(MqReject::BufferFull)
+                    Some(MqRejectReason::BufferFull)
                 } else {
                     None
                 };
@@ -374,14 +385,14 @@ proptest! {
                         model[q as usize].push_back(p);
                         held += u64::from(len);
                     }
-                    Err((back, why)) => {
+                    Err(Rejected { pkt: back, reason: why }) => {
                         prop_assert_eq!(back, p);
                         prop_assert_eq!(Some(why), want);
                         handed_back += 1;
                         match why {
-                            MqReject::BufferFull => refused[0] += 1,
-                            MqReject::UnknownQueue => refused[1] += 1,
-                            MqReject::TooLong => refused[2] += 1,
+                            MqRejectReason::BufferFull => refused[0] += 1,
+                            MqRejectReason::UnknownQueue => refused[1] += 1,
+                            MqRejectReason::TooLong => refused[2] += 1,
                             other => prop_assert!(false, "unexpected {:?}", other),
                         }
                     }

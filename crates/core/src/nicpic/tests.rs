@@ -113,17 +113,20 @@ fn one_class_is_paced_at_its_rate_and_next_due_is_exact() {
 fn doorbells_are_refused_with_their_reason() {
     let mut n = nic(&[Rate::gbps(1); 2]);
     let refused = |n: &mut NicPic, class, len| n.backlog(t(0), class, len).unwrap_err().reason;
-    assert_eq!(refused(&mut n, 2, MTU), RefuseReason::UnknownClass);
-    assert_eq!(refused(&mut n, 0, 0), RefuseReason::EmptySegment);
-    assert_eq!(refused(&mut n, 0, 65_537), RefuseReason::SegmentTooLong);
+    assert_eq!(refused(&mut n, 2, MTU), NicPicRejectReason::UnknownClass);
+    assert_eq!(refused(&mut n, 0, 0), NicPicRejectReason::EmptySegment);
+    assert_eq!(
+        refused(&mut n, 0, 65_537),
+        NicPicRejectReason::SegmentTooLong
+    );
     n.backlog(t(0), 0, 65_536).unwrap();
     let e = n.backlog(t(0), 0, MTU).unwrap_err();
     assert_eq!(
         e,
-        Refused {
+        RejectedSegment {
             class: 0,
             segment_len: MTU,
-            reason: RefuseReason::AlreadyBacklogged
+            reason: NicPicRejectReason::AlreadyBacklogged
         }
     );
     let k = n.counters();
@@ -158,13 +161,16 @@ fn bad_configurations_are_named() {
     };
     assert_eq!(
         NicPic::new(zero_link, &[]).unwrap_err(),
-        ConfigError::ZeroLinkRate
+        NicPicConfigError::ZeroLinkRate
     );
     let no_mtu = NicPicConfig { mtu: 0, ..cfg };
-    assert_eq!(NicPic::new(no_mtu, &[]).unwrap_err(), ConfigError::BadMtu);
+    assert_eq!(
+        NicPic::new(no_mtu, &[]).unwrap_err(),
+        NicPicConfigError::BadMtu
+    );
     assert_eq!(
         NicPic::new(cfg, &[Rate::gbps(1), Rate::from_bps(0)]).unwrap_err(),
-        ConfigError::ZeroRate(1)
+        NicPicConfigError::ZeroRate(1)
     );
 }
 

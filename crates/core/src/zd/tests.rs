@@ -99,20 +99,23 @@ fn capped_wheel_probe_and_horizon() {
 fn algorithm_1_rules() {
     let mut zd = Zd::new(Pfifo::new(3, Overflow::HandBack), cfg(4));
     // Flow 0 pushes two, then hits the §4.1 cap.
-    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), Offer::Enqueued);
-    assert_eq!(zd.offer(t(0), t(0), p(2, 0)), Offer::Enqueued);
-    assert_eq!(zd.offer(t(0), t(0), p(3, 0)), Offer::Paused(p(3, 0)));
-    assert_eq!(zd.offer(t(0), t(0), p(3, 0)), Offer::AlreadyPaused(p(3, 0)));
+    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), ZdVerdict::Enqueued);
+    assert_eq!(zd.offer(t(0), t(0), p(2, 0)), ZdVerdict::Enqueued);
+    assert_eq!(zd.offer(t(0), t(0), p(3, 0)), ZdVerdict::Paused(p(3, 0)));
+    assert_eq!(
+        zd.offer(t(0), t(0), p(3, 0)),
+        ZdVerdict::AlreadyPaused(p(3, 0))
+    );
     // Flow 1 takes the last slot; flow 2 finds it full.
-    assert_eq!(zd.offer(t(0), t(0), p(4, 1)), Offer::Enqueued);
-    assert_eq!(zd.offer(t(0), t(0), p(5, 2)), Offer::Paused(p(5, 2)));
+    assert_eq!(zd.offer(t(0), t(0), p(4, 1)), ZdVerdict::Enqueued);
+    assert_eq!(zd.offer(t(0), t(0), p(5, 2)), ZdVerdict::Paused(p(5, 2)));
     zd.invariants();
     let mut out = [PacketRef::default(); 1];
     let mut resumed = Vec::new();
     assert_eq!(zd.dequeue(t(0), &mut out, &mut resumed), 1);
     assert_eq!(resumed, vec![FlowId(0)]);
     // Flow 0 resumed with one packet left in the buffer: a fresh turn.
-    assert_eq!(zd.offer(t(0), t(0), p(3, 0)), Offer::Enqueued);
+    assert_eq!(zd.offer(t(0), t(0), p(3, 0)), ZdVerdict::Enqueued);
     assert_eq!(zd.in_buffer(FlowId(0)), 2);
     assert!(zd.is_paused(FlowId(2)));
     let c = zd.counters();
@@ -137,11 +140,14 @@ fn used_turn_pauses_only_while_others_wait() {
     let mut resumed = Vec::new();
     // Alone, flow 0 keeps sending past its turn (nobody waits).
     for id in 0..4 {
-        assert_eq!(zd.offer(t(0), t(0), p(id, 0)), Offer::Enqueued);
+        assert_eq!(zd.offer(t(0), t(0), p(id, 0)), ZdVerdict::Enqueued);
         assert_eq!(zd.dequeue(t(0), &mut out, &mut resumed), 1);
     }
-    assert_eq!(zd.offer(t(0), t(0), p(9, 0)), Offer::Enqueued);
-    assert!(matches!(zd.offer(t(0), t(0), p(10, 1)), Offer::Paused(_)));
+    assert_eq!(zd.offer(t(0), t(0), p(9, 0)), ZdVerdict::Enqueued);
+    assert!(matches!(
+        zd.offer(t(0), t(0), p(10, 1)),
+        ZdVerdict::Paused(_)
+    ));
     assert_eq!(zd.dequeue(t(0), &mut out, &mut resumed), 1);
     assert_eq!(resumed, vec![FlowId(1)]);
     assert_eq!(zd.counters().paused_turn_used, 0);
@@ -154,14 +160,20 @@ fn turn_used_round_robin() {
     let mut out = [PacketRef::default(); 8];
     let mut resumed = Vec::new();
     // Flow 0 pushes its two, both leave.
-    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), Offer::Enqueued);
-    assert_eq!(zd.offer(t(0), t(0), p(2, 0)), Offer::Enqueued);
+    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), ZdVerdict::Enqueued);
+    assert_eq!(zd.offer(t(0), t(0), p(2, 0)), ZdVerdict::Enqueued);
     assert_eq!(zd.dequeue(t(0), &mut out, &mut resumed), 2);
     // Flow 1 reaches its cap and waits; now flow 0 has used its turn while someone waits.
-    assert_eq!(zd.offer(t(0), t(0), p(3, 1)), Offer::Enqueued);
-    assert_eq!(zd.offer(t(0), t(0), p(4, 1)), Offer::Enqueued);
-    assert!(matches!(zd.offer(t(0), t(0), p(5, 1)), Offer::Paused(_)));
-    assert!(matches!(zd.offer(t(0), t(0), p(6, 0)), Offer::Paused(_)));
+    assert_eq!(zd.offer(t(0), t(0), p(3, 1)), ZdVerdict::Enqueued);
+    assert_eq!(zd.offer(t(0), t(0), p(4, 1)), ZdVerdict::Enqueued);
+    assert!(matches!(
+        zd.offer(t(0), t(0), p(5, 1)),
+        ZdVerdict::Paused(_)
+    ));
+    assert!(matches!(
+        zd.offer(t(0), t(0), p(6, 0)),
+        ZdVerdict::Paused(_)
+    ));
     assert_eq!(zd.counters().paused_turn_used, 1);
     assert_eq!(zd.dequeue(t(0), &mut out, &mut resumed), 2);
     assert_eq!(resumed, vec![FlowId(1), FlowId(0)]);
@@ -173,8 +185,11 @@ fn physical_drop_only_when_configured() {
     // A buffer whose probe is bypassed: enqueue directly would drop; through zD the probe
     // pauses first, so even a Drop-configured buffer sees no drop.
     let mut zd = Zd::new(Pfifo::new(1, Overflow::Drop), cfg(4));
-    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), Offer::Enqueued);
-    assert!(matches!(zd.offer(t(0), t(0), p(2, 1)), Offer::Paused(_)));
+    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), ZdVerdict::Enqueued);
+    assert!(matches!(
+        zd.offer(t(0), t(0), p(2, 1)),
+        ZdVerdict::Paused(_)
+    ));
     assert_eq!(zd.counters().physical_drops, 0);
     assert_eq!(zd.buffer().counters().physical_drops, 0);
 }
@@ -182,10 +197,19 @@ fn physical_drop_only_when_configured() {
 #[test]
 fn unknown_flows_close_and_pass_turn() {
     let mut zd = Zd::new(Pfifo::new(1, Overflow::HandBack), cfg(3));
-    assert_eq!(zd.offer(t(0), t(0), p(1, 7)), Offer::UnknownFlow(p(1, 7)));
-    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), Offer::Enqueued);
-    assert!(matches!(zd.offer(t(0), t(0), p(2, 1)), Offer::Paused(_)));
-    assert!(matches!(zd.offer(t(0), t(0), p(3, 2)), Offer::Paused(_)));
+    assert_eq!(
+        zd.offer(t(0), t(0), p(1, 7)),
+        ZdVerdict::UnknownFlow(p(1, 7))
+    );
+    assert_eq!(zd.offer(t(0), t(0), p(1, 0)), ZdVerdict::Enqueued);
+    assert!(matches!(
+        zd.offer(t(0), t(0), p(2, 1)),
+        ZdVerdict::Paused(_)
+    ));
+    assert!(matches!(
+        zd.offer(t(0), t(0), p(3, 2)),
+        ZdVerdict::Paused(_)
+    ));
     assert!(zd.close(FlowId(1)));
     assert!(!zd.close(FlowId(1)));
     assert_eq!(zd.pass_turn(), Some(FlowId(2)));
@@ -209,7 +233,7 @@ fn wheel_horizon_rejection_is_handed_back_without_pause() {
     let r = zd.offer(t(0), t(1_000_000), p(1, 0));
     assert!(matches!(
         r,
-        Offer::Rejected(Rejected {
+        ZdVerdict::Rejected(Rejected {
             reason: RejectReason::BeyondHorizon,
             ..
         })

@@ -14,8 +14,8 @@ use crate::scenario::CongestionControl;
 use crate::tcp::TcpSender;
 use hdrhistogram::Histogram;
 use metronome_core::{
-    ClassId, Duration, FlowId, Marking, MqPort, MqPortConfig, MqReject, PacketRef, QueueConfig,
-    Rate, Scheduling, Timestamp,
+    ClassId, Duration, FlowId, Marking, MqPort, MqPortConfig, MqRejectReason, PacketRef,
+    QueueConfig, Rate, Rejected, Scheduling, Timestamp,
 };
 use std::collections::VecDeque;
 
@@ -399,10 +399,10 @@ impl<'a> SwitchSim<'a> {
                     self.start_port(now);
                 }
             }
-            Err((_, why)) => {
+            Err(Rejected { reason: why, .. }) => {
                 match why {
-                    MqReject::NotEctDropped => self.r.non_ect_drops += 1,
-                    MqReject::BufferFull => self.r.buffer_drops += 1,
+                    MqRejectReason::NotEctDropped => self.r.non_ect_drops += 1,
+                    MqRejectReason::BufferFull => self.r.buffer_drops += 1,
                     // Cannot happen with one-MTU packets and services mapped to existing queues
                     // (validated), but counted if it does.
                     _ => self.r.other_rejects += 1,
