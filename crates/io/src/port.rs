@@ -1,11 +1,10 @@
 //! The packet I/O seam: [`PacketPort`], the trait the daemon loop drives, and what it reports.
 //!
-//! One loop iteration (issue 4, "Loop"): [`PacketPort::recv`] a batch into the caller's
+//! One loop iteration: [`PacketPort::recv`] a batch into the caller's
 //! [`FramePool`], classify and timestamp the frames, insert their ids into the wheel; at each tick
 //! hand everything due to [`PacketPort::send`] as one batch; when idle, sleep on
 //! [`PacketPort::poll_fd`] until readable or `next_due` ([`wait_readable`]). The same loop runs on
-//! an AF_PACKET port ([`crate::AfPacketPort`]), an in-memory port ([`crate::MemoryPort`]) and,
-//! later, the simulator.
+//! an AF_PACKET port ([`crate::AfPacketPort`]) and an in-memory port ([`crate::MemoryPort`]).
 //!
 //! Ownership of frames: `recv` allocates one pool slot per frame and hands the ids to the caller,
 //! who owns them until it passes them to `send` (which frees them) or frees them itself (a drop).

@@ -1,8 +1,7 @@
 //! Counters of parse verdicts, malformed reasons and ECN outcomes, for the daemon to export.
 //!
-//! STYLE.md §11: nothing is dropped silently, every drop, mark and fallback has a named
-//! counter. Issue 4: "every packet the daemon did not forward is in a named counter (...
-//! malformed ...)". [`ParseCounters`] counts each [`Verdict`] and each [`Malformed`] reason
+//! CONTRIBUTING.md §11: nothing is dropped silently, every drop, mark and fallback has a named
+//! counter, so every packet the daemon did not forward is in one. [`ParseCounters`] counts each [`Verdict`] and each [`Malformed`] reason
 //! under its [`Malformed::name`]; [`EcnCounters`] counts each [`EcnMark`]. Both are plain `u64`
 //! fields owned by one core (no atomics on the hot path); the exporter sums the per-core copies
 //! with `merge`. [`ParseCounters::iter`] lists `(name, value)` pairs without allocating, in a

@@ -5,7 +5,7 @@
 //! ECT(1)), and must not set CE on a Not-ECT packet (§5, "the CE codepoint is set ... only if
 //! the ECT codepoint is set"). A packet already marked CE stays as it is (§5.1 forbids turning
 //! CE back). The shaper's `ecn` backpressure mode calls [`mark_ce`] once a flow's queued delay
-//! passes its threshold (issue 4, "Policies per class").
+//! passes its threshold.
 //!
 //! * IPv4: the ECN field is the low two bits of the TOS byte (offset 1). The header checksum
 //!   (offset 10) is updated incrementally, RFC 1624 §3 equation 3, `HC' = ~(~HC + ~m + m')` in

@@ -2,7 +2,7 @@
 //!
 //! Metronome's view of a raw Ethernet frame: parse it, classify it into a traffic class and a
 //! flow, and mark ECN congestion on it. This is the first step of the daemon's per-packet path
-//! (issue 4, "Loop: receive a batch, classify, timestamp, insert into the wheel"); the
+//! (receive a batch, classify, timestamp, insert into the wheel); the
 //! timestamping and queueing are in `metronome-core`.
 //!
 //! * [`parse`] (module [`frame`]): Ethernet II, IEEE 802.1Q / 802.1ad VLAN tags, IPv4 (IHL,
