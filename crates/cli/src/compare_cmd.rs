@@ -1,28 +1,39 @@
-//! `metronome compare [--quick] [--json]`: Metronome, kernel HTB and kernel TBF on the same
-//! sender/shaper/receiver topology with the same kernel TCP traffic, at 100 Mbit/s, 500 Mbit/s,
-//! 1 Gbit/s and 2 Gbit/s with 1, 16 and 256 flows (`--quick`: 100 Mbit/s and 1 Gbit/s with 16
-//! flows). What is measured, and how, is documented in `metronome_testbed::compare`.
+//! `metronome compare [--quick] [--offloads host|off] [--json]`: Metronome, kernel HTB and
+//! kernel TBF on the same sender/shaper/receiver topology with the same kernel TCP traffic, at
+//! 100 Mbit/s, 500 Mbit/s, 1, 2, 5 and 10 Gbit/s with 1, 16 and 256 flows (`--quick`:
+//! 100 Mbit/s, 1 Gbit/s and 10 Gbit/s with 16 flows). What is measured, and how, is documented
+//! in `metronome_testbed::compare`. `--offloads host` (the default) keeps the host's offloads on
+//! the veths (GSO super-frames reach the shapers, as on a user's host); `--offloads off` gives
+//! one-MTU frames with the offloads off.
 //!
-//! Output: the side-by-side table ([`format_table`]: one line per (target, flows), the shapers
-//! side by side, the metronome block with the daemon thread's own CPU besides), or with `--json`
-//! exactly `{"rows": [{"shaper", "target_bps", "flows", "achieved_bps", "deviation_pct",
-//! "rtt_p99_us", "cpu_pct"}, ...]}` on standard output. Progress lines go to standard error.
+//! Output: the side-by-side table ([`format_table`]: the offload mode, then one line per
+//! (target, flows), the shapers side by side, the metronome block with the daemon thread's own
+//! CPU besides), or with `--json` exactly `{"offloads": "host"|"off", "machine": "...",
+//! "rows": [{"shaper", "target_bps", "flows", "achieved_bps", "deviation_pct", "rtt_p99_us"
+//! (null: the probe got no answer), "cpu_pct", "daemon_cpu_pct" (null: not the daemon)}, ...]}`
+//! on standard output. Progress lines go to standard error.
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2. Everything created is
 //! removed at the end, on an error and on Ctrl-C (`metronome_testbed::netns::cleanup_on_signals`,
 //! installed by `main` before any thread starts).
 
 use crate::compare_plot;
 use clap::Args;
-use metronome_testbed::compare::{self, CompareOptions, Row, RunReport, Shaper};
+use metronome_testbed::compare::{self, format_rtt_us, CompareOptions, Row, RunReport, Shaper};
+use metronome_testbed::forwarder::ForwarderMode;
+use metronome_testbed::offloads::OffloadMode;
 use std::fmt::Write;
 
 /// Options of `metronome compare`.
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// Only 100 Mbit/s and 1 Gbit/s with 16 flows (under a minute).
+    /// Only 100 Mbit/s, 1 Gbit/s and 10 Gbit/s with 16 flows (about a minute).
     #[arg(long)]
     quick: bool,
-    /// Print `{"rows": [...]}` instead of the table.
+    /// The veths' offloads: `host` (the host's defaults: GSO super-frames reach the shapers) or
+    /// `off` (one-MTU frames: TSO, GSO, GRO and checksum offload off).
+    #[arg(long, default_value = "host")]
+    offloads: OffloadMode,
+    /// Print `{"offloads", "machine", "rows": [...]}` instead of the table.
     #[arg(long)]
     json: bool,
     /// Only these target rates, tc-like (`100mbit,1gbit`), instead of the grid's.
@@ -32,8 +43,8 @@ pub struct CompareArgs {
     #[arg(long, value_delimiter = ',')]
     flows: Vec<usize>,
     /// Throughput ceiling instead: one TCP flow at an unreachable target (40 Gbit/s) through the
-    /// plain recvmmsg/sendmmsg forwarder, the daemon passing everything, and the daemon shaping,
-    /// three times in turn, with all offloads off.
+    /// recvmmsg/sendmmsg forwarder (with virtio-net headers under the host's offloads), the
+    /// daemon passing everything, and the daemon shaping, three times in turn.
     #[arg(long, conflicts_with = "quick")]
     ceiling: bool,
     /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into DIR.
@@ -45,11 +56,11 @@ pub struct CompareArgs {
 }
 
 /// Width of one shaper's block, without the daemon column.
-const BLOCK: usize = 35;
+const BLOCK: usize = 37;
 /// Width of the daemon-thread CPU column of the metronome block.
-const DAEMON: usize = 8;
+const DAEMON: usize = 11;
 
-fn header(shapers: &[Shaper]) -> String {
+fn header(shapers: &[Shaper], offloads: OffloadMode) -> String {
     let mut top = format!("{:<17}", "");
     let mut sub = format!("{:<11}{:>6}", "target", "flows");
     for &s in shapers {
@@ -57,14 +68,19 @@ fn header(shapers: &[Shaper]) -> String {
         let _ = write!(top, " | {:<width$}", s.name());
         let _ = write!(
             sub,
-            " | {:>9} {:>7} {:>8} {:>8}",
+            " | {:>9} {:>7} {:>9} {:>9}",
             "Mbit/s", "dev %", "p99 us", "cpu %/G"
         );
         if s == Shaper::Metronome {
-            let _ = write!(sub, " {:>7}", "daemon");
+            let _ = write!(sub, " {:>10}", "daemon %/G");
         }
     }
-    format!("{}\n{}\n", top.trim_end(), sub)
+    format!(
+        "offloads: {}\n{}\n{}\n",
+        offloads.describe(),
+        top.trim_end(),
+        sub
+    )
 }
 
 fn block(report: Option<&RunReport>, shaper: Shaper) -> String {
@@ -79,26 +95,26 @@ fn block(report: Option<&RunReport>, shaper: Shaper) -> String {
     };
     let row = &r.row;
     let mut s = format!(
-        " | {:>9.2} {:>7.2} {:>8} {:>8.1}",
+        " | {:>9.2} {:>7.2} {:>9} {:>9.1}",
         row.achieved_bps / 1e6,
         row.deviation_pct,
-        row.rtt_p99_us,
+        format_rtt_us(row.rtt_p99_us),
         row.cpu_pct
     );
     if shaper == Shaper::Metronome {
-        match r.daemon_cpu_pct {
+        match row.daemon_cpu_pct {
             Some(d) => {
-                let _ = write!(s, " {d:>7.1}");
+                let _ = write!(s, " {d:>10.1}");
             }
-            None => s.push_str(&format!(" {:>7}", "-")),
+            None => s.push_str(&format!(" {:>10}", "-")),
         }
     }
     s
 }
 
-/// Formats `reports` as the side-by-side table, in the order the (target, flows) pairs first
-/// appear, with a legend.
-pub fn format_table(reports: &[RunReport]) -> String {
+/// Formats `reports` (run with `offloads`) as the side-by-side table, in the order the
+/// (target, flows) pairs first appear, with a legend.
+pub fn format_table(reports: &[RunReport], offloads: OffloadMode) -> String {
     let mut shapers: Vec<Shaper> = Vec::new();
     let mut keys: Vec<(u64, usize)> = Vec::new();
     for r in reports {
@@ -110,7 +126,7 @@ pub fn format_table(reports: &[RunReport]) -> String {
             keys.push(key);
         }
     }
-    let mut out = header(&shapers);
+    let mut out = header(&shapers, offloads);
     for (target, flows) in keys {
         let _ = write!(
             out,
@@ -130,10 +146,12 @@ pub fn format_table(reports: &[RunReport]) -> String {
         "Mbit/s: mean rate on the wire at the receiver's veth (Ethernet header included), 100 ms \
             windows after a 1 s warm-up\n\
             dev %: mean absolute deviation of the windows from the target (Carousel §7.1.1)\n\
-            p99 us: 99th percentile RTT of a TCP ping every 10 ms through the same shaped queue, during the windows\n\
+            p99 us: 99th percentile RTT of a TCP ping every 10 ms through the same shaped queue, during the windows \
+            (no answer: the probe got none)\n\
             cpu %/G: machine kernel time (system+irq+softirq, /proc/stat; incl. the traffic \
             generator's TCP) + this process's user time, in % of one CPU per Gbit/s achieved\n\
-            daemon: the Metronome daemon thread's own CPU (schedstat) in % of one CPU per Gbit/s\n";
+            daemon %/G: the Metronome daemon thread's own CPU (its schedstat: user + kernel time \
+            of the loop thread, recvmmsg/sendmmsg included) in % of one CPU per Gbit/s achieved\n";
     out
 }
 
@@ -147,20 +165,32 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// `--ceiling`: one line per run, then per flow count the median throughput of each shaper and
-/// the two ratios of the throughput target (shaped vs the daemon's pass-through, shaped vs the plain forwarder).
-pub fn format_ceiling(reports: &[RunReport]) -> String {
+/// `--ceiling` (run with `offloads`, the forwarder in `forwarder`): one line per run, then per
+/// flow count the median throughput of each shaper and the ratios of the throughput target
+/// (shaped vs the forwarder, shaped vs the daemon's pass-through).
+pub fn format_ceiling(
+    reports: &[RunReport],
+    offloads: OffloadMode,
+    forwarder: ForwarderMode,
+) -> String {
     let mut out = format!(
-        "{:<12} {:>6} {:>10} {:>9} {:>8}\n",
-        "shaper", "flows", "Gbit/s", "cpu %/G", "daemon"
+        "offloads: {}\nforwarder: {} mode\n{:<12} {:>6} {:>10} {:>9} {:>11}\n",
+        offloads.describe(),
+        forwarder.name(),
+        "shaper",
+        "flows",
+        "Gbit/s",
+        "cpu %/G",
+        "daemon %/G"
     );
     for r in reports {
         let daemon = r
+            .row
             .daemon_cpu_pct
             .map_or("-".to_string(), |d| format!("{d:.1}"));
         let _ = writeln!(
             out,
-            "{:<12} {:>6} {:>10.3} {:>9.1} {:>8}",
+            "{:<12} {:>6} {:>10.3} {:>9.1} {:>11}",
             r.row.shaper.name(),
             r.row.flows,
             r.row.achieved_bps / 1e9,
@@ -188,26 +218,42 @@ pub fn format_ceiling(reports: &[RunReport]) -> String {
         let _ = writeln!(
             out,
             "{f} flow(s), medians: forwarder {:.3} Gbit/s, pass-through {:.3}, shaped {:.3}; \
-             shaped = {:.1} % of pass-through (target >= 95 %), {:.1} % of the forwarder \
-             (target >= 100 %)",
+             shaped = {:.1} % of the forwarder (target >= 90 %), {:.1} % of pass-through",
             fwd / 1e9,
             pass / 1e9,
             shaped / 1e9,
-            ratio(shaped, pass),
-            ratio(shaped, fwd)
+            ratio(shaped, fwd),
+            ratio(shaped, pass)
         );
     }
     out += "Gbit/s: mean rate on the wire at the receiver's veth over 100 ms windows after a 1 s warm-up\n\
-            forwarder: plain recvmmsg/sendmmsg AF_PACKET forwarder, batches of 64, no parsing\n\
+            forwarder: recvmmsg/sendmmsg AF_PACKET forwarder, batches of 64, no parsing \
+            (vnet_hdr: super-frames forwarded with their virtio-net header; plain: 2 KiB frames)\n\
             passthrough: the daemon with no class; metronome: the daemon shaping at 40 Gbit/s (unreachable)\n\
-            offloads (tx checksum, TSO, GSO, GRO) off on all four veths\n";
+            cpu %/G: machine kernel time + this process's user time; daemon %/G: the daemon \
+            thread's own CPU (schedstat); both in % of one CPU per Gbit/s achieved\n";
     out
 }
 
-/// `reports` as the `--json` document: `{"rows": [Row, ...]}`.
-fn to_json(reports: &[RunReport]) -> serde_json::Result<String> {
-    let rows: Vec<&Row> = reports.iter().map(|r| &r.row).collect();
-    serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))
+/// The `--json` document: the offload mode, the machine and one [`Row`] per run.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Document {
+    offloads: OffloadMode,
+    machine: String,
+    rows: Vec<Row>,
+}
+
+/// `reports` (run with `offloads` on `machine`) as the `--json` document.
+fn to_json(
+    reports: &[RunReport],
+    offloads: OffloadMode,
+    machine: &str,
+) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&Document {
+        offloads,
+        machine: machine.to_owned(),
+        rows: reports.iter().map(|r| r.row.clone()).collect(),
+    })
 }
 
 /// Installs the Ctrl-C cleanup; call before any thread starts.
@@ -230,6 +276,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     } else {
         CompareOptions::full()
     };
+    options.offloads = args.offloads;
     if !args.target.is_empty() {
         options.targets_bps = args.target.iter().map(|r| r.bps()).collect();
     }
@@ -251,12 +298,19 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
+    let machine = metronome_bench::machine::describe();
     if args.json {
-        println!("{}", to_json(&reports)?);
-    } else if args.ceiling {
-        print!("{}", format_ceiling(&reports));
+        println!("{}", to_json(&reports, options.offloads, &machine)?);
     } else {
-        print!("{}", format_table(&reports));
+        println!("metronome compare on {machine}");
+        if args.ceiling {
+            print!(
+                "{}",
+                format_ceiling(&reports, options.offloads, options.forwarder_mode())
+            );
+        } else {
+            print!("{}", format_table(&reports, options.offloads));
+        }
     }
     if let Some(dir) = &args.plot {
         let rows: Vec<&Row> = reports.iter().map(|r| &r.row).collect();
@@ -285,6 +339,13 @@ fn report_plots(written: Vec<std::path::PathBuf>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        compare: CompareArgs,
+    }
 
     fn report(shaper: Shaper, target_bps: u64, achieved_bps: f64) -> RunReport {
         RunReport {
@@ -294,14 +355,32 @@ mod tests {
                 flows: 16,
                 achieved_bps,
                 deviation_pct: 0.5,
-                rtt_p99_us: 1234,
+                rtt_p99_us: Some(1234),
                 cpu_pct: 80.0,
+                daemon_cpu_pct: (shaper == Shaper::Metronome).then_some(12.5),
             },
-            daemon_cpu_pct: (shaper == Shaper::Metronome).then_some(12.5),
             windows: 30,
             probe_samples: 400,
-            rtt_p50_us: 500,
+            rtt_p50_us: Some(500),
         }
+    }
+
+    #[test]
+    fn offloads_default_to_the_hosts_and_parse() {
+        let a = Cli::try_parse_from(["compare"]).unwrap().compare;
+        assert_eq!(a.offloads, OffloadMode::Host);
+        let a = Cli::try_parse_from(["compare", "--ceiling", "--offloads", "off"])
+            .unwrap()
+            .compare;
+        assert_eq!(a.offloads, OffloadMode::Off);
+        assert!(a.ceiling);
+        let a = Cli::try_parse_from(["compare", "--quick", "--offloads=host", "--json"])
+            .unwrap()
+            .compare;
+        assert_eq!(a.offloads, OffloadMode::Host);
+        assert!(a.quick && a.json);
+        assert!(Cli::try_parse_from(["compare", "--offloads", "tso"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--quick", "--ceiling"]).is_err());
     }
 
     #[test]
@@ -312,25 +391,68 @@ mod tests {
             report(Shaper::Tbf, 100_000_000, 97.0e6),
             report(Shaper::Metronome, 1_000_000_000, 999e6),
         ];
-        let text = format_table(&reports);
+        let text = format_table(&reports, OffloadMode::Host);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].contains("metronome") && lines[0].contains("htb"));
-        assert!(lines[2].starts_with("100 Mbit/s"), "{text}");
+        assert!(lines[0].starts_with("offloads: host"), "{text}");
+        assert!(lines[1].contains("metronome") && lines[1].contains("htb"));
+        assert!(lines[2].contains("daemon %/G"), "{text}");
+        assert!(lines[3].starts_with("100 Mbit/s"), "{text}");
         assert!(
-            lines[2].contains("99.90") && lines[2].contains("95.00"),
+            lines[3].contains("99.90") && lines[3].contains("95.00"),
             "{text}"
         );
-        assert!(lines[2].contains("12.5"), "{text}");
+        assert!(lines[3].contains("12.5"), "{text}");
         // The 1 Gbit/s line has no kernel runs: dashes, same width.
         assert!(
-            lines[3].contains("999.00") && lines[3].trim_end().ends_with('-'),
+            lines[4].contains("999.00") && lines[4].trim_end().ends_with('-'),
             "{text}"
         );
-        assert_eq!(lines[2].chars().count(), lines[3].chars().count(), "{text}");
+        assert_eq!(lines[3].chars().count(), lines[4].chars().count(), "{text}");
+        assert!(format_table(&reports, OffloadMode::Off).starts_with("offloads: off"));
     }
 
     #[test]
-    fn json_has_exactly_the_issue_fields() {
+    fn a_probe_without_answers_prints_no_answer_not_zero() {
+        let mut silent = report(Shaper::Htb, 100_000_000, 95.0e6);
+        silent.row.rtt_p99_us = None;
+        silent.rtt_p50_us = None;
+        silent.probe_samples = 0;
+        let heard = report(Shaper::Metronome, 100_000_000, 99.0e6);
+        let text = format_table(&[heard, silent.clone()], OffloadMode::Host);
+        let line = text.lines().nth(3).unwrap();
+        assert!(line.contains("no answer"), "{text}");
+        assert!(line.contains("1234"), "{text}");
+        assert!(!line.contains(" 0 "), "{text}");
+        let v: serde_json::Value =
+            serde_json::from_str(&to_json(&[silent], OffloadMode::Host, "m").unwrap()).unwrap();
+        assert!(v["rows"][0]["rtt_p99_us"].is_null(), "{v}");
+    }
+
+    #[test]
+    fn the_ceiling_names_the_forwarder_and_the_ratio_to_it() {
+        let mut fwd = report(Shaper::Forwarder, 40_000_000_000, 14e9);
+        fwd.row.flows = 1;
+        let mut pass = report(Shaper::Passthrough, 40_000_000_000, 13e9);
+        pass.row.flows = 1;
+        pass.row.daemon_cpu_pct = Some(7.0);
+        let mut shaped = report(Shaper::Metronome, 40_000_000_000, 12.6e9);
+        shaped.row.flows = 1;
+        let text = format_ceiling(
+            &[fwd, pass, shaped],
+            OffloadMode::Host,
+            ForwarderMode::VnetHdr,
+        );
+        assert!(text.starts_with("offloads: host"), "{text}");
+        assert!(text.contains("forwarder: vnet_hdr mode"), "{text}");
+        assert!(
+            text.contains("shaped = 90.0 % of the forwarder (target >= 90 %)"),
+            "{text}"
+        );
+        assert!(text.contains("96.9 % of pass-through"), "{text}");
+    }
+
+    #[test]
+    fn json_has_exactly_the_issue_fields_and_round_trips() {
         let report = RunReport {
             row: Row {
                 shaper: Shaper::Htb,
@@ -338,18 +460,22 @@ mod tests {
                 flows: 16,
                 achieved_bps: 499.5e6,
                 deviation_pct: 0.75,
-                rtt_p99_us: 2100,
+                rtt_p99_us: Some(2100),
                 cpu_pct: 90.5,
+                daemon_cpu_pct: None,
             },
-            daemon_cpu_pct: None,
             windows: 30,
             probe_samples: 380,
-            rtt_p50_us: 900,
+            rtt_p50_us: Some(900),
         };
-        let text = to_json(&[report]).unwrap();
+        let text = to_json(std::slice::from_ref(&report), OffloadMode::Off, "a machine").unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let obj = v.as_object().unwrap();
-        assert_eq!(obj.keys().collect::<Vec<_>>(), ["rows"]);
+        let mut top: Vec<&str> = obj.keys().map(String::as_str).collect();
+        top.sort_unstable();
+        assert_eq!(top, ["machine", "offloads", "rows"]);
+        assert_eq!(v["offloads"], "off");
+        assert_eq!(v["machine"], "a machine");
         let rows = v["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 1);
         let mut keys: Vec<&str> = rows[0]
@@ -364,6 +490,7 @@ mod tests {
             [
                 "achieved_bps",
                 "cpu_pct",
+                "daemon_cpu_pct",
                 "deviation_pct",
                 "flows",
                 "rtt_p99_us",
@@ -376,6 +503,16 @@ mod tests {
         assert_eq!(rows[0]["flows"], 16);
         assert_eq!(rows[0]["rtt_p99_us"], 2100);
         assert_eq!(rows[0]["deviation_pct"], 0.75);
+        assert!(rows[0]["daemon_cpu_pct"].is_null());
+        let back: Document = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            back,
+            Document {
+                offloads: OffloadMode::Off,
+                machine: "a machine".into(),
+                rows: vec![report.row],
+            }
+        );
         let names: Vec<String> = Shaper::ALL
             .iter()
             .map(|s| {

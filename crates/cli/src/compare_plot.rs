@@ -56,7 +56,7 @@ pub fn rows_of(rows: &[&CompareRow]) -> Vec<PointRow> {
                 [
                     r.achieved_bps,
                     r.deviation_pct,
-                    r.rtt_p99_us as f64,
+                    r.rtt_p99_us.map_or(f64::NAN, |us| us as f64),
                     r.cpu_pct,
                 ],
             )
@@ -65,7 +65,8 @@ pub fn rows_of(rows: &[&CompareRow]) -> Vec<PointRow> {
 }
 
 /// The lab rows of a saved `--json` document (`{"rows": [...]}`); a field that is missing or of
-/// the wrong type is an error naming the row and the field.
+/// the wrong type is an error naming the row and the field. An `rtt_p99_us` of `null` (no
+/// answer) is drawn as a missing point.
 pub fn rows_from_json(text: &str) -> anyhow::Result<Vec<PointRow>> {
     let doc: serde_json::Value = serde_json::from_str(text).context("not a JSON document")?;
     let Some(rows) = doc.get("rows").and_then(serde_json::Value::as_array) else {
@@ -84,6 +85,11 @@ pub fn rows_from_json(text: &str) -> anyhow::Result<Vec<PointRow>> {
                     .and_then(serde_json::Value::as_u64)
                     .with_context(|| format!("rows[{i}].{f}: missing or not a whole number"))
             };
+            // `null`: the probe got no answer; the point has no RTT.
+            let rtt = |f: &str| match r.get(f) {
+                Some(serde_json::Value::Null) => Ok(f64::NAN),
+                _ => num(f),
+            };
             let shaper = r
                 .get("shaper")
                 .and_then(serde_json::Value::as_str)
@@ -95,7 +101,7 @@ pub fn rows_from_json(text: &str) -> anyhow::Result<Vec<PointRow>> {
                 [
                     num("achieved_bps")?,
                     num("deviation_pct")?,
-                    num("rtt_p99_us")?,
+                    rtt("rtt_p99_us")?,
                     num("cpu_pct")?,
                 ],
             ))
@@ -155,6 +161,21 @@ mod tests {
         assert!(e.to_string().contains("rows[0].flows"), "{e}");
         let e = rows_from_json("[]").unwrap_err();
         assert!(e.to_string().contains("rows"), "{e}");
+    }
+
+    #[test]
+    fn a_probe_without_answers_is_a_missing_rtt_not_zero() {
+        let doc = DOC.replace(r#""rtt_p99_us": 4000"#, r#""rtt_p99_us": null"#);
+        let rows = rows_from_json(&doc).unwrap();
+        let rtt = rows[1].row.get("rtt_p99_us").unwrap().as_f64();
+        assert!(rtt.is_none_or(f64::is_nan), "{rtt:?}");
+        let dir = std::env::temp_dir().join(format!(
+            "metronome-compare-plot-null-{}",
+            std::process::id()
+        ));
+        let written = write(rows, &dir).unwrap();
+        assert!(!written.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -16,35 +16,42 @@
 //! * **tbf**: the same bridge with a TBF whose bucket and queue [`QdiscSpec::tbf`] picks.
 //!
 //! `--ceiling` ([`CompareOptions::ceiling`]) measures the daemon's throughput ceiling instead: one
-//! TCP flow at an unreachable target ([`CEILING_TARGET_BPS`]) through, in turn, the plain
-//! `recvmmsg`/`sendmmsg` forwarder ([`crate::forwarder`]), the daemon with no class
-//! ([`passthrough_config`]) and the daemon shaping at the target, three rounds, with transmit
-//! checksum offload, TSO, GSO and GRO off on all four veths ([`Topology::offloads_off`]).
+//! TCP flow at an unreachable target ([`CEILING_TARGET_BPS`]) through, in turn, the
+//! `recvmmsg`/`sendmmsg` forwarder ([`crate::forwarder`]; with the host's offloads in its
+//! `vnet_hdr` mode, which forwards super-frames with their virtio-net header, with offloads off
+//! in its plain mode), the daemon with no class ([`passthrough_config`]) and the daemon shaping
+//! at the target, three rounds.
+//!
+//! Offloads ([`CompareOptions::offloads`], [`OffloadMode`]): by default the veths keep the
+//! host's offloads, so the sender's TCP hands the shapers GSO super-frames, as on the hosts
+//! Metronome shapes; [`OffloadMode::Off`] gives one-MTU frames with offloads off on all four
+//! veths. The mode is in every report.
 //!
 //! The traffic ([`crate::trafficgen`]): `flows` kernel TCP connections from the sender to one
 //! port of the receiver plus the RTT probe (a TCP ping every 10 ms) to the next port; the probe
 //! is TCP to the receiver too, so it waits in the same shaped queue as the bulk flows under all
-//! three shapers. Segments are one MTU (`gso_max_size 1514 gso_max_segs 1` on `snd0` and
-//! `rcv0`, as in the demo), so the shapers see the same frames. Each run is bounded in time
-//! (warm-up + measurement + [`TAIL`]) and volume (each connection stops after the target's
-//! whole volume for the run, [`volume_cap`]).
+//! three shapers. Each run is bounded in time (warm-up + measurement + [`TAIL`]) and volume (each
+//! connection stops after the target's whole volume for the run, [`volume_cap`]).
 //!
 //! Measured per run (see [`measure`]): after [`CompareOptions::warmup`] counted from the first
 //! bulk bytes at the receiver, `rcv0`'s `rx_bytes` in 100 ms windows for
 //! [`CompareOptions::measure`]; the achieved rate is the windows' mean (bits on the wire,
 //! Ethernet header included), the deviation their mean absolute deviation from the target
 //! (Carousel §7.1.1), the p99 RTT of a probe connection opened when the windows start (so the
-//! warm-up's slow-start queue is not in it), and `cpu_pct`: the **whole machine's** kernel time
+//! warm-up's slow-start queue is not in it; `None` when no ping was answered), and `cpu_pct`: the **whole machine's** kernel time
 //! (system, irq, softirq) plus this process's user time over the windows ([`MachineCpu`]), in
 //! percent of one CPU, per Gbit/s achieved. The kernel shapers work in softirq context that no
 //! thread can be charged for, so only a machine-wide figure compares the three; it includes the
 //! traffic generator's own TCP work, the same for all shapers, and leaves out the user time of
-//! unrelated processes. For metronome the daemon thread's own CPU per Gbit/s is reported besides
-//! ([`RunReport::daemon_cpu_pct`], from its `schedstat`).
+//! unrelated processes. For the daemon (metronome and pass-through runs) the daemon thread's own
+//! CPU per Gbit/s is reported besides ([`Row::daemon_cpu_pct`], from that thread's `schedstat`:
+//! the loop's user and kernel time, its `recvmmsg`/`sendmmsg` included, and nothing else).
 
 pub mod measure;
 
+use crate::forwarder::ForwarderMode;
 use crate::netns::{LinkCounters, QdiscSpec, TopoError, Topology};
+pub use crate::offloads::OffloadMode;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use measure::{cpu_pct_per_gbit, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
 use metronome_daemon::config::Config;
@@ -57,8 +64,17 @@ use std::time::{Duration, Instant};
 
 /// Prefix of the comparison's namespaces.
 pub const NS_PREFIX: &str = "mtr-cmp";
-/// Target rates of the full comparison, bits/s: 100 Mbit/s to 2 Gbit/s.
-pub const FULL_TARGETS_BPS: [u64; 4] = [100_000_000, 500_000_000, 1_000_000_000, 2_000_000_000];
+/// Target rates of the full comparison, bits/s: 100 Mbit/s to 10 Gbit/s.
+pub const FULL_TARGETS_BPS: [u64; 6] = [
+    100_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+/// Target rates of `--quick`, bits/s: 100 Mbit/s, 1 Gbit/s and 10 Gbit/s.
+pub const QUICK_TARGETS_BPS: [u64; 3] = [100_000_000, 1_000_000_000, 10_000_000_000];
 /// The unreachable target of `--ceiling`: 40 Gbit/s, ten times what one core forwards on veth.
 pub const CEILING_TARGET_BPS: u64 = 40_000_000_000;
 /// Flow counts of the full comparison: one flow, a few, many.
@@ -79,7 +95,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(6);
 const BASE_PORT: u16 = 20_000;
 
 /// One of the compared shapers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Shaper {
     /// The Metronome daemon.
@@ -90,7 +106,7 @@ pub enum Shaper {
     Tbf,
     /// The daemon with no class: every frame passes unshaped (`--ceiling` only).
     Passthrough,
-    /// The plain `recvmmsg`/`sendmmsg` forwarder of [`crate::forwarder`] (`--ceiling` only).
+    /// The `recvmmsg`/`sendmmsg` forwarder of [`crate::forwarder`] (`--ceiling` only).
     Forwarder,
 }
 
@@ -126,12 +142,13 @@ pub struct CompareOptions {
     /// Times each (target, flows) point runs its shapers in turn (interleaved, so that a noisy
     /// moment of the shared machine does not fall on one shaper only).
     pub repetitions: usize,
-    /// Turn TSO, GSO, GRO and checksum offload off on all four veths first (`--ceiling`).
-    pub offloads_off: bool,
+    /// The veths' offloads: the host's (super-frames) or off (one-MTU frames).
+    pub offloads: OffloadMode,
 }
 
 impl CompareOptions {
-    /// The full comparison: 4 rates × 3 flow counts × 3 shapers, 1 s warm-up, 3 s measured.
+    /// The full comparison: 6 rates × 3 flow counts × 3 shapers, 1 s warm-up, 3 s measured, with
+    /// the host's offloads.
     pub fn full() -> Self {
         CompareOptions {
             targets_bps: FULL_TARGETS_BPS.to_vec(),
@@ -140,36 +157,44 @@ impl CompareOptions {
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(3),
             repetitions: 1,
-            offloads_off: false,
+            offloads: OffloadMode::Host,
         }
     }
 
     /// `--ceiling`: throughput at an unreachable target ([`CEILING_TARGET_BPS`]) of one TCP
-    /// flow through the plain forwarder, the daemon passing everything and the daemon shaping
-    /// at the target, three times in turn, with all offloads off.
+    /// flow through the forwarder, the daemon passing everything and the daemon shaping at the
+    /// target, three times in turn, with the host's offloads.
     pub fn ceiling() -> Self {
         CompareOptions {
             targets_bps: vec![CEILING_TARGET_BPS],
             flows: vec![1],
             shapers: vec![Shaper::Forwarder, Shaper::Passthrough, Shaper::Metronome],
             repetitions: 3,
-            offloads_off: true,
             ..CompareOptions::full()
         }
     }
 
-    /// `--quick`: 100 Mbit/s and 1 Gbit/s with 16 flows (6 runs, well under a minute).
+    /// `--quick`: [`QUICK_TARGETS_BPS`] (100 Mbit/s, 1 and 10 Gbit/s) with 16 flows: 9 runs of
+    /// 4.3 s, about a minute with the set-up.
     pub fn quick() -> Self {
         CompareOptions {
-            targets_bps: vec![100_000_000, 1_000_000_000],
+            targets_bps: QUICK_TARGETS_BPS.to_vec(),
             flows: vec![16],
             ..CompareOptions::full()
         }
     }
+
+    /// The forwarder's mode for these offloads: `vnet_hdr` with the host's, plain with them off.
+    pub fn forwarder_mode(&self) -> ForwarderMode {
+        match self.offloads {
+            OffloadMode::Host => ForwarderMode::VnetHdr,
+            OffloadMode::Off => ForwarderMode::Plain,
+        }
+    }
 }
 
-/// One row of the report: exactly the fields of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+/// One row of the report: exactly the fields of a row of `--json`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     /// Which shaper.
     pub shaper: Shaper,
@@ -181,10 +206,14 @@ pub struct Row {
     pub achieved_bps: f64,
     /// Mean absolute deviation of the windows from the target, percent (Carousel §7.1.1).
     pub deviation_pct: f64,
-    /// 99th percentile RTT of the probe, microseconds (0 if it got no answer).
-    pub rtt_p99_us: u64,
+    /// 99th percentile RTT of the probe, microseconds; `None` (JSON `null`) when no ping was
+    /// answered.
+    pub rtt_p99_us: Option<u64>,
     /// Whole-machine busy CPU, percent of one CPU, per Gbit/s achieved (see the module docs).
     pub cpu_pct: f64,
+    /// The daemon thread's own CPU (its `schedstat`), percent of one CPU per Gbit/s achieved;
+    /// `None` for the kernel shapers and the forwarder.
+    pub daemon_cpu_pct: Option<f64>,
 }
 
 /// A row and what else was seen during its run.
@@ -192,14 +221,17 @@ pub struct Row {
 pub struct RunReport {
     /// The reported row.
     pub row: Row,
-    /// The daemon thread's own CPU, percent of one CPU per Gbit/s (metronome runs only).
-    pub daemon_cpu_pct: Option<f64>,
     /// Rate windows measured.
     pub windows: usize,
     /// Probe pings answered.
     pub probe_samples: usize,
-    /// Median RTT of the probe, microseconds.
-    pub rtt_p50_us: u64,
+    /// Median RTT of the probe, microseconds; `None` when no ping was answered.
+    pub rtt_p50_us: Option<u64>,
+}
+
+/// An RTT for the text reports: microseconds, or `no answer` when the probe got none.
+pub fn format_rtt_us(rtt: Option<u64>) -> String {
+    rtt.map_or_else(|| "no answer".to_owned(), |us| us.to_string())
 }
 
 /// Why the comparison failed.
@@ -286,16 +318,20 @@ pub fn run(
                 let r = &report.row;
                 let _ = writeln!(
                     progress,
-                    "{:<9} {:>6.0} Mbit/s {:>3} flows: {:>8.2} Mbit/s, deviation {:>6.2} %, \
-                     RTT p50 {:>6} p99 {:>6} us, cpu {:>6.1} %/Gbit/s",
+                    "{:<11} {:>6.0} Mbit/s {:>3} flows, offloads {}: {:>8.2} Mbit/s, deviation \
+                     {:>6.2} %, RTT p50 {:>6} p99 {:>6} us, machine cpu {:>6.1} %/Gbit/s{}",
                     shaper.name(),
                     target as f64 / 1e6,
                     flows,
+                    options.offloads,
                     r.achieved_bps / 1e6,
                     r.deviation_pct,
-                    report.rtt_p50_us,
-                    r.rtt_p99_us,
-                    r.cpu_pct
+                    format_rtt_us(report.rtt_p50_us),
+                    format_rtt_us(r.rtt_p99_us),
+                    r.cpu_pct,
+                    r.daemon_cpu_pct
+                        .map(|d| format!(", daemon thread {d:.1} %/Gbit/s"))
+                        .unwrap_or_default()
                 );
                 reports.push(report);
             }
@@ -305,13 +341,10 @@ pub fn run(
     Ok(reports)
 }
 
-/// One-MTU segments on the end hosts' veths and ECN in the sender (see the module docs).
+/// The offload mode on the veths and ECN in the sender (see the module docs).
 fn prepare(topo: &mut Topology, options: &CompareOptions) -> Result<(), CompareError> {
-    topo.one_mtu_segments()?;
+    options.offloads.apply(topo)?;
     topo.enable_sender_ecn();
-    if options.offloads_off {
-        topo.offloads_off()?;
-    }
     Ok(())
 }
 
@@ -335,6 +368,7 @@ fn start_shaper(
     topo: &mut Topology,
     shaper: Shaper,
     target: u64,
+    forwarder: ForwarderMode,
 ) -> Result<ActiveShaper, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
@@ -346,7 +380,7 @@ fn start_shaper(
             let (inside, outside) = (topo.shaper_in.clone(), out.clone());
             let thread = topo
                 .shaper
-                .spawn(move || crate::forwarder::forward(&inside, &outside, &s))?;
+                .spawn(move || crate::forwarder::forward_with(&inside, &outside, forwarder, &s))?;
             std::thread::sleep(Duration::from_millis(100)); // sockets open
             Ok(ActiveShaper::Forwarder { stop, thread })
         }
@@ -452,7 +486,7 @@ fn run_one(
     flows: usize,
     port: u16,
 ) -> Result<RunReport, CompareError> {
-    let mut active = start_shaper(topo, shaper, target)?;
+    let mut active = start_shaper(topo, shaper, target, options.forwarder_mode())?;
     let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
     let stopped = active.stop(topo);
     let report = measured?;
@@ -530,14 +564,19 @@ fn measure_run(
             flows,
             achieved_bps: achieved,
             deviation_pct: mean_abs_deviation_pct(&m.rates, target as f64).unwrap_or(100.0),
-            rtt_p99_us: m.probe.p99_us,
+            rtt_p99_us: answered(&m.probe).map(|p| p.p99_us),
             cpu_pct: cpu_pct_per_gbit(m.machine_cores, achieved),
+            daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
         },
-        daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
         windows: m.rates.len(),
         probe_samples: m.probe.samples,
-        rtt_p50_us: m.probe.p50_us,
+        rtt_p50_us: answered(&m.probe).map(|p| p.p50_us),
     })
+}
+
+/// The probe's report if at least one ping was answered (its percentiles are then measured).
+pub fn answered(probe: &ProbeReport) -> Option<&ProbeReport> {
+    (probe.samples > 0).then_some(probe)
 }
 
 type TrafficThread = std::thread::JoinHandle<Result<TrafficReport, TrafficError>>;
@@ -605,9 +644,11 @@ mod tests {
     }
 
     #[test]
-    fn the_ceiling_runs_every_shaper_in_turn_with_offloads_off() {
+    fn the_ceiling_runs_every_shaper_in_turn_with_the_hosts_offloads() {
         let o = CompareOptions::ceiling();
-        assert!(o.offloads_off && o.repetitions >= 3);
+        assert_eq!(o.offloads, OffloadMode::Host);
+        assert_eq!(o.forwarder_mode(), ForwarderMode::VnetHdr);
+        assert!(o.repetitions >= 3);
         assert_eq!(o.flows, vec![1]);
         assert!(o.targets_bps.iter().all(|&t| t >= 10 * 4_000_000_000));
         for s in [Shaper::Forwarder, Shaper::Passthrough, Shaper::Metronome] {
@@ -634,14 +675,51 @@ mod tests {
         let full = CompareOptions::full();
         assert_eq!(
             full.targets_bps.len() * full.flows.len() * full.shapers.len(),
-            36
+            54
         );
+        for t in [
+            100_000_000,
+            1_000_000_000,
+            2_000_000_000,
+            5_000_000_000,
+            10_000_000_000,
+        ] {
+            assert!(full.targets_bps.contains(&t), "{t}");
+        }
+        assert_eq!(full.offloads, OffloadMode::Host);
         let quick = CompareOptions::quick();
-        assert_eq!(quick.targets_bps, [100_000_000, 1_000_000_000]);
+        assert_eq!(
+            quick.targets_bps,
+            [100_000_000, 1_000_000_000, 10_000_000_000]
+        );
         assert_eq!(quick.flows, [16]);
-        // 6 runs of warm-up + measurement + tail, with setup, fit in a minute.
+        assert_eq!(quick.offloads, OffloadMode::Host);
+        // 9 runs of warm-up + measurement + tail fit in 40 s, about a minute with the set-up.
+        let runs = quick.targets_bps.len() * quick.flows.len() * quick.shapers.len();
         let per_run = quick.warmup + quick.measure + TAIL;
-        assert!(per_run * 6 < Duration::from_secs(40));
+        assert!(per_run * runs as u32 <= Duration::from_secs(40));
+    }
+
+    #[test]
+    fn offloads_off_forwards_with_the_plain_forwarder() {
+        let o = CompareOptions {
+            offloads: OffloadMode::Off,
+            ..CompareOptions::ceiling()
+        };
+        assert_eq!(o.forwarder_mode(), ForwarderMode::Plain);
+    }
+
+    #[test]
+    fn a_probe_without_answers_has_no_rtt() {
+        let silent = ProbeReport::from_samples(Vec::new(), 12);
+        assert!(answered(&silent).is_none());
+        assert_eq!(
+            format_rtt_us(answered(&silent).map(|p| p.p99_us)),
+            "no answer"
+        );
+        let heard = ProbeReport::from_samples(vec![100, 300, 200], 0);
+        assert_eq!(answered(&heard).map(|p| p.p99_us), Some(300));
+        assert_eq!(format_rtt_us(Some(300)), "300");
     }
 
     #[test]

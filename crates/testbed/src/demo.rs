@@ -10,12 +10,12 @@
 //! class the target, the achieved rate and the deviation, the mean absolute deviation of 100 ms
 //! windows from the target (Carousel §7.1.1), over the steady part of the run.
 //!
-//! Offloads and checksums: `ethtool` may be missing, so the sender's and receiver's veths get
-//! `gso_max_size 1514 gso_max_segs 1` (iproute2; TCP then hands the veth one MTU per segment,
-//! measured: no frame above 1514 bytes reaches the daemon); the checksums a local sender leaves
-//! to the "hardware" are completed by the engine. The sender namespace negotiates ECN
-//! (`net.ipv4.tcp_ecn = 1`) so that the bulk class's `ecn` backpressure marks instead of only
-//! counting not-ECT packets.
+//! Offloads ([`OffloadMode`]): by default the veths keep the host's offloads (TSO, GSO, GRO,
+//! checksum offload), so the sender's TCP hands the daemon GSO super-frames, the way users run;
+//! [`OffloadMode::Off`] gives one-MTU segments with the offloads off on all four veths. The
+//! mode is printed with the table and is in the JSON report ([`DemoReport`]). The sender
+//! namespace negotiates ECN (`net.ipv4.tcp_ecn = 1`) so that the bulk class's `ecn`
+//! backpressure marks instead of only counting not-ECT packets.
 //!
 //! Without the privilege, [`run_simulated`] runs the closest scenario the simulator supports:
 //! `metronome_sim` models one shaper per run, so class A and class B are two runs (16 Cubic
@@ -23,6 +23,7 @@
 //! 2 s timing wheel; the unshaped traffic is not simulated.
 
 use crate::netns::{TopoError, Topology};
+pub use crate::offloads::OffloadMode;
 use crate::shaper::spawn_shaper;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
 use metronome_daemon::config::Config;
@@ -58,17 +59,67 @@ pub enum DemoError {
     Sim(#[from] metronome_sim::ScenarioError),
 }
 
-/// One line of the conformance table.
-#[derive(Clone, Debug, PartialEq)]
+/// One line of the conformance table (a class of the JSON report).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClassRow {
     /// The class name.
     pub name: String,
     /// The class's target rate in bit/s (`None`: unshaped).
     pub target_bps: Option<f64>,
-    /// Mean rate over the steady windows, bit/s.
+    /// Mean rate of the steady 100 ms windows, bit/s.
     pub achieved_bps: f64,
     /// Mean absolute deviation of the windows from the target, percent (Carousel §7.1.1).
     pub deviation_pct: Option<f64>,
+}
+
+/// Where the demo ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DemoMode {
+    /// Real kernel TCP through the daemon on a topology ([`run_real`]).
+    Real,
+    /// The simulator, without CAP_NET_ADMIN ([`run_simulated`]).
+    Simulated,
+}
+
+/// The conformance table as one document: what `metronome demo --json` prints.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DemoReport {
+    /// Real traffic or the simulator.
+    pub mode: DemoMode,
+    /// The veths' offloads (`None` in the simulator, which has no veths).
+    pub offloads: Option<OffloadMode>,
+    /// The machine, one line (CPU model, cores, memory, kernel).
+    pub machine: String,
+    /// How long the traffic ran, seconds.
+    pub duration_s: f64,
+    /// Rate windows, milliseconds (Carousel §7.1.1).
+    pub window_ms: u64,
+    /// Skipped at the start before the windows count, milliseconds.
+    pub warmup_ms: u64,
+    /// One entry per class, in table order.
+    pub classes: Vec<ClassRow>,
+}
+
+impl DemoReport {
+    /// A report of `classes` measured in `mode` over `duration`.
+    pub fn new(
+        mode: DemoMode,
+        offloads: Option<OffloadMode>,
+        machine: String,
+        duration: Duration,
+        classes: Vec<ClassRow>,
+    ) -> Self {
+        DemoReport {
+            mode,
+            offloads,
+            machine,
+            duration_s: duration.as_secs_f64(),
+            window_ms: WINDOW.as_millis() as u64,
+            warmup_ms: WARMUP.as_millis() as u64,
+            classes,
+        }
+    }
 }
 
 /// The demo configuration with its interfaces rewritten to the topology's `in0` / `out0`.
@@ -143,10 +194,15 @@ pub fn format_table(rows: &[ClassRow]) -> String {
     s
 }
 
-/// The real demo (needs CAP_NET_ADMIN). Prints live rates and the table to `out`.
-pub fn run_real(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>, DemoError> {
-    let topo = Topology::bump_in_the_wire(NS_PREFIX)?;
-    topo.one_mtu_segments()?;
+/// The real demo (needs CAP_NET_ADMIN) with the veths' offloads in `offloads`. Prints live rates
+/// and the table to `out`.
+pub fn run_real(
+    duration: Duration,
+    offloads: OffloadMode,
+    out: &mut dyn Write,
+) -> Result<Vec<ClassRow>, DemoError> {
+    let mut topo = Topology::bump_in_the_wire(NS_PREFIX)?;
+    offloads.apply(&mut topo)?;
     topo.enable_sender_ecn();
     let config = demo_config();
     let metrics = Metrics::new();
@@ -166,6 +222,7 @@ pub fn run_real(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>
     let plan = TrafficPlan::new(topo.receiver_addr, groups, duration).with_probe(7000);
     let (snd, rcv) = (topo.sender.clone(), topo.receiver.clone());
     let _ = writeln!(out, "shaping real kernel TCP for {duration:?} (class A: 16 flows, 200 Mbit/s together; class B: 4 flows, 50 Mbit/s each; 1 unshaped flow)");
+    let _ = writeln!(out, "offloads: {}", offloads.describe());
     let traffic = std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)));
     let names = ["bulk", "paced", "default"];
     let mut windows: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
@@ -228,8 +285,14 @@ pub fn run_real(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>
         })
         .collect();
     let _ = write!(out, "\n{}", format_table(&rows));
-    if let Some(p) = &report.probe {
-        let _ = writeln!(out, "probe RTT: p50 {} us, p99 {} us", p.p50_us, p.p99_us);
+    let _ = writeln!(out, "offloads: {}", offloads.describe());
+    match report.probe.as_ref().filter(|p| p.samples > 0) {
+        Some(p) => {
+            let _ = writeln!(out, "probe RTT: p50 {} us, p99 {} us", p.p50_us, p.p99_us);
+        }
+        None => {
+            let _ = writeln!(out, "probe RTT: no answer");
+        }
     }
     let e = loop_report.engine;
     let _ = writeln!(
@@ -295,6 +358,24 @@ mod tests {
         );
         assert_eq!(target_bps(&c, "bulk", 16), Some(200e6));
         assert_eq!(target_bps(&c, "paced", 4), Some(200e6));
+    }
+
+    #[test]
+    fn the_report_records_its_windows_and_warm_up() {
+        let report = DemoReport::new(
+            DemoMode::Real,
+            Some(OffloadMode::Host),
+            "test machine".into(),
+            Duration::from_secs(5),
+            vec![ClassRow {
+                name: "bulk".into(),
+                target_bps: Some(200e6),
+                achieved_bps: 199e6,
+                deviation_pct: Some(0.5),
+            }],
+        );
+        assert_eq!((report.window_ms, report.warmup_ms), (100, 500));
+        assert_eq!(report.duration_s, 5.0);
     }
 
     #[test]

@@ -1,19 +1,30 @@
-//! The reference forwarder of the daemon's throughput target: a plain `recvmmsg`/`sendmmsg`
-//! AF_PACKET forwarder with batches of 64. It moves frames between two [`AfPacketPort`]s in
+//! The reference forwarder of the daemon's throughput target: a `recvmmsg`/`sendmmsg` AF_PACKET
+//! forwarder with batches of 64. It moves frames between two [`AfPacketPort`]s in
 //! [`RxMode::Mmsg`] (`recvmmsg` and `sendmmsg`, batches of 64: the same sockets and options as the
 //! daemon's ports) in both directions and does nothing else: no parsing, no classification, no
 //! checksum work, no queue.
 //! `metronome compare --ceiling` runs it on the same path as the daemon to show what the daemon's
 //! own per-packet work costs against the cheapest user-space forwarding on the same sockets.
 //!
+//! Two modes ([`ForwarderMode`]):
+//! * [`ForwarderMode::Plain`]: frames up to one 2 KiB slot, no virtio-net header; the reference
+//!   for one-MTU frames (offloads off).
+//! * [`ForwarderMode::VnetHdr`]: both sockets with `PACKET_VNET_HDR`
+//!   ([`AfPacketConfig::vnet_hdr`]) and a two-class pool ([`FramePool::with_large`]): small
+//!   slots for ACKs and MTU frames, [`LARGE_SLOTS`] slots of [`GSO_SLOT_SIZE`] for GSO/GRO
+//!   super-frames. Each frame is sent back with the header it arrived with (its pool slot's
+//!   [`FramePool::vnet`]), so the kernel segments a super-frame and completes a partial
+//!   checksum only where a device needs it. The reference with the host's offloads.
+//!
 //! Each direction keeps the frames the device refused as busy and retries them before receiving
 //! more, so nothing is dropped by the forwarder itself; every frame it did not forward is in a
-//! port counter (`rx_oversize`, `tx_errors`) or still pending at the stop ([`ForwarderReport`]).
+//! port counter (`rx_oversize`, `rx_no_large_slot`, `rx_gso_truncated`, `rx_vnet_errors`,
+//! `tx_errors`) or still pending at the stop ([`ForwarderReport`]).
 //! When nothing moved it sleeps in `ppoll(2)` on both receive sockets, at most [`IDLE_SLEEP`].
 
 use metronome_io::{
     AfPacketConfig, AfPacketPort, FramePool, PacketPort, PortCounters, PortError, RxFrame, RxMode,
-    RECV_BATCH as MMSG_BATCH,
+    GSO_SLOT_SIZE, RECV_BATCH as MMSG_BATCH,
 };
 use nix::poll::{PollFd, PollFlags};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,9 +40,58 @@ const PLAIN: AfPacketConfig = AfPacketConfig {
     rx: RxMode::Mmsg,
     ..AfPacketConfig::DEFAULT
 };
+/// The ports of [`ForwarderMode::VnetHdr`]: `recvmmsg` receive with `PACKET_VNET_HDR`.
+const VNET: AfPacketConfig = AfPacketConfig {
+    rx: RxMode::Mmsg,
+    vnet_hdr: true,
+    ..AfPacketConfig::DEFAULT
+};
 /// Frame slots: four batches per direction in flight at most (receive stops while a direction has
 /// frames pending), with room to spare.
 const POOL_SLOTS: u32 = 8 * MMSG_BATCH as u32;
+/// Super-frame slots of [`ForwarderMode::VnetHdr`]: one batch per direction can be pending at
+/// once (a direction receives only when nothing is pending), so two batches never run out;
+/// 128 × 64 KiB ≈ 8.4 MB.
+pub const LARGE_SLOTS: u32 = 2 * MMSG_BATCH as u32;
+
+/// How the forwarder's sockets handle offloaded frames (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ForwarderMode {
+    /// No virtio-net header, 2 KiB slots: one-MTU frames.
+    #[default]
+    Plain,
+    /// `PACKET_VNET_HDR` on both sockets, small and super-frame slots.
+    VnetHdr,
+}
+
+impl ForwarderMode {
+    /// The name used in reports: `plain` or `vnet_hdr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwarderMode::Plain => "plain",
+            ForwarderMode::VnetHdr => "vnet_hdr",
+        }
+    }
+
+    fn port_config(self) -> AfPacketConfig {
+        match self {
+            ForwarderMode::Plain => PLAIN,
+            ForwarderMode::VnetHdr => VNET,
+        }
+    }
+
+    fn pool(self) -> FramePool {
+        match self {
+            ForwarderMode::Plain => FramePool::new(POOL_SLOTS, metronome_io::DEFAULT_SLOT_SIZE),
+            ForwarderMode::VnetHdr => FramePool::with_large(
+                POOL_SLOTS,
+                metronome_io::DEFAULT_SLOT_SIZE,
+                LARGE_SLOTS,
+                GSO_SLOT_SIZE,
+            ),
+        }
+    }
+}
 
 /// What the forwarder did, when it stopped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,15 +139,27 @@ impl Direction {
 }
 
 /// Forwards between interfaces `inside` and `outside` (of the calling thread's network namespace)
-/// until `stop` is set.
+/// until `stop` is set, in [`ForwarderMode::Plain`].
 pub fn forward(
     inside: &str,
     outside: &str,
     stop: &AtomicBool,
 ) -> Result<ForwarderReport, PortError> {
-    let mut a = AfPacketPort::open(inside, &PLAIN)?;
-    let mut b = AfPacketPort::open(outside, &PLAIN)?;
-    let mut pool = FramePool::new(POOL_SLOTS, metronome_io::DEFAULT_SLOT_SIZE);
+    forward_with(inside, outside, ForwarderMode::Plain, stop)
+}
+
+/// Forwards between interfaces `inside` and `outside` (of the calling thread's network namespace)
+/// in `mode` until `stop` is set.
+pub fn forward_with(
+    inside: &str,
+    outside: &str,
+    mode: ForwarderMode,
+    stop: &AtomicBool,
+) -> Result<ForwarderReport, PortError> {
+    let config = mode.port_config();
+    let mut a = AfPacketPort::open(inside, &config)?;
+    let mut b = AfPacketPort::open(outside, &config)?;
+    let mut pool = mode.pool();
     let mut rx = [RxFrame::default(); MMSG_BATCH];
     let mut out = Direction {
         pending: Vec::with_capacity(MMSG_BATCH),
@@ -134,5 +206,18 @@ mod tests {
         let stop = AtomicBool::new(true);
         let e = forward("mtr-no-such-a", "mtr-no-such-b", &stop).unwrap_err();
         assert!(e.to_string().contains("mtr-no-such-a"), "{e}");
+        let e = forward_with("mtr-no-such-c", "x", ForwarderMode::VnetHdr, &stop).unwrap_err();
+        assert!(e.to_string().contains("mtr-no-such-c"), "{e}");
+    }
+
+    #[test]
+    fn the_vnet_mode_has_super_frame_slots_and_the_header() {
+        assert!(ForwarderMode::VnetHdr.port_config().vnet_hdr);
+        assert!(!ForwarderMode::Plain.port_config().vnet_hdr);
+        let pool = ForwarderMode::VnetHdr.pool();
+        assert_eq!(pool.large_capacity(), LARGE_SLOTS as usize);
+        assert!(pool.large_slot_size() >= GSO_SLOT_SIZE);
+        assert_eq!(ForwarderMode::Plain.pool().large_capacity(), 0);
+        assert_eq!(ForwarderMode::default(), ForwarderMode::Plain);
     }
 }

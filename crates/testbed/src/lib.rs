@@ -16,8 +16,9 @@
 //!   scenario in `metronome-sim` without the privilege.
 //! * [`compare`]: `metronome compare`, the daemon against kernel HTB and TBF on the same path;
 //!   [`compare::measure`] holds the rate, deviation and CPU accounting.
-//! * [`forwarder`]: the plain `recvmmsg`/`sendmmsg` AF_PACKET forwarder that `compare --ceiling`
-//!   measures the daemon against.
+//! * [`forwarder`]: the `recvmmsg`/`sendmmsg` AF_PACKET forwarder (plain, or with virtio-net
+//!   headers for super-frames) that `compare --ceiling` measures the daemon against.
+//! * [`offloads`]: the offload mode of a `demo` or `compare` run (the host's defaults, or off).
 //!
 //! Building a topology needs CAP_NET_ADMIN; without it the entry points return
 //! [`netns::TopoError::MissingPrivilege`] and the integration tests skip.
@@ -28,5 +29,6 @@ pub mod compare;
 pub mod demo;
 pub mod forwarder;
 pub mod netns;
+pub mod offloads;
 pub mod shaper;
 pub mod trafficgen;
