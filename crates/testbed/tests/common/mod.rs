@@ -49,24 +49,54 @@ pub fn wire_bps(samples: &[(Duration, u64)], warmup: Duration, end: Duration) ->
     (last.1 - first.1) as f64 * 8.0 / (last.0 - first.0).as_secs_f64()
 }
 
+/// Frame bytes per payload byte of a full TCP segment: 1448 B of payload (MSS with the
+/// timestamps option) in a 1514-byte frame (14 Ethernet + 20 IPv4 + 32 TCP).
+pub const WIRE_PER_PAYLOAD: f64 = 1514.0 / 1448.0;
+
+/// The rate on the wire of `goodput_bps` of TCP payload in full segments. A veth counts a GSO
+/// super-frame's length once (`skb->len`: one set of headers for up to 45 segments, about
+/// 3.5 % below what a wire carries), so with the host's default offloads the tests measure the
+/// payload the receiver got and add every full segment's headers.
+pub fn wire_of_goodput(goodput_bps: f64) -> f64 {
+    goodput_bps * WIRE_PER_PAYLOAD
+}
+
 /// Every frame the loop's inside port delivered is sent, dropped under a name, or was queued:
-/// nothing is lost silently. `who` names the loop in the failure message.
+/// nothing is lost silently. A super-frame cut into pieces is one frame received and one wheel
+/// entry (and one transmitted frame) per piece, so the entries beyond the first
+/// (`pieces_extra`) are added to the frames received. `who` names the loop in the failure
+/// message.
 pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
     let e = &l.engine;
     assert_eq!(l.inside.rx_packets, e.received, "{who}");
-    assert_eq!(e.received, e.forwarded + e.enqueued + e.dropped(), "{who}");
+    assert_eq!(
+        e.received,
+        e.forwarded + e.enqueued_frames() + e.dropped(),
+        "{who}"
+    );
     assert_eq!(e.enqueued, e.released + l.queued_at_stop, "{who}");
     let out = l.outside;
     assert_eq!(
-        l.inside.rx_packets,
+        l.inside.rx_packets + e.pieces_extra,
         out.tx_packets
             + out.tx_errors
+            + l.cuts.pieces_failed
             + e.dropped()
             + l.queued_at_stop
             + l.pending_at_stop
             + l.tx_failed,
         "{who}: {l:?}"
     );
+}
+
+/// The frames the loop's ports refused on receive, each under its named counter (they never
+/// reached the engine): `(reason, frames)` with a non-zero count.
+pub fn refused(l: &LoopReport) -> Vec<(&'static str, u64)> {
+    metronome_daemon::refused::Refusals::of(&l.inside, &l.outside, &l.cuts)
+        .by_reason()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// Runs `run` (which returns an achieved rate, bit/s) up to twice: on this shared 2-core machine
