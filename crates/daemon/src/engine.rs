@@ -28,12 +28,22 @@
 //! 5. **Queue** in the timing wheel (Carousel §5.1.2). A rejection (node pool exhausted) is a
 //!    counted drop (`PoolExhausted`, or `Horizon`), its slot freed.
 //!
+//! **Super-frames** (ports with `vnet_hdr`; the header stays with the pool slot,
+//! `FramePool::vnet`): a GSO frame is one unit for classification, the flow table and
+//! backpressure, but it charges its class the bytes its segments occupy on the wire
+//! (`metronome_packet::wire_bytes`), and one that would leave as a burst longer than the class's
+//! `gso_burst` is cut into pieces, each with its own EDT and wheel entry ([`crate::pieces`],
+//! NicPic §3). A frame with `NEEDS_CSUM` keeps it (the kernel or the device completes the
+//! checksum when it leaves): no software checksum on this path. A CE mark set on a super-frame's
+//! IP header is carried by every segment.
+//!
 //! [`Engine::release`] moves everything due into one transmit batch (inter-flow batching,
 //! FlowBundler §IV-A) and observes each packet's lateness against its EDT, kept per pool slot.
 //!
 //! **Nothing is lost** (CONTRIBUTING.md §11): every received frame is forwarded at once, queued, released
 //! or in a named drop counter; [`Engine::invariants`] checks
-//! `received = forwarded + enqueued + dropped` and `enqueued = released + queued`.
+//! `received = forwarded + enqueued frames + dropped` and `enqueued = released + queued` (in
+//! wheel entries: a cut super-frame has one per piece).
 //!
 //! **Reload** ([`Engine::reload`]): classes are matched by name; an existing class keeps its
 //! aggregate and pacing policies (`Timestamper::set_rate`, so no burst is granted) and its queued
@@ -78,8 +88,9 @@ fn reject_reason(reason: RejectReason) -> DropReason {
 
 /// Segments per piece of `sf` for a class with `policy`: what leaves within the class's
 /// `gso_burst` at its rate (the smaller of `rate` and `pacing`), at least two segments (as
-/// `tcp_tso_autosize` keeps), at most 65 535 wire bytes (a `PacketRef`'s length) and few
-/// enough for [`pieces::MAX_PIECES`] pieces.
+/// `tcp_tso_autosize` keeps), and few enough for [`pieces::MAX_PIECES`] pieces. A frame within
+/// the bound is not cut, however long; the pieces of a cut frame have at most 65 535 wire bytes
+/// (a `PacketRef`'s length).
 fn cut_segments(sf: &SuperFrame, policy: &ClassPolicy) -> u32 {
     let total = sf.segments();
     let rate = match (policy.rate, policy.pacing) {
@@ -88,6 +99,10 @@ fn cut_segments(sf: &SuperFrame, policy: &ClassPolicy) -> u32 {
     };
     let budget = rate.map_or(u64::MAX, |r| r.bytes_in(policy.gso_burst));
     let by_rate = sf.segments_within(budget, RX_BYTES_FRAMING).max(2);
+    if by_rate >= total {
+        // Within the bound: one unit, whatever its length (its wire bytes are kept per slot).
+        return total;
+    }
     let by_len = sf.segments_within(u64::from(u16::MAX), RX_BYTES_FRAMING);
     by_rate
         .min(by_len)
@@ -221,6 +236,9 @@ pub struct Engine {
     /// Nanoseconds between the EDTs of consecutive pieces of a cut super-frame in each pool
     /// slot (its first piece's EDT is in `slot_edt`): lateness of every piece at release.
     slot_step: Vec<u64>,
+    /// Wire bytes of the uncut frame in each pool slot (a `PacketRef`'s `u16` length saturates
+    /// for a super-frame above 65 535 wire bytes): the class byte count at release.
+    slot_wire: Vec<u32>,
     /// Cut super-frames ([`crate::pieces`]).
     cuts: Cuts,
     /// Dequeue buffer, [`MAX_BATCH_SIZE`] references.
@@ -273,6 +291,7 @@ impl Engine {
             slot_edt: vec![Timestamp::ZERO; pool_slots],
             slot_entry: vec![NO_ENTRY; pool_slots],
             slot_step: vec![0; pool_slots],
+            slot_wire: vec![0; pool_slots],
             cuts: Cuts::new(pool_slots),
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
             max_delay: Duration::from_nanos(max_delay),
@@ -582,6 +601,9 @@ impl Engine {
                 if let Some(slot) = self.slot_step.get_mut(id as usize) {
                     *slot = 0;
                 }
+                if let Some(slot) = self.slot_wire.get_mut(id as usize) {
+                    *slot = clamp_u32(len);
+                }
                 if let Some(slot) = self.slot_entry.get_mut(id as usize) {
                     *slot = entry_id;
                 }
@@ -723,7 +745,13 @@ impl Engine {
             if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
                 state.queued = state.queued.saturating_sub(1);
                 state.unpublished.0 += 1;
-                state.unpublished.1 += u64::from(pkt.len);
+                state.unpublished.1 += if self.cuts.is_piece(pkt.id) {
+                    u64::from(pkt.len)
+                } else {
+                    self.slot_wire
+                        .get(i)
+                        .map_or(u64::from(pkt.len), |&w| u64::from(w))
+                };
             }
             out.push(pkt.id);
         }

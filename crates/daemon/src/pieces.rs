@@ -14,7 +14,9 @@
 //! or discarded ([`Cuts::finish`]).
 //!
 //! A piece's wire length fits the `u16` of a `metronome_core::PacketRef`: its segments are also
-//! bounded by 65 535 wire bytes ([`metronome_packet::SuperFrame::segments_within`]).
+//! bounded by 65 535 wire bytes ([`metronome_packet::SuperFrame::segments_within`]). A frame
+//! within the bound is not cut however long it is (at 10 Gbit/s a whole 64 KiB super-frame is
+//! 54 µs): one `send` message rather than two.
 
 use metronome_io::{AfPacketPort, FramePool, MemoryPort, PacketPort, PortError, TxPiece};
 use metronome_packet::{SuperFrame, VnetHdr};

@@ -197,14 +197,34 @@ fn a_long_superframe_is_cut_into_pieces_spaced_at_the_class_rate_that_reassemble
 }
 
 #[test]
-fn a_superframe_above_65535_wire_bytes_is_cut_to_fit_a_packet_ref() {
-    // 45 segments are 67 590 bytes on the wire; at 10 Gbit/s 1 ms would allow them all.
+fn a_superframe_above_65535_wire_bytes_within_the_bound_leaves_whole_charged_in_full() {
+    // 45 segments are 67 590 bytes on the wire, above a `PacketRef`'s u16 length; at 10 Gbit/s
+    // 1 ms allows them all: one unit, charged and counted in full.
+    let metrics = Metrics::new();
     let mut rig = Rig::new(&config("10gbit", "1ms"));
-    rig.receive(&[superframe(45)]);
+    rig.engine = Engine::new(
+        &config("10gbit", "1ms"),
+        rig.pool.capacity(),
+        metrics.clone(),
+    );
+    rig.receive(&[superframe(45), superframe(45)]);
     let c = rig.engine.counters();
-    assert_eq!(c.pieces_extra, 1, "two pieces");
+    assert_eq!(c.pieces_extra, 0, "not cut");
     let bulk = rig.engine.class_index("bulk").unwrap();
-    assert_eq!(rig.engine.class_stamped_bytes(bulk), wire(45));
+    assert!(rig.engine.class_stamped_bytes(bulk) >= wire(45));
+    rig.run_until_empty(Duration::from_micros(1));
+    assert_eq!(rig.sent.len(), 2);
+    assert!(rig.sent.iter().all(|(_, f)| f.len() == HEADERS + 45 * MSS));
+    let text = metrics.encode();
+    let want = format!(
+        "metronome_class_bytes_total{{class=\"bulk\"}} {}",
+        2 * wire(45)
+    );
+    assert!(text.lines().any(|l| l == want), "{want} not in\n{text}");
+    // Cut when the bound is shorter: pieces then fit the u16 length.
+    let mut rig = Rig::new(&config("10gbit", "50us"));
+    rig.receive(&[superframe(45)]);
+    assert!(rig.engine.counters().pieces_extra > 0);
     rig.run_until_empty(Duration::from_micros(1));
     let payload: usize = rig.sent.iter().map(|(_, f)| f.len() - HEADERS).sum();
     assert_eq!(payload, 45 * MSS);
