@@ -2,8 +2,8 @@
 //! shaper and receiver namespace, 4 TCP flows for 4 s into one class whose data is **not**
 //! queued (no `rate`) and whose ACKs are released at 100 Mbit/s of payload
 //! (`ack_shaping = { rate = "100mbit" }`), with the host's default offloads. Asserts the
-//! payload rate the receiver gets (its goodput; the veth's byte count, one set of headers per
-//! super-frame, is printed) within 3 % of 100 Mbit/s,
+//! payload rate on the receiver's veth over the steady part (its bytes less one set of headers
+//! per packet it counted: a veth counts a super-frame's headers once) within 3 % of 100 Mbit/s,
 //! and that the daemon rewrote, suppressed and generated ACKs and dropped no data frame. Skips,
 //! saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
 
@@ -56,10 +56,14 @@ fn ack_shaped_run(topo: &Topology) -> f64 {
     let (report, samples) = common::drive(topo, plan);
     control.stop.store(true, Ordering::Relaxed);
     let loop_report = shaper.join().unwrap().unwrap().unwrap();
-    // Payload on the wire: the receiver's goodput (a veth counts a super-frame's headers once,
-    // so its byte count over-states the payload share; `common::wire_of_goodput`).
+    // Payload on the receiver's veth over the steady part: its bytes less one set of headers
+    // per packet it counted (a veth counts a super-frame's headers once, `common::payload_bps`).
     let veth = common::wire_bps(&samples, WARMUP, RUN.saturating_sub(COOLDOWN));
-    let wire = common::wire_of_goodput(report.groups[0].mean_bps());
+    let wire = common::wire_of_payload(common::payload_bps(
+        &samples,
+        WARMUP,
+        RUN.saturating_sub(COOLDOWN),
+    ));
     let text = metrics.encode();
     let count = |outcome: &str| -> u64 {
         let key = format!("metronome_ack_shaping_total{{class=\"incast\",outcome=\"{outcome}\"}} ");

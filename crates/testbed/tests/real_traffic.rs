@@ -2,8 +2,8 @@
 //! namespace, the daemon's loop on AF_PACKET ports in the shaper, 4 TCP flows for 3 s into one
 //! class limited to 100 Mbit/s and then 500 Mbit/s, with the host's default offloads (the
 //! sender's TSO/GSO super-frames reach the daemon whole; it must receive some). Asserts the rate
-//! on the wire — the receiver's goodput with every full segment's headers (a veth counts a
-//! super-frame's headers once, see `common::wire_of_goodput`) — within 3 % of the target, and that every frame the daemon received is accounted for:
+//! on the wire — the receiver's payload on the receiver's veth with every full segment's headers (a veth counts a
+//! super-frame's headers once, see `common::wire_of_payload`) — within 3 % of the target, and that every frame the daemon received is accounted for:
 //! `rx = tx + named drops + queued`. Skips, saying why, without CAP_NET_ADMIN; the topology is
 //! removed on every path (its `Drop`).
 
@@ -60,10 +60,14 @@ fn shaped_run(topo: &Topology, rate: &str, target_bps: f64, flows: usize) -> f64
     let loop_report = shaper.join().unwrap().unwrap().unwrap();
 
     // The rate on the wire: the payload delivered with every full segment's headers
-    // (`common::wire_of_goodput`); the veth's own count (one set of headers per super-frame)
+    // (`common::wire_of_payload`); the veth's own count (one set of headers per super-frame)
     // is printed.
     let veth = common::wire_bps(&samples, WARMUP, RUN.saturating_sub(COOLDOWN));
-    let achieved = common::wire_of_goodput(report.groups[0].mean_bps());
+    let achieved = common::wire_of_payload(common::payload_bps(
+        &samples,
+        WARMUP,
+        RUN.saturating_sub(COOLDOWN),
+    ));
     let e = loop_report.engine;
     println!(
         "{rate}: achieved {:.2} Mbit/s on the wire (target {:.0}; the veth counted {:.2}), \
