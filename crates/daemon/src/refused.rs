@@ -94,3 +94,39 @@ fn hint(reason: &str) -> &'static str {
         _ => "a super-frame's headers could not be rewritten for a piece",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_reach_the_metrics_by_reason_as_they_grow() {
+        let metrics = Metrics::new();
+        let mut log = RefusalLog::default();
+        let mut inside = PortCounters {
+            rx_no_large_slot: 3,
+            ..PortCounters::default()
+        };
+        let outside = PortCounters {
+            rx_vnet_errors: 1,
+            ..PortCounters::default()
+        };
+        let cuts = CutCounters::default();
+        log.observe(Refusals::of(&inside, &outside, &cuts), &metrics);
+        inside.rx_no_large_slot = 5;
+        inside.rx_gso_truncated = 2;
+        let now = Refusals::of(&inside, &outside, &cuts);
+        log.observe(now, &metrics);
+        assert_eq!(now.total(), 8);
+        let text = metrics.encode();
+        for (reason, n) in [
+            ("no_large_slot", 5),
+            ("vnet_error", 1),
+            ("gso_truncated", 2),
+        ] {
+            let line = format!("metronome_rx_refused_frames_total{{reason=\"{reason}\"}} {n}");
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        assert!(!text.contains("reason=\"oversize\""));
+    }
+}
