@@ -76,6 +76,15 @@ pub const MAX_CORES: usize = 256;
 /// Default period of the NIC-level bandwidth allocator: Carousel §5.3, "we currently use
 /// ≈ 100 ms".
 pub const DEFAULT_NBA_PERIOD: Duration = Duration::from_millis(100);
+/// Default large (super-frame) slots of the frame pool: 256 of
+/// [`metronome_io::GSO_SLOT_SIZE`] bytes, 16.0 MiB; 256 super-frames of 64 KiB are 134 ms at
+/// 1 Gbit/s, 13 ms at 10 Gbit/s.
+pub const DEFAULT_GSO_SLOTS: u32 = 256;
+/// Most large slots `daemon.gso_slots` may ask for: 4096 (256.5 MiB).
+pub const MAX_GSO_SLOTS: u32 = 4096;
+/// Default `gso_burst` of a class: 1 ms at its rate, the bound the kernel's
+/// `tcp_tso_autosize` (net/ipv4/tcp_output.c) puts on a sender's super-frames.
+pub const DEFAULT_GSO_BURST: Duration = Duration::from_millis(1);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 
@@ -135,6 +144,15 @@ pub struct DaemonConfig {
     /// How often the NIC-level bandwidth allocator redistributes each class's aggregate `rate`
     /// among the silos (only with `cores > 1`). Default [`DEFAULT_NBA_PERIOD`].
     pub nba_period: Duration,
+    /// Open both ports with `PACKET_VNET_HDR`: receive the host's GSO/GRO super-frames whole
+    /// (up to 64 KiB) and send them with their virtio-net header. Default true.
+    pub vnet_hdr: bool,
+    /// Large slots of the frame pool for super-frames (only with `vnet_hdr`). Default
+    /// [`DEFAULT_GSO_SLOTS`], at most [`MAX_GSO_SLOTS`].
+    pub gso_slots: u32,
+    /// Switch GRO on on the inside interface at start (`ethtool -K IF gro on`), so that MTU
+    /// senders' frames reach the daemon as super-frames too. Left on at exit. Default true.
+    pub gro: bool,
 }
 
 /// One `[[class]]`.
@@ -177,6 +195,10 @@ pub struct ClassPolicy {
     /// Bytes that may leave back to back after an idle period (the policies' bucket depth,
     /// `metronome_core::timestamp`). Default one full frame, `mtu + 14`.
     pub burst: u32,
+    /// Longest a super-frame may take to leave at the class's rate (or its flow's pacing
+    /// rate) before it is cut into pieces, each with its own EDT (NicPic §3's per-class
+    /// offset). A piece has at least two segments. Default [`DEFAULT_GSO_BURST`].
+    pub gso_burst: Duration,
     /// Override of the wheel's horizon policy for this class; `None`: the wheel's.
     pub horizon_policy: Option<HorizonPolicy>,
     /// What happens when the class's flows queue too much.
@@ -217,6 +239,7 @@ impl ClassPolicy {
             rate: None,
             pacing: None,
             burst: mtu.saturating_add(ETHERNET_HEADER),
+            gso_burst: DEFAULT_GSO_BURST,
             horizon_policy: None,
             backpressure: Backpressure::None,
             ack_shaping: None,

@@ -28,12 +28,22 @@
 //! 5. **Queue** in the timing wheel (Carousel §5.1.2). A rejection (node pool exhausted) is a
 //!    counted drop (`PoolExhausted`, or `Horizon`), its slot freed.
 //!
+//! **Super-frames** (ports with `vnet_hdr`; the header stays with the pool slot,
+//! `FramePool::vnet`): a GSO frame is one unit for classification, the flow table and
+//! backpressure, but it charges its class the bytes its segments occupy on the wire
+//! (`metronome_packet::wire_bytes`), and one that would leave as a burst longer than the class's
+//! `gso_burst` is cut into pieces, each with its own EDT and wheel entry ([`crate::pieces`],
+//! NicPic §3). A frame with `NEEDS_CSUM` keeps it (the kernel or the device completes the
+//! checksum when it leaves): no software checksum on this path. A CE mark set on a super-frame's
+//! IP header is carried by every segment.
+//!
 //! [`Engine::release`] moves everything due into one transmit batch (inter-flow batching,
 //! FlowBundler §IV-A) and observes each packet's lateness against its EDT, kept per pool slot.
 //!
 //! **Nothing is lost** (CONTRIBUTING.md §11): every received frame is forwarded at once, queued, released
 //! or in a named drop counter; [`Engine::invariants`] checks
-//! `received = forwarded + enqueued + dropped` and `enqueued = released + queued`.
+//! `received = forwarded + enqueued frames + dropped` and `enqueued = released + queued` (in
+//! wheel entries: a cut super-frame has one per piece).
 //!
 //! **Reload** ([`Engine::reload`]): classes are matched by name; an existing class keeps its
 //! aggregate and pacing policies (`Timestamper::set_rate`, so no burst is granted) and its queued
@@ -44,21 +54,75 @@ use crate::ack_shaping::AckShaping;
 use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZE};
 use crate::flow_table::{FlowTable, Lookup};
 use crate::metrics::{ClassMetrics, DropReason, HistogramTally, Metrics};
+use crate::pieces::{self, Cuts};
 use metronome_core::timestamp::{PolicyId, PolicyKind, PolicyStack, Timestamper};
 use metronome_core::{
     ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, RejectReason, Timestamp,
     TimingWheel, TimingWheelConfig,
 };
 use metronome_io::{FramePool, RxFrame};
+use metronome_packet::gso::RX_BYTES_FRAMING;
 use metronome_packet::{
-    fix_l4_checksum, mark_ce, parse, Classifier, EcnMark, L4Checksum, ParseCounters, Parsed,
-    Verdict,
+    fix_l4_checksum, mark_ce, parse, Classifier, EcnMark, GsoType, L4Checksum, ParseCounters,
+    Parsed, SuperFrame, Verdict, VnetHdr,
 };
 
 /// No flow entry for a queued slot.
 const NO_ENTRY: u32 = u32::MAX;
 /// Name of the class state of packets no class matches (as in `Config::class_name`).
 const DEFAULT_CLASS_NAME: &str = "default";
+
+/// Largest value of a `u32` byte count.
+fn clamp_u32(bytes: u64) -> u32 {
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
+/// The drop reason of a wheel rejection.
+fn reject_reason(reason: RejectReason) -> DropReason {
+    match reason {
+        RejectReason::BeyondHorizon => DropReason::Horizon,
+        RejectReason::PoolExhausted => DropReason::PoolExhausted,
+        _ => DropReason::QueueFull,
+    }
+}
+
+/// Segments per piece of `sf` for a class with `policy`: what leaves within the class's
+/// `gso_burst` at its rate (the smaller of `rate` and `pacing`), at least two segments (as
+/// `tcp_tso_autosize` keeps), and few enough for [`pieces::MAX_PIECES`] pieces. A frame within
+/// the bound is not cut, however long; the pieces of a cut frame have at most 65 535 wire bytes
+/// (a `PacketRef`'s length).
+fn cut_segments(sf: &SuperFrame, policy: &ClassPolicy) -> u32 {
+    let total = sf.segments();
+    let rate = match (policy.rate, policy.pacing) {
+        (Some(a), Some(b)) => Some(if a.bps() <= b.bps() { a } else { b }),
+        (a, b) => a.or(b),
+    };
+    let budget = rate.map_or(u64::MAX, |r| r.bytes_in(policy.gso_burst));
+    let by_rate = sf.segments_within(budget, RX_BYTES_FRAMING).max(2);
+    if by_rate >= total {
+        // Within the bound: one unit, whatever its length (its wire bytes are kept per slot).
+        return total;
+    }
+    let by_len = sf.segments_within(u64::from(u16::MAX), RX_BYTES_FRAMING);
+    by_rate
+        .min(by_len)
+        .max(total.div_ceil(pieces::MAX_PIECES))
+        .min(total)
+        .max(1)
+}
+
+/// Wire bytes of piece `k` of `sf` cut into pieces of `max_segments` segments (what
+/// `metronome_packet::Piece::wire_bytes` reports, without writing its headers).
+fn piece_wire_bytes(sf: &SuperFrame, k: u32, max_segments: u32) -> u64 {
+    let s = sf.gso_size() as u64;
+    let first = u64::from(k) * u64::from(max_segments);
+    let segments = (u64::from(sf.segments()) - first.min(u64::from(sf.segments())))
+        .min(u64::from(max_segments));
+    let payload = (sf.payload_len() as u64)
+        .saturating_sub(first * s)
+        .min(segments * s);
+    segments * (sf.header_len() as u64 + u64::from(RX_BYTES_FRAMING)) + payload
+}
 
 /// The engine's own counters, cumulative. Every received frame ends in exactly one of
 /// `forwarded`, `enqueued` (then `released` or still queued) or a drop counter.
@@ -96,12 +160,28 @@ pub struct EngineCounters {
     pub checksums_fixed: u64,
     /// Frames flagged `csum_not_ready` whose headers could not be walked (forwarded unchanged).
     pub checksum_failed: u64,
+    /// GSO super-frames received (with `vnet_hdr`), whatever became of them.
+    pub superframes: u64,
+    /// Wheel entries beyond the first of super-frames cut into pieces: `enqueued` counts
+    /// entries, a frame is one unit of `received`.
+    pub pieces_extra: u64,
+    /// Pieces of a cut super-frame that found no room in the wheel after its first pieces
+    /// were queued, dropped (the class's `pool_exhausted` drops count them too).
+    pub pieces_dropped: u64,
+    /// Super-frames whose headers could not be walked for cutting (`SuperFrame::parse`):
+    /// queued whole, charged the bytes their GSO header implies (or their length).
+    pub gso_uncut: u64,
 }
 
 impl EngineCounters {
     /// Every drop, whatever the reason.
     pub fn dropped(&self) -> u64 {
         self.dropped_flow_limit + self.dropped_horizon + self.dropped_pool
+    }
+
+    /// Frames (not pieces) that entered the wheel.
+    pub fn enqueued_frames(&self) -> u64 {
+        self.enqueued - self.pieces_extra
     }
 }
 
@@ -153,6 +233,14 @@ pub struct Engine {
     slot_edt: Vec<Timestamp>,
     /// Flow entry of the packet in each pool slot, or [`NO_ENTRY`].
     slot_entry: Vec<u32>,
+    /// Nanoseconds between the EDTs of consecutive pieces of a cut super-frame in each pool
+    /// slot (its first piece's EDT is in `slot_edt`): lateness of every piece at release.
+    slot_step: Vec<u64>,
+    /// Wire bytes of the uncut frame in each pool slot (a `PacketRef`'s `u16` length saturates
+    /// for a super-frame above 65 535 wire bytes): the class byte count at release.
+    slot_wire: Vec<u32>,
+    /// Cut super-frames ([`crate::pieces`]).
+    cuts: Cuts,
     /// Dequeue buffer, [`MAX_BATCH_SIZE`] references.
     batch: Vec<PacketRef>,
     /// Longest delay the wheel holds: horizon minus one slot.
@@ -202,6 +290,9 @@ impl Engine {
             flows: FlowTable::new(),
             slot_edt: vec![Timestamp::ZERO; pool_slots],
             slot_entry: vec![NO_ENTRY; pool_slots],
+            slot_step: vec![0; pool_slots],
+            slot_wire: vec![0; pool_slots],
+            cuts: Cuts::new(pool_slots),
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
             max_delay: Duration::from_nanos(max_delay),
             acks: AckShaping::new(config, &metrics),
@@ -303,6 +394,10 @@ impl Engine {
     ) {
         for rx in frames {
             self.counters.received += 1;
+            let vnet = pool.vnet(rx.id);
+            if vnet.is_gso() {
+                self.counters.superframes += 1;
+            }
             let frame = pool.frame_mut(rx.id);
             let parsed = parse(frame);
             if rx.csum_not_ready {
@@ -315,20 +410,14 @@ impl Engine {
             let verdict = self.classifier.classify(&parsed);
             self.parse_counters.record(&verdict);
             match verdict {
-                Verdict::Shape { class, flow, len } => self.shape(
-                    now,
-                    pool,
-                    rx.id,
-                    class,
-                    flow,
-                    u32::from(len),
-                    &parsed,
-                    forward,
-                ),
+                Verdict::Shape { class, flow, len } => {
+                    let (wire, frame) = self.charge(pool, rx.id, &vnet, u32::from(len));
+                    self.shape(now, pool, rx.id, class, flow, wire, frame, &parsed, forward)
+                }
                 Verdict::PassNonIp => {
                     self.counters.passed_non_ip += 1;
                     self.forward(rx.id, forward);
-                    self.tally_pass_through(rx.len);
+                    self.tally_pass_through(u64::from(rx.len));
                 }
                 Verdict::Malformed(reason) => {
                     self.counters.malformed += 1;
@@ -354,7 +443,25 @@ impl Engine {
                     L4Checksum::NotApplicable => {}
                 }
             }
-            self.tally_pass_through(rx.len);
+            let vnet = pool.vnet(rx.id);
+            if vnet.needs_csum() && !vnet.is_gso() && self.acks.is_active() {
+                // ACK shaping updates the TCP checksum incrementally (RFC 1624), which is only
+                // right for a complete checksum, not for the pseudo-header sum of NEEDS_CSUM.
+                let frame = pool.frame_mut(rx.id);
+                if metronome_packet::gso::complete_partial_checksum(
+                    frame,
+                    vnet.csum_start,
+                    vnet.csum_offset,
+                ) {
+                    self.counters.checksums_fixed += 1;
+                    let flags = vnet.flags & !metronome_packet::gso::FLAG_NEEDS_CSUM;
+                    pool.set_vnet(rx.id, VnetHdr { flags, ..vnet });
+                } else {
+                    self.counters.checksum_failed += 1;
+                }
+            }
+            let (wire, _) = self.charge(pool, rx.id, &vnet, rx.len);
+            self.tally_pass_through(wire);
             out.push(rx.id);
         }
         self.publish_gauges();
@@ -370,11 +477,12 @@ impl Engine {
                 break;
             }
             for pkt in &self.batch[..n] {
-                pool.free(pkt.id);
+                self.cuts.finish(pool, pkt.id);
                 if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
                     state.queued = state.queued.saturating_sub(1);
                 }
-                if let Some(&e) = self.slot_entry.get(pkt.id as usize) {
+                let (slot, _) = pieces::decode(pkt.id);
+                if let Some(&e) = self.slot_entry.get(slot as usize) {
                     if e != NO_ENTRY {
                         self.flows.remove_queued(e);
                     }
@@ -400,7 +508,8 @@ impl Engine {
         id: u32,
         class: ClassId,
         flow: FlowId,
-        len: u32,
+        len: u64,
+        superframe: Option<SuperFrame>,
         parsed: &Parsed,
         forward: &mut Vec<u32>,
     ) {
@@ -416,7 +525,7 @@ impl Engine {
         if !state.policy.is_shaped() {
             let state = &mut self.classes[index];
             state.unpublished.0 += 1;
-            state.unpublished.1 += u64::from(len);
+            state.unpublished.1 += len;
             return self.forward(id, forward);
         }
         let (policy, horizon_policy, aggregate) =
@@ -461,7 +570,23 @@ impl Engine {
         if horizon_policy == HorizonPolicy::Reject && delay >= self.max_delay {
             return self.drop(pool, id, index, DropReason::Horizon);
         }
-        let edt = policies.stamp(&mut self.stamper, now, now, len);
+        let entry_id = entry.unwrap_or(NO_ENTRY);
+        if let Some(sf) = superframe {
+            let max_segments = cut_segments(&sf, &policy);
+            let n = sf.pieces(max_segments);
+            if n > 1 {
+                return self.queue_pieces(
+                    now,
+                    pool,
+                    (id, flow, index),
+                    &sf,
+                    (max_segments, n),
+                    policies,
+                    entry_id,
+                );
+            }
+        }
+        let edt = policies.stamp(&mut self.stamper, now, now, clamp_u32(len));
         let edt = edt.min(now.saturating_add(self.max_delay));
         let len16 = u16::try_from(len).unwrap_or(u16::MAX);
         let pkt = PacketRef::new(id, flow, ClassId(index as u16), len16);
@@ -469,24 +594,121 @@ impl Engine {
             Ok(()) => {
                 self.counters.enqueued += 1;
                 self.classes[index].queued += 1;
-                self.classes[index].stamped_bytes += u64::from(len);
+                self.classes[index].stamped_bytes += len;
                 if let Some(slot) = self.slot_edt.get_mut(id as usize) {
                     *slot = edt;
                 }
+                if let Some(slot) = self.slot_step.get_mut(id as usize) {
+                    *slot = 0;
+                }
+                if let Some(slot) = self.slot_wire.get_mut(id as usize) {
+                    *slot = clamp_u32(len);
+                }
                 if let Some(slot) = self.slot_entry.get_mut(id as usize) {
-                    *slot = entry.unwrap_or(NO_ENTRY);
+                    *slot = entry_id;
                 }
                 if let Some(e) = entry {
                     self.flows.add_queued(e);
                 }
             }
-            Err(rejected) => {
-                let reason = match rejected.reason {
-                    RejectReason::BeyondHorizon => DropReason::Horizon,
-                    RejectReason::PoolExhausted => DropReason::PoolExhausted,
-                    _ => DropReason::QueueFull,
-                };
-                self.drop(pool, id, index, reason);
+            Err(rejected) => self.drop(pool, id, index, reject_reason(rejected.reason)),
+        }
+    }
+
+    /// Queues the `n` pieces of `max_segments` segments of the super-frame `sf` in slot `id`,
+    /// each with its own EDT at the class's rate (NicPic §3), one wheel entry each
+    /// ([`crate::pieces`]). A piece that finds the wheel full drops the pieces after it (the
+    /// first one: the whole frame).
+    #[allow(clippy::too_many_arguments)]
+    fn queue_pieces(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        (id, flow, index): (u32, FlowId, usize),
+        sf: &SuperFrame,
+        (max_segments, n): (u32, u32),
+        policies: PolicyStack,
+        entry: u32,
+    ) {
+        let latest = now.saturating_add(self.max_delay);
+        let (mut first, mut last) = (Timestamp::ZERO, Timestamp::ZERO);
+        let mut queued = 0;
+        for k in 0..n {
+            let wire = piece_wire_bytes(sf, k, max_segments);
+            let edt = policies
+                .stamp(&mut self.stamper, now, now, clamp_u32(wire))
+                .min(latest);
+            let len16 = u16::try_from(wire).unwrap_or(u16::MAX);
+            let pkt = PacketRef::new(pieces::encode(id, k), flow, ClassId(index as u16), len16);
+            match self.wheel.enqueue(now, edt, pkt) {
+                Ok(()) => {
+                    if k == 0 {
+                        first = edt;
+                        self.cuts.start(id, max_segments, n);
+                    }
+                    last = edt;
+                    queued += 1;
+                    self.classes[index].queued += 1;
+                    self.classes[index].stamped_bytes += wire;
+                    if entry != NO_ENTRY {
+                        self.flows.add_queued(entry);
+                    }
+                }
+                Err(rejected) => {
+                    let reason = reject_reason(rejected.reason);
+                    if k == 0 {
+                        return self.drop(pool, id, index, reason);
+                    }
+                    let lost = u64::from(n - k);
+                    self.counters.pieces_dropped += lost;
+                    if let Some(state) = self.classes.get(index) {
+                        for _ in 0..lost {
+                            state.metrics.dropped(reason);
+                        }
+                    }
+                    self.cuts.truncate(id, k);
+                    break;
+                }
+            }
+        }
+        self.counters.enqueued += queued;
+        self.counters.pieces_extra += queued - 1;
+        let i = id as usize;
+        if let Some(slot) = self.slot_edt.get_mut(i) {
+            *slot = first;
+        }
+        if let Some(slot) = self.slot_step.get_mut(i) {
+            *slot = last.saturating_since(first).as_nanos() / (queued - 1).max(1);
+        }
+        if let Some(slot) = self.slot_entry.get_mut(i) {
+            *slot = entry;
+        }
+    }
+
+    /// The bytes a received frame in slot `id` charges its class: for a GSO super-frame the
+    /// bytes its segments occupy on the wire (`metronome_packet::wire_bytes`, the `rx_bytes`
+    /// convention), with its walked headers for cutting; else `len`.
+    fn charge(
+        &mut self,
+        pool: &FramePool,
+        id: u32,
+        vnet: &VnetHdr,
+        len: u32,
+    ) -> (u64, Option<SuperFrame>) {
+        if !vnet.is_gso() {
+            return (u64::from(len), None);
+        }
+        let frame = pool.frame(id);
+        match SuperFrame::parse(frame, vnet) {
+            // A UDP (`UdpL4`) super-frame is charged its wire bytes but not cut
+            // (`SuperFrame::piece` cuts TCP only).
+            Ok(sf) if vnet.gso_type == GsoType::UdpL4 => (sf.wire_bytes(RX_BYTES_FRAMING), None),
+            Ok(sf) => (sf.wire_bytes(RX_BYTES_FRAMING), Some(sf)),
+            Err(_) => {
+                self.counters.gso_uncut += 1;
+                let wire = metronome_packet::wire_bytes(frame, vnet, RX_BYTES_FRAMING)
+                    .unwrap_or(u64::from(len));
+                (wire, None)
             }
         }
     }
@@ -509,8 +731,10 @@ impl Engine {
         let max = max.min(self.batch.len());
         let n = self.wheel.dequeue(now, &mut self.batch[..max]);
         for pkt in &self.batch[..n] {
-            let i = pkt.id as usize;
-            if let Some(&edt) = self.slot_edt.get(i) {
+            let (slot, piece) = pieces::decode(pkt.id);
+            let i = slot as usize;
+            if let (Some(&edt), Some(&step)) = (self.slot_edt.get(i), self.slot_step.get(i)) {
+                let edt = edt.saturating_add(Duration::from_nanos(step * u64::from(piece)));
                 self.lateness.observe(now.saturating_since(edt).as_nanos());
             }
             if let Some(&e) = self.slot_entry.get(i) {
@@ -521,7 +745,13 @@ impl Engine {
             if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
                 state.queued = state.queued.saturating_sub(1);
                 state.unpublished.0 += 1;
-                state.unpublished.1 += u64::from(pkt.len);
+                state.unpublished.1 += if self.cuts.is_piece(pkt.id) {
+                    u64::from(pkt.len)
+                } else {
+                    self.slot_wire
+                        .get(i)
+                        .map_or(u64::from(pkt.len), |&w| u64::from(w))
+                };
             }
             out.push(pkt.id);
         }
@@ -533,9 +763,9 @@ impl Engine {
     }
 
     /// Counts a frame passed unshaped; published with the gauges.
-    fn tally_pass_through(&mut self, len: u32) {
+    fn tally_pass_through(&mut self, len: u64) {
         self.unpublished_pass.0 += 1;
-        self.unpublished_pass.1 += u64::from(len);
+        self.unpublished_pass.1 += len;
     }
 
     /// Publishes the gauges and what was tallied since the last call (sent packets and bytes per
@@ -629,6 +859,17 @@ impl Engine {
         }
     }
 
+    /// The cut super-frames, for the loop's transmit ([`Cuts::send`]) and discards
+    /// ([`Cuts::finish`]).
+    pub fn cuts_mut(&mut self) -> &mut Cuts {
+        &mut self.cuts
+    }
+
+    /// Counters of super-frames cut into pieces.
+    pub fn cut_counters(&self) -> crate::pieces::CutCounters {
+        self.cuts.counters()
+    }
+
     /// The engine's counters.
     pub fn counters(&self) -> EngineCounters {
         self.counters
@@ -654,7 +895,7 @@ impl Engine {
         let c = &self.counters;
         assert_eq!(
             c.received,
-            c.forwarded + c.enqueued + c.dropped(),
+            c.forwarded + c.enqueued_frames() + c.dropped(),
             "a received frame is unaccounted for: {c:?}"
         );
         assert_eq!(
@@ -670,3 +911,6 @@ impl Engine {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod gso_tests;

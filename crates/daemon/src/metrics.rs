@@ -356,6 +356,7 @@ struct Inner {
     queued: Family<ClassLabel, Gauge>,
     nba_rate: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
+    refused: Family<ReasonLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
@@ -401,6 +402,7 @@ impl Metrics {
             queued: Family::default(),
             nba_rate: Family::default(),
             malformed: Family::default(),
+            refused: Family::default(),
             ack_shaping: Family::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
@@ -440,6 +442,12 @@ impl Metrics {
             "malformed_frames",
             "Malformed frames by reason",
             inner.malformed.clone(),
+        );
+        r.register(
+            "rx_refused_frames",
+            "Frames the daemon could not take, by reason (oversize, no_large_slot, \
+             gso_truncated, vnet_error, piece_failed)",
+            inner.refused.clone(),
         );
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
@@ -570,6 +578,15 @@ impl Metrics {
             reason: reason.to_owned(),
         };
         self.inner.malformed.get_or_create(&label).inc();
+    }
+
+    /// Adds `frames` refused frames under `reason` (cold path: a label lookup; see
+    /// [`crate::refused`]).
+    pub fn rx_refused(&self, reason: &str, frames: u64) {
+        let label = ReasonLabel {
+            reason: reason.to_owned(),
+        };
+        self.inner.refused.get_or_create(&label).inc_by(frames);
     }
 
     /// Counts `packets` packets of `bytes` bytes forwarded without shaping.

@@ -1,10 +1,21 @@
 //! The daemon's AF_PACKET ports and frame pool size: [`open_ports`] for the single loop,
 //! [`open_silo_ports`] for silos (every silo's receive sockets in one `PACKET_FANOUT_HASH` group
-//! per interface, so all packets of a flow reach the same silo, Carousel §5.3), and
-//! [`frame_slots`], the pool size a configuration asks for.
+//! per interface, so all packets of a flow reach the same silo, Carousel §5.3),
+//! [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
+//! [`enable_gro`], which switches GRO on on the inside interface.
+//!
+//! With `daemon.vnet_hdr` (the default) both ports are opened with `PACKET_VNET_HDR`: the
+//! host's GSO/GRO super-frames arrive whole, up to 64 KiB, with their virtio-net header, and
+//! leave with it (the kernel or the device segments them and completes their checksums). The
+//! pool then has two size classes: [`frame_slots`] small slots of
+//! [`metronome_io::DEFAULT_SLOT_SIZE`] bytes and `daemon.gso_slots` large slots of
+//! [`metronome_io::GSO_SLOT_SIZE`] bytes (`FramePool::with_large`).
 
 use crate::config::Config;
-use metronome_io::{AfPacketConfig, AfPacketPort, Fanout, PortError};
+use metronome_io::{
+    AfPacketConfig, AfPacketPort, Fanout, FramePool, Offload, PortError, DEFAULT_SLOT_SIZE,
+    GSO_SLOT_SIZE,
+};
 
 /// Frame pool slots: 65 536 frames of [`metronome_io::DEFAULT_SLOT_SIZE`] bytes (128 MiB), or the
 /// wheel's `pool_packets` when smaller. At 200 Mbit/s this holds 3.9 s of full-size frames, more
@@ -19,7 +30,10 @@ pub fn frame_slots(config: &Config) -> u32 {
 
 /// Opens the inside and outside ports of `config` in the calling thread's namespace.
 pub fn open_ports(config: &Config) -> Result<(AfPacketPort, AfPacketPort), PortError> {
-    let af = AfPacketConfig::default();
+    let af = AfPacketConfig {
+        vnet_hdr: config.daemon.vnet_hdr,
+        ..AfPacketConfig::default()
+    };
     let inside = AfPacketPort::open(&config.interfaces.inside, &af)?;
     let outside = AfPacketPort::open(&config.interfaces.outside, &af)?;
     Ok((inside, outside))
@@ -41,6 +55,7 @@ pub fn open_silo_ports(
         };
         let af = |fanout| AfPacketConfig {
             fanout: Some(fanout),
+            vnet_hdr: config.daemon.vnet_hdr,
             ..AfPacketConfig::default()
         };
         let inside = AfPacketPort::open(&config.interfaces.inside, &af(fanout_in))?;
@@ -48,4 +63,43 @@ pub fn open_silo_ports(
         ports.push((inside, outside));
     }
     Ok(ports)
+}
+
+/// The frame pool of one loop: [`frame_slots`] small slots, plus `daemon.gso_slots` large ones
+/// when the ports carry virtio-net headers.
+pub fn frame_pool(config: &Config) -> FramePool {
+    if config.daemon.vnet_hdr {
+        FramePool::with_large(
+            frame_slots(config),
+            DEFAULT_SLOT_SIZE,
+            config.daemon.gso_slots,
+            GSO_SLOT_SIZE,
+        )
+    } else {
+        FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE)
+    }
+}
+
+/// With `daemon.gro` (the default) switches GRO on on the inside interface, so that the frames
+/// of senders without segmentation offload reach the daemon as super-frames too; logs what it
+/// did. GRO is left on when the daemon stops: it is the kernel's default for most devices and
+/// changes nothing a receiver sees. A failure is logged and the daemon runs without it.
+pub fn enable_gro(config: &Config) {
+    if !config.daemon.gro || !config.daemon.vnet_hdr {
+        return;
+    }
+    let ifname = &config.interfaces.inside;
+    let before = Offload::Gro.get(ifname).unwrap_or(false);
+    if before {
+        tracing::info!(interface = %ifname, "GRO already on");
+        return;
+    }
+    match Offload::Gro
+        .set(ifname, true)
+        .and_then(|()| Offload::Gro.get(ifname))
+    {
+        Ok(true) => tracing::info!(interface = %ifname, "GRO switched on (left on at exit)"),
+        Ok(false) => tracing::warn!(interface = %ifname, "GRO could not be switched on"),
+        Err(e) => tracing::warn!(interface = %ifname, error = %e, "switching GRO on failed"),
+    }
 }

@@ -26,6 +26,8 @@
 use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
 use crate::metrics::Metrics;
+use crate::pieces::{Cuts, SendPieces};
+use crate::refused::{RefusalLog, Refusals};
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
 use nix::poll::{PollFd, PollFlags};
@@ -83,6 +85,8 @@ pub struct LoopReport {
     pub pending_at_stop: u64,
     /// Frames a port refused with an error (freed, logged).
     pub tx_failed: u64,
+    /// Super-frames cut into pieces, pieces sent and failed.
+    pub cuts: crate::pieces::CutCounters,
 }
 
 /// Options of [`run_loop`].
@@ -119,11 +123,17 @@ impl TxQueue {
     }
 
     /// Sends what is pending as one batch; keeps what the port did not take.
-    fn flush<P: PacketPort>(&mut self, port: &mut P, pool: &mut FramePool, metrics: &Metrics) {
+    fn flush<P: PacketPort + SendPieces>(
+        &mut self,
+        port: &mut P,
+        pool: &mut FramePool,
+        cuts: &mut Cuts,
+        metrics: &Metrics,
+    ) {
         if self.ids.is_empty() {
             return;
         }
-        match port.send(pool, &self.ids) {
+        match cuts.send(port, pool, &self.ids) {
             Ok(n) => {
                 if n > 0 {
                     metrics.observe_tx_batch(n as u64);
@@ -132,15 +142,15 @@ impl TxQueue {
             }
             Err(e) => {
                 tracing::error!(error = %e, frames = self.ids.len(), "transmit failed, frames freed");
-                self.free_all(pool);
+                self.free_all(pool, cuts);
             }
         }
     }
 
-    fn free_all(&mut self, pool: &mut FramePool) -> u64 {
+    fn free_all(&mut self, pool: &mut FramePool, cuts: &mut Cuts) -> u64 {
         let n = self.ids.len() as u64;
         for &id in &self.ids {
-            pool.free(id);
+            cuts.finish(pool, id);
         }
         self.ids.clear();
         self.tx_failed += n;
@@ -151,7 +161,7 @@ impl TxQueue {
 /// Runs the loop until `stop` is set, calling `hook` at the top of every iteration. See the
 /// module docs.
 #[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
-pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
+pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock, H: LoopHook>(
     inside: &mut I,
     outside: &mut O,
     pool: &mut FramePool,
@@ -169,6 +179,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     let mut to_inside = TxQueue::with_capacity(2 * batch);
     let mut passed_back = 0u64;
     let mut last_ring_drops = 0u64;
+    let mut refusals = RefusalLog::default();
     let mut next_counters = clock.now();
     if !busy_poll {
         // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)).
@@ -199,17 +210,19 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
         work += engine.release(clock.now(), &mut to_outside.ids, room);
         let pending_before = to_outside.ids.len() + to_inside.ids.len();
-        to_outside.flush(outside, pool, metrics);
-        to_inside.flush(inside, pool, metrics);
+        to_outside.flush(outside, pool, engine.cuts_mut(), metrics);
+        to_inside.flush(inside, pool, engine.cuts_mut(), metrics);
         let pending = to_outside.ids.len() + to_inside.ids.len();
         if now >= next_counters {
             next_counters =
                 now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
-            let drops = inside.counters().rx_ring_drops + outside.counters().rx_ring_drops;
+            let (ci, co) = (inside.counters(), outside.counters());
+            let drops = ci.rx_ring_drops + co.rx_ring_drops;
             if drops > last_ring_drops {
                 metrics.rx_ring_drops(drops - last_ring_drops);
                 last_ring_drops = drops;
             }
+            refusals.observe(Refusals::of(&ci, &co, &engine.cut_counters()), metrics);
         }
         if work > 0 || pending < pending_before {
             continue;
@@ -229,7 +242,8 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         wait(inside, outside, timeout);
     }
     let queued_at_stop = engine.drain_all(pool);
-    let pending_at_stop = to_outside.free_all(pool) + to_inside.free_all(pool);
+    let pending_at_stop =
+        to_outside.free_all(pool, engine.cuts_mut()) + to_inside.free_all(pool, engine.cuts_mut());
     Ok(LoopReport {
         engine: engine.counters(),
         inside: inside.counters(),
@@ -238,6 +252,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         queued_at_stop,
         pending_at_stop,
         tx_failed: to_outside.tx_failed + to_inside.tx_failed - pending_at_stop,
+        cuts: engine.cut_counters(),
     })
 }
 

@@ -14,11 +14,11 @@
 use crate::config::{Config, ConfigError, LogFormat};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, MetricsError};
-use crate::ports::{frame_slots, open_ports};
+use crate::ports::{enable_gro, frame_pool, open_ports};
 use crate::reload::{FileReload, Reloader};
 use crate::run::{run_loop, Control, LoopOptions, LoopReport};
 use crate::silo::run_silos;
-use metronome_io::{FramePool, MonotonicClock, PortError, DEFAULT_SLOT_SIZE};
+use metronome_io::{MonotonicClock, PortError};
 use std::path::Path;
 
 /// Why the daemon could not start or stopped. Built once per run, on a cold path, so the
@@ -74,7 +74,8 @@ pub fn run_with(
     control: &Control,
 ) -> Result<LoopReport, PortError> {
     let (mut inside, mut outside) = open_ports(config)?;
-    let mut pool = FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE);
+    enable_gro(config);
+    let mut pool = frame_pool(config);
     let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
     let options = LoopOptions::from_config(config);
     let reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
@@ -139,6 +140,7 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
 /// Logs the counters of a stopped loop.
 pub fn log_report(r: &LoopReport) {
     let e = &r.engine;
+    let refused = crate::refused::Refusals::of(&r.inside, &r.outside, &r.cuts);
     tracing::info!(
         received = e.received,
         forwarded = e.forwarded,
@@ -150,6 +152,12 @@ pub fn log_report(r: &LoopReport) {
         rx_ring_drops = r.inside.rx_ring_drops + r.outside.rx_ring_drops,
         rx_oversize = r.inside.rx_oversize + r.outside.rx_oversize,
         queued_at_stop = r.queued_at_stop,
+        superframes = e.superframes,
+        refused = refused.total(),
+        no_large_slot = refused.no_large_slot,
+        gso_truncated = refused.gso_truncated,
+        vnet_error = refused.vnet_error,
+        piece_failed = refused.piece_failed,
         "stopped"
     );
 }

@@ -39,13 +39,13 @@
 use crate::config::{Config, DEFAULT_NBA_PERIOD};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, NbaRateGauge};
-use crate::ports::{frame_slots, open_silo_ports};
+use crate::ports::{frame_pool, open_silo_ports};
 use crate::reload::{install, Reloader};
 use crate::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport};
 use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::rate_exchange::RateExchange;
 use metronome_core::{Clock, Duration, Rate, Timestamp};
-use metronome_io::{FramePool, MonotonicClock, PortError, DEFAULT_SLOT_SIZE};
+use metronome_io::{MonotonicClock, PortError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -363,6 +363,7 @@ pub fn run_silos(
 ) -> Result<Vec<SiloReport>, PortError> {
     let n = config.daemon.cores.max(1);
     let ports = open_silo_ports(config, n)?;
+    crate::ports::enable_gro(config);
     let clock = MonotonicClock::new();
     let mut allocator = Allocator::new(config, n);
     let options = LoopOptions::from_config(config);
@@ -379,7 +380,7 @@ pub fn run_silos(
     for (silo, (mut inside, mut outside)) in ports.into_iter().enumerate() {
         let silo_stop = control.stop.clone();
         let metrics = metrics.for_silo(silo);
-        let mut pool = FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE);
+        let mut pool = frame_pool(config);
         let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
         let mut link = SiloLink::new(silo, &allocator.cells(), &engine, metrics.clone());
         inboxes.push((link.reload.clone(), link.inbox.clone()));

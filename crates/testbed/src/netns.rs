@@ -28,10 +28,11 @@
 //! rewind) from any other thread. [`LinkCounters`] therefore opens it once inside the namespace
 //! and re-reads it from the caller's thread: no process spawn and no thread per sample.
 //!
-//! Offloads: the throughput targets are measured with TSO, GSO and GRO off on all four
-//! veths. They are switched off with `ethtool -K` when `ethtool` is installed; when it is not,
-//! the topology logs one warning line and records it in [`Topology::warnings`] (veth keeps its
-//! default offloads, so TCP hands the shaper super-frames of up to 64 KiB).
+//! Offloads: the topology keeps the host's default offloads (on veth: TSO, GSO and checksum
+//! offload on, so TCP hands its interface super-frames of up to 64 KiB), the way users run.
+//! Runs that need one frame per MTU opt in: [`Topology::offloads_off`] switches checksum
+//! offload, TSO, GSO and GRO off on all four veths (the set-up of the MTU-frame throughput
+//! figures), [`Topology::one_mtu_segments`] makes the end hosts' TCP send one MTU per segment.
 
 mod process;
 
@@ -313,9 +314,9 @@ impl Topology {
     pub const PREFIX_LEN: u8 = 24;
 
     /// Creates namespaces `<prefix>-<pid>-<seq>-{snd,shp,rcv}`, the veth pairs `snd0`<->`in0`
-    /// and `out0`<->`rcv0`, addresses `10.77.<seq>.1/24` and `.2/24`, brings every link (and
-    /// `lo`) up and switches offloads off where `ethtool` exists. On any failure, what was
-    /// created is removed before the error is returned.
+    /// and `out0`<->`rcv0`, addresses `10.77.<seq>.1/24` and `.2/24`, and brings every link (and
+    /// `lo`) up. Offloads stay as the kernel sets them (see the module docs). On any failure,
+    /// what was created is removed before the error is returned.
     pub fn bump_in_the_wire(prefix: &str) -> Result<Topology, TopoError> {
         process::check_net_admin()?;
         let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
@@ -373,7 +374,6 @@ impl Topology {
         for (ns, iface) in self.interfaces() {
             ns.ip(&["link", "set", iface, "up"])?;
         }
-        self.disable_offloads();
         Ok(())
     }
 
@@ -401,40 +401,6 @@ impl Topology {
         process::run("ip", &full).map(drop)
     }
 
-    fn disable_offloads(&mut self) {
-        if !process::have_program("ethtool") {
-            let msg = "ethtool not found: GRO/GSO/TSO stay on for the four veths \
-                       (install ethtool to switch them off)";
-            tracing::warn!("{msg}");
-            self.warnings.push(msg.to_owned());
-            return;
-        }
-        let mut failures = Vec::new();
-        for (ns, iface) in self.interfaces() {
-            let args = [
-                "netns",
-                "exec",
-                ns.name(),
-                "ethtool",
-                "-K",
-                iface,
-                "gro",
-                "off",
-                "gso",
-                "off",
-                "tso",
-                "off",
-            ];
-            if let Err(e) = process::run("ip", &args) {
-                failures.push(format!("ethtool -K {iface} in {} failed: {e}", ns.name()));
-            }
-        }
-        for msg in failures {
-            tracing::warn!("{msg}");
-            self.warnings.push(msg);
-        }
-    }
-
     /// The three namespaces: sender, shaper, receiver.
     pub fn namespaces(&self) -> [&Namespace; 3] {
         [&self.sender, &self.shaper, &self.receiver]
@@ -450,15 +416,15 @@ impl Topology {
         ]
     }
 
-    /// Degradations noticed while building (for example: `ethtool` missing).
+    /// Degradations noticed (for example: an offload [`Topology::offloads_off`] could not change).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
 
     /// Makes the end hosts' TCP hand their veths one MTU per segment (`gso_max_size 1514
     /// gso_max_segs 1` on the sender's and receiver's interfaces, with iproute2), so a shaper
-    /// with MTU-sized frame slots never sees 64 KiB GSO super-frames (used when `ethtool` is not
-    /// there to switch the offloads off).
+    /// with MTU-sized frame slots never sees 64 KiB GSO super-frames: an explicit opt-in for
+    /// MTU-frame runs.
     pub fn one_mtu_segments(&self) -> Result<(), TopoError> {
         for (ns, iface) in [
             (&self.sender, &self.sender_if),

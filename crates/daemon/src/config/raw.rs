@@ -59,6 +59,9 @@ pub(crate) struct RawDaemon {
     pub log_format: Option<Spanned<RawLogFormat>>,
     pub cores: Option<Spanned<i64>>,
     pub nba_period: Option<Spanned<String>>,
+    pub vnet_hdr: Option<bool>,
+    pub gso_slots: Option<Spanned<i64>>,
+    pub gro: Option<bool>,
 }
 
 /// `log_format = "text" | "json"`.
@@ -82,6 +85,7 @@ pub(crate) struct RawClass {
     pub horizon_policy: Option<Spanned<RawHorizonPolicy>>,
     pub backpressure: Option<Spanned<RawBackpressure>>,
     pub ack_shaping: Option<Spanned<RawAckShaping>>,
+    pub gso_burst: Option<Spanned<String>>,
 }
 
 /// A class's `ack_shaping` table: `{ rate = "1gbit", per = "class" | "flow", flows = 4096 }`.

@@ -164,6 +164,11 @@ fn policy_changes(old: &ClassPolicy, new: &ClassPolicy) -> Vec<FieldChange> {
     text("pacing", rate(old.pacing), rate(new.pacing));
     text("burst", old.burst.to_string(), new.burst.to_string());
     text(
+        "gso_burst",
+        old.gso_burst.to_string(),
+        new.gso_burst.to_string(),
+    );
+    text(
         "backpressure",
         old.backpressure.to_string(),
         new.backpressure.to_string(),
@@ -236,6 +241,9 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
         nd.log_format,
     );
     compare(&mut restart, "daemon.cores", od.cores, nd.cores);
+    compare(&mut restart, "daemon.vnet_hdr", od.vnet_hdr, nd.vnet_hdr);
+    compare(&mut restart, "daemon.gso_slots", od.gso_slots, nd.gso_slots);
+    compare(&mut restart, "daemon.gro", od.gro, nd.gro);
     let (op, np) = (od.nba_period.to_string(), nd.nba_period.to_string());
     compare(&mut restart, "daemon.nba_period", op, np);
 

@@ -444,3 +444,40 @@ fn cores_and_nba_period() {
         .collect();
     assert_eq!(fields, ["daemon.cores", "daemon.nba_period"]);
 }
+
+#[test]
+fn super_frame_fields_default_on_and_are_bounded() {
+    let c = parse("").unwrap();
+    assert!(c.daemon.vnet_hdr && c.daemon.gro);
+    assert_eq!(c.daemon.gso_slots, DEFAULT_GSO_SLOTS);
+    assert_eq!(c.default_class.gso_burst, DEFAULT_GSO_BURST);
+    let c = parse("[daemon]\nvnet_hdr = false\ngro = false\ngso_slots = 0\n").unwrap();
+    assert!(!c.daemon.vnet_hdr && !c.daemon.gro);
+    assert_eq!(c.daemon.gso_slots, 0);
+    error_at("[daemon]\ngso_slots = 4097\n", 5, "daemon.gso_slots");
+    let c = parse(&format!("{CLASS}rate = \"1gbit\"\ngso_burst = \"200us\"\n")).unwrap();
+    assert_eq!(c.classes[0].policy.gso_burst, Duration::from_micros(200));
+    error_at(
+        &format!("{CLASS}rate = \"1gbit\"\ngso_burst = \"0s\"\n"),
+        7,
+        "class[0].gso_burst",
+    );
+    // Without a rate there is nothing to cut at.
+    error_at(
+        &format!("{CLASS}gso_burst = \"1ms\"\n"),
+        6,
+        "class[0].gso_burst",
+    );
+}
+
+#[test]
+fn super_frame_fields_need_a_restart_but_gso_burst_reloads() {
+    let old = parse("").unwrap();
+    let new = parse("[daemon]\ngso_slots = 512\n").unwrap();
+    assert!(old.diff(&new).needs_restart());
+    let a = parse(&format!("{CLASS}rate = \"1gbit\"\n")).unwrap();
+    let b = parse(&format!("{CLASS}rate = \"1gbit\"\ngso_burst = \"2ms\"\n")).unwrap();
+    let plan = a.diff(&b);
+    assert!(!plan.needs_restart());
+    assert!(plan.to_string().contains("gso_burst"), "{plan}");
+}

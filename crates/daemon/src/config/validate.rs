@@ -15,9 +15,9 @@ use super::raw::{
 };
 use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
-    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_METRICS_LISTEN,
-    DEFAULT_MTU, DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES,
-    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_GSO_SLOTS,
+    DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE,
+    MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::{parse_duration, parse_size};
 use ipnet::IpNet;
@@ -219,7 +219,14 @@ impl Validator<'_> {
             Some(p) => self.positive_duration(p, "daemon.nba_period")?,
             None => DEFAULT_NBA_PERIOD,
         };
+        let gso_slots = match &raw.gso_slots {
+            Some(g) => self.int_in(g, "daemon.gso_slots", 0, i64::from(MAX_GSO_SLOTS))? as u32,
+            None => DEFAULT_GSO_SLOTS,
+        };
         Ok(DaemonConfig {
+            vnet_hdr: raw.vnet_hdr.unwrap_or(true),
+            gso_slots,
+            gro: raw.gro.unwrap_or(true),
             busy_poll: raw.busy_poll.unwrap_or(false),
             batch_size,
             metrics_listen,
@@ -309,6 +316,7 @@ impl Validator<'_> {
                     raw.horizon_policy.as_ref().map(|h| h.span()),
                 ),
                 ("backpressure", raw.backpressure.as_ref().map(|b| b.span())),
+                ("gso_burst", raw.gso_burst.as_ref().map(|b| b.span())),
             ];
             if let Some((field, Some(span))) = idle.into_iter().find(|(_, s)| s.is_some()) {
                 return Err(self.invalid(
@@ -320,6 +328,9 @@ impl Validator<'_> {
         }
         if let Some(b) = &raw.burst {
             policy.burst = self.burst(b, &format!("{path}.burst"), mtu)?;
+        }
+        if let Some(g) = &raw.gso_burst {
+            policy.gso_burst = self.positive_duration(g, &format!("{path}.gso_burst"))?;
         }
         policy.horizon_policy = raw
             .horizon_policy

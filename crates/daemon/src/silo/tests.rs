@@ -3,7 +3,7 @@
 
 use super::*;
 use etherparse::PacketBuilder;
-use metronome_io::RxFrame;
+use metronome_io::{FramePool, RxFrame, DEFAULT_SLOT_SIZE};
 
 /// A full-size (1514-byte) Ethernet + IPv4 + TCP frame from 10.1.0.`host`:`src` to
 /// 10.2.0.1:`dst`.

@@ -29,16 +29,6 @@ pub(super) fn run(program: &'static str, args: &[&str]) -> Result<String, TopoEr
     })
 }
 
-/// Whether `program` is found on `PATH` (or in the usual sbin directories).
-pub(super) fn have_program(program: &str) -> bool {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/sbin", "/sbin"])
-        .any(|dir| Path::new(dir).join(program).is_file());
-    found
-}
-
 /// Fails with [`TopoError::MissingPrivilege`] unless the effective capability set holds
 /// CAP_NET_ADMIN (read from `CapEff` in `/proc/self/status`).
 pub(super) fn check_net_admin() -> Result<(), TopoError> {

@@ -1,0 +1,265 @@
+//! Engine tests of GSO super-frames through the in-memory port: wire-byte charging, pieces cut
+//! at the class's `gso_burst` with EDTs spaced at the class rate, pieces that reassemble to the
+//! original byte stream, slots freed after the last piece, counters.
+
+use super::*;
+use crate::pieces::Cuts;
+use etherparse::PacketBuilder;
+use metronome_io::{MemoryPort, MemoryPortConfig, GSO_SLOT_SIZE};
+use metronome_packet::gso::{GsoType, FLAG_NEEDS_CSUM};
+
+/// Maximum segment size of the test super-frames.
+const MSS: usize = 1448;
+/// Ethernet + IPv4 + TCP headers.
+const HEADERS: usize = 54;
+/// Sequence number of a test super-frame's first byte.
+const SEQ: u32 = 1_000_000;
+
+fn config(rate: &str, gso_burst: &str) -> Config {
+    let text = format!(
+        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[wheel]\ngranularity = \"1us\"\n\
+         [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\", dst_port = 5201 }}\n\
+         rate = \"{rate}\"\ngso_burst = \"{gso_burst}\"\n"
+    );
+    Config::from_toml_str(&text, "gso.toml").unwrap()
+}
+
+/// A TCP super-frame of `segments` full segments (payload byte `i` is `i % 251`), and its
+/// virtio-net header as a local TSO sender hands it over.
+fn superframe(segments: usize) -> (Vec<u8>, VnetHdr) {
+    let payload: Vec<u8> = (0..segments * MSS).map(|i| (i % 251) as u8).collect();
+    let b = PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .tcp(40000, 5201, SEQ, 65535);
+    let mut frame = Vec::new();
+    b.write(&mut frame, &payload).unwrap();
+    let hdr = VnetHdr {
+        flags: FLAG_NEEDS_CSUM,
+        gso_type: GsoType::TcpV4,
+        ecn: false,
+        hdr_len: HEADERS as u16,
+        gso_size: MSS as u16,
+        csum_start: 34,
+        csum_offset: 16,
+    };
+    (frame, hdr)
+}
+
+/// Bytes a super-frame of `segments` segments occupies on the wire (`rx_bytes` convention).
+fn wire(segments: usize) -> u64 {
+    (segments * (HEADERS + MSS)) as u64
+}
+
+struct Rig {
+    engine: Engine,
+    pool: FramePool,
+    outside: MemoryPort,
+    now: Timestamp,
+    /// Sent frames with the time they were released.
+    sent: Vec<(Timestamp, Vec<u8>)>,
+}
+
+impl Rig {
+    fn new(config: &Config) -> Rig {
+        let pool = FramePool::with_large(256, 2048, 16, GSO_SLOT_SIZE);
+        Rig {
+            engine: Engine::new(config, pool.capacity(), Metrics::new()),
+            pool,
+            outside: MemoryPort::new(MemoryPortConfig {
+                capacity: 64,
+                slot_size: GSO_SLOT_SIZE,
+                keep_sent: true,
+            }),
+            now: Timestamp::from_nanos(1_000_000_000),
+            sent: Vec::new(),
+        }
+    }
+
+    /// Stores `frames` in the pool as a vnet_hdr port does and hands them to the engine.
+    fn receive(&mut self, frames: &[(Vec<u8>, VnetHdr)]) {
+        let mut rx = Vec::new();
+        for (frame, hdr) in frames {
+            let id = self.pool.store(frame).unwrap();
+            self.pool.set_vnet(id, *hdr);
+            rx.push(RxFrame {
+                id,
+                len: frame.len() as u32,
+                csum_not_ready: false,
+            });
+        }
+        let mut forward = Vec::new();
+        self.engine
+            .receive(self.now, &mut self.pool, &rx, &mut forward);
+        self.transmit(&forward);
+    }
+
+    fn transmit(&mut self, ids: &[u32]) {
+        let mut cuts = std::mem::replace(self.engine.cuts_mut(), Cuts::new(0));
+        let n = cuts.send(&mut self.outside, &mut self.pool, ids).unwrap();
+        *self.engine.cuts_mut() = cuts;
+        assert_eq!(n, ids.len());
+        while let Some(f) = self.outside.pop_sent() {
+            self.sent.push((self.now, f));
+        }
+    }
+
+    /// Advances time in steps of `d` until the wheel is empty, releasing what is due.
+    fn run_until_empty(&mut self, d: Duration) {
+        while self.engine.queued() > 0 {
+            self.now += d;
+            let mut out = Vec::new();
+            self.engine.release(self.now, &mut out, 64);
+            self.transmit(&out);
+            self.engine.invariants();
+        }
+    }
+
+    fn gaps(&self) -> Vec<u64> {
+        self.sent
+            .windows(2)
+            .map(|w| w[1].0.saturating_since(w[0].0).as_nanos())
+            .collect()
+    }
+}
+
+/// Nanoseconds `bytes` take at `bps`.
+fn at_rate(bytes: u64, bps: u64) -> u64 {
+    bytes * 8 * 1_000_000_000 / bps
+}
+
+#[test]
+fn a_superframe_is_one_unit_charged_its_wire_bytes() {
+    // 100 ms of burst bound: nothing is cut.
+    let mut rig = Rig::new(&config("100mbit", "100ms"));
+    let frames: Vec<_> = (0..3).map(|_| superframe(10)).collect();
+    rig.receive(&frames);
+    let c = rig.engine.counters();
+    assert_eq!((c.received, c.superframes, c.pieces_extra), (3, 3, 0));
+    let bulk = rig.engine.class_index("bulk").unwrap();
+    // Each counts 10 segments' headers: 10 × 1502 bytes, not its 14 534-byte length.
+    let queued_bytes = rig.engine.class_stamped_bytes(bulk);
+    assert!(queued_bytes >= 2 * wire(10), "{queued_bytes}");
+    rig.run_until_empty(Duration::from_micros(1));
+    assert_eq!(rig.sent.len(), 3);
+    for (_, f) in &rig.sent {
+        assert_eq!(f.len(), HEADERS + 10 * MSS, "sent whole, not cut");
+    }
+    // Consecutive frames leave one wire-byte transmission time apart (± a wheel slot and a step).
+    let want = at_rate(wire(10), 100_000_000);
+    for gap in rig.gaps().iter().skip(1) {
+        assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
+    }
+    assert_eq!(rig.pool.in_use(), 0);
+    rig.engine.invariants();
+}
+
+#[test]
+fn a_long_superframe_is_cut_into_pieces_spaced_at_the_class_rate_that_reassemble() {
+    // 1 ms at 100 Mbit/s is 12 500 bytes: 8 segments of 1 502 wire bytes per piece.
+    let mut rig = Rig::new(&config("100mbit", "1ms"));
+    let (frame, hdr) = superframe(40);
+    // A first frame empties the bucket so that the super-frame's pieces all wait.
+    rig.receive(&[superframe(2)]);
+    rig.receive(&[(frame.clone(), hdr)]);
+    let c = rig.engine.counters();
+    assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
+    assert_eq!(rig.engine.cut_counters().frames_cut, 1);
+    rig.run_until_empty(Duration::from_micros(1));
+    let pieces: Vec<&Vec<u8>> = rig.sent.iter().skip(1).map(|(_, f)| f).collect();
+    assert_eq!(pieces.len(), 5);
+    // Each piece is a valid frame: IPv4 total length and TCP sequence number rewritten.
+    let mut stream = Vec::new();
+    for (k, p) in pieces.iter().enumerate() {
+        assert_eq!(p.len(), HEADERS + 8 * MSS);
+        let total = u16::from_be_bytes([p[16], p[17]]) as usize;
+        assert_eq!(total, p.len() - 14);
+        let seq = u32::from_be_bytes([p[38], p[39], p[40], p[41]]);
+        assert_eq!(seq, SEQ + (k * 8 * MSS) as u32);
+        assert_eq!(&p[..12], &frame[..12]);
+        stream.extend_from_slice(&p[HEADERS..]);
+    }
+    assert_eq!(stream, frame[HEADERS..], "pieces reassemble to the payload");
+    // Pieces leave one piece's wire time apart at the class rate.
+    let want = at_rate(wire(8), 100_000_000);
+    for gap in rig.gaps().iter().skip(1) {
+        assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
+    }
+    let cuts = rig.engine.cut_counters();
+    assert_eq!((cuts.pieces_sent, cuts.pieces_failed), (5, 0));
+    assert_eq!(
+        rig.pool.in_use(),
+        0,
+        "the slot is freed after its last piece"
+    );
+    let c = rig.engine.counters();
+    assert_eq!(c.released, 6);
+    rig.engine.invariants();
+}
+
+#[test]
+fn a_superframe_above_65535_wire_bytes_within_the_bound_leaves_whole_charged_in_full() {
+    // 45 segments are 67 590 bytes on the wire, above a `PacketRef`'s u16 length; at 10 Gbit/s
+    // 1 ms allows them all: one unit, charged and counted in full.
+    let metrics = Metrics::new();
+    let mut rig = Rig::new(&config("10gbit", "1ms"));
+    rig.engine = Engine::new(
+        &config("10gbit", "1ms"),
+        rig.pool.capacity(),
+        metrics.clone(),
+    );
+    rig.receive(&[superframe(45), superframe(45)]);
+    let c = rig.engine.counters();
+    assert_eq!(c.pieces_extra, 0, "not cut");
+    let bulk = rig.engine.class_index("bulk").unwrap();
+    assert!(rig.engine.class_stamped_bytes(bulk) >= wire(45));
+    rig.run_until_empty(Duration::from_micros(1));
+    assert_eq!(rig.sent.len(), 2);
+    assert!(rig.sent.iter().all(|(_, f)| f.len() == HEADERS + 45 * MSS));
+    let text = metrics.encode();
+    let want = format!(
+        "metronome_class_bytes_total{{class=\"bulk\"}} {}",
+        2 * wire(45)
+    );
+    assert!(text.lines().any(|l| l == want), "{want} not in\n{text}");
+    // Cut when the bound is shorter: pieces then fit the u16 length.
+    let mut rig = Rig::new(&config("10gbit", "50us"));
+    rig.receive(&[superframe(45)]);
+    assert!(rig.engine.counters().pieces_extra > 0);
+    rig.run_until_empty(Duration::from_micros(1));
+    let payload: usize = rig.sent.iter().map(|(_, f)| f.len() - HEADERS).sum();
+    assert_eq!(payload, 45 * MSS);
+    assert_eq!(rig.pool.in_use(), 0);
+}
+
+#[test]
+fn a_cut_superframe_discarded_at_stop_frees_its_slot() {
+    let mut rig = Rig::new(&config("100mbit", "1ms"));
+    rig.receive(&[superframe(2), superframe(40)]);
+    rig.now += Duration::from_millis(1);
+    let mut out = Vec::new();
+    rig.engine.release(rig.now, &mut out, 64);
+    rig.transmit(&out);
+    assert!(rig.engine.queued() > 0);
+    let discarded = rig.engine.drain_all(&mut rig.pool);
+    assert!(discarded > 0);
+    assert_eq!(rig.pool.in_use(), 0);
+    rig.engine.invariants();
+}
+
+#[test]
+fn an_ecn_mark_on_a_superframe_is_carried_by_every_piece() {
+    let text = "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[[class]]\nname = \"bulk\"\n\
+                match = { protocol = \"tcp\", dst_port = 5201 }\nrate = \"100mbit\"\n\
+                backpressure = { mode = \"ecn\", threshold = \"100us\" }\n";
+    let mut rig = Rig::new(&Config::from_toml_str(text, "ecn.toml").unwrap());
+    let (mut frame, hdr) = superframe(40);
+    frame[15] |= 0b10; // ECT(0)
+    let (mut first, _) = superframe(2);
+    first[15] |= 0b10;
+    rig.receive(&[(first, hdr), (frame, hdr)]);
+    assert_eq!(rig.engine.counters().ecn_marked, 1);
+    rig.run_until_empty(Duration::from_micros(1));
+    for (_, p) in rig.sent.iter().skip(1) {
+        assert_eq!(p[15] & 0b11, 0b11, "CE in every piece");
+    }
+}
