@@ -34,7 +34,8 @@
 //! connection stops after the target's whole volume for the run, [`volume_cap`]).
 //!
 //! Measured per run (see [`measure`]): after [`CompareOptions::warmup`] counted from the first
-//! bulk bytes at the receiver, `rcv0`'s `rx_bytes` in 100 ms windows for
+//! bulk bytes at the receiver, `rcv0`'s bytes on the wire ([`measure::wire_bytes`]: every
+//! segment's headers counted, also when the veth received a super-frame) in 100 ms windows for
 //! [`CompareOptions::measure`]; the achieved rate is the windows' mean (bits on the wire,
 //! Ethernet header included), the deviation their mean absolute deviation from the target
 //! (Carousel §7.1.1), the p99 RTT of a probe connection opened when the windows start (so the
@@ -602,11 +603,15 @@ fn measure_windows(
     let probe = spawn_traffic(topo, probe_plan);
     let cpu0 = (machine.read().map_err(TopoError::Io)?, active.cpu_ns());
     let mut sampler = measure::WindowSampler::default();
-    sampler.push(Instant::now(), counters.read()?.rx_bytes);
+    let wire = |c: &mut LinkCounters| -> Result<u64, CompareError> {
+        let l = c.read()?;
+        Ok(measure::wire_bytes(l.rx_bytes, l.rx_packets))
+    };
+    sampler.push(Instant::now(), wire(counters)?);
     let n = (options.measure.as_nanos() / measure::WINDOW.as_nanos()).max(1) as u32;
     for k in 1..=n {
         sleep_until(first + measure::WINDOW * k);
-        sampler.push(Instant::now(), counters.read()?.rx_bytes);
+        sampler.push(Instant::now(), wire(counters)?);
     }
     let elapsed = Instant::now().saturating_duration_since(first);
     let cpu1 = (machine.read().map_err(TopoError::Io)?, active.cpu_ns());

@@ -1,8 +1,13 @@
 //! What `metronome compare` measures, and how.
 //!
-//! * **Rate on the wire** ([`WindowSampler`]): the receiver veth's `rx_bytes` (Ethernet frames
-//!   with their 14-byte header, without FCS, as `/proc/net/dev` counts them) read every
-//!   [`WINDOW`]; each window's rate is its byte delta over the *measured* time between the two
+//! * **Rate on the wire** ([`WindowSampler`], [`wire_bytes`]): the bytes the receiver's TCP
+//!   payload occupies on a wire in full segments (Ethernet frames with their 14-byte header,
+//!   without FCS, as `/proc/net/dev` counts MTU frames), from the receiver veth's `rx_bytes` and
+//!   `rx_packets` read every [`WINDOW`]. A veth counts a GSO super-frame once with its length
+//!   (one set of headers for up to 45 segments, about 3.5 % below what a wire carries), so the
+//!   payload (bytes minus one set of headers per packet counted) is scaled by a full segment's
+//!   frame-to-payload ratio: exact for MTU frames and super-frames alike, and the same for every
+//!   shaper. Each window's rate is its byte delta over the *measured* time between the two
 //!   reads, so a late wake-up does not bias the rate.
 //! * **Deviation** ([`mean_abs_deviation_pct`]): the mean absolute deviation of the window rates
 //!   from the target, in percent of the target (Carousel §7.1.1 measures conformance the same way,
@@ -25,6 +30,22 @@ use std::time::{Duration, Instant};
 
 /// Rate window: 100 ms (Carousel §7.1.1).
 pub const WINDOW: Duration = Duration::from_millis(100);
+
+/// Bytes of headers in each data frame of the compared TCP flows: 14 Ethernet + 20 IPv4 + 32 TCP
+/// (Linux sends the timestamps option by default).
+pub const FRAME_HEADERS: u64 = 66;
+
+/// Frame bytes per payload byte of a full TCP segment: 1448 B of payload (the MSS of a 1500-byte
+/// MTU with the timestamps option) in a 1514-byte frame.
+pub const WIRE_PER_PAYLOAD: f64 = 1514.0 / 1448.0;
+
+/// The bytes on a wire of what a receiver's interface counted as `rx_bytes` in `rx_packets`
+/// frames of TCP data: their payload (bytes minus [`FRAME_HEADERS`] per frame) in full segments
+/// ([`WIRE_PER_PAYLOAD`]). See the module docs.
+pub fn wire_bytes(rx_bytes: u64, rx_packets: u64) -> u64 {
+    let payload = rx_bytes.saturating_sub(FRAME_HEADERS * rx_packets);
+    (payload as f64 * WIRE_PER_PAYLOAD) as u64
+}
 
 /// The rates of consecutive windows from `(time, cumulative bytes)` samples, in bits/s: window
 /// `k` is `8 × (bytes[k+1] - bytes[k]) / (t[k+1] - t[k])`. A counter that goes backwards (it
@@ -208,6 +229,17 @@ impl ThreadCpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_bytes_count_every_segment_of_a_super_frame() {
+        // 100 full MTU frames: what the veth counted.
+        assert_eq!(wire_bytes(100 * 1514, 100), 100 * 1514);
+        // The same payload as 2 super-frames of 50 segments: one set of headers each.
+        let veth = 2 * (66 + 50 * 1448);
+        assert_eq!(wire_bytes(veth, 2), 100 * 1514);
+        // A counter read mid-reset cannot go below zero.
+        assert_eq!(wire_bytes(10, 1), 0);
+    }
 
     #[test]
     fn window_rates_use_the_measured_time_between_reads() {
