@@ -63,6 +63,7 @@ fn config_text(spec: &ShaperSpec, seg_bytes: u32) -> Result<(String, u32), Scena
         per_flow_bps,
         capacity_packets,
         backpressure,
+        reject_beyond_horizon,
     } = *spec
     else {
         return Err(ScenarioError::OutOfRange {
@@ -73,7 +74,13 @@ fn config_text(spec: &ShaperSpec, seg_bytes: u32) -> Result<(String, u32), Scena
     let mut text = format!(
         "[interfaces]\ninside = \"sim0\"\noutside = \"sim1\"\nmtu = {seg_bytes}\n\
          [wheel]\ngranularity = \"{granularity_ns}ns\"\nhorizon = \"{horizon_ns}ns\"\n\
-         pool_packets = {capacity_packets}\n[default]\nburst = {seg_bytes}\n"
+         pool_packets = {capacity_packets}\nhorizon_policy = \"{horizon}\"\n\
+         [default]\nburst = {seg_bytes}\n",
+        horizon = if reject_beyond_horizon {
+            "reject"
+        } else {
+            "clamp"
+        },
     );
     if let Some(r) = aggregate_bps {
         text.push_str(&format!("rate = {r}\n"));

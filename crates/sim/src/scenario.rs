@@ -178,6 +178,10 @@ pub enum ShaperSpec {
         /// The engine's backpressure.
         #[serde(default)]
         backpressure: DaemonBackpressure,
+        /// Drop a packet whose delay would reach the horizon (the wheel's `horizon_policy =
+        /// "reject"`) instead of clamping its EDT to the last slot.
+        #[serde(default)]
+        reject_beyond_horizon: bool,
     },
     /// The `sch_fq` structure (per-flow FIFOs, tree of head EDTs) with the same timestamping.
     FqTree {
@@ -468,6 +472,7 @@ impl Scenario {
                 per_flow_bps,
                 capacity_packets,
                 backpressure,
+                ..
             } => {
                 let pos = [
                     ("shaper.granularity_ns", granularity_ns),

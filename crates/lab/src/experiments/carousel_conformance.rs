@@ -73,6 +73,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
                 per_flow_bps: None,
                 capacity_packets: point.positive_u32("wheel_capacity_packets")?,
                 backpressure: DaemonBackpressure::None,
+                reject_beyond_horizon: false,
             };
             let dc = BackpressureMode::DeferredCompletions {
                 limit: point.positive_u32("dc_limit")?,

@@ -17,6 +17,7 @@ fn daemon(aggregate_bps: Option<u64>, per_flow_bps: Option<u64>, cap: u32) -> Sh
         per_flow_bps,
         capacity_packets: cap,
         backpressure: DaemonBackpressure::None,
+        reject_beyond_horizon: false,
     }
 }
 
@@ -233,6 +234,7 @@ fn engine_specs_it_cannot_run_are_errors() {
             per_flow_bps: None,
             capacity_packets: 10,
             backpressure: DaemonBackpressure::None,
+            reject_beyond_horizon: false,
         },
     ];
     for spec in bad {
@@ -246,4 +248,34 @@ fn engine_specs_it_cannot_run_are_errors() {
         ..base(2, daemon(Some(1_000_000), None, 10))
     };
     assert!(run(&zd).is_err());
+}
+
+/// At 12 Mbit/s a 1500-byte packet takes 1 ms: with a 5 ms horizon, the engine clamps the
+/// packets beyond it to the last slot, or drops them under `reject_beyond_horizon`.
+#[test]
+fn the_engine_clamps_or_rejects_beyond_its_horizon() {
+    let verdicts = |reject: bool| {
+        let spec = ShaperSpec::Daemon {
+            granularity_ns: 100_000,
+            horizon_ns: 5_000_000,
+            aggregate_bps: Some(12_000_000),
+            per_flow_bps: None,
+            capacity_packets: 100,
+            backpressure: DaemonBackpressure::None,
+            reject_beyond_horizon: reject,
+        };
+        let mut shaper = Shaper::new(&spec, 1, 1500, None, false).expect("valid spec");
+        let v: Vec<Verdict> = (0..10)
+            .map(|i| {
+                let pkt = PacketRef::new(i, FlowId(0), ClassId(0), 1500);
+                shaper.offer(Timestamp::ZERO, pkt)
+            })
+            .collect();
+        shaper.daemon_engine().expect("engine").invariants();
+        v
+    };
+    assert!(verdicts(false).iter().all(|v| *v == Verdict::Enqueued));
+    let rejected = verdicts(true);
+    assert_eq!(rejected[0], Verdict::Enqueued);
+    assert_eq!(rejected[9], Verdict::Dropped);
 }
