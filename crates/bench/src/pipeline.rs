@@ -214,29 +214,17 @@ pub fn workload_frames() -> Vec<Vec<u8>> {
 /// An Ethernet II + IPv4 + TCP frame of [`FRAME_LEN`] bytes from 10.1.x.y:`src` to 10.2.0.1:`dst`.
 pub(crate) fn tcp_frame(src: u16, dst: u16, host: u16) -> Vec<u8> {
     let mut f = vec![0u8; FRAME_LEN];
-    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip_len = (FRAME_LEN - 14) as u16;
     let [hh, hl] = host.to_be_bytes();
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[1] = 0x02; // DSCP 0, ECT(0)
-    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip[6] = 0x40; // DF
-    ip[8] = 64;
-    ip[9] = 6;
-    ip[12..16].copy_from_slice(&[10, 1, hh, hl]);
-    ip[16..20].copy_from_slice(&[10, 2, 0, 1]);
-    let sum = metronome_packet::ipv4_header_checksum(ip).unwrap_or(0);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    let tcp = &mut f[34..54];
-    tcp[0..2].copy_from_slice(&src.to_be_bytes());
-    tcp[2..4].copy_from_slice(&dst.to_be_bytes());
-    tcp[4..8].copy_from_slice(&1u32.to_be_bytes());
-    tcp[12] = 5 << 4; // data offset: 5 words
-    tcp[13] = 0x10; // ACK
-    tcp[14..16].copy_from_slice(&65_535u16.to_be_bytes());
+    let spec = metronome_packet::build::TcpFrame {
+        src_ip: [10, 1, hh, hl],
+        dst_ip: [10, 2, 0, 1],
+        src_port: src,
+        dst_port: dst,
+        ecn: metronome_packet::Ecn::Ect0,
+        seq: 1,
+    };
+    // FRAME_LEN holds the headers and is below the frame limit, so this cannot fail.
+    let _ = metronome_packet::build::write_tcp_frame(&mut f, &spec);
     f
 }
 

@@ -15,6 +15,8 @@
 //! * [`mark_ce`]: sets CE on ECN-capable packets (RFC 3168 §5), IPv4 checksum updated
 //!   incrementally (RFC 1624).
 //! * [`ParseCounters`], [`EcnCounters`]: a named counter per verdict, reason and mark outcome.
+//! * [`build::write_tcp_frame`]: writes an Ethernet + IPv4 + TCP frame of a given length in place
+//!   (the simulator's frames for the daemon's engine).
 //! * [`gso`]: GSO/GRO super-frames: the virtio-net header ([`VnetHdr`]) of `PACKET_VNET_HDR`,
 //!   their bytes on the wire ([`wire_bytes`]) and cutting a TCP super-frame into pieces
 //!   ([`SuperFrame::piece`]) with headers in a scratch buffer and payload left in place.
@@ -49,6 +51,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod build;
 pub mod checksum;
 pub mod classify;
 pub mod counters;

@@ -89,7 +89,8 @@ impl<'a> Sim<'a> {
             BackpressureMode::Zd { discipline } => Some(discipline),
             _ => None,
         };
-        let shaper = Shaper::new(&sc.shaper, sc.flows, sc.segment_bytes(), zd)?;
+        let ect = matches!(sc.source, SourceKind::Tcp(cc) if cc.ecn_capable());
+        let shaper = Shaper::new(&sc.shaper, sc.flows, sc.segment_bytes(), zd, ect)?;
         let (completion, limit) = match sc.backpressure {
             BackpressureMode::None | BackpressureMode::DelayBased => {
                 (CompletionPoint::AtEnqueue, 0)
@@ -337,13 +338,10 @@ impl<'a> Sim<'a> {
         });
         // `bytes` <= MAX_SEGMENT_BYTES, checked by `Scenario::validate`.
         let pkt = PacketRef::new(id, FlowId(f), ClassId(0), bytes as u16);
-        let edt = self.shaper.peek_edt(now, now, bytes, f);
-        let admit = self.shaper.offer(now, edt, pkt);
+        let admit = self.shaper.offer(now, pkt);
         self.flows[f as usize].resumed_turn = false;
         match admit {
             Verdict::Enqueued => {
-                let stamped = self.shaper.commit_edt(now, now, bytes, f);
-                debug_assert_eq!(stamped, edt, "peek and commit disagree");
                 self.ce_marked += u64::from(ce);
                 if let (Some(inf), CompletionPoint::AtRelease | CompletionPoint::AtTransmit) =
                     (&mut self.inflight, self.completion)
@@ -426,7 +424,12 @@ impl<'a> Sim<'a> {
         }
         self.resumed.clear();
         match pkt {
-            Some(pkt) => self.start_tx(now, pkt),
+            Some((pkt, ce)) => {
+                if ce {
+                    self.descs.get_mut(pkt.id).ce = true;
+                }
+                self.start_tx(now, pkt)
+            }
             None => {
                 let t = self
                     .shaper
@@ -526,7 +529,7 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let mut drops = DropReport {
             physical: self.physical_drops,
-            ce_marked: self.ce_marked,
+            ce_marked: self.ce_marked + self.shaper.ce_marked(),
             ..Default::default()
         };
         if let Some(z) = self.shaper.zd_counters() {

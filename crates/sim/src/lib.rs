@@ -16,7 +16,9 @@
 //! * [`incast`]: many senders into one receiver, with Carousel §6's receiver-side ACK shaping.
 //! * [`tcp`], [`host`]: transports, sources and receivers.
 //! * [`flows`]: the descriptor slab and the TCP sender's event handling every scenario shares.
-//! * [`shaper`]: the shaper under test, wrapping `metronome_core`'s structures.
+//! * [`shaper`]: the shaper under test, wrapping `metronome_core`'s structures or, for
+//!   [`ShaperSpec::Daemon`], the daemon's own `Engine` (the code of `metronome run`) fed with real
+//!   frames in simulated time.
 //! * [`metrics`], [`report`]: measurement and the report.
 //!
 //! Determinism: one seeded generator per source, events ordered by `(time, sequence)`, no hash
@@ -38,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod daemon_shaper;
 mod engine;
 pub mod event;
 pub mod flows;
@@ -54,8 +57,8 @@ pub use report::{
     CountSummary, DropReport, LatencySummary, ShaperReport, SimReport, Speed, ThroughputReport,
 };
 pub use scenario::{
-    BackpressureMode, CongestionControl, Scenario, ScenarioError, ShaperSpec, SourceKind,
-    TransportConfig, ZdDiscipline,
+    BackpressureMode, CongestionControl, DaemonBackpressure, Scenario, ScenarioError, ShaperSpec,
+    SourceKind, TransportConfig, ZdDiscipline,
 };
 
 /// Runs `scenario` to its end and reports what it measured. Parameters are validated first: a

@@ -123,6 +123,26 @@ impl Default for TransportConfig {
     }
 }
 
+/// The backpressure the daemon's engine applies to a flow ([`ShaperSpec::Daemon`]), as its
+/// configuration's `backpressure` spells it (`docs/config.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DaemonBackpressure {
+    /// None: packets wait as long as their EDT says.
+    #[default]
+    None,
+    /// Set CE on ECN-capable packets whose delay (EDT minus now) would exceed `threshold_ns`.
+    Ecn {
+        /// Delay threshold in nanoseconds.
+        threshold_ns: u64,
+    },
+    /// Drop a flow's packets beyond `limit` queued packets.
+    Drop {
+        /// Packets a flow may have queued.
+        limit: u32,
+    },
+}
+
 /// The shaper or scheduled buffer between the sources and the NIC.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -139,6 +159,29 @@ pub enum ShaperSpec {
         per_flow_bps: Option<u64>,
         /// Packets the shaper holds at most; more are physically dropped.
         capacity_packets: u32,
+    },
+    /// The daemon's own shaping pipeline (`metronome_daemon::engine::Engine`, the code of
+    /// `metronome run`) with one class: Carousel's timing wheel (§5.1.2) fed by the class's
+    /// aggregate policy and each flow's pacing policy (§5.1.1), real frames in a frame pool, the
+    /// engine's backpressure. At least one of the two rates is set (an unshaped class forwards).
+    Daemon {
+        /// Slot granularity in nanoseconds.
+        granularity_ns: u64,
+        /// Horizon in nanoseconds (the engine clamps an EDT to the last slot).
+        horizon_ns: u64,
+        /// The class's aggregate rate, bits per second.
+        aggregate_bps: Option<u64>,
+        /// The class's per-flow pacing rate, bits per second.
+        per_flow_bps: Option<u64>,
+        /// Frames the engine's pool holds, the most packets it queues; more are physically dropped.
+        capacity_packets: u32,
+        /// The engine's backpressure.
+        #[serde(default)]
+        backpressure: DaemonBackpressure,
+        /// Drop a packet whose delay would reach the horizon (the wheel's `horizon_policy =
+        /// "reject"`) instead of clamping its EDT to the last slot.
+        #[serde(default)]
+        reject_beyond_horizon: bool,
     },
     /// The `sch_fq` structure (per-flow FIFOs, tree of head EDTs) with the same timestamping.
     FqTree {
@@ -422,6 +465,41 @@ impl Scenario {
                 zero_rate(aggregate_bps, "shaper.aggregate_bps")?;
                 zero_rate(per_flow_bps, "shaper.per_flow_bps")
             }
+            ShaperSpec::Daemon {
+                granularity_ns,
+                horizon_ns,
+                aggregate_bps,
+                per_flow_bps,
+                capacity_packets,
+                backpressure,
+                ..
+            } => {
+                let pos = [
+                    ("shaper.granularity_ns", granularity_ns),
+                    ("shaper.horizon_ns", horizon_ns),
+                    ("shaper.capacity_packets", u64::from(capacity_packets)),
+                ];
+                if let Some((name, _)) = pos.iter().find(|(_, v)| *v == 0) {
+                    return Err(ScenarioError::Zero(name));
+                }
+                if aggregate_bps.is_none() && per_flow_bps.is_none() {
+                    return Err(ScenarioError::OutOfRange {
+                        field: "shaper.aggregate_bps",
+                        why: "the daemon's engine shapes a class with a rate or a pacing rate",
+                    });
+                }
+                match backpressure {
+                    DaemonBackpressure::Ecn { threshold_ns: 0 } => {
+                        return Err(ScenarioError::Zero("shaper.backpressure.threshold_ns"))
+                    }
+                    DaemonBackpressure::Drop { limit: 0 } => {
+                        return Err(ScenarioError::Zero("shaper.backpressure.limit"))
+                    }
+                    _ => {}
+                }
+                zero_rate(aggregate_bps, "shaper.aggregate_bps")?;
+                zero_rate(per_flow_bps, "shaper.per_flow_bps")
+            }
             ShaperSpec::FqTree {
                 aggregate_bps,
                 per_flow_bps,
@@ -465,6 +543,7 @@ impl Scenario {
     pub fn target_rate(&self) -> Rate {
         let shaped = match self.shaper {
             ShaperSpec::TimingWheel { aggregate_bps, .. }
+            | ShaperSpec::Daemon { aggregate_bps, .. }
             | ShaperSpec::FqTree { aggregate_bps, .. } => aggregate_bps,
             ShaperSpec::TokenBucketRr { rate_bps, .. } | ShaperSpec::Tbf { rate_bps, .. } => {
                 Some(rate_bps)

@@ -1,7 +1,11 @@
 //! The shaper or scheduled buffer under test, behind one enum (CONTRIBUTING.md §4: enum dispatch
 //! on the hot path).
 //!
-//! EDT shapers (timing wheel, `sch_fq` tree) get their EDTs from a
+//! [`ShaperSpec::Daemon`] is the daemon's own engine (`crate::daemon_shaper`): it builds each
+//! packet's frame, stamps it with the same [`PolicyStack`] composition and queues it in its own
+//! wheel, so the simulated host runs the code `metronome run` shapes real traffic with.
+//!
+//! The simulator's own EDT shapers (timing wheel, `sch_fq` tree) get their EDTs from a
 //! [`metronome_core::timestamp::PolicyStack`] over one
 //! [`metronome_core::timestamp::Timestamper`] (Carousel §5.1.1): an aggregate policy when the spec
 //! sets an aggregate rate, a pacing policy per flow when it sets a per-flow rate, and the
@@ -20,6 +24,7 @@
 //! watchdog that makes HTB bursty): [`Shaper::poll_time`] rounds its next deadline up to the
 //! timer's period. The NIC's own transmit completions poll it immediately, as `qdisc_run` does.
 
+use crate::daemon_shaper::{Admit, DaemonShaper};
 use crate::scenario::{ScenarioError, ShaperSpec, ZdDiscipline};
 use metronome_core::fq_tree::FqTree;
 use metronome_core::timestamp::{PolicyId, PolicyKind, PolicyStack, Timestamper};
@@ -35,6 +40,8 @@ use metronome_core::{
 
 /// The structure inside a [`Shaper`].
 enum Queue {
+    /// The daemon's engine, which stamps packets itself.
+    Daemon(Box<DaemonShaper>),
     Wheel(Box<TimingWheel>),
     Fq(Box<FqTree>),
     /// A single-class token bucket polled by a timer: the HTB-like baseline.
@@ -104,11 +111,13 @@ impl Shaper {
     /// Builds the shaper of `spec` for `flows` flows whose packets are at most `seg_bytes` long
     /// (the burst of every policy: one packet, for the strictest conformance), under zD with
     /// `zd`'s discipline when set. zD needs a buffer with a probe: pfifo, tbf or timing wheel.
+    /// `ect`: the transport is ECN-capable (the daemon's frames carry ECT(0)).
     pub fn new(
         spec: &ShaperSpec,
         flows: u32,
         seg_bytes: u32,
         zd: Option<ZdDiscipline>,
+        ect: bool,
     ) -> Result<Self, ScenarioError> {
         let mut stamper = Timestamper::new();
         let mut policies = |agg: Option<u64>, per_flow: Option<u64>| {
@@ -161,6 +170,15 @@ impl Shaper {
                     }
                 };
                 (q, capacity_packets, pol, None)
+            }
+            (
+                ShaperSpec::Daemon {
+                    capacity_packets, ..
+                },
+                None,
+            ) => {
+                let d = DaemonShaper::new(spec, seg_bytes, ect)?;
+                (Queue::Daemon(Box::new(d)), capacity_packets, none, None)
             }
             (
                 ShaperSpec::FqTree {
@@ -226,6 +244,12 @@ impl Shaper {
                 };
                 (q, capacity, none, None)
             }
+            (ShaperSpec::Daemon { .. }, Some(_)) => {
+                return Err(ScenarioError::OutOfRange {
+                    field: "shaper",
+                    why: "the daemon's engine has no zD: use timing_wheel, pfifo or tbf",
+                })
+            }
             (ShaperSpec::FqTree { .. } | ShaperSpec::TokenBucketRr { .. }, Some(_)) => {
                 return Err(ScenarioError::OutOfRange {
                     field: "shaper",
@@ -244,13 +268,39 @@ impl Shaper {
         })
     }
 
-    /// The EDT a `len`-byte packet of `flow` offered at `now`, paced by its transport to
-    /// `earliest`, would get: the maximum over the policies it passes (Carousel §5.1.1), exactly
-    /// what [`Shaper::commit_edt`] will return, without changing any policy. Refused packets are
-    /// never stamped, so a drop does not consume the aggregate's rate.
+    /// Offers `pkt` (its descriptor id, flow and length in bytes) at `now`. The simulator's own
+    /// EDT shapers stamp it with the latest of its policies (Carousel §5.1.1); a refused packet is
+    /// never stamped, so a drop does not consume the aggregate's rate. The daemon's engine does
+    /// the same inside [`metronome_daemon::engine::Engine::receive`]. Without zD a full shaper (or
+    /// a refusal by the structure) drops the packet physically; under zD the flow may be paused
+    /// (zD Algorithm 1 `ProcessFlow`).
     #[inline]
-    pub fn peek_edt(&self, now: Timestamp, earliest: Timestamp, len: u32, flow: u32) -> Timestamp {
-        self.policies(flow).peek(&self.stamper, now, earliest, len)
+    pub fn offer(&mut self, now: Timestamp, pkt: PacketRef) -> Verdict {
+        self.counters.operations += 1;
+        if let Queue::Daemon(d) = &mut self.queue {
+            let admit = match d.offer(now, pkt) {
+                Admit::Queued => Verdict::Enqueued,
+                Admit::Full => {
+                    self.counters.rejected_full += 1;
+                    return Verdict::Dropped;
+                }
+                Admit::Dropped => {
+                    self.counters.rejected_other += 1;
+                    return Verdict::Dropped;
+                }
+            };
+            self.counters.enqueued += 1;
+            return admit;
+        }
+        let (len, flow) = (u32::from(pkt.len), pkt.flow.0);
+        let policies = self.policies(flow);
+        let edt = policies.peek(&self.stamper, now, now, len);
+        let admit = self.offer_stamped(now, edt, pkt);
+        if admit == Verdict::Enqueued {
+            let stamped = policies.stamp(&mut self.stamper, now, now, len);
+            debug_assert_eq!(stamped, edt, "peek and stamp disagree");
+        }
+        admit
     }
 
     /// The policies a packet of `flow` passes: the aggregate's and the flow's pacing, when set.
@@ -259,24 +309,9 @@ impl Shaper {
         PolicyStack::new(self.aggregate, self.per_flow.get(flow as usize).copied())
     }
 
-    /// Stamps an accepted packet: commits the policies' state and returns its EDT.
+    /// Offers `pkt` with `edt` to one of the simulator's own structures.
     #[inline]
-    pub fn commit_edt(
-        &mut self,
-        now: Timestamp,
-        earliest: Timestamp,
-        len: u32,
-        flow: u32,
-    ) -> Timestamp {
-        let policies = self.policies(flow);
-        policies.stamp(&mut self.stamper, now, earliest, len)
-    }
-
-    /// Offers `pkt` with `edt`. Without zD a full shaper (or a refusal by the structure) drops
-    /// it physically; under zD the flow may be paused (zD Algorithm 1 `ProcessFlow`).
-    #[inline]
-    pub fn offer(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> Verdict {
-        self.counters.operations += 1;
+    fn offer_stamped(&mut self, now: Timestamp, edt: Timestamp, pkt: PacketRef) -> Verdict {
         let zd_admit = |o: ZdVerdict| match o {
             ZdVerdict::Enqueued => Verdict::Enqueued,
             ZdVerdict::Paused(_) | ZdVerdict::AlreadyPaused(_) => Verdict::Paused,
@@ -296,6 +331,7 @@ impl Shaper {
             Queue::ZdTbf(z) => zd_admit(z.offer(now, edt, pkt)),
             Queue::ZdWheel(z) => zd_admit(z.offer(now, edt, pkt)),
             _ if full => Verdict::Dropped,
+            Queue::Daemon(_) => Verdict::Dropped, // offered in `offer`
             Queue::Wheel(q) => plain(q.enqueue(now, edt, pkt)),
             Queue::Fq(q) => plain(q.enqueue(now, edt, pkt)),
             Queue::Bucket(q) => plain(q.enqueue(
@@ -318,13 +354,24 @@ impl Shaper {
         admit
     }
 
-    /// Releases one due packet, if any; under zD the flows its departure resumes (zD Algorithm 1
-    /// `ResumeFlow`) are appended to `resumed`.
+    /// Releases one due packet, if any, and whether the daemon's engine marked it CE; under zD
+    /// the flows its departure resumes (zD Algorithm 1 `ResumeFlow`) are appended to `resumed`.
     #[inline]
-    pub fn dequeue_one(&mut self, now: Timestamp, resumed: &mut Vec<FlowId>) -> Option<PacketRef> {
+    pub fn dequeue_one(
+        &mut self,
+        now: Timestamp,
+        resumed: &mut Vec<FlowId>,
+    ) -> Option<(PacketRef, bool)> {
         self.counters.operations += 1;
         let mut out = [PacketRef::default(); 1];
         let n = match &mut self.queue {
+            Queue::Daemon(d) => {
+                let released = d.release(now);
+                if released.is_some() {
+                    self.counters.released += 1;
+                }
+                return released;
+            }
             Queue::Wheel(q) => q.dequeue(now, &mut out),
             Queue::Fq(q) => q.dequeue(now, &mut out),
             Queue::Bucket(q) => q.dequeue(now, &mut out),
@@ -338,7 +385,7 @@ impl Shaper {
             return None;
         }
         self.counters.released += 1;
-        Some(out[0])
+        Some((out[0], false))
     }
 
     /// A resumed source had nothing to send: zD resumes the next paused flow instead.
@@ -365,6 +412,7 @@ impl Shaper {
     #[inline]
     pub fn next_due(&self) -> Option<Timestamp> {
         match &self.queue {
+            Queue::Daemon(d) => d.next_due(),
             Queue::Wheel(q) => q.next_due(),
             Queue::Fq(q) => q.next_due(),
             Queue::Bucket(q) => q.next_due(),
@@ -392,6 +440,7 @@ impl Shaper {
     #[inline]
     pub fn len(&self) -> usize {
         match &self.queue {
+            Queue::Daemon(d) => d.len(),
             Queue::Wheel(q) => q.len(),
             Queue::Fq(q) => q.len(),
             Queue::Bucket(q) => q.len(),
@@ -418,9 +467,26 @@ impl Shaper {
         self.counters
     }
 
+    /// Packets the daemon's engine marked CE (0 for the other shapers, which do not mark).
+    pub fn ce_marked(&self) -> u64 {
+        match &self.queue {
+            Queue::Daemon(d) => d.engine().counters().ecn_marked,
+            _ => 0,
+        }
+    }
+
+    /// The daemon's engine, when the shaper is one: its counters and accounting invariants.
+    pub fn daemon_engine(&self) -> Option<&metronome_daemon::engine::Engine> {
+        match &self.queue {
+            Queue::Daemon(d) => Some(d.engine()),
+            _ => None,
+        }
+    }
+
     /// The structure's name.
     pub fn name(&self) -> &'static str {
         match &self.queue {
+            Queue::Daemon(_) => "daemon_engine",
             Queue::Wheel(q) => q.name(),
             Queue::Fq(q) => q.name(),
             Queue::Bucket(q) => q.name(),

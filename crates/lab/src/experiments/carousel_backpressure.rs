@@ -11,9 +11,13 @@
 //! backpressure "the flows continually send until all of the 70K memory in the shaper is filled"
 //! (Figure 15).
 //!
-//! One point is one simulated run: `flows` greedy TCP flows through one timing wheel of
-//! `granularity_ns` slots (2 µs, Carousel §7.1) with an aggregate rate limit of `rate_bps`, on a
-//! NIC of `line_rate_bps`, with the path's `base_rtt_us`. `mode` picks the backpressure:
+//! One point is one simulated run: `flows` greedy TCP flows through the daemon's own engine
+//! ([`ShaperSpec::Daemon`]: `metronome run`'s code on real frames, in simulated time), one class
+//! with an aggregate rate limit of `rate_bps` and a timing wheel of `granularity_ns` slots (2 µs,
+//! Carousel §7.1), on a NIC of `line_rate_bps`, with the path's `base_rtt_us`. `mode` picks the
+//! backpressure, which the simulated host applies above the shaper: Deferred Completions and
+//! Vegas act at the sources (a bump in the wire cannot defer a local socket's completions), so
+//! the engine's own backpressure stays `none`:
 //! * `dc`: Deferred Completions, at most `dc_limit` packets per flow in the shaper, TCP Cubic
 //!   (Carousel §7.1.2: "Our experiments for Deferred Completions used TCP Cubic in Linux");
 //! * `vegas`: completion at enqueue, TCP Vegas with `vegas_alpha` / `vegas_beta` packets queued;
@@ -24,7 +28,9 @@
 //! above the shaper, so the "bump at 1 Gbps" that Carousel attributes to "an interaction of TSQ
 //! and TSO autosizing" cannot appear; flows are greedy for the whole run.
 
-use metronome_sim::{BackpressureMode, CongestionControl, ShaperSpec, SourceKind};
+use metronome_sim::{
+    BackpressureMode, CongestionControl, DaemonBackpressure, ShaperSpec, SourceKind,
+};
 
 use super::rows::round;
 use super::simulated::{base_scenario, push_common, simulate};
@@ -66,12 +72,14 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
             ))
         }
     };
-    sc.shaper = ShaperSpec::TimingWheel {
+    sc.shaper = ShaperSpec::Daemon {
         granularity_ns: point.positive("granularity_ns")?,
         horizon_ns: point.positive("horizon_ms")? * 1_000_000,
         aggregate_bps: Some(rate_bps),
         per_flow_bps: None,
         capacity_packets: point.positive_u32("capacity_packets")?,
+        backpressure: DaemonBackpressure::None,
+        reject_beyond_horizon: false,
     };
     let r = simulate(point, &sc)?;
     // The histogram's 3 significant digits report a bucket's highest value (70 015 for a full

@@ -11,9 +11,11 @@
 //!
 //! One point is one simulated run of `flows` greedy TCP Cubic flows on a NIC of `line_rate_bps`
 //! and a path of `base_rtt_us`, through the `shaper`:
-//! * `timing_wheel`: Carousel, an aggregate policy of `target_bps` stamping EDTs into a wheel of
-//!   `granularity_ns` slots holding at most `wheel_capacity_packets`, with Deferred Completions
-//!   of `dc_limit` packets per flow (Carousel §5);
+//! * `timing_wheel`: Carousel as the daemon runs it: `metronome run`'s own engine
+//!   ([`ShaperSpec::Daemon`], real frames in simulated time), one class whose aggregate policy of
+//!   `target_bps` stamps EDTs into a wheel of `granularity_ns` slots holding at most
+//!   `wheel_capacity_packets`, with Deferred Completions of `dc_limit` packets per flow
+//!   (Carousel §5) modelled at the simulated sources;
 //! * `fq_tree`: FQ/pacing, every flow paced at `target_bps / flows` (Carousel §7.1.1: "a maximum
 //!   pacing rate is configured in TCP using SO_MAX_PACING_RATE"), at most `fq_capacity_packets`
 //!   (FQ's global limit of 10K packets, §7.1), with TCP Small Queues of `tsq_limit` packets;
@@ -36,7 +38,9 @@
 //! appear here (`wheel-granularity`, which polls the wheel once per slot, shows it).
 //! `granularity_ns` applies to the wheel only; the other shapers ignore it and report 0.
 
-use metronome_sim::{BackpressureMode, CongestionControl, ShaperSpec, SourceKind};
+use metronome_sim::{
+    BackpressureMode, CongestionControl, DaemonBackpressure, ShaperSpec, SourceKind,
+};
 
 use super::rows::round;
 use super::simulated::{base_scenario, push_common, simulate};
@@ -62,12 +66,14 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
     (sc.shaper, sc.backpressure) = match shaper {
         "timing_wheel" => {
             granularity_ns = point.positive("granularity_ns")?;
-            let spec = ShaperSpec::TimingWheel {
+            let spec = ShaperSpec::Daemon {
                 granularity_ns,
                 horizon_ns: point.positive("horizon_ms")? * 1_000_000,
                 aggregate_bps: Some(target_bps),
                 per_flow_bps: None,
                 capacity_packets: point.positive_u32("wheel_capacity_packets")?,
+                backpressure: DaemonBackpressure::None,
+                reject_beyond_horizon: false,
             };
             let dc = BackpressureMode::DeferredCompletions {
                 limit: point.positive_u32("dc_limit")?,

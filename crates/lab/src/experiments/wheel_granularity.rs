@@ -6,14 +6,16 @@
 //! granularities from microseconds to 4 ms, and finds that "a granularity of 8-16 µs suffices to
 //! maintain a small deviation from the target rate" while 4 ms "deviates by 300 Mbps".
 //!
-//! The model, in simulated time with the core's own [`Timestamper`] and [`TimingWheel`] (no
-//! simulator, no clock, no randomness: the same point always gives the same row):
-//! * `flows` flows share one aggregate rate-limit policy of `target_bps`, burst one packet
-//!   (Carousel §5.1.1). Every packet is `packet_bytes` long.
+//! The model, in simulated time with the daemon's own engine (`metronome run`'s code, through
+//! `metronome_sim`'s [`ShaperSpec::Daemon`]: each packet a real frame; no TCP, no clock, no
+//! randomness: the same point always gives the same row):
+//! * `flows` flows share one class's aggregate rate-limit policy of `target_bps`, burst one
+//!   packet (Carousel §5.1.1). Every packet is `packet_bytes` long on the wire.
 //! * Each flow keeps `packets_per_flow` packets in the shaper and hands it the next one when one of
 //!   its packets has left the NIC: the bound that Deferred Completions (Carousel §5.2) or TSQ put on
 //!   a flow. The packet is stamped at that instant and enqueued in a wheel of `granularity_ns`
-//!   slots and `horizon_ms` horizon that rejects (never clamps) beyond its horizon.
+//!   slots and `horizon_ms` horizon; a packet whose delay would reach the horizon is dropped
+//!   (`horizon_policy = "reject"`, never clamped), which ends the run with an error.
 //! * The NIC polls the wheel every `granularity_ns` (Carousel §5.1.2: the wheel is visited once
 //!   per slot, g_min = 1 / f_max), on the grid of multiples of the granularity, skipping polls while
 //!   the wheel is empty, and sends what it gets back to back at `line_rate_bps`.
@@ -30,11 +32,9 @@
 
 use std::collections::VecDeque;
 
-use metronome_core::timestamp::{PolicyKind, Timestamper};
-use metronome_core::{
-    ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, Rate, Timestamp, TimingWheel,
-    TimingWheelConfig,
-};
+use metronome_core::{ClassId, FlowId, PacketRef, Rate, Timestamp};
+use metronome_sim::shaper::{Shaper, Verdict};
+use metronome_sim::{DaemonBackpressure, ShaperSpec};
 
 use super::rows::round;
 use crate::error::LabError;
@@ -45,10 +45,6 @@ pub const NAME: &str = "wheel-granularity";
 
 /// The only shaper modelled so far: Carousel's timing wheel with the Global Pool.
 const SHAPER_TIMING_WHEEL: &str = "timing_wheel";
-
-/// Packets the NIC takes per dequeue call, a transmit batch; the NIC keeps calling until the wheel
-/// has nothing due, so the value changes speed, never results.
-const NIC_BATCH: usize = 64;
 
 /// The parameters of one run, read from a [`Point`].
 #[derive(Clone, Debug, PartialEq)]
@@ -132,40 +128,45 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
 /// The event loop: returns the bytes sent in each measurement window.
 fn measure(p: &Params, point: usize) -> Result<Vec<u64>, LabError> {
     let in_shaper = p.flows as usize * p.packets_per_flow as usize;
-    let mut wheel = TimingWheel::new(TimingWheelConfig {
-        granularity: Duration::from_nanos(p.granularity_ns),
-        horizon: Duration::from_nanos(p.horizon_ns),
-        horizon_policy: HorizonPolicy::Reject,
-        pool_packets: in_shaper,
-    });
-    let mut stamper = Timestamper::new();
+    let spec = ShaperSpec::Daemon {
+        granularity_ns: p.granularity_ns,
+        horizon_ns: p.horizon_ns,
+        aggregate_bps: Some(p.target_bps),
+        per_flow_bps: None,
+        capacity_packets: in_shaper as u32, // at most 16 Mi: checked by `Params::read`
+        backpressure: DaemonBackpressure::None,
+        reject_beyond_horizon: true,
+    };
     let len = u32::from(p.packet_bytes);
-    let aggregate = stamper.add_policy(PolicyKind::Aggregate, Rate::from_bps(p.target_bps), len);
+    let mut shaper =
+        Shaper::new(&spec, p.flows, len, None, false).map_err(|e| LabError::Experiment {
+            point,
+            message: format!("the daemon's engine cannot run this point: {e}"),
+        })?;
     let line = Rate::from_bps(p.line_rate_bps);
     let tx_time = line.transmit_time(u64::from(p.packet_bytes));
     let g = p.granularity_ns;
     let end = Timestamp::from_nanos(p.duration_ns);
 
     let mut next_id: u32 = 0;
-    let mut send = |wheel: &mut TimingWheel, now: Timestamp, flow: u32| -> Result<(), LabError> {
-        let edt = stamper.stamp(now, len, &[aggregate]);
+    let mut send = |shaper: &mut Shaper, now: Timestamp, flow: u32| -> Result<(), LabError> {
         let pkt = PacketRef::new(next_id, FlowId(flow), ClassId(0), p.packet_bytes);
         next_id = next_id.wrapping_add(1);
-        wheel
-            .enqueue(now, edt, pkt)
-            .map_err(|r| LabError::Experiment {
+        match shaper.offer(now, pkt) {
+            Verdict::Enqueued => Ok(()),
+            _ => Err(LabError::Experiment {
                 point,
                 message: format!(
-                    "the wheel handed a packet back ({}) at {} ns with EDT {} ns: raise horizon_ms",
-                    r.reason,
-                    now.as_nanos(),
-                    edt.as_nanos()
+                    "the engine dropped a packet at {} ns (its delay reaches the horizon): \
+                     raise horizon_ms",
+                    now.as_nanos()
                 ),
-            })
+            }),
+        }
     };
     for flow in 0..p.flows {
         for _ in 0..p.packets_per_flow {
-            send(&mut wheel, Timestamp::ZERO, flow)?;
+            send(&mut shaper, Timestamp::ZERO, flow)?;
         }
     }
 
@@ -174,10 +175,11 @@ fn measure(p: &Params, point: usize) -> Result<Vec<u64>, LabError> {
     let mut completions: VecDeque<(Timestamp, u32)> = VecDeque::with_capacity(in_shaper);
     let mut busy_until = Timestamp::ZERO;
     let mut next_tick = Timestamp::ZERO;
-    let mut batch = [PacketRef::default(); NIC_BATCH];
+    // zD is off: nothing is ever resumed.
+    let mut resumed = Vec::new();
     loop {
         let completion = completions.front().map(|&(t, _)| t);
-        let poll = wheel.next_due().map(|due| due.max(next_tick));
+        let poll = shaper.next_due().map(|due| due.max(next_tick));
         let now = match (completion, poll) {
             (Some(c), Some(q)) => c.min(q),
             (Some(t), None) | (None, Some(t)) => t,
@@ -193,19 +195,13 @@ fn measure(p: &Params, point: usize) -> Result<Vec<u64>, LabError> {
             if let Some(bytes) = windows.get_mut(w) {
                 *bytes += u64::from(p.packet_bytes);
             }
-            send(&mut wheel, now, flow)?;
+            send(&mut shaper, now, flow)?;
             continue;
         }
         // The NIC polls: everything due goes out back to back at line rate.
-        loop {
-            let n = wheel.dequeue(now, &mut batch);
-            for pkt in &batch[..n] {
-                busy_until = busy_until.max(now) + tx_time;
-                completions.push_back((busy_until, pkt.flow.0));
-            }
-            if n < batch.len() {
-                break;
-            }
+        while let Some((pkt, _)) = shaper.dequeue_one(now, &mut resumed) {
+            busy_until = busy_until.max(now) + tx_time;
+            completions.push_back((busy_until, pkt.flow.0));
         }
         next_tick = Timestamp::from_nanos((now.as_nanos() / g + 1) * g);
     }
