@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses a part
 
 use metronome_daemon::run::LoopReport;
-use metronome_testbed::netns::{TopoError, Topology};
+use metronome_testbed::netns::{self, TopoError, Topology};
 use metronome_testbed::trafficgen::{self, TrafficPlan, TrafficReport};
 use std::time::{Duration, Instant};
 
@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
 /// Builds a bump-in-the-wire topology with namespaces named `prefix`-..., or `None` (printing
-/// why `test` is skipped) without CAP_NET_ADMIN.
+/// why `test` is skipped) without CAP_NET_ADMIN; a skip panics when `.ci/run` requires the
+/// privileged tests to run (`netns::skip_unprivileged`).
 pub fn topology(prefix: &str, test: &str) -> Option<Topology> {
     match Topology::bump_in_the_wire(prefix) {
         Ok(topo) => Some(topo),
         Err(e @ TopoError::MissingPrivilege(_)) => {
-            eprintln!("skipping {test}: {e}");
+            netns::skip_unprivileged(test, &e);
             None
         }
         Err(e) => panic!("building the topology failed: {e}"),
@@ -69,31 +70,91 @@ pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
     );
 }
 
-/// Runs `run` (which returns an achieved rate, bit/s) up to twice: on this shared 2-core machine
-/// a burst of load from another process can starve the kernel TCP senders for part of one run
-/// (seen: -12 % while a benchmark ran). Each attempt still makes its own assertions; the rate must
-/// be within `tolerance` of `target` in at least one. Returns the last attempt's line when none
-/// held.
+/// How far below its target a failed first attempt may be for a second to be allowed: 5 times
+/// the tolerance (15 % for 3 %). Load from another process on this shared 2-core machine can
+/// starve the kernel TCP senders for part of a run (seen: -12 % while a benchmark ran; -6.99 %
+/// with two silos pinned to both cores); an attempt further off is a fault, not load.
+pub const RETRY_BOUND_TOLERANCES: f64 = 5.0;
+
+/// Runs `run` (which returns an achieved rate, bit/s) up to twice and returns `Ok` when an
+/// attempt is within `tolerance` of `target`. A second attempt is made only when the first fell
+/// **short** of the target by at most [`RETRY_BOUND_TOLERANCES`] tolerances: load can slow the
+/// kernel senders, never make the shaper release more, so a first attempt above the tolerance,
+/// or further below than the bound, fails at once. Each attempt still makes its own assertions.
+///
+/// Every attempt's line goes to the process's standard error directly, not through the test
+/// harness's capture, so a retry shows in `cargo test`'s output (and `.ci/run`'s log) also when
+/// the second attempt holds; the error names every attempt.
 pub fn holds_in_two_attempts(
     label: &str,
     target: f64,
     tolerance: f64,
     mut run: impl FnMut() -> f64,
 ) -> Result<(), String> {
-    let mut last = String::new();
-    let held = (0..2).any(|attempt| {
+    let mut lines = Vec::new();
+    for attempt in 1..=2 {
         let deviation = run() / target - 1.0;
-        last = format!(
-            "{label}{:.2} % off (attempt {})",
+        let line = format!(
+            "{label}{:+.2} % off (attempt {attempt}, tolerance {:.1} %)",
             deviation * 100.0,
-            attempt + 1
+            tolerance * 100.0
         );
-        eprintln!("{last}");
-        deviation.abs() <= tolerance
-    });
-    if held {
-        Ok(())
-    } else {
-        Err(last)
+        uncaptured(&line);
+        lines.push(line);
+        if deviation.abs() <= tolerance {
+            if attempt > 1 {
+                uncaptured(&format!("{label}held on a retry: {}", lines.join("; ")));
+            }
+            return Ok(());
+        }
+        if deviation > tolerance || deviation < -RETRY_BOUND_TOLERANCES * tolerance {
+            return Err(format!(
+                "{} (no retry: over the limit, or more than {RETRY_BOUND_TOLERANCES} tolerances \
+                 short)",
+                lines.join("; ")
+            ));
+        }
+    }
+    Err(lines.join("; "))
+}
+
+/// Writes `line` to the process's standard error, bypassing the test harness's capture (which
+/// takes only `print!`/`eprint!`).
+fn uncaptured(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempts(values: &[f64]) -> (Result<(), String>, usize) {
+        let mut it = values.iter().copied();
+        let mut calls = 0;
+        let r = holds_in_two_attempts("t: ", 100.0, 0.03, || {
+            calls += 1;
+            it.next().unwrap()
+        });
+        (r, calls)
+    }
+
+    #[test]
+    fn a_retry_is_bounded_and_named() {
+        assert_eq!(attempts(&[101.0]), (Ok(()), 1));
+        assert_eq!(attempts(&[90.0, 99.0]), (Ok(()), 2));
+        // Over the limit: no retry.
+        let (r, calls) = attempts(&[104.0, 100.0]);
+        assert_eq!(calls, 1);
+        assert!(r.unwrap_err().contains("+4.00 %"));
+        // Beyond the bound below: no retry.
+        let (r, calls) = attempts(&[80.0, 100.0]);
+        assert_eq!(calls, 1);
+        assert!(r.unwrap_err().contains("-20.00 %"));
+        // Both attempts failing: both named.
+        let (r, calls) = attempts(&[95.0, 96.0]);
+        assert_eq!(calls, 2);
+        let e = r.unwrap_err();
+        assert!(e.contains("-5.00 %") && e.contains("-4.00 %"), "{e}");
     }
 }
