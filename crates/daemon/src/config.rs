@@ -135,6 +135,12 @@ pub struct DaemonConfig {
     /// How often the NIC-level bandwidth allocator redistributes each class's aggregate `rate`
     /// among the silos (only with `cores > 1`). Default [`DEFAULT_NBA_PERIOD`].
     pub nba_period: Duration,
+    /// What happens to malformed frames ([`crate::unclassified`]). Default: charged to the
+    /// default class.
+    pub malformed: crate::unclassified::Unclassified,
+    /// What happens to non-IP frames ([`crate::unclassified`]). Default: charged to the default
+    /// class.
+    pub non_ip: crate::unclassified::Unclassified,
 }
 
 /// One `[[class]]`.

@@ -18,6 +18,8 @@
 //! * [`reload`]: SIGHUP reloads, one path for the single loop and the silos.
 //! * [`silo`]: `--cores N`, per-core shaper silos sharing class limits through the NIC-level
 //!   bandwidth allocator (Carousel §5.3).
+//! * [`unclassified`]: what happens to malformed and non-IP frames (`[daemon] malformed`,
+//!   `non_ip`).
 //! * [`metrics`]: the Prometheus counters, gauges and histograms, their HTTP endpoint and
 //!   `metronome stats`.
 //!
@@ -37,6 +39,7 @@ pub mod reload;
 pub mod run;
 pub mod service;
 pub mod silo;
+pub mod unclassified;
 pub mod units;
 
 pub use config::{Config, ConfigError};

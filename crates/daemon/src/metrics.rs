@@ -151,6 +151,12 @@ struct ReasonLabel {
     reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindActionLabel {
+    kind: String,
+    action: String,
+}
+
 /// A histogram with power-of-two buckets `base × 2^k` (k < `n`) and `+Inf`, updated with relaxed
 /// atomics. Encoded as a Prometheus histogram.
 #[derive(Debug)]
@@ -356,6 +362,7 @@ struct Inner {
     queued: Family<ClassLabel, Gauge>,
     nba_rate: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
+    unclassified: Family<KindActionLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
@@ -401,6 +408,7 @@ impl Metrics {
             queued: Family::default(),
             nba_rate: Family::default(),
             malformed: Family::default(),
+            unclassified: Family::default(),
             ack_shaping: Family::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
@@ -440,6 +448,13 @@ impl Metrics {
             "malformed_frames",
             "Malformed frames by reason",
             inner.malformed.clone(),
+        );
+        let unclassified = "Malformed and non-IP frames by the action `[daemon] malformed` or \
+                            `non_ip` took: charged to the default class, passed or dropped";
+        r.register(
+            "unclassified_frames",
+            unclassified,
+            inner.unclassified.clone(),
         );
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
@@ -562,6 +577,16 @@ impl Metrics {
     /// `PACKET_STATISTICS`).
     pub fn rx_ring_drops(&self, frames: u64) {
         self.series().rx_ring_drops.inc_by(frames);
+    }
+
+    /// The counter of frames of `kind` (`malformed`, `non_ip`) that met `action` (`default`,
+    /// `pass`, `drop`): the engine takes it once at start-up and increments it per frame.
+    pub fn unclassified_counter(&self, kind: &str, action: &str) -> Counter {
+        let label = KindActionLabel {
+            kind: kind.to_owned(),
+            action: action.to_owned(),
+        };
+        self.inner.unclassified.get_or_create(&label).clone()
     }
 
     /// Counts one malformed frame for `reason` (cold path: a label lookup).

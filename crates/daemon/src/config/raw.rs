@@ -59,6 +59,8 @@ pub(crate) struct RawDaemon {
     pub log_format: Option<Spanned<RawLogFormat>>,
     pub cores: Option<Spanned<i64>>,
     pub nba_period: Option<Spanned<String>>,
+    pub malformed: Option<crate::unclassified::Unclassified>,
+    pub non_ip: Option<crate::unclassified::Unclassified>,
 }
 
 /// `log_format = "text" | "json"`.

@@ -4,7 +4,8 @@
 //! Applied live, without losing a queued packet:
 //! * classes added, removed, reordered, or with a new `match`, `rate`, `pacing`, `burst`,
 //!   `horizon_policy`, `backpressure` or `ack_shaping`; the default class's policy;
-//! * `daemon.busy_poll`.
+//! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip` (read per frame from the installed
+//!   configuration).
 //!
 //! Queued packets keep the EDT they were stamped with: a new rate applies from the next packet
 //! stamped (`Timestamper::set_rate`, the core's rule), so the wheel is never rebuilt. Classes are

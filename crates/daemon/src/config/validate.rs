@@ -226,6 +226,8 @@ impl Validator<'_> {
             log_format,
             cores,
             nba_period,
+            malformed: raw.malformed.unwrap_or_default(),
+            non_ip: raw.non_ip.unwrap_or_default(),
         })
     }
 
