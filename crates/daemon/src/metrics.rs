@@ -152,6 +152,11 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InterfaceLabel {
+    interface: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindActionLabel {
     kind: String,
     action: String,
@@ -363,6 +368,7 @@ struct Inner {
     nba_rate: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
     unclassified: Family<KindActionLabel, Counter>,
+    link_down: Family<InterfaceLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
@@ -409,6 +415,7 @@ impl Metrics {
             nba_rate: Family::default(),
             malformed: Family::default(),
             unclassified: Family::default(),
+            link_down: Family::default(),
             ack_shaping: Family::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
@@ -456,6 +463,8 @@ impl Metrics {
             unclassified,
             inner.unclassified.clone(),
         );
+        let link_down = "Transitions of an interface's link to down (ENETDOWN, ENXIO, gone)";
+        r.register("link_down", link_down, inner.link_down.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
         inner.silos = if n == 1 {
@@ -587,6 +596,14 @@ impl Metrics {
             action: action.to_owned(),
         };
         self.inner.unclassified.get_or_create(&label).clone()
+    }
+
+    /// The counter of link-down transitions of `interface` (`metronome_link_down_total`).
+    pub fn link_down_counter(&self, interface: &str) -> Counter {
+        let label = InterfaceLabel {
+            interface: interface.to_owned(),
+        };
+        self.inner.link_down.get_or_create(&label).clone()
     }
 
     /// Counts one malformed frame for `reason` (cold path: a label lookup).

@@ -20,11 +20,13 @@
 //!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
 //!
 //! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
-//! after [`TX_RETRY`]: nothing is dropped. The loop stops when its `stop` flag
+//! after [`TX_RETRY`]: nothing is dropped. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
+//! left alone until its link is back ([`crate::link`]): its frames wait, the loop keeps running. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
 use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
+use crate::link::{probe_interface, Link, LinkEvent};
 use crate::metrics::Metrics;
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
@@ -38,6 +40,9 @@ pub const MAX_SLEEP: StdDuration = StdDuration::from_millis(50);
 /// Wait before retrying a transmit batch the device refused as busy: 20 µs, about 250 full
 /// frames at 100 Gbit/s or two at 1 Gbit/s.
 pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
+/// Shortest sleep while a port's link is down (1 ms): frames due for that port cannot leave,
+/// so the loop must not spin on them.
+const LINK_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
 /// How often the ports' kernel counters (RX ring drops) are read: every 100 ms (a
 /// `getsockopt`, too costly per iteration).
 const COUNTER_PERIOD_NS: u64 = 100_000_000;
@@ -118,12 +123,21 @@ impl TxQueue {
         }
     }
 
-    /// Sends what is pending as one batch; keeps what the port did not take.
-    fn flush<P: PacketPort>(&mut self, port: &mut P, pool: &mut FramePool, metrics: &Metrics) {
-        if self.ids.is_empty() {
+    /// Sends what is pending as one batch; keeps what the port did not take, and everything
+    /// while the port's link is down (sent when it returns, [`crate::link`]).
+    fn flush<P: PacketPort>(
+        &mut self,
+        port: &mut P,
+        pool: &mut FramePool,
+        metrics: &Metrics,
+        link: &mut Link,
+        now: Timestamp,
+    ) {
+        if self.ids.is_empty() || !link.is_up() {
             return;
         }
         match port.send(pool, &self.ids) {
+            Err(e) if link.on_error(now, &e) => {}
             Ok(n) => {
                 if n > 0 {
                     metrics.observe_tx_batch(n as u64);
@@ -170,6 +184,9 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     let mut passed_back = 0u64;
     let mut last_ring_drops = 0u64;
     let mut next_counters = clock.now();
+    let names = &engine.config().interfaces;
+    let mut in_link = Link::new(&names.inside, probe_interface(&names.inside), metrics);
+    let mut out_link = Link::new(&names.outside, probe_interface(&names.outside), metrics);
     if !busy_poll {
         // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)).
         let _ = nix::sys::prctl::set_timerslack(1);
@@ -179,15 +196,30 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         if let Some(b) = hook.poll(engine, now) {
             busy_poll = b;
         }
+        for link in [&mut in_link, &mut out_link] {
+            if link.poll(now, probe_interface) == LinkEvent::Replaced {
+                engine.drain_all(pool);
+                to_outside.free_all(pool);
+                to_inside.free_all(pool);
+                let ifname = link.name().to_owned();
+                return Err(PortError::NoSuchInterface { ifname });
+            }
+        }
         let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
-        if to_outside.ids.len() < batch {
-            let n = inside.recv(pool, &mut rx)?;
+        if to_outside.ids.len() < batch && in_link.is_up() {
+            let n = match inside.recv(pool, &mut rx) {
+                Err(e) if in_link.on_error(now, &e) => 0,
+                r => r?,
+            };
             engine.receive(now, pool, &rx[..n], &mut to_outside.ids);
             work += n;
         }
-        if to_inside.ids.len() < batch {
-            let n = outside.recv(pool, &mut rx)?;
+        if to_inside.ids.len() < batch && out_link.is_up() {
+            let n = match outside.recv(pool, &mut rx) {
+                Err(e) if out_link.on_error(now, &e) => 0,
+                r => r?,
+            };
             let from = to_inside.ids.len();
             engine.pass_through(pool, &rx[..n], &mut to_inside.ids);
             engine.shape_acks(now, pool, &mut to_inside.ids, from);
@@ -198,10 +230,11 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         work += engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
         work += engine.release(clock.now(), &mut to_outside.ids, room);
-        let pending_before = to_outside.ids.len() + to_inside.ids.len();
-        to_outside.flush(outside, pool, metrics);
-        to_inside.flush(inside, pool, metrics);
-        let pending = to_outside.ids.len() + to_inside.ids.len();
+        let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
+        let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
+        to_outside.flush(outside, pool, metrics, &mut out_link, now);
+        to_inside.flush(inside, pool, metrics, &mut in_link, now);
+        let pending = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         if now >= next_counters {
             next_counters =
                 now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
@@ -220,8 +253,18 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         }
         let timeout = if pending > 0 {
             TX_RETRY
-        } else {
+        } else if in_link.is_up() && out_link.is_up() {
             sleep_time(engine.next_due(), clock.now())
+        } else {
+            // A port is down: what is due may be unable to leave, so wake for it, for the
+            // link's next probe, and at most every LINK_DOWN_WAKE, never spinning.
+            let due = [
+                engine.next_due(),
+                in_link.next_probe(),
+                out_link.next_probe(),
+            ];
+            let due = due.into_iter().flatten().min();
+            sleep_time(due, clock.now()).max(LINK_DOWN_WAKE)
         };
         if timeout.is_zero() {
             continue;
