@@ -76,6 +76,10 @@ pub const MAX_CORES: usize = 256;
 /// Default period of the NIC-level bandwidth allocator: Carousel §5.3, "we currently use
 /// ≈ 100 ms".
 pub const DEFAULT_NBA_PERIOD: Duration = Duration::from_millis(100);
+/// Longest time a stopping daemon keeps sending what is queued at its EDT: 200 ms (a
+/// supervisor's stop timeout is seconds; a wheel holding more than 200 ms of traffic is
+/// discarded and counted).
+pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 
@@ -141,6 +145,9 @@ pub struct DaemonConfig {
     /// What happens to non-IP frames ([`crate::unclassified`]). Default: charged to the default
     /// class.
     pub non_ip: crate::unclassified::Unclassified,
+    /// On stop, how long queued packets are still sent at their EDT before the rest is
+    /// discarded and counted (`discarded_at_stop`). Default [`DEFAULT_DRAIN`].
+    pub drain: Duration,
 }
 
 /// One `[[class]]`.

@@ -20,7 +20,9 @@
 //!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
 //!
 //! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
-//! after [`TX_RETRY`]: nothing is dropped. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
+//! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
+//! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
+//! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
 //! left alone until its link is back ([`crate::link`]): its frames wait, the loop keeps running. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
@@ -97,6 +99,8 @@ pub struct LoopOptions {
     pub batch_size: usize,
     /// Spin instead of sleeping when idle (a reload may change it, see [`LoopHook::poll`]).
     pub busy_poll: bool,
+    /// On stop, how long queued packets are still sent at their EDT (`[daemon] drain`).
+    pub drain: StdDuration,
 }
 
 impl LoopOptions {
@@ -105,6 +109,7 @@ impl LoopOptions {
         LoopOptions {
             batch_size: config.daemon.batch_size.max(1),
             busy_poll: config.daemon.busy_poll,
+            drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
         }
     }
 }
@@ -271,6 +276,35 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         }
         wait(inside, outside, timeout);
     }
+    // Stopping: nothing more is received; what is queued still leaves at its EDT for at most
+    // `drain`, then the rest is discarded and counted (`discarded_at_stop`).
+    let drain_ns = u64::try_from(options.drain.as_nanos()).unwrap_or(u64::MAX);
+    let drain_end = clock
+        .now()
+        .saturating_add(metronome_core::Duration::from_nanos(drain_ns));
+    // The same bound in wall time, should `clock` be a test's that does not move.
+    let wall_end = std::time::Instant::now() + options.drain;
+    loop {
+        let now = clock.now();
+        let room = (2 * batch).saturating_sub(to_outside.ids.len());
+        engine.release(now, &mut to_outside.ids, room);
+        to_outside.flush(outside, pool, metrics, &mut out_link, now);
+        to_inside.flush(inside, pool, metrics, &mut in_link, now);
+        let left = engine.queued() + to_outside.ids.len() + to_inside.ids.len();
+        let over = now >= drain_end || std::time::Instant::now() >= wall_end;
+        if left == 0 || over || !(in_link.is_up() && out_link.is_up()) {
+            break;
+        }
+        let pending = !to_outside.ids.is_empty() || !to_inside.ids.is_empty();
+        let next = if pending { None } else { engine.next_due() };
+        let wake = next.map_or(drain_end, |t| t.min(drain_end));
+        let sleep = if pending {
+            TX_RETRY
+        } else {
+            sleep_time(Some(wake), now)
+        };
+        std::thread::sleep(sleep);
+    }
     let queued_at_stop = engine.drain_all(pool);
     let pending_at_stop = to_outside.free_all(pool) + to_inside.free_all(pool);
     Ok(LoopReport {
@@ -313,6 +347,69 @@ mod tests {
     use super::*;
     use metronome_core::{Duration, ManualClock};
     use metronome_io::{MemoryPort, MemoryPortConfig};
+
+    /// A clock that moves 1 ms at every reading.
+    struct Stepping(std::sync::atomic::AtomicU64);
+
+    impl Clock for Stepping {
+        fn now(&self) -> Timestamp {
+            Timestamp::from_nanos(self.0.fetch_add(1_000_000, Ordering::Relaxed))
+        }
+    }
+
+    /// 20 full frames into a 1 Mbit/s class (12.1 ms each), the loop stopped 5 ms (real time)
+    /// later with `drain`; returns (frames sent on outside, the loop's report).
+    fn stop_with_drain(drain: &str) -> (usize, LoopReport) {
+        let text = format!(
+            "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ndrain = \"{drain}\"\n\
+             [default]\nrate = \"1mbit\"\n"
+        );
+        let config = Config::from_toml_str(&text, "t.toml").unwrap();
+        let metrics = Metrics::new();
+        let mut pool = FramePool::new(256, 2048);
+        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let mut inside = MemoryPort::new(MemoryPortConfig::default());
+        let mut outside = MemoryPort::new(MemoryPortConfig::default());
+        let mut frame = vec![0u8; 1514];
+        frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class takes it
+        for _ in 0..20 {
+            inside.inject(&frame).unwrap();
+        }
+        let control = Control::default();
+        let stop = control.stop.clone();
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(StdDuration::from_millis(5));
+            stop.store(true, Ordering::Relaxed);
+        });
+        let clock = Stepping(std::sync::atomic::AtomicU64::new(1_000_000_000));
+        let options = LoopOptions::from_config(&config);
+        let report = run_loop(
+            &mut inside,
+            &mut outside,
+            &mut pool,
+            &mut engine,
+            &clock,
+            &metrics,
+            &options,
+            &control.stop,
+            &mut (),
+        )
+        .unwrap();
+        stopper.join().unwrap();
+        engine.invariants();
+        assert_eq!(pool.in_use(), 0);
+        (outside.discard_sent(), report)
+    }
+
+    #[test]
+    fn a_stop_sends_what_is_queued_within_the_drain_time_and_counts_the_rest() {
+        let (sent, report) = stop_with_drain("10s");
+        assert_eq!((sent, report.queued_at_stop), (20, 0), "{report:?}");
+        let (sent, report) = stop_with_drain("0s");
+        assert!(report.queued_at_stop > 0, "{report:?}");
+        assert_eq!(sent as u64 + report.queued_at_stop, 20, "{report:?}");
+        assert_eq!(report.engine.discarded_at_stop, report.queued_at_stop);
+    }
 
     #[test]
     fn sleep_is_bounded_and_zero_when_due() {

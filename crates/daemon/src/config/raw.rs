@@ -61,6 +61,7 @@ pub(crate) struct RawDaemon {
     pub nba_period: Option<Spanned<String>>,
     pub malformed: Option<crate::unclassified::Unclassified>,
     pub non_ip: Option<crate::unclassified::Unclassified>,
+    pub drain: Option<Spanned<String>>,
 }
 
 /// `log_format = "text" | "json"`.

@@ -19,7 +19,8 @@
 //! * `[wheel]` geometry and policy (granularity, horizon, horizon_policy, pool_packets): the slot
 //!   array and node pool are sized at start-up and hold the queued packets;
 //! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
-//!   bound), `daemon.log_format` (the subscriber is installed once).
+//!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` (read by the
+//!   loop at start).
 
 use super::{ClassConfig, ClassPolicy, Config};
 use core::fmt;
@@ -239,6 +240,8 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "daemon.cores", od.cores, nd.cores);
     let (op, np) = (od.nba_period.to_string(), nd.nba_period.to_string());
     compare(&mut restart, "daemon.nba_period", op, np);
+    let (op, np) = (od.drain.to_string(), nd.drain.to_string());
+    compare(&mut restart, "daemon.drain", op, np);
 
     let mut classes = Vec::new();
     for c in &old.classes {

@@ -15,9 +15,9 @@ use super::raw::{
 };
 use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
-    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_METRICS_LISTEN,
-    DEFAULT_MTU, DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES,
-    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
+    DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE,
+    MAX_CLASSES, MAX_CORES, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::{parse_duration, parse_size};
 use ipnet::IpNet;
@@ -219,6 +219,19 @@ impl Validator<'_> {
             Some(p) => self.positive_duration(p, "daemon.nba_period")?,
             None => DEFAULT_NBA_PERIOD,
         };
+        let drain = match &raw.drain {
+            Some(d) => parse_duration(d.get_ref()).map_err(|error| {
+                self.site.at(
+                    d.span(),
+                    "daemon.drain",
+                    ErrorKind::Duration {
+                        value: d.get_ref().clone(),
+                        error,
+                    },
+                )
+            })?,
+            None => DEFAULT_DRAIN,
+        };
         Ok(DaemonConfig {
             busy_poll: raw.busy_poll.unwrap_or(false),
             batch_size,
@@ -228,6 +241,7 @@ impl Validator<'_> {
             nba_period,
             malformed: raw.malformed.unwrap_or_default(),
             non_ip: raw.non_ip.unwrap_or_default(),
+            drain,
         })
     }
 
