@@ -15,6 +15,7 @@
 //! * [`run`]: the loop that moves frames between two ports through the engine, with a
 //!   per-iteration [`run::LoopHook`].
 //! * [`link`]: a port's link going down and coming back is an event the loop waits out.
+//! * [`notify`]: systemd-style readiness, reload and stop notifications (`NOTIFY_SOCKET`).
 //! * [`ports`]: opening the AF_PACKET ports (fanned out per silo) and sizing the frame pool.
 //! * [`reload`]: SIGHUP reloads, one path for the single loop and the silos.
 //! * [`silo`]: `--cores N`, per-core shaper silos sharing class limits through the NIC-level
@@ -36,6 +37,7 @@ pub mod engine;
 pub mod flow_table;
 pub mod link;
 pub mod metrics;
+pub mod notify;
 pub mod ports;
 pub mod reload;
 pub mod run;

@@ -276,6 +276,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         }
         wait(inside, outside, timeout);
     }
+    crate::notify::notify("STOPPING=1");
     // Stopping: nothing more is received; what is queued still leaves at its EDT for at most
     // `drain`, then the rest is discarded and counted (`discarded_at_stop`).
     let drain_ns = u64::try_from(options.drain.as_nanos()).unwrap_or(u64::MAX);

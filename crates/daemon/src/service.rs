@@ -74,6 +74,7 @@ pub fn run_with(
     control: &Control,
 ) -> Result<LoopReport, PortError> {
     let (mut inside, mut outside) = open_ports(config)?;
+    crate::notify::notify("READY=1");
     let mut pool = FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE);
     let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
     let options = LoopOptions::from_config(config);
