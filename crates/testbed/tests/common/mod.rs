@@ -89,7 +89,18 @@ pub fn holds_in_two_attempts(
     label: &str,
     target: f64,
     tolerance: f64,
+    run: impl FnMut() -> f64,
+) -> Result<(), String> {
+    attempts_reported(label, target, tolerance, run, uncaptured)
+}
+
+/// [`holds_in_two_attempts`], each line passed to `report`.
+fn attempts_reported(
+    label: &str,
+    target: f64,
+    tolerance: f64,
     mut run: impl FnMut() -> f64,
+    mut report: impl FnMut(&str),
 ) -> Result<(), String> {
     let mut lines = Vec::new();
     for attempt in 1..=2 {
@@ -99,11 +110,11 @@ pub fn holds_in_two_attempts(
             deviation * 100.0,
             tolerance * 100.0
         );
-        uncaptured(&line);
+        report(&line);
         lines.push(line);
         if deviation.abs() <= tolerance {
             if attempt > 1 {
-                uncaptured(&format!("{label}held on a retry: {}", lines.join("; ")));
+                report(&format!("{label}held on a retry: {}", lines.join("; ")));
             }
             return Ok(());
         }
@@ -132,10 +143,22 @@ mod tests {
     fn attempts(values: &[f64]) -> (Result<(), String>, usize) {
         let mut it = values.iter().copied();
         let mut calls = 0;
-        let r = holds_in_two_attempts("t: ", 100.0, 0.03, || {
-            calls += 1;
-            it.next().unwrap()
-        });
+        let mut reported = Vec::new();
+        let r = attempts_reported(
+            "t: ",
+            100.0,
+            0.03,
+            || {
+                calls += 1;
+                it.next().unwrap()
+            },
+            |l| reported.push(l.to_owned()),
+        );
+        // Every attempt is reported, and a retry that held says so.
+        assert!(reported.len() >= calls, "{reported:?}");
+        if calls == 2 && r.is_ok() {
+            assert!(reported.last().unwrap().contains("held on a retry"));
+        }
         (r, calls)
     }
 
