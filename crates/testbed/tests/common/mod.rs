@@ -70,11 +70,14 @@ pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
     );
 }
 
-/// How far below its target a failed first attempt may be for a second to be allowed: 5 times
-/// the tolerance (15 % for 3 %). Load from another process on this shared 2-core machine can
-/// starve the kernel TCP senders for part of a run (seen: -12 % while a benchmark ran; -6.99 %
-/// with two silos pinned to both cores); an attempt further off is a fault, not load.
-pub const RETRY_BOUND_TOLERANCES: f64 = 5.0;
+/// How far below its target a failed first attempt may be for a second to be allowed: 10 times
+/// the tolerance (30 % for 3 %). Load from other processes on this shared 2-core machine can
+/// starve the kernel TCP senders and the daemon for part of a run. Measured with a load
+/// average of 4-5 from other builds (debug builds): 100 Mbit/s 0.0 to -0.4 %; 500 Mbit/s -4 %
+/// to -52 % (the loop is CPU-bound there; the code before the link and drain changes measured
+/// -37 % and -43 % in the same conditions); ACK shaping -0.2 % to -15.9 %; two silos -1.9 % to
+/// -5.4 %; after a link flap 0.0 to -2.5 %. An attempt further off is taken as a fault.
+pub const RETRY_BOUND_TOLERANCES: f64 = 10.0;
 
 /// Runs `run` (which returns an achieved rate, bit/s) up to twice and returns `Ok` when an
 /// attempt is within `tolerance` of `target`. A second attempt is made only when the first fell
@@ -171,9 +174,9 @@ mod tests {
         assert_eq!(calls, 1);
         assert!(r.unwrap_err().contains("+4.00 %"));
         // Beyond the bound below: no retry.
-        let (r, calls) = attempts(&[80.0, 100.0]);
+        let (r, calls) = attempts(&[65.0, 100.0]);
         assert_eq!(calls, 1);
-        assert!(r.unwrap_err().contains("-20.00 %"));
+        assert!(r.unwrap_err().contains("-35.00 %"));
         // Both attempts failing: both named.
         let (r, calls) = attempts(&[95.0, 96.0]);
         assert_eq!(calls, 2);
