@@ -85,6 +85,10 @@ pub const MAX_GSO_SLOTS: u32 = 4096;
 /// Default `gso_burst` of a class: 1 ms at its rate, the bound the kernel's
 /// `tcp_tso_autosize` (net/ipv4/tcp_output.c) puts on a sender's super-frames.
 pub const DEFAULT_GSO_BURST: Duration = Duration::from_millis(1);
+/// Longest time a stopping daemon keeps sending what is queued at its EDT: 200 ms (a
+/// supervisor's stop timeout is seconds; a wheel holding more than 200 ms of traffic is
+/// discarded and counted).
+pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 
@@ -153,6 +157,15 @@ pub struct DaemonConfig {
     /// Switch GRO on on the inside interface at start (`ethtool -K IF gro on`), so that MTU
     /// senders' frames reach the daemon as super-frames too. Left on at exit. Default true.
     pub gro: bool,
+    /// What happens to malformed frames ([`crate::unclassified`]). Default: charged to the
+    /// default class.
+    pub malformed: crate::unclassified::Unclassified,
+    /// What happens to non-IP frames ([`crate::unclassified`]). Default: charged to the default
+    /// class.
+    pub non_ip: crate::unclassified::Unclassified,
+    /// On stop, how long queued packets are still sent at their EDT before the rest is
+    /// discarded and counted (`discarded_at_stop`). Default [`DEFAULT_DRAIN`].
+    pub drain: Duration,
 }
 
 /// One `[[class]]`.

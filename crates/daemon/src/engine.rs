@@ -7,11 +7,12 @@
 //! 1. **Checksum.** A frame received with `csum_not_ready` (a local sender's `CHECKSUM_PARTIAL`)
 //!    gets its TCP/UDP checksum computed ([`metronome_packet::fix_l4_checksum`]), or the receiver
 //!    would discard it.
-//! 2. **Classify** ([`metronome_packet::parse`], [`metronome_packet::Classifier`]): non-IP frames
-//!    (ARP, LLDP, ...) and packets of unshaped classes are forwarded at once. **Malformed frames
-//!    are forwarded at once too, unshaped**, and counted under their named reason
-//!    (`metronome_malformed_total{reason}`): a bump in the wire must not black-hole traffic it
-//!    does not understand (unusual encapsulations, jumbo frames), and the parser is strict.
+//! 2. **Classify** ([`metronome_packet::parse`], [`metronome_packet::Classifier`]): packets of
+//!    unshaped classes are forwarded at once. Non-IP frames (ARP, LLDP, ...) and malformed
+//!    frames (counted under their named reason, `metronome_malformed_frames_total{reason}`) get
+//!    the action of `[daemon] non_ip` / `malformed` ([`crate::unclassified`]): by default they
+//!    are charged to the default class, so no frame escapes a configured limit; `pass` forwards
+//!    them at once, `drop` frees them.
 //! 3. **Backpressure, before stamping** so that a dropped packet consumes no rate:
 //!    `drop` discards a packet whose flow already has `limit` packets queued
 //!    (`DropReason::FlowLimit`); `ecn` looks at the delay the packet would wait — the largest
@@ -55,6 +56,7 @@ use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZ
 use crate::flow_table::{FlowTable, Lookup};
 use crate::metrics::{ClassMetrics, DropReason, HistogramTally, Metrics};
 use crate::pieces::{self, Cuts};
+use crate::unclassified::{Unclassified, UnclassifiedKind};
 use metronome_core::timestamp::{PolicyId, PolicyKind, PolicyStack, Timestamper};
 use metronome_core::{
     ClassId, Duration, EdtQueue, FlowId, HorizonPolicy, PacketRef, RejectReason, Timestamp,
@@ -66,6 +68,7 @@ use metronome_packet::{
     fix_l4_checksum, mark_ce, parse, Classifier, EcnMark, GsoType, L4Checksum, ParseCounters,
     Parsed, SuperFrame, Verdict, VnetHdr,
 };
+use prometheus_client::metrics::counter::Counter;
 
 /// No flow entry for a queued slot.
 const NO_ENTRY: u32 = u32::MAX;
@@ -130,12 +133,19 @@ fn piece_wire_bytes(sf: &SuperFrame, k: u32, max_segments: u32) -> u64 {
 pub struct EngineCounters {
     /// Frames handed to [`Engine::receive`].
     pub received: u64,
-    /// Frames forwarded at once: unshaped classes, non-IP and malformed frames.
+    /// Frames forwarded at once: unshaped classes, and the non-IP and malformed frames passed
+    /// or charged to an unshaped default class.
     pub forwarded: u64,
-    /// Of `forwarded`: non-IP frames.
+    /// Non-IP frames received (handled per `daemon.non_ip`).
     pub passed_non_ip: u64,
-    /// Of `forwarded`: malformed frames (by reason in [`Engine::parse_counters`]).
+    /// Malformed frames received (by reason in [`Engine::parse_counters`]; handled per
+    /// `daemon.malformed`).
     pub malformed: u64,
+    /// Of `passed_non_ip + malformed`: charged to the default class (then forwarded, queued or
+    /// dropped like its packets).
+    pub unclassified_to_default: u64,
+    /// Drops: non-IP or malformed frames under a `drop` action.
+    pub dropped_unclassified: u64,
     /// Packets put into the wheel.
     pub enqueued: u64,
     /// Packets released from the wheel.
@@ -176,7 +186,10 @@ pub struct EngineCounters {
 impl EngineCounters {
     /// Every drop, whatever the reason.
     pub fn dropped(&self) -> u64 {
-        self.dropped_flow_limit + self.dropped_horizon + self.dropped_pool
+        self.dropped_flow_limit
+            + self.dropped_horizon
+            + self.dropped_pool
+            + self.dropped_unclassified
     }
 
     /// Frames (not pieces) that entered the wheel.
@@ -255,6 +268,9 @@ pub struct Engine {
     lateness: HistogramTally,
     /// Frames passed unshaped (packets, bytes) since the last [`Engine::publish_gauges`].
     unpublished_pass: (u64, u64),
+    /// `metronome_unclassified_frames_total`, by [`UnclassifiedKind::index`] and
+    /// [`Unclassified::index`].
+    unclassified: [[Counter; 3]; 2],
     config: Config,
 }
 
@@ -300,6 +316,9 @@ impl Engine {
             parse_counters: ParseCounters::new(),
             lateness: metrics.lateness_tally(),
             unpublished_pass: (0, 0),
+            unclassified: UnclassifiedKind::ALL.map(|k| {
+                Unclassified::ALL.map(|a| metrics.unclassified_counter(k.label(), a.label()))
+            }),
             metrics,
             config: config.clone(),
         };
@@ -416,13 +435,14 @@ impl Engine {
                 }
                 Verdict::PassNonIp => {
                     self.counters.passed_non_ip += 1;
-                    self.forward(rx.id, forward);
-                    self.tally_pass_through(u64::from(rx.len));
+                    let kind = UnclassifiedKind::NonIp;
+                    self.unclassified(now, pool, rx, kind, &parsed, forward);
                 }
                 Verdict::Malformed(reason) => {
                     self.counters.malformed += 1;
                     self.metrics.malformed(reason.name());
-                    self.forward(rx.id, forward);
+                    let kind = UnclassifiedKind::Malformed;
+                    self.unclassified(now, pool, rx, kind, &parsed, forward);
                 }
             }
         }
@@ -493,6 +513,49 @@ impl Engine {
         self.counters.discarded_at_stop += total;
         self.publish_gauges();
         total
+    }
+
+    /// A frame the classifier could not place: the action `[daemon] malformed` / `non_ip` names
+    /// ([`crate::unclassified`]), counted.
+    fn unclassified(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        rx: &RxFrame,
+        kind: UnclassifiedKind,
+        parsed: &Parsed,
+        forward: &mut Vec<u32>,
+    ) {
+        let action = match kind {
+            UnclassifiedKind::Malformed => self.config.daemon.malformed,
+            UnclassifiedKind::NonIp => self.config.daemon.non_ip,
+        };
+        self.unclassified[kind.index()][action.index()].inc();
+        match action {
+            Unclassified::Pass => {
+                self.forward(rx.id, forward);
+                self.tally_pass_through(u64::from(rx.len));
+            }
+            Unclassified::Drop => {
+                self.counters.dropped_unclassified += 1;
+                pool.free(rx.id);
+            }
+            Unclassified::Default => {
+                self.counters.unclassified_to_default += 1;
+                let class = self.classifier.default_class();
+                self.shape(
+                    now,
+                    pool,
+                    rx.id,
+                    class,
+                    kind.flow(),
+                    u64::from(rx.len),
+                    None,
+                    parsed,
+                    forward,
+                );
+            }
+        }
     }
 
     fn forward(&mut self, id: u32, forward: &mut Vec<u32>) {

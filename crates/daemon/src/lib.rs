@@ -14,10 +14,14 @@
 //!   the reverse direction's TCP ACK shaping).
 //! * [`run`]: the loop that moves frames between two ports through the engine, with a
 //!   per-iteration [`run::LoopHook`].
+//! * [`link`]: a port's link going down and coming back is an event the loop waits out.
+//! * [`notify`]: systemd-style readiness, reload and stop notifications (`NOTIFY_SOCKET`).
 //! * [`ports`]: opening the AF_PACKET ports (fanned out per silo) and sizing the frame pool.
 //! * [`reload`]: SIGHUP reloads, one path for the single loop and the silos.
 //! * [`silo`]: `--cores N`, per-core shaper silos sharing class limits through the NIC-level
 //!   bandwidth allocator (Carousel §5.3).
+//! * [`unclassified`]: what happens to malformed and non-IP frames (`[daemon] malformed`,
+//!   `non_ip`).
 //! * [`metrics`]: the Prometheus counters, gauges and histograms, their HTTP endpoint and
 //!   `metronome stats`.
 //!
@@ -31,7 +35,9 @@ pub mod ack_shaping;
 pub mod config;
 pub mod engine;
 pub mod flow_table;
+pub mod link;
 pub mod metrics;
+pub mod notify;
 pub mod pieces;
 pub mod ports;
 pub mod refused;
@@ -39,6 +45,7 @@ pub mod reload;
 pub mod run;
 pub mod service;
 pub mod silo;
+pub mod unclassified;
 pub mod units;
 
 pub use config::{Config, ConfigError};

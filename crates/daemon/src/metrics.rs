@@ -151,6 +151,17 @@ struct ReasonLabel {
     reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InterfaceLabel {
+    interface: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindActionLabel {
+    kind: String,
+    action: String,
+}
+
 /// A histogram with power-of-two buckets `base × 2^k` (k < `n`) and `+Inf`, updated with relaxed
 /// atomics. Encoded as a Prometheus histogram.
 #[derive(Debug)]
@@ -357,6 +368,8 @@ struct Inner {
     nba_rate: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
     refused: Family<ReasonLabel, Counter>,
+    unclassified: Family<KindActionLabel, Counter>,
+    link_down: Family<InterfaceLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
@@ -403,6 +416,8 @@ impl Metrics {
             nba_rate: Family::default(),
             malformed: Family::default(),
             refused: Family::default(),
+            unclassified: Family::default(),
+            link_down: Family::default(),
             ack_shaping: Family::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
@@ -449,6 +464,15 @@ impl Metrics {
              gso_truncated, vnet_error, piece_failed)",
             inner.refused.clone(),
         );
+        let unclassified = "Malformed and non-IP frames by the action `[daemon] malformed` or \
+                            `non_ip` took: charged to the default class, passed or dropped";
+        r.register(
+            "unclassified_frames",
+            unclassified,
+            inner.unclassified.clone(),
+        );
+        let link_down = "Transitions of an interface's link to down (ENETDOWN, ENXIO, gone)";
+        r.register("link_down", link_down, inner.link_down.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
         inner.silos = if n == 1 {
@@ -570,6 +594,24 @@ impl Metrics {
     /// `PACKET_STATISTICS`).
     pub fn rx_ring_drops(&self, frames: u64) {
         self.series().rx_ring_drops.inc_by(frames);
+    }
+
+    /// The counter of frames of `kind` (`malformed`, `non_ip`) that met `action` (`default`,
+    /// `pass`, `drop`): the engine takes it once at start-up and increments it per frame.
+    pub fn unclassified_counter(&self, kind: &str, action: &str) -> Counter {
+        let label = KindActionLabel {
+            kind: kind.to_owned(),
+            action: action.to_owned(),
+        };
+        self.inner.unclassified.get_or_create(&label).clone()
+    }
+
+    /// The counter of link-down transitions of `interface` (`metronome_link_down_total`).
+    pub fn link_down_counter(&self, interface: &str) -> Counter {
+        let label = InterfaceLabel {
+            interface: interface.to_owned(),
+        };
+        self.inner.link_down.get_or_create(&label).clone()
     }
 
     /// Counts one malformed frame for `reason` (cold path: a label lookup).

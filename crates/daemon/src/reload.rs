@@ -40,8 +40,19 @@ impl Reloader {
 
     /// Re-reads the file and, unless it is invalid or needs a restart, passes the new
     /// configuration and what changes to `apply`. When `apply` returns `true` the changes are
-    /// logged and the new configuration is in force. Returns the plan applied.
+    /// logged and the new configuration is in force. Returns the plan applied. Sends
+    /// `RELOADING=1` before and `READY=1` after to a supervisor ([`crate::notify`]).
     pub fn reload(
+        &mut self,
+        apply: impl FnOnce(&Config, &ReloadPlan) -> bool,
+    ) -> Option<ReloadPlan> {
+        crate::notify::notify(&crate::notify::reloading_state());
+        let plan = self.reload_file(apply);
+        crate::notify::notify("READY=1");
+        plan
+    }
+
+    fn reload_file(
         &mut self,
         apply: impl FnOnce(&Config, &ReloadPlan) -> bool,
     ) -> Option<ReloadPlan> {

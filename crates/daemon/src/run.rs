@@ -20,11 +20,15 @@
 //!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
 //!
 //! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
-//! after [`TX_RETRY`]: nothing is dropped. The loop stops when its `stop` flag
+//! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
+//! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
+//! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
+//! left alone until its link is back ([`crate::link`]): its frames wait, the loop keeps running. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
 use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
+use crate::link::{probe_interface, Link, LinkEvent};
 use crate::metrics::Metrics;
 use crate::pieces::{Cuts, SendPieces};
 use crate::refused::{RefusalLog, Refusals};
@@ -40,6 +44,9 @@ pub const MAX_SLEEP: StdDuration = StdDuration::from_millis(50);
 /// Wait before retrying a transmit batch the device refused as busy: 20 µs, about 250 full
 /// frames at 100 Gbit/s or two at 1 Gbit/s.
 pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
+/// Shortest sleep while a port's link is down (1 ms): frames due for that port cannot leave,
+/// so the loop must not spin on them.
+const LINK_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
 /// How often the ports' kernel counters (RX ring drops) are read: every 100 ms (a
 /// `getsockopt`, too costly per iteration).
 const COUNTER_PERIOD_NS: u64 = 100_000_000;
@@ -96,6 +103,8 @@ pub struct LoopOptions {
     pub batch_size: usize,
     /// Spin instead of sleeping when idle (a reload may change it, see [`LoopHook::poll`]).
     pub busy_poll: bool,
+    /// On stop, how long queued packets are still sent at their EDT (`[daemon] drain`).
+    pub drain: StdDuration,
 }
 
 impl LoopOptions {
@@ -104,6 +113,7 @@ impl LoopOptions {
         LoopOptions {
             batch_size: config.daemon.batch_size.max(1),
             busy_poll: config.daemon.busy_poll,
+            drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
         }
     }
 }
@@ -122,18 +132,22 @@ impl TxQueue {
         }
     }
 
-    /// Sends what is pending as one batch; keeps what the port did not take.
+    /// Sends what is pending as one batch; keeps what the port did not take, and everything
+    /// while the port's link is down (sent when it returns, [`crate::link`]).
     fn flush<P: PacketPort + SendPieces>(
         &mut self,
         port: &mut P,
         pool: &mut FramePool,
         cuts: &mut Cuts,
         metrics: &Metrics,
+        link: &mut Link,
+        now: Timestamp,
     ) {
-        if self.ids.is_empty() {
+        if self.ids.is_empty() || !link.is_up() {
             return;
         }
         match cuts.send(port, pool, &self.ids) {
+            Err(e) if link.on_error(now, &e) => {}
             Ok(n) => {
                 if n > 0 {
                     metrics.observe_tx_batch(n as u64);
@@ -181,6 +195,9 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
     let mut last_ring_drops = 0u64;
     let mut refusals = RefusalLog::default();
     let mut next_counters = clock.now();
+    let names = &engine.config().interfaces;
+    let mut in_link = Link::new(&names.inside, probe_interface(&names.inside), metrics);
+    let mut out_link = Link::new(&names.outside, probe_interface(&names.outside), metrics);
     if !busy_poll {
         // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)).
         let _ = nix::sys::prctl::set_timerslack(1);
@@ -190,15 +207,30 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
         if let Some(b) = hook.poll(engine, now) {
             busy_poll = b;
         }
+        for link in [&mut in_link, &mut out_link] {
+            if link.poll(now, probe_interface) == LinkEvent::Replaced {
+                engine.drain_all(pool);
+                to_outside.free_all(pool, engine.cuts_mut());
+                to_inside.free_all(pool, engine.cuts_mut());
+                let ifname = link.name().to_owned();
+                return Err(PortError::NoSuchInterface { ifname });
+            }
+        }
         let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
-        if to_outside.ids.len() < batch {
-            let n = inside.recv(pool, &mut rx)?;
+        if to_outside.ids.len() < batch && in_link.is_up() {
+            let n = match inside.recv(pool, &mut rx) {
+                Err(e) if in_link.on_error(now, &e) => 0,
+                r => r?,
+            };
             engine.receive(now, pool, &rx[..n], &mut to_outside.ids);
             work += n;
         }
-        if to_inside.ids.len() < batch {
-            let n = outside.recv(pool, &mut rx)?;
+        if to_inside.ids.len() < batch && out_link.is_up() {
+            let n = match outside.recv(pool, &mut rx) {
+                Err(e) if out_link.on_error(now, &e) => 0,
+                r => r?,
+            };
             let from = to_inside.ids.len();
             engine.pass_through(pool, &rx[..n], &mut to_inside.ids);
             engine.shape_acks(now, pool, &mut to_inside.ids, from);
@@ -209,10 +241,18 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
         work += engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
         work += engine.release(clock.now(), &mut to_outside.ids, room);
-        let pending_before = to_outside.ids.len() + to_inside.ids.len();
-        to_outside.flush(outside, pool, engine.cuts_mut(), metrics);
-        to_inside.flush(inside, pool, engine.cuts_mut(), metrics);
-        let pending = to_outside.ids.len() + to_inside.ids.len();
+        let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
+        let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
+        to_outside.flush(
+            outside,
+            pool,
+            engine.cuts_mut(),
+            metrics,
+            &mut out_link,
+            now,
+        );
+        to_inside.flush(inside, pool, engine.cuts_mut(), metrics, &mut in_link, now);
+        let pending = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         if now >= next_counters {
             next_counters =
                 now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
@@ -233,13 +273,54 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
         }
         let timeout = if pending > 0 {
             TX_RETRY
-        } else {
+        } else if in_link.is_up() && out_link.is_up() {
             sleep_time(engine.next_due(), clock.now())
+        } else {
+            // A port is down: what is due may be unable to leave, so wake for it, for the
+            // link's next probe, and at most every LINK_DOWN_WAKE, never spinning.
+            let due = [
+                engine.next_due(),
+                in_link.next_probe(),
+                out_link.next_probe(),
+            ];
+            let due = due.into_iter().flatten().min();
+            sleep_time(due, clock.now()).max(LINK_DOWN_WAKE)
         };
         if timeout.is_zero() {
             continue;
         }
         wait(inside, outside, timeout);
+    }
+    crate::notify::notify("STOPPING=1");
+    // Stopping: nothing more is received; what is queued still leaves at its EDT for at most
+    // `drain`, then the rest is discarded and counted (`discarded_at_stop`).
+    let drain_ns = u64::try_from(options.drain.as_nanos()).unwrap_or(u64::MAX);
+    let drain_end = clock
+        .now()
+        .saturating_add(metronome_core::Duration::from_nanos(drain_ns));
+    // The same bound in wall time, should `clock` be a test's that does not move.
+    let wall_end = std::time::Instant::now() + options.drain;
+    loop {
+        let now = clock.now();
+        let room = (2 * batch).saturating_sub(to_outside.ids.len());
+        engine.release(now, &mut to_outside.ids, room);
+        let cuts = engine.cuts_mut();
+        to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
+        to_inside.flush(inside, pool, cuts, metrics, &mut in_link, now);
+        let left = engine.queued() + to_outside.ids.len() + to_inside.ids.len();
+        let over = now >= drain_end || std::time::Instant::now() >= wall_end;
+        if left == 0 || over || !(in_link.is_up() && out_link.is_up()) {
+            break;
+        }
+        let pending = !to_outside.ids.is_empty() || !to_inside.ids.is_empty();
+        let next = if pending { None } else { engine.next_due() };
+        let wake = next.map_or(drain_end, |t| t.min(drain_end));
+        let sleep = if pending {
+            TX_RETRY
+        } else {
+            sleep_time(Some(wake), now)
+        };
+        std::thread::sleep(sleep);
     }
     let queued_at_stop = engine.drain_all(pool);
     let pending_at_stop =
@@ -285,6 +366,69 @@ mod tests {
     use super::*;
     use metronome_core::{Duration, ManualClock};
     use metronome_io::{MemoryPort, MemoryPortConfig};
+
+    /// A clock that moves 1 ms at every reading.
+    struct Stepping(std::sync::atomic::AtomicU64);
+
+    impl Clock for Stepping {
+        fn now(&self) -> Timestamp {
+            Timestamp::from_nanos(self.0.fetch_add(1_000_000, Ordering::Relaxed))
+        }
+    }
+
+    /// 20 full frames into a 1 Mbit/s class (12.1 ms each), the loop stopped 5 ms (real time)
+    /// later with `drain`; returns (frames sent on outside, the loop's report).
+    fn stop_with_drain(drain: &str) -> (usize, LoopReport) {
+        let text = format!(
+            "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ndrain = \"{drain}\"\n\
+             [default]\nrate = \"1mbit\"\n"
+        );
+        let config = Config::from_toml_str(&text, "t.toml").unwrap();
+        let metrics = Metrics::new();
+        let mut pool = FramePool::new(256, 2048);
+        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let mut inside = MemoryPort::new(MemoryPortConfig::default());
+        let mut outside = MemoryPort::new(MemoryPortConfig::default());
+        let mut frame = vec![0u8; 1514];
+        frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class takes it
+        for _ in 0..20 {
+            inside.inject(&frame).unwrap();
+        }
+        let control = Control::default();
+        let stop = control.stop.clone();
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(StdDuration::from_millis(5));
+            stop.store(true, Ordering::Relaxed);
+        });
+        let clock = Stepping(std::sync::atomic::AtomicU64::new(1_000_000_000));
+        let options = LoopOptions::from_config(&config);
+        let report = run_loop(
+            &mut inside,
+            &mut outside,
+            &mut pool,
+            &mut engine,
+            &clock,
+            &metrics,
+            &options,
+            &control.stop,
+            &mut (),
+        )
+        .unwrap();
+        stopper.join().unwrap();
+        engine.invariants();
+        assert_eq!(pool.in_use(), 0);
+        (outside.discard_sent(), report)
+    }
+
+    #[test]
+    fn a_stop_sends_what_is_queued_within_the_drain_time_and_counts_the_rest() {
+        let (sent, report) = stop_with_drain("10s");
+        assert_eq!((sent, report.queued_at_stop), (20, 0), "{report:?}");
+        let (sent, report) = stop_with_drain("0s");
+        assert!(report.queued_at_stop > 0, "{report:?}");
+        assert_eq!(sent as u64 + report.queued_at_stop, 20, "{report:?}");
+        assert_eq!(report.engine.discarded_at_stop, report.queued_at_stop);
+    }
 
     #[test]
     fn sleep_is_bounded_and_zero_when_due() {

@@ -75,6 +75,7 @@ pub fn run_with(
 ) -> Result<LoopReport, PortError> {
     let (mut inside, mut outside) = open_ports(config)?;
     enable_gro(config);
+    crate::notify::notify("READY=1");
     let mut pool = frame_pool(config);
     let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
     let options = LoopOptions::from_config(config);

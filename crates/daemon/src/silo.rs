@@ -364,6 +364,7 @@ pub fn run_silos(
     let n = config.daemon.cores.max(1);
     let ports = open_silo_ports(config, n)?;
     crate::ports::enable_gro(config);
+    crate::notify::notify("READY=1");
     let clock = MonotonicClock::new();
     let mut allocator = Allocator::new(config, n);
     let options = LoopOptions::from_config(config);

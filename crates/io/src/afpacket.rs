@@ -606,6 +606,15 @@ impl PacketPort for AfPacketPort {
 mod tests {
     use super::*;
 
+    /// Says why a privileged test is skipped, or panics with that reason when
+    /// `METRONOME_REQUIRE_PRIVILEGED=1` (`.ci/run` sets it when it runs as root).
+    fn skip_unprivileged(why: &dyn std::fmt::Display) {
+        if std::env::var("METRONOME_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+            panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it");
+        }
+        eprintln!("skipping: {why}");
+    }
+
     #[test]
     fn vlan_tag_is_reinserted_in_place() {
         let mut slot = [0u8; 32];
@@ -628,14 +637,17 @@ mod tests {
     #[test]
     fn both_receive_modes_open_on_loopback() {
         // Root in CI; without CAP_NET_RAW opening fails with a permission error: nothing to test.
+        // Any other error fails the test.
         for rx in [RxMode::Mmsg, RxMode::Ring] {
             let config = AfPacketConfig {
                 rx,
                 promiscuous: false,
                 ..AfPacketConfig::DEFAULT
             };
-            let Ok(mut port) = AfPacketPort::open("lo", &config) else {
-                return;
+            let mut port = match AfPacketPort::open("lo", &config) {
+                Ok(p) => p,
+                Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
+                Err(e) => panic!("{rx:?}: {e}"),
             };
             let mut pool = FramePool::new(64, 2048);
             let mut out = [RxFrame::default(); 64];
@@ -692,7 +704,7 @@ mod tests {
         };
         let a = match AfPacketPort::open("lo", &first) {
             Ok(p) => p,
-            Err(e @ PortError::Permission { .. }) => return eprintln!("skipping: {e}"),
+            Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
             Err(e) => panic!("{e}"),
         };
         let id = a.fanout_group().expect("a fanout group");

@@ -54,7 +54,7 @@ static SEQUENCE: AtomicU32 = AtomicU32::new(0);
 /// missing privilege, tool or interface.
 #[derive(Debug, thiserror::Error)]
 pub enum TopoError {
-    /// The process lacks CAP_NET_ADMIN (or `ip netns add` was refused).
+    /// The process lacks CAP_NET_ADMIN (read from its effective capability set).
     #[error("creating network namespaces needs CAP_NET_ADMIN (run as root or grant the capability): {0}")]
     MissingPrivilege(String),
     /// A required program (`ip`, `tc`) could not be run.
@@ -343,10 +343,7 @@ impl Topology {
     fn create(&mut self) -> Result<(), TopoError> {
         for ns in self.namespaces() {
             process::register(ns.name());
-            process::run("ip", &["netns", "add", ns.name()]).map_err(|e| match e {
-                TopoError::Command { stderr, .. } => TopoError::MissingPrivilege(stderr),
-                other => other,
-            })?;
+            add_namespace(ns.name())?;
             ns.ip(&["link", "set", "lo", "up"])?;
         }
         self.add_veth(&self.sender, &self.sender_if, &self.shaper, &self.shaper_in)?;
@@ -637,6 +634,26 @@ impl Drop for Topology {
             tracing::warn!("removing topology: {e}");
         }
     }
+}
+
+/// Creates the named network namespace (`ip netns add`). The caller checked CAP_NET_ADMIN
+/// before; any failure here (a name in use, no `/run/netns`, a kernel without namespaces) is
+/// reported as the command's own error, never as a missing privilege.
+fn add_namespace(name: &str) -> Result<(), TopoError> {
+    process::run("ip", &["netns", "add", name]).map(drop)
+}
+
+/// The environment variable that turns a privileged test's skip into a failure: `.ci/run` sets
+/// it to `1` when it runs as root, where a skip can only hide a broken set-up.
+pub const REQUIRE_PRIVILEGED_ENV: &str = "METRONOME_REQUIRE_PRIVILEGED";
+
+/// Says why privileged test `test` is skipped, or panics with that reason when
+/// [`REQUIRE_PRIVILEGED_ENV`] is `1`.
+pub fn skip_unprivileged(test: &str, why: &dyn std::fmt::Display) {
+    if std::env::var(REQUIRE_PRIVILEGED_ENV).as_deref() == Ok("1") {
+        panic!("{test} would skip ({why}) but {REQUIRE_PRIVILEGED_ENV}=1 requires it to run");
+    }
+    eprintln!("skipping {test}: {why}");
 }
 
 /// Whether a namespace named `name` exists.

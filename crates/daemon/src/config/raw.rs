@@ -62,6 +62,9 @@ pub(crate) struct RawDaemon {
     pub vnet_hdr: Option<bool>,
     pub gso_slots: Option<Spanned<i64>>,
     pub gro: Option<bool>,
+    pub malformed: Option<crate::unclassified::Unclassified>,
+    pub non_ip: Option<crate::unclassified::Unclassified>,
+    pub drain: Option<Spanned<String>>,
 }
 
 /// `log_format = "text" | "json"`.

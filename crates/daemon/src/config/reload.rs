@@ -4,7 +4,8 @@
 //! Applied live, without losing a queued packet:
 //! * classes added, removed, reordered, or with a new `match`, `rate`, `pacing`, `burst`,
 //!   `horizon_policy`, `backpressure` or `ack_shaping`; the default class's policy;
-//! * `daemon.busy_poll`.
+//! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip` (read per frame from the installed
+//!   configuration).
 //!
 //! Queued packets keep the EDT they were stamped with: a new rate applies from the next packet
 //! stamped (`Timestamper::set_rate`, the core's rule), so the wheel is never rebuilt. Classes are
@@ -18,7 +19,8 @@
 //! * `[wheel]` geometry and policy (granularity, horizon, horizon_policy, pool_packets): the slot
 //!   array and node pool are sized at start-up and hold the queued packets;
 //! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
-//!   bound), `daemon.log_format` (the subscriber is installed once).
+//!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` (read by the
+//!   loop at start).
 
 use super::{ClassConfig, ClassPolicy, Config};
 use core::fmt;
@@ -246,6 +248,8 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "daemon.gro", od.gro, nd.gro);
     let (op, np) = (od.nba_period.to_string(), nd.nba_period.to_string());
     compare(&mut restart, "daemon.nba_period", op, np);
+    let (op, np) = (od.drain.to_string(), nd.drain.to_string());
+    compare(&mut restart, "daemon.drain", op, np);
 
     let mut classes = Vec::new();
     for c in &old.classes {

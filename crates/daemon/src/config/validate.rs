@@ -15,9 +15,10 @@ use super::raw::{
 };
 use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
-    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_GSO_SLOTS,
-    DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE,
-    MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
+    DEFAULT_GSO_SLOTS, DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD,
+    MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS,
+    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::{parse_duration, parse_size};
 use ipnet::IpNet;
@@ -223,6 +224,19 @@ impl Validator<'_> {
             Some(g) => self.int_in(g, "daemon.gso_slots", 0, i64::from(MAX_GSO_SLOTS))? as u32,
             None => DEFAULT_GSO_SLOTS,
         };
+        let drain = match &raw.drain {
+            Some(d) => parse_duration(d.get_ref()).map_err(|error| {
+                self.site.at(
+                    d.span(),
+                    "daemon.drain",
+                    ErrorKind::Duration {
+                        value: d.get_ref().clone(),
+                        error,
+                    },
+                )
+            })?,
+            None => DEFAULT_DRAIN,
+        };
         Ok(DaemonConfig {
             vnet_hdr: raw.vnet_hdr.unwrap_or(true),
             gso_slots,
@@ -233,6 +247,9 @@ impl Validator<'_> {
             log_format,
             cores,
             nba_period,
+            malformed: raw.malformed.unwrap_or_default(),
+            non_ip: raw.non_ip.unwrap_or_default(),
+            drain,
         })
     }
 

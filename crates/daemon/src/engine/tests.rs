@@ -4,6 +4,8 @@ use super::*;
 use etherparse::PacketBuilder;
 use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort};
 
+mod unclassified;
+
 const BASE: &str = r#"
 [interfaces]
 inside = "in0"
@@ -234,7 +236,7 @@ fn the_ecn_mode_marks_capable_packets_and_counts_the_rest() {
 }
 
 #[test]
-fn malformed_frames_pass_unshaped_and_are_counted() {
+fn malformed_frames_in_an_unshaped_default_class_leave_at_once_and_are_counted() {
     let mut rig = Rig::new(BASE);
     let mut bad = tcp(40000, 5201, FULL, 0);
     bad[14] = 0x43; // IHL 3: below the minimum header

@@ -10,7 +10,7 @@ fn privileged(test: &str) -> bool {
     match process::check_net_admin() {
         Ok(()) => true,
         Err(e) => {
-            eprintln!("skipping {test}: {e}");
+            skip_unprivileged(test, &e);
             false
         }
     }
@@ -21,6 +21,36 @@ fn names(topo: &Topology) -> Vec<String> {
         .iter()
         .map(|n| n.name().to_owned())
         .collect()
+}
+
+#[test]
+fn a_failing_netns_add_is_reported_with_its_cause() {
+    if !privileged("a_failing_netns_add_is_reported_with_its_cause") {
+        return;
+    }
+    let name = format!("mtr-dup-{}", std::process::id());
+    process::register(&name);
+    add_namespace(&name).unwrap();
+    // The name is taken: `ip netns add` fails although the process holds CAP_NET_ADMIN.
+    let again = add_namespace(&name);
+    let _ = process::run("ip", &["netns", "del", &name]);
+    process::unregister(&name);
+    match again {
+        Err(TopoError::Command { command, stderr }) => {
+            assert!(command.contains(&name), "{command}");
+            assert!(!stderr.is_empty());
+        }
+        other => panic!("expected the command's own error, got {other:?}"),
+    }
+}
+
+#[test]
+fn skipping_is_a_failure_when_privilege_is_required() {
+    // Only the panic path is checked here (the variable is read, not set: tests share the
+    // process environment).
+    let required = std::env::var(REQUIRE_PRIVILEGED_ENV).as_deref() == Ok("1");
+    let outcome = std::panic::catch_unwind(|| skip_unprivileged("t", &"no CAP_NET_ADMIN"));
+    assert_eq!(outcome.is_err(), required);
 }
 
 #[test]

@@ -4,7 +4,8 @@
 #![allow(dead_code)] // each test binary uses a part
 
 use metronome_daemon::run::LoopReport;
-use metronome_testbed::netns::{TopoError, Topology};
+pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
+use metronome_testbed::netns::{self, TopoError, Topology};
 use metronome_testbed::trafficgen::{self, TrafficPlan, TrafficReport};
 use std::time::{Duration, Instant};
 
@@ -12,12 +13,13 @@ use std::time::{Duration, Instant};
 const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
 /// Builds a bump-in-the-wire topology with namespaces named `prefix`-..., or `None` (printing
-/// why `test` is skipped) without CAP_NET_ADMIN.
+/// why `test` is skipped) without CAP_NET_ADMIN; a skip panics when `.ci/run` requires the
+/// privileged tests to run (`netns::skip_unprivileged`).
 pub fn topology(prefix: &str, test: &str) -> Option<Topology> {
     match Topology::bump_in_the_wire(prefix) {
         Ok(topo) => Some(topo),
         Err(e @ TopoError::MissingPrivilege(_)) => {
-            eprintln!("skipping {test}: {e}");
+            netns::skip_unprivileged(test, &e);
             None
         }
         Err(e) => panic!("building the topology failed: {e}"),
@@ -59,10 +61,6 @@ fn steady(samples: &[Sample], warmup: Duration, end: Duration) -> (Sample, Sampl
     (*first, *last)
 }
 
-/// Bytes of headers in each data frame of the tests' TCP flows: 14 Ethernet + 20 IPv4 + 32 TCP
-/// (with the timestamps option).
-pub const FRAME_HEADERS: u64 = 66;
-
 /// The TCP payload rate the receiver's veth saw, bit/s, over the same steady part as
 /// [`wire_bps`]: its bytes minus one set of headers per packet it counted. A veth counts a GSO
 /// super-frame once with its length (`skb->len`: one set of headers for up to 45 segments), so
@@ -73,10 +71,6 @@ pub fn payload_bps(samples: &[Sample], warmup: Duration, end: Duration) -> f64 {
     let bytes = (last.1 - first.1).saturating_sub(FRAME_HEADERS * (last.2 - first.2));
     bytes as f64 * 8.0 / (last.0 - first.0).as_secs_f64()
 }
-
-/// Frame bytes per payload byte of a full TCP segment: 1448 B of payload (MSS with the
-/// timestamps option) in a 1514-byte frame (14 Ethernet + 20 IPv4 + 32 TCP).
-pub const WIRE_PER_PAYLOAD: f64 = 1514.0 / 1448.0;
 
 /// The rate on the wire of `payload_bps` of TCP payload in full segments. A veth counts a GSO
 /// super-frame's length once (about 3.5 % below what a wire carries), so with the host's
@@ -124,31 +118,117 @@ pub fn refused(l: &LoopReport) -> Vec<(&'static str, u64)> {
         .collect()
 }
 
-/// Runs `run` (which returns an achieved rate, bit/s) up to twice: on this shared 2-core machine
-/// a burst of load from another process can starve the kernel TCP senders for part of one run
-/// (seen: -12 % while a benchmark ran). Each attempt still makes its own assertions; the rate must
-/// be within `tolerance` of `target` in at least one. Returns the last attempt's line when none
-/// held.
+/// How far below its target a failed first attempt may be for a second to be allowed: 10 times
+/// the tolerance (30 % for 3 %). Load from other processes on this shared 2-core machine can
+/// starve the kernel TCP senders and the daemon for part of a run. Measured with a load
+/// average of 4-5 from other builds (debug builds): 100 Mbit/s 0.0 to -0.4 %; 500 Mbit/s -4 %
+/// to -52 % (the loop is CPU-bound there; the code before the link and drain changes measured
+/// -37 % and -43 % in the same conditions); ACK shaping -0.2 % to -15.9 %; two silos -1.9 % to
+/// -5.4 %; after a link flap 0.0 to -2.5 %. An attempt further off is taken as a fault.
+pub const RETRY_BOUND_TOLERANCES: f64 = 10.0;
+
+/// Runs `run` (which returns an achieved rate, bit/s) up to twice and returns `Ok` when an
+/// attempt is within `tolerance` of `target`. A second attempt is made only when the first fell
+/// **short** of the target by at most [`RETRY_BOUND_TOLERANCES`] tolerances: load can slow the
+/// kernel senders, never make the shaper release more, so a first attempt above the tolerance,
+/// or further below than the bound, fails at once. Each attempt still makes its own assertions.
+///
+/// Every attempt's line goes to the process's standard error directly, not through the test
+/// harness's capture, so a retry shows in `cargo test`'s output (and `.ci/run`'s log) also when
+/// the second attempt holds; the error names every attempt.
 pub fn holds_in_two_attempts(
     label: &str,
     target: f64,
     tolerance: f64,
-    mut run: impl FnMut() -> f64,
+    run: impl FnMut() -> f64,
 ) -> Result<(), String> {
-    let mut last = String::new();
-    let held = (0..2).any(|attempt| {
+    attempts_reported(label, target, tolerance, run, uncaptured)
+}
+
+/// [`holds_in_two_attempts`], each line passed to `report`.
+fn attempts_reported(
+    label: &str,
+    target: f64,
+    tolerance: f64,
+    mut run: impl FnMut() -> f64,
+    mut report: impl FnMut(&str),
+) -> Result<(), String> {
+    let mut lines = Vec::new();
+    for attempt in 1..=2 {
         let deviation = run() / target - 1.0;
-        last = format!(
-            "{label}{:.2} % off (attempt {})",
+        let line = format!(
+            "{label}{:+.2} % off (attempt {attempt}, tolerance {:.1} %)",
             deviation * 100.0,
-            attempt + 1
+            tolerance * 100.0
         );
-        eprintln!("{last}");
-        deviation.abs() <= tolerance
-    });
-    if held {
-        Ok(())
-    } else {
-        Err(last)
+        report(&line);
+        lines.push(line);
+        if deviation.abs() <= tolerance {
+            if attempt > 1 {
+                report(&format!("{label}held on a retry: {}", lines.join("; ")));
+            }
+            return Ok(());
+        }
+        if deviation > tolerance || deviation < -RETRY_BOUND_TOLERANCES * tolerance {
+            return Err(format!(
+                "{} (no retry: over the limit, or more than {RETRY_BOUND_TOLERANCES} tolerances \
+                 short)",
+                lines.join("; ")
+            ));
+        }
+    }
+    Err(lines.join("; "))
+}
+
+/// Writes `line` to the process's standard error, bypassing the test harness's capture (which
+/// takes only `print!`/`eprint!`).
+fn uncaptured(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempts(values: &[f64]) -> (Result<(), String>, usize) {
+        let mut it = values.iter().copied();
+        let mut calls = 0;
+        let mut reported = Vec::new();
+        let r = attempts_reported(
+            "t: ",
+            100.0,
+            0.03,
+            || {
+                calls += 1;
+                it.next().unwrap()
+            },
+            |l| reported.push(l.to_owned()),
+        );
+        // Every attempt is reported, and a retry that held says so.
+        assert!(reported.len() >= calls, "{reported:?}");
+        if calls == 2 && r.is_ok() {
+            assert!(reported.last().unwrap().contains("held on a retry"));
+        }
+        (r, calls)
+    }
+
+    #[test]
+    fn a_retry_is_bounded_and_named() {
+        assert_eq!(attempts(&[101.0]), (Ok(()), 1));
+        assert_eq!(attempts(&[90.0, 99.0]), (Ok(()), 2));
+        // Over the limit: no retry.
+        let (r, calls) = attempts(&[104.0, 100.0]);
+        assert_eq!(calls, 1);
+        assert!(r.unwrap_err().contains("+4.00 %"));
+        // Beyond the bound below: no retry.
+        let (r, calls) = attempts(&[65.0, 100.0]);
+        assert_eq!(calls, 1);
+        assert!(r.unwrap_err().contains("-35.00 %"));
+        // Both attempts failing: both named.
+        let (r, calls) = attempts(&[95.0, 96.0]);
+        assert_eq!(calls, 2);
+        let e = r.unwrap_err();
+        assert!(e.contains("-5.00 %") && e.contains("-4.00 %"), "{e}");
     }
 }
