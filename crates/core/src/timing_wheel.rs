@@ -354,8 +354,11 @@ impl<S: SlotStore> EdtQueue for GenericTimingWheel<S> {
         }
         self.len += 1;
         self.counters.enqueued += 1;
-        self.counters.past_due += past_due as u64;
-        self.counters.clamped_beyond_horizon += clamped as u64;
+        if past_due {
+            self.counters.past_due += 1;
+        } else if clamped {
+            self.counters.clamped_beyond_horizon += 1;
+        }
         Ok(())
     }
 
