@@ -369,7 +369,7 @@ fn start_shaper(
     topo: &mut Topology,
     shaper: Shaper,
     target: u64,
-    forwarder: ForwarderMode,
+    (forwarder, offloads): (ForwarderMode, OffloadMode),
 ) -> Result<ActiveShaper, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
@@ -388,11 +388,12 @@ fn start_shaper(
         Shaper::Metronome | Shaper::Passthrough => {
             topo.remove_qdisc(&out)?;
             topo.unbridge_shaper()?;
-            let config = if shaper == Shaper::Passthrough {
+            let mut config = if shaper == Shaper::Passthrough {
                 passthrough_config()
             } else {
                 metronome_config(topo.receiver_addr, target)
             };
+            offloads.configure(&mut config);
             let control = Control::default();
             let (tx, rx) = std::sync::mpsc::channel();
             let c = control.clone();
@@ -487,7 +488,8 @@ fn run_one(
     flows: usize,
     port: u16,
 ) -> Result<RunReport, CompareError> {
-    let mut active = start_shaper(topo, shaper, target, options.forwarder_mode())?;
+    let modes = (options.forwarder_mode(), options.offloads);
+    let mut active = start_shaper(topo, shaper, target, modes)?;
     let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
     let stopped = active.stop(topo);
     let report = measured?;

@@ -204,7 +204,8 @@ pub fn run_real(
     let mut topo = Topology::bump_in_the_wire(NS_PREFIX)?;
     offloads.apply(&mut topo)?;
     topo.enable_sender_ecn();
-    let config = demo_config();
+    let mut config = demo_config();
+    offloads.configure(&mut config);
     let metrics = Metrics::new();
     let control = Control::default();
     let shaper = spawn_shaper(

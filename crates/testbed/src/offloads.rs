@@ -5,7 +5,8 @@
 //!   super-frames of up to 64 KiB, the way users run.
 //! * [`OffloadMode::Off`]: one frame per MTU. The end hosts' TCP builds one-MTU segments
 //!   ([`Topology::one_mtu_segments`]) and transmit checksum offload, TSO, GSO and GRO are off on
-//!   all four veths ([`Topology::offloads_off`]): full checksums and MTU frames everywhere.
+//!   all four veths ([`Topology::offloads_off`]): full checksums and MTU frames everywhere. The
+//!   daemon is told not to switch GRO back on on its inside interface ([`OffloadMode::configure`]).
 
 use crate::netns::{TopoError, Topology};
 
@@ -48,6 +49,17 @@ impl OffloadMode {
                 topo.one_mtu_segments()?;
                 topo.offloads_off()
             }
+        }
+    }
+}
+
+impl OffloadMode {
+    /// Sets the daemon's `config` up for this mode: with [`OffloadMode::Off`] the daemon leaves
+    /// GRO off on its inside interface (`[daemon] gro = false`), so it sees one frame per MTU as
+    /// the veths do.
+    pub fn configure(self, config: &mut metronome_daemon::config::Config) {
+        if self == OffloadMode::Off {
+            config.daemon.gro = false;
         }
     }
 }
