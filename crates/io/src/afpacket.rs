@@ -458,20 +458,26 @@ fn insert_vlan(slot: &mut [u8], len: usize, (tpid, tci): (u16, u16)) -> Option<u
     Some(len + 4)
 }
 
+/// Up to `max` (at most [`RECV_BATCH`]) fresh small slots for one `recvmmsg`, in increasing id
+/// order (the order in which [`FramePool::slots_mut`] hands out disjoint slots), and how many.
+fn alloc_batch(pool: &mut FramePool, max: usize) -> ([u32; RECV_BATCH], usize) {
+    let want = max.min(pool.available_small()).min(RECV_BATCH);
+    let mut ids = [0u32; RECV_BATCH];
+    for id in &mut ids[..want] {
+        // `want` is at most `available_small()`, so every allocation succeeds.
+        *id = pool.alloc().unwrap_or_default();
+    }
+    ids[..want].sort_unstable();
+    (ids, want)
+}
+
 impl AfPacketPort {
     /// [`PacketPort::recv`] in [`RxMode::Mmsg`]: one `recvmmsg` straight into fresh pool slots.
     fn recv_mmsg(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
-        let want = out.len().min(pool.available_small()).min(RECV_BATCH);
+        let (ids, want) = alloc_batch(pool, out.len());
         if want == 0 {
             return Ok(0);
         }
-        let mut ids = [0u32; RECV_BATCH];
-        for id in &mut ids[..want] {
-            // `want` is at most `available_small()`, so every allocation succeeds.
-            *id = pool.alloc().unwrap_or_default();
-        }
-        // `slots_mut` hands out disjoint slots in increasing id order.
-        ids[..want].sort_unstable();
         let mut meta = [sys::RecvMeta::default(); RECV_BATCH];
         let got = {
             let mut bufs: [[&mut [u8]; MSG_PARTS]; RECV_BATCH] =

@@ -27,7 +27,7 @@
 //! **Send.** Every message starts with a header: a slot's [`FramePool::vnet`] for
 //! [`crate::PacketPort::send`], the piece's own for [`AfPacketPort::send_pieces`].
 
-use super::{insert_vlan, os_error, stripped_vlan, AfPacketPort, RECV_BATCH};
+use super::{alloc_batch, insert_vlan, os_error, stripped_vlan, AfPacketPort, RECV_BATCH};
 use crate::frame_pool::{FramePool, GSO_SLOT_SIZE};
 use crate::port::{PortError, RxFrame};
 use crate::sys::{self, MSG_PARTS, SEND_BATCH};
@@ -70,16 +70,10 @@ impl AfPacketPort {
         let Some(vnet) = self.vnet.as_mut() else {
             return Ok(0);
         };
-        let want = out.len().min(pool.available_small()).min(RECV_BATCH);
+        let (ids, want) = alloc_batch(pool, out.len());
         if want == 0 {
             return Ok(0);
         }
-        let mut ids = [0u32; RECV_BATCH];
-        for id in &mut ids[..want] {
-            // `want` is at most `available_small()`, so every allocation succeeds.
-            *id = pool.alloc().unwrap_or_default();
-        }
-        ids[..want].sort_unstable();
         let slot_size = pool.slot_size();
         let overflow_len = GSO_SLOT_SIZE.saturating_sub(slot_size);
         let mut headers = [[0u8; VNET_HDR_LEN]; RECV_BATCH];
