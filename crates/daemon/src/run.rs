@@ -367,6 +367,40 @@ mod tests {
     use metronome_core::{Duration, ManualClock};
     use metronome_io::{MemoryPort, MemoryPortConfig};
 
+    /// Runs the loop between two memory ports until a thread sets the stop flag after `ms`
+    /// milliseconds (memory ports have no descriptor: an idle loop sleeps, so the stop comes from
+    /// outside), with no hook.
+    fn run_stopped_after<C: Clock>(
+        ms: u64,
+        config: &Config,
+        (inside, outside): (&mut MemoryPort, &mut MemoryPort),
+        pool: &mut FramePool,
+        (engine, metrics): (&mut Engine, &Metrics),
+        clock: &C,
+    ) -> LoopReport {
+        let control = Control::default();
+        let stop = control.stop.clone();
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(StdDuration::from_millis(ms));
+            stop.store(true, Ordering::Relaxed);
+        });
+        let options = LoopOptions::from_config(config);
+        let report = run_loop(
+            inside,
+            outside,
+            pool,
+            engine,
+            clock,
+            metrics,
+            &options,
+            &control.stop,
+            &mut (),
+        )
+        .unwrap();
+        stopper.join().unwrap();
+        report
+    }
+
     /// A clock that moves 1 ms at every reading.
     struct Stepping(std::sync::atomic::AtomicU64);
 
@@ -394,27 +428,16 @@ mod tests {
         for _ in 0..20 {
             inside.inject(&frame).unwrap();
         }
-        let control = Control::default();
-        let stop = control.stop.clone();
-        let stopper = std::thread::spawn(move || {
-            std::thread::sleep(StdDuration::from_millis(5));
-            stop.store(true, Ordering::Relaxed);
-        });
         let clock = Stepping(std::sync::atomic::AtomicU64::new(1_000_000_000));
-        let options = LoopOptions::from_config(&config);
-        let report = run_loop(
-            &mut inside,
-            &mut outside,
+        let ports = (&mut inside, &mut outside);
+        let report = run_stopped_after(
+            5,
+            &config,
+            ports,
             &mut pool,
-            &mut engine,
+            (&mut engine, &metrics),
             &clock,
-            &metrics,
-            &options,
-            &control.stop,
-            &mut (),
-        )
-        .unwrap();
-        stopper.join().unwrap();
+        );
         engine.invariants();
         assert_eq!(pool.in_use(), 0);
         (outside.discard_sent(), report)
@@ -454,28 +477,16 @@ mod tests {
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         inside.inject(&arp).unwrap();
         outside.inject(&arp).unwrap();
-        let control = Control::default();
-        let stop = control.stop.clone();
         let clock = ManualClock::new(Timestamp::from_nanos(1));
-        // The memory ports have no descriptor: the loop sleeps MAX_SLEEP; stop it from a thread.
-        let stopper = std::thread::spawn(move || {
-            std::thread::sleep(StdDuration::from_millis(20));
-            stop.store(true, Ordering::Relaxed);
-        });
-        let options = LoopOptions::from_config(&config);
-        let report = run_loop(
-            &mut inside,
-            &mut outside,
+        let ports = (&mut inside, &mut outside);
+        let report = run_stopped_after(
+            20,
+            &config,
+            ports,
             &mut pool,
-            &mut engine,
+            (&mut engine, &metrics),
             &clock,
-            &metrics,
-            &options,
-            &control.stop,
-            &mut (),
-        )
-        .unwrap();
-        stopper.join().unwrap();
+        );
         assert_eq!(outside.pop_sent().unwrap(), arp);
         assert_eq!(inside.pop_sent().unwrap(), arp);
         assert_eq!((report.engine.received, report.passed_back), (1, 1));
