@@ -448,14 +448,7 @@ impl Scenario {
                 per_flow_bps,
                 capacity_packets,
             } => {
-                let pos = [
-                    ("shaper.granularity_ns", granularity_ns),
-                    ("shaper.horizon_ns", horizon_ns),
-                    ("shaper.capacity_packets", u64::from(capacity_packets)),
-                ];
-                if let Some((name, _)) = pos.iter().find(|(_, v)| *v == 0) {
-                    return Err(ScenarioError::Zero(name));
-                }
+                wheel_fields_positive(granularity_ns, horizon_ns, capacity_packets)?;
                 if horizon_ns / granularity_ns > 1 << 26 {
                     return Err(ScenarioError::OutOfRange {
                         field: "shaper.horizon_ns",
@@ -474,14 +467,7 @@ impl Scenario {
                 backpressure,
                 ..
             } => {
-                let pos = [
-                    ("shaper.granularity_ns", granularity_ns),
-                    ("shaper.horizon_ns", horizon_ns),
-                    ("shaper.capacity_packets", u64::from(capacity_packets)),
-                ];
-                if let Some((name, _)) = pos.iter().find(|(_, v)| *v == 0) {
-                    return Err(ScenarioError::Zero(name));
-                }
+                wheel_fields_positive(granularity_ns, horizon_ns, capacity_packets)?;
                 if aggregate_bps.is_none() && per_flow_bps.is_none() {
                     return Err(ScenarioError::OutOfRange {
                         field: "shaper.aggregate_bps",
@@ -551,5 +537,23 @@ impl Scenario {
             ShaperSpec::Pfifo { .. } => None,
         };
         Rate::from_bps(shaped.unwrap_or(u64::MAX).min(self.line_rate_bps))
+    }
+}
+
+/// The wheel's slot size, horizon and capacity of a timing-wheel shaper spec (the simulator's
+/// own or the daemon's engine) must be positive.
+fn wheel_fields_positive(
+    granularity_ns: u64,
+    horizon_ns: u64,
+    capacity_packets: u32,
+) -> Result<(), ScenarioError> {
+    let fields = [
+        ("shaper.granularity_ns", granularity_ns),
+        ("shaper.horizon_ns", horizon_ns),
+        ("shaper.capacity_packets", u64::from(capacity_packets)),
+    ];
+    match fields.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(ScenarioError::Zero(name)),
+        None => Ok(()),
     }
 }
