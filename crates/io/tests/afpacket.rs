@@ -4,10 +4,11 @@
 //! bounded number of frames (a few hundred, within 3 s) only to addresses inside them, and a Drop
 //! guard deletes both namespaces — and with them the veth pair — even when an assertion fails.
 
+mod common;
+
+use common::{check_capabilities, ip, skip_unprivileged, spawn_in};
 use metronome_io::{wait_readable, AfPacketConfig, AfPacketPort, FramePool, PacketPort, RxFrame};
-use nix::sched::CloneFlags;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -28,22 +29,6 @@ fn mac_str(m: [u8; 6]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 /// Two namespaces joined by a veth pair `if_a` (in `ns_a`) — `if_b` (in `ns_b`), both up, with
@@ -130,35 +115,6 @@ impl Topology {
     }
 }
 
-/// `CAP_NET_ADMIN` (bit 12) and `CAP_NET_RAW` (bit 13), capabilities(7).
-const NEEDED_CAPS: [(u32, &str); 2] = [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW")];
-
-/// Checks the effective capability set (`CapEff` in /proc/self/status) for [`NEEDED_CAPS`].
-/// Says why a privileged test is skipped, or panics with that reason when
-/// `METRONOME_REQUIRE_PRIVILEGED=1` (`.ci/run` sets it when it runs as root, where a skip can
-/// only hide a broken set-up).
-fn skip_unprivileged(why: &str) {
-    if std::env::var("METRONOME_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-        panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it to run");
-    }
-    eprintln!("skipping: {why}");
-}
-
-fn check_capabilities() -> Result<(), String> {
-    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .ok_or("no CapEff line in /proc/self/status")?;
-    for (bit, name) in NEEDED_CAPS {
-        if eff & (1 << bit) == 0 {
-            return Err(format!("the process lacks {name}"));
-        }
-    }
-    Ok(())
-}
-
 impl Drop for Topology {
     fn drop(&mut self) {
         // Deleting a namespace destroys the veth end inside it, and with it the pair.
@@ -169,14 +125,7 @@ impl Drop for Topology {
 
 /// Runs `f` on a thread that has entered namespace `ns`; sockets it opens stay in `ns`.
 fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open the namespace");
-        nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
-    .join()
-    .expect("namespace thread")
+    spawn_in(ns, f).join().expect("namespace thread")
 }
 
 fn open_port(ns: &str, ifname: &str) -> AfPacketPort {

@@ -11,18 +11,18 @@
 //! socket timeouts of 20 s); a Drop guard deletes the three namespaces, and with them the veth
 //! pairs, even when an assertion fails.
 
+mod common;
+
+use common::{check_capabilities, ip, skip_unprivileged, spawn_in};
 use metronome_io::{
     AfPacketConfig, AfPacketPort, FramePool, Offload, PacketPort, RxFrame, TxPiece,
     DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE,
 };
 use metronome_packet::{GsoType, SuperFrame, VnetHdr};
-use nix::sched::CloneFlags;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 const MAC_S: &str = "02:6d:74:00:01:01";
@@ -39,22 +39,6 @@ const MTU_FRAME: usize = 1514;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 /// Sender `s0` (ns `snd`) — `m0` (ns `mid`), `m1` (ns `mid`) — `r0` (ns `rcv`): a bump in the
 /// wire. Dropping it deletes the namespaces.
 struct Topology {
@@ -67,27 +51,10 @@ struct Topology {
     r0: String,
 }
 
-/// Says why a privileged test is skipped, or panics with that reason when
-/// `METRONOME_REQUIRE_PRIVILEGED=1` (`.ci/run` sets it when it runs as root, where a skip can
-/// only hide a broken set-up).
-fn skip_unprivileged(why: &str) {
-    if std::env::var("METRONOME_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-        panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it to run");
-    }
-    eprintln!("skipping: {why}");
-}
-
 impl Topology {
     fn create() -> Option<Topology> {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let eff = status
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .unwrap_or(0);
-        // CAP_NET_ADMIN (12) and CAP_NET_RAW (13), capabilities(7).
-        if eff & (0b11 << 12) != 0b11 << 12 {
-            skip_unprivileged("needs CAP_NET_ADMIN and CAP_NET_RAW");
+        if let Err(why) = check_capabilities() {
+            skip_unprivileged(&why);
             return None;
         }
         let (pid, n) = (std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
@@ -161,16 +128,6 @@ impl Drop for Topology {
             let _ = ip(&["netns", "del", ns]);
         }
     }
-}
-
-/// Runs `f` on a new thread inside namespace `ns`.
-fn spawn_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open the namespace");
-        nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
 }
 
 /// Byte `i` of the transfer.

@@ -1,0 +1,65 @@
+//! What the privileged io tests share: running `ip`, the capability check and its skip, and
+//! threads inside a network namespace.
+
+use nix::sched::CloneFlags;
+use std::process::Command;
+use std::thread::JoinHandle;
+
+/// Runs `ip ARGS`; the error names the command and its stderr.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// `CAP_NET_ADMIN` (bit 12) and `CAP_NET_RAW` (bit 13), capabilities(7).
+const NEEDED_CAPS: [(u32, &str); 2] = [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW")];
+
+/// Says why a privileged test is skipped, or panics with that reason when
+/// `METRONOME_REQUIRE_PRIVILEGED=1` (`.ci/run` sets it when it runs as root, where a skip can
+/// only hide a broken set-up).
+pub fn skip_unprivileged(why: &str) {
+    if std::env::var("METRONOME_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it to run");
+    }
+    eprintln!("skipping: {why}");
+}
+
+/// Checks the effective capability set (`CapEff` in /proc/self/status) for [`NEEDED_CAPS`].
+pub fn check_capabilities() -> Result<(), String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or("no CapEff line in /proc/self/status")?;
+    for (bit, name) in NEEDED_CAPS {
+        if eff & (1 << bit) == 0 {
+            return Err(format!("the process lacks {name}"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread inside namespace `ns`; sockets it opens stay in `ns`.
+pub fn spawn_in<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open the namespace");
+        nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+}
