@@ -19,8 +19,9 @@
 //!
 //! Without the privilege, [`run_simulated`] runs the closest scenario the simulator supports:
 //! `metronome_sim` models one shaper per run, so class A and class B are two runs (16 Cubic
-//! flows under a 200 Mbit/s aggregate; 4 flows each paced at 50 Mbit/s), with the same 2 µs /
-//! 2 s timing wheel; the unshaped traffic is not simulated.
+//! flows under a 200 Mbit/s aggregate; 4 flows each paced at 50 Mbit/s), each through the
+//! daemon's own engine (`ShaperSpec::Daemon`) with the class's wheel and backpressure; the
+//! unshaped traffic is not simulated.
 
 use crate::netns::{TopoError, Topology};
 pub use crate::offloads::OffloadMode;
@@ -312,7 +313,9 @@ pub fn run_real(
 
 /// The demo in the simulator (no privilege needed). See the module docs for what it models.
 pub fn run_simulated(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>, DemoError> {
-    use metronome_sim::{Scenario, ShaperSpec};
+    use metronome_core::HorizonPolicy;
+    use metronome_daemon::config::Backpressure;
+    use metronome_sim::{DaemonBackpressure, Scenario, ShaperSpec};
     let config = demo_config();
     let mut rows = Vec::new();
     for (name, flows) in [("bulk", 16u32), ("paced", 4)] {
@@ -323,12 +326,22 @@ pub fn run_simulated(duration: Duration, out: &mut dyn Write) -> Result<Vec<Clas
             duration_ns: duration.as_nanos().min(u128::from(u64::MAX)) as u64,
             warmup_ns: WARMUP.as_nanos() as u64,
             window_ns: WINDOW.as_nanos() as u64,
-            shaper: ShaperSpec::TimingWheel {
+            shaper: ShaperSpec::Daemon {
                 granularity_ns: config.wheel.granularity.as_nanos(),
                 horizon_ns: config.wheel.horizon.as_nanos(),
                 aggregate_bps: policy.and_then(|p| p.rate).map(|r| r.bps()),
                 per_flow_bps: policy.and_then(|p| p.pacing).map(|r| r.bps()),
                 capacity_packets: 70_000,
+                backpressure: match policy.map(|p| p.backpressure) {
+                    Some(Backpressure::Ecn { threshold }) => DaemonBackpressure::Ecn {
+                        threshold_ns: threshold.as_nanos(),
+                    },
+                    Some(Backpressure::Drop { limit }) => DaemonBackpressure::Drop { limit },
+                    _ => DaemonBackpressure::None,
+                },
+                reject_beyond_horizon: class.map_or(config.wheel.horizon_policy, |c| {
+                    c.policy.effective_horizon_policy(&config.wheel)
+                }) == HorizonPolicy::Reject,
             },
             ..Scenario::default()
         };
