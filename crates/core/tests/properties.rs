@@ -72,6 +72,35 @@ fn arrivals(max_offset: i64) -> impl Strategy<Value = Vec<Vec<Arrival>>> {
     prop::collection::vec(prop::collection::vec(arrival, 0..6), 1..60)
 }
 
+/// Dequeues everything due at `now` in batches of 3 (to exercise partial dequeues) and records
+/// the poll in `t`; checks that `next_due` agreed with what the dequeue found and that nothing
+/// due is left.
+fn poll_once<Q: EdtQueue>(q: &mut Q, now: u64, t: &mut Trace) {
+    let mut out = [PacketRef::default(); 3];
+    let mut ids = Vec::new();
+    let due = check_next_due(q, now);
+    loop {
+        let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
+        ids.extend(out[..n].iter().map(|p| p.id));
+        t.nonempty_dequeues += (n > 0) as u64;
+        if n < out.len() {
+            break;
+        }
+    }
+    assert_eq!(
+        !ids.is_empty(),
+        due,
+        "{}: next_due disagrees with dequeue at {now}",
+        q.name()
+    );
+    assert!(
+        !check_next_due(q, now),
+        "{}: due packets left after a drain",
+        q.name()
+    );
+    t.polls.push((now, ids));
+}
+
 /// Drives `q`: each step advances `now` by `poll`, dequeues everything due (in batches of 3, to
 /// exercise partial dequeues), then enqueues the step's arrivals. Afterwards it keeps polling until
 /// the queue is empty.
@@ -80,31 +109,6 @@ fn drive<Q: EdtQueue>(q: &mut Q, steps: &[Vec<Arrival>], poll: u64, monotone: bo
     let mut now = T0;
     let mut id = 0u32;
     let mut last_edt: HashMap<u8, u64> = HashMap::new();
-    let poll_once = |q: &mut Q, now: u64, t: &mut Trace| {
-        let mut out = [PacketRef::default(); 3];
-        let mut ids = Vec::new();
-        let due = check_next_due(q, now);
-        loop {
-            let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
-            ids.extend(out[..n].iter().map(|p| p.id));
-            t.nonempty_dequeues += (n > 0) as u64;
-            if n < out.len() {
-                break;
-            }
-        }
-        assert_eq!(
-            !ids.is_empty(),
-            due,
-            "{}: next_due disagrees with dequeue at {now}",
-            q.name()
-        );
-        assert!(
-            !check_next_due(q, now),
-            "{}: due packets left after a drain",
-            q.name()
-        );
-        t.polls.push((now, ids));
-    };
     for step in steps {
         now += poll;
         poll_once(q, now, &mut t);
@@ -569,22 +573,6 @@ proptest! {
         let mut clamped: HashMap<u32, bool> = HashMap::new();
         let mut now = T0;
         let mut id = 0u32;
-        let mut out = [PacketRef::default(); 3];
-        let mut poll = |q: &mut Mltw, now: u64, t: &mut Trace| {
-            let mut ids = Vec::new();
-            let due = check_next_due(q, now);
-            loop {
-                let n = q.dequeue(Timestamp::from_nanos(now), &mut out);
-                ids.extend(out[..n].iter().map(|p| p.id));
-                t.nonempty_dequeues += (n > 0) as u64;
-                if n < out.len() {
-                    break;
-                }
-            }
-            assert_eq!(!ids.is_empty(), due, "next_due disagrees with dequeue at {now}");
-            assert!(!check_next_due(q, now), "due packets left after a drain");
-            t.polls.push((now, ids));
-        };
         for (set, arrivals) in &steps {
             if let Some((flow, r)) = *set {
                 let flow = FlowId(flow as u32);
@@ -595,7 +583,7 @@ proptest! {
                 }
             }
             now += G;
-            poll(&mut q, now, &mut t);
+            poll_once(&mut q, now, &mut t);
             for a in arrivals {
                 let edt = (now as i64 + a.offset).max(0) as u64;
                 let flow = FlowId(a.flow as u32);
@@ -648,7 +636,7 @@ proptest! {
         }
         while !q.is_empty() {
             now += G;
-            poll(&mut q, now, &mut t);
+            poll_once(&mut q, now, &mut t);
             prop_assert!(now < T0 + 1_000_000_000, "the MLTW never drained");
         }
         check_conservation(&t);
