@@ -11,6 +11,7 @@ use metronome_daemon::run::{Control, LoopReport};
 use metronome_daemon::service::run_with;
 use metronome_daemon::silo::{run_silos, SiloReport};
 use metronome_io::PortError;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
 /// The thread of [`spawn_shaper`]: joins to the loop's report, or why it could not run.
@@ -27,13 +28,7 @@ pub fn spawn_shaper(
     metrics: Metrics,
     control: Control,
 ) -> Result<ShaperThread, TopoError> {
-    ns.spawn(move || {
-        let result = run_with(&config, None, &metrics, &control);
-        if result.is_err() {
-            control.stop.store(true, Ordering::Relaxed);
-        }
-        result
-    })
+    spawn_in(ns, config, metrics, control, run_with)
 }
 
 /// Runs `config.daemon.cores` silos for `config` inside namespace `ns` (ports are opened
@@ -45,8 +40,23 @@ pub fn spawn_silos(
     metrics: Metrics,
     control: Control,
 ) -> Result<SilosThread, TopoError> {
+    spawn_in(ns, config, metrics, control, run_silos)
+}
+
+/// The entry point of the daemon's loop or silos, as [`spawn_in`] calls it.
+type Entry<T> = fn(&Config, Option<&Path>, &Metrics, &Control) -> Result<T, PortError>;
+
+/// Runs `entry` on a new thread inside `ns`; a loop that fails to start sets `control.stop`, so
+/// that whatever waits on it stops too.
+fn spawn_in<T: Send + 'static>(
+    ns: &Namespace,
+    config: Config,
+    metrics: Metrics,
+    control: Control,
+    entry: Entry<T>,
+) -> Result<std::thread::JoinHandle<Result<Result<T, PortError>, TopoError>>, TopoError> {
     ns.spawn(move || {
-        let result = run_silos(&config, None, &metrics, &control);
+        let result = entry(&config, None, &metrics, &control);
         if result.is_err() {
             control.stop.store(true, Ordering::Relaxed);
         }
