@@ -14,11 +14,13 @@ use metronome_io::PortError;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+/// A thread running the daemon inside a namespace: joins to its report `T`, or why it could
+/// not run.
+pub type DaemonThread<T> = std::thread::JoinHandle<Result<Result<T, PortError>, TopoError>>;
 /// The thread of [`spawn_shaper`]: joins to the loop's report, or why it could not run.
-pub type ShaperThread = std::thread::JoinHandle<Result<Result<LoopReport, PortError>, TopoError>>;
+pub type ShaperThread = DaemonThread<LoopReport>;
 /// The thread of [`spawn_silos`]: joins to every silo's report, or why they could not run.
-pub type SilosThread =
-    std::thread::JoinHandle<Result<Result<Vec<SiloReport>, PortError>, TopoError>>;
+pub type SilosThread = DaemonThread<Vec<SiloReport>>;
 
 /// Runs the loop for `config` on a new thread inside namespace `ns` (ports are opened there).
 /// Set `control.stop` and join the handle for the report.
@@ -54,7 +56,7 @@ fn spawn_in<T: Send + 'static>(
     metrics: Metrics,
     control: Control,
     entry: Entry<T>,
-) -> Result<std::thread::JoinHandle<Result<Result<T, PortError>, TopoError>>, TopoError> {
+) -> Result<DaemonThread<T>, TopoError> {
     ns.spawn(move || {
         let result = entry(&config, None, &metrics, &control);
         if result.is_err() {
