@@ -5,7 +5,7 @@
 use crate::*;
 
 /// A short 1 Gbit/s run with 100 ms of warm-up and 25 ms windows.
-fn base(flows: u32) -> Scenario {
+pub(crate) fn base(flows: u32) -> Scenario {
     Scenario {
         flows,
         duration_ns: 300_000_000,
@@ -26,11 +26,21 @@ fn wheel(aggregate_bps: Option<u64>, capacity_packets: u32) -> ShaperSpec {
     }
 }
 
-fn run_ok(s: &Scenario) -> SimReport {
+pub(crate) fn run_ok(s: &Scenario) -> SimReport {
     match run(s) {
         Ok(r) => r,
         Err(e) => panic!("scenario rejected: {e}"),
     }
+}
+
+/// The aggregate within 2 % of 200 Mbit/s and the flows' shares fair (Jain's index above 0.99).
+pub(crate) fn assert_200_mbit_fairly_shared(t: &ThroughputReport) {
+    assert!(
+        (t.aggregate_bps - 200e6).abs() / 200e6 < 0.02,
+        "{}",
+        t.aggregate_bps
+    );
+    assert!(t.jain_fairness > 0.99, "{}", t.jain_fairness);
 }
 
 #[test]
@@ -257,12 +267,7 @@ fn per_flow_pacing_in_the_wheel_the_fq_tree_and_the_transport() {
         paced(fq_paced, None),
         paced(wheel(None, 1_000), Some(50_000_000)),
     ] {
-        assert!(
-            (t.aggregate_bps - 200e6).abs() / 200e6 < 0.02,
-            "{}",
-            t.aggregate_bps
-        );
-        assert!(t.jain_fairness > 0.99);
+        assert_200_mbit_fairly_shared(&t);
     }
 }
 

@@ -2,11 +2,12 @@
 //! wheel on the same offers, rate conformance, and its backpressure in closed loop
 //! (CONTRIBUTING.md §14).
 
+use crate::run;
 use crate::scenario::{
     BackpressureMode, CongestionControl, DaemonBackpressure, Scenario, ShaperSpec, SourceKind,
 };
 use crate::shaper::{Shaper, Verdict};
-use crate::{run, SimReport};
+use crate::tests::{assert_200_mbit_fairly_shared, run_ok};
 use metronome_core::{ClassId, Duration, FlowId, PacketRef, Timestamp};
 
 fn daemon(aggregate_bps: Option<u64>, per_flow_bps: Option<u64>, cap: u32) -> ShaperSpec {
@@ -31,23 +32,11 @@ fn own_wheel(aggregate_bps: Option<u64>, per_flow_bps: Option<u64>, cap: u32) ->
     }
 }
 
-/// A short 1 Gbit/s run with 100 ms of warm-up and 25 ms windows.
+/// The whole-system tests' short 1 Gbit/s run through `shaper`.
 fn base(flows: u32, shaper: ShaperSpec) -> Scenario {
     Scenario {
-        flows,
-        duration_ns: 300_000_000,
-        warmup_ns: 100_000_000,
-        window_ns: 25_000_000,
-        line_rate_bps: 1_000_000_000,
         shaper,
-        ..Scenario::default()
-    }
-}
-
-fn run_ok(s: &Scenario) -> SimReport {
-    match run(s) {
-        Ok(r) => r,
-        Err(e) => panic!("scenario rejected: {e}"),
+        ..crate::tests::base(flows)
     }
 }
 
@@ -155,13 +144,7 @@ fn the_engine_paces_each_flow() {
         backpressure: BackpressureMode::DeferredCompletions { limit: 2 },
         ..base(4, daemon(None, Some(50_000_000), 1_000))
     });
-    let t = &r.throughput;
-    assert!(
-        (t.aggregate_bps - 200e6).abs() / 200e6 < 0.02,
-        "{}",
-        t.aggregate_bps
-    );
-    assert!(t.jain_fairness > 0.99);
+    assert_200_mbit_fairly_shared(&r.throughput);
 }
 
 /// DCTCP's ECT(0) frames above the engine's 1 ms delay threshold are marked CE by the daemon's
