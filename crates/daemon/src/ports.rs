@@ -133,6 +133,17 @@ pub fn rejoin_group(
     open: impl FnOnce(Fanout) -> Result<AfPacketPort, PortError>,
 ) -> Result<AfPacketPort, PortError> {
     let mut table = REJOINED.lock().unwrap_or_else(PoisonError::into_inner);
+    rejoin_in(&mut table, old, index, open, AfPacketPort::fanout_group)
+}
+
+/// [`rejoin_group`] over `table`, for any port whose group `group` reads.
+fn rejoin_in<P>(
+    table: &mut Vec<Rejoined>,
+    old: u16,
+    index: u32,
+    open: impl FnOnce(Fanout) -> Result<P, PortError>,
+    group: impl Fn(&P) -> Option<u16>,
+) -> Result<P, PortError> {
     let root = table
         .iter()
         .find(|r| r.group == old)
@@ -141,8 +152,12 @@ pub fn rejoin_group(
         return open(Fanout::Join(r.group));
     }
     let port = open(Fanout::NewGroup)?;
-    if let Some(group) = port.fanout_group() {
-        table.push(Rejoined { root, index, group });
+    if let Some(g) = group(&port) {
+        table.push(Rejoined {
+            root,
+            index,
+            group: g,
+        });
     }
     Ok(port)
 }
@@ -203,5 +218,73 @@ pub fn enable_gro(config: &Config) {
         Ok(true) => tracing::info!(interface = %ifname, "GRO switched on (left on at exit)"),
         Ok(false) => tracing::warn!(interface = %ifname, "GRO could not be switched on"),
         Err(e) => tracing::warn!(interface = %ifname, error = %e, "switching GRO on failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Opens a fake port: a new group gets the next id from `next`, a join keeps its id.
+    fn open_fake(next: &mut u16) -> impl FnMut(Fanout) -> Result<u16, PortError> + '_ {
+        move |f| {
+            Ok(match f {
+                Fanout::NewGroup => {
+                    *next += 1;
+                    *next
+                }
+                Fanout::Join(g) => g,
+            })
+        }
+    }
+
+    #[test]
+    fn the_silos_of_a_recreated_interface_rejoin_one_new_group() {
+        let mut table = Vec::new();
+        let mut next = 100;
+        let mut rejoin = |old, index| {
+            rejoin_in(&mut table, old, index, open_fake(&mut next), |g| Some(*g)).unwrap()
+        };
+        // Two silos in group 7; the interface comes back as index 5: the first silo makes a
+        // new group, the second joins it, not the old one (bound to the deleted device).
+        let a = rejoin(7, 5);
+        assert_ne!(a, 7);
+        assert_eq!(rejoin(7, 5), a);
+        // Re-created again (index 6), the silos reopening in the other order: one group again.
+        let b = rejoin(a, 6);
+        assert_ne!(b, a);
+        assert_eq!(rejoin(a, 6), b);
+        // A silo that missed the intermediate interface (still in group 7) joins that group too.
+        assert_eq!(rejoin(7, 6), b);
+        // Another daemon's silos (group 9) on an interface of the same index get their own.
+        let c = rejoin(9, 6);
+        assert!(c != b && c != a);
+        assert_eq!(rejoin(9, 6), c);
+    }
+
+    #[test]
+    fn counters_add_field_by_field() {
+        let a = PortCounters {
+            rx_packets: 3,
+            tx_packets: 4,
+            tx_errors: 1,
+            ..PortCounters::default()
+        };
+        let b = PortCounters {
+            rx_packets: 10,
+            rx_ring_drops: 2,
+            tx_packets: 20,
+            ..PortCounters::default()
+        };
+        let sum = add_counters(a, b);
+        assert_eq!(
+            (
+                sum.rx_packets,
+                sum.rx_ring_drops,
+                sum.tx_packets,
+                sum.tx_errors
+            ),
+            (13, 2, 24, 1)
+        );
     }
 }
