@@ -189,7 +189,7 @@ fn attempts_reported(
 
 /// Writes `line` to the process's standard error, bypassing the test harness's capture (which
 /// takes only `print!`/`eprint!`).
-fn uncaptured(line: &str) {
+pub fn uncaptured(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
 }
