@@ -3,6 +3,8 @@
 //! frame accounting of a loop, and the two attempts a rate gets on this shared machine.
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod garbage;
+
 use metronome_daemon::run::LoopReport;
 pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
 use metronome_testbed::netns::{self, TopoError, Topology};
