@@ -12,8 +12,12 @@
 //! Every [`LINK_POLL`] the loop probes the interface by name ([`probe_interface`]: its ifindex and
 //! whether it is up with carrier); when it is up again with the same index, the AF_PACKET
 //! socket (bound to that index) works again, and the loop logs the transition and resumes.
-//! An interface that came back with another index (deleted and re-created) cannot be used by
-//! the bound socket: [`LinkEvent::Replaced`], the loop ends with [`PortError::NoSuchInterface`].
+//! An interface that came back with another index, or that was seen absent meanwhile (deleted
+//! and re-created), cannot be used by the bound socket: [`LinkEvent::Replaced`]; the loop opens
+//! the port again by name (`ports::Reopen`, the silos rejoining one fanout group) and calls
+//! [`Link::reopened`], which counts it in `metronome_link_reopened_total{interface}`, logs it
+//! once and resumes. A reopening that fails because the interface went away again leaves the
+//! link down, probed as before.
 
 use crate::metrics::Metrics;
 use metronome_core::{Duration, Timestamp};
@@ -62,7 +66,8 @@ pub enum LinkEvent {
     None,
     /// The link is up again with the same index: the port works again.
     Up,
-    /// The interface is up again with another index: the port must be reopened.
+    /// The interface is up again with another index, or was absent meanwhile: the port must
+    /// be reopened, then [`Link::reopened`] called. The link stays down until then.
     Replaced,
 }
 
@@ -73,7 +78,10 @@ pub struct Link {
     index: Option<u32>,
     down_since: Option<Timestamp>,
     next_probe: Timestamp,
+    /// A probe of this outage found no interface of that name, or one with another index.
+    replaced: bool,
     downs: Counter,
+    reopens: Counter,
 }
 
 impl Link {
@@ -84,7 +92,9 @@ impl Link {
             index: probe.map(|(i, _)| i),
             down_since: None,
             next_probe: Timestamp::ZERO,
+            replaced: false,
             downs: metrics.link_down_counter(name),
+            reopens: metrics.link_reopened_counter(name),
         }
     }
 
@@ -119,18 +129,45 @@ impl Link {
         }
         self.next_probe = now.saturating_add(LINK_POLL);
         match probe(&self.name) {
-            Some((index, true)) => {
-                self.down_since = None;
-                let down_ms = now.saturating_since(since).as_nanos() / 1_000_000;
+            Some((index, up)) => {
                 if self.index.is_some_and(|i| i != index) {
-                    tracing::warn!(interface = %self.name, down_ms, "link back with a new index");
+                    self.replaced = true;
+                    self.index = Some(index);
+                }
+                if !up {
+                    return LinkEvent::None;
+                }
+                if self.replaced {
+                    // Stays down until the port is reopened (`reopened`).
                     return LinkEvent::Replaced;
                 }
+                self.down_since = None;
+                let down_ms = now.saturating_since(since).as_nanos() / 1_000_000;
                 tracing::info!(interface = %self.name, down_ms, "link up; resuming");
                 LinkEvent::Up
             }
-            _ => LinkEvent::None,
+            None => {
+                self.replaced = true;
+                LinkEvent::None
+            }
         }
+    }
+
+    /// The port was opened again after [`LinkEvent::Replaced`] at `now`: the link is up, the
+    /// reopening counted and logged.
+    pub fn reopened(&mut self, now: Timestamp) {
+        let Some(since) = self.down_since.take() else {
+            return;
+        };
+        self.replaced = false;
+        self.reopens.inc();
+        let down_ms = now.saturating_since(since).as_nanos() / 1_000_000;
+        tracing::warn!(
+            interface = %self.name,
+            index = ?self.index,
+            down_ms,
+            "interface re-created; sockets reopened; resuming"
+        );
     }
 
     /// When the link should next be probed, if it is down.
@@ -187,14 +224,34 @@ mod tests {
             reason: "x",
         };
         assert!(!link.on_error(t0, &other));
-        // Back with another index: the port must be reopened.
+        // Back with another index: the port must be reopened; down until it is.
         assert!(link.on_error(t0, &down()));
         assert_eq!(
             link.poll(t0 + LINK_POLL, |_| Some((9, true))),
             LinkEvent::Replaced
         );
-        assert!(metrics
-            .encode()
-            .contains("metronome_link_down_total{interface=\"b1\"} 2"));
+        assert!(!link.is_up());
+        link.reopened(t0 + LINK_POLL);
+        assert!(link.is_up());
+        let text = metrics.encode();
+        assert!(
+            text.contains("metronome_link_down_total{interface=\"b1\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("metronome_link_reopened_total{interface=\"b1\"} 1"),
+            "{text}"
+        );
+        // Deleted and re-created with the same index: seen absent, so reopened too.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(link.on_error(t1, &down()));
+        assert_eq!(link.poll(t1 + LINK_POLL, |_| None), LinkEvent::None);
+        let back = t1 + LINK_POLL + LINK_POLL;
+        assert_eq!(link.poll(back, |_| Some((9, true))), LinkEvent::Replaced);
+        link.reopened(back);
+        // A plain flap after that is an `Up` again.
+        assert!(link.on_error(back, &down()));
+        let up = back + LINK_POLL;
+        assert_eq!(link.poll(up, |_| Some((9, true))), LinkEvent::Up);
     }
 }

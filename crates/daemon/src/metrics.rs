@@ -370,6 +370,7 @@ struct Inner {
     refused: Family<ReasonLabel, Counter>,
     unclassified: Family<KindActionLabel, Counter>,
     link_down: Family<InterfaceLabel, Counter>,
+    link_reopened: Family<InterfaceLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
@@ -418,6 +419,7 @@ impl Metrics {
             refused: Family::default(),
             unclassified: Family::default(),
             link_down: Family::default(),
+            link_reopened: Family::default(),
             ack_shaping: Family::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
@@ -473,6 +475,9 @@ impl Metrics {
         );
         let link_down = "Transitions of an interface's link to down (ENETDOWN, ENXIO, gone)";
         r.register("link_down", link_down, inner.link_down.clone());
+        let reopened =
+            "Times an interface came back with a new index and its sockets were reopened";
+        r.register("link_reopened", reopened, inner.link_reopened.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
         inner.silos = if n == 1 {
@@ -612,6 +617,15 @@ impl Metrics {
             interface: interface.to_owned(),
         };
         self.inner.link_down.get_or_create(&label).clone()
+    }
+
+    /// The counter of socket reopenings on `interface` after it came back with a new index
+    /// (`metronome_link_reopened_total`).
+    pub fn link_reopened_counter(&self, interface: &str) -> Counter {
+        let label = InterfaceLabel {
+            interface: interface.to_owned(),
+        };
+        self.inner.link_reopened.get_or_create(&label).clone()
     }
 
     /// Counts one malformed frame for `reason` (cold path: a label lookup).

@@ -23,7 +23,9 @@
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
 //! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
 //! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
-//! left alone until its link is back ([`crate::link`]): its frames wait, the loop keeps running. The loop stops when its `stop` flag
+//! left alone until its link is back ([`crate::link`]): its frames wait, the loop keeps running;
+//! when its interface came back with a new index the port is opened again by name
+//! ([`Reopen`]) and its frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
 use crate::config::Config;
@@ -31,6 +33,7 @@ use crate::engine::{Engine, EngineCounters};
 use crate::link::{probe_interface, Link, LinkEvent};
 use crate::metrics::Metrics;
 use crate::pieces::{Cuts, SendPieces};
+use crate::ports::{add_counters, Reopen};
 use crate::refused::{RefusalLog, Refusals};
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
@@ -175,7 +178,12 @@ impl TxQueue {
 /// Runs the loop until `stop` is set, calling `hook` at the top of every iteration. See the
 /// module docs.
 #[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
-pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock, H: LoopHook>(
+pub fn run_loop<
+    I: PacketPort + SendPieces + Reopen,
+    O: PacketPort + SendPieces + Reopen,
+    C: Clock,
+    H: LoopHook,
+>(
     inside: &mut I,
     outside: &mut O,
     pool: &mut FramePool,
@@ -198,6 +206,8 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
     let names = &engine.config().interfaces;
     let mut in_link = Link::new(&names.inside, probe_interface(&names.inside), metrics);
     let mut out_link = Link::new(&names.outside, probe_interface(&names.outside), metrics);
+    // Counters of the sockets a reopening closed, added to the ports' own.
+    let (mut in_retired, mut out_retired) = (PortCounters::default(), PortCounters::default());
     if !busy_poll {
         // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)).
         let _ = nix::sys::prctl::set_timerslack(1);
@@ -207,14 +217,11 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
         if let Some(b) = hook.poll(engine, now) {
             busy_poll = b;
         }
-        for link in [&mut in_link, &mut out_link] {
-            if link.poll(now, probe_interface) == LinkEvent::Replaced {
-                engine.drain_all(pool);
-                to_outside.free_all(pool, engine.cuts_mut());
-                to_inside.free_all(pool, engine.cuts_mut());
-                let ifname = link.name().to_owned();
-                return Err(PortError::NoSuchInterface { ifname });
-            }
+        if in_link.poll(now, probe_interface) == LinkEvent::Replaced {
+            reopen(inside, &mut in_link, &mut in_retired, now)?;
+        }
+        if out_link.poll(now, probe_interface) == LinkEvent::Replaced {
+            reopen(outside, &mut out_link, &mut out_retired, now)?;
         }
         let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
@@ -256,7 +263,8 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
         if now >= next_counters {
             next_counters =
                 now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
-            let (ci, co) = (inside.counters(), outside.counters());
+            let ci = add_counters(inside.counters(), in_retired);
+            let co = add_counters(outside.counters(), out_retired);
             let drops = ci.rx_ring_drops + co.rx_ring_drops;
             if drops > last_ring_drops {
                 metrics.rx_ring_drops(drops - last_ring_drops);
@@ -327,14 +335,34 @@ pub fn run_loop<I: PacketPort + SendPieces, O: PacketPort + SendPieces, C: Clock
         to_outside.free_all(pool, engine.cuts_mut()) + to_inside.free_all(pool, engine.cuts_mut());
     Ok(LoopReport {
         engine: engine.counters(),
-        inside: inside.counters(),
-        outside: outside.counters(),
+        inside: add_counters(inside.counters(), in_retired),
+        outside: add_counters(outside.counters(), out_retired),
         passed_back,
         queued_at_stop,
         pending_at_stop,
         tx_failed: to_outside.tx_failed + to_inside.tx_failed - pending_at_stop,
         cuts: engine.cut_counters(),
     })
+}
+
+/// Opens `port` again after its interface came back with a new index; its closed socket's
+/// counters go to `retired`. When the interface is gone again the link stays down (probed as
+/// before); any other error ends the loop.
+fn reopen<P: Reopen>(
+    port: &mut P,
+    link: &mut Link,
+    retired: &mut PortCounters,
+    now: Timestamp,
+) -> Result<(), PortError> {
+    match port.reopen() {
+        Ok(closed) => {
+            *retired = add_counters(*retired, closed);
+            link.reopened(now);
+            Ok(())
+        }
+        Err(e) if link.on_error(now, &e) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Time until `next_due`, at most [`MAX_SLEEP`]; zero when due.

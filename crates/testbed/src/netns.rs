@@ -441,6 +441,46 @@ impl Topology {
         Ok(())
     }
 
+    /// The far end of the shaper's interface `shaper_if` (`in0` or `out0`): its namespace,
+    /// name and address.
+    fn peer_of(&self, shaper_if: &str) -> (&Namespace, &str, Ipv4Addr) {
+        if shaper_if == self.shaper_in {
+            (&self.sender, &self.sender_if, self.sender_addr)
+        } else {
+            (&self.receiver, &self.receiver_if, self.receiver_addr)
+        }
+    }
+
+    /// Deletes the veth pair of the shaper's interface `shaper_if` (its far end goes with it);
+    /// returns the far end's MAC address, for [`Topology::recreate_veth`].
+    pub fn delete_veth(&self, shaper_if: &str) -> Result<String, TopoError> {
+        let (ns, iface, _) = self.peer_of(shaper_if);
+        let shown = ns.ip(&["-o", "link", "show", "dev", iface])?;
+        let mac = shown
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        self.shaper.ip(&["link", "del", shaper_if])?;
+        Ok(mac)
+    }
+
+    /// Creates the veth pair of the shaper's interface `shaper_if` again (new interface
+    /// indices) with the far end's address and MAC address `mac` as before (so the other host's
+    /// neighbour entry stays right), and sets both ends up.
+    pub fn recreate_veth(&self, shaper_if: &str, mac: &str) -> Result<(), TopoError> {
+        let (ns, iface, addr) = self.peer_of(shaper_if);
+        self.add_veth(&self.shaper, shaper_if, ns, iface)?;
+        if !mac.is_empty() {
+            ns.ip(&["link", "set", "dev", iface, "address", mac])?;
+        }
+        let cidr = format!("{addr}/{}", Self::PREFIX_LEN);
+        ns.ip(&["addr", "add", &cidr, "dev", iface])?;
+        ns.ip(&["link", "set", iface, "up"])?;
+        self.shaper.ip(&["link", "set", shaper_if, "up"]).map(drop)
+    }
+
     /// Turns transmit checksum offload, TSO, GSO and GRO off on all four veths with the ethtool
     /// ioctl ([`metronome_io::Offload`]; no `ethtool` program needed): one-MTU frames and full
     /// checksums everywhere, the set-up of the throughput targets. An offload the driver

@@ -3,6 +3,8 @@
 //! frame accounting of a loop, and the two attempts a rate gets on this shared machine.
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod garbage;
+
 use metronome_daemon::run::LoopReport;
 pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
 use metronome_testbed::netns::{self, TopoError, Topology};
@@ -27,7 +29,8 @@ pub fn topology(prefix: &str, test: &str) -> Option<Topology> {
 }
 
 /// Runs `plan` from the sender to the receiver of `topo`, reading the receiver's rx byte
-/// and packet counters every 20 ms meanwhile; returns the traffic report and the `(elapsed,
+/// and packet counters every 20 ms meanwhile (no sample while the receiver's veth is deleted);
+/// returns the traffic report and the `(elapsed,
 /// rx_bytes, rx_packets)` samples.
 pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<Sample>) {
     let mut counters = topo.receiver.link_counters(&topo.receiver_if).unwrap();
@@ -37,8 +40,13 @@ pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<Sample>)
     let start = Instant::now();
     let mut samples = Vec::new();
     while !traffic.is_finished() {
-        let stats = counters.read().unwrap();
-        samples.push((start.elapsed(), stats.rx_bytes, stats.rx_packets));
+        // While a test has deleted the receiver's veth there is nothing to read; a re-created
+        // one counts from 0 again.
+        match counters.read() {
+            Ok(stats) => samples.push((start.elapsed(), stats.rx_bytes, stats.rx_packets)),
+            Err(TopoError::NoSuchInterface { .. }) => {}
+            Err(e) => panic!("reading the receiver's counters: {e}"),
+        }
         std::thread::sleep(SAMPLE_EVERY);
     }
     (traffic.join().unwrap().unwrap(), samples)
@@ -183,7 +191,7 @@ fn attempts_reported(
 
 /// Writes `line` to the process's standard error, bypassing the test harness's capture (which
 /// takes only `print!`/`eprint!`).
-fn uncaptured(line: &str) {
+pub fn uncaptured(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
 }
