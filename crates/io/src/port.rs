@@ -79,6 +79,12 @@ pub struct PortCounters {
     /// Times `send` stopped early because the device or socket was busy (`EAGAIN`/`ENOBUFS`);
     /// the unsent frames stayed with the caller, nothing was dropped.
     pub tx_busy: u64,
+    /// With `vnet_hdr` and `qdisc_bypass`: GSO frames sent through the kernel's queueing layer
+    /// instead of straight to the driver, because the device cannot take them whole (TSO/GSO
+    /// off, or a `gso_type` it has no segmentation offload for) and the kernel must segment
+    /// them in software, which the bypass path refuses (see [`crate::AfPacketPort`]). Sent, also
+    /// counted in `tx_packets`.
+    pub tx_gso_software: u64,
 }
 
 /// Why a port could not be opened or used. One line each, naming the interface.

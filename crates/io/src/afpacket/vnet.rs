@@ -220,13 +220,20 @@ impl AfPacketPort {
             let batch = &pieces[done..pieces.len().min(done + SEND_BATCH)];
             let mut headers = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
             let mut msgs: [[&[u8]; MSG_PARTS]; SEND_BATCH] = [[&[]; MSG_PARTS]; SEND_BATCH];
-            for (h, p) in headers.iter_mut().zip(batch) {
+            let mut gso = [false; SEND_BATCH];
+            for ((h, g), p) in headers.iter_mut().zip(&mut gso).zip(batch) {
                 *h = p.vnet.to_bytes();
+                *g = p.vnet.is_gso();
             }
             for ((m, p), h) in msgs.iter_mut().zip(batch).zip(&headers) {
                 *m = [&h[..], p.headers, p.payload];
             }
-            match sys::send_msgs(&self.tx_fd, &msgs[..batch.len()]) {
+            let taken = self.tx.send(
+                &msgs[..batch.len()],
+                &gso[..batch.len()],
+                &mut self.counters,
+            );
+            match taken {
                 Ok(sent) => {
                     for p in &batch[..sent] {
                         self.counters.tx_packets += 1;
