@@ -57,7 +57,8 @@ pub struct PortCounters {
     /// dropped.
     pub rx_no_large_slot: u64,
     /// With `vnet_hdr`: frames longer than the receive buffer
-    /// ([`crate::frame_pool::GSO_SLOT_SIZE`]), which the socket truncated (`MSG_TRUNC`), dropped.
+    /// ([`crate::frame_pool::GSO_SLOT_SIZE`]), which the socket truncated (`MSG_TRUNC`), and
+    /// frames whose IP packet is longer than 65 535 bytes (IPv4 total length 0), dropped.
     /// Happens only when an interface's `gro_max_size`/`gso_max_size` is raised above 64 KiB
     /// (BIG TCP); lower it back (`ip link set IF gro_max_size 65536 gso_max_size 65536`).
     pub rx_gso_truncated: u64,
