@@ -65,8 +65,8 @@ use metronome_core::{
 use metronome_io::{FramePool, RxFrame};
 use metronome_packet::gso::RX_BYTES_FRAMING;
 use metronome_packet::{
-    fix_l4_checksum, mark_ce, parse, Classifier, EcnMark, GsoType, L4Checksum, ParseCounters,
-    Parsed, SuperFrame, Verdict, VnetHdr,
+    fix_l4_checksum, mark_ce, parse, Classifier, EcnMark, L4Checksum, ParseCounters, Parsed,
+    SuperFrame, Verdict, VnetHdr,
 };
 use prometheus_client::metrics::counter::Counter;
 
@@ -763,9 +763,6 @@ impl Engine {
         }
         let frame = pool.frame(id);
         match SuperFrame::parse(frame, vnet) {
-            // A UDP (`UdpL4`) super-frame is charged its wire bytes but not cut
-            // (`SuperFrame::piece` cuts TCP only).
-            Ok(sf) if vnet.gso_type == GsoType::UdpL4 => (sf.wire_bytes(RX_BYTES_FRAMING), None),
             Ok(sf) => (sf.wire_bytes(RX_BYTES_FRAMING), Some(sf)),
             Err(_) => {
                 self.counters.gso_uncut += 1;

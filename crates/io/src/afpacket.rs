@@ -29,6 +29,9 @@
 //!   slots already, so a TX ring would add a second copy into its slots plus status-word handling
 //!   and a `send` kick, for a gain (fewer syscalls) `sendmmsg` batching mostly gets too; the issue's
 //!   reference forwarder is `sendmmsg` with batches of 64.
+//!   A `vnet_hdr` port with the bypass has a second TX socket without it, for GSO frames the
+//!   device cannot take whole: the bypass path drops a frame the kernel must segment in
+//!   software (see `Tx`); they are counted in `tx_gso_software`.
 //!
 //! * **Fanout** (per-core silos, Carousel §5.3): with [`AfPacketConfig::fanout`] set, the RX
 //!   socket joins a `PACKET_FANOUT` group of type `PACKET_FANOUT_HASH` right after `bind`: the
@@ -196,7 +199,7 @@ impl AfPacketConfig {
 pub struct AfPacketPort {
     ifname: String,
     rx_fd: OwnedFd,
-    tx_fd: OwnedFd,
+    tx: Tx,
     /// The ring, in [`RxMode::Ring`]; `None` receives with `recvmmsg`.
     ring: Option<RxRing>,
     counters: PortCounters,
@@ -273,11 +276,28 @@ impl AfPacketPort {
                 .map_err(io_err("PACKET_QDISC_BYPASS"))?;
         }
         sys::bind_packet(&tx_fd, ifindex, 0).map_err(io_err("bind"))?;
+        let soft = if config.vnet_hdr && config.qdisc_bypass {
+            let soft = sys::packet_socket(0).map_err(io_err("socket"))?;
+            sys::set_packet_opt(&soft, libc::PACKET_VNET_HDR, &one)
+                .map_err(io_err("PACKET_VNET_HDR"))?;
+            sys::bind_packet(&soft, ifindex, 0).map_err(io_err("bind"))?;
+            Some(soft)
+        } else {
+            None
+        };
+        // Without TSO every TCP super-frame needs software segmentation: start on the socket
+        // that allows it. A device that has TSO but refuses some frame (`UDP_L4` without UDP
+        // segmentation offload, `gso_max_segs`) is found by the first refusal (`Tx::send`).
+        let tso = crate::Offload::Tso.get(ifname).unwrap_or(true);
 
         Ok(AfPacketPort {
             ifname: ifname.to_string(),
             rx_fd,
-            tx_fd,
+            tx: Tx {
+                gso_via_soft: soft.is_some() && !tso,
+                fd: tx_fd,
+                soft,
+            },
             ring,
             counters: PortCounters::default(),
             fanout_group,
@@ -355,6 +375,66 @@ fn copy_frame(
     Ok(id)
 }
 
+/// The transmit side of a port: the bound socket (with `PACKET_QDISC_BYPASS` when configured)
+/// and, for a `vnet_hdr` port with the bypass, a second bound socket without it.
+///
+/// Why two: a GSO frame sent on a bypass socket goes to `__dev_direct_xmit` (net/core/dev.c),
+/// which runs `validate_xmit_skb_list` and drops the frame if that replaced it, i.e. if the
+/// device could not take it whole and the kernel segmented it in software (TSO off, a
+/// `gso_type` the device has no offload for, more segments than `gso_max_segs`): `sendmsg`
+/// fails with `ENOBUFS` and the device counts `tx_dropped`. Through the queueing layer
+/// (`__dev_queue_xmit`) the same frame leaves as its segments.
+struct Tx {
+    fd: OwnedFd,
+    /// No bypass: GSO frames the device must segment in software go here.
+    soft: Option<OwnedFd>,
+    /// Set when the device is known not to take GSO frames whole: every GSO frame goes to
+    /// `soft`. Set at open when the device has no TSO, or at the first GSO frame the bypass
+    /// path refuses; it stays set for the port's life.
+    gso_via_soft: bool,
+}
+
+impl Tx {
+    /// Sends a leading run of `msgs` with one `sendmmsg`, `gso[i]` saying whether message `i`
+    /// is a GSO frame. Returns how many the kernel took (GSO frames that went through the
+    /// queueing layer also counted in `tx_gso_software`); an error means it took none.
+    fn send(
+        &mut self,
+        msgs: &[[&[u8]; MSG_PARTS]],
+        gso: &[bool],
+        counters: &mut PortCounters,
+    ) -> io::Result<usize> {
+        let Some(soft) = self.soft.as_ref() else {
+            return sys::send_msgs(&self.fd, msgs);
+        };
+        let first_gso = gso.first().copied().unwrap_or(false);
+        if self.gso_via_soft {
+            let run = gso.iter().take_while(|&&g| g == first_gso).count();
+            let run = run.max(1).min(msgs.len());
+            if !first_gso {
+                return sys::send_msgs(&self.fd, &msgs[..run]);
+            }
+            let sent = sys::send_msgs(soft, &msgs[..run])?;
+            counters.tx_gso_software += sent as u64;
+            return Ok(sent);
+        }
+        match sys::send_msgs(&self.fd, msgs) {
+            Err(e) if first_gso && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                // Refused by the bypass path (see the type's docs), or the device was busy:
+                // through the queueing layer it either leaves (the device needs software
+                // segmentation: so do the GSO frames after it) or is busy there too.
+                let sent = sys::send_msgs(soft, &msgs[..1]).map_err(|_| e)?;
+                if sent == 1 {
+                    self.gso_via_soft = true;
+                    counters.tx_gso_software += 1;
+                }
+                Ok(sent)
+            }
+            other => other,
+        }
+    }
+}
+
 /// [`PacketPort::send`] on a bound packet socket: `sendmmsg` batches of up to 64 frames from `pool`, counted in
 /// `counters`. A busy device stops early (`tx_busy`), a frame refused for good is counted
 /// (`tx_errors`) and freed; an unexpected error is returned only while no id was consumed, so the
@@ -363,7 +443,7 @@ fn copy_frame(
 /// With `vnet` (the socket has `PACKET_VNET_HDR`) each frame goes out behind its slot's
 /// [`FramePool::vnet`] header.
 fn send_batches(
-    tx_fd: &OwnedFd,
+    tx: &mut Tx,
     vnet: bool,
     counters: &mut PortCounters,
     pool: &mut FramePool,
@@ -373,9 +453,12 @@ fn send_batches(
     while done < ids.len() {
         let batch = &ids[done..ids.len().min(done + SEND_BATCH)];
         let mut headers = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
+        let mut gso = [false; SEND_BATCH];
         if vnet {
-            for (h, &id) in headers.iter_mut().zip(batch) {
-                *h = pool.vnet(id).to_bytes();
+            for ((h, g), &id) in headers.iter_mut().zip(&mut gso).zip(batch) {
+                let vnet = pool.vnet(id);
+                *h = vnet.to_bytes();
+                *g = vnet.is_gso();
             }
         }
         let mut msgs: [[&[u8]; MSG_PARTS]; SEND_BATCH] = [[&[]; MSG_PARTS]; SEND_BATCH];
@@ -383,7 +466,7 @@ fn send_batches(
             let header: &[u8] = if vnet { h } else { &[] };
             *m = [header, pool.frame(id), &[]];
         }
-        match sys::send_msgs(tx_fd, &msgs[..batch.len()]) {
+        match tx.send(&msgs[..batch.len()], &gso[..batch.len()], counters) {
             Ok(sent) => {
                 for &id in &batch[..sent] {
                     counters.tx_packets += 1;
@@ -584,7 +667,7 @@ impl PacketPort for AfPacketPort {
 
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
         let vnet = self.vnet.is_some();
-        send_batches(&self.tx_fd, vnet, &mut self.counters, pool, ids).map_err(|source| {
+        send_batches(&mut self.tx, vnet, &mut self.counters, pool, ids).map_err(|source| {
             PortError::Io {
                 op: "sendmmsg",
                 ifname: self.ifname.clone(),

@@ -57,7 +57,8 @@ pub struct PortCounters {
     /// dropped.
     pub rx_no_large_slot: u64,
     /// With `vnet_hdr`: frames longer than the receive buffer
-    /// ([`crate::frame_pool::GSO_SLOT_SIZE`]), which the socket truncated (`MSG_TRUNC`), dropped.
+    /// ([`crate::frame_pool::GSO_SLOT_SIZE`]), which the socket truncated (`MSG_TRUNC`), and
+    /// frames whose IP packet is longer than 65 535 bytes (IPv4 total length 0), dropped.
     /// Happens only when an interface's `gro_max_size`/`gso_max_size` is raised above 64 KiB
     /// (BIG TCP); lower it back (`ip link set IF gro_max_size 65536 gso_max_size 65536`).
     pub rx_gso_truncated: u64,
@@ -79,6 +80,12 @@ pub struct PortCounters {
     /// Times `send` stopped early because the device or socket was busy (`EAGAIN`/`ENOBUFS`);
     /// the unsent frames stayed with the caller, nothing was dropped.
     pub tx_busy: u64,
+    /// With `vnet_hdr` and `qdisc_bypass`: GSO frames sent through the kernel's queueing layer
+    /// instead of straight to the driver, because the device cannot take them whole (TSO/GSO
+    /// off, or a `gso_type` it has no segmentation offload for) and the kernel must segment
+    /// them in software, which the bypass path refuses (see [`crate::AfPacketPort`]). Sent, also
+    /// counted in `tx_packets`.
+    pub tx_gso_software: u64,
 }
 
 /// Why a port could not be opened or used. One line each, naming the interface.

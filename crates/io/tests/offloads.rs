@@ -529,3 +529,94 @@ fn gro_switches_on_and_off_on_a_veth() {
         [true, false, true]
     );
 }
+
+/// A TCP super-frame sent from a `vnet_hdr` port (with the default `PACKET_QDISC_BYPASS`) out a
+/// veth whose TSO and GSO are off leaves as its segments: the kernel segments it in software
+/// (the bypass path alone would drop it: `ENOBUFS`, the veth's `tx_dropped`). Both ways of
+/// sending are checked, `send_pieces` and `PacketPort::send` from the pool; the receiving port
+/// gets MTU-sized segments whose payloads re-assemble to the super-frame's.
+#[test]
+fn super_frames_leave_a_veth_without_tso_as_segments() {
+    let Some(t) = Topology::create() else {
+        return;
+    };
+    let config = AfPacketConfig {
+        vnet_hdr: true,
+        ..AfPacketConfig::DEFAULT
+    };
+    assert!(config.qdisc_bypass);
+    let open_s0 = |t: &Topology| {
+        let s0 = t.s0.clone();
+        spawn_in(&t.snd, move || {
+            AfPacketPort::open(&s0, &config).expect("open s0")
+        })
+        .join()
+        .unwrap()
+    };
+    // Opened while the veth has TSO: the port learns of the change from the first refusal.
+    let mut tx = open_s0(&t);
+    let s0 = t.s0.clone();
+    let offloads = spawn_in(&t.snd, move || {
+        Offload::Tso
+            .set(&s0, false)
+            .and(Offload::Gso.set(&s0, false))?;
+        Ok::<_, metronome_io::PortError>((Offload::Tso.get(&s0)?, Offload::Gso.get(&s0)?))
+    });
+    assert_eq!(offloads.join().unwrap().expect("ethtool"), (false, false));
+    // Opened without TSO: the port knows from the start.
+    let mut tx_late = open_s0(&t);
+    let m0 = t.m0.clone();
+    let mut rx = spawn_in(&t.mid, move || {
+        AfPacketPort::open(&m0, &config).expect("open m0")
+    })
+    .join()
+    .unwrap();
+    const PAYLOAD: usize = 5000;
+    const MSS: u16 = 1000;
+    let (frame, hdr) = tagged_super_frame(PAYLOAD, MSS);
+    let piece = TxPiece {
+        vnet: hdr,
+        headers: &frame[..58],
+        payload: &frame[58..],
+    };
+    assert_eq!(tx.send_pieces(&[piece]).expect("send_pieces"), 1);
+    let mut tx_pool = FramePool::with_large(4, DEFAULT_SLOT_SIZE, 1, GSO_SLOT_SIZE);
+    let id = tx_pool.store(&frame).expect("a large slot");
+    tx_pool.set_vnet(id, hdr);
+    assert_eq!(tx_late.send(&mut tx_pool, &[id]).expect("send"), 1);
+    for mut port in [tx, tx_late] {
+        let c = port.counters();
+        assert_eq!(
+            (c.tx_packets, c.tx_errors, c.tx_gso_software),
+            (1, 0, 1),
+            "{c:?}"
+        );
+    }
+
+    // Each super-frame arrives as 5 segments of 1000 payload bytes behind 58 header bytes.
+    let mut pool = FramePool::with_large(64, DEFAULT_SLOT_SIZE, 4, GSO_SLOT_SIZE);
+    let mut batch = [RxFrame::default(); 64];
+    let mut payload = Vec::new();
+    let mut segments = 0;
+    for _ in 0..3000 {
+        let n = rx.recv(&mut pool, &mut batch).expect("recv");
+        for f in &batch[..n] {
+            let bytes = pool.frame(f.id);
+            // Only the test's frames: TCP from port 40000 behind the VLAN tag.
+            if bytes.len() > 58 && bytes[12..14] == [0x81, 0x00] && bytes[38..40] == [0x9c, 0x40] {
+                assert!(bytes.len() <= MTU_FRAME + 4, "{}", bytes.len());
+                assert!(!pool.vnet(f.id).is_gso());
+                payload.extend_from_slice(&bytes[58..]);
+                segments += 1;
+            }
+            pool.free(f.id);
+        }
+        if segments >= 10 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(segments, 10);
+    let one: Vec<u8> = (0..PAYLOAD).map(pattern).collect();
+    assert_eq!(payload, [one.clone(), one].concat());
+}

@@ -36,13 +36,24 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use etherparse::err::{ipv4 as ipv4_err, ipv6 as ipv6_err, Layer};
 use etherparse::{Ipv4HeaderSlice, Ipv6ExtensionSlice, Ipv6Slice};
 
-/// Largest frame accepted, in bytes: the IPv4 total-length limit, and what a
-/// [`metronome_core::PacketRef`]'s `u16` length holds. GSO/GRO super-frames up to this length
-/// parse (their headers are those of the first segment; see [`crate::gso`]); a longer one (an
-/// IPv4 GRO frame of 65 536 to 65 549 bytes, or a BIG TCP frame) is [`Malformed::Oversized`].
+/// Largest frame length a parsed frame's `wire_len` holds, in bytes: the IP length limit, and
+/// what a [`metronome_core::PacketRef`]'s `u16` length holds. A GSO/GRO super-frame may be
+/// longer (up to [`MAX_SUPER_FRAME_BYTES`]); its `wire_len` is then this value, and the shaper
+/// charges it the bytes of its segments ([`crate::gso::wire_bytes`]), not `wire_len`.
 pub const MAX_FRAME_BYTES: usize = u16::MAX as usize;
+/// Largest IP packet, header included, in bytes: the 16-bit IPv4 total length (RFC 791), and
+/// the 16-bit IPv6 payload length plus the 40-byte header less what GRO allows (the kernel's
+/// default `gro_max_size` of 65 536 bounds a GRO packet to 65 535 bytes from its IP header,
+/// `skb_gro_receive` in net/core/gro.c). A longer packet is a BIG TCP one (IPv4 total length 0,
+/// IPv6 payload length 0): [`Malformed::Oversized`].
+pub const MAX_IP_PACKET_BYTES: usize = u16::MAX as usize;
 /// Most VLAN tags read before the EtherType (one 802.1Q tag, or an 802.1ad S-tag and a C-tag).
 pub const MAX_VLAN_TAGS: usize = 2;
+/// Largest frame accepted, in bytes: an IP packet of [`MAX_IP_PACKET_BYTES`] behind an Ethernet
+/// header and [`MAX_VLAN_TAGS`] tags, 65 557. A GRO frame of a 65 535-byte IPv4 packet is
+/// 65 549 bytes. Longer frames are [`Malformed::Oversized`].
+pub const MAX_SUPER_FRAME_BYTES: usize =
+    MAX_IP_PACKET_BYTES + ETHERNET_HEADER_BYTES + MAX_VLAN_TAGS * VLAN_TAG_BYTES;
 /// Ethernet II header: two MAC addresses (6 bytes each) and the EtherType (2 bytes).
 const ETHERNET_HEADER_BYTES: usize = 14;
 /// One VLAN tag: TPID already consumed as the previous EtherType, then TCI (2) and EtherType (2).
@@ -236,7 +247,8 @@ malformed_reasons! {
     BadTcpDataOffset => "bad_tcp_data_offset";
     /// UDP length below 8 or beyond the IP payload.
     BadUdpLength => "bad_udp_length";
-    /// Longer than [`MAX_FRAME_BYTES`] (an offloaded super-frame).
+    /// Longer than [`MAX_SUPER_FRAME_BYTES`], or an IP packet longer than
+    /// [`MAX_IP_PACKET_BYTES`] (a BIG TCP super-frame, whose IP length field cannot hold it).
     Oversized => "oversized";
 }
 
@@ -272,11 +284,15 @@ pub fn parse(frame: &[u8]) -> Parsed {
 }
 
 fn parse_inner(frame: &[u8]) -> Result<Parsed, Malformed> {
-    if frame.len() > MAX_FRAME_BYTES {
+    if frame.len() > MAX_SUPER_FRAME_BYTES {
         return Err(Malformed::Oversized);
     }
-    let wire_len = frame.len() as u16; // fits: checked above
+    // A super-frame longer than MAX_FRAME_BYTES is charged from its segments (see there).
+    let wire_len = frame.len().min(MAX_FRAME_BYTES) as u16;
     let (ether_type, ip_offset, vlan_tags) = link_layer(frame)?;
+    if frame.len() - ip_offset > MAX_IP_PACKET_BYTES {
+        return Err(Malformed::Oversized);
+    }
     let l3 = Link {
         wire_len,
         ip_offset: ip_offset as u16, // at most 22
@@ -301,8 +317,9 @@ struct Link {
     vlan_tags: u8,
 }
 
-/// Returns the EtherType after the VLAN tags, the offset of what follows, and the tag count.
-pub(crate) fn link_layer(frame: &[u8]) -> Result<(u16, usize, u8), Malformed> {
+/// Returns the EtherType after the VLAN tags (at most [`MAX_VLAN_TAGS`]), the offset of what
+/// follows, and the tag count.
+pub fn link_layer(frame: &[u8]) -> Result<(u16, usize, u8), Malformed> {
     let mut ether_type = read_u16(frame, 12).ok_or(Malformed::TruncatedEthernet)?;
     let mut offset = ETHERNET_HEADER_BYTES;
     let mut tags = 0u8;

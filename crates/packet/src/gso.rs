@@ -1,5 +1,5 @@
 //! GSO/GRO super-frames: the virtio-net header a packet socket exchanges with `PACKET_VNET_HDR`,
-//! the bytes a super-frame occupies on the wire, and cutting a TCP super-frame into pieces.
+//! the bytes a super-frame occupies on the wire, and cutting a TCP or UDP super-frame into pieces.
 //!
 //! With TSO/GSO on at a sender (or GRO at the ingress interface) an AF_PACKET socket receives TCP
 //! frames of up to 64 KiB whose transport checksum is still to be computed (`CHECKSUM_PARTIAL`).
@@ -16,10 +16,11 @@
 //!   written native-endian here, which is right on either.
 //! * [`wire_bytes`]: what a super-frame's segments occupy on the wire (see the function for the
 //!   byte-accounting convention and [`RX_BYTES_FRAMING`]).
-//! * [`SuperFrame`] (module `cut`): the headers of a TCP GSO frame, walked once, and
-//!   [`SuperFrame::piece`]: piece `k` of at most `N` segments, its rewritten headers written
-//!   into a caller's scratch buffer and its payload a range of the original frame, as the
-//!   kernel's own `tcp_gso_segment` (net/ipv4/tcp_offload.c) rewrites each segment.
+//! * [`SuperFrame`] (module `cut`): the headers of a TCP or UDP (`UDP_L4`) GSO frame, walked
+//!   once, and [`SuperFrame::piece`]: piece `k` of at most `N` segments, its rewritten headers
+//!   written into a caller's scratch buffer and its payload a range of the original frame, as
+//!   the kernel's own `tcp_gso_segment` (net/ipv4/tcp_offload.c) and `__udp_gso_segment`
+//!   (net/ipv4/udp_offload.c) rewrite each segment.
 //! * [`complete_partial_checksum`]: what a NIC does with `NEEDS_CSUM` (software fallback and
 //!   test oracle).
 //!
@@ -235,7 +236,7 @@ pub enum GsoError {
     /// The header says `GsoType::None`: a plain frame (nothing to cut).
     #[error("not a GSO frame")]
     NotGso,
-    /// A type this module does not segment (`Udp` fragmentation; `UdpL4` for cutting).
+    /// A type this module does not segment (`Udp` fragmentation).
     #[error("unsupported gso_type {0:?}")]
     Unsupported(GsoType),
     /// `gso_size` 0 on a GSO frame.

@@ -66,8 +66,9 @@ pub use counters::{EcnCounters, ParseCounters};
 pub use ecn::{checksum_update, ipv4_header_checksum, mark_ce, EcnMark};
 pub use flow_hash::{flow_id, DEFAULT_FLOW_SEED};
 pub use frame::{
-    parse, proto, Ecn, FiveTuple, Fragment, IpPacket, Malformed, NonIp, Parsed, ETHERTYPE_IPV4,
-    ETHERTYPE_IPV6, MAX_FRAME_BYTES, MAX_VLAN_TAGS,
+    link_layer, parse, proto, Ecn, FiveTuple, Fragment, IpPacket, Malformed, NonIp, Parsed,
+    ETHERTYPE_IPV4, ETHERTYPE_IPV6, MAX_FRAME_BYTES, MAX_IP_PACKET_BYTES, MAX_SUPER_FRAME_BYTES,
+    MAX_VLAN_TAGS,
 };
 pub use gso::{
     complete_partial_checksum, wire_bytes, GsoError, GsoType, Piece, SuperFrame, VnetError,

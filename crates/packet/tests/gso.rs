@@ -7,9 +7,10 @@
 //! FIN/PSH only on the last; the bytes on the wire add up. Reference model: with `N = 1` every
 //! piece equals a segment built independently with etherparse's header types and checksum
 //! functions, as full software segmentation (the kernel's `tcp_gso_segment` with checksum
-//! completion) gives.
+//! completion) gives. The same for UDP (`UDP_L4`) super-frames: UDP length, IP length and ID,
+//! checksum start, against datagrams built with etherparse (`__udp_gso_segment`).
 
-use etherparse::{Ipv4Header, Ipv6Header, TcpHeader};
+use etherparse::{Ipv4Header, Ipv6Header, TcpHeader, UdpHeader};
 use metronome_packet::gso::{complete_partial_checksum, wire_bytes, RX_BYTES_FRAMING};
 use metronome_packet::{
     ipv4_header_checksum, mark_ce, parse, EcnMark, GsoError, GsoType, SuperFrame, VnetHdr,
@@ -379,4 +380,192 @@ fn named_errors_for_frames_that_are_not_tcp_super_frames() {
     assert_eq!(p.payload, 54..frame.len());
     assert_eq!(&scratch[..54], &frame[..54]);
     assert_eq!((p.vnet.gso_type, p.vnet.gso_size), (GsoType::TcpV4, 1448));
+}
+
+/// A UDP (`UDP_L4`) super-frame: IPv4 or IPv6, an optional VLAN tag, its payload, segment size,
+/// IPv4 identification and TOS.
+#[derive(Clone, Debug)]
+struct UdpSpec {
+    v6: bool,
+    vlan: bool,
+    payload: Vec<u8>,
+    gso_size: u16,
+    id: u16,
+    tos: u8,
+}
+
+fn udp_spec() -> impl Strategy<Value = UdpSpec> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(any::<u8>(), 1..9000),
+        1..=1600u16,
+        any::<u16>(),
+        any::<u8>(),
+    )
+        .prop_map(|(v6, vlan, payload, gso_size, id, tos)| UdpSpec {
+            v6,
+            vlan,
+            payload,
+            gso_size,
+            id,
+            tos,
+        })
+}
+
+/// The UDP super-frame of `s` with its partial checksum (the pseudo-header sum of the whole UDP
+/// length, as `udp_send_skb` leaves it), and its virtio-net header.
+fn build_udp(s: &UdpSpec) -> (Vec<u8>, VnetHdr) {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    if s.vlan {
+        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
+    }
+    f.extend_from_slice(if s.v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+    let l3 = f.len();
+    let udp_len = 8 + s.payload.len();
+    if s.v6 {
+        f.extend_from_slice(&[0x60 | (s.tos >> 4), s.tos << 4, 0x12, 0x34]);
+        f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        f.extend_from_slice(&[17, 64]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8].repeat(4));
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb9].repeat(4));
+    } else {
+        f.extend_from_slice(&[0x45, s.tos]);
+        f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        f.extend_from_slice(&s.id.to_be_bytes());
+        f.extend_from_slice(&[0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        let sum = ipv4_header_checksum(&f[l3..]).unwrap();
+        f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+    }
+    let l4 = f.len();
+    f.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51]);
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&s.payload);
+    let addrs = if s.v6 {
+        &f[l3 + 8..l3 + 40]
+    } else {
+        &f[l3 + 12..l3 + 20]
+    };
+    let pseudo = fold(words(addrs) + 17 + udp_len as u64);
+    f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.to_be_bytes());
+    let hdr = VnetHdr {
+        flags: metronome_packet::gso::FLAG_NEEDS_CSUM,
+        gso_type: GsoType::UdpL4,
+        ecn: false,
+        hdr_len: 0,
+        gso_size: s.gso_size,
+        csum_start: l4 as u16,
+        csum_offset: 6,
+    };
+    (f, hdr)
+}
+
+/// Datagram `k` by full software segmentation, from etherparse's header types: UDP length and
+/// checksum, IP length, identification and header checksum.
+fn reference_datagram(frame: &[u8], l3: usize, v6: bool, gso: usize, k: usize) -> Vec<u8> {
+    let mut out = frame[..l3].to_vec();
+    let (ip_bytes, rest) = frame[l3..].split_at(if v6 { 40 } else { 20 });
+    let (mut udp, payload) = UdpHeader::from_slice(rest).unwrap();
+    let seg = &payload[k * gso..((k + 1) * gso).min(payload.len())];
+    udp.length = (8 + seg.len()) as u16;
+    if v6 {
+        let (mut ip, _) = Ipv6Header::from_slice(ip_bytes).unwrap();
+        ip.payload_length = udp.length;
+        udp.checksum = udp.calc_checksum_ipv6(&ip, seg).unwrap();
+        out.extend_from_slice(&ip.to_bytes());
+    } else {
+        let (mut ip, _) = Ipv4Header::from_slice(ip_bytes).unwrap();
+        ip.set_payload_len(8 + seg.len()).unwrap();
+        ip.identification = ip.identification.wrapping_add(k as u16);
+        ip.header_checksum = ip.calc_header_checksum();
+        udp.checksum = udp.calc_checksum_ipv4(&ip, seg).unwrap();
+        out.extend_from_slice(&ip.to_bytes());
+    }
+    out.extend_from_slice(&udp.to_bytes());
+    out.extend_from_slice(seg);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// UDP pieces: payloads re-assemble; each piece's UDP length, IP length, ID and header
+    /// checksum are its own; its completed checksum is the UDP checksum; it is a `UDP_L4` GSO
+    /// frame when it has more than one segment; the wire bytes add up.
+    #[test]
+    fn udp_pieces_are_consistent_and_reassemble(s in udp_spec(), n in 1..=48u32) {
+        let (frame, hdr) = build_udp(&s);
+        let sf = SuperFrame::parse(&frame, &hdr).unwrap();
+        let l3 = if s.vlan { 18 } else { 14 };
+        let l4 = sf.transport_offset();
+        let h = sf.header_len();
+        prop_assert_eq!(h, l4 + 8);
+        let gso = usize::from(s.gso_size);
+        let total_segments = s.payload.len().div_ceil(gso);
+        let pieces = cut(&frame, &hdr, n);
+        prop_assert_eq!(pieces.len(), total_segments.div_ceil(n as usize));
+        let mut stream = Vec::new();
+        let mut wire = 0u64;
+        for (k, (bytes, vnet, segs)) in pieces.iter().enumerate() {
+            let last = k == pieces.len() - 1;
+            let payload = &bytes[h..];
+            let before = stream.len() / gso;
+            stream.extend_from_slice(payload);
+            prop_assert_eq!(*segs as usize, payload.len().div_ceil(gso));
+            prop_assert!(*segs <= n);
+            prop_assert!(last || payload.len() == *segs as usize * gso);
+            prop_assert!(vnet.needs_csum());
+            prop_assert_eq!((vnet.csum_start as usize, vnet.csum_offset), (l4, 6));
+            prop_assert!(!vnet.ecn);
+            if *segs > 1 {
+                prop_assert_eq!((vnet.gso_type, vnet.gso_size), (GsoType::UdpL4, s.gso_size));
+            } else {
+                prop_assert_eq!((vnet.gso_type, vnet.gso_size), (GsoType::None, 0));
+            }
+            let udp_len = u16::from_be_bytes([bytes[l4 + 4], bytes[l4 + 5]]) as usize;
+            prop_assert_eq!(udp_len, bytes.len() - l4);
+            if s.v6 {
+                let len = u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]) as usize;
+                prop_assert_eq!(len, bytes.len() - l3 - 40);
+            } else {
+                let total = u16::from_be_bytes([bytes[l3 + 2], bytes[l3 + 3]]) as usize;
+                prop_assert_eq!(total, bytes.len() - l3);
+                let id = u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]);
+                prop_assert_eq!(id, s.id.wrapping_add(before as u16));
+                let sum = ipv4_header_checksum(&bytes[l3..l4]).unwrap();
+                prop_assert_eq!(sum, u16::from_be_bytes([bytes[l3 + 10], bytes[l3 + 11]]));
+            }
+            prop_assert!(parse(bytes).ip().is_some());
+            let mut done = bytes.clone();
+            prop_assert!(complete_partial_checksum(&mut done, vnet.csum_start, vnet.csum_offset));
+            let (ip_bytes, rest) = done[l3..].split_at(if s.v6 { 40 } else { 20 });
+            let (udp, udp_payload) = UdpHeader::from_slice(rest).unwrap();
+            let expected = if s.v6 {
+                udp.calc_checksum_ipv6(&Ipv6Header::from_slice(ip_bytes).unwrap().0, udp_payload)
+            } else {
+                udp.calc_checksum_ipv4(&Ipv4Header::from_slice(ip_bytes).unwrap().0, udp_payload)
+            };
+            prop_assert_eq!(udp.checksum, expected.unwrap());
+            wire += wire_bytes(bytes, vnet, RX_BYTES_FRAMING).unwrap();
+        }
+        prop_assert_eq!(&stream, &s.payload);
+        let expected_wire = (total_segments * h + s.payload.len()) as u64;
+        prop_assert_eq!(wire_bytes(&frame, &hdr, RX_BYTES_FRAMING).unwrap(), expected_wire);
+        prop_assert_eq!(wire, expected_wire);
+    }
+
+    /// With one segment per piece the UDP pieces, checksums completed, are the datagrams of full
+    /// software segmentation.
+    #[test]
+    fn single_segment_udp_pieces_equal_software_segmentation(s in udp_spec()) {
+        let (frame, hdr) = build_udp(&s);
+        let l3 = if s.vlan { 18 } else { 14 };
+        for (k, (mut bytes, vnet, segs)) in cut(&frame, &hdr, 1).into_iter().enumerate() {
+            prop_assert_eq!(segs, 1);
+            prop_assert!(complete_partial_checksum(&mut bytes, vnet.csum_start, vnet.csum_offset));
+            let want = reference_datagram(&frame, l3, s.v6, usize::from(s.gso_size), k);
+            prop_assert_eq!(bytes, want, "datagram {}", k);
+        }
+    }
 }

@@ -3,7 +3,10 @@
 mod common;
 
 use common::*;
-use metronome_packet::{parse, proto, Ecn, Fragment, IpPacket, Malformed, Parsed};
+use metronome_packet::{
+    parse, proto, Ecn, Fragment, IpPacket, Malformed, Parsed, MAX_IP_PACKET_BYTES,
+    MAX_SUPER_FRAME_BYTES,
+};
 use std::net::IpAddr;
 
 fn ip(parsed: Parsed) -> IpPacket {
@@ -230,10 +233,49 @@ fn bogus_transport_headers() {
 #[test]
 fn oversized_frames_are_refused_before_anything_is_read() {
     let mut frame = v4([10, 0, 0, 1], [10, 0, 0, 2], L4::Udp, 1, 2, 0);
-    frame.resize(65_535, 0);
-    assert!(matches!(parse(&frame), Parsed::Ip(p) if p.wire_len == 65_535));
+    frame.resize(MAX_SUPER_FRAME_BYTES, 0);
+    // 65 557 bytes behind an untagged Ethernet header: an IP packet of 65 543 bytes.
+    assert_eq!(malformed(&frame), Malformed::Oversized);
     frame.push(0);
     assert_eq!(malformed(&frame), Malformed::Oversized);
+    // The longest frame: a 65 535-byte IP packet behind two VLAN tags.
+    let mut tagged = with_vlans(&frame[..ETH + 28], &[(0x88a8, 1), (0x8100, 2)]);
+    tagged.resize(MAX_SUPER_FRAME_BYTES, 0);
+    assert!(matches!(parse(&tagged), Parsed::Ip(p) if p.wire_len == 65_535));
+    tagged.push(0);
+    assert_eq!(malformed(&tagged), Malformed::Oversized);
+}
+
+/// A GRO frame of a full-size IPv4 packet (total length 65 535: 65 549 bytes with its Ethernet
+/// header) is an IP packet like any other, its `wire_len` held at 65 535 (the shaper charges a
+/// super-frame from its segments); one whose IP packet is longer than an IP length field
+/// can say (BIG TCP: IPv4 total length 0) is `Oversized`.
+#[test]
+fn gro_frames_above_65_535_bytes_parse_up_to_a_full_ip_packet() {
+    for len in [65_536, 65_540, ETH + MAX_IP_PACKET_BYTES] {
+        let frame = v4_len(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            L4::Tcp,
+            1,
+            2,
+            0,
+            len - ETH - 40,
+        );
+        assert_eq!(frame.len(), len);
+        let p = ip(parse(&frame));
+        assert_eq!((p.wire_len, p.tuple.dst_port), (65_535, 2), "{len}");
+        let tagged = with_vlans(&frame, &[(0x8100, 7)]);
+        assert_eq!(ip(parse(&tagged)).vlan_tags, 1, "{len}");
+    }
+    let mut big = v4_len([10, 0, 0, 1], [10, 0, 0, 2], L4::Tcp, 1, 2, 0, 1000);
+    big.resize(ETH + MAX_IP_PACKET_BYTES + 1, 0xa5);
+    big[ETH + 2..ETH + 4].copy_from_slice(&[0, 0]);
+    fix_v4_checksum(&mut big, ETH);
+    assert_eq!(malformed(&big), Malformed::Oversized);
+    // A total length of 0 on a frame within the limit is a bad total length.
+    big.truncate(ETH + MAX_IP_PACKET_BYTES);
+    assert_eq!(malformed(&big), Malformed::BadTotalLength);
 }
 
 #[test]

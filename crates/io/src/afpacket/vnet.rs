@@ -16,7 +16,9 @@
 //! **Frames above 64 KiB.** With an interface's `gro_max_size` or `gso_max_size` raised above
 //! 65 536 (BIG TCP) the kernel can queue larger frames; the socket copies the first
 //! `GSO_SLOT_SIZE` bytes and sets `MSG_TRUNC`. They are dropped and counted in
-//! `rx_gso_truncated`. A frame whose GSO type virtio cannot express fails the receive with
+//! `rx_gso_truncated`, and so is a frame that arrives whole but whose IP packet is longer than
+//! [`MAX_IP_PACKET_BYTES`] (BIG TCP; its IPv4 total length is 0). A GRO frame of a full-size
+//! IP packet (up to 65 549 bytes untagged) is a super-frame like any other. A frame whose GSO type virtio cannot express fails the receive with
 //! `EINVAL` (`virtio_net_hdr_from_skb`), the frame already consumed: counted in
 //! `rx_vnet_errors`.
 //!
@@ -31,7 +33,17 @@ use super::{alloc_batch, insert_vlan, os_error, stripped_vlan, AfPacketPort, REC
 use crate::frame_pool::{FramePool, GSO_SLOT_SIZE};
 use crate::port::{PortError, RxFrame};
 use crate::sys::{self, MSG_PARTS, SEND_BATCH};
-use metronome_packet::{VnetHdr, VNET_HDR_LEN};
+use metronome_packet::{link_layer, VnetHdr, MAX_IP_PACKET_BYTES, VNET_HDR_LEN};
+
+/// Bytes from the IP header to the end of a `len`-byte frame whose first bytes are in `head`:
+/// `len` less the Ethernet header and the VLAN tags still in the frame; `0` when the link
+/// layer does not parse (the frame is left to the parser).
+fn ip_packet_len(head: &[u8], len: usize) -> usize {
+    match link_layer(&head[..len.min(head.len())]) {
+        Ok((_, ip_offset, _)) => len.saturating_sub(ip_offset),
+        Err(_) => 0,
+    }
+}
 
 /// The receive overflow buffers of a `vnet_hdr` port: one [`GSO_SLOT_SIZE`] region per message
 /// of a batch.
@@ -127,6 +139,14 @@ impl AfPacketPort {
                     continue;
                 }
             };
+            if len > MAX_IP_PACKET_BYTES
+                && ip_packet_len(pool.slot_mut(small), len) > MAX_IP_PACKET_BYTES
+            {
+                // BIG TCP: the same policy as a frame the socket truncated.
+                self.counters.rx_gso_truncated += 1;
+                pool.free(small);
+                continue;
+            }
             let vlan = stripped_vlan(m.status, m.vlan_tpid, m.vlan_tci);
             let need = len + if vlan.is_some() { 4 } else { 0 };
             let id = if need <= slot_size {
@@ -220,13 +240,20 @@ impl AfPacketPort {
             let batch = &pieces[done..pieces.len().min(done + SEND_BATCH)];
             let mut headers = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
             let mut msgs: [[&[u8]; MSG_PARTS]; SEND_BATCH] = [[&[]; MSG_PARTS]; SEND_BATCH];
-            for (h, p) in headers.iter_mut().zip(batch) {
+            let mut gso = [false; SEND_BATCH];
+            for ((h, g), p) in headers.iter_mut().zip(&mut gso).zip(batch) {
                 *h = p.vnet.to_bytes();
+                *g = p.vnet.is_gso();
             }
             for ((m, p), h) in msgs.iter_mut().zip(batch).zip(&headers) {
                 *m = [&h[..], p.headers, p.payload];
             }
-            match sys::send_msgs(&self.tx_fd, &msgs[..batch.len()]) {
+            let taken = self.tx.send(
+                &msgs[..batch.len()],
+                &gso[..batch.len()],
+                &mut self.counters,
+            );
+            match taken {
                 Ok(sent) => {
                     for p in &batch[..sent] {
                         self.counters.tx_packets += 1;
@@ -255,5 +282,23 @@ impl AfPacketPort {
             }
         }
         Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_packet_length_skips_the_link_layer() {
+        let mut head = [0u8; 64];
+        head[12..14].copy_from_slice(&[0x08, 0x00]);
+        assert_eq!(ip_packet_len(&head, 65_549), MAX_IP_PACKET_BYTES);
+        assert_eq!(ip_packet_len(&head, 65_550), MAX_IP_PACKET_BYTES + 1);
+        // One tag still in the frame: 4 more bytes before the IP header.
+        head[12..18].copy_from_slice(&[0x81, 0x00, 0, 7, 0x08, 0x00]);
+        assert_eq!(ip_packet_len(&head, 65_553), MAX_IP_PACKET_BYTES);
+        // No EtherType: left to the parser.
+        assert_eq!(ip_packet_len(&head[..10], 70_000), 0);
     }
 }

@@ -1,7 +1,9 @@
-//! Cutting a TCP GSO super-frame into pieces of at most `N` segments, without copying payload.
+//! Cutting a TCP or UDP (`UDP_L4`) GSO super-frame into pieces of at most `N` segments, without
+//! copying payload.
 //!
-//! What each piece gets, as `tcp_gso_segment` (net/ipv4/tcp_offload.c) and `inet_gso_segment`
-//! / `ipv6_gso_segment` (net/ipv4/af_inet.c, net/ipv6/ip6_offload.c) give each segment:
+//! What each piece gets, as `tcp_gso_segment` (net/ipv4/tcp_offload.c), `__udp_gso_segment`
+//! (net/ipv4/udp_offload.c) and `inet_gso_segment` / `ipv6_gso_segment` (net/ipv4/af_inet.c,
+//! net/ipv6/ip6_offload.c) give each segment:
 //!
 //! * IPv4: total length of its own bytes; identification `id + s` where `s` is the index of
 //!   its first segment (the kernel numbers segments consecutively, and segmenting the piece
@@ -10,11 +12,14 @@
 //! * TCP: sequence number advanced by the payload bytes before it (wrapping, RFC 9293 §3.4);
 //!   CWR kept only on the first piece, FIN and PSH only on the last (RFC 3168 §6.1.2: CWR marks
 //!   the first segment after a window reduction; FIN and PSH end the data).
-//! * Checksum: the TCP checksum field holds the pseudo-header sum (addresses, protocol, the
-//!   piece's own TCP length; RFC 9293 §3.1) folded but not complemented, and the piece's
-//!   [`VnetHdr`] has `NEEDS_CSUM` with `csum_start` at the TCP header and `csum_offset` 16: the
-//!   device (or [`super::complete_partial_checksum`]) finishes it, as the kernel's GSO leaves
-//!   it for checksum offload.
+//! * UDP: the length field is the piece's own UDP length (RFC 768); a piece of several
+//!   segments is itself a `UDP_L4` GSO frame, which the kernel or device segments into
+//!   datagrams of `gso_size` payload bytes each, as it would have segmented the original.
+//! * Checksum: the TCP (UDP) checksum field holds the pseudo-header sum (addresses, protocol,
+//!   the piece's own TCP (UDP) length; RFC 9293 §3.1, RFC 768) folded but not complemented, and
+//!   the piece's [`VnetHdr`] has `NEEDS_CSUM` with `csum_start` at the transport header and
+//!   `csum_offset` 16 (6 for UDP): the device (or [`super::complete_partial_checksum`])
+//!   finishes it, as the kernel's GSO leaves it for checksum offload.
 //! * Its [`VnetHdr`]: the original `gso_type` and `gso_size` when it has more than one segment
 //!   (the ECN bit only if it still carries CWR), `GsoType::None` and `gso_size` 0 when it has one.
 //!
@@ -37,13 +42,15 @@ const TCP_MIN_HEADER: usize = 20;
 const UDP_HEADER: usize = 8;
 /// Offset of the TCP checksum field in the TCP header (RFC 9293 §3.1).
 const TCP_CHECKSUM_OFFSET: u16 = 16;
+/// Offset of the UDP checksum field in the UDP header (RFC 768).
+const UDP_CHECKSUM_OFFSET: u16 = 6;
 /// TCP flag bits in byte 13 of the header (RFC 9293 §3.1, RFC 3168 §6.1).
 const TCP_FIN: u8 = 0x01;
 const TCP_PSH: u8 = 0x08;
 const TCP_CWR: u8 = 0x80;
 
-/// A TCP (or, for byte accounting only, UDP `UdpL4`) GSO frame with its headers walked: where
-/// they are and what the pieces are cut from. `Copy`; borrows nothing.
+/// A TCP or UDP (`UdpL4`) GSO frame with its headers walked: where they are and what the pieces
+/// are cut from. `Copy`; borrows nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SuperFrame {
     hdr: VnetHdr,
@@ -219,8 +226,7 @@ impl SuperFrame {
 
     /// Piece `index` (from 0) of the cut into pieces of at most `max_segments` segments: writes
     /// its headers into `scratch[..H]` and returns them with the payload range of `frame`.
-    /// `frame` must be the frame this was parsed from. TCP only (`UdpL4` is
-    /// [`GsoError::Unsupported`]). Never panics, never allocates.
+    /// `frame` must be the frame this was parsed from. Never panics, never allocates.
     pub fn piece(
         &self,
         frame: &[u8],
@@ -228,9 +234,6 @@ impl SuperFrame {
         max_segments: u32,
         scratch: &mut [u8],
     ) -> Result<Piece, GsoError> {
-        if !self.tcp {
-            return Err(GsoError::Unsupported(self.hdr.gso_type));
-        }
         if index >= self.pieces(max_segments) {
             return Err(GsoError::PieceOutOfRange);
         }
@@ -266,21 +269,27 @@ impl SuperFrame {
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
         }
 
-        // TCP sequence number, flags, pseudo-header checksum.
+        // TCP sequence number and flags, or the UDP length; the pseudo-header checksum.
         let pseudo = self.pseudo_header_sum(frame, l4_len);
-        let tcp = &mut out[self.l4..];
-        let seq =
-            u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]).wrapping_add((first * s) as u32);
-        tcp[4..8].copy_from_slice(&seq.to_be_bytes());
-        if index > 0 {
-            tcp[13] &= !TCP_CWR;
-        }
-        if !last {
-            tcp[13] &= !(TCP_FIN | TCP_PSH);
-        }
-        let cwr = tcp[13] & TCP_CWR != 0;
-        let at = usize::from(TCP_CHECKSUM_OFFSET);
-        tcp[at..at + 2].copy_from_slice(&pseudo.to_be_bytes());
+        let l4 = &mut out[self.l4..];
+        let (cwr, csum_offset) = if self.tcp {
+            let seq =
+                u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]).wrapping_add((first * s) as u32);
+            l4[4..8].copy_from_slice(&seq.to_be_bytes());
+            if index > 0 {
+                l4[13] &= !TCP_CWR;
+            }
+            if !last {
+                l4[13] &= !(TCP_FIN | TCP_PSH);
+            }
+            (l4[13] & TCP_CWR != 0, TCP_CHECKSUM_OFFSET)
+        } else {
+            // At most the original IP packet's length: fits.
+            l4[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            (false, UDP_CHECKSUM_OFFSET)
+        };
+        let at = usize::from(csum_offset);
+        l4[at..at + 2].copy_from_slice(&pseudo.to_be_bytes());
 
         let gso = segments > 1;
         let vnet = VnetHdr {
@@ -294,7 +303,7 @@ impl SuperFrame {
             hdr_len: h as u16,
             gso_size: if gso { self.hdr.gso_size } else { 0 },
             csum_start: self.l4 as u16,
-            csum_offset: TCP_CHECKSUM_OFFSET,
+            csum_offset,
         };
         Ok(Piece {
             vnet,
@@ -304,16 +313,17 @@ impl SuperFrame {
         })
     }
 
-    /// The folded (not complemented) TCP pseudo-header sum for a TCP length of `l4_len` bytes:
-    /// source and destination addresses, protocol 6 and the length (RFC 9293 §3.1; RFC 8200
-    /// §8.1 for IPv6). Read from `frame`'s IP header.
+    /// The folded (not complemented) pseudo-header sum for a transport length of `l4_len`
+    /// bytes: source and destination addresses, the protocol (6 or 17) and the length (RFC 9293
+    /// §3.1, RFC 768; RFC 8200 §8.1 for IPv6). Read from `frame`'s IP header.
     fn pseudo_header_sum(&self, frame: &[u8], l4_len: usize) -> u16 {
         let addrs = if self.ipv6 {
             &frame[self.l3 + 8..self.l3 + 40]
         } else {
             &frame[self.l3 + 12..self.l3 + 20]
         };
-        let proto_len = u32::from(proto::TCP) + l4_len as u32;
+        let protocol = if self.tcp { proto::TCP } else { proto::UDP };
+        let proto_len = u32::from(protocol) + l4_len as u32;
         // Protocol and length add as 16-bit words; the length may exceed 16 bits only for a
         // jumbogram, which a frame of at most 64 KiB cannot hold.
         super::ones_complement_sum(addrs, proto_len)
