@@ -170,7 +170,9 @@ impl DaemonShaper {
         self.engine
             .receive(now, &mut self.pool, &self.rx, &mut self.out);
         let after = self.engine.counters();
-        if after.enqueued > before.enqueued {
+        // Into the wheel, or (a fair class) into its flow's queue, whence the engine pulls it
+        // into the wheel when the class has credit.
+        if after.enqueued > before.enqueued || after.fair_enqueued > before.fair_enqueued {
             return Admit::Queued;
         }
         // Forwarded unshaped (cannot happen for a well-formed frame of the shaped default class)

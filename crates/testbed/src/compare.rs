@@ -719,6 +719,14 @@ mod tests {
             (c.interfaces.inside.as_str(), c.interfaces.outside.as_str()),
             ("in0", "out0")
         );
+        assert!(!c.classes[0].policy.fair);
+        let fair = metronome_fair_config(std::net::Ipv4Addr::new(10, 77, 3, 2), 2_000_000_000);
+        assert!(fair.classes[0].policy.fair);
+        assert_eq!(fair.classes[0].policy.rate, c.classes[0].policy.rate);
+        assert_eq!(
+            fair.classes[0].policy.backpressure,
+            c.classes[0].policy.backpressure
+        );
     }
 
     #[test]
