@@ -1,5 +1,5 @@
-//! `metronome compare [--quick] [--offloads host|off] [--json]`: Metronome, kernel HTB and
-//! kernel TBF on the same sender/shaper/receiver topology with the same kernel TCP traffic, at
+//! `metronome compare [--quick] [--offloads host|off] [--json]`: Metronome (its class as one FIFO,
+//! and in the fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver topology with the same kernel TCP traffic, at
 //! 100 Mbit/s, 500 Mbit/s, 1, 2, 5 and 10 Gbit/s with 1, 16 and 256 flows (`--quick`:
 //! 100 Mbit/s, 1 Gbit/s and 10 Gbit/s with 16 flows). What is measured, and how, is documented
 //! in `metronome_testbed::compare`. `--offloads host` (the default) keeps the host's offloads on
@@ -10,7 +10,8 @@
 //! (target, flows), the shapers side by side, the metronome block with the daemon thread's own
 //! CPU besides), or with `--json` exactly `{"offloads": "host"|"off", "machine": "...",
 //! "rows": [{"shaper", "target_bps", "flows", "achieved_bps", "deviation_pct", "rtt_p99_us"
-//! (null: the probe got no answer), "cpu_pct", "daemon_cpu_pct" (null: not the daemon)}, ...]}`
+//! (null: the probe got no answer), "cpu_pct", "daemon_cpu_pct" (null: not the daemon),
+//! "jain_bulk" (null: no bulk bytes)}, ...]}`
 //! on standard output. Progress lines go to standard error.
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2. Everything created is
 //! removed at the end, on an error and on Ctrl-C (`metronome_testbed::netns::cleanup_on_signals`,
@@ -56,7 +57,7 @@ pub struct CompareArgs {
 }
 
 /// Width of one shaper's block, without the daemon column.
-const BLOCK: usize = 37;
+const BLOCK: usize = 44;
 /// Width of the daemon-thread CPU column of the metronome block.
 const DAEMON: usize = 11;
 
@@ -64,14 +65,14 @@ fn header(shapers: &[Shaper], offloads: OffloadMode) -> String {
     let mut top = format!("{:<17}", "");
     let mut sub = format!("{:<11}{:>6}", "target", "flows");
     for &s in shapers {
-        let width = BLOCK + if s == Shaper::Metronome { DAEMON } else { 0 };
+        let width = BLOCK + if s.is_daemon() { DAEMON } else { 0 };
         let _ = write!(top, " | {:<width$}", s.name());
         let _ = write!(
             sub,
-            " | {:>9} {:>7} {:>9} {:>9}",
-            "Mbit/s", "dev %", "p99 us", "cpu %/G"
+            " | {:>9} {:>7} {:>9} {:>9} {:>6}",
+            "Mbit/s", "dev %", "p99 us", "cpu %/G", "jain"
         );
-        if s == Shaper::Metronome {
+        if s.is_daemon() {
             let _ = write!(sub, " {:>10}", "daemon %/G");
         }
     }
@@ -85,23 +86,19 @@ fn header(shapers: &[Shaper], offloads: OffloadMode) -> String {
 
 fn block(report: Option<&RunReport>, shaper: Shaper) -> String {
     let Some(r) = report else {
-        let width = BLOCK
-            + if shaper == Shaper::Metronome {
-                DAEMON
-            } else {
-                0
-            };
+        let width = BLOCK + if shaper.is_daemon() { DAEMON } else { 0 };
         return format!(" | {:<width$}", "-");
     };
     let row = &r.row;
     let mut s = format!(
-        " | {:>9.2} {:>7.2} {:>9} {:>9.1}",
+        " | {:>9.2} {:>7.2} {:>9} {:>9.1} {:>6}",
         row.achieved_bps / 1e6,
         row.deviation_pct,
         format_rtt_us(row.rtt_p99_us),
-        row.cpu_pct
+        row.cpu_pct,
+        row.jain_bulk.map_or("-".to_owned(), |j| format!("{j:.3}"))
     );
-    if shaper == Shaper::Metronome {
+    if shaper.is_daemon() {
         match row.daemon_cpu_pct {
             Some(d) => {
                 let _ = write!(s, " {d:>10.1}");
@@ -150,6 +147,8 @@ pub fn format_table(reports: &[RunReport], offloads: OffloadMode) -> String {
             (no answer: the probe got none)\n\
             cpu %/G: machine kernel time (system+irq+softirq, /proc/stat; incl. the traffic \
             generator's TCP) + this process's user time, in % of one CPU per Gbit/s achieved\n\
+            jain: Jain's index of the bytes each bulk connection delivered over the run (1 = equal shares)\n\
+            metronome-fair: the daemon's class with fair = true (a flow scheduler inside the aggregate)\n\
             daemon %/G: the Metronome daemon thread's own CPU (its schedstat: user + kernel time \
             of the loop thread, recvmmsg/sendmmsg included) in % of one CPU per Gbit/s achieved\n";
     out
@@ -357,7 +356,8 @@ mod tests {
                 deviation_pct: 0.5,
                 rtt_p99_us: Some(1234),
                 cpu_pct: 80.0,
-                daemon_cpu_pct: (shaper == Shaper::Metronome).then_some(12.5),
+                daemon_cpu_pct: shaper.is_daemon().then_some(12.5),
+                jain_bulk: Some(0.995),
             },
             windows: 30,
             probe_samples: 400,
@@ -387,6 +387,7 @@ mod tests {
     fn shapers_sit_side_by_side_per_target_and_flows() {
         let reports = [
             report(Shaper::Metronome, 100_000_000, 99.9e6),
+            report(Shaper::MetronomeFair, 100_000_000, 99.8e6),
             report(Shaper::Htb, 100_000_000, 95.0e6),
             report(Shaper::Tbf, 100_000_000, 97.0e6),
             report(Shaper::Metronome, 1_000_000_000, 999e6),
@@ -402,6 +403,11 @@ mod tests {
             "{text}"
         );
         assert!(lines[3].contains("12.5"), "{text}");
+        // The fair mode's block, with its daemon column, and every block's Jain's index.
+        assert!(lines[1].contains("metronome-fair"), "{text}");
+        assert!(lines[3].contains("99.80"), "{text}");
+        assert_eq!(lines[3].matches("0.995").count(), 4, "{text}");
+        assert_eq!(lines[3].matches("12.5").count(), 2, "{text}");
         // The 1 Gbit/s line has no kernel runs: dashes, same width.
         assert!(
             lines[4].contains("999.00") && lines[4].trim_end().ends_with('-'),
@@ -463,6 +469,7 @@ mod tests {
                 rtt_p99_us: Some(2100),
                 cpu_pct: 90.5,
                 daemon_cpu_pct: None,
+                jain_bulk: Some(0.98),
             },
             windows: 30,
             probe_samples: 380,
@@ -493,6 +500,7 @@ mod tests {
                 "daemon_cpu_pct",
                 "deviation_pct",
                 "flows",
+                "jain_bulk",
                 "rtt_p99_us",
                 "shaper",
                 "target_bps"
@@ -504,6 +512,7 @@ mod tests {
         assert_eq!(rows[0]["rtt_p99_us"], 2100);
         assert_eq!(rows[0]["deviation_pct"], 0.75);
         assert!(rows[0]["daemon_cpu_pct"].is_null());
+        assert_eq!(rows[0]["jain_bulk"], 0.98);
         let back: Document = serde_json::from_str(&text).unwrap();
         assert_eq!(
             back,
@@ -523,6 +532,6 @@ mod tests {
                     .to_owned()
             })
             .collect();
-        assert_eq!(names, ["metronome", "htb", "tbf"]);
+        assert_eq!(names, ["metronome", "metronome-fair", "htb", "tbf"]);
     }
 }

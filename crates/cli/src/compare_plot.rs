@@ -1,6 +1,6 @@
-//! The plots of `metronome compare --plot DIR`: deviation, achieved rate, probe RTT and CPU against
-//! the target rate, one line per shaper, drawn by the lab's plotter
-//! ([`metronome_lab::plot::write_plots`]) from the plan embedded below
+//! The plots of `metronome compare --plot DIR`: deviation, achieved rate, probe RTT, CPU and the
+//! bulk connections' Jain's index against the target rate, one line per shaper, drawn by the lab's
+//! plotter ([`metronome_lab::plot::write_plots`]) from the plan embedded below
 //! (`crates/cli/plots/compare.toml`), whose sweeps only name the flow counts the plots select.
 //!
 //! The rows come from a comparison just run, or from a saved `--json` document
@@ -22,8 +22,8 @@ fn sweep_of(flows: u64) -> String {
 }
 
 /// One comparison row as a lab row, with the derived columns the plots use.
-fn lab_row(shaper: &str, target_bps: u64, flows: u64, fields: [f64; 4]) -> PointRow {
-    let [achieved_bps, deviation_pct, rtt_p99_us, cpu_pct] = fields;
+fn lab_row(shaper: &str, target_bps: u64, flows: u64, fields: [f64; 5]) -> PointRow {
+    let [achieved_bps, deviation_pct, rtt_p99_us, cpu_pct, jain_bulk] = fields;
     let achieved_pct = if target_bps > 0 {
         100.0 * achieved_bps / target_bps as f64
     } else {
@@ -41,7 +41,8 @@ fn lab_row(shaper: &str, target_bps: u64, flows: u64, fields: [f64; 4]) -> Point
             .with("achieved_pct", achieved_pct)
             .with("deviation_pct", deviation_pct)
             .with("rtt_p99_us", rtt_p99_us)
-            .with("cpu_pct", cpu_pct),
+            .with("cpu_pct", cpu_pct)
+            .with("jain_bulk", jain_bulk),
     }
 }
 
@@ -58,6 +59,7 @@ pub fn rows_of(rows: &[&CompareRow]) -> Vec<PointRow> {
                     r.deviation_pct,
                     r.rtt_p99_us.map_or(f64::NAN, |us| us as f64),
                     r.cpu_pct,
+                    r.jain_bulk.unwrap_or(f64::NAN),
                 ],
             )
         })
@@ -90,6 +92,11 @@ pub fn rows_from_json(text: &str) -> anyhow::Result<Vec<PointRow>> {
                 Some(serde_json::Value::Null) => Ok(f64::NAN),
                 _ => num(f),
             };
+            // `null` or missing (a document of an earlier run): no fairness figure.
+            let jain = match r.get("jain_bulk") {
+                None | Some(serde_json::Value::Null) => f64::NAN,
+                Some(_) => num("jain_bulk")?,
+            };
             let shaper = r
                 .get("shaper")
                 .and_then(serde_json::Value::as_str)
@@ -103,6 +110,7 @@ pub fn rows_from_json(text: &str) -> anyhow::Result<Vec<PointRow>> {
                     num("deviation_pct")?,
                     rtt("rtt_p99_us")?,
                     num("cpu_pct")?,
+                    jain,
                 ],
             ))
         })

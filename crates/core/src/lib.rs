@@ -12,6 +12,9 @@
 //! * [`ack_shaping`]: receiver-side ACK shaping of incast flows (Carousel §6).
 //! * [`mq_port`], [`mq_ecn`]: a multi-queue switch port (DWRR or WRR under strict priority, a
 //!   shared buffer) with per-queue, per-port and MQ-ECN marking (MQ-ECN, NSDI '16, §2-§4).
+//! * [`fair_queue`]: fair queueing inside a rate-limited class: `fq_codel`-style deficit round
+//!   robin over the class's flows, new flows first, 32 bytes a flow (Carousel §5.1, NicPic §3,
+//!   FlowBundler §IV).
 //! * [`nicpic`]: NicPic's transmit scheduler: per-class rate limits over 100 000+ classes whose
 //!   queues stay in host memory, 32 bytes per class, MTU-sized pulls out of large segments and
 //!   weighted sharing when the limits oversubscribe the link (NicPic §3).
@@ -53,6 +56,7 @@ pub mod ack_shaping;
 pub mod binary_heap;
 pub mod bitmap;
 pub mod completions;
+pub mod fair_queue;
 pub mod fq_tree;
 pub mod mltw;
 pub mod mq_ecn;
@@ -74,6 +78,10 @@ pub mod token_bucket_rr;
 pub mod zd;
 
 pub use completions::{Completion, CompletionMode, Deferred, InFlight};
+pub use fair_queue::{
+    FairQueue, FairQueueConfig, FairQueueConfigError, FairQueueCounters, FairQueueDequeued,
+    FairQueueEnqueued, FairRejectReason,
+};
 pub use mq_ecn::{Marking, MarkingConfigError, NonEctPolicy, Red};
 pub use mq_port::{
     MqConfigError, MqCounters, MqDequeued, MqEnqueued, MqPort, MqPortConfig, MqQueueCounters,

@@ -219,6 +219,12 @@ pub struct ClassPolicy {
     /// Receiver-side ACK shaping of the class's TCP flows in the reverse direction (Carousel §6,
     /// `ack_shaping`); `None`: ACKs pass unchanged.
     pub ack_shaping: Option<AckShapingPolicy>,
+    /// Fair queueing among the class's flows (`fair = true`): packets wait in per-flow queues
+    /// and, each time the class's aggregate may send, deficit round robin picks the flow whose
+    /// packet leaves, new flows first (`metronome_core::fair_queue`); backpressure looks at the
+    /// flow's own queueing delay. `false`: the class is one FIFO, every packet stamped on
+    /// arrival. Only with `rate`.
+    pub fair: bool,
 }
 
 /// Default flows one class's ACK shaper tracks: 4096 (80-byte core slot plus a 160-byte header
@@ -256,6 +262,7 @@ impl ClassPolicy {
             horizon_policy: None,
             backpressure: Backpressure::None,
             ack_shaping: None,
+            fair: false,
         }
     }
 

@@ -181,6 +181,14 @@ pub struct EngineCounters {
     /// Super-frames whose headers could not be walked for cutting (`SuperFrame::parse`):
     /// queued whole, charged the bytes their GSO header implies (or their length).
     pub gso_uncut: u64,
+    /// Frames put into a fair class's flow queues ([`fair`]).
+    pub fair_enqueued: u64,
+    /// Frames pulled from the fair queues into the wheel (then counted in `enqueued`).
+    pub fair_pulled: u64,
+    /// Frames still in fair queues when the loop stopped, freed by [`Engine::drain_all`].
+    pub fair_discarded_at_stop: u64,
+    /// Frames of fair classes with no flow-table entry: queued in their class's overflow flow.
+    pub fair_overflow: u64,
 }
 
 impl EngineCounters {
@@ -260,6 +268,8 @@ pub struct Engine {
     max_delay: Duration,
     /// Receiver-side ACK shaping of the reverse direction ([`crate::ack_shaping`]).
     acks: AckShaping,
+    /// Flow queues of the fair classes ([`fair`]).
+    fair: fair::Fair,
     // Cold.
     counters: EngineCounters,
     parse_counters: ParseCounters,
@@ -312,6 +322,7 @@ impl Engine {
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
             max_delay: Duration::from_nanos(max_delay),
             acks: AckShaping::new(config, &metrics),
+            fair: fair::Fair::new(pool_slots, wheel_config.pool_packets),
             counters: EngineCounters::default(),
             parse_counters: ParseCounters::new(),
             lateness: metrics.lateness_tally(),
@@ -325,6 +336,7 @@ impl Engine {
         // A fresh engine has no state, so this cannot run out of class ids (validation caps
         // the classes at `MAX_CLASSES`).
         let _ = engine.install_classes(config);
+        engine.fair_configure(config);
         engine
     }
 
@@ -397,6 +409,7 @@ impl Engine {
             return Err(ReloadError::RestartRequired(plan));
         }
         self.install_classes(new)?;
+        self.fair_configure(new);
         self.acks.reload(new);
         self.config = new.clone();
         Ok(plan)
@@ -411,6 +424,7 @@ impl Engine {
         frames: &[RxFrame],
         forward: &mut Vec<u32>,
     ) {
+        self.fair_free_orphans(pool);
         for rx in frames {
             self.counters.received += 1;
             let vnet = pool.vnet(rx.id);
@@ -487,8 +501,9 @@ impl Engine {
         self.publish_gauges();
     }
 
-    /// Empties the wheel at shutdown: frees every queued packet's slot without sending it and
-    /// counts it under `discarded_at_stop`. Returns how many.
+    /// Empties the wheel and the fair queues at shutdown: frees every queued packet's slot
+    /// without sending it and counts it under `discarded_at_stop` (wheel entries) or
+    /// `fair_discarded_at_stop` (frames). Returns how many.
     pub fn drain_all(&mut self, pool: &mut FramePool) -> u64 {
         let mut total = 0;
         loop {
@@ -511,6 +526,7 @@ impl Engine {
             total += n as u64;
         }
         self.counters.discarded_at_stop += total;
+        total += self.fair_drain_all(pool);
         self.publish_gauges();
         total
     }
@@ -605,6 +621,10 @@ impl Engine {
                 return self.drop(pool, id, index, DropReason::FlowLimit);
             }
         }
+        if policy.fair && aggregate.is_some() {
+            let packet = (id, index, entry);
+            return self.fair_enqueue(now, pool, packet, (len, superframe), parsed);
+        }
         let pacing = match (policy.pacing, entry) {
             (Some(rate), Some(e)) => {
                 self.flows
@@ -638,15 +658,18 @@ impl Engine {
             let max_segments = cut_segments(&sf, &policy);
             let n = sf.pieces(max_segments);
             if n > 1 {
-                return self.queue_pieces(
-                    now,
-                    pool,
+                let queued = self.queue_pieces(
+                    (now, now),
                     (id, flow, index),
                     &sf,
                     (max_segments, n),
                     policies,
                     entry_id,
                 );
+                if let Err(reason) = queued {
+                    self.drop(pool, id, index, reason);
+                }
+                return;
             }
         }
         let edt = policies.stamp(&mut self.stamper, now, now, clamp_u32(len));
@@ -680,26 +703,25 @@ impl Engine {
 
     /// Queues the `n` pieces of `max_segments` segments of the super-frame `sf` in slot `id`,
     /// each with its own EDT at the class's rate (NicPic §3), one wheel entry each
-    /// ([`crate::pieces`]). A piece that finds the wheel full drops the pieces after it (the
-    /// first one: the whole frame).
-    #[allow(clippy::too_many_arguments)]
+    /// ([`crate::pieces`]), stamped as of `at` (`now`, or a fair packet's arrival). A piece
+    /// that finds the wheel full drops the pieces after it; when the first one does, nothing is
+    /// queued and the reason comes back for the caller to drop the frame.
     fn queue_pieces(
         &mut self,
-        now: Timestamp,
-        pool: &mut FramePool,
+        (now, at): (Timestamp, Timestamp),
         (id, flow, index): (u32, FlowId, usize),
         sf: &SuperFrame,
         (max_segments, n): (u32, u32),
         policies: PolicyStack,
         entry: u32,
-    ) {
+    ) -> Result<(), DropReason> {
         let latest = now.saturating_add(self.max_delay);
         let (mut first, mut last) = (Timestamp::ZERO, Timestamp::ZERO);
         let mut queued = 0;
         for k in 0..n {
             let wire = piece_wire_bytes(sf, k, max_segments);
             let edt = policies
-                .stamp(&mut self.stamper, now, now, clamp_u32(wire))
+                .stamp(&mut self.stamper, at, at, clamp_u32(wire))
                 .min(latest);
             let len16 = u16::try_from(wire).unwrap_or(u16::MAX);
             let pkt = PacketRef::new(pieces::encode(id, k), flow, ClassId(index as u16), len16);
@@ -720,7 +742,7 @@ impl Engine {
                 Err(rejected) => {
                     let reason = reject_reason(rejected.reason);
                     if k == 0 {
-                        return self.drop(pool, id, index, reason);
+                        return Err(reason);
                     }
                     let lost = u64::from(n - k);
                     self.counters.pieces_dropped += lost;
@@ -746,6 +768,7 @@ impl Engine {
         if let Some(slot) = self.slot_entry.get_mut(i) {
             *slot = entry;
         }
+        Ok(())
     }
 
     /// The bytes a received frame in slot `id` charges its class: for a GSO super-frame the
@@ -786,9 +809,24 @@ impl Engine {
     }
 
     /// Moves up to `max` packets due at `now` (at most [`MAX_BATCH_SIZE`]) onto `out`, as one
-    /// transmit batch; returns how many. Observes each one's lateness (`now - EDT`).
+    /// transmit batch; returns how many. Observes each one's lateness (`now - EDT`). Fair
+    /// classes with credit at `now` are pulled first, and again while what they pull is due
+    /// and the batch has room ([`fair`]).
     pub fn release(&mut self, now: Timestamp, out: &mut Vec<u32>, max: usize) -> usize {
         let max = max.min(self.batch.len());
+        let mut total = 0;
+        loop {
+            let pulled = self.fair_pull(now);
+            let n = self.release_due(now, out, max - total);
+            total += n;
+            if pulled == 0 || n == 0 || total >= max {
+                return total;
+            }
+        }
+    }
+
+    /// [`Engine::release`] of what the wheel holds.
+    fn release_due(&mut self, now: Timestamp, out: &mut Vec<u32>, max: usize) -> usize {
         let n = self.wheel.dequeue(now, &mut self.batch[..max]);
         for pkt in &self.batch[..n] {
             let (slot, piece) = pieces::decode(pkt.id);
@@ -849,10 +887,14 @@ impl Engine {
 
     /// When the next queued packet is due (the loop sleeps until then), `None` when empty.
     pub fn next_due(&self) -> Option<Timestamp> {
-        match (self.wheel.next_due(), self.acks.next_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.wheel.next_due(),
+            self.acks.next_due(),
+            self.fair_next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// ACK shaping of the frames `ids[from..]` that [`Engine::pass_through`] just pushed
@@ -884,9 +926,9 @@ impl Engine {
         &self.acks
     }
 
-    /// Packets waiting in the wheel.
+    /// Packets waiting in the wheel and in the fair classes' flow queues.
     pub fn queued(&self) -> usize {
-        self.wheel.len()
+        self.wheel.len() + self.fair_held() as usize
     }
 
     /// Packets of class `name` waiting in the wheel (0 for an unknown name).
@@ -955,7 +997,11 @@ impl Engine {
         let c = &self.counters;
         assert_eq!(
             c.received,
-            c.forwarded + c.enqueued_frames() + c.dropped(),
+            c.forwarded
+                + c.enqueued_frames()
+                + c.dropped()
+                + self.fair.len()
+                + c.fair_discarded_at_stop,
             "a received frame is unaccounted for: {c:?}"
         );
         assert_eq!(
@@ -965,9 +1011,12 @@ impl Engine {
         );
         let per_class: u64 = self.classes.iter().map(|s| s.queued).sum();
         assert_eq!(per_class, self.wheel.len() as u64);
-        assert!(self.flows.total_queued() <= per_class);
+        assert!(self.flows.total_queued() <= per_class + self.fair.len());
+        self.fair_invariants();
     }
 }
+
+mod fair;
 
 #[cfg(test)]
 mod tests;

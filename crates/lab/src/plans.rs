@@ -37,6 +37,7 @@ pub const EMBEDDED: &[EmbeddedPlan] = embedded![
     "zd",
     "nicpic",
     "nba",
+    "fairq",
 ];
 
 /// The embedded plan called `name`, parsed, or [`LabError::UnknownExperiment`] listing the

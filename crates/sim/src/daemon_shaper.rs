@@ -8,6 +8,7 @@
 //!
 //! The configuration is one class, `[default]`, built from the [`ShaperSpec::Daemon`] fields
 //! through the daemon's own TOML validation: `rate` = the aggregate, `pacing` = the per-flow rate,
+//! `fair` = the class's fair mode (which flow's packet leaves when the aggregate allows),
 //! `burst` = one segment (the strictest conformance, as the simulator's other EDT shapers), the
 //! wheel's granularity, horizon and node pool = the spec's, the interfaces' MTU = one segment.
 //!
@@ -64,6 +65,7 @@ fn config_text(spec: &ShaperSpec, seg_bytes: u32) -> Result<(String, u32), Scena
         capacity_packets,
         backpressure,
         reject_beyond_horizon,
+        fair,
     } = *spec
     else {
         return Err(ScenarioError::OutOfRange {
@@ -87,6 +89,9 @@ fn config_text(spec: &ShaperSpec, seg_bytes: u32) -> Result<(String, u32), Scena
     }
     if let Some(r) = per_flow_bps {
         text.push_str(&format!("pacing = {r}\n"));
+    }
+    if fair {
+        text.push_str("fair = true\n");
     }
     match backpressure {
         DaemonBackpressure::None => {}
@@ -165,7 +170,9 @@ impl DaemonShaper {
         self.engine
             .receive(now, &mut self.pool, &self.rx, &mut self.out);
         let after = self.engine.counters();
-        if after.enqueued > before.enqueued {
+        // Into the wheel, or (a fair class) into its flow's queue, whence the engine pulls it
+        // into the wheel when the class has credit.
+        if after.enqueued > before.enqueued || after.fair_enqueued > before.fair_enqueued {
             return Admit::Queued;
         }
         // Forwarded unshaped (cannot happen for a well-formed frame of the shaped default class)

@@ -80,6 +80,9 @@ pub(crate) struct Sim<'a> {
     physical_drops: u64,
     ce_marked: u64,
     packets_sent: u64,
+    /// The sparse flow's index (`sc.flows`) and its request size, when the scenario has one.
+    probe: Option<(u32, u32)>,
+    probe_lost: u64,
 }
 
 impl<'a> Sim<'a> {
@@ -90,7 +93,9 @@ impl<'a> Sim<'a> {
             _ => None,
         };
         let ect = matches!(sc.source, SourceKind::Tcp(cc) if cc.ecn_capable());
-        let shaper = Shaper::new(&sc.shaper, sc.flows, sc.segment_bytes(), zd, ect)?;
+        let probe = sc.probe.map(|p| (sc.flows, p.request_bytes));
+        let total = sc.flows + u32::from(probe.is_some());
+        let shaper = Shaper::new(&sc.shaper, total, sc.segment_bytes(), zd, ect)?;
         let (completion, limit) = match sc.backpressure {
             BackpressureMode::None | BackpressureMode::DelayBased => {
                 (CompletionPoint::AtEnqueue, 0)
@@ -107,14 +112,19 @@ impl<'a> Sim<'a> {
             completion,
             CompletionPoint::AtRelease | CompletionPoint::AtTransmit
         )
-        .then(|| InFlight::new(sc.flows as usize, limit));
+        .then(|| InFlight::new(total as usize, limit));
         let tr = &sc.transport;
         let rto_min = Duration::from_nanos(tr.rto_min_ns);
         let seg_bytes = u64::from(sc.segment_bytes());
         let line = Rate::from_bps(sc.line_rate_bps);
-        let flows = (0..sc.flows)
+        let flows = (0..total)
             .map(|f| {
                 let transport = match sc.source {
+                    _ if f == sc.flows => Transport::Udp {
+                        interval: Duration::from_nanos(sc.probe.map_or(1, |p| p.interval_ns)),
+                        backlog: 0,
+                        next_seq: 0,
+                    },
                     SourceKind::Tcp(cc) => {
                         Transport::Tcp(Box::new(TcpSender::new(cc, tr.initial_cwnd, rto_min)))
                     }
@@ -143,13 +153,13 @@ impl<'a> Sim<'a> {
             nic_busy: false,
             nic_pkt: 0,
             poll_at: None,
-            ready: VecDeque::with_capacity(sc.flows as usize),
+            ready: VecDeque::with_capacity(total as usize),
             resumed: Vec::with_capacity(16),
             metrics: Metrics::new(
                 Timestamp::from_nanos(sc.warmup_ns),
                 Duration::from_nanos(sc.window_ns),
                 windows,
-                sc.flows as usize,
+                total as usize,
             ),
             line,
             pacing: tr.pacing_bps.map(Rate::from_bps),
@@ -160,13 +170,15 @@ impl<'a> Sim<'a> {
             physical_drops: 0,
             ce_marked: 0,
             packets_sent: 0,
+            probe,
+            probe_lost: 0,
         })
     }
 
     /// Runs to the end of the scenario.
     pub(crate) fn run(&mut self) {
         let sc = self.sc;
-        for f in 0..sc.flows {
+        for f in 0..self.flows.len() as u32 {
             let start = self.flows[f as usize].rng.below(sc.start_spread_ns);
             self.q
                 .schedule(Timestamp::from_nanos(start), Event::FlowStart(f));
@@ -323,7 +335,7 @@ impl<'a> Sim<'a> {
 
     /// Offers one segment to the shaper; false when the flow must stop sending for now.
     fn offer(&mut self, f: u32, seq: u32, mtus: u32, now: Timestamp) -> bool {
-        let bytes = mtus * self.mtu;
+        let bytes = self.segment_bytes(f, mtus);
         let ce = self
             .sc
             .ecn_threshold_packets
@@ -356,6 +368,9 @@ impl<'a> Sim<'a> {
                 // Lost: freed at once (its completion), found out by TCP as a network loss.
                 self.descs.release(id);
                 self.physical_drops += 1;
+                if self.probe.is_some_and(|(p, _)| p == f) {
+                    self.probe_lost += 1;
+                }
                 self.on_segment_sent(f, seq, mtus, now);
                 true
             }
@@ -372,12 +387,25 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Bytes of a segment of `mtus` MTUs of flow `f`: the sparse flow's requests are smaller.
+    fn segment_bytes(&self, f: u32, mtus: u32) -> u32 {
+        match self.probe {
+            Some((p, bytes)) if p == f => bytes,
+            _ => mtus * self.mtu,
+        }
+    }
+
     /// Transport bookkeeping for a segment that left the source (accepted or physically lost).
     fn on_segment_sent(&mut self, f: u32, seq: u32, mtus: u32, now: Timestamp) {
         self.packets_sent += 1;
+        let bytes = self.segment_bytes(f, mtus);
+        // The transport's pacing paces the bulk flows; the sparse flow keeps its own interval.
+        let paced = self
+            .pacing
+            .filter(|_| self.probe.is_none_or(|(p, _)| p != f));
         let fl = &mut self.flows[f as usize];
-        if let Some(p) = self.pacing {
-            fl.next_send = fl.next_send.max(now) + p.transmit_time(u64::from(mtus * self.mtu));
+        if let Some(p) = paced {
+            fl.next_send = fl.next_send.max(now) + p.transmit_time(u64::from(bytes));
         }
         if let Transport::Udp {
             backlog, next_seq, ..
@@ -487,6 +515,13 @@ impl<'a> Sim<'a> {
     fn on_arrive(&mut self, id: u32, now: Timestamp) {
         let d = self.descs.get(id);
         self.descs.release(id);
+        if self.probe.is_some_and(|(p, _)| p == d.flow) {
+            // The response returns on the unshaped reverse path, base RTT / 2.
+            let answered = now + self.half_rtt;
+            self.metrics
+                .on_probe(answered, answered.saturating_since(d.sent_at));
+            return;
+        }
         let delayed = self.sc.transport.delayed_ack;
         let fl = &mut self.flows[d.flow as usize];
         let before = fl.rx.rcv_nxt;
@@ -559,7 +594,10 @@ impl<'a> Sim<'a> {
         let measured = Duration::from_nanos(sc.duration_ns - sc.warmup_ns);
         let throughput = self.metrics.throughput(
             sc.target_rate().bps() as f64,
-            self.flows.iter().map(|f| f.bytes_measured),
+            self.flows
+                .iter()
+                .take(sc.flows as usize)
+                .map(|f| f.bytes_measured),
             measured,
             sc.per_flow_report,
         );
@@ -580,6 +618,8 @@ impl<'a> Sim<'a> {
                 }),
             ),
             queueing_delay: self.metrics.queueing_delay(),
+            probe_latency: self.metrics.probe_latency(),
+            probe_lost: self.probe_lost,
             events,
             packets_sent: self.packets_sent,
             speed: Speed {

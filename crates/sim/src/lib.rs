@@ -57,8 +57,8 @@ pub use report::{
     CountSummary, DropReport, LatencySummary, ShaperReport, SimReport, Speed, ThroughputReport,
 };
 pub use scenario::{
-    BackpressureMode, CongestionControl, DaemonBackpressure, Scenario, ScenarioError, ShaperSpec,
-    SourceKind, TransportConfig, ZdDiscipline,
+    BackpressureMode, CongestionControl, DaemonBackpressure, ProbeSpec, Scenario, ScenarioError,
+    ShaperSpec, SourceKind, TransportConfig, ZdDiscipline,
 };
 
 /// Runs `scenario` to its end and reports what it measured. Parameters are validated first: a

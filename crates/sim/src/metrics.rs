@@ -29,6 +29,7 @@ pub struct Metrics {
     /// Each flow's largest delivery latency after the warm-up, ns (0: none yet); indexed by flow.
     flow_worst: Vec<u64>,
     qdelay: Histogram<u64>,
+    probe: Histogram<u64>,
     /// Samples clamped to a histogram's bound.
     pub saturated: u64,
     /// Bytes delivered in order to receivers (goodput), whole run.
@@ -54,6 +55,7 @@ impl Metrics {
             delivery: histogram(MAX_LATENCY_NS),
             flow_worst: vec![0; flows],
             qdelay: histogram(MAX_LATENCY_NS),
+            probe: histogram(MAX_LATENCY_NS),
             saturated: 0,
             delivered_bytes: 0,
         }
@@ -172,6 +174,19 @@ impl Metrics {
             }
         }
         Self::latency(&h)
+    }
+
+    /// The sparse flow's response came back at `now`, `latency` after its request was offered.
+    #[inline]
+    pub fn on_probe(&mut self, now: Timestamp, latency: Duration) {
+        if self.measuring(now) {
+            Self::record(&mut self.probe, latency.as_nanos(), &mut self.saturated);
+        }
+    }
+
+    /// The sparse flow's request-to-response percentiles.
+    pub fn probe_latency(&self) -> LatencySummary {
+        Self::latency(&self.probe)
     }
 
     /// Queueing-delay percentiles.

@@ -163,6 +163,11 @@ pub struct SimReport {
     pub flow_delivery_latency: LatencySummary,
     /// Time from shaper enqueue to NIC start, after the warm-up, ns.
     pub queueing_delay: LatencySummary,
+    /// The sparse flow's request-to-response latency after the warm-up (request offered to the
+    /// shaper to response back at the requester), ns; empty without [`Scenario::probe`].
+    pub probe_latency: LatencySummary,
+    /// The sparse flow's requests the shaper dropped (never answered), whole run.
+    pub probe_lost: u64,
     /// Simulated events processed.
     pub events: u64,
     /// Data packets sent to the shaper (first transmissions and retransmissions).

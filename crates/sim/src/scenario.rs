@@ -100,7 +100,8 @@ pub struct TransportConfig {
     /// Socket-buffer-like cap on unacknowledged MTUs (Linux `tcp_wmem` max 4 MiB / 1500 B ~ 2800).
     pub sndbuf_mtus: u32,
     /// Optional per-flow pacing rate in bits per second, applied by the transport as the
-    /// packet's earliest departure (Carousel §5.1.1); `None` for unpaced.
+    /// packet's earliest departure (Carousel §5.1.1), to every flow but [`Scenario::probe`];
+    /// `None` for unpaced.
     pub pacing_bps: Option<u64>,
     /// Minimum retransmission timeout in nanoseconds (default [`LINUX_RTO_MIN`]).
     pub rto_min_ns: u64,
@@ -182,6 +183,11 @@ pub enum ShaperSpec {
         /// "reject"`) instead of clamping its EDT to the last slot.
         #[serde(default)]
         reject_beyond_horizon: bool,
+        /// The class's fair mode (`fair = true`): the aggregate decides when the class sends,
+        /// a per-class flow scheduler decides which flow's packet leaves; `false` is the single
+        /// virtual FIFO of the aggregate's running departure time.
+        #[serde(default)]
+        fair: bool,
     },
     /// The `sch_fq` structure (per-flow FIFOs, tree of head EDTs) with the same timestamping.
     FqTree {
@@ -294,6 +300,19 @@ impl BackpressureMode {
     }
 }
 
+/// A sparse request/response flow beside the bulk flows: every `interval_ns` it sends one request
+/// of `request_bytes` through the shaper (open loop, no congestion control, no backpressure: an
+/// RPC client or a ping); the response returns on the unshaped reverse path, base RTT / 2 after
+/// the request arrived. Its request-to-response latency is [`crate::SimReport::probe_latency`].
+/// It is flow number `flows` (after the bulk flows), left out of the bulk flows' fairness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeSpec {
+    /// Bytes of one request on the wire, 68 to one segment.
+    pub request_bytes: u32,
+    /// Time between two requests, ns.
+    pub interval_ns: u64,
+}
+
 /// One simulated run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -327,6 +346,8 @@ pub struct Scenario {
     pub ecn_threshold_packets: Option<u32>,
     /// Whether the report lists every flow's throughput.
     pub per_flow_report: bool,
+    /// An optional sparse request/response flow beside the `flows` bulk flows.
+    pub probe: Option<ProbeSpec>,
 }
 
 impl Default for Scenario {
@@ -346,6 +367,7 @@ impl Default for Scenario {
             base_rtt_ns: 100_000,
             ecn_threshold_packets: None,
             per_flow_report: false,
+            probe: None,
         }
     }
 }
@@ -412,6 +434,14 @@ impl Scenario {
                 "transport.tso_segments",
                 "mtu * tso_segments over 65535 bytes",
             );
+        }
+        if let Some(p) = self.probe {
+            if p.interval_ns == 0 {
+                return Err(ScenarioError::Zero("probe.interval_ns"));
+            }
+            if !(68..=seg).contains(&u64::from(p.request_bytes)) {
+                return range("probe.request_bytes", "68 bytes to one segment");
+            }
         }
         if self.transport.pacing_bps == Some(0) {
             return Err(ScenarioError::Zero("transport.pacing_bps"));

@@ -440,3 +440,49 @@ fn delivery_latency_shows_rto_stalls_that_the_echoed_rtt_hides() {
     );
     assert!(zd.flow_delivery_latency.max_ns < 10_000_000);
 }
+
+/// The sparse flow alone beside a light UDP flow: each response comes back one base RTT plus
+/// the request's serialization after the request; it adds to the aggregate but not to the bulk
+/// flows' fairness; a bad request size is refused.
+#[test]
+fn probe_measures_request_to_response_latency() {
+    let s = Scenario {
+        source: SourceKind::Udp {
+            rate_bps: Some(10_000_000),
+        },
+        shaper: wheel(Some(500_000_000), 1_000),
+        probe: Some(ProbeSpec {
+            request_bytes: 200,
+            interval_ns: 1_000_000,
+        }),
+        ..base(1)
+    };
+    let r = run_ok(&s);
+    // 200 measured ms, one request per ms.
+    assert!((195..=201).contains(&r.probe_latency.samples), "{r:?}");
+    assert_eq!(r.probe_lost, 0);
+    let base_rtt = s.base_rtt_ns;
+    // At most one bulk packet (12 µs at 1 Gbit/s) ahead of a request, plus its own 1.6 µs and
+    // the wheel's 2 µs slot.
+    assert!(r.probe_latency.p50_ns >= base_rtt, "{:?}", r.probe_latency);
+    assert!(
+        r.probe_latency.max_ns <= base_rtt + 20_000,
+        "{:?}",
+        r.probe_latency
+    );
+    assert_eq!(r.throughput.jain_fairness, 1.0, "one bulk flow");
+    let bad = Scenario {
+        probe: Some(ProbeSpec {
+            request_bytes: 20,
+            interval_ns: 1_000_000,
+        }),
+        ..s
+    };
+    assert!(matches!(
+        run(&bad),
+        Err(ScenarioError::OutOfRange {
+            field: "probe.request_bytes",
+            ..
+        })
+    ));
+}

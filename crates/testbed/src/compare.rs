@@ -11,6 +11,9 @@
 //!   limit: a 250 ms horizon with `horizon_policy = "reject"` (Carousel §5.1.2: dropping beyond
 //!   the horizon suits a hard rate limit; clamping lets a full wheel overshoot, which 256 flows
 //!   that ignore ECN — the host's default BBR — did, by 7 % at 100 Mbit/s);
+//! * **metronome-fair**: the same daemon and class with `fair = true` ([`metronome_fair_config`]):
+//!   the aggregate still decides when the class sends, a per-class flow scheduler decides which
+//!   flow's packet leaves, new and sparse flows first, so the probe does not wait behind the bulk;
 //! * **htb**: a Linux bridge joins `in0` and `out0` and `out0` gets one HTB class, rate = ceil =
 //!   target, the `tc` default burst ([`QdiscSpec::Htb`]);
 //! * **tbf**: the same bridge with a TBF whose bucket and queue [`QdiscSpec::tbf`] picks.
@@ -47,6 +50,8 @@
 //! unrelated processes. For the daemon (metronome and pass-through runs) the daemon thread's own
 //! CPU per Gbit/s is reported besides ([`Row::daemon_cpu_pct`], from that thread's `schedstat`:
 //! the loop's user and kernel time, its `recvmmsg`/`sendmmsg` included, and nothing else).
+//! The bulk connections' fairness is [`Row::jain_bulk`]: Jain's index of the bytes each bulk
+//! connection delivered to the receiver over its whole run ([`measure::jain_index`]).
 
 pub mod measure;
 
@@ -54,7 +59,7 @@ use crate::forwarder::ForwarderMode;
 use crate::netns::{LinkCounters, QdiscSpec, TopoError, Topology};
 pub use crate::offloads::OffloadMode;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
-use measure::{cpu_pct_per_gbit, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
+use measure::{cpu_pct_per_gbit, jain_index, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::Control;
@@ -101,6 +106,9 @@ const BASE_PORT: u16 = 20_000;
 pub enum Shaper {
     /// The Metronome daemon.
     Metronome,
+    /// The Metronome daemon, its class in the fair mode (`fair = true`).
+    #[serde(rename = "metronome-fair")]
+    MetronomeFair,
     /// Kernel HTB, one class.
     Htb,
     /// Kernel TBF.
@@ -112,18 +120,32 @@ pub enum Shaper {
 }
 
 impl Shaper {
-    /// All three, in report order.
-    pub const ALL: [Shaper; 3] = [Shaper::Metronome, Shaper::Htb, Shaper::Tbf];
+    /// The four shapers of a comparison, in report order.
+    pub const ALL: [Shaper; 4] = [
+        Shaper::Metronome,
+        Shaper::MetronomeFair,
+        Shaper::Htb,
+        Shaper::Tbf,
+    ];
 
     /// The name used in reports and JSON.
     pub fn name(self) -> &'static str {
         match self {
             Shaper::Metronome => "metronome",
+            Shaper::MetronomeFair => "metronome-fair",
             Shaper::Htb => "htb",
             Shaper::Tbf => "tbf",
             Shaper::Passthrough => "passthrough",
             Shaper::Forwarder => "forwarder",
         }
+    }
+
+    /// Whether the Metronome daemon runs this shaper (its thread's CPU is reported).
+    pub fn is_daemon(self) -> bool {
+        matches!(
+            self,
+            Shaper::Metronome | Shaper::MetronomeFair | Shaper::Passthrough
+        )
     }
 }
 
@@ -148,7 +170,7 @@ pub struct CompareOptions {
 }
 
 impl CompareOptions {
-    /// The full comparison: 6 rates × 3 flow counts × 3 shapers, 1 s warm-up, 3 s measured, with
+    /// The full comparison: 6 rates × 3 flow counts × 4 shapers, 1 s warm-up, 3 s measured, with
     /// the host's offloads.
     pub fn full() -> Self {
         CompareOptions {
@@ -175,7 +197,7 @@ impl CompareOptions {
         }
     }
 
-    /// `--quick`: [`QUICK_TARGETS_BPS`] (100 Mbit/s, 1 and 10 Gbit/s) with 16 flows: 9 runs of
+    /// `--quick`: [`QUICK_TARGETS_BPS`] (100 Mbit/s, 1 and 10 Gbit/s) with 16 flows: 12 runs of
     /// 4.3 s, about a minute with the set-up.
     pub fn quick() -> Self {
         CompareOptions {
@@ -215,6 +237,11 @@ pub struct Row {
     /// The daemon thread's own CPU (its `schedstat`), percent of one CPU per Gbit/s achieved;
     /// `None` for the kernel shapers and the forwarder.
     pub daemon_cpu_pct: Option<f64>,
+    /// Jain's fairness index of the bytes each bulk connection delivered over the run (1 = equal
+    /// shares); `None` (JSON `null`) when no bulk bytes arrived. Missing in documents of earlier
+    /// runs, read as `None`.
+    #[serde(default)]
+    pub jain_bulk: Option<f64>,
 }
 
 /// A row and what else was seen during its run.
@@ -270,14 +297,24 @@ impl CompareError {
 /// aggregate, ECN backpressure at 1 ms, a 250 ms horizon that rejects beyond it (see the module
 /// docs).
 pub fn metronome_config(receiver: std::net::Ipv4Addr, target_bps: u64) -> Config {
+    class_config(receiver, target_bps, "")
+}
+
+/// [`metronome_config`] with the class in the fair mode (`fair = true`).
+pub fn metronome_fair_config(receiver: std::net::Ipv4Addr, target_bps: u64) -> Config {
+    class_config(receiver, target_bps, "fair = true\n")
+}
+
+/// The one-class configuration of the metronome runs, `extra` added to the class table.
+fn class_config(receiver: std::net::Ipv4Addr, target_bps: u64, extra: &str) -> Config {
     let text = format!(
         "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n[wheel]\nhorizon = \"250ms\"\n\n[[class]]\nname = \"compare\"\n\
          match = {{ dst = \"{receiver}\", protocol = \"tcp\" }}\nrate = {target_bps}\n\
          horizon_policy = \"reject\"\n\
-         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n"
+         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n{extra}"
     );
-    // Built from two well-formed values; a failure would be a defect of this function, tested
-    // by `the_metronome_config_is_valid`.
+    // Built from well-formed values; a failure would be a defect of this function, tested by
+    // `the_metronome_config_is_valid`.
     Config::from_toml_str(&text, "compare.toml").expect("the compare config is valid")
 }
 
@@ -319,8 +356,8 @@ pub fn run(
                 let r = &report.row;
                 let _ = writeln!(
                     progress,
-                    "{:<11} {:>6.0} Mbit/s {:>3} flows, offloads {}: {:>8.2} Mbit/s, deviation \
-                     {:>6.2} %, RTT p50 {:>6} p99 {:>6} us, machine cpu {:>6.1} %/Gbit/s{}",
+                    "{:<14} {:>6.0} Mbit/s {:>3} flows, offloads {}: {:>8.2} Mbit/s, deviation \
+                     {:>6.2} %, RTT p50 {:>6} p99 {:>6} us, jain {}, machine cpu {:>6.1} %/Gbit/s{}",
                     shaper.name(),
                     target as f64 / 1e6,
                     flows,
@@ -329,6 +366,7 @@ pub fn run(
                     r.deviation_pct,
                     format_rtt_us(report.rtt_p50_us),
                     format_rtt_us(r.rtt_p99_us),
+                    r.jain_bulk.map_or("-".to_owned(), |j| format!("{j:.3}")),
                     r.cpu_pct,
                     r.daemon_cpu_pct
                         .map(|d| format!(", daemon thread {d:.1} %/Gbit/s"))
@@ -385,13 +423,13 @@ fn start_shaper(
             std::thread::sleep(Duration::from_millis(100)); // sockets open
             Ok(ActiveShaper::Forwarder { stop, thread })
         }
-        Shaper::Metronome | Shaper::Passthrough => {
+        Shaper::Metronome | Shaper::MetronomeFair | Shaper::Passthrough => {
             topo.remove_qdisc(&out)?;
             topo.unbridge_shaper()?;
-            let mut config = if shaper == Shaper::Passthrough {
-                passthrough_config()
-            } else {
-                metronome_config(topo.receiver_addr, target)
+            let mut config = match shaper {
+                Shaper::Passthrough => passthrough_config(),
+                Shaper::MetronomeFair => metronome_fair_config(topo.receiver_addr, target),
+                _ => metronome_config(topo.receiver_addr, target),
             };
             offloads.configure(&mut config);
             let control = Control::default();
@@ -551,7 +589,12 @@ fn measure_run(
         )?),
         None => None,
     };
-    traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
+    let bulk = traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
+    let per_flow: Vec<f64> = bulk
+        .groups
+        .first()
+        .map(|g| g.bytes_per_flow.iter().map(|&b| b as f64).collect())
+        .unwrap_or_default();
     let Some(m) = measured else {
         return Err(CompareError::NoTraffic {
             shaper: shaper.name(),
@@ -570,6 +613,7 @@ fn measure_run(
             rtt_p99_us: answered(&m.probe).map(|p| p.p99_us),
             cpu_pct: cpu_pct_per_gbit(m.machine_cores, achieved),
             daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
+            jain_bulk: jain_index(&per_flow),
         },
         windows: m.rates.len(),
         probe_samples: m.probe.samples,
@@ -675,6 +719,14 @@ mod tests {
             (c.interfaces.inside.as_str(), c.interfaces.outside.as_str()),
             ("in0", "out0")
         );
+        assert!(!c.classes[0].policy.fair);
+        let fair = metronome_fair_config(std::net::Ipv4Addr::new(10, 77, 3, 2), 2_000_000_000);
+        assert!(fair.classes[0].policy.fair);
+        assert_eq!(fair.classes[0].policy.rate, c.classes[0].policy.rate);
+        assert_eq!(
+            fair.classes[0].policy.backpressure,
+            c.classes[0].policy.backpressure
+        );
     }
 
     #[test]
@@ -682,7 +734,7 @@ mod tests {
         let full = CompareOptions::full();
         assert_eq!(
             full.targets_bps.len() * full.flows.len() * full.shapers.len(),
-            54
+            72
         );
         for t in [
             100_000_000,
@@ -701,10 +753,10 @@ mod tests {
         );
         assert_eq!(quick.flows, [16]);
         assert_eq!(quick.offloads, OffloadMode::Host);
-        // 9 runs of warm-up + measurement + tail fit in 40 s, about a minute with the set-up.
+        // 12 runs of warm-up + measurement + tail fit in 52 s, about a minute with the set-up.
         let runs = quick.targets_bps.len() * quick.flows.len() * quick.shapers.len();
         let per_run = quick.warmup + quick.measure + TAIL;
-        assert!(per_run * runs as u32 <= Duration::from_secs(40));
+        assert!(per_run * runs as u32 <= Duration::from_millis(51_600));
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub(crate) struct RawClass {
     pub backpressure: Option<Spanned<RawBackpressure>>,
     pub ack_shaping: Option<Spanned<RawAckShaping>>,
     pub gso_burst: Option<Spanned<String>>,
+    pub fair: Option<Spanned<bool>>,
 }
 
 /// A class's `ack_shaping` table: `{ rate = "1gbit", per = "class" | "flow", flows = 4096 }`.

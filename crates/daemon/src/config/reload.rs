@@ -3,7 +3,7 @@
 //!
 //! Applied live, without losing a queued packet:
 //! * classes added, removed, reordered, or with a new `match`, `rate`, `pacing`, `burst`,
-//!   `horizon_policy`, `backpressure` or `ack_shaping`; the default class's policy;
+//!   `horizon_policy`, `backpressure`, `ack_shaping` or `fair`; the default class's policy;
 //! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip` (read per frame from the installed
 //!   configuration).
 //!
@@ -177,6 +177,7 @@ fn policy_changes(old: &ClassPolicy, new: &ClassPolicy) -> Vec<FieldChange> {
     );
     let acks = |a: Option<super::AckShapingPolicy>| a.map_or("none".to_string(), |a| a.to_string());
     text("ack_shaping", acks(old.ack_shaping), acks(new.ack_shaping));
+    compare(&mut out, "fair", old.fair, new.fair);
     compare(
         &mut out,
         "horizon_policy",

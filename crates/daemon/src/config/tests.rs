@@ -481,3 +481,21 @@ fn super_frame_fields_need_a_restart_but_gso_burst_reloads() {
     assert!(!plan.needs_restart());
     assert!(plan.to_string().contains("gso_burst"), "{plan}");
 }
+
+#[test]
+fn fair_needs_a_rate_defaults_off_and_reloads() {
+    let c = parse(&format!("{CLASS}rate = \"1gbit\"\n")).unwrap();
+    assert!(!c.classes[0].policy.fair && !c.default_class.fair);
+    let fair = parse(&format!("{CLASS}rate = \"1gbit\"\nfair = true\n")).unwrap();
+    assert!(fair.classes[0].policy.fair);
+    // Per-flow pacing alone has no aggregate to share.
+    error_at(
+        &format!("{CLASS}pacing = \"1gbit\"\nfair = true\n"),
+        7,
+        "class[0].fair",
+    );
+    error_at(&format!("{CLASS}fair = false\n"), 6, "class[0].fair");
+    let plan = c.diff(&fair);
+    assert!(!plan.needs_restart());
+    assert!(plan.to_string().contains("fair: false -> true"), "{plan}");
+}

@@ -334,6 +334,7 @@ impl Validator<'_> {
                 ),
                 ("backpressure", raw.backpressure.as_ref().map(|b| b.span())),
                 ("gso_burst", raw.gso_burst.as_ref().map(|b| b.span())),
+                ("fair", raw.fair.as_ref().map(|b| b.span())),
             ];
             if let Some((field, Some(span))) = idle.into_iter().find(|(_, s)| s.is_some()) {
                 return Err(self.invalid(
@@ -356,6 +357,17 @@ impl Validator<'_> {
         if let Some(bp) = &raw.backpressure {
             policy.backpressure =
                 self.backpressure(bp.get_ref(), &format!("{path}.backpressure"))?;
+        }
+        if let Some(fair) = &raw.fair {
+            if *fair.get_ref() && policy.rate.is_none() {
+                return Err(self.invalid(
+                    fair.span(),
+                    &format!("{path}.fair"),
+                    "fair queueing shares the class's `rate` among its flows: set `rate`"
+                        .to_string(),
+                ));
+            }
+            policy.fair = *fair.get_ref();
         }
         if let Some(a) = &raw.ack_shaping {
             policy.ack_shaping =

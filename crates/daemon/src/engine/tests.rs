@@ -4,6 +4,7 @@ use super::*;
 use etherparse::PacketBuilder;
 use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort};
 
+mod fair;
 mod unclassified;
 
 const BASE: &str = r#"

@@ -80,6 +80,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
         capacity_packets: point.positive_u32("capacity_packets")?,
         backpressure: DaemonBackpressure::None,
         reject_beyond_horizon: false,
+        fair: false,
     };
     let r = simulate(point, &sc)?;
     // The histogram's 3 significant digits report a bucket's highest value (70 015 for a full

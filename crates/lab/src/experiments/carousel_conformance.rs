@@ -74,6 +74,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
                 capacity_packets: point.positive_u32("wheel_capacity_packets")?,
                 backpressure: DaemonBackpressure::None,
                 reject_beyond_horizon: false,
+                fair: false,
             };
             let dc = BackpressureMode::DeferredCompletions {
                 limit: point.positive_u32("dc_limit")?,

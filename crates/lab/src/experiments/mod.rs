@@ -13,10 +13,12 @@
 //! and [`carousel_conformance`] (Fig. 12, 13, 16) run whole hosts on the simulator
 //! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD);
 //! [`incast`] (Carousel Fig. 19) runs the simulator's incast model and [`mqecn`] its switch-port
-//! scenario (MQ-ECN Fig. 1, 3, 6-10).
+//! scenario (MQ-ECN Fig. 1, 3, 6-10). [`fairq`] runs a sparse flow beside bulk flows through the
+//! daemon's engine, one class as a single FIFO and in its fair mode (NicPic §3).
 
 pub mod carousel_backpressure;
 pub mod carousel_conformance;
+pub mod fairq;
 pub mod incast;
 pub mod mqecn;
 pub mod nba;
@@ -84,6 +86,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: nba::NAME,
         summary: "an aggregate limit over 2-4 per-core shapers via the NIC-level bandwidth allocator, shifting demand (Carousel §5.3)",
         run: nba::run,
+    },
+    Experiment {
+        name: fairq::NAME,
+        summary: "a sparse request/response flow beside 16-256 bulk flows in one rate-limited class: single FIFO vs fair mode (NicPic §3)",
+        run: fairq::run,
     },
 ];
 

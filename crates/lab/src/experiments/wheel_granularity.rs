@@ -136,6 +136,7 @@ fn measure(p: &Params, point: usize) -> Result<Vec<u64>, LabError> {
         capacity_packets: in_shaper as u32, // at most 16 Mi: checked by `Params::read`
         backpressure: DaemonBackpressure::None,
         reject_beyond_horizon: true,
+        fair: false,
     };
     let len = u32::from(p.packet_bytes);
     let mut shaper =

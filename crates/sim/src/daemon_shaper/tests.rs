@@ -19,6 +19,7 @@ fn daemon(aggregate_bps: Option<u64>, per_flow_bps: Option<u64>, cap: u32) -> Sh
         capacity_packets: cap,
         backpressure: DaemonBackpressure::None,
         reject_beyond_horizon: false,
+        fair: false,
     }
 }
 
@@ -218,6 +219,7 @@ fn engine_specs_it_cannot_run_are_errors() {
             capacity_packets: 10,
             backpressure: DaemonBackpressure::None,
             reject_beyond_horizon: false,
+            fair: false,
         },
     ];
     for spec in bad {
@@ -246,6 +248,7 @@ fn the_engine_clamps_or_rejects_beyond_its_horizon() {
             capacity_packets: 100,
             backpressure: DaemonBackpressure::None,
             reject_beyond_horizon: reject,
+            fair: false,
         };
         let mut shaper = Shaper::new(&spec, 1, 1500, None, false).expect("valid spec");
         let v: Vec<Verdict> = (0..10)

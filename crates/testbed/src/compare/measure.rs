@@ -78,6 +78,15 @@ pub fn mean_abs_deviation_pct(windows: &[f64], target_bps: f64) -> Option<f64> {
     Some(sum / windows.len() as f64 / target_bps * 100.0)
 }
 
+/// Jain's fairness index of `shares`, `(Σx)² / (n Σx²)`: 1 when all are equal, `1/n` when one
+/// has everything (Jain, Chiu and Hawe, DEC-TR-301, 1984). `None` without shares or when all are
+/// zero.
+pub fn jain_index(shares: &[f64]) -> Option<f64> {
+    let sum: f64 = shares.iter().sum();
+    let squares: f64 = shares.iter().map(|x| x * x).sum();
+    (!shares.is_empty() && squares > 0.0).then(|| sum * sum / (shares.len() as f64 * squares))
+}
+
 /// Percent of one CPU per Gbit/s of achieved rate: `cpu_cores × 100 / (achieved_bps / 1e9)`.
 /// 0 when nothing was achieved (no rate to charge the CPU to).
 pub fn cpu_pct_per_gbit(cpu_cores: f64, achieved_bps: f64) -> f64 {
@@ -268,6 +277,16 @@ mod tests {
         assert_eq!(mean_abs_deviation_pct(&[], 100.0), None);
         assert_eq!(mean_abs_deviation_pct(&[1.0], 0.0), None);
         assert_eq!(mean(&[]), 0.0);
+    }
+
+    #[test]
+    fn jain_index_is_one_for_equal_shares_and_one_over_n_for_one_taker() {
+        assert_eq!(jain_index(&[5.0, 5.0, 5.0, 5.0]), Some(1.0));
+        assert_eq!(jain_index(&[8.0, 0.0, 0.0, 0.0]), Some(0.25));
+        let j = jain_index(&[1.0, 2.0]).unwrap();
+        assert!((j - 0.9).abs() < 1e-12, "{j}");
+        assert_eq!(jain_index(&[]), None);
+        assert_eq!(jain_index(&[0.0, 0.0]), None);
     }
 
     #[test]

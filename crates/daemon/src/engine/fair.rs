@@ -1,0 +1,430 @@
+//! Fair queueing inside a rate-limited class (`fair = true`): the engine's part of
+//! [`metronome_core::fair_queue`] (Carousel §5.1's aggregate timestamps, NicPic §3's on-demand
+//! pulls with fair sharing, FlowBundler §IV's per-flow buckets).
+//!
+//! A packet of a fair class is **not stamped on arrival**. After classification and the flow
+//! table, it joins its flow's queue in the class's [`FairQueue`] (the flow is its flow-table
+//! entry; a packet with no entry goes to the class's overflow flow, counted under
+//! `fair_overflow`). The class's aggregate policy still decides *when* the class may send its
+//! next bytes: whenever it has credit (its earliest departure for a full frame,
+//! `PolicyStack::peek`, is not after `now`), [`Engine::fair_pull`] asks deficit round robin
+//! *which* flow's packet leaves — new flows first, so a sparse flow waits about one quantum
+//! round, not the class's whole backlog — and stamps it with the usual [`PolicyStack`]
+//! (aggregate and, when the class paces, the flow's own pacing policy). Its EDT is normally due
+//! at once; a flow's pacing may put it later, and then it waits in the wheel while the class
+//! goes on with other flows. [`Engine::next_due`] includes each backlogged fair class's next
+//! credit time, so the loop wakes for it (CONTRIBUTING.md §3).
+//!
+//! **Stamping time.** A pulled packet is stamped as of its arrival (`enqueued_at`), not of the
+//! pull: a loop that pulls late still gives the aggregate its full rate (the bytes of a backlogged
+//! class follow each other at exactly the rate, from the aggregate's last timestamp), and an idle
+//! class's first packet gets its arrival time, as a FIFO class's does. The wheel is given the
+//! real `now`.
+//!
+//! **Backpressure per flow.** `drop` counts the flow's packets in the fair queue and the wheel
+//! against its `limit`, as for a FIFO class. `ecn` looks at the flow's *own* queueing delay: the
+//! sojourn of the packet at the head of its flow's queue when this one arrives
+//! ([`FairQueue::flow_sojourn`]); above `threshold` the arriving packet is marked CE. A sparse
+//! flow, whose queue is empty, is never marked; a bulk flow with a standing queue is.
+//! `horizon_policy = "reject"` does not apply while a packet waits in the fair queue (it has no
+//! EDT yet; the frame pool bounds the queue).
+//!
+//! **Super-frames** are one unit of the fair queue (charged their wire bytes); when one is
+//! pulled it is cut into pieces ([`crate::pieces`]) and every piece is stamped and put in the
+//! wheel then.
+//!
+//! **Accounting** (CONTRIBUTING.md §11). A frame in a fair queue is counted under
+//! `fair_enqueued`, then `fair_pulled` (into the wheel, where it counts as `enqueued`) or
+//! `fair_discarded_at_stop`. [`Engine::invariants`] checks
+//! `received = forwarded + enqueued frames + dropped + fair queued + fair discarded at stop`
+//! and `fair_enqueued = fair_pulled + fair_discarded_at_stop + fair queued`.
+//! A pull needs room in the wheel for all its entries; without it the class waits for the next
+//! release (the wheel is not empty), so nothing is dropped at a pull.
+//!
+//! **Reload.** `fair` may change live. Packets already in a class's fair queue stay there and are
+//! pulled as before until it is empty, whatever the class's new `fair`; packets in the wheel
+//! leave at their EDT. With `fair = false` new packets are stamped on arrival.
+
+use super::{clamp_u32, cut_segments, Engine, NO_ENTRY};
+use crate::config::{Backpressure, Config};
+use crate::flow_table::FLOW_TABLE_CAPACITY;
+use crate::metrics::DropReason;
+use metronome_core::timestamp::PolicyStack;
+use metronome_core::{ClassId, EdtQueue, FairQueue, FairQueueConfig, FlowId, PacketRef, Timestamp};
+use metronome_io::FramePool;
+use metronome_packet::{mark_ce, EcnMark, Parsed, SuperFrame};
+
+/// Most packets one [`Engine::fair_pull`] takes from one class: a transmit batch.
+const PULL_BATCH: usize = crate::config::MAX_BATCH_SIZE;
+
+/// A super-frame's cut, kept while it waits in a fair queue.
+#[derive(Clone, Copy, Debug)]
+struct PendingCut {
+    sf: SuperFrame,
+    max_segments: u32,
+    pieces: u32,
+}
+
+/// The engine's fair-queueing state: empty (nothing allocated) until a class is fair.
+#[derive(Debug, Default)]
+pub(super) struct Fair {
+    queue: Option<FairQueue>,
+    /// Class state indices that are fair or still hold packets in the fair queue.
+    active: Vec<u16>,
+    /// The cut of each pool slot's super-frame waiting in a fair queue.
+    cuts: Vec<Option<PendingCut>>,
+    /// Packets of each class (by state index) that went to the overflow flow.
+    overflowed: Vec<u64>,
+    /// Pool slots of the engine (the fair queue's packet ids).
+    pool_slots: usize,
+    /// Packets the wheel holds at most (its node pool's guarantee).
+    wheel_packets: usize,
+    /// Pulled frames the wheel refused, to free at the next call that holds the pool.
+    orphans: Vec<u32>,
+}
+
+impl Fair {
+    /// The state for an engine of `pool_slots` frames and a wheel of `wheel_packets` packets.
+    pub(super) fn new(pool_slots: usize, wheel_packets: usize) -> Fair {
+        Fair {
+            pool_slots,
+            wheel_packets,
+            ..Fair::default()
+        }
+    }
+
+    /// Frames held in fair queues.
+    pub(super) fn len(&self) -> u64 {
+        self.queue.as_ref().map_or(0, FairQueue::len)
+    }
+}
+
+impl Engine {
+    /// Sizes the fair queues for the installed classes (start-up and reload: allocates the first
+    /// time a class is fair) and lists the classes to pull from.
+    pub(super) fn fair_configure(&mut self, config: &Config) {
+        let any_fair = self.classes.iter().any(|s| s.policy.fair);
+        let f = &mut self.fair;
+        if f.queue.is_none() && any_fair {
+            let quantum = config.interfaces.mtu.saturating_add(14).max(1);
+            f.queue = FairQueue::new(FairQueueConfig {
+                packets: u32::try_from(f.pool_slots).unwrap_or(u32::MAX - 2),
+                flows: FLOW_TABLE_CAPACITY as u32,
+                classes: 0,
+                quantum,
+            })
+            .ok();
+            f.cuts = vec![None; f.pool_slots];
+        }
+        let Some(q) = f.queue.as_mut() else {
+            return;
+        };
+        let n = u16::try_from(self.classes.len()).unwrap_or(u16::MAX);
+        q.set_classes(n);
+        f.overflowed.resize(self.classes.len(), 0);
+        f.active.clear();
+        for (i, state) in self.classes.iter().enumerate() {
+            let held = q.class_packets(ClassId(i as u16)) > 0;
+            if (state.policy.fair && state.aggregate.is_some()) || held {
+                f.active.push(i as u16);
+            }
+        }
+    }
+
+    /// Queues a packet of fair class `index` (slot `id`, `len` wire bytes) in its flow's queue,
+    /// after the flow-limit check; marks it CE when its flow's own queueing delay is above the
+    /// `ecn` threshold. Called by `Engine::shape` instead of stamping.
+    pub(super) fn fair_enqueue(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        (id, index, entry): (u32, usize, Option<u32>),
+        (len, superframe): (u64, Option<SuperFrame>),
+        parsed: &Parsed,
+    ) {
+        let policy = self.classes[index].policy;
+        let Some(q) = self.fair.queue.as_mut() else {
+            // Not reachable: a fair class allocates the queue when installed.
+            return self.drop(pool, id, index, DropReason::QueueFull);
+        };
+        let class = ClassId(index as u16);
+        let flow_index = entry.unwrap_or(NO_ENTRY);
+        if let Backpressure::Ecn { threshold } = policy.backpressure {
+            if q.flow_sojourn(flow_index, now) > threshold {
+                match mark_ce(pool.frame_mut(id), parsed) {
+                    EcnMark::Marked => {
+                        self.counters.ecn_marked += 1;
+                        self.classes[index].metrics.ecn_marked();
+                    }
+                    EcnMark::AlreadyCe => self.counters.ecn_already_ce += 1,
+                    EcnMark::NotEct | EcnMark::NotIp => {
+                        self.counters.ecn_not_ect += 1;
+                        self.classes[index].metrics.ecn_not_ect();
+                    }
+                }
+            }
+        }
+        let q = self.fair.queue.as_mut().expect("checked above");
+        match q.enqueue(now, class, entry, id, clamp_u32(len)) {
+            Ok(placed) => {
+                if placed.overflow {
+                    self.counters.fair_overflow += 1;
+                    if let Some(o) = self.fair.overflowed.get_mut(index) {
+                        *o += 1;
+                    }
+                }
+            }
+            Err(_) => return self.drop(pool, id, index, DropReason::QueueFull),
+        }
+        self.counters.fair_enqueued += 1;
+        self.classes[index].stamped_bytes += len;
+        if let Some(e) = entry {
+            self.flows.add_queued(e);
+        }
+        let i = id as usize;
+        if let Some(slot) = self.slot_entry.get_mut(i) {
+            *slot = entry.unwrap_or(NO_ENTRY);
+        }
+        if let Some(slot) = self.slot_wire.get_mut(i) {
+            *slot = clamp_u32(len);
+        }
+        let cut = superframe.and_then(|sf| {
+            let max_segments = cut_segments(&sf, &policy);
+            let pieces = sf.pieces(max_segments);
+            (pieces > 1).then_some(PendingCut {
+                sf,
+                max_segments,
+                pieces,
+            })
+        });
+        if let Some(slot) = self.fair.cuts.get_mut(i) {
+            *slot = cut;
+        }
+        self.fair_pull(now);
+    }
+
+    /// Pulls, from every backlogged fair class whose aggregate has credit at `now`, the packets
+    /// deficit round robin picks, stamps them and puts them in the wheel (at most
+    /// [`PULL_BATCH`] a class per call). Returns how many frames it pulled.
+    pub(super) fn fair_pull(&mut self, now: Timestamp) -> usize {
+        let mut pulled = 0;
+        for k in 0..self.fair.active.len() {
+            let index = usize::from(self.fair.active[k]);
+            for _ in 0..PULL_BATCH {
+                if !self.fair_pull_one(now, index) {
+                    break;
+                }
+                pulled += 1;
+            }
+        }
+        pulled
+    }
+
+    /// Pulls one packet of class `index` if it has one and its aggregate has credit at `now`
+    /// and the wheel has room for it.
+    fn fair_pull_one(&mut self, now: Timestamp, index: usize) -> bool {
+        let Some(q) = self.fair.queue.as_mut() else {
+            return false;
+        };
+        let class = ClassId(index as u16);
+        if q.class_packets(class) == 0 {
+            return false;
+        }
+        let Some(state) = self.classes.get(index) else {
+            return false;
+        };
+        let (aggregate_id, policy) = (state.aggregate, state.policy);
+        let aggregate = PolicyStack::new(aggregate_id, None);
+        if aggregate.peek(&self.stamper, now, now, q.quantum()) > now {
+            return false;
+        }
+        // Room for one entry at least, so that the pull cannot fail.
+        if self.wheel.len() >= self.fair.wheel_packets {
+            return false;
+        }
+        let Some(dq) = q.dequeue(now, class) else {
+            return false;
+        };
+        self.counters.fair_pulled += 1;
+        let id = dq.id;
+        let i = id as usize;
+        let entry = self.slot_entry.get(i).copied().unwrap_or(NO_ENTRY);
+        if entry != NO_ENTRY {
+            self.flows.remove_queued(entry);
+        }
+        let pacing = match (policy.pacing, entry) {
+            (Some(rate), e) if e != NO_ENTRY => {
+                self.flows
+                    .pacing_policy(e, &mut self.stamper, rate, policy.burst)
+            }
+            _ => None,
+        };
+        let policies = PolicyStack::new(aggregate_id, pacing);
+        let at = dq.enqueued_at.min(now);
+        let cut = self.fair.cuts.get_mut(i).and_then(Option::take);
+        let flow = FlowId(if entry == NO_ENTRY { dq.flow } else { entry });
+        if let Some(c) = cut {
+            let room = self.fair.wheel_packets.saturating_sub(self.wheel.len());
+            if room >= c.pieces as usize {
+                let r = self.queue_pieces(
+                    (now, at),
+                    (id, flow, index),
+                    &c.sf,
+                    (c.max_segments, c.pieces),
+                    policies,
+                    entry,
+                );
+                if let Err(reason) = r {
+                    self.fair_orphan(id, index, reason);
+                }
+                return true;
+            }
+            // No room for every piece: sent whole (the wheel has room for one entry).
+        }
+        let len = dq.len;
+        let edt = policies
+            .stamp(&mut self.stamper, at, at, len)
+            .min(now.saturating_add(self.max_delay));
+        let len16 = u16::try_from(len).unwrap_or(u16::MAX);
+        let pkt = PacketRef::new(id, flow, class, len16);
+        match self.wheel.enqueue(now, edt, pkt) {
+            Ok(()) => {
+                self.counters.enqueued += 1;
+                self.classes[index].queued += 1;
+                if let Some(slot) = self.slot_edt.get_mut(i) {
+                    *slot = edt;
+                }
+                if let Some(slot) = self.slot_step.get_mut(i) {
+                    *slot = 0;
+                }
+                if entry != NO_ENTRY {
+                    self.flows.add_queued(entry);
+                }
+            }
+            Err(rejected) => self.fair_orphan(id, index, super::reject_reason(rejected.reason)),
+        }
+        true
+    }
+
+    /// A pulled frame the wheel refused (not expected: a pull checks the wheel's room first):
+    /// counted as a drop now, its slot freed at the next call that holds the pool.
+    fn fair_orphan(&mut self, id: u32, index: usize, reason: DropReason) {
+        match reason {
+            DropReason::Horizon => self.counters.dropped_horizon += 1,
+            _ => self.counters.dropped_pool += 1,
+        }
+        if let Some(state) = self.classes.get(index) {
+            state.metrics.dropped(reason);
+        }
+        self.fair.orphans.push(id);
+    }
+
+    /// Frees the slots of [`Engine::fair_orphan`]s.
+    pub(super) fn fair_free_orphans(&mut self, pool: &mut FramePool) {
+        for id in self.fair.orphans.drain(..) {
+            pool.free(id);
+        }
+    }
+
+    /// When the next fair class gets credit for its next packet: the earliest over backlogged
+    /// fair classes (`None` when none is backlogged or all are paused).
+    pub(super) fn fair_next_due(&self) -> Option<Timestamp> {
+        let q = self.fair.queue.as_ref()?;
+        let mut due: Option<Timestamp> = None;
+        for &index in &self.fair.active {
+            if q.class_packets(ClassId(index)) == 0 {
+                continue;
+            }
+            let Some(state) = self.classes.get(usize::from(index)) else {
+                continue;
+            };
+            let t = PolicyStack::new(state.aggregate, None).peek(
+                &self.stamper,
+                Timestamp::ZERO,
+                Timestamp::ZERO,
+                q.quantum(),
+            );
+            if t != Timestamp::MAX {
+                due = Some(due.map_or(t, |d| d.min(t)));
+            }
+        }
+        due
+    }
+
+    /// Frees every frame still in a fair queue at shutdown, counted under
+    /// `fair_discarded_at_stop`. Returns how many.
+    pub(super) fn fair_drain_all(&mut self, pool: &mut FramePool) -> u64 {
+        self.fair_free_orphans(pool);
+        let Some(q) = self.fair.queue.as_mut() else {
+            return 0;
+        };
+        let mut total = 0;
+        for index in 0..q.classes() {
+            while let Some(dq) = q.dequeue(Timestamp::MAX, ClassId(index as u16)) {
+                let i = dq.id as usize;
+                if let Some(&e) = self.slot_entry.get(i) {
+                    if e != NO_ENTRY {
+                        self.flows.remove_queued(e);
+                    }
+                }
+                if let Some(c) = self.fair.cuts.get_mut(i) {
+                    *c = None;
+                }
+                pool.free(dq.id);
+                total += 1;
+            }
+        }
+        self.counters.fair_discarded_at_stop += total;
+        total
+    }
+
+    /// Frames in fair queues plus pulled frames waiting to be freed.
+    pub(super) fn fair_held(&self) -> u64 {
+        self.fair.len() + self.fair.orphans.len() as u64
+    }
+
+    /// Flows of class `name` with packets in its fair queue (0 when not fair or unknown).
+    pub fn class_fair_flows(&self, name: &str) -> u32 {
+        let (Some(q), Some(i)) = (self.fair.queue.as_ref(), self.class_index(name)) else {
+            return 0;
+        };
+        q.backlogged_flows(ClassId(i as u16))
+    }
+
+    /// Packets of class `name` that found no flow state and went to its overflow flow.
+    pub fn class_fair_overflowed(&self, name: &str) -> u64 {
+        self.class_index(name)
+            .and_then(|i| self.fair.overflowed.get(i).copied())
+            .unwrap_or(0)
+    }
+
+    /// Packets of class `name` waiting in its fair queue.
+    pub fn class_fair_queued(&self, name: &str) -> u64 {
+        let (Some(q), Some(i)) = (self.fair.queue.as_ref(), self.class_index(name)) else {
+            return 0;
+        };
+        u64::from(q.class_packets(ClassId(i as u16)))
+    }
+
+    /// The fair queues' own counters (zero when no class was ever fair).
+    pub fn fair_counters(&self) -> metronome_core::FairQueueCounters {
+        self.fair
+            .queue
+            .as_ref()
+            .map(FairQueue::counters)
+            .unwrap_or_default()
+    }
+
+    /// Checks the fair-queue identities (CONTRIBUTING.md §10, §11).
+    pub(super) fn fair_invariants(&self) {
+        let c = &self.counters;
+        assert_eq!(
+            c.fair_enqueued,
+            c.fair_pulled + c.fair_discarded_at_stop + self.fair.len(),
+            "{c:?}"
+        );
+        if let Some(q) = &self.fair.queue {
+            q.invariants();
+        }
+    }
+}

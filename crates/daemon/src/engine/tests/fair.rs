@@ -1,0 +1,183 @@
+//! Fair classes (`fair = true`) in simulated time: a sparse flow beside bulk flows, the rate,
+//! the shares, per-flow ECN, accounting at stop and reloads.
+
+use super::*;
+
+/// A 100 Mbit/s class on ports 5201-5216, fair when `fair`, with `extra` lines.
+fn class(fair: bool, extra: &str) -> String {
+    format!(
+        r#"
+[interfaces]
+inside = "in0"
+outside = "out0"
+
+[[class]]
+name = "bulk"
+match = {{ protocol = "tcp", dst_port = "5201-5216" }}
+rate = "100mbit"
+fair = {fair}
+{extra}
+"#
+    )
+}
+
+/// 1514 bytes at 100 Mbit/s, ns.
+const FRAME_NS: u64 = 121_120;
+
+/// The times (since `t0`) at which frames of source port `port` left.
+fn times_of(rig: &Rig, port: u16, t0: Timestamp) -> Vec<u64> {
+    rig.sent
+        .iter()
+        .filter(|(_, f)| f[34..36] == port.to_be_bytes())
+        .map(|(t, _)| t.saturating_since(t0).as_nanos())
+        .collect()
+}
+
+/// Eight bulk flows queue 50 frames each (48 ms at 100 Mbit/s); 5 ms later a sparse flow
+/// sends one small packet. Returns how long that packet waited, in ns.
+fn sparse_wait(fair: bool) -> u64 {
+    let mut rig = Rig::new(&class(fair, ""));
+    let frames: Vec<Vec<u8>> = (0..400)
+        .map(|i| tcp(40000 + i % 8, 5201, FULL, 0))
+        .collect();
+    rig.push(&frames);
+    for _ in 0..500 {
+        rig.step(Duration::from_micros(10));
+    }
+    let t_sparse = rig.now;
+    rig.push(&[tcp(50000, 5201, 100, 0)]);
+    rig.run_until_empty(Duration::from_micros(10));
+    let c = rig.engine.counters();
+    assert_eq!(rig.sent.len(), 401, "{c:?}");
+    assert_eq!(c.dropped(), 0);
+    times_of(&rig, 50000, t_sparse)[0]
+}
+
+#[test]
+fn a_sparse_flow_waits_about_one_round_not_the_class_backlog() {
+    let fair = sparse_wait(true);
+    let fifo = sparse_wait(false);
+    // Fair: it is the next packet pulled, within one frame time plus the 10 us step.
+    assert!(fair <= FRAME_NS + 10_000, "fair: {fair} ns");
+    // FIFO: behind the ~43 ms of bulk still queued.
+    assert!(fifo >= 40_000_000, "fifo: {fifo} ns");
+}
+
+#[test]
+fn a_fair_class_holds_its_rate_and_shares_it_evenly() {
+    let mut rig = Rig::new(&class(true, ""));
+    let t0 = rig.now;
+    // Flow 0 queues 300 frames, flows 1..4 100 each: while all are backlogged they alternate.
+    let mut frames: Vec<Vec<u8>> = (0..300).map(|_| tcp(40000, 5201, FULL, 0)).collect();
+    frames.extend((0..400).map(|i| tcp(40001 + i % 4, 5201, FULL, 0)));
+    rig.push(&frames);
+    rig.run_until_empty(Duration::from_micros(10));
+    assert_eq!(rig.sent.len(), 700);
+    let last = rig.sent.last().unwrap().0.saturating_since(t0);
+    let bits = (699 * FULL * 8) as f64; // the first frame leaves at t0 (its burst)
+    let achieved = bits / last.as_secs_f64();
+    assert!((achieved / 100e6 - 1.0).abs() < 0.001, "{achieved} bit/s");
+    // The first 500 frames: 100 of each flow, each within one quantum (one frame) of the others.
+    let mut counts = [0i64; 5];
+    for (_, f) in &rig.sent[..500] {
+        let port = u16::from_be_bytes([f[34], f[35]]);
+        counts[usize::from(port - 40000)] += 1;
+    }
+    let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    assert!(hi - lo <= 1, "{counts:?}");
+    // Flow 0 alone at the end.
+    assert!(rig.sent[510..]
+        .iter()
+        .all(|(_, f)| f[34..36] == 40000u16.to_be_bytes()));
+    let c = rig.engine.counters();
+    assert_eq!(
+        (c.fair_enqueued, c.fair_pulled, c.released),
+        (700, 700, 700)
+    );
+}
+
+#[test]
+fn ecn_marks_the_bulk_flow_by_its_own_delay_and_not_the_sparse_one() {
+    let extra = r#"backpressure = { mode = "ecn", threshold = "1ms" }"#;
+    let mut rig = Rig::new(&class(true, extra));
+    // A bulk flow queues 100 ECT(0) frames (12 ms); a sparse flow sends one every 2 ms.
+    rig.push(&vec![tcp(40000, 5201, FULL, 0b10); 100]);
+    for _ in 0..5 {
+        for _ in 0..200 {
+            rig.step(Duration::from_micros(10));
+        }
+        rig.push(&[tcp(40000, 5201, FULL, 0b10), tcp(50000, 5201, 200, 0b10)]);
+    }
+    rig.run_until_empty(Duration::from_micros(10));
+    let ce = |port: u16| {
+        rig.sent
+            .iter()
+            .filter(|(_, f)| f[34..36] == port.to_be_bytes())
+            .filter(|(_, f)| f[15] & 0b11 == 0b11)
+            .count()
+    };
+    // The bulk flow's later arrivals find its head waiting more than 1 ms: all five marked.
+    assert_eq!(ce(40000), 5);
+    assert_eq!(ce(50000), 0);
+    assert_eq!(rig.engine.counters().ecn_marked, 5);
+}
+
+#[test]
+fn the_drop_limit_counts_packets_in_the_fair_queue() {
+    let extra = r#"backpressure = { mode = "drop", limit = 4 }"#;
+    let mut rig = Rig::new(&class(true, extra));
+    rig.push(&vec![tcp(40000, 5201, FULL, 0); 10]);
+    rig.push(&vec![tcp(40001, 5201, FULL, 0); 2]);
+    let c = rig.engine.counters();
+    assert_eq!(c.dropped_flow_limit, 6);
+    rig.run_until_empty(Duration::from_micros(10));
+    assert_eq!(rig.sent.len(), 6);
+}
+
+#[test]
+fn frames_held_at_stop_are_counted_and_freed() {
+    let mut rig = Rig::new(&class(true, ""));
+    rig.push(&vec![tcp(40000, 5201, FULL, 0); 30]);
+    assert_eq!(rig.engine.class_fair_queued("bulk"), 29);
+    assert_eq!(rig.engine.class_fair_flows("bulk"), 1);
+    let n = rig.engine.drain_all(&mut rig.pool);
+    assert_eq!(n, 29);
+    let c = rig.engine.counters();
+    assert_eq!(c.fair_discarded_at_stop, 29);
+    rig.engine.invariants();
+    assert_eq!(rig.pool.in_use(), 0);
+}
+
+#[test]
+fn reload_toggles_fair_and_keeps_the_queued_packets() {
+    let mut rig = Rig::new(&class(true, ""));
+    rig.push(&vec![tcp(40000, 5201, FULL, 0); 20]);
+    let plan = rig.engine.reload(&config(&class(false, ""))).unwrap();
+    assert!(plan.to_string().contains("fair"), "{plan}");
+    // New packets are stamped on arrival; the fair queue still drains.
+    rig.push(&vec![tcp(40001, 5201, FULL, 0); 5]);
+    rig.run_until_empty(Duration::from_micros(10));
+    assert_eq!(rig.sent.len(), 25);
+    rig.engine.reload(&config(&class(true, ""))).unwrap();
+    rig.push(&vec![tcp(40002, 5201, FULL, 0); 5]);
+    rig.run_until_empty(Duration::from_micros(10));
+    assert_eq!(rig.sent.len(), 30);
+    assert_eq!(rig.engine.counters().dropped(), 0);
+}
+
+#[test]
+fn lateness_of_the_loop_does_not_cost_the_fair_class_rate() {
+    let mut rig = Rig::new(&class(true, ""));
+    let t0 = rig.now;
+    rig.push(&vec![tcp(40000, 5201, FULL, 0); 200]);
+    // Released only every 1 ms (about 8 frame times): the pulls catch up, stamped as of arrival.
+    rig.run_until_empty(Duration::from_millis(1));
+    let sent = rig.sent.len();
+    assert_eq!(sent, 200);
+    let last = rig.sent.last().unwrap().0.saturating_since(t0).as_nanos();
+    let want = 199 * FRAME_NS;
+    assert!(
+        last >= want && last < want + 1_000_000,
+        "{last} ns, want {want}"
+    );
+}
