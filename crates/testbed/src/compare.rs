@@ -48,6 +48,7 @@
 //! CPU per Gbit/s is reported besides ([`Row::daemon_cpu_pct`], from that thread's `schedstat`:
 //! the loop's user and kernel time, its `recvmmsg`/`sendmmsg` included, and nothing else).
 
+pub mod link_sharing;
 pub mod measure;
 
 use crate::forwarder::ForwarderMode;
