@@ -48,3 +48,4 @@ fn the_link_is_divided_by_the_weights() {
         );
     }
 }
+

@@ -327,11 +327,14 @@ pub fn link_config(
     for (class, port) in classes {
         text += &format!(
             "\n[[class]]\nname = \"{}\"\nmatch = {{ dst = \"{receiver}\", protocol = \"tcp\", \
-             dst_port = \"{port}\" }}\nlink = true\nweight = {}\n",
-            class.name, class.weight
+             dst_port = \"{port}\" }}\n",
+            class.name
         );
+        // A priority class is served before the weighted ones: the highest tier, no weight.
         if class.priority {
-            text += "priority = 1\n";
+            text += "priority = 0\n";
+        } else {
+            text += &format!("weight = {}\n", class.weight);
         }
     }
     Config::from_toml_str(&text, "link-sharing.toml").map_err(|e| e.to_string())
