@@ -69,16 +69,22 @@ pub enum DropReason {
     QueueFull,
     /// The transmit path refused the frame.
     TxError,
+    /// The shared link's buffer was full ([`crate::engine::link`]).
+    LinkBuffer,
+    /// Not ECN-capable above the link's marking threshold, under `non_ect = "drop"`.
+    LinkNotEct,
 }
 
 impl DropReason {
     /// Every reason, in label order.
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::Horizon,
         DropReason::FlowLimit,
         DropReason::PoolExhausted,
         DropReason::QueueFull,
         DropReason::TxError,
+        DropReason::LinkBuffer,
+        DropReason::LinkNotEct,
     ];
 
     /// The label value.
@@ -89,6 +95,8 @@ impl DropReason {
             DropReason::PoolExhausted => "pool_exhausted",
             DropReason::QueueFull => "queue_full",
             DropReason::TxError => "tx_error",
+            DropReason::LinkBuffer => "link_buffer",
+            DropReason::LinkNotEct => "link_not_ect",
         }
     }
 }
