@@ -26,7 +26,10 @@ fn short(shapers: Vec<LinkShaper>) -> LinkOptions {
 
 #[test]
 fn the_link_is_divided_by_the_weights() {
-    let options = short(vec![LinkShaper::Htb]);
+    let options = short(vec![
+        LinkShaper::Metronome(link_sharing::Marking::MqEcn),
+        LinkShaper::Htb,
+    ]);
     let rows = match link_sharing::run(&options, &mut std::io::stdout()) {
         Ok(rows) => rows,
         Err(e) if e.is_missing_privilege() => {

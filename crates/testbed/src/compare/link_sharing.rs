@@ -64,7 +64,7 @@ pub const BORROW_SHARE: f64 = 0.98;
 /// The senders' congestion control.
 pub const CONGESTION: &str = "cubic";
 /// The daemon's gauge of a link class's queued bytes, labelled `class`.
-pub const LINK_QUEUE_METRIC: &str = "metronome_link_class_queued_bytes";
+pub const LINK_QUEUE_METRIC: &str = "metronome_link_class_queue_bytes";
 /// First destination port; class `i` of run `r` uses `BASE_PORT + 16 r + i`, the probe the
 /// port after the classes', so no run meets a previous run's connections.
 const BASE_PORT: u16 = 30_000;
@@ -938,6 +938,36 @@ mod tests {
         assert!(per_run * runs as u32 <= Duration::from_secs(60));
     }
 
+    use metronome_daemon::config::LinkMarkingRule;
+
+    #[test]
+    fn the_daemon_config_of_every_scenario_is_valid() {
+        let receiver = std::net::Ipv4Addr::new(10, 77, 3, 2);
+        for scenario in Scenario::ALL {
+            let classes = scenario.classes();
+            let pairs: Vec<(&ClassSpec, u16)> = classes.iter().zip(9000..).collect();
+            for marking in [Marking::MqEcn, Marking::PerQueue] {
+                let c = link_config(receiver, LINK_BPS, marking, &pairs)
+                    .unwrap_or_else(|e| panic!("{scenario:?} {marking:?}: {e}"));
+                assert_eq!(c.classes.len(), classes.len());
+                let link = c.link.as_ref().expect("a [link] section");
+                assert_eq!(link.rate.bps(), LINK_BPS);
+                let rule = match marking {
+                    Marking::MqEcn => LinkMarkingRule::MqEcn,
+                    Marking::PerQueue => LinkMarkingRule::PerQueue,
+                };
+                assert_eq!(link.marking.rule, rule);
+                for (got, want) in c.classes.iter().zip(&classes) {
+                    assert_eq!(got.name, want.name);
+                    assert_eq!(got.policy.link.priority.is_some(), want.priority, "{}", want.name);
+                    if !want.priority {
+                        assert_eq!(got.policy.link.weight, want.weight, "{}", want.name);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn htb_gets_rate_by_weight_ceil_at_the_link_and_a_filter_per_port() {
         let classes = Scenario::Priority.classes();
@@ -977,9 +1007,9 @@ mod tests {
 
     #[test]
     fn class_gauges_are_read_from_prometheus_text() {
-        let text = "# TYPE metronome_link_class_queued_bytes gauge\n\
-                    metronome_link_class_queued_bytes{class=\"a\"} 1500\n\
-                    metronome_link_class_queued_bytes{class=\"ab\"} 9\n\
+        let text = "# TYPE metronome_link_class_queue_bytes gauge\n\
+                    metronome_link_class_queue_bytes{class=\"a\"} 1500\n\
+                    metronome_link_class_queue_bytes{class=\"ab\"} 9\n\
                     other{class=\"a\"} 7\n";
         assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "a"), Some(1500));
         assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "ab"), Some(9));
