@@ -51,4 +51,3 @@ fn the_link_is_divided_by_the_weights() {
         );
     }
 }
-

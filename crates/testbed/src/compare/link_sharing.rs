@@ -959,7 +959,12 @@ mod tests {
                 assert_eq!(link.marking.rule, rule);
                 for (got, want) in c.classes.iter().zip(&classes) {
                     assert_eq!(got.name, want.name);
-                    assert_eq!(got.policy.link.priority.is_some(), want.priority, "{}", want.name);
+                    assert_eq!(
+                        got.policy.link.priority.is_some(),
+                        want.priority,
+                        "{}",
+                        want.name
+                    );
                     if !want.priority {
                         assert_eq!(got.policy.link.weight, want.weight, "{}", want.name);
                     }
