@@ -399,9 +399,21 @@ impl Engine {
             .zip(policies)
             .map(|(&state, policy)| (usize::from(state), policy.link))
             .collect();
-        match &mut self.link {
-            Some(stage) => stage.configure(link_config, &members),
-            None => self.link = Some(link::LinkStage::new(link_config, &members)),
+        let stage = match &mut self.link {
+            Some(stage) => {
+                stage.configure(link_config, &members);
+                stage
+            }
+            None => {
+                let mut stage = link::LinkStage::new(link_config, &members);
+                stage.set_port_metrics(self.metrics.link_port());
+                self.link.insert(stage)
+            }
+        };
+        for (state, l) in members {
+            if l.on_link {
+                stage.set_class_metrics(state, self.metrics.link_class(&self.classes[state].name));
+            }
         }
     }
 
@@ -932,6 +944,9 @@ impl Engine {
             self.metrics.pass_through(packets, bytes);
         }
         self.metrics.merge_lateness(&mut self.lateness);
+        if let Some(l) = &self.link {
+            l.publish();
+        }
     }
 
     /// When the next queued packet is due (the loop sleeps until then), `None` when empty.

@@ -24,6 +24,7 @@
 //!
 //! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
 
+pub mod link;
 pub mod stats;
 
 pub use stats::{fetch_and_format, format_stats, scrape, MetricsError};
@@ -379,6 +380,7 @@ struct Inner {
     unclassified: Family<KindActionLabel, Counter>,
     link_down: Family<InterfaceLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
+    link: link::LinkFamilies,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
 }
@@ -427,6 +429,7 @@ impl Metrics {
             unclassified: Family::default(),
             link_down: Family::default(),
             ack_shaping: Family::default(),
+            link: link::LinkFamilies::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
         };
@@ -483,6 +486,7 @@ impl Metrics {
         r.register("link_down", link_down, inner.link_down.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
+        inner.link.register(r);
         inner.silos = if n == 1 {
             let one = SiloSeries::new();
             register_silo_series(r, &one);
@@ -549,6 +553,17 @@ impl Metrics {
             ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
             queued: i.queued.get_or_create(&l).clone(),
         }
+    }
+
+    /// The shared link's series of class `name` ([`link`]); call at start-up and after
+    /// reloads, not per packet.
+    pub fn link_class(&self, name: &str) -> link::LinkClassMetrics {
+        self.inner.link.class(name)
+    }
+
+    /// The shared link's own series ([`link`]).
+    pub fn link_port(&self) -> link::LinkPortMetrics {
+        self.inner.link.port()
     }
 
     /// The ACK-shaping counter of class `name` for `outcome` (see `ack_shaping`), shared

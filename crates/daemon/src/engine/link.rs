@@ -32,6 +32,7 @@
 //! named reason ([`LinkCounters`]) or released; [`LinkStage::invariants`] checks it.
 
 use crate::config::{ClassLink, LinkConfig, LinkScheduler};
+use crate::metrics::link::{LinkClassMetrics, LinkClassSnapshot, LinkPortMetrics};
 use metronome_core::mq_port::{MqPortConfig, QueueConfig, Scheduling};
 use metronome_core::{
     ClassId, Duration, MqCounters, MqPort, MqRejectReason, NonEctPolicy, PacketRef, Rate, Timestamp,
@@ -194,6 +195,9 @@ pub struct LinkStage {
     /// Latest `now` seen (time never goes backwards here: an earlier `now` is taken as this).
     last_now: Timestamp,
     counters: LinkCounters,
+    /// Per class state index: its series, once it has been on the link.
+    class_metrics: Vec<Option<LinkClassMetrics>>,
+    port_metrics: Option<LinkPortMetrics>,
 }
 
 impl std::fmt::Debug for LinkStage {
@@ -271,6 +275,8 @@ impl LinkStage {
             orphans: Vec::new(),
             last_now: Timestamp::ZERO,
             counters: LinkCounters::default(),
+            class_metrics: Vec::new(),
+            port_metrics: None,
         };
         stage.map(&members);
         stage
@@ -437,6 +443,43 @@ impl LinkStage {
             c.bytes += wire;
         }
         Some(pkt)
+    }
+
+    /// Attaches the series class state `class` publishes into (kept across reloads).
+    pub fn set_class_metrics(&mut self, class: usize, metrics: LinkClassMetrics) {
+        if self.class_metrics.len() <= class {
+            self.class_metrics.resize(class + 1, None);
+        }
+        self.class_metrics[class] = Some(metrics);
+    }
+
+    /// Attaches the link-wide series.
+    pub fn set_port_metrics(&mut self, metrics: LinkPortMetrics) {
+        self.port_metrics = Some(metrics);
+    }
+
+    /// Publishes every class's series and the link's (once per batch, not per packet).
+    pub fn publish(&self) {
+        for (class, m) in self.class_metrics.iter().enumerate() {
+            let Some(m) = m else { continue };
+            let c = self.class_counters(class);
+            let (queue_packets, queue_bytes) = self.class_queued(class);
+            m.publish(&LinkClassSnapshot {
+                bytes: c.bytes,
+                packets: c.packets,
+                marks: c.marked,
+                not_ect: c.not_ect_passed,
+                delay_sum_ns: c.delay_sum_ns,
+                delay_max_ns: c.delay_max_ns,
+                queue_bytes,
+                queue_packets,
+                threshold_bytes: self.class_threshold_bytes(class),
+            });
+        }
+        if let Some(p) = &self.port_metrics {
+            let round = self.round_time().map_or(0, |d| d.as_nanos());
+            p.publish(self.clock.rate().bps(), self.counters.dequeued_bytes, round);
+        }
     }
 
     /// Records that a packet of class state `class` left `delay` after its EDT.

@@ -272,3 +272,42 @@ fn stop_discards_what_the_link_holds_and_counts_it() {
     assert_eq!(rig.pool.in_use(), 0);
     rig.engine.invariants();
 }
+
+#[test]
+fn metrics_and_stats_show_each_class_share_backlog_and_threshold() {
+    let text = LINK.replace("marking = \"none\"", "marking = \"mq-ecn\"\nrtt = \"1ms\"");
+    let mut rig = Rig::new(&text);
+    run(&mut rig, 1_000, 40, 0b10, |_| {
+        vec![(5001, "a"), (5002, "b")]
+    });
+    let first = rig.engine.metrics.encode();
+    run(&mut rig, 2_000, 40, 0b10, |_| {
+        vec![(5001, "a"), (5002, "b")]
+    });
+    let second = rig.engine.metrics.encode();
+    for series in [
+        "metronome_link_class_bytes_total{class=\"a\"}",
+        "metronome_link_class_queue_bytes{class=\"b\"}",
+        "metronome_link_class_threshold_bytes{class=\"a\"}",
+        "metronome_link_class_marks_total{class=\"a\"}",
+        "metronome_link_round_time_ns",
+        "metronome_link_rate_bps 100000000",
+    ] {
+        assert!(second.contains(series), "{series} missing:\n{second}");
+    }
+    let stats =
+        crate::metrics::format_stats(&first, &second, std::time::Duration::from_millis(200));
+    let line = |name: &str| {
+        stats
+            .lines()
+            .find(|l| {
+                l.trim_start().starts_with(&format!("class {name}: sent")) && l.contains("share")
+            })
+            .unwrap_or_else(|| panic!("no link line for {name}:\n{stats}"))
+            .to_owned()
+    };
+    assert!(stats.contains("link: rate 100.0Mbit"), "{stats}");
+    assert!(line("a").contains("share 25."), "{stats}");
+    assert!(line("b").contains("share 75."), "{stats}");
+    assert!(!line("a").contains("threshold none"), "{stats}");
+}
