@@ -1,5 +1,7 @@
-//! `metronome compare [--quick] [--offloads host|off] [--json]`: Metronome (its class as one FIFO,
-//! and in the fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver topology with the same kernel TCP traffic, at
+//! `metronome compare [--quick] [--offloads host|off] [--json]`
+//! (`--link-sharing`: [`crate::compare_link`]): Metronome (its class as one FIFO, and in the
+//! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
+//! topology with the same kernel TCP traffic, at
 //! 100 Mbit/s, 500 Mbit/s, 1, 2, 5 and 10 Gbit/s with 1, 16 and 256 flows (`--quick`:
 //! 100 Mbit/s, 1 Gbit/s and 10 Gbit/s with 16 flows). What is measured, and how, is documented
 //! in `metronome_testbed::compare`. `--offloads host` (the default) keeps the host's offloads on
@@ -54,6 +56,13 @@ pub struct CompareArgs {
     /// Do not run: read the rows of a saved `--json` output and draw them (needs `--plot`).
     #[arg(long, value_name = "FILE", requires = "plot")]
     replot: Option<std::path::PathBuf>,
+    /// Link sharing instead: weighted and priority classes on one 1 Gbit/s link through
+    /// Metronome's `[link]` and kernel HTB (shares, borrowing, MQ-ECN marking, priority).
+    #[arg(long, conflicts_with_all = ["ceiling", "target", "flows", "plot"])]
+    link_sharing: bool,
+    /// With `--link-sharing`: only these scenarios (`shares,borrow,marking,priority`).
+    #[arg(long, value_delimiter = ',', requires = "link_sharing")]
+    scenario: Vec<metronome_testbed::compare::link_sharing::Scenario>,
 }
 
 /// Width of one shaper's block, without the daemon column.
@@ -268,6 +277,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         return replot(file, dir);
     }
     metronome_daemon::service::init_logging(Default::default());
+    if args.link_sharing {
+        return crate::compare_link::run(args.quick, &args.scenario, args.offloads, args.json);
+    }
     let mut options = if args.ceiling {
         CompareOptions::ceiling()
     } else if args.quick {

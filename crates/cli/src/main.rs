@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod compare_cmd;
+mod compare_link;
 mod compare_plot;
 mod demo_cmd;
 mod lab_cmd;

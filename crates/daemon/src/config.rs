@@ -35,6 +35,9 @@
 #![allow(clippy::result_large_err)]
 
 pub mod error;
+pub mod link;
+#[cfg(test)]
+mod link_tests;
 mod raw;
 pub mod reload;
 #[cfg(test)]
@@ -42,6 +45,7 @@ mod tests;
 mod validate;
 
 pub use error::{ConfigError, ErrorKind};
+pub use link::{ClassLink, LinkConfig, LinkMarking, LinkMarkingRule, LinkScheduler};
 pub use reload::{ClassChange, FieldChange, ReloadPlan};
 
 use core::fmt;
@@ -108,6 +112,8 @@ pub struct Config {
     pub classes: Vec<ClassConfig>,
     /// `[default]`: the policy of packets no class matches (unshaped unless configured).
     pub default_class: ClassPolicy,
+    /// `[link]`: the link the classes share ([`link`]); `None`: each class on its own.
+    pub link: Option<LinkConfig>,
 }
 
 /// `[interfaces]`: the two sides of the bump in the wire.
@@ -225,6 +231,8 @@ pub struct ClassPolicy {
     /// flow's own queueing delay. `false`: the class is one FIFO, every packet stamped on
     /// arrival. Only with `rate`.
     pub fair: bool,
+    /// Its place on the `[link]` ([`ClassLink::OFF`] without one).
+    pub link: ClassLink,
 }
 
 /// Default flows one class's ACK shaper tracks: 4096 (80-byte core slot plus a 160-byte header
@@ -263,6 +271,7 @@ impl ClassPolicy {
             backpressure: Backpressure::None,
             ack_shaping: None,
             fair: false,
+            link: ClassLink::OFF,
         }
     }
 

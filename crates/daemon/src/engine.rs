@@ -51,6 +51,8 @@
 //! packets leave at their EDT; a new classifier takes the next packet. Changes that need a restart
 //! (`ReloadPlan::restart_required`) are refused, the running configuration kept.
 
+pub mod link;
+
 use crate::ack_shaping::AckShaping;
 use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZE};
 use crate::flow_table::{FlowTable, Lookup};
@@ -112,6 +114,17 @@ fn cut_segments(sf: &SuperFrame, policy: &ClassPolicy) -> u32 {
         .max(total.div_ceil(pieces::MAX_PIECES))
         .min(total)
         .max(1)
+}
+
+/// The wire bytes of a queued entry: a piece's length, or the uncut frame's (`slot_wire`).
+fn wire_of(cuts: &Cuts, slot_wire: &[u32], pkt: PacketRef) -> u64 {
+    if cuts.is_piece(pkt.id) {
+        return u64::from(pkt.len);
+    }
+    let (slot, _) = pieces::decode(pkt.id);
+    slot_wire
+        .get(slot as usize)
+        .map_or(u64::from(pkt.len), |&w| u64::from(w))
 }
 
 /// Wire bytes of piece `k` of `sf` cut into pieces of `max_segments` segments (what
@@ -189,6 +202,9 @@ pub struct EngineCounters {
     pub fair_discarded_at_stop: u64,
     /// Frames of fair classes with no flow-table entry: queued in their class's overflow flow.
     pub fair_overflow: u64,
+    /// Wheel entries of classes on the `[link]` that the link dropped (its buffer, a not-ECT
+    /// packet under `non_ect = "drop"`, a refused frame; by reason in [`Engine::link`]).
+    pub link_dropped: u64,
 }
 
 impl EngineCounters {
@@ -281,6 +297,8 @@ pub struct Engine {
     /// `metronome_unclassified_frames_total`, by [`UnclassifiedKind::index`] and
     /// [`Unclassified::index`].
     unclassified: [[Counter; 3]; 2],
+    /// The shared link, with `[link]` ([`link`]).
+    link: Option<link::LinkStage>,
     config: Config,
 }
 
@@ -331,6 +349,7 @@ impl Engine {
                 Unclassified::ALL.map(|a| metrics.unclassified_counter(k.label(), a.label()))
             }),
             metrics,
+            link: None,
             config: config.clone(),
         };
         // A fresh engine has no state, so this cannot run out of class ids (validation caps
@@ -372,9 +391,42 @@ impl Engine {
             self.apply_policy(index, policy, config.wheel.horizon_policy);
             map.push(index as u16); // < u16::MAX: checked above
         }
+        self.configure_link(config, &map);
         self.class_map = map;
         self.classifier = config.classifier();
         Ok(())
+    }
+
+    /// Builds or reconfigures the link stage for `config`, whose classes have the state indices
+    /// `map` (default first).
+    fn configure_link(&mut self, config: &Config, map: &[u16]) {
+        let Some(link_config) = &config.link else {
+            self.link = None;
+            return;
+        };
+        let policies =
+            std::iter::once(&config.default_class).chain(config.classes.iter().map(|c| &c.policy));
+        let members: Vec<_> = map
+            .iter()
+            .zip(policies)
+            .map(|(&state, policy)| (usize::from(state), policy.link))
+            .collect();
+        let stage = match &mut self.link {
+            Some(stage) => {
+                stage.configure(link_config, &members);
+                stage
+            }
+            None => {
+                let mut stage = link::LinkStage::new(link_config, &members);
+                stage.set_port_metrics(self.metrics.link_port());
+                self.link.insert(stage)
+            }
+        };
+        for (state, l) in members {
+            if l.on_link {
+                stage.set_class_metrics(state, self.metrics.link_class(&self.classes[state].name));
+            }
+        }
     }
 
     fn apply_policy(&mut self, index: usize, policy: ClassPolicy, wheel_horizon: HorizonPolicy) {
@@ -511,24 +563,39 @@ impl Engine {
             if n == 0 {
                 break;
             }
-            for pkt in &self.batch[..n] {
-                self.cuts.finish(pool, pkt.id);
-                if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
-                    state.queued = state.queued.saturating_sub(1);
-                }
-                let (slot, _) = pieces::decode(pkt.id);
-                if let Some(&e) = self.slot_entry.get(slot as usize) {
-                    if e != NO_ENTRY {
-                        self.flows.remove_queued(e);
-                    }
-                }
+            for k in 0..n {
+                let pkt = self.batch[k];
+                self.discard(pool, pkt);
             }
             total += n as u64;
+        }
+        let mut left = Vec::new();
+        if let Some(l) = &mut self.link {
+            l.drain(&mut left);
+        }
+        for pkt in left {
+            self.discard(pool, pkt);
+            total += 1;
         }
         self.counters.discarded_at_stop += total;
         total += self.fair_drain_all(pool);
         self.publish_gauges();
         total
+    }
+
+    /// Frees a queued entry that will not be sent and takes it off its flow's and class's
+    /// queued counts (the caller counts it).
+    fn discard(&mut self, pool: &mut FramePool, pkt: PacketRef) {
+        self.cuts.finish(pool, pkt.id);
+        if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+            state.queued = state.queued.saturating_sub(1);
+        }
+        let (slot, _) = pieces::decode(pkt.id);
+        if let Some(&e) = self.slot_entry.get(slot as usize) {
+            if e != NO_ENTRY {
+                self.flows.remove_queued(e);
+            }
+        }
     }
 
     /// A frame the classifier could not place: the action `[daemon] malformed` / `non_ip` names
@@ -601,7 +668,7 @@ impl Engine {
         let Some(state) = self.classes.get(index) else {
             return self.forward(id, forward);
         };
-        if !state.policy.is_shaped() {
+        if !state.policy.is_shaped() && !state.policy.link.on_link {
             let state = &mut self.classes[index];
             state.unpublished.0 += 1;
             state.unpublished.1 += len;
@@ -811,13 +878,21 @@ impl Engine {
     /// Moves up to `max` packets due at `now` (at most [`MAX_BATCH_SIZE`]) onto `out`, as one
     /// transmit batch; returns how many. Observes each one's lateness (`now - EDT`). Fair
     /// classes with credit at `now` are pulled first, and again while what they pull is due
-    /// and the batch has room ([`fair`]).
-    pub fn release(&mut self, now: Timestamp, out: &mut Vec<u32>, max: usize) -> usize {
+    /// and the batch has room ([`fair`]). Packets of classes on the `[link]` go from the wheel
+    /// into the link ([`link`]), which marks them in `pool` or drops them (freeing their
+    /// slots), and leave when the link is free.
+    pub fn release(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        out: &mut Vec<u32>,
+        max: usize,
+    ) -> usize {
         let max = max.min(self.batch.len());
         let mut total = 0;
         loop {
             let pulled = self.fair_pull(now);
-            let n = self.release_due(now, out, max - total);
+            let n = self.release_due(now, pool, out, max - total);
             total += n;
             if pulled == 0 || n == 0 || total >= max {
                 return total;
@@ -825,39 +900,66 @@ impl Engine {
         }
     }
 
-    /// [`Engine::release`] of what the wheel holds.
-    fn release_due(&mut self, now: Timestamp, out: &mut Vec<u32>, max: usize) -> usize {
-        let n = self.wheel.dequeue(now, &mut self.batch[..max]);
-        for pkt in &self.batch[..n] {
-            let (slot, piece) = pieces::decode(pkt.id);
-            let i = slot as usize;
-            if let (Some(&edt), Some(&step)) = (self.slot_edt.get(i), self.slot_step.get(i)) {
-                let edt = edt.saturating_add(Duration::from_nanos(step * u64::from(piece)));
-                self.lateness.observe(now.saturating_since(edt).as_nanos());
-            }
-            if let Some(&e) = self.slot_entry.get(i) {
-                if e != NO_ENTRY {
-                    self.flows.remove_queued(e);
+    /// [`Engine::release`] of what the wheel and the link hold.
+    fn release_due(
+        &mut self,
+        now: Timestamp,
+        pool: &mut FramePool,
+        out: &mut Vec<u32>,
+        max: usize,
+    ) -> usize {
+        let mut sent = 0;
+        loop {
+            let n = self.wheel.dequeue(now, &mut self.batch[..max - sent]);
+            for k in 0..n {
+                let pkt = self.batch[k];
+                if self.on_link(pkt) {
+                    self.link_enqueue(now, pool, pkt);
+                } else {
+                    self.depart(now, pkt, out);
+                    sent += 1;
                 }
             }
-            if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
-                state.queued = state.queued.saturating_sub(1);
-                state.unpublished.0 += 1;
-                state.unpublished.1 += if self.cuts.is_piece(pkt.id) {
-                    u64::from(pkt.len)
-                } else {
-                    self.slot_wire
-                        .get(i)
-                        .map_or(u64::from(pkt.len), |&w| u64::from(w))
-                };
+            if n == 0 || sent == max || self.link.is_none() {
+                break;
             }
-            out.push(pkt.id);
         }
-        self.counters.released += n as u64;
-        if n > 0 {
+        sent += self.link_release(now, out, max - sent);
+        if sent > 0 {
             self.publish_gauges();
         }
-        n
+        sent
+    }
+
+    /// The bookkeeping of a packet leaving the engine onto `out`: its lateness against its EDT,
+    /// its flow's and class's queued counts, its class's sent bytes. Returns its EDT.
+    fn depart(&mut self, now: Timestamp, pkt: PacketRef, out: &mut Vec<u32>) -> Timestamp {
+        let (slot, piece) = pieces::decode(pkt.id);
+        let i = slot as usize;
+        let mut edt = now;
+        if let (Some(&first), Some(&step)) = (self.slot_edt.get(i), self.slot_step.get(i)) {
+            edt = first.saturating_add(Duration::from_nanos(step * u64::from(piece)));
+            self.lateness.observe(now.saturating_since(edt).as_nanos());
+        }
+        if let Some(&e) = self.slot_entry.get(i) {
+            if e != NO_ENTRY {
+                self.flows.remove_queued(e);
+            }
+        }
+        let wire = self.wire_bytes(pkt);
+        if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+            state.queued = state.queued.saturating_sub(1);
+            state.unpublished.0 += 1;
+            state.unpublished.1 += wire;
+        }
+        out.push(pkt.id);
+        self.counters.released += 1;
+        edt
+    }
+
+    /// The wire bytes of a queued entry: a piece's length, or the uncut frame's (`slot_wire`).
+    fn wire_bytes(&self, pkt: PacketRef) -> u64 {
+        wire_of(&self.cuts, &self.slot_wire, pkt)
     }
 
     /// Counts a frame passed unshaped; published with the gauges.
@@ -883,14 +985,19 @@ impl Engine {
             self.metrics.pass_through(packets, bytes);
         }
         self.metrics.merge_lateness(&mut self.lateness);
+        if let Some(l) = &self.link {
+            l.publish();
+        }
     }
 
     /// When the next queued packet is due (the loop sleeps until then), `None` when empty.
     pub fn next_due(&self) -> Option<Timestamp> {
+        let link = self.link.as_ref().and_then(|l| l.next_due());
         [
             self.wheel.next_due(),
             self.acks.next_due(),
             self.fair_next_due(),
+            link,
         ]
         .into_iter()
         .flatten()
@@ -926,12 +1033,17 @@ impl Engine {
         &self.acks
     }
 
-    /// Packets waiting in the wheel and in the fair classes' flow queues.
+    /// Packets waiting in the wheel, in the fair classes' flow queues and on the link.
     pub fn queued(&self) -> usize {
-        self.wheel.len() + self.fair_held() as usize
+        self.wheel.len() + self.fair_held() as usize + self.link.as_ref().map_or(0, |l| l.len())
     }
 
-    /// Packets of class `name` waiting in the wheel (0 for an unknown name).
+    /// The shared link, with `[link]`.
+    pub fn link(&self) -> Option<&link::LinkStage> {
+        self.link.as_ref()
+    }
+
+    /// Packets of class `name` waiting in the wheel or on the link (0 for an unknown name).
     pub fn class_queued(&self, name: &str) -> u64 {
         self.classes
             .iter()
@@ -1004,13 +1116,18 @@ impl Engine {
                 + c.fair_discarded_at_stop,
             "a received frame is unaccounted for: {c:?}"
         );
+        let on_link = self.link.as_ref().map_or(0, |l| l.len() as u64);
         assert_eq!(
             c.enqueued,
-            c.released + c.discarded_at_stop + self.wheel.len() as u64,
-            "{c:?}"
+            c.released + c.discarded_at_stop + c.link_dropped + self.wheel.len() as u64 + on_link,
+            "a wheel entry is unaccounted for: {c:?}"
         );
         let per_class: u64 = self.classes.iter().map(|s| s.queued).sum();
-        assert_eq!(per_class, self.wheel.len() as u64);
+        assert_eq!(per_class, self.wheel.len() as u64 + on_link);
+        if let Some(l) = &self.link {
+            l.invariants();
+            assert_eq!(l.counters().dropped(), c.link_dropped, "link drops: {c:?}");
+        }
         assert!(self.flows.total_queued() <= per_class + self.fair.len());
         self.fair_invariants();
     }

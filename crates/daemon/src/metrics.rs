@@ -24,6 +24,7 @@
 //!
 //! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
 
+pub mod link;
 pub mod stats;
 
 pub use stats::{fetch_and_format, format_stats, scrape, MetricsError};
@@ -69,16 +70,22 @@ pub enum DropReason {
     QueueFull,
     /// The transmit path refused the frame.
     TxError,
+    /// The shared link's buffer was full ([`crate::engine::link`]).
+    LinkBuffer,
+    /// Not ECN-capable above the link's marking threshold, under `non_ect = "drop"`.
+    LinkNotEct,
 }
 
 impl DropReason {
     /// Every reason, in label order.
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::Horizon,
         DropReason::FlowLimit,
         DropReason::PoolExhausted,
         DropReason::QueueFull,
         DropReason::TxError,
+        DropReason::LinkBuffer,
+        DropReason::LinkNotEct,
     ];
 
     /// The label value.
@@ -89,6 +96,8 @@ impl DropReason {
             DropReason::PoolExhausted => "pool_exhausted",
             DropReason::QueueFull => "queue_full",
             DropReason::TxError => "tx_error",
+            DropReason::LinkBuffer => "link_buffer",
+            DropReason::LinkNotEct => "link_not_ect",
         }
     }
 }
@@ -372,6 +381,7 @@ struct Inner {
     link_down: Family<InterfaceLabel, Counter>,
     link_reopened: Family<InterfaceLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
+    link: link::LinkFamilies,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
 }
@@ -421,6 +431,7 @@ impl Metrics {
             link_down: Family::default(),
             link_reopened: Family::default(),
             ack_shaping: Family::default(),
+            link: link::LinkFamilies::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
         };
@@ -480,6 +491,7 @@ impl Metrics {
         r.register("link_reopened", reopened, inner.link_reopened.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
+        inner.link.register(r);
         inner.silos = if n == 1 {
             let one = SiloSeries::new();
             register_silo_series(r, &one);
@@ -546,6 +558,17 @@ impl Metrics {
             ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
             queued: i.queued.get_or_create(&l).clone(),
         }
+    }
+
+    /// The shared link's series of class `name` ([`link`]); call at start-up and after
+    /// reloads, not per packet.
+    pub fn link_class(&self, name: &str) -> link::LinkClassMetrics {
+        self.inner.link.class(name)
+    }
+
+    /// The shared link's own series ([`link`]).
+    pub fn link_port(&self) -> link::LinkPortMetrics {
+        self.inner.link.port()
     }
 
     /// The ACK-shaping counter of class `name` for `outcome` (see `ack_shaping`), shared

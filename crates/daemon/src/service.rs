@@ -111,6 +111,14 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         config.daemon.cores = n.clamp(1, crate::config::MAX_CORES);
     }
     init_logging(config.daemon.log_format);
+    if config.link.is_some() && config.daemon.cores > 1 {
+        // Validation refuses `cores > 1` with a `[link]` in the file; `--cores` comes after.
+        tracing::warn!(
+            cores = config.daemon.cores,
+            "a [link] is drained by one silo: --cores ignored"
+        );
+        config.daemon.cores = 1;
+    }
     let control = Control::default();
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     for (signal, flag) in [

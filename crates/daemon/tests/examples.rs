@@ -81,3 +81,32 @@ fn silos_example_runs_two_silos_under_one_limit() {
     );
     assert_eq!(c.classes[0].policy.rate, Some(Rate::gbps(2)));
 }
+
+#[test]
+fn link_sharing_puts_every_class_but_management_on_the_link() {
+    use metronome_daemon::config::{LinkMarkingRule, LinkScheduler};
+    let c = Config::load(examples_dir().join("link-sharing.toml")).expect("validates");
+    let link = c.link.expect("a [link]");
+    assert_eq!(link.rate, Rate::gbps(1));
+    assert_eq!(link.scheduler, LinkScheduler::Dwrr);
+    assert_eq!(link.marking.rule, LinkMarkingRule::MqEcn);
+    assert_eq!(link.buffer_bytes, 2 << 20);
+    let on: Vec<(&str, bool)> = c
+        .classes
+        .iter()
+        .map(|k| (k.name.as_str(), k.policy.link.on_link))
+        .collect();
+    assert_eq!(
+        on,
+        [
+            ("voice", true),
+            ("bulk-a", true),
+            ("bulk-b", true),
+            ("management", false)
+        ]
+    );
+    assert_eq!(c.classes[0].policy.link.priority, Some(0));
+    assert_eq!(c.classes[0].policy.rate, Some(Rate::mbps(50)));
+    assert_eq!(c.classes[2].policy.link.weight, 3);
+    assert!(c.default_class.link.on_link);
+}

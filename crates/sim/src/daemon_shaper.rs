@@ -187,7 +187,7 @@ impl DaemonShaper {
     /// engine marked it CE.
     pub(crate) fn release(&mut self, now: Timestamp) -> Option<(PacketRef, bool)> {
         self.out.clear();
-        if self.engine.release(now, &mut self.out, 1) == 0 {
+        if self.engine.release(now, &mut self.pool, &mut self.out, 1) == 0 {
             return None;
         }
         let slot = self.out[0];

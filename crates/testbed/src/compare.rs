@@ -53,6 +53,7 @@
 //! The bulk connections' fairness is [`Row::jain_bulk`]: Jain's index of the bytes each bulk
 //! connection delivered to the receiver over its whole run ([`measure::jain_index`]).
 
+pub mod link_sharing;
 pub mod measure;
 
 use crate::forwarder::ForwarderMode;

@@ -112,6 +112,9 @@ pub struct TrafficPlan {
     pub duration: Duration,
     /// Goodput sampling window.
     pub window: Duration,
+    /// The TCP congestion control each TCP socket of the plan (flows and probe) sets for itself
+    /// (`TCP_CONGESTION`, for example `"cubic"`), or `None` for the sender namespace's default.
+    pub congestion: Option<String>,
 }
 
 impl TrafficPlan {
@@ -123,7 +126,14 @@ impl TrafficPlan {
             probe: None,
             duration,
             window: DEFAULT_WINDOW,
+            congestion: None,
         }
+    }
+
+    /// Makes every TCP socket of the plan use congestion control `name` (`TCP_CONGESTION`).
+    pub fn with_congestion(mut self, name: &str) -> Self {
+        self.congestion = Some(name.to_owned());
+        self
     }
 
     /// Adds a probe to `port` every [`DEFAULT_PROBE_INTERVAL`].
@@ -244,6 +254,9 @@ pub struct TrafficReport {
     pub probe: Option<ProbeReport>,
     /// Wall time from the writers' start to the last window.
     pub elapsed: Duration,
+    /// When the writers started: window `k` (from 1) of every group ends at `started + k ×
+    /// window`, so the windows of plans run side by side can be lined up.
+    pub started: std::time::Instant,
 }
 
 /// Why a run failed.

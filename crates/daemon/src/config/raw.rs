@@ -20,6 +20,8 @@ pub(crate) struct RawConfig {
     pub classes: Vec<Spanned<RawClass>>,
     #[serde(default, rename = "default")]
     pub default_class: Option<Spanned<RawClass>>,
+    #[serde(default)]
+    pub link: Option<Spanned<super::link::RawLink>>,
 }
 
 /// `[interfaces]`.
@@ -90,6 +92,10 @@ pub(crate) struct RawClass {
     pub ack_shaping: Option<Spanned<RawAckShaping>>,
     pub gso_burst: Option<Spanned<String>>,
     pub fair: Option<Spanned<bool>>,
+    pub link: Option<Spanned<bool>>,
+    pub weight: Option<Spanned<i64>>,
+    pub priority: Option<Spanned<i64>>,
+    pub non_ect: Option<Spanned<super::link::RawNonEct>>,
 }
 
 /// A class's `ack_shaping` table: `{ rate = "1gbit", per = "class" | "flow", flows = 4096 }`.

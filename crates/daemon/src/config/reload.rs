@@ -5,7 +5,9 @@
 //! * classes added, removed, reordered, or with a new `match`, `rate`, `pacing`, `burst`,
 //!   `horizon_policy`, `backpressure`, `ack_shaping` or `fair`; the default class's policy;
 //! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip` (read per frame from the installed
-//!   configuration).
+//!   configuration);
+//! * `[link]` rate, marking, quantum and burst, and each class's `link`, `weight`, `priority` and
+//!   `non_ect`: the link's queues are rebuilt with every queued packet moved over in order.
 //!
 //! Queued packets keep the EDT they were stamped with: a new rate applies from the next packet
 //! stamped (`Timestamper::set_rate`, the core's rule), so the wheel is never rebuilt. Classes are
@@ -20,7 +22,8 @@
 //!   array and node pool are sized at start-up and hold the queued packets;
 //! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
 //!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` (read by the
-//!   loop at start).
+//!   loop at start);
+//! * `[link]` added or removed, `link.scheduler`, `link.buffer`: the link's queues and buffer.
 
 use super::{ClassConfig, ClassPolicy, Config};
 use core::fmt;
@@ -86,6 +89,9 @@ pub struct ReloadPlan {
     pub default_class: Vec<FieldChange>,
     /// The new `daemon.busy_poll`, when it changed; applied live.
     pub busy_poll: Option<bool>,
+    /// Changes to `[link]` applied live (its rate, marking, quantum, burst): the link's queued
+    /// packets stay queued.
+    pub link: Vec<FieldChange>,
 }
 
 impl ReloadPlan {
@@ -95,6 +101,7 @@ impl ReloadPlan {
             && self.classes.is_empty()
             && self.default_class.is_empty()
             && self.busy_poll.is_none()
+            && self.link.is_empty()
     }
 
     /// True when some change needs a restart ([`ReloadPlan::restart_required`]).
@@ -133,6 +140,9 @@ impl fmt::Display for ReloadPlan {
         }
         if let Some(b) = self.busy_poll {
             writeln!(f, "daemon.busy_poll: {} -> {b}", !b)?;
+        }
+        for c in &self.link {
+            writeln!(f, "{c}")?;
         }
         Ok(())
     }
@@ -178,6 +188,7 @@ fn policy_changes(old: &ClassPolicy, new: &ClassPolicy) -> Vec<FieldChange> {
     let acks = |a: Option<super::AckShapingPolicy>| a.map_or("none".to_string(), |a| a.to_string());
     text("ack_shaping", acks(old.ack_shaping), acks(new.ack_shaping));
     compare(&mut out, "fair", old.fair, new.fair);
+    text("link", old.link.to_string(), new.link.to_string());
     compare(
         &mut out,
         "horizon_policy",
@@ -198,6 +209,40 @@ fn class_changes(old: &ClassConfig, new: &ClassConfig) -> Vec<FieldChange> {
     }
     out.extend(policy_changes(&old.policy, &new.policy));
     out
+}
+
+/// The changes to `[link]`: its presence, scheduler and buffer need a restart (the link's
+/// queues are built for them), the rest is applied live; returns the live ones.
+fn link_changes(
+    restart: &mut Vec<FieldChange>,
+    old: Option<&super::LinkConfig>,
+    new: Option<&super::LinkConfig>,
+) -> Vec<FieldChange> {
+    let mut live = Vec::new();
+    let (o, n) = match (old, new) {
+        (Some(o), Some(n)) => (o, n),
+        (None, None) => return live,
+        (o, n) => {
+            let show = |l: Option<&super::LinkConfig>| {
+                l.map_or("none".to_string(), |l| l.rate.to_string())
+            };
+            restart.push(FieldChange {
+                field: "link".to_string(),
+                old: show(o),
+                new: show(n),
+            });
+            return live;
+        }
+    };
+    compare(restart, "link.scheduler", o.scheduler, n.scheduler);
+    compare(restart, "link.buffer", o.buffer_bytes, n.buffer_bytes);
+    let (or, nr) = (o.rate.to_string(), n.rate.to_string());
+    compare(&mut live, "link.rate", or, nr);
+    let (om, nm) = (o.marking.to_string(), n.marking.to_string());
+    compare(&mut live, "link.marking", om, nm);
+    compare(&mut live, "link.quantum", o.quantum_bytes, n.quantum_bytes);
+    compare(&mut live, "link.burst", o.burst_bytes, n.burst_bytes);
+    live
 }
 
 /// The plan for going from `old` to `new`.
@@ -284,7 +329,9 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
             }
         }
     }
+    let link = link_changes(&mut restart, old.link.as_ref(), new.link.as_ref());
     ReloadPlan {
+        link,
         restart_required: restart,
         classes,
         default_class: policy_changes(&old.default_class, &new.default_class),

@@ -44,6 +44,11 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
     let interfaces = v.interfaces(raw.interfaces.get_ref())?;
     let wheel = v.wheel(&raw.wheel)?;
     let daemon = v.daemon(&raw.daemon)?;
+    let link = raw
+        .link
+        .as_ref()
+        .map(|l| v.link(l, interfaces.mtu, &daemon))
+        .transpose()?;
     if raw.classes.len() > MAX_CLASSES {
         let span = raw.classes[MAX_CLASSES].span();
         return Err(v.invalid(span, "class", format!("more than {MAX_CLASSES} classes")));
@@ -51,7 +56,7 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
     let mut classes = Vec::with_capacity(raw.classes.len());
     let mut lines: HashMap<String, usize> = HashMap::new();
     for (i, class) in raw.classes.iter().enumerate() {
-        let c = v.class(class, &format!("class[{i}]"), interfaces.mtu)?;
+        let c = v.class(class, &format!("class[{i}]"), interfaces.mtu, link.as_ref())?;
         if let Some(&first_line) = lines.get(&c.name) {
             let span = class
                 .get_ref()
@@ -71,9 +76,25 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
         classes.push(c);
     }
     let default_class = match &raw.default_class {
-        Some(d) => v.default_class(d, interfaces.mtu)?,
-        None => ClassPolicy::unshaped(interfaces.mtu),
+        Some(d) => v.default_class(d, interfaces.mtu, link.as_ref())?,
+        None => {
+            let mut policy = ClassPolicy::unshaped(interfaces.mtu);
+            policy.link.on_link = link.is_some();
+            policy
+        }
     };
+    if let (Some(l), Some(raw_link)) = (&link, &raw.link) {
+        let mut policies = vec![(
+            &default_class,
+            "default".to_string(),
+            raw.default_class.as_ref().map_or(0..0, |d| d.span()),
+        )];
+        for (i, (c, r)) in classes.iter().zip(&raw.classes).enumerate() {
+            let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
+            policies.push((&c.policy, format!("class[{i}]"), span));
+        }
+        super::link::check_classes(&v, l, raw_link.span(), &policies)?;
+    }
     Ok(Config {
         source_name: source_name.to_string(),
         interfaces,
@@ -81,15 +102,21 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
         daemon,
         classes,
         default_class,
+        link,
     })
 }
 
-struct Validator<'a> {
-    site: ErrorSite<'a>,
+pub(super) struct Validator<'a> {
+    pub(super) site: ErrorSite<'a>,
 }
 
 impl Validator<'_> {
-    fn invalid(&self, span: core::ops::Range<usize>, field: &str, msg: String) -> ConfigError {
+    pub(super) fn invalid(
+        &self,
+        span: core::ops::Range<usize>,
+        field: &str,
+        msg: String,
+    ) -> ConfigError {
         self.site.at(span, field, ErrorKind::Invalid(msg))
     }
 
@@ -253,7 +280,13 @@ impl Validator<'_> {
         })
     }
 
-    fn class(&self, spanned: &Spanned<RawClass>, path: &str, mtu: u32) -> Result<ClassConfig> {
+    fn class(
+        &self,
+        spanned: &Spanned<RawClass>,
+        path: &str,
+        mtu: u32,
+        link: Option<&super::LinkConfig>,
+    ) -> Result<ClassConfig> {
         let raw = spanned.get_ref();
         let Some(name) = &raw.name else {
             return Err(self.invalid(
@@ -287,12 +320,17 @@ impl Validator<'_> {
         Ok(ClassConfig {
             name: n.clone(),
             matcher,
-            policy: self.policy(raw, path, mtu)?,
+            policy: self.policy(raw, path, mtu, link)?,
             line: super::error::line_of(self.site.text, name.span().start),
         })
     }
 
-    fn default_class(&self, spanned: &Spanned<RawClass>, mtu: u32) -> Result<ClassPolicy> {
+    fn default_class(
+        &self,
+        spanned: &Spanned<RawClass>,
+        mtu: u32,
+        link: Option<&super::LinkConfig>,
+    ) -> Result<ClassPolicy> {
         let raw = spanned.get_ref();
         if let Some(name) = &raw.name {
             return Err(self.invalid(
@@ -308,10 +346,16 @@ impl Validator<'_> {
                 "the default class takes what no class matched; it takes no match".to_string(),
             ));
         }
-        self.policy(raw, "default", mtu)
+        self.policy(raw, "default", mtu, link)
     }
 
-    fn policy(&self, raw: &RawClass, path: &str, mtu: u32) -> Result<ClassPolicy> {
+    fn policy(
+        &self,
+        raw: &RawClass,
+        path: &str,
+        mtu: u32,
+        link: Option<&super::LinkConfig>,
+    ) -> Result<ClassPolicy> {
         let rate = raw
             .rate
             .as_ref()
@@ -325,6 +369,7 @@ impl Validator<'_> {
         let mut policy = ClassPolicy::unshaped(mtu);
         policy.rate = rate;
         policy.pacing = pacing;
+        policy.link = self.class_link(raw, path, link)?;
         if !policy.is_shaped() {
             let idle = [
                 ("burst", raw.burst.as_ref().map(|b| b.span())),
@@ -396,7 +441,7 @@ impl Validator<'_> {
         })
     }
 
-    fn rate(&self, raw: &Spanned<Scalar>, field: &str) -> Result<Rate> {
+    pub(super) fn rate(&self, raw: &Spanned<Scalar>, field: &str) -> Result<Rate> {
         let rate = match raw.get_ref() {
             Scalar::Text(t) => t.parse::<Rate>().map_err(|error| {
                 self.site.at(
@@ -658,7 +703,7 @@ impl Validator<'_> {
         Ok((first, last))
     }
 
-    fn positive_duration(&self, raw: &Spanned<String>, field: &str) -> Result<Duration> {
+    pub(super) fn positive_duration(&self, raw: &Spanned<String>, field: &str) -> Result<Duration> {
         let d = parse_duration(raw.get_ref()).map_err(|error| {
             self.site.at(
                 raw.span(),
@@ -675,7 +720,13 @@ impl Validator<'_> {
         Ok(d)
     }
 
-    fn int_in(&self, raw: &Spanned<i64>, field: &str, min: i64, max: i64) -> Result<i64> {
+    pub(super) fn int_in(
+        &self,
+        raw: &Spanned<i64>,
+        field: &str,
+        min: i64,
+        max: i64,
+    ) -> Result<i64> {
         let n = *raw.get_ref();
         if n < min || n > max {
             return Err(self.invalid(raw.span(), field, format!("{n} is outside {min}..={max}")));

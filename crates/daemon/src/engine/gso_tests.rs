@@ -108,7 +108,7 @@ impl Rig {
         while self.engine.queued() > 0 {
             self.now += d;
             let mut out = Vec::new();
-            self.engine.release(self.now, &mut out, 64);
+            self.engine.release(self.now, &mut self.pool, &mut out, 64);
             self.transmit(&out);
             self.engine.invariants();
         }
@@ -237,7 +237,7 @@ fn a_cut_superframe_discarded_at_stop_frees_its_slot() {
     rig.receive(&[superframe(2), superframe(40)]);
     rig.now += Duration::from_millis(1);
     let mut out = Vec::new();
-    rig.engine.release(rig.now, &mut out, 64);
+    rig.engine.release(rig.now, &mut rig.pool, &mut out, 64);
     rig.transmit(&out);
     assert!(rig.engine.queued() > 0);
     let discarded = rig.engine.drain_all(&mut rig.pool);

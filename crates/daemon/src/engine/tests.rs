@@ -5,6 +5,7 @@ use etherparse::PacketBuilder;
 use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort};
 
 mod fair;
+mod link;
 mod unclassified;
 
 const BASE: &str = r#"
@@ -104,7 +105,7 @@ impl Rig {
         self.now += d;
         loop {
             let mut out = Vec::new();
-            let n = self.engine.release(self.now, &mut out, 64);
+            let n = self.engine.release(self.now, &mut self.pool, &mut out, 64);
             self.transmit(&out);
             if n < 64 {
                 break;

@@ -159,9 +159,32 @@ struct SiloLine {
     nba: Vec<(String, f64)>,
 }
 
+/// One class's series on the shared link.
+#[derive(Clone, Copy, Debug, Default)]
+struct LinkClassLine {
+    bytes: f64,
+    packets: f64,
+    marks: f64,
+    not_ect: f64,
+    queue_bytes: f64,
+    queue_packets: f64,
+    threshold: f64,
+    delay_max_ns: f64,
+}
+
+/// The shared link's own series; `rate_bps` is `None` without a link.
+#[derive(Debug, Default)]
+struct LinkLine {
+    rate_bps: Option<f64>,
+    bytes: f64,
+    round_time_ns: f64,
+    classes: BTreeMap<String, LinkClassLine>,
+}
+
 #[derive(Debug, Default)]
 struct Summary {
     classes: BTreeMap<String, ClassLine>,
+    link: LinkLine,
     silos: BTreeMap<u32, SiloLine>,
     occupancy: f64,
     rx_ring_drops: f64,
@@ -189,6 +212,22 @@ fn summarise(text: &str) -> Summary {
                     _ => {}
                 }
             }
+            if let Some(field) = name.strip_prefix("link_class_") {
+                let l = s.link.classes.entry(class.to_owned()).or_default();
+                let v = sample.value;
+                match field {
+                    "bytes_total" => l.bytes += v,
+                    "packets_total" => l.packets += v,
+                    "marks_total" => l.marks += v,
+                    "not_ect_total" => l.not_ect += v,
+                    "queue_bytes" => l.queue_bytes += v,
+                    "queue_packets" => l.queue_packets += v,
+                    "threshold_bytes" => l.threshold = v,
+                    "delay_max_ns" => l.delay_max_ns = l.delay_max_ns.max(v),
+                    _ => {}
+                }
+                continue;
+            }
             let c = s.classes.entry(class.to_owned()).or_default();
             match name {
                 "class_bytes_total" => c.bytes += sample.value,
@@ -202,6 +241,9 @@ fn summarise(text: &str) -> Summary {
         }
         match name {
             "wheel_occupancy_packets" => s.occupancy += sample.value,
+            "link_rate_bps" => s.link.rate_bps = Some(sample.value),
+            "link_bytes_total" => s.link.bytes += sample.value,
+            "link_round_time_ns" => s.link.round_time_ns = sample.value,
             "rx_ring_drops_total" => s.rx_ring_drops += sample.value,
             "malformed_frames_total" => s.malformed += sample.value,
             "pass_through_packets_total" => s.pass_through += sample.value,
@@ -244,6 +286,68 @@ fn quantile_us(cumulative: &[(f64, f64)], q: f64) -> Option<f64> {
         .map(|(le, _)| le / 1e3)
 }
 
+/// A duration in nanoseconds as `850ns`, `12.5us` or `3.2ms`.
+fn format_ns(ns: f64) -> String {
+    match ns {
+        n if n >= 1e6 => format!("{:.1}ms", n / 1e6),
+        n if n >= 1e3 => format!("{:.1}us", n / 1e3),
+        n => format!("{:.0}ns", n.max(0.0)),
+    }
+}
+
+/// The shared link's lines, like `tc -s class show` of an HTB root and its leaves: the link's
+/// rate, its measured rate and MQ-ECN's round time, then per class its bytes on the link, its
+/// share of what the link sent in the interval, its backlog, marks and threshold:
+///
+/// ```text
+/// link: rate 1.0Gbit sent 123456 bytes rate 987.6Mbit round 1.2ms
+///   class a: sent 30864 bytes 21 pkt rate 246.9Mbit share 25.0% backlog 45420b 30p marked 4 not-ect 0 threshold 15000b delay max 2.1ms
+/// ```
+fn format_link(before: &LinkLine, now: &LinkLine, secs: f64, out: &mut String) {
+    // The rate gauge is registered always and stays 0 without a `[link]`.
+    let Some(rate) = now.rate_bps.filter(|r| *r > 0.0) else {
+        return;
+    };
+    let link_delta = (now.bytes - before.bytes).max(0.0);
+    let round = if now.round_time_ns > 0.0 {
+        format_ns(now.round_time_ns)
+    } else {
+        "n/a".to_owned()
+    };
+    out.push_str(&format!(
+        "link: rate {} sent {:.0} bytes rate {} round {round}\n",
+        format_rate(rate),
+        now.bytes,
+        format_rate(link_delta * 8.0 / secs)
+    ));
+    for (name, c) in &now.classes {
+        let prev = before.classes.get(name).map_or(c.bytes, |p| p.bytes);
+        let delta = (c.bytes - prev).max(0.0);
+        let share = if link_delta > 0.0 {
+            format!("{:.1}%", 100.0 * delta / link_delta)
+        } else {
+            "n/a".to_owned()
+        };
+        let threshold = if c.threshold < 0.0 {
+            "none".to_owned()
+        } else {
+            format!("{:.0}b", c.threshold)
+        };
+        out.push_str(&format!(
+            "  class {name}: sent {:.0} bytes {:.0} pkt rate {} share {share} backlog {:.0}b {:.0}p \
+             marked {:.0} not-ect {:.0} threshold {threshold} delay max {}\n",
+            c.bytes,
+            c.packets,
+            format_rate(delta * 8.0 / secs),
+            c.queue_bytes,
+            c.queue_packets,
+            c.marks,
+            c.not_ect,
+            format_ns(c.delay_max_ns)
+        ));
+    }
+}
+
 /// Formats `second` as one line per class plus one line for the wheel and the I/O path; rates
 /// come from the byte counters' difference to `first` over `elapsed`:
 ///
@@ -274,6 +378,7 @@ pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
         "wheel: occupancy {:.0} pkt, lateness p99 {lateness}; rx ring drops {:.0}, malformed {:.0}, pass-through {:.0} pkt\n",
         now.occupancy, now.rx_ring_drops, now.malformed, now.pass_through
     ));
+    format_link(&before.link, &now.link, secs, &mut out);
     for (i, silo) in &now.silos {
         let prev = before.silos.get(i).map_or(silo.bytes, |p| p.bytes);
         let rate = format_rate((silo.bytes - prev).max(0.0) * 8.0 / secs);

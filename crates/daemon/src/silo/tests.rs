@@ -114,7 +114,7 @@ impl SimSilo {
         let mut out = Vec::new();
         self.engine.receive(now, &mut self.pool, &rx, &mut out);
         assert!(out.is_empty(), "every frame is shaped");
-        while self.engine.release(now, &mut out, 1024) == 1024 {}
+        while self.engine.release(now, &mut self.pool, &mut out, 1024) == 1024 {}
         for id in out {
             self.released_bytes += self.pool.len(id) as u64;
             self.pool.free(id);

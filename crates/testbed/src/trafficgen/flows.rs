@@ -172,6 +172,7 @@ fn run_inner(
         groups,
         probe,
         elapsed,
+        started: start,
     })
 }
 
@@ -237,10 +238,15 @@ fn connect_all(plan: &TrafficPlan, sender: Option<&Namespace>) -> Result<Connect
     let ip = plan.receiver_addr;
     let groups: Vec<FlowGroup> = plan.groups.clone();
     let probe_port = plan.probe.map(|p| p.port);
+    let congestion = plan.congestion.clone();
     in_ns(sender, move || {
-        let connect = |addr: SocketAddr| {
-            TcpStream::connect_timeout(&addr, SETUP_TIMEOUT)
-                .map_err(|source| TrafficError::Connect { addr, source })
+        let connect = |addr: SocketAddr| -> Result<TcpStream, TrafficError> {
+            let stream = TcpStream::connect_timeout(&addr, SETUP_TIMEOUT)
+                .map_err(|source| TrafficError::Connect { addr, source })?;
+            if let Some(name) = &congestion {
+                set_congestion(&stream, name)?;
+            }
+            Ok(stream)
         };
         let mut all = Vec::new();
         for g in &groups {
@@ -264,6 +270,18 @@ fn connect_all(plan: &TrafficPlan, sender: Option<&Namespace>) -> Result<Connect
             .transpose()?;
         Ok((all, probe))
     })?
+}
+
+/// Sets the socket's congestion control (`TCP_CONGESTION`); before the first byte is written,
+/// so the whole transfer runs under it.
+fn set_congestion(stream: &TcpStream, name: &str) -> Result<(), TrafficError> {
+    let value = std::ffi::OsString::from(name);
+    nix::sys::socket::setsockopt(stream, nix::sys::socket::sockopt::TcpCongestion, &value).map_err(
+        |e| TrafficError::Io {
+            what: format!("TCP_CONGESTION {name}"),
+            source: std::io::Error::from(e),
+        },
+    )
 }
 
 /// Accepts the group's TCP connections (or takes its UDP socket) and returns the reader thread.
