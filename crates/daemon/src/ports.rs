@@ -179,6 +179,7 @@ pub fn add_counters(a: PortCounters, b: PortCounters) -> PortCounters {
         tx_bytes: a.tx_bytes + b.tx_bytes,
         tx_errors: a.tx_errors + b.tx_errors,
         tx_busy: a.tx_busy + b.tx_busy,
+        tx_gso_software: a.tx_gso_software + b.tx_gso_software,
     }
 }
 

@@ -258,11 +258,7 @@ pub fn run_loop<
         let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
         engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
-<<<<<<< HEAD
-        engine.release(clock.now(), &mut to_outside.ids, room);
-=======
-        work += engine.release(clock.now(), pool, &mut to_outside.ids, room);
->>>>>>> link-compare
+        engine.release(clock.now(), pool, &mut to_outside.ids, room);
         let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
         let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         to_outside.flush(

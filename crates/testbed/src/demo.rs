@@ -339,6 +339,7 @@ pub fn run_simulated(duration: Duration, out: &mut dyn Write) -> Result<Vec<Clas
                     Some(Backpressure::Drop { limit }) => DaemonBackpressure::Drop { limit },
                     _ => DaemonBackpressure::None,
                 },
+                fair: policy.is_some_and(|p| p.fair),
                 reject_beyond_horizon: class.map_or(config.wheel.horizon_policy, |c| {
                     c.policy.effective_horizon_policy(&config.wheel)
                 }) == HorizonPolicy::Reject,
