@@ -60,12 +60,12 @@ const RELOAD_EVERY: Duration = Duration::from_millis(200);
 const FAULT_EVERY: Duration = Duration::from_secs(3);
 const FAULT_FOR: Duration = Duration::from_millis(300);
 /// The resident set may grow by at most this after the warm-up: 8 MiB. Measured (`cargo test
-/// -p metronome-testbed --test soak -- --nocapture`, 3 runs, the machine loaded by other
-/// builds): +4.08 to +4.10 MiB, flat within 0.1 MiB except one step of 4.0 MiB at the fourth
-/// reopening of `out0` (36 s; one `vnet_hdr` socket's receive buffers are 4.2 MB, so the
-/// allocator kept a freed set of them), none at the reopenings before. A leak of 40 bytes per
-/// frame would alone add 8 MB over the 200 000 frames after the warm-up, one of 36 KiB per
-/// reload 8 MiB over the 225 reloads.
+/// -p metronome-testbed --test soak -- --nocapture`, 4 runs, the machine loaded by other
+/// builds): +4.06 to +4.10 MiB, flat within 0.1 MiB except one step of 4.0 MiB at the fourth
+/// reopening of `out0` (36 s), none at the three before, so not a per-reopening leak. A leak
+/// grows linearly: one of 40 KB per 200 ms check measured +6.66 MiB (passes: the floor of
+/// this check is about 8 MiB after the warm-up, 40 bytes per frame or 36 KiB per reload), one
+/// of 80 KB +13.13 MiB (fails).
 const RSS_GROWTH: u64 = 8 << 20;
 /// The sender's kernel sends a few frames of its own through `in0` (IPv6 router solicitations,
 /// MLD reports and duplicate address detection after each `in0` flap): at most this many.
@@ -219,8 +219,15 @@ fn generate(topo: &Topology) -> u64 {
     thread.unwrap().join().unwrap().unwrap()
 }
 
-/// The process's resident set, bytes.
+/// The process's resident set, bytes, after the allocator returned its free memory to the
+/// kernel (`malloc_trim(3)`, every arena): so it counts live allocations and the pool, not
+/// memory freed but kept (which would hide a leak of up to its size).
 fn rss() -> u64 {
+    // SAFETY: malloc_trim only releases free memory of the allocator's arenas; it takes no
+    // pointer and is thread-safe.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kb: u64 = status
         .lines()
