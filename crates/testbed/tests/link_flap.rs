@@ -19,7 +19,7 @@ use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::{Control, LoopReport};
 use metronome_testbed::netns::{LinkCounters, Namespace, TopoError, Topology};
-use metronome_testbed::shaper::{spawn_shaper, spawn_silos};
+use metronome_testbed::shaper::{spawn_shaper, spawn_silos, ShaperThread, SilosThread};
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -147,6 +147,117 @@ fn counter(text: &str, name: &str, iface: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// Applies `fault` to the shaper's `iface` [`FLAP_AT`] after the call, for [`FLAP_FOR`];
+/// `sent` and `acked` keep counting across a re-created veth. Returns when the link went down and
+/// when it was back, from the call.
+fn apply(
+    topo: &Topology,
+    iface: &str,
+    fault: Fault,
+    sent: &mut TxCount,
+    acked: &mut TxCount,
+) -> (Duration, Duration) {
+    let start = Instant::now();
+    std::thread::sleep(FLAP_AT);
+    let mac = match fault {
+        Fault::Flap => {
+            topo.shaper.ip(&["link", "set", iface, "down"]).unwrap();
+            String::new()
+        }
+        Fault::Recreate => {
+            let count = if iface == topo.shaper_in { sent } else { acked };
+            std::thread::scope(|s| {
+                let watcher = s.spawn(|| count.until_deleted());
+                let mac = topo.delete_veth(iface).unwrap();
+                watcher.join().unwrap();
+                mac
+            })
+        }
+    };
+    let down = start.elapsed();
+    std::thread::sleep(FLAP_FOR);
+    match fault {
+        Fault::Flap => topo.shaper.ip(&["link", "set", iface, "up"]).map(drop),
+        Fault::Recreate => topo
+            .recreate_veth(iface, &mac)
+            .and_then(|()| topo.one_mtu_segments()),
+    }
+    .unwrap();
+    (down, start.elapsed())
+}
+
+/// How long after `up_at` forwarding resumed: the first sample after the link is up whose
+/// counter rose by ten full frames over the one at the link's return (not an ARP frame or two).
+/// The traffic thread and the faulter start within a millisecond.
+fn resumed_after(samples: &[common::Sample], up_at: Duration) -> Option<Duration> {
+    let at_up = samples
+        .iter()
+        .rev()
+        .find(|(t, _, _)| *t <= up_at)
+        .unwrap()
+        .1;
+    // A re-created receiver veth counts from 0: a sample below `at_up` is on the new one.
+    samples
+        .iter()
+        .find(|(t, b, _)| *t > up_at && *b >= if *b < at_up { 0 } else { at_up } + 10 * 1514)
+        .map(|(t, _, _)| t.saturating_sub(up_at))
+}
+
+/// Every frame each loop received is accounted for, the loops shaped traffic, and each frame
+/// reached one loop once: the loops received no more than the hosts' veths sent (the silos of a
+/// re-created interface share one fanout group again).
+fn assert_accounted(loops: &[LoopReport], who: &str, mut sent: TxCount, mut acked: TxCount) {
+    for (i, l) in loops.iter().enumerate() {
+        common::assert_every_frame_accounted(l, &format!("{who}, loop {i}"));
+    }
+    // 4 flows leave a silo empty with probability 2^-3, so only the sum is asserted.
+    let released: u64 = loops.iter().map(|l| l.engine.released).sum();
+    assert!(released > 1000, "{loops:?}");
+    let (sent, acked) = (sent.total(), acked.total());
+    let received: u64 = loops.iter().map(|l| l.inside.rx_packets).sum();
+    let passed_back: u64 = loops.iter().map(|l| l.passed_back).sum();
+    println!(
+        "sender sent {sent}, loops received {received}; receiver sent {acked}, loops passed \
+         back {passed_back}"
+    );
+    assert!(
+        received <= sent + SLACK,
+        "received {received} of {sent} sent"
+    );
+    assert!(
+        passed_back <= acked + SLACK,
+        "passed back {passed_back} of {acked} sent"
+    );
+}
+
+/// The reports of the single loop or of every silo, which must have survived the fault.
+fn join_loops(
+    single: Option<Spawned<ShaperThread>>,
+    silos: Option<Spawned<SilosThread>>,
+) -> Vec<LoopReport> {
+    match (single, silos) {
+        (Some(t), _) => vec![t
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap()
+            .expect("the daemon's loop survives the fault")],
+        (_, Some(t)) => t
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap()
+            .expect("every silo survives the fault")
+            .into_iter()
+            .map(|r| r.report)
+            .collect(),
+        _ => unreachable!(),
+    }
+}
+
+/// A loop thread as spawned, or why it could not be.
+type Spawned<T> = Result<T, TopoError>;
+
 /// One run with `fault` on the shaper's `iface` and `cores` loops; returns the rate on the
 /// wire after the fault.
 fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 {
@@ -173,57 +284,12 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
     let mut acked = TxCount::new(&topo.receiver, &topo.receiver_if);
     let (report, samples, (down_at, up_at)) = std::thread::scope(|s| {
         let (sent, acked) = (&mut sent, &mut acked);
-        let faulter = s.spawn(move || {
-            let start = Instant::now();
-            std::thread::sleep(FLAP_AT);
-            let mac = match fault {
-                Fault::Flap => {
-                    topo.shaper.ip(&["link", "set", iface, "down"]).unwrap();
-                    String::new()
-                }
-                Fault::Recreate => {
-                    let count = if iface == topo.shaper_in { sent } else { acked };
-                    std::thread::scope(|s| {
-                        let watcher = s.spawn(|| count.until_deleted());
-                        let mac = topo.delete_veth(iface).unwrap();
-                        watcher.join().unwrap();
-                        mac
-                    })
-                }
-            };
-            let down = start.elapsed();
-            std::thread::sleep(FLAP_FOR);
-            match fault {
-                Fault::Flap => topo.shaper.ip(&["link", "set", iface, "up"]).map(drop),
-                Fault::Recreate => topo
-                    .recreate_veth(iface, &mac)
-                    .and_then(|()| topo.one_mtu_segments()),
-            }
-            .unwrap();
-            (down, start.elapsed())
-        });
+        let faulter = s.spawn(move || apply(topo, iface, fault, sent, acked));
         let (report, samples) = common::drive(topo, plan);
         (report, samples, faulter.join().unwrap())
     });
     control.stop.store(true, Ordering::Relaxed);
-    let loops: Vec<LoopReport> = match (single, silos) {
-        (Some(t), _) => vec![t
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap()
-            .expect("the daemon's loop survives the fault")],
-        (_, Some(t)) => t
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap()
-            .expect("every silo survives the fault")
-            .into_iter()
-            .map(|r| r.report)
-            .collect(),
-        _ => unreachable!(),
-    };
+    let loops = join_loops(single, silos);
     let text = metrics.encode();
     // Each loop has its own sockets on the interface and sees the transition once.
     let downs = counter(&text, "metronome_link_down_total", iface);
@@ -234,20 +300,7 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         reopened, want_reopened as u64,
         "reopenings of {iface}: {text}"
     );
-    // Resumption: the first sample after the link is up whose counter rose by ten full frames
-    // over the one at the link's return (not an ARP frame or two). The traffic thread and the
-    // faulter start within a millisecond.
-    let at_up = samples
-        .iter()
-        .rev()
-        .find(|(t, _, _)| *t <= up_at)
-        .unwrap()
-        .1;
-    // A re-created receiver veth counts from 0: a sample below `at_up` is on the new one.
-    let resumed = samples
-        .iter()
-        .find(|(t, b, _)| *t > up_at && *b >= if *b < at_up { 0 } else { at_up } + 10 * 1514)
-        .map(|(t, _, _)| t.saturating_sub(up_at));
+    let resumed = resumed_after(&samples, up_at);
     let steady = (up_at + SETTLE, RUN.saturating_sub(COOLDOWN));
     let after = common::wire_of_payload(common::payload_bps(&samples, steady.0, steady.1));
     println!(
@@ -267,27 +320,7 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         resumed <= bound,
         "resumed {resumed:?} after the link came back"
     );
-    for (i, l) in loops.iter().enumerate() {
-        common::assert_every_frame_accounted(l, &format!("{fault:?} of {iface}, loop {i}"));
-        // Every loop carried shaped traffic after the fault too (the fanout spreads the flows;
-        // 4 flows leave a silo empty with probability 2^-3, so only the sum is asserted).
-    }
-    let released: u64 = loops.iter().map(|l| l.engine.released).sum();
-    assert!(released > 1000, "{loops:?}");
-    // Each frame reached one loop once: the loops received no more than the hosts sent (the
-    // silos of a re-created interface share one fanout group again).
-    let (sent, acked) = (sent.total(), acked.total());
-    let received: u64 = loops.iter().map(|l| l.inside.rx_packets).sum();
-    let passed_back: u64 = loops.iter().map(|l| l.passed_back).sum();
-    println!("sender sent {sent}, loops received {received}; receiver sent {acked}, loops passed back {passed_back}");
-    assert!(
-        received <= sent + SLACK,
-        "received {received} of {sent} sent"
-    );
-    assert!(
-        passed_back <= acked + SLACK,
-        "passed back {passed_back} of {acked} sent"
-    );
+    assert_accounted(&loops, &format!("{fault:?} of {iface}"), sent, acked);
     after
 }
 

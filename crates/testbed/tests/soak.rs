@@ -354,67 +354,8 @@ fn spawn_loop(
         .unwrap()
 }
 
-#[test]
-fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
-    let Some(topo) = common::topology("mtr-soak", "soak") else {
-        return;
-    };
-    let dir = TempDir(std::env::temp_dir().join(format!("mtr-soak-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let path = dir.0.join("soak.toml");
-    std::fs::write(&path, config_text(0)).unwrap();
-    let metrics = Metrics::new();
-    let control = Control::default();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let shaper = spawn_loop(&topo, &path, &metrics, &control, &seen);
-    std::thread::sleep(Duration::from_millis(100)); // ports open
-    let done = AtomicBool::new(false);
-    let mut faults = Vec::new();
-    let mut rss_samples = Vec::new();
-    let sent = std::thread::scope(|s| {
-        let generator = s.spawn(|| {
-            let sent = generate(&topo);
-            done.store(true, Ordering::Relaxed);
-            sent
-        });
-        s.spawn(|| {
-            let mut v = 0;
-            while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(RELOAD_EVERY);
-                v += 1;
-                std::fs::write(&path, config_text(v)).unwrap();
-                control.reload.store(true, Ordering::Relaxed);
-            }
-        });
-        let faulter = s.spawn(|| {
-            let mut done_faults = Vec::new();
-            let start = Instant::now();
-            for (i, f) in FAULTS.iter().cycle().enumerate() {
-                let at = FAULT_EVERY * (i as u32 + 1);
-                if at + FAULT_FOR + Duration::from_millis(500) > RUN {
-                    break;
-                }
-                std::thread::sleep(at.saturating_sub(start.elapsed()));
-                fault(&topo, *f);
-                done_faults.push(*f);
-            }
-            done_faults
-        });
-        let start = Instant::now();
-        while !done.load(Ordering::Relaxed) {
-            rss_samples.push((start.elapsed(), rss()));
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        faults = faulter.join().unwrap();
-        generator.join().unwrap()
-    });
-    // What is queued leaves within the drain time; the wheel is empty at the end.
-    std::thread::sleep(Duration::from_millis(500));
-    control.stop.store(true, Ordering::Relaxed);
-    let (l, in_use) = shaper.join().unwrap().unwrap();
-    let seen = *seen.lock().unwrap();
-    let text = metrics.encode();
-
+/// Prints the resident set's samples and asserts it stays flat after the warm-up.
+fn assert_flat(rss_samples: &[(Duration, u64)], seen: &Seen) {
     let warm = rss_samples
         .iter()
         .find(|(t, _)| *t >= WARMUP)
@@ -429,8 +370,7 @@ fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
     println!("RSS MiB: {}", series.join(", "));
     let peak = rss_samples.iter().map(|s| s.1).max().unwrap();
     println!(
-        "soak: {sent} frames sent; RSS {:.1} MiB after \
-         the warm-up, {:.1} MiB at the end, peak {:.1} MiB; {seen:?}; faults {faults:?}; {l:?}",
+        "soak: RSS {:.1} MiB after the warm-up, {:.1} MiB at the end, peak {:.1} MiB",
         warm as f64 / 1048576.0,
         last as f64 / 1048576.0,
         peak as f64 / 1048576.0,
@@ -444,11 +384,6 @@ fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
         seen.max_queued
     ));
 
-    // The invariants held all along (a failure panics the loop's thread), checked throughout.
-    let expected_checks = (RUN.as_millis() / RELOAD_EVERY.as_millis()) as u64;
-    assert!(seen.checks >= expected_checks / 2, "{seen:?}");
-    assert!(seen.rate_changes >= expected_checks / 4, "{seen:?}");
-    // Memory stays flat.
     let max_after = rss_samples
         .iter()
         .filter(|(t, _)| *t >= WARMUP)
@@ -459,6 +394,111 @@ fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
         max_after <= warm + RSS_GROWTH,
         "RSS grew from {warm} to {max_after} bytes"
     );
+}
+
+/// Every link fault of `faults` was counted once in the metrics `text`.
+fn assert_faults_counted(faults: &[Fault], text: &str) {
+    let count = |f: Fault| {
+        faults
+            .iter()
+            .filter(|x| std::mem::discriminant(*x) == std::mem::discriminant(&f))
+            .count() as u64
+    };
+    let (flap_out, flap_in, recreate_out) = (
+        count(Fault::FlapOut),
+        count(Fault::FlapIn),
+        count(Fault::RecreateOut),
+    );
+    assert!(recreate_out >= 3, "{faults:?}");
+    assert_eq!(
+        counter(text, "metronome_link_down_total", "out0"),
+        flap_out + recreate_out
+    );
+    assert_eq!(counter(text, "metronome_link_down_total", "in0"), flap_in);
+    assert_eq!(
+        counter(text, "metronome_link_reopened_total", "out0"),
+        recreate_out
+    );
+}
+
+/// The soak's load for [`RUN`]: the generator, a reload every [`RELOAD_EVERY`] (rewriting
+/// `path`), a link fault every [`FAULT_EVERY`], and the resident set sampled every 500 ms.
+/// Returns the frames sent, the faults made and the samples.
+fn load(
+    topo: &Topology,
+    path: &Path,
+    control: &Control,
+) -> (u64, Vec<Fault>, Vec<(Duration, u64)>) {
+    let done = AtomicBool::new(false);
+    let mut faults = Vec::new();
+    let mut rss_samples = Vec::new();
+    let sent = std::thread::scope(|s| {
+        let generator = s.spawn(|| {
+            let sent = generate(topo);
+            done.store(true, Ordering::Relaxed);
+            sent
+        });
+        s.spawn(|| {
+            let mut v = 0;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(RELOAD_EVERY);
+                v += 1;
+                std::fs::write(path, config_text(v)).unwrap();
+                control.reload.store(true, Ordering::Relaxed);
+            }
+        });
+        let faulter = s.spawn(|| {
+            let mut done_faults = Vec::new();
+            let start = Instant::now();
+            for (i, f) in FAULTS.iter().cycle().enumerate() {
+                let at = FAULT_EVERY * (i as u32 + 1);
+                if at + FAULT_FOR + Duration::from_millis(500) > RUN {
+                    break;
+                }
+                std::thread::sleep(at.saturating_sub(start.elapsed()));
+                fault(topo, *f);
+                done_faults.push(*f);
+            }
+            done_faults
+        });
+        let start = Instant::now();
+        while !done.load(Ordering::Relaxed) {
+            rss_samples.push((start.elapsed(), rss()));
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        faults = faulter.join().unwrap();
+        generator.join().unwrap()
+    });
+    (sent, faults, rss_samples)
+}
+
+#[test]
+fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
+    let Some(topo) = common::topology("mtr-soak", "soak") else {
+        return;
+    };
+    let dir = TempDir(std::env::temp_dir().join(format!("mtr-soak-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("soak.toml");
+    std::fs::write(&path, config_text(0)).unwrap();
+    let metrics = Metrics::new();
+    let control = Control::default();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let shaper = spawn_loop(&topo, &path, &metrics, &control, &seen);
+    std::thread::sleep(Duration::from_millis(100)); // ports open
+    let (sent, faults, rss_samples) = load(&topo, &path, &control);
+    // What is queued leaves within the drain time; the wheel is empty at the end.
+    std::thread::sleep(Duration::from_millis(500));
+    control.stop.store(true, Ordering::Relaxed);
+    let (l, in_use) = shaper.join().unwrap().unwrap();
+    let seen = *seen.lock().unwrap();
+
+    println!("soak: {sent} frames sent; {seen:?}; faults {faults:?}; {l:?}");
+    assert_flat(&rss_samples, &seen);
+    // The invariants held all along (a failure panics the loop's thread), checked throughout.
+    let expected_checks = (RUN.as_millis() / RELOAD_EVERY.as_millis()) as u64;
+    assert!(seen.checks >= expected_checks / 2, "{seen:?}");
+    assert!(seen.rate_changes >= expected_checks / 4, "{seen:?}");
     // 1 000 UDP flows, the two unclassified flows, a few of the kernel's own.
     assert!(seen.max_flows <= usize::from(FLOWS) + 16, "{seen:?}");
     assert!(seen.max_flows >= usize::from(FLOWS), "{seen:?}");
@@ -477,27 +517,6 @@ fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
         l.inside.rx_packets,
         l.inside.rx_ring_drops
     );
-    // Every link fault counted once.
-    let count = |f: Fault| {
-        faults
-            .iter()
-            .filter(|x| std::mem::discriminant(*x) == std::mem::discriminant(&f))
-            .count() as u64
-    };
-    let (flap_out, flap_in, recreate_out) = (
-        count(Fault::FlapOut),
-        count(Fault::FlapIn),
-        count(Fault::RecreateOut),
-    );
-    assert!(recreate_out >= 3, "{faults:?}");
-    assert_eq!(
-        counter(&text, "metronome_link_down_total", "out0"),
-        flap_out + recreate_out
-    );
-    assert_eq!(counter(&text, "metronome_link_down_total", "in0"), flap_in);
-    assert_eq!(
-        counter(&text, "metronome_link_reopened_total", "out0"),
-        recreate_out
-    );
+    assert_faults_counted(&faults, &metrics.encode());
     topo.remove().unwrap();
 }
