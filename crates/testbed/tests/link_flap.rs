@@ -18,8 +18,8 @@ mod common;
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::{Control, LoopReport};
-use metronome_testbed::netns::Topology;
-use metronome_testbed::shaper::{spawn_shaper, spawn_silos};
+use metronome_testbed::netns::{LinkCounters, Namespace, TopoError, Topology};
+use metronome_testbed::shaper::{spawn_shaper, spawn_silos, ShaperThread, SilosThread};
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -35,9 +35,20 @@ const FLAP_FOR: Duration = Duration::from_millis(500);
 const SETTLE: Duration = Duration::from_millis(1500);
 /// Skipped at the end (flows stopping one by one).
 const COOLDOWN: Duration = Duration::from_millis(300);
-/// Tolerance of the rate after the fault, as in `real_traffic.rs`: within 3 % (measured after a
-/// flap: 0.0 to -2.5 % loaded, -0.00 % idle; see `common::RETRY_BOUND_TOLERANCES`).
+/// Tolerance of the rate after a flap of `out0` with one loop, as in `real_traffic.rs`: within
+/// 3 %, in one of two attempts (measured after a flap: 0.0 to -2.5 % loaded, -0.00 % idle; see
+/// `common::RETRY_BOUND_TOLERANCES`).
 const TOLERANCE: f64 = 0.03;
+/// The other faults' rate after the fault, in one attempt: at most 3 % above the limit (no run
+/// was ever above +0.00 %; above, the shaper released more than its limit: a reopened socket
+/// bypassing the engine, frames delivered twice) and at most 40 % below. Measured in first
+/// attempts (`cargo test -p metronome-testbed --test link_flap -- --nocapture`, 4 runs with a
+/// load average of 7 to 14 from other builds): +0.00 % to -12.07 % for every fault but the
+/// re-creation of `in0` with one loop, which measured +0.00, -0.14, -0.95, -3.62, -5.74, -7.70,
+/// -11.84 and -34.47 %: the sender's TCP restarts on a new veth and the load starves it. A loop
+/// that does not resume, or resumes on half its flows, is further off.
+const OVER: f64 = 0.03;
+const UNDER: f64 = 0.40;
 /// The class's limit, bit/s.
 const TARGET_BPS: f64 = 100e6;
 /// Forwarding resumes within this of the link coming back when the fault was on `out0`: the
@@ -50,6 +61,54 @@ const RESUME_BOUND: Duration = Duration::from_millis(150);
 /// whose timer backs off during the outage (200 ms minimum, doubled per expiry: 200, 400, 800 ms
 /// after the last ACK), so it fires up to about 1 s after a 0.5 s outage ends.
 const TCP_RESUME_BOUND: Duration = Duration::from_millis(1200);
+
+/// Frames the loops may receive beyond what the hosts' veths sent: a socket joining its fanout
+/// group sees every frame for the microseconds between its `bind` and its joining (delivered
+/// twice, never lost), and the frames sent between the last reading of a veth's counters and its
+/// deletion are not in them (about a millisecond: 8 frames at 100 Mbit/s). Twice-delivered
+/// traffic after a re-creation (silos not rejoining one group) is thousands of frames.
+const SLACK: u64 = 500;
+
+/// The frames a host's veth sent over a run, across its re-creation (which restarts its
+/// counters).
+struct TxCount {
+    counters: LinkCounters,
+    base: u64,
+    carried: u64,
+}
+
+impl TxCount {
+    fn new(ns: &Namespace, iface: &str) -> TxCount {
+        let mut counters = ns.link_counters(iface).unwrap();
+        let base = counters.read().unwrap().tx_packets;
+        TxCount {
+            counters,
+            base,
+            carried: 0,
+        }
+    }
+
+    /// The veth is being deleted: reads its counters every millisecond until it is gone and
+    /// keeps the last reading (what it sent before), so that at most a millisecond of frames
+    /// is missed.
+    fn until_deleted(&mut self) {
+        let mut last = self.base;
+        loop {
+            match self.counters.read() {
+                Ok(stats) => last = stats.tx_packets,
+                Err(TopoError::NoSuchInterface { .. }) => break,
+                Err(e) => panic!("reading a veth's counters: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.carried += last - self.base;
+        self.base = 0;
+    }
+
+    fn total(&mut self) -> u64 {
+        self.carried + self.counters.read().unwrap().tx_packets - self.base
+    }
+}
 
 /// What happens to the interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +147,117 @@ fn counter(text: &str, name: &str, iface: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// Applies `fault` to the shaper's `iface` [`FLAP_AT`] after the call, for [`FLAP_FOR`];
+/// `sent` and `acked` keep counting across a re-created veth. Returns when the link went down and
+/// when it was back, from the call.
+fn apply(
+    topo: &Topology,
+    iface: &str,
+    fault: Fault,
+    sent: &mut TxCount,
+    acked: &mut TxCount,
+) -> (Duration, Duration) {
+    let start = Instant::now();
+    std::thread::sleep(FLAP_AT);
+    let mac = match fault {
+        Fault::Flap => {
+            topo.shaper.ip(&["link", "set", iface, "down"]).unwrap();
+            String::new()
+        }
+        Fault::Recreate => {
+            let count = if iface == topo.shaper_in { sent } else { acked };
+            std::thread::scope(|s| {
+                let watcher = s.spawn(|| count.until_deleted());
+                let mac = topo.delete_veth(iface).unwrap();
+                watcher.join().unwrap();
+                mac
+            })
+        }
+    };
+    let down = start.elapsed();
+    std::thread::sleep(FLAP_FOR);
+    match fault {
+        Fault::Flap => topo.shaper.ip(&["link", "set", iface, "up"]).map(drop),
+        Fault::Recreate => topo
+            .recreate_veth(iface, &mac)
+            .and_then(|()| topo.one_mtu_segments()),
+    }
+    .unwrap();
+    (down, start.elapsed())
+}
+
+/// How long after `up_at` forwarding resumed: the first sample after the link is up whose
+/// counter rose by ten full frames over the one at the link's return (not an ARP frame or two).
+/// The traffic thread and the faulter start within a millisecond.
+fn resumed_after(samples: &[common::Sample], up_at: Duration) -> Option<Duration> {
+    let at_up = samples
+        .iter()
+        .rev()
+        .find(|(t, _, _)| *t <= up_at)
+        .unwrap()
+        .1;
+    // A re-created receiver veth counts from 0: a sample below `at_up` is on the new one.
+    samples
+        .iter()
+        .find(|(t, b, _)| *t > up_at && *b >= if *b < at_up { 0 } else { at_up } + 10 * 1514)
+        .map(|(t, _, _)| t.saturating_sub(up_at))
+}
+
+/// Every frame each loop received is accounted for, the loops shaped traffic, and each frame
+/// reached one loop once: the loops received no more than the hosts' veths sent (the silos of a
+/// re-created interface share one fanout group again).
+fn assert_accounted(loops: &[LoopReport], who: &str, mut sent: TxCount, mut acked: TxCount) {
+    for (i, l) in loops.iter().enumerate() {
+        common::assert_every_frame_accounted(l, &format!("{who}, loop {i}"));
+    }
+    // 4 flows leave a silo empty with probability 2^-3, so only the sum is asserted.
+    let released: u64 = loops.iter().map(|l| l.engine.released).sum();
+    assert!(released > 1000, "{loops:?}");
+    let (sent, acked) = (sent.total(), acked.total());
+    let received: u64 = loops.iter().map(|l| l.inside.rx_packets).sum();
+    let passed_back: u64 = loops.iter().map(|l| l.passed_back).sum();
+    println!(
+        "sender sent {sent}, loops received {received}; receiver sent {acked}, loops passed \
+         back {passed_back}"
+    );
+    assert!(
+        received <= sent + SLACK,
+        "received {received} of {sent} sent"
+    );
+    assert!(
+        passed_back <= acked + SLACK,
+        "passed back {passed_back} of {acked} sent"
+    );
+}
+
+/// The reports of the single loop or of every silo, which must have survived the fault.
+fn join_loops(
+    single: Option<Spawned<ShaperThread>>,
+    silos: Option<Spawned<SilosThread>>,
+) -> Vec<LoopReport> {
+    match (single, silos) {
+        (Some(t), _) => vec![t
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap()
+            .expect("the daemon's loop survives the fault")],
+        (_, Some(t)) => t
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap()
+            .expect("every silo survives the fault")
+            .into_iter()
+            .map(|r| r.report)
+            .collect(),
+        _ => unreachable!(),
+    }
+}
+
+/// A loop thread as spawned, or why it could not be.
+type Spawned<T> = Result<T, TopoError>;
+
 /// One run with `fault` on the shaper's `iface` and `cores` loops; returns the rate on the
 /// wire after the fault.
 fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 {
@@ -110,50 +280,16 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         vec![FlowGroup::tcp("bulk", 5201, 4)],
         RUN,
     );
+    let mut sent = TxCount::new(&topo.sender, &topo.sender_if);
+    let mut acked = TxCount::new(&topo.receiver, &topo.receiver_if);
     let (report, samples, (down_at, up_at)) = std::thread::scope(|s| {
-        let faulter = s.spawn(|| {
-            let start = Instant::now();
-            std::thread::sleep(FLAP_AT);
-            let mac = match fault {
-                Fault::Flap => {
-                    topo.shaper.ip(&["link", "set", iface, "down"]).unwrap();
-                    String::new()
-                }
-                Fault::Recreate => topo.delete_veth(iface).unwrap(),
-            };
-            let down = start.elapsed();
-            std::thread::sleep(FLAP_FOR);
-            match fault {
-                Fault::Flap => topo.shaper.ip(&["link", "set", iface, "up"]).map(drop),
-                Fault::Recreate => topo
-                    .recreate_veth(iface, &mac)
-                    .and_then(|()| topo.one_mtu_segments()),
-            }
-            .unwrap();
-            (down, start.elapsed())
-        });
+        let (sent, acked) = (&mut sent, &mut acked);
+        let faulter = s.spawn(move || apply(topo, iface, fault, sent, acked));
         let (report, samples) = common::drive(topo, plan);
         (report, samples, faulter.join().unwrap())
     });
     control.stop.store(true, Ordering::Relaxed);
-    let loops: Vec<LoopReport> = match (single, silos) {
-        (Some(t), _) => vec![t
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap()
-            .expect("the daemon's loop survives the fault")],
-        (_, Some(t)) => t
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap()
-            .expect("every silo survives the fault")
-            .into_iter()
-            .map(|r| r.report)
-            .collect(),
-        _ => unreachable!(),
-    };
+    let loops = join_loops(single, silos);
     let text = metrics.encode();
     // Each loop has its own sockets on the interface and sees the transition once.
     let downs = counter(&text, "metronome_link_down_total", iface);
@@ -164,20 +300,7 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         reopened, want_reopened as u64,
         "reopenings of {iface}: {text}"
     );
-    // Resumption: the first sample after the link is up whose counter rose by ten full frames
-    // over the one at the link's return (not an ARP frame or two). The traffic thread and the
-    // faulter start within a millisecond.
-    let at_up = samples
-        .iter()
-        .rev()
-        .find(|(t, _, _)| *t <= up_at)
-        .unwrap()
-        .1;
-    // A re-created receiver veth counts from 0: a sample below `at_up` is on the new one.
-    let resumed = samples
-        .iter()
-        .find(|(t, b, _)| *t > up_at && *b >= if *b < at_up { 0 } else { at_up } + 10 * 1514)
-        .map(|(t, _, _)| t.saturating_sub(up_at));
+    let resumed = resumed_after(&samples, up_at);
     let steady = (up_at + SETTLE, RUN.saturating_sub(COOLDOWN));
     let after = common::wire_of_payload(common::payload_bps(&samples, steady.0, steady.1));
     println!(
@@ -197,13 +320,7 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         resumed <= bound,
         "resumed {resumed:?} after the link came back"
     );
-    for (i, l) in loops.iter().enumerate() {
-        common::assert_every_frame_accounted(l, &format!("{fault:?} of {iface}, loop {i}"));
-        // Every loop carried shaped traffic after the fault too (the fanout spreads the flows;
-        // 4 flows leave a silo empty with probability 2^-3, so only the sum is asserted).
-    }
-    let released: u64 = loops.iter().map(|l| l.engine.released).sum();
-    assert!(released > 1000, "{loops:?}");
+    assert_accounted(&loops, &format!("{fault:?} of {iface}"), sent, acked);
     after
 }
 
@@ -211,8 +328,9 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
 /// cores and measure each other.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Builds a topology, runs `fault` on `iface` with `cores` loops (two attempts for the rate),
-/// removes the topology (also on a panic: its `Drop`).
+/// Builds a topology, runs `fault` on `iface` with `cores` loops (for a flap of `out0` with one
+/// loop, two attempts for the rate within [`TOLERANCE`]; otherwise one, within [`OVER`] and
+/// [`UNDER`]), removes the topology (also on a panic: its `Drop`).
 fn survives(prefix: &str, test: &str, iface: &str, fault: Fault, cores: usize) {
     let _one = SERIAL
         .lock()
@@ -222,9 +340,25 @@ fn survives(prefix: &str, test: &str, iface: &str, fault: Fault, cores: usize) {
     };
     topo.one_mtu_segments().unwrap();
     let label = format!("after a {fault:?} of {iface} ({cores} loops): ");
-    let held = common::holds_in_two_attempts(&label, TARGET_BPS, TOLERANCE, || {
-        faulted_run(&topo, iface, fault, cores)
-    });
+    let held = if (iface, fault, cores) == ("out0", Fault::Flap, 1) {
+        common::holds_in_two_attempts(&label, TARGET_BPS, TOLERANCE, || {
+            faulted_run(&topo, iface, fault, cores)
+        })
+    } else {
+        let deviation = faulted_run(&topo, iface, fault, cores) / TARGET_BPS - 1.0;
+        let line = format!(
+            "{label}{:+.2} % off (bounds +{:.0} % / -{:.0} %)",
+            deviation * 100.0,
+            OVER * 100.0,
+            UNDER * 100.0
+        );
+        common::uncaptured(&line);
+        if (-UNDER..=OVER).contains(&deviation) {
+            Ok(())
+        } else {
+            Err(line)
+        }
+    };
     topo.remove().unwrap();
     if let Err(last) = held {
         panic!("{last}");
