@@ -141,7 +141,8 @@ impl Engine {
 
     /// Queues a packet of fair class `index` (slot `id`, `len` wire bytes) in its flow's queue,
     /// after the flow-limit check; marks it CE when its flow's own queueing delay is above the
-    /// `ecn` threshold. Called by `Engine::shape` instead of stamping.
+    /// `ecn` threshold. Called by `Engine::shape` instead of stamping; the next
+    /// [`Engine::release`] pulls it (the loop releases after every receive).
     pub(super) fn fair_enqueue(
         &mut self,
         now: Timestamp,
@@ -211,7 +212,6 @@ impl Engine {
         if let Some(slot) = self.fair.cuts.get_mut(i) {
             *slot = cut;
         }
-        self.fair_pull(now);
     }
 
     /// Pulls, from every backlogged fair class whose aggregate has credit at `now`, the packets

@@ -282,6 +282,11 @@ fn a_superframe_in_a_fair_class_is_cut_when_pulled_and_its_pieces_keep_the_rate(
     rig.receive(&[(frame.clone(), hdr)]);
     let c = rig.engine.counters();
     assert_eq!((c.superframes, c.fair_enqueued), (2, 2));
+    // Both wait in the flow queue until a release pulls them.
+    assert_eq!(rig.engine.class_fair_queued("bulk"), 2);
+    let mut out = Vec::new();
+    rig.engine.release(rig.now, &mut out, 64);
+    rig.transmit(&out);
     // The first frame was pulled at once (the bucket was full); the second waits its turn.
     assert_eq!(rig.engine.class_fair_queued("bulk"), 1);
     rig.run_until_empty(Duration::from_micros(1));
