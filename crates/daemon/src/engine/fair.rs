@@ -350,9 +350,14 @@ impl Engine {
     }
 
     /// When the next fair class gets credit for its next packet: the earliest over backlogged
-    /// fair classes (`None` when none is backlogged or all are paused).
+    /// fair classes (`None` when none is backlogged, all are paused, or the wheel is full).
     pub(super) fn fair_next_due(&self) -> Option<Timestamp> {
         let q = self.fair.queue.as_ref()?;
+        if self.wheel.len() >= self.fair.wheel_packets {
+            // No pull can happen before the wheel releases something: its own deadline wakes
+            // the loop (a class's past credit time here would make it spin).
+            return None;
+        }
         let mut due: Option<Timestamp> = None;
         for &index in &self.fair.active {
             if q.class_packets(ClassId(index)) == 0 {
