@@ -5,7 +5,8 @@
 //! of the target (two attempts, as `real_traffic.rs`), that every frame the daemon received is
 //! accounted for (frames still in the flow queues at stop included), that the fair queues were
 //! used and that the probe was answered. The probe's RTT in both modes is printed, not asserted:
-//! `metronome compare` measures it. Skips, saying why, without CAP_NET_ADMIN; the topology is
+//! `metronome compare` measures it (the three runs above printed a p99 of 1.7 to 2.2 ms fair
+//! against 79 to 86 ms through the FIFO). Skips, saying why, without CAP_NET_ADMIN; the topology is
 //! removed on every path (its `Drop`).
 
 mod common;
@@ -25,7 +26,9 @@ const RUN: Duration = Duration::from_secs(3);
 const WARMUP: Duration = Duration::from_millis(500);
 /// Skipped at the end (flows stopping one by one).
 const COOLDOWN: Duration = Duration::from_millis(300);
-/// Tolerance of the rate: 3 %, as `real_traffic.rs` (its spreads are in `common`).
+/// Tolerance of the rate: 3 %, as `real_traffic.rs` (its spreads are in `common`). Measured
+/// here in debug builds with a load average of 8-10 from other builds: fair -0.32 %, -1.29 %,
+/// -0.71 %; the FIFO run beside it -0.03 %, -0.03 %, +0.01 %.
 const TOLERANCE: f64 = 0.03;
 /// The class's rate, bit/s.
 const TARGET_BPS: f64 = 100e6;
