@@ -988,6 +988,7 @@ impl Engine {
         if let Some(l) = &self.link {
             l.publish();
         }
+        self.fair_publish();
     }
 
     /// When the next queued packet is due (the loop sleeps until then), `None` when empty.

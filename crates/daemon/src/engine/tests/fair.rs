@@ -140,6 +140,23 @@ fn frames_held_at_stop_are_counted_and_freed() {
     rig.push(&vec![tcp(40000, 5201, FULL, 0); 30]);
     assert_eq!(rig.engine.class_fair_queued("bulk"), 29);
     assert_eq!(rig.engine.class_fair_flows("bulk"), 1);
+    let text = rig.engine.metrics.encode();
+    assert!(
+        text.contains(r#"metronome_class_fair_flows{class="bulk"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_class_queued_packets{class="bulk"} 29"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_class_fair_overflow_total{class="bulk"} 0"#),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"metronome_class_fair_flows{class="default"}"#),
+        "{text}"
+    );
     let n = rig.engine.drain_all(&mut rig.pool);
     assert_eq!(n, 29);
     let c = rig.engine.counters();
@@ -180,4 +197,29 @@ fn lateness_of_the_loop_does_not_cost_the_fair_class_rate() {
         last >= want && last < want + 1_000_000,
         "{last} ns, want {want}"
     );
+}
+
+#[test]
+fn per_flow_pacing_still_applies_in_a_fair_class() {
+    let mut rig = Rig::new(&class(true, r#"pacing = "12mbit""#));
+    let t0 = rig.now;
+    rig.push(&vec![tcp(40000, 5201, FULL, 0); 5]);
+    rig.push(&vec![tcp(40001, 5201, FULL, 0); 5]);
+    rig.run_until_empty(Duration::from_micros(2));
+    // 1514 bytes at 12 Mbit/s: packet k of each flow leaves no earlier than k x 1009.33 us (less
+    // a 2 us step) and no later than that plus one frame at the aggregate's 100 Mbit/s (the two
+    // flows are due together; one of them goes first). As in a FIFO class, each policy keeps
+    // its own timestamps (Carousel §5.1.1), so the pacing times count from the arrival.
+    let gap = Rate::mbps(12).transmit_time(FULL as u64).as_nanos();
+    for port in [40000, 40001] {
+        let times = times_of(&rig, port, t0);
+        assert_eq!(times.len(), 5);
+        for (k, t) in times.iter().enumerate() {
+            let earliest = k as u64 * gap;
+            assert!(
+                *t + 2_000 >= earliest && *t <= earliest + FRAME_NS + 2_000,
+                "{port}: packet {k} at {t} ns, paced at {earliest}: {times:?}"
+            );
+        }
+    }
 }
