@@ -14,15 +14,16 @@
 //!    ([`Engine::generate_acks`], due at [`Engine::next_due`] like the wheel's packets);
 //! 3. release everything due from the wheel ([`Engine::release`]) and send it together with the
 //!    unshaped frames as **one** `send` batch per tick (inter-flow batching, FlowBundler §IV-A);
-//! 4. unless a receive filled its batch (more may wait) or a busy transmit made progress, sleep
-//!    in `ppoll(2)` on both ports' descriptors until the wheel's `next_due` or [`MAX_SLEEP`]
-//!    (CONTRIBUTING.md §3: no timer per packet); a frame arriving ends the sleep, a `next_due`
-//!    already past goes round at once; `busy_poll` keeps spinning instead (Carousel's mode;
-//!    lowest lateness, one core at 100 %). The thread's timer slack is set to 1 ns so that the
-//!    kernel does not round the sleep up by its default 50 µs. After a `ppoll`, only the ports
-//!    it reported readable are asked for frames. Measured at 1 Gbit/s with super-frames, most
-//!    wake-ups carry one piece or one ACK: a round is then one `ppoll`, one `recvmmsg` and one
-//!    `sendmmsg`, not two more `recvmmsg` that find nothing.
+//! 4. when nothing happened, sleep in `ppoll(2)` on both ports' descriptors until the wheel's
+//!    `next_due` or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per packet), unless `busy_poll`
+//!    keeps spinning (Carousel's mode; lowest lateness, one core at 100 %). The thread's timer
+//!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
+//!    The round after a `ppoll` asks only the ports it reported readable for frames: at 1 Gbit/s
+//!    with super-frames most wake-ups are for one due piece, and two `recvmmsg` that find
+//!    nothing cost more than the piece's own work. Sleeping after every round that emptied the
+//!    sockets would save more system calls, but would add sleeps (each of which can wake late
+//!    on a loaded machine) before ACK shaping's generated ACKs; a round that did work is
+//!    followed by another.
 //!
 //! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
@@ -231,9 +232,7 @@ pub fn run_loop<
         if out_link.poll(now, probe_interface) == LinkEvent::Replaced {
             reopen(outside, &mut out_link, &mut out_retired, now)?;
         }
-        // Whether a port may still hold frames after its receive: it filled the batch, or it has
-        // no descriptor for `ppoll` to watch.
-        let mut more = false;
+        let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
         if to_outside.ids.len() < batch && in_link.is_up() && readable.inside {
             let n = match inside.recv(pool, &mut rx) {
@@ -241,7 +240,7 @@ pub fn run_loop<
                 r => r?,
             };
             engine.receive(now, pool, &rx[..n], &mut to_outside.ids);
-            more |= n > 0 && (n == rx.len() || inside.poll_fd().is_none());
+            work += n;
         }
         if to_inside.ids.len() < batch && out_link.is_up() && readable.outside {
             let n = match outside.recv(pool, &mut rx) {
@@ -252,13 +251,13 @@ pub fn run_loop<
             engine.pass_through(pool, &rx[..n], &mut to_inside.ids);
             engine.shape_acks(now, pool, &mut to_inside.ids, from);
             passed_back += n as u64;
-            more |= n > 0 && (n == rx.len() || outside.poll_fd().is_none());
+            work += n;
         }
         readable = Readable::BOTH;
         let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
-        engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
+        work += engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
-        engine.release(clock.now(), pool, &mut to_outside.ids, room);
+        work += engine.release(clock.now(), pool, &mut to_outside.ids, room);
         let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
         let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         to_outside.flush(
@@ -283,11 +282,7 @@ pub fn run_loop<
             }
             refusals.observe(Refusals::of(&ci, &co, &engine.cut_counters()), metrics);
         }
-        // A full receive batch (more may wait), or a busy transmit that made progress: go round
-        // at once. Otherwise the sockets were emptied: what is due next is at `next_due`, and a
-        // frame that arrives meanwhile ends the sleep, so the loop sleeps (or goes round at once
-        // when `next_due` is past) instead of asking both sockets again.
-        if more || (pending > 0 && pending < pending_before) {
+        if work > 0 || pending < pending_before {
             continue;
         }
         if busy_poll {

@@ -211,6 +211,8 @@ fn forward(
             pool.free(id);
         }
     }
+    // Every slot a receive took (the large slots it borrowed included) is back.
+    assert_eq!(pool.in_use(), 0);
     seen
 }
 
