@@ -20,6 +20,12 @@
 //! classify added; then timestamping (flow table, aggregate and pacing policies); then
 //! timing-wheel enqueue and dequeue; and the full engine (which adds backpressure checks, per-slot bookkeeping and metrics). The
 //! difference between consecutive stages is the cost of what the later one adds.
+//!
+//! A last row, [`Stage::FairEngine`], runs the same engine on the same workload with both
+//! aggregate-limited classes `fair = true` ([`fair_workload_config`]): packets wait in per-flow
+//! queues and deficit round robin picks each one when its class has credit
+//! (`metronome_core::fair_queue`). Its ratio to the engine row is the per-packet cost of fair
+//! queueing against the single FIFO ([`FAIR_TARGET_RATIO`]).
 
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};
@@ -88,16 +94,19 @@ pub enum Stage {
     Wheel,
     /// The real [`Engine`]: the end-to-end figure.
     Engine,
+    /// The real [`Engine`] with the aggregate-limited classes fair ([`fair_workload_config`]).
+    FairEngine,
 }
 
 impl Stage {
     /// Every stage, in breakdown order.
-    pub const ALL: [Stage; 5] = [
+    pub const ALL: [Stage; 6] = [
         Stage::Io,
         Stage::Classify,
         Stage::Stamp,
         Stage::Wheel,
         Stage::Engine,
+        Stage::FairEngine,
     ];
 
     /// The stage's name in reports.
@@ -108,6 +117,7 @@ impl Stage {
             Stage::Stamp => "timestamp",
             Stage::Wheel => "wheel",
             Stage::Engine => "engine",
+            Stage::FairEngine => "engine_fair",
         }
     }
 
@@ -119,6 +129,7 @@ impl Stage {
             Stage::Stamp => "+ flow table + timestamp",
             Stage::Wheel => "+ wheel enqueue/dequeue (release)",
             Stage::Engine => "real Engine, end to end",
+            Stage::FairEngine => "real Engine, limited classes fair = true",
         }
     }
 }
@@ -186,6 +197,14 @@ pub struct PipelineReport {
     pub dropped: u64,
     /// Of the engine stage's last repetition: packets still queued at the end.
     pub queued_at_end: usize,
+    /// The engine with fair classes ([`Stage::FairEngine`]), ns per packet.
+    pub fair_ns: f64,
+    /// `fair_ns` over the engine stage's ns per packet: the cost of fair queueing.
+    pub fair_ratio: f64,
+    /// The target for `fair_ratio` ([`FAIR_TARGET_RATIO`]).
+    pub fair_target_ratio: f64,
+    /// Of the fair stage's last repetition: drops (should be 0).
+    pub fair_dropped: u64,
     /// One silo against two side by side ([`scaling`]).
     pub scaling: scaling::ScalingReport,
 }
@@ -193,9 +212,20 @@ pub struct PipelineReport {
 /// The project's target for the whole per-packet path on one core: 60 ns per packet.
 pub const TARGET_NS: f64 = 60.0;
 
+/// The target for fair queueing's per-packet cost: at most 1.3 times the single-FIFO engine's
+/// (the project's goal for fair classes).
+pub const FAIR_TARGET_RATIO: f64 = 1.3;
+
 /// The workload configuration (parses [`WORKLOAD_TOML`]).
 pub fn workload_config() -> Config {
     Config::from_toml_str(WORKLOAD_TOML, "pipeline_bench.toml")
+        .expect("the embedded benchmark configuration is valid")
+}
+
+/// [`workload_config`] with both aggregate-limited classes `fair = true`.
+pub fn fair_workload_config() -> Config {
+    let text = WORKLOAD_TOML.replace("burst = \"15k\"\n", "burst = \"15k\"\nfair = true\n");
+    Config::from_toml_str(&text, "pipeline_bench_fair.toml")
         .expect("the embedded benchmark configuration is valid")
 }
 
@@ -230,17 +260,22 @@ pub(crate) fn tcp_frame(src: u16, dst: u16, host: u16) -> Vec<u8> {
 
 /// Runs every stage and reports ns per packet. Progress goes to `progress`.
 pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> PipelineReport {
-    let config = workload_config();
+    let (config, fair_config) = (workload_config(), fair_workload_config());
     let frames = workload_frames();
     let batch = options.batch.clamp(1, MAX_BATCH_SIZE);
     let mut stages = Vec::new();
-    let mut last = Totals::default();
+    let (mut last, mut fair_last) = (Totals::default(), Totals::default());
     for stage in Stage::ALL {
+        let config = if stage == Stage::FairEngine {
+            &fair_config
+        } else {
+            &config
+        };
         progress(stage.describe());
         // One rig per stage, warmed up over one wheel horizon of simulated time, so that every
         // wheel slot and pool page has been touched (a running daemon's steady state), then
         // the repetitions back to back.
-        let mut rig = Rig::new(&config, &frames, batch, stage);
+        let mut rig = Rig::new(config, &frames, batch, stage);
         rig.warm_up(config.wheel.horizon);
         let mut reps: Vec<f64> = (0..options.repetitions.max(1))
             .map(|_| {
@@ -249,7 +284,10 @@ pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> Pipelin
                 start.elapsed().as_nanos() as f64 / done.max(1) as f64
             })
             .collect();
-        last = rig.totals();
+        match stage {
+            Stage::FairEngine => fair_last = rig.totals(),
+            _ => last = rig.totals(),
+        }
         let mut sorted = reps.clone();
         sorted.sort_by(f64::total_cmp);
         stages.push(StageRow {
@@ -266,20 +304,25 @@ pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> Pipelin
             .find(|r| r.stage == s.name())
             .map_or(0.0, |r| r.ns_per_packet)
     };
+    let (engine_ns, fair_ns) = (ns(Stage::Engine), ns(Stage::FairEngine));
     PipelineReport {
         flows: FLOWS,
         frame_len: FRAME_LEN,
         batch,
         offered_bps: OFFERED_BPS,
         packets: options.packets,
-        end_to_end_ns: ns(Stage::Engine),
-        pipeline_ns: ns(Stage::Engine) - ns(Stage::Io),
+        end_to_end_ns: engine_ns,
+        pipeline_ns: engine_ns - ns(Stage::Io),
         target_ns: TARGET_NS,
         stages,
         forwarded: last.forwarded,
         released: last.released,
         dropped: last.dropped,
         queued_at_end: last.queued,
+        fair_ns,
+        fair_ratio: fair_ns / engine_ns.max(1e-9),
+        fair_target_ratio: FAIR_TARGET_RATIO,
+        fair_dropped: fair_last.dropped,
         scaling,
     }
 }
@@ -447,7 +490,7 @@ impl Rig {
     ) -> Rig {
         let pool = FramePool::new(POOL_SLOTS, metronome_io::DEFAULT_SLOT_SIZE);
         let pipeline = match stage {
-            Stage::Engine => {
+            Stage::Engine | Stage::FairEngine => {
                 Pipeline::Engine(Box::new(Engine::new(config, pool.capacity(), metrics)))
             }
             _ => Pipeline::Pieces(Box::new(Pieces::new(config))),
@@ -549,7 +592,10 @@ pub struct StageRunner(Rig);
 impl StageRunner {
     /// A warmed-up rig of `stage` with `batch`-frame batches.
     pub fn new(stage: Stage, batch: usize) -> StageRunner {
-        let config = workload_config();
+        let config = match stage {
+            Stage::FairEngine => fair_workload_config(),
+            _ => workload_config(),
+        };
         let mut rig = Rig::new(
             &config,
             &workload_frames(),
@@ -589,6 +635,23 @@ mod tests {
         assert_eq!(t.forwarded + t.released + t.queued as u64, n);
         assert_eq!(rig.pool.in_use(), t.queued + rig.tx.len());
         assert_eq!(e.counters().malformed, 0);
+    }
+
+    #[test]
+    fn the_fair_workload_is_steady_and_loses_nothing() {
+        let config = fair_workload_config();
+        assert!(config.classes.iter().filter(|c| c.policy.fair).count() == 2);
+        let mut rig = Rig::new(&config, &workload_frames(), 64, Stage::FairEngine);
+        let n = rig.steps(200_000);
+        let t = rig.totals();
+        let Pipeline::Engine(e) = &rig.pipeline else {
+            unreachable!()
+        };
+        e.invariants();
+        assert_eq!(t.dropped, 0);
+        assert!(e.counters().fair_pulled > n / 4, "{:?}", e.counters());
+        assert!(t.queued < 4 * 64, "the backlog must stay steady: {t:?}");
+        assert_eq!(t.forwarded + t.released + t.queued as u64, n);
     }
 
     #[test]

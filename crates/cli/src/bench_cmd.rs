@@ -367,6 +367,15 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
         "engine: {} forwarded unshaped, {} released from the wheel, {} dropped, {} queued at the end",
         report.forwarded, report.released, report.dropped, report.queued_at_end
     )?;
+    writeln!(
+        out,
+        "fair queueing (limited classes fair = true): {:.1} ns/packet, {:.2}x the single-FIFO engine; target {:.1}x: {} ({} dropped)",
+        report.fair_ns,
+        report.fair_ratio,
+        report.fair_target_ratio,
+        if report.fair_ratio <= report.fair_target_ratio { "met" } else { "NOT met" },
+        report.fair_dropped
+    )?;
     let sc = &report.scaling;
     writeln!(
         out,

@@ -886,6 +886,7 @@ impl Engine {
             self.metrics.pass_through(packets, bytes);
         }
         self.metrics.merge_lateness(&mut self.lateness);
+        self.fair_publish();
     }
 
     /// When the next queued packet is due (the loop sleeps until then), `None` when empty.

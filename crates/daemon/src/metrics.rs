@@ -333,6 +333,26 @@ impl ClassMetrics {
     }
 }
 
+/// The series of one fair class (`fair = true`): its flows with packets waiting, and packets that
+/// found no flow-table entry and waited in its overflow flow.
+#[derive(Clone, Debug)]
+pub struct FairClassMetrics {
+    flows: Gauge,
+    overflow: Counter,
+}
+
+impl FairClassMetrics {
+    /// Sets the number of the class's flows with packets in its fair queue.
+    pub fn set_flows(&self, flows: u64) {
+        self.flows.set(i64::try_from(flows).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one packet queued in the class's overflow flow.
+    pub fn overflowed(&self) {
+        self.overflow.inc();
+    }
+}
+
 /// The series one silo updates outside its classes.
 #[derive(Clone, Debug)]
 struct SiloSeries {
@@ -365,6 +385,8 @@ struct Inner {
     ecn_marked: Family<ClassLabel, Counter>,
     ecn_not_ect: Family<ClassLabel, Counter>,
     queued: Family<ClassLabel, Gauge>,
+    fair_flows: Family<ClassLabel, Gauge>,
+    fair_overflow: Family<ClassLabel, Counter>,
     nba_rate: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
     refused: Family<ReasonLabel, Counter>,
@@ -413,6 +435,8 @@ impl Metrics {
             ecn_marked: Family::default(),
             ecn_not_ect: Family::default(),
             queued: Family::default(),
+            fair_flows: Family::default(),
+            fair_overflow: Family::default(),
             nba_rate: Family::default(),
             malformed: Family::default(),
             refused: Family::default(),
@@ -450,6 +474,14 @@ impl Metrics {
             "Packets queued per class",
             inner.queued.clone(),
         );
+        r.register(
+            "class_fair_flows",
+            "Flows with packets waiting in a fair class's flow queues",
+            inner.fair_flows.clone(),
+        );
+        let overflow = "Packets of a fair class that found no flow-table entry and waited in \
+                        the class's overflow flow";
+        r.register("class_fair_overflow", overflow, inner.fair_overflow.clone());
         let nba = "Share of the class's aggregate rate given to each silo by the NIC-level \
                    bandwidth allocator, bit/s";
         r.register("nba_rate_bps", nba, inner.nba_rate.clone());
@@ -540,6 +572,19 @@ impl Metrics {
             ecn_marked: i.ecn_marked.get_or_create(&l).clone(),
             ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
             queued: i.queued.get_or_create(&l).clone(),
+        }
+    }
+
+    /// The fair-queueing series of class `name` (created at zero, or the existing ones after a
+    /// reload); only fair classes ask for them. Not per packet.
+    pub fn fair_class(&self, name: &str) -> FairClassMetrics {
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        FairClassMetrics {
+            flows: self.inner.fair_flows.get_or_create(&l).clone(),
+            overflow: self.inner.fair_overflow.get_or_create(&l).clone(),
         }
     }
 

@@ -31,7 +31,9 @@
 //!
 //! **Super-frames** are one unit of the fair queue (charged their wire bytes); when one is
 //! pulled it is cut into pieces ([`crate::pieces`]) and every piece is stamped and put in the
-//! wheel then.
+//! wheel then. So a packet of another flow can wait behind the whole super-frame, at most its
+//! wire time at the class's rate (the kernel sizes a TSO burst to about 1 ms of the flow's
+//! pacing rate; `gso_burst` bounds a piece, not the frame).
 //!
 //! **Accounting** (CONTRIBUTING.md §11). A frame in a fair queue is counted under
 //! `fair_enqueued`, then `fair_pulled` (into the wheel, where it counts as `enqueued`) or
@@ -48,7 +50,7 @@
 use super::{clamp_u32, cut_segments, Engine, NO_ENTRY};
 use crate::config::{Backpressure, Config};
 use crate::flow_table::FLOW_TABLE_CAPACITY;
-use crate::metrics::DropReason;
+use crate::metrics::{DropReason, FairClassMetrics};
 use metronome_core::timestamp::PolicyStack;
 use metronome_core::{ClassId, EdtQueue, FairQueue, FairQueueConfig, FlowId, PacketRef, Timestamp};
 use metronome_io::FramePool;
@@ -75,6 +77,8 @@ pub(super) struct Fair {
     cuts: Vec<Option<PendingCut>>,
     /// Packets of each class (by state index) that went to the overflow flow.
     overflowed: Vec<u64>,
+    /// The series of each class that is or was fair (by state index).
+    metrics: Vec<Option<FairClassMetrics>>,
     /// Pool slots of the engine (the fair queue's packet ids).
     pool_slots: usize,
     /// Packets the wheel holds at most (its node pool's guarantee).
@@ -122,18 +126,23 @@ impl Engine {
         let n = u16::try_from(self.classes.len()).unwrap_or(u16::MAX);
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
+        f.metrics.resize(self.classes.len(), None);
         f.active.clear();
         for (i, state) in self.classes.iter().enumerate() {
             let held = q.class_packets(ClassId(i as u16)) > 0;
             if (state.policy.fair && state.aggregate.is_some()) || held {
                 f.active.push(i as u16);
+                if f.metrics[i].is_none() {
+                    f.metrics[i] = Some(self.metrics.fair_class(&state.name));
+                }
             }
         }
     }
 
     /// Queues a packet of fair class `index` (slot `id`, `len` wire bytes) in its flow's queue,
     /// after the flow-limit check; marks it CE when its flow's own queueing delay is above the
-    /// `ecn` threshold. Called by `Engine::shape` instead of stamping.
+    /// `ecn` threshold. Called by `Engine::shape` instead of stamping; the next
+    /// [`Engine::release`] pulls it (the loop releases after every receive).
     pub(super) fn fair_enqueue(
         &mut self,
         now: Timestamp,
@@ -172,6 +181,9 @@ impl Engine {
                     if let Some(o) = self.fair.overflowed.get_mut(index) {
                         *o += 1;
                     }
+                    if let Some(Some(m)) = self.fair.metrics.get(index) {
+                        m.overflowed();
+                    }
                 }
             }
             Err(_) => return self.drop(pool, id, index, DropReason::QueueFull),
@@ -200,7 +212,6 @@ impl Engine {
         if let Some(slot) = self.fair.cuts.get_mut(i) {
             *slot = cut;
         }
-        self.fair_pull(now);
     }
 
     /// Pulls, from every backlogged fair class whose aggregate has credit at `now`, the packets
@@ -376,6 +387,25 @@ impl Engine {
         }
         self.counters.fair_discarded_at_stop += total;
         total
+    }
+
+    /// Publishes each fair class's flows with packets waiting and its queued packets, wheel and
+    /// flow queues (with the other gauges, once per batch).
+    pub(super) fn fair_publish(&self) {
+        let Some(q) = self.fair.queue.as_ref() else {
+            return;
+        };
+        for &index in &self.fair.active {
+            let class = ClassId(index);
+            if let Some(Some(m)) = self.fair.metrics.get(usize::from(index)) {
+                m.set_flows(u64::from(q.backlogged_flows(class)));
+            }
+            // The class's queued gauge counts its packets in the flow queues too.
+            if let Some(state) = self.classes.get(usize::from(index)) {
+                let held = u64::from(q.class_packets(class));
+                state.metrics.set_queued(state.queued + held);
+            }
+        }
     }
 
     /// Frames in fair queues plus pulled frames waiting to be freed.

@@ -263,3 +263,64 @@ fn an_ecn_mark_on_a_superframe_is_carried_by_every_piece() {
         assert_eq!(p[15] & 0b11, 0b11, "CE in every piece");
     }
 }
+
+/// [`config`] with `fair = true`.
+fn fair_config(rate: &str, gso_burst: &str) -> Config {
+    let text = format!(
+        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[wheel]\ngranularity = \"1us\"\n\
+         [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\", dst_port = 5201 }}\n\
+         rate = \"{rate}\"\ngso_burst = \"{gso_burst}\"\nfair = true\n"
+    );
+    Config::from_toml_str(&text, "gso.toml").unwrap()
+}
+
+#[test]
+fn a_superframe_in_a_fair_class_is_cut_when_pulled_and_its_pieces_keep_the_rate() {
+    let mut rig = Rig::new(&fair_config("100mbit", "1ms"));
+    let (frame, hdr) = superframe(40);
+    rig.receive(&[superframe(2)]);
+    rig.receive(&[(frame.clone(), hdr)]);
+    let c = rig.engine.counters();
+    assert_eq!((c.superframes, c.fair_enqueued), (2, 2));
+    // Both wait in the flow queue until a release pulls them.
+    assert_eq!(rig.engine.class_fair_queued("bulk"), 2);
+    let mut out = Vec::new();
+    rig.engine.release(rig.now, &mut out, 64);
+    rig.transmit(&out);
+    // The first frame was pulled at once (the bucket was full); the second waits its turn.
+    assert_eq!(rig.engine.class_fair_queued("bulk"), 1);
+    rig.run_until_empty(Duration::from_micros(1));
+    assert_eq!(rig.engine.cut_counters().frames_cut, 1);
+    let pieces: Vec<&Vec<u8>> = rig.sent.iter().skip(1).map(|(_, f)| f).collect();
+    assert_eq!(pieces.len(), 5);
+    let mut stream = Vec::new();
+    for p in &pieces {
+        assert_eq!(p.len(), HEADERS + 8 * MSS);
+        stream.extend_from_slice(&p[HEADERS..]);
+    }
+    assert_eq!(stream, frame[HEADERS..], "pieces reassemble to the payload");
+    let want = at_rate(wire(8), 100_000_000);
+    for gap in rig.gaps().iter().skip(1) {
+        assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
+    }
+    let c = rig.engine.counters();
+    assert_eq!((c.fair_pulled, c.released, c.pieces_extra), (2, 6, 4));
+    assert_eq!(rig.pool.in_use(), 0);
+    rig.engine.invariants();
+}
+
+#[test]
+fn a_fair_class_discards_its_queued_superframes_at_stop() {
+    let mut rig = Rig::new(&fair_config("100mbit", "1ms"));
+    rig.receive(&[superframe(2), superframe(40), superframe(40)]);
+    rig.now += Duration::from_millis(1);
+    let mut out = Vec::new();
+    rig.engine.release(rig.now, &mut out, 64);
+    rig.transmit(&out);
+    assert!(rig.engine.queued() > 0);
+    let discarded = rig.engine.drain_all(&mut rig.pool);
+    assert!(discarded > 0);
+    assert_eq!(rig.engine.counters().fair_discarded_at_stop, 1);
+    assert_eq!(rig.pool.in_use(), 0);
+    rig.engine.invariants();
+}

@@ -148,6 +148,10 @@ struct ClassLine {
     dropped: f64,
     ecn_marked: f64,
     queued: f64,
+    /// Flows with packets waiting, for a fair class (`class_fair_flows`).
+    fair_flows: Option<f64>,
+    /// Packets of a fair class that waited in its overflow flow.
+    fair_overflow: f64,
 }
 
 /// One silo's traffic (all classes) and allocator rates.
@@ -196,6 +200,8 @@ fn summarise(text: &str) -> Summary {
                 "class_drops_total" => c.dropped += sample.value,
                 "class_ecn_marks_total" => c.ecn_marked += sample.value,
                 "class_queued_packets" => c.queued += sample.value,
+                "class_fair_flows" => *c.fair_flows.get_or_insert(0.0) += sample.value,
+                "class_fair_overflow_total" => c.fair_overflow += sample.value,
                 _ => {}
             }
             continue;
@@ -249,6 +255,7 @@ fn quantile_us(cumulative: &[(f64, f64)], q: f64) -> Option<f64> {
 ///
 /// ```text
 /// class A: sent 123456 bytes 789 pkt (dropped 0, ecn marked 3) rate 199.8Mbit queued 12
+/// class B: sent 98765 bytes 65 pkt (dropped 0, ecn marked 0) rate 99.9Mbit queued 40 fair flows 16 (overflow 0)
 /// wheel: occupancy 40 pkt, lateness p99 <= 16us; rx ring drops 0, malformed 0, pass-through 12 pkt
 /// ```
 pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
@@ -259,9 +266,16 @@ pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
         let prev = before.classes.get(name).map_or(c.bytes, |p| p.bytes);
         let rate = format_rate((c.bytes - prev).max(0.0) * 8.0 / secs);
         out.push_str(&format!(
-            "class {name}: sent {:.0} bytes {:.0} pkt (dropped {:.0}, ecn marked {:.0}) rate {rate} queued {:.0}\n",
+            "class {name}: sent {:.0} bytes {:.0} pkt (dropped {:.0}, ecn marked {:.0}) rate {rate} queued {:.0}",
             c.bytes, c.packets, c.dropped, c.ecn_marked, c.queued
         ));
+        if let Some(flows) = c.fair_flows {
+            out.push_str(&format!(
+                " fair flows {flows:.0} (overflow {:.0})",
+                c.fair_overflow
+            ));
+        }
+        out.push('\n');
     }
     let lateness = quantile_us(&now.lateness, 0.99).map_or("n/a".to_owned(), |us| {
         if us.is_finite() {
@@ -307,6 +321,25 @@ mod tests {
         );
         assert!(parse_line("# HELP x y").is_none());
         assert!(parse_line("garbage{").is_none());
+    }
+
+    #[test]
+    fn a_fair_class_line_shows_its_flows() {
+        let text = "metronome_class_bytes_total{class=\"f\"} 10\n\
+                    metronome_class_fair_flows{class=\"f\"} 16\n\
+                    metronome_class_fair_overflow_total{class=\"f\"} 2\n\
+                    metronome_class_bytes_total{class=\"g\"} 10\n";
+        let out = format_stats(text, text, Duration::from_secs(1));
+        assert!(
+            out.contains("queued 0 fair flows 16 (overflow 2)\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "class g: sent 10 bytes 0 pkt (dropped 0, ecn marked 0) rate 0bit queued 0\n"
+            ),
+            "{out}"
+        );
     }
 
     #[test]

@@ -83,17 +83,22 @@ pub fn wire_of_payload(payload_bps: f64) -> f64 {
 /// Every frame the loop's inside port delivered is sent, dropped under a name, or was queued:
 /// nothing is lost silently. A super-frame cut into pieces is one frame received and one wheel
 /// entry (and one transmitted frame) per piece, so the entries beyond the first
-/// (`pieces_extra`) are added to the frames received. `who` names the loop in the failure
-/// message.
+/// (`pieces_extra`) are added to the frames received. Frames still in a fair class's flow
+/// queues at stop never entered the wheel: they are in `queued_at_stop` and
+/// `fair_discarded_at_stop`. `who` names the loop in the failure message.
 pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
     let e = &l.engine;
     assert_eq!(l.inside.rx_packets, e.received, "{who}");
     assert_eq!(
         e.received,
-        e.forwarded + e.enqueued_frames() + e.dropped(),
+        e.forwarded + e.enqueued_frames() + e.dropped() + e.fair_discarded_at_stop,
         "{who}"
     );
-    assert_eq!(e.enqueued, e.released + l.queued_at_stop, "{who}");
+    assert_eq!(
+        e.enqueued + e.fair_discarded_at_stop,
+        e.released + l.queued_at_stop,
+        "{who}"
+    );
     let out = l.outside;
     assert_eq!(
         l.inside.rx_packets + e.pieces_extra,

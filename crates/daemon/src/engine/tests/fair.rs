@@ -140,6 +140,23 @@ fn frames_held_at_stop_are_counted_and_freed() {
     rig.push(&vec![tcp(40000, 5201, FULL, 0); 30]);
     assert_eq!(rig.engine.class_fair_queued("bulk"), 29);
     assert_eq!(rig.engine.class_fair_flows("bulk"), 1);
+    let text = rig.engine.metrics.encode();
+    assert!(
+        text.contains(r#"metronome_class_fair_flows{class="bulk"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_class_queued_packets{class="bulk"} 29"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_class_fair_overflow_total{class="bulk"} 0"#),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"metronome_class_fair_flows{class="default"}"#),
+        "{text}"
+    );
     let n = rig.engine.drain_all(&mut rig.pool);
     assert_eq!(n, 29);
     let c = rig.engine.counters();

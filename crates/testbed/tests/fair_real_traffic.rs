@@ -1,0 +1,128 @@
+//! Real kernel TCP through a fair class (`fair = true`): a sender, shaper and receiver namespace,
+//! 8 bulk TCP flows for 3 s and the RTT probe (a sparse request/response flow) in one class
+//! limited to 100 Mbit/s, with the host's default offloads. Then the same with `fair = false`
+//! (the single FIFO), side by side. Asserts, for the fair class, the rate on the wire within 3 %
+//! of the target (two attempts, as `real_traffic.rs`), that every frame the daemon received is
+//! accounted for (frames still in the flow queues at stop included), that the fair queues were
+//! used and that the probe was answered. The probe's RTT in both modes is printed, not asserted:
+//! `metronome compare` measures it. Skips, saying why, without CAP_NET_ADMIN; the topology is
+//! removed on every path (its `Drop`).
+
+mod common;
+
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::run::Control;
+use metronome_testbed::netns::Topology;
+use metronome_testbed::shaper::spawn_shaper;
+use metronome_testbed::trafficgen::{FlowGroup, ProbeReport, TrafficPlan};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Traffic duration.
+const RUN: Duration = Duration::from_secs(3);
+/// Skipped at the start (TCP slow start, the shaper's first burst).
+const WARMUP: Duration = Duration::from_millis(500);
+/// Skipped at the end (flows stopping one by one).
+const COOLDOWN: Duration = Duration::from_millis(300);
+/// Tolerance of the rate: 3 %, as `real_traffic.rs` (its spreads are in `common`).
+const TOLERANCE: f64 = 0.03;
+/// The class's rate, bit/s.
+const TARGET_BPS: f64 = 100e6;
+/// Bulk flows.
+const FLOWS: usize = 8;
+/// The probe's port, inside the class's match.
+const PROBE_PORT: u16 = 5250;
+
+fn config(fair: bool) -> Config {
+    let text = format!(
+        r#"
+[interfaces]
+inside = "in0"
+outside = "out0"
+
+[[class]]
+name = "bulk"
+match = {{ protocol = "tcp", dst_port = "5201-5299" }}
+rate = "100mbit"
+burst = "15k"
+fair = {fair}
+"#
+    );
+    Config::from_toml_str(&text, "fair_real_traffic.toml").unwrap()
+}
+
+/// One run; returns the rate achieved on the wire and the probe's report.
+fn run(topo: &Topology, fair: bool) -> (f64, Option<ProbeReport>) {
+    let metrics = Metrics::new();
+    let control = Control::default();
+    let shaper = spawn_shaper(&topo.shaper, config(fair), metrics, control.clone()).unwrap();
+    std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
+    let plan = TrafficPlan::new(
+        topo.receiver_addr,
+        vec![FlowGroup::tcp("bulk", 5201, FLOWS)],
+        RUN,
+    )
+    .with_probe(PROBE_PORT);
+    let (report, samples) = common::drive(topo, plan);
+    control.stop.store(true, Ordering::Relaxed);
+    let loop_report = shaper.join().unwrap().unwrap().unwrap();
+    let achieved = common::wire_of_payload(common::payload_bps(
+        &samples,
+        WARMUP,
+        RUN.saturating_sub(COOLDOWN),
+    ));
+    let e = loop_report.engine;
+    let who = if fair { "fair" } else { "fifo" };
+    println!(
+        "{who}: achieved {:.2} Mbit/s on the wire (target {:.0}); received {} released {} \
+         dropped {} fair enqueued {} pulled {} overflow {} discarded at stop {}; probe {:?}",
+        achieved / 1e6,
+        TARGET_BPS / 1e6,
+        e.received,
+        e.released,
+        e.dropped(),
+        e.fair_enqueued,
+        e.fair_pulled,
+        e.fair_overflow,
+        e.fair_discarded_at_stop,
+        report.probe,
+    );
+    common::assert_every_frame_accounted(&loop_report, who);
+    assert!(report.groups[0].bytes > 0, "{who}: no bulk traffic");
+    if fair {
+        assert!(
+            e.fair_pulled > 0,
+            "{who}: the fair queues were not used: {e:?}"
+        );
+        assert_eq!(
+            e.fair_overflow, 0,
+            "{who}: {FLOWS} flows fit the flow table"
+        );
+    } else {
+        assert_eq!(e.fair_enqueued, 0, "{who}: {e:?}");
+    }
+    (achieved, report.probe)
+}
+
+#[test]
+fn kernel_tcp_through_a_fair_class_holds_the_rate_and_accounts_for_every_frame() {
+    let Some(topo) = common::topology("mtr-fq", "fair_real_traffic") else {
+        return;
+    };
+    let mut probe = None;
+    let held = common::holds_in_two_attempts("fair 100mbit: ", TARGET_BPS, TOLERANCE, || {
+        let (achieved, p) = run(&topo, true);
+        probe = p;
+        achieved
+    });
+    let (_, fifo_probe) = run(&topo, false);
+    topo.remove().unwrap();
+    held.unwrap();
+    let probe = probe.expect("the plan has a probe");
+    assert!(probe.samples > 0, "the probe was never answered: {probe:?}");
+    eprintln!(
+        "probe RTT through the class, fair: p50 {} us p99 {} us; fifo: {:?}",
+        probe.p50_us, probe.p99_us, fifo_probe
+    );
+}
