@@ -199,7 +199,8 @@ pub struct PipelineReport {
     pub queued_at_end: usize,
     /// The engine with fair classes ([`Stage::FairEngine`]), ns per packet.
     pub fair_ns: f64,
-    /// `fair_ns` over the engine stage's ns per packet: the cost of fair queueing.
+    /// The median over repetitions of the fair stage's ns per packet over the engine stage's in
+    /// the same repetition: the cost of fair queueing.
     pub fair_ratio: f64,
     /// The target for `fair_ratio` ([`FAIR_TARGET_RATIO`]).
     pub fair_target_ratio: f64,
@@ -263,39 +264,59 @@ pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> Pipelin
     let (config, fair_config) = (workload_config(), fair_workload_config());
     let frames = workload_frames();
     let batch = options.batch.clamp(1, MAX_BATCH_SIZE);
-    let mut stages = Vec::new();
-    let (mut last, mut fair_last) = (Totals::default(), Totals::default());
-    for stage in Stage::ALL {
-        let config = if stage == Stage::FairEngine {
-            &fair_config
-        } else {
-            &config
-        };
-        progress(stage.describe());
-        // One rig per stage, warmed up over one wheel horizon of simulated time, so that every
-        // wheel slot and pool page has been touched (a running daemon's steady state), then
-        // the repetitions back to back.
-        let mut rig = Rig::new(config, &frames, batch, stage);
-        rig.warm_up(config.wheel.horizon);
-        let mut reps: Vec<f64> = (0..options.repetitions.max(1))
-            .map(|_| {
-                let start = Instant::now();
-                let done = rig.steps(options.packets);
-                start.elapsed().as_nanos() as f64 / done.max(1) as f64
-            })
-            .collect();
-        match stage {
-            Stage::FairEngine => fair_last = rig.totals(),
-            _ => last = rig.totals(),
+    // One rig per stage, warmed up over one wheel horizon of simulated time, so that every
+    // wheel slot and pool page has been touched (a running daemon's steady state). The
+    // repetitions then take the stages in turn, so that load from other processes on a shared
+    // machine falls on every stage alike and the ratios between stages hold.
+    let mut rigs: Vec<(Stage, Rig)> = Stage::ALL
+        .iter()
+        .map(|&stage| {
+            progress(stage.describe());
+            let config = match stage {
+                Stage::FairEngine => &fair_config,
+                _ => &config,
+            };
+            let mut rig = Rig::new(config, &frames, batch, stage);
+            rig.warm_up(config.wheel.horizon);
+            (stage, rig)
+        })
+        .collect();
+    progress("repetitions, the stages in turn");
+    let mut reps = vec![Vec::new(); rigs.len()];
+    for _ in 0..options.repetitions.max(1) {
+        for (k, (_, rig)) in rigs.iter_mut().enumerate() {
+            let start = Instant::now();
+            let done = rig.steps(options.packets);
+            reps[k].push(start.elapsed().as_nanos() as f64 / done.max(1) as f64);
         }
-        let mut sorted = reps.clone();
-        sorted.sort_by(f64::total_cmp);
-        stages.push(StageRow {
-            stage: stage.name(),
-            ns_per_packet: sorted[sorted.len() / 2],
-            repetitions_ns: std::mem::take(&mut reps),
-        });
     }
+    let median = |v: &[f64]| {
+        let mut sorted = v.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        sorted[sorted.len() / 2]
+    };
+    let totals = |want: Stage| {
+        rigs.iter()
+            .find(|(s, _)| *s == want)
+            .map_or(Totals::default(), |(_, r)| r.totals())
+    };
+    let (last, fair_last) = (totals(Stage::Engine), totals(Stage::FairEngine));
+    let position = |want: Stage| Stage::ALL.iter().position(|s| *s == want).unwrap_or(0);
+    let ratios: Vec<f64> = reps[position(Stage::FairEngine)]
+        .iter()
+        .zip(&reps[position(Stage::Engine)])
+        .map(|(fair, fifo)| fair / fifo.max(1e-9))
+        .collect();
+    let fair_ratio = median(&ratios);
+    let stages: Vec<StageRow> = rigs
+        .drain(..)
+        .zip(reps)
+        .map(|((stage, _), repetitions_ns)| StageRow {
+            stage: stage.name(),
+            ns_per_packet: median(&repetitions_ns),
+            repetitions_ns,
+        })
+        .collect();
     progress("silos: one, then two side by side");
     let scaling = scaling::run(batch, options.packets, options.repetitions);
     let ns = |s: Stage| {
@@ -320,7 +341,7 @@ pub fn run(options: &PipelineOptions, mut progress: impl FnMut(&str)) -> Pipelin
         dropped: last.dropped,
         queued_at_end: last.queued,
         fair_ns,
-        fair_ratio: fair_ns / engine_ns.max(1e-9),
+        fair_ratio,
         fair_target_ratio: FAIR_TARGET_RATIO,
         fair_dropped: fair_last.dropped,
         scaling,

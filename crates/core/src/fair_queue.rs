@@ -32,7 +32,7 @@
 //! # Layout (CONTRIBUTING.md §5)
 //!
 //! Packets are the caller's ids (pool slots, `0..packets`): a flow's queue is linked through a
-//! preallocated per-slot `next` array, with each slot's length and enqueue time beside it, so
+//! preallocated per-slot record of 16 bytes (`next` id, length, enqueue time, read together), so
 //! nothing is allocated after [`FairQueue::new`]. Flows are the caller's indices `0..flows`
 //! (the daemon's flow-table entries), each [`FLOW_STATE_BYTES`] = 32 bytes (checked at compile
 //! time, within the 64-byte budget): head, tail, list link, packets, deficit, class, list tag and
@@ -109,6 +109,25 @@ impl Flow {
         list: LIST_NONE,
         _pad: 0,
         bytes: 0,
+    };
+}
+
+/// One packet id's record: the next packet of its flow ([`NIL`] at a tail, [`NOT_QUEUED`] when
+/// the id is not queued), its length and its enqueue time; 16 bytes, read together.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    next: u32,
+    len: u32,
+    enqueued_at: Timestamp,
+}
+
+const _: () = assert!(core::mem::size_of::<Slot>() == 16);
+
+impl Slot {
+    const FREE: Slot = Slot {
+        next: NOT_QUEUED,
+        len: 0,
+        enqueued_at: Timestamp::ZERO,
     };
 }
 
@@ -250,12 +269,8 @@ pub struct FairQueueCounters {
 pub struct FairQueue {
     flows: Vec<Flow>,
     classes: Vec<ClassLists>,
-    /// Next packet of the same flow, [`NIL`] at a tail, [`NOT_QUEUED`] when not queued.
-    next: Vec<u32>,
-    /// Length of each queued packet.
-    len: Vec<u32>,
-    /// Enqueue time of each queued packet.
-    enqueued_at: Vec<Timestamp>,
+    /// Per packet id: its link, length and enqueue time (one 16-byte record).
+    slots: Vec<Slot>,
     /// Flow indices below this are the caller's; `flows_cap + class` is a class's overflow flow.
     flows_cap: u32,
     quantum: u32,
@@ -282,9 +297,7 @@ impl FairQueue {
         Ok(FairQueue {
             flows: vec![Flow::IDLE; config.flows as usize + usize::from(config.classes)],
             classes: vec![ClassLists::EMPTY; usize::from(config.classes)],
-            next: vec![NOT_QUEUED; n],
-            len: vec![0; n],
-            enqueued_at: vec![Timestamp::ZERO; n],
+            slots: vec![Slot::FREE; n],
             flows_cap: config.flows,
             quantum: config.quantum,
             packets: 0,
@@ -340,9 +353,9 @@ impl FairQueue {
         let reason = if c >= self.classes.len() {
             Some(FairRejectReason::ClassOutOfRange)
         } else {
-            match self.next.get(id as usize) {
+            match self.slots.get(id as usize) {
                 None => Some(FairRejectReason::PacketOutOfRange),
-                Some(&n) if n != NOT_QUEUED => Some(FairRejectReason::AlreadyQueued),
+                Some(s) if s.next != NOT_QUEUED => Some(FairRejectReason::AlreadyQueued),
                 Some(_) => None,
             }
         };
@@ -367,15 +380,17 @@ impl FairQueue {
             }
         }
         let i = id as usize;
-        self.next[i] = NIL;
-        self.len[i] = len;
-        self.enqueued_at[i] = now;
+        self.slots[i] = Slot {
+            next: NIL,
+            len,
+            enqueued_at: now,
+        };
         let quantum = self.quantum as i32;
         let st = &mut self.flows[f as usize];
         if st.tail == NIL {
             st.head = id;
         } else {
-            self.next[st.tail as usize] = id;
+            self.slots[st.tail as usize].next = id;
         }
         st.tail = id;
         st.packets += 1;
@@ -449,8 +464,9 @@ impl FairQueue {
             }
             let id = st.head;
             let i = id as usize;
-            let len = self.len[i];
-            st.head = self.next[i];
+            let slot = self.slots[i];
+            let len = slot.len;
+            st.head = slot.next;
             if st.head == NIL {
                 st.tail = NIL;
             }
@@ -460,7 +476,7 @@ impl FairQueue {
                 .deficit
                 .saturating_sub(i32::try_from(len).unwrap_or(i32::MAX));
             let emptied = st.packets == 0;
-            self.next[i] = NOT_QUEUED;
+            self.slots[i].next = NOT_QUEUED;
             let lists = &mut self.classes[c];
             lists.packets -= 1;
             lists.bytes -= u64::from(len);
@@ -472,7 +488,7 @@ impl FairQueue {
             if from_new {
                 self.counters.served_new += 1;
             }
-            let enqueued_at = self.enqueued_at[i];
+            let enqueued_at = slot.enqueued_at;
             return Some(FairQueueDequeued {
                 id,
                 flow: f,
@@ -500,7 +516,9 @@ impl FairQueue {
     /// (zero when it has nothing queued or is out of range).
     pub fn flow_sojourn(&self, flow: u32, now: Timestamp) -> Duration {
         match self.flows.get(flow as usize) {
-            Some(st) if st.head != NIL => now.saturating_since(self.enqueued_at[st.head as usize]),
+            Some(st) if st.head != NIL => {
+                now.saturating_since(self.slots[st.head as usize].enqueued_at)
+            }
             _ => Duration::ZERO,
         }
     }
@@ -548,7 +566,9 @@ impl FairQueue {
 
     /// True if packet `id` is queued.
     pub fn contains(&self, id: u32) -> bool {
-        self.next.get(id as usize).is_some_and(|&n| n != NOT_QUEUED)
+        self.slots
+            .get(id as usize)
+            .is_some_and(|s| s.next != NOT_QUEUED)
     }
 
     /// The counters.
@@ -595,9 +615,9 @@ impl FairQueue {
             let (mut id, mut n, mut bytes, mut last) = (st.head, 0u32, 0u64, NIL);
             while id != NIL {
                 n += 1;
-                bytes += u64::from(self.len[id as usize]);
+                bytes += u64::from(self.slots[id as usize].len);
                 last = id;
-                id = self.next[id as usize];
+                id = self.slots[id as usize].next;
                 assert_ne!(id, NOT_QUEUED, "flow {f} chain reaches an unqueued id");
             }
             assert_eq!(
@@ -607,7 +627,7 @@ impl FairQueue {
             );
             chained += u64::from(n);
         }
-        let queued = self.next.iter().filter(|&&n| n != NOT_QUEUED).count() as u64;
+        let queued = self.slots.iter().filter(|s| s.next != NOT_QUEUED).count() as u64;
         assert_eq!(chained, queued, "queued ids not in any flow");
         assert_eq!(queued, self.packets);
         let c = &self.counters;
