@@ -265,3 +265,61 @@ fn the_engine_clamps_or_rejects_beyond_its_horizon() {
     assert_eq!(rejected[0], Verdict::Enqueued);
     assert_eq!(rejected[9], Verdict::Dropped);
 }
+
+/// The class in the fair mode (`fair = true`): every offered packet is queued and released once
+/// (none lost, the engine's accounting holds), and the released bytes never run ahead of the
+/// aggregate rate by more than one segment, while the backlog keeps the class busy at that rate.
+#[test]
+fn the_fair_class_releases_every_packet_at_its_aggregate_rate() {
+    let rate = 200_000_000u64;
+    let ShaperSpec::Daemon {
+        granularity_ns,
+        horizon_ns,
+        capacity_packets,
+        backpressure,
+        reject_beyond_horizon,
+        ..
+    } = daemon(Some(rate), None, 10_000)
+    else {
+        unreachable!("daemon() builds a daemon spec")
+    };
+    let fair = ShaperSpec::Daemon {
+        granularity_ns,
+        horizon_ns,
+        aggregate_bps: Some(rate),
+        per_flow_bps: None,
+        capacity_packets,
+        backpressure,
+        reject_beyond_horizon,
+        fair: true,
+    };
+    let (out, verdicts) = releases(&fair, 7);
+    assert!(
+        verdicts.iter().all(|v| *v == Verdict::Enqueued),
+        "all queued"
+    );
+    let mut ids: Vec<u32> = out.iter().map(|&(_, id)| id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..3_000).collect::<Vec<u32>>(), "each released once");
+    let len = |id: u32| u64::from(200 + (id * 397) % 1_301);
+    let first = out[0].0;
+    let mut bytes = 0u64;
+    for &(t, id) in &out {
+        // Bytes released before this packet fit in the rate since the first release, plus one
+        // segment of burst and one 10 µs NIC poll.
+        let allowed =
+            (t.as_nanos() - first.as_nanos() + 10_000) as f64 * rate as f64 / 8e9 + 1_500.0;
+        assert!(
+            (bytes as f64) <= allowed,
+            "{bytes} B by {t:?}, allowed {allowed}"
+        );
+        bytes += len(id);
+    }
+    // Offered at about 2 Gbit/s, so the class is backlogged: it drains at the aggregate rate.
+    let span = (out[out.len() - 1].0.as_nanos() - first.as_nanos()) as f64;
+    let achieved = (bytes - len(out[out.len() - 1].1)) as f64 * 8e9 / span;
+    assert!(
+        (achieved - rate as f64).abs() / (rate as f64) < 0.01,
+        "{achieved}"
+    );
+}
