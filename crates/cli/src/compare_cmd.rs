@@ -61,6 +61,10 @@ pub struct CompareArgs {
     /// With `--link-sharing`: only these scenarios (`shares,borrow,marking,priority`).
     #[arg(long, value_delimiter = ',', requires = "link_sharing")]
     scenario: Vec<metronome_testbed::compare::link_sharing::Scenario>,
+    /// With `--link-sharing`: the daemon's `[link] rtt` (the base RTT of its marking
+    /// thresholds), microseconds.
+    #[arg(long, value_name = "US", requires = "link_sharing")]
+    link_rtt_us: Option<u64>,
 }
 
 /// Width of one shaper's block, without the daemon column.
@@ -278,7 +282,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     }
     metronome_daemon::service::init_logging(Default::default());
     if args.link_sharing {
-        return crate::compare_link::run(args.quick, &args.scenario, args.offloads, args.json);
+        let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
+        let modes = (args.offloads, args.json);
+        return crate::compare_link::run(args.quick, &args.scenario, rtt, modes);
     }
     let mut options = if args.ceiling {
         CompareOptions::ceiling()

@@ -107,12 +107,13 @@ pub fn to_json(
     })
 }
 
-/// Runs the link-sharing comparison: `quick` or full, only `scenarios` when not empty.
+/// Runs the link-sharing comparison: `quick` or full, only `scenarios` when not empty, the
+/// daemon's link RTT when given.
 pub fn run(
     quick: bool,
     scenarios: &[Scenario],
-    offloads: OffloadMode,
-    json: bool,
+    link_rtt: Option<std::time::Duration>,
+    (offloads, json): (OffloadMode, bool),
 ) -> anyhow::Result<()> {
     let mut options = if quick {
         LinkOptions::quick()
@@ -122,6 +123,9 @@ pub fn run(
     options.offloads = offloads;
     if !scenarios.is_empty() {
         options.scenarios = scenarios.to_vec();
+    }
+    if let Some(rtt) = link_rtt {
+        options.link_rtt = rtt;
     }
     let rows = match link_sharing::run(&options, &mut std::io::stderr()) {
         Ok(rows) => rows,
