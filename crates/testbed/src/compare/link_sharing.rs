@@ -8,7 +8,8 @@
 //! * **metronome** ([`link_config`]): the daemon's loop on AF_PACKET ports on `in0`/`out0`, a
 //!   `[link]` at the link rate, one class per destination port with the scenario's weight and
 //!   priority, MQ-ECN marking (the `[link]` default) or, as the `metronome-per-queue` row,
-//!   per-queue standard marking;
+//!   per-queue standard marking, with thresholds for a base RTT of [`DEFAULT_LINK_RTT`]
+//!   ([`LinkOptions::link_rtt`]);
 //! * **htb** ([`htb_commands`]): a Linux bridge joins `in0` and `out0`; `out0` gets a root HTB
 //!   class with rate = ceil = link, and one leaf per class with rate = its weight's share of the
 //!   link, ceil = link, and prio 0 for a priority class, 1 for the others; `u32` filters send
