@@ -176,7 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn json_rows_carry_the_issue_fields_and_round_trip() {
+    fn json_rows_carry_the_documented_fields_and_round_trip() {
         let rows = [row(true), row(false)];
         let text = to_json(&rows, 1_000_000_000, OffloadMode::Host, "m").unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();

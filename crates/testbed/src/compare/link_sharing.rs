@@ -915,7 +915,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scenarios_have_the_issue_classes() {
+    fn scenarios_have_their_classes_weights_and_flows() {
         let shares = Scenario::Shares.classes();
         assert_eq!(
             shares
