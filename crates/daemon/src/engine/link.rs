@@ -39,6 +39,9 @@ use metronome_core::{
 };
 use metronome_packet::{mark_ce, parse, Ecn, EcnMark};
 
+#[cfg(test)]
+mod clock_tests;
+
 /// No port queue for a class.
 const NO_QUEUE: u16 = u16::MAX;
 
