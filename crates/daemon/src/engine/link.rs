@@ -521,6 +521,11 @@ impl LinkStage {
         self.port.total_packets() + self.orphans.len()
     }
 
+    /// Bytes in the port's queues.
+    pub fn total_bytes(&self) -> u64 {
+        self.port.total_bytes()
+    }
+
     /// True when nothing waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
