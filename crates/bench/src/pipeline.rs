@@ -505,7 +505,9 @@ impl Rig {
                         link.poll(e, now);
                     }
                     e.receive(now, &mut self.pool, &self.rx[..n], &mut self.tx);
-                    while e.release(now, &mut self.pool, &mut self.tx, MAX_BATCH_SIZE) == MAX_BATCH_SIZE {}
+                    while e.release(now, &mut self.pool, &mut self.tx, MAX_BATCH_SIZE)
+                        == MAX_BATCH_SIZE
+                    {}
                 }
                 Pipeline::Pieces(p) => {
                     if self.stage != Stage::Io {

@@ -632,8 +632,10 @@ impl<'a> SwitchSim<'a> {
                     r.port_marked = c.marked;
                     r.port_buffer_drops = c.dropped_buffer;
                     r.non_ect_passes = c.not_ect_passed;
-                    r.t_round_samples = l.port_counters().t_round_samples;
-                    r.idle_decays = l.port_counters().idle_decays;
+                    if let Some(pc) = l.port_counters() {
+                        r.t_round_samples = pc.t_round_samples;
+                        r.idle_decays = pc.idle_decays;
+                    }
                 }
             }
         }
