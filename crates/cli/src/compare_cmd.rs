@@ -401,6 +401,29 @@ mod tests {
     }
 
     #[test]
+    fn link_sharing_takes_scenarios_and_a_link_rtt_and_nothing_of_the_grid() {
+        use metronome_testbed::compare::link_sharing::Scenario;
+        let a = Cli::try_parse_from([
+            "compare",
+            "--link-sharing",
+            "--quick",
+            "--scenario",
+            "shares,marking",
+            "--link-rtt-us",
+            "4000",
+        ])
+        .unwrap()
+        .compare;
+        assert!(a.link_sharing && a.quick);
+        assert_eq!(a.scenario, [Scenario::Shares, Scenario::Marking]);
+        assert_eq!(a.link_rtt_us, Some(4000));
+        assert!(Cli::try_parse_from(["compare", "--scenario", "shares"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--scenario", "x"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--ceiling"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--flows", "4"]).is_err());
+    }
+
+    #[test]
     fn shapers_sit_side_by_side_per_target_and_flows() {
         let reports = [
             report(Shaper::Metronome, 100_000_000, 99.9e6),
