@@ -63,6 +63,10 @@ pub struct CompareArgs {
     /// With `--link-sharing`: only these scenarios (`shares,borrow,marking,priority`).
     #[arg(long, value_delimiter = ',', requires = "link_sharing")]
     scenario: Vec<metronome_testbed::compare::link_sharing::Scenario>,
+    /// With `--link-sharing`: the daemon's `[link] rtt` (the base RTT of its marking
+    /// thresholds), microseconds.
+    #[arg(long, value_name = "US", requires = "link_sharing")]
+    link_rtt_us: Option<u64>,
 }
 
 /// Width of one shaper's block, without the daemon column.
@@ -278,7 +282,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     }
     metronome_daemon::service::init_logging(Default::default());
     if args.link_sharing {
-        return crate::compare_link::run(args.quick, &args.scenario, args.offloads, args.json);
+        let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
+        let modes = (args.offloads, args.json);
+        return crate::compare_link::run(args.quick, &args.scenario, rtt, modes);
     }
     let mut options = if args.ceiling {
         CompareOptions::ceiling()
@@ -393,6 +399,29 @@ mod tests {
         assert!(a.quick && a.json);
         assert!(Cli::try_parse_from(["compare", "--offloads", "tso"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--quick", "--ceiling"]).is_err());
+    }
+
+    #[test]
+    fn link_sharing_takes_scenarios_and_a_link_rtt_and_nothing_of_the_grid() {
+        use metronome_testbed::compare::link_sharing::Scenario;
+        let a = Cli::try_parse_from([
+            "compare",
+            "--link-sharing",
+            "--quick",
+            "--scenario",
+            "shares,marking",
+            "--link-rtt-us",
+            "4000",
+        ])
+        .unwrap()
+        .compare;
+        assert!(a.link_sharing && a.quick);
+        assert_eq!(a.scenario, [Scenario::Shares, Scenario::Marking]);
+        assert_eq!(a.link_rtt_us, Some(4000));
+        assert!(Cli::try_parse_from(["compare", "--scenario", "shares"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--scenario", "x"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--ceiling"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--flows", "4"]).is_err());
     }
 
     #[test]

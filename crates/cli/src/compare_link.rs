@@ -36,7 +36,7 @@ pub fn format_table(rows: &[LinkRow], link_bps: u64, offloads: OffloadMode) -> S
     );
     let _ = writeln!(
         out,
-        "{:<9} {:<20} {:<6} {:>4} {:>5} {:>9} {:>8} {:>8} {:>7} {:>10} {:>10} {:>8} {:>9}",
+        "{:<9} {:<20} {:<6} {:>4} {:>5} {:>9} {:>8} {:>8} {:>7} {:>10} {:>10} {:>8} {:>9} {:>7}",
         "scenario",
         "shaper",
         "class",
@@ -49,7 +49,8 @@ pub fn format_table(rows: &[LinkRow], link_bps: u64, offloads: OffloadMode) -> S
         "q p99 B",
         "q avg B",
         "p99 us",
-        "borrow ms"
+        "borrow ms",
+        "after %"
     );
     for r in rows {
         let weight = if r.priority {
@@ -59,7 +60,7 @@ pub fn format_table(rows: &[LinkRow], link_bps: u64, offloads: OffloadMode) -> S
         };
         let _ = writeln!(
             out,
-            "{:<9} {:<20} {:<6} {:>4} {:>5} {:>9.2} {:>8} {:>8} {:>7.2} {:>10} {:>10} {:>8} {:>9}",
+            "{:<9} {:<20} {:<6} {:>4} {:>5} {:>9.2} {:>8} {:>8} {:>7.2} {:>10} {:>10} {:>8} {:>9} {:>7}",
             r.scenario.name(),
             r.shaper,
             r.class,
@@ -78,6 +79,7 @@ pub fn format_table(rows: &[LinkRow], link_bps: u64, offloads: OffloadMode) -> S
                 "-".to_owned()
             },
             opt(r.borrow_ms, 0),
+            opt(r.after_stop_link_pct, 1),
         );
     }
     out += "Mbit/s: the class's mean rate on the wire (goodput windows of 20 ms at its sinks, in \
@@ -88,7 +90,8 @@ pub fn format_table(rows: &[LinkRow], link_bps: u64, offloads: OffloadMode) -> S
             or 50 ms (htb: the leaf's backlog)\n\
             p99 us: 99th percentile RTT of a TCP ping every 10 ms in the priority class\n\
             borrow ms: from the first class's stop until the others carry >= 98 % of the link \
-            (end of the first 20 ms window); no value: they never did\n";
+            (end of the first 20 ms window); no value: they never did\n\
+            after %: the remaining classes' mean rate from the stop to the end, in % of the link\n";
     out
 }
 
@@ -107,12 +110,13 @@ pub fn to_json(
     })
 }
 
-/// Runs the link-sharing comparison: `quick` or full, only `scenarios` when not empty.
+/// Runs the link-sharing comparison: `quick` or full, only `scenarios` when not empty, the
+/// daemon's link RTT when given.
 pub fn run(
     quick: bool,
     scenarios: &[Scenario],
-    offloads: OffloadMode,
-    json: bool,
+    link_rtt: Option<std::time::Duration>,
+    (offloads, json): (OffloadMode, bool),
 ) -> anyhow::Result<()> {
     let mut options = if quick {
         LinkOptions::quick()
@@ -122,6 +126,9 @@ pub fn run(
     options.offloads = offloads;
     if !scenarios.is_empty() {
         options.scenarios = scenarios.to_vec();
+    }
+    if let Some(rtt) = link_rtt {
+        options.link_rtt = rtt;
     }
     let rows = match link_sharing::run(&options, &mut std::io::stderr()) {
         Ok(rows) => rows,
@@ -169,7 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn json_rows_carry_the_issue_fields_and_round_trip() {
+    fn json_rows_carry_the_documented_fields_and_round_trip() {
         let rows = [row(true), row(false)];
         let text = to_json(&rows, 1_000_000_000, OffloadMode::Host, "m").unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();

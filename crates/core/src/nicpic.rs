@@ -354,6 +354,8 @@ pub struct NicPic {
     link_free: Timestamp,
     /// The same instant in ticks, unrounded.
     link_free_ticks: u64,
+    /// How far before `now` a pull after an idle gap may start, ticks ([`NicPic::set_catch_up`]).
+    catch_up_ticks: u64,
     // Calendar.
     /// A lower bound of the slots linked, never beyond the slot of `v`.
     lo: u64,
@@ -414,6 +416,7 @@ impl NicPic {
             last_now: Timestamp::ZERO,
             link_free: Timestamp::ZERO,
             link_free_ticks: 0,
+            catch_up_ticks: 0,
             lo: 0,
             slot_shift: TICK_BITS + g_shift,
             mask: buckets as u64 - 1,
@@ -544,7 +547,10 @@ impl NicPic {
             self.link_free_ticks
                 .max(now_ticks.saturating_sub((1 << TICK_BITS) - 1))
         } else {
-            now_ticks
+            // A caller that polls late may let the link catch up on the time it lost, up to
+            // `catch_up` (0 by default: the piece starts at `now`).
+            self.link_free_ticks
+                .max(now_ticks.saturating_sub(self.catch_up_ticks))
         };
         let tx = (u128::from(piece) * u128::from(self.link_npb) + (1 << (NPB_TO_TICK - 1)))
             >> NPB_TO_TICK; // rounded to the nearest tick: unbiased
@@ -578,6 +584,14 @@ impl NicPic {
             tag.saturating_sub(DUE_SLACK_TICKS)
         };
         Some(self.real_time_of(target).max(self.link_free))
+    }
+
+    /// Lets a pull that comes after the link freed up start up to `catch_up` before its `now`
+    /// (never before the link was free): a caller that polls late, like a software loop woken
+    /// after its deadline, then sends back to back what the link owes instead of losing the
+    /// time. Default zero. The link's rate holds over any interval up to `catch_up` of bytes.
+    pub fn set_catch_up(&mut self, catch_up: Duration) {
+        self.catch_up_ticks = catch_up.as_nanos().saturating_mul(1 << TICK_BITS);
     }
 
     /// Changes `class`'s limit, from the next piece: the rest of its current wait is rescaled to

@@ -25,6 +25,9 @@
 //! in its plain mode), the daemon with no class ([`passthrough_config`]) and the daemon shaping
 //! at the target, three rounds.
 //!
+//! `--link-sharing` ([`link_sharing`]) shares one link among weighted and priority classes
+//! through the daemon's `[link]` and through kernel HTB instead.
+//!
 //! Offloads ([`CompareOptions::offloads`], [`OffloadMode`]): by default the veths keep the
 //! host's offloads, so the sender's TCP hands the shapers GSO super-frames, as on the hosts
 //! Metronome shapes; [`OffloadMode::Off`] gives one-MTU frames with offloads off on all four

@@ -1,5 +1,5 @@
 //! `compare --link-sharing` in short: the two-class scenario (weights 1:3, 16 Cubic flows each,
-//! ECN on) on a 1 Gbit/s link through Metronome's `[link]` and through kernel HTB, 1 s warm-up
+//! ECN on) on a 200 Mbit/s link through Metronome's `[link]` and through kernel HTB, 1 s warm-up
 //! and 2 s measured. Asserts that every class gets traffic through and that each shaper divides
 //! the link by the weights within the tolerance below. Skips, saying why, without
 //! CAP_NET_ADMIN (and fails instead under `METRONOME_REQUIRE_PRIVILEGED=1`); the topology is
@@ -9,10 +9,15 @@ use metronome_testbed::compare::link_sharing::{self, LinkOptions, LinkShaper, Sc
 use metronome_testbed::netns;
 use std::time::Duration;
 
-/// Largest distance of a class's share from its weight's share, percentage points: the spread
-/// measured over runs of this short form on the loaded 2-core machine, with margin (see the
-/// test's comment).
-const SHARE_TOLERANCE_PP: f64 = 6.0;
+/// The link's rate: 200 Mbit/s, which the unoptimised daemon of `cargo test` forwards on the
+/// loaded machine (at 1 Gbit/s it fell behind, and the link never built the queues that the
+/// weights divide).
+const LINK_BPS: u64 = 200_000_000;
+
+/// Largest distance of a class's share from its weight's share, percentage points. Measured in
+/// two runs of this short form on the loaded 2-core machine (load average about 9): at most
+/// 0.58 points for the daemon and 0.51 for HTB; 3 points leaves five times that.
+const SHARE_TOLERANCE_PP: f64 = 3.0;
 
 fn short(shapers: Vec<LinkShaper>) -> LinkOptions {
     LinkOptions {
@@ -20,6 +25,7 @@ fn short(shapers: Vec<LinkShaper>) -> LinkOptions {
         warmup: Duration::from_secs(1),
         measure: Duration::from_secs(2),
         shapers,
+        link_bps: LINK_BPS,
         ..LinkOptions::quick()
     }
 }

@@ -518,3 +518,26 @@ proptest! {
         }
     }
 }
+
+/// A late poll sends back to back what the link owes, up to the catch-up allowance; without
+/// one (the default) it sends one piece and waits a transmission time.
+#[test]
+fn catch_up_lets_a_late_poll_send_what_the_link_owes() {
+    let pieces_at = |catch_up: Duration| {
+        let mut nic = NicPic::new(NicPicConfig::default(), &[Rate::gbps(20)]).unwrap();
+        nic.set_catch_up(catch_up);
+        // One 64 KiB segment: the class stays backlogged, its pieces eligible by then.
+        nic.backlog(Timestamp::ZERO, 0, 1 << 16).unwrap();
+        assert!(nic.pull(Timestamp::ZERO).is_some());
+        let late = Timestamp::from_nanos(100_000);
+        let mut n = 0;
+        while nic.pull(late).is_some() {
+            n += 1;
+        }
+        nic.invariants();
+        n
+    };
+    assert_eq!(pieces_at(Duration::ZERO), 1);
+    // 3000 bytes at 10 Gbit/s = 2.4 µs: two pieces in the past, one starting now.
+    assert_eq!(pieces_at(Duration::from_nanos(2_400)), 3);
+}

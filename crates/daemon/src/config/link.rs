@@ -344,6 +344,13 @@ impl Validator<'_> {
                 ),
             ));
         }
+        if let (LinkScheduler::NicPic, Some(_), Some(m)) = (scheduler, marking.red, &raw.marking) {
+            return Err(self.invalid(
+                m.span(),
+                "link.marking",
+                "scheduler = \"nicpic\" takes no RED marking: use a threshold rule".to_string(),
+            ));
+        }
         let t_idle = rate.transmit_time(u64::from(mtu + ETHERNET_HEADER));
         Ok(LinkConfig {
             rate,
@@ -552,7 +559,7 @@ pub(super) fn check_classes(
     policies: &[(&ClassPolicy, String, core::ops::Range<usize>)],
 ) -> Result<()> {
     let on: Vec<_> = policies.iter().filter(|(p, _, _)| p.link.on_link).collect();
-    if on.len() > MAX_MQ_LINK_CLASSES {
+    if link.scheduler != LinkScheduler::NicPic && on.len() > MAX_MQ_LINK_CLASSES {
         let (_, path, span) = on[MAX_MQ_LINK_CLASSES];
         return Err(v.invalid(
             span.clone(),

@@ -164,6 +164,13 @@ fn class_link_errors_name_field_and_line() {
     // With link = false on one, they fit; with nicpic, any number fits.
     let fits = many.replacen("name = \"c0\"\n", "name = \"c0\"\nlink = false\n", 1);
     assert!(parse(&fits).is_ok());
+    let nicpic = many.replacen("[link]\n", "[link]\nscheduler = \"nicpic\"\n", 1);
+    assert!(parse(&nicpic).is_ok());
+    error_at(
+        &format!("{LINK}scheduler = \"nicpic\"\nmarking = \"red-per-queue\"\n"),
+        7,
+        "link.marking",
+    );
     // Every class off the link.
     error_at(&format!("{LINK}[default]\nlink = false\n"), 4, "link");
 }

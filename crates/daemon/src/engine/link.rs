@@ -39,6 +39,12 @@ use metronome_core::{
 };
 use metronome_packet::{mark_ce, parse, Ecn, EcnMark};
 
+#[cfg(test)]
+mod clock_tests;
+mod nicpic_queues;
+
+pub use nicpic_queues::NicPicQueues;
+
 /// No port queue for a class.
 const NO_QUEUE: u16 = u16::MAX;
 
@@ -180,7 +186,7 @@ pub enum LinkDrop {
 /// The link: a port, its clock, and the map between classes and queues. See the module docs.
 pub struct LinkStage {
     config: LinkConfig,
-    port: MqPort,
+    port: Sched,
     clock: LinkClock,
     /// Class state index -> port queue, [`NO_QUEUE`] off the link.
     queue_of: Vec<u16>,
@@ -207,6 +213,93 @@ impl std::fmt::Debug for LinkStage {
             .field("counters", &self.counters)
             .finish_non_exhaustive()
     }
+}
+
+/// The link's queues and scheduler: the DWRR/WRR port, or NicPic's.
+enum Sched {
+    Mq(Box<MqPort>),
+    NicPic(Box<NicPicQueues>),
+}
+
+impl Sched {
+    fn enqueue(
+        &mut self,
+        now: Timestamp,
+        pkt: PacketRef,
+        ect: bool,
+    ) -> Result<bool, MqRejectReason> {
+        match self {
+            Sched::Mq(p) => p
+                .enqueue(now, pkt, ect)
+                .map(|e| e.marked)
+                .map_err(|r| r.reason),
+            Sched::NicPic(n) => n.enqueue(now, pkt, ect),
+        }
+    }
+
+    /// The next packet and its queue: the port's head when the link clock says the link is
+    /// free, NicPic's pull (its own link clock) otherwise.
+    fn dequeue(&mut self, now: Timestamp) -> Option<(PacketRef, usize)> {
+        match self {
+            Sched::Mq(p) => p.dequeue(now).map(|d| (d.pkt, d.queue)),
+            Sched::NicPic(n) => n.dequeue(now),
+        }
+    }
+
+    fn take_all(&mut self, out: &mut Vec<(PacketRef, usize)>) {
+        match self {
+            Sched::Mq(p) => {
+                while let Some(d) = p.dequeue(Timestamp::MAX) {
+                    out.push((d.pkt, d.queue));
+                }
+            }
+            Sched::NicPic(n) => n.take_all(out),
+        }
+    }
+
+    fn total_packets(&self) -> usize {
+        match self {
+            Sched::Mq(p) => p.total_packets(),
+            Sched::NicPic(n) => n.total_packets(),
+        }
+    }
+
+    fn total_bytes(&self) -> u64 {
+        match self {
+            Sched::Mq(p) => p.total_bytes(),
+            Sched::NicPic(n) => n.total_bytes(),
+        }
+    }
+
+    fn queue(&self, q: usize) -> (u64, u64) {
+        match self {
+            Sched::Mq(p) => (p.queue_packets(q) as u64, p.queue_bytes(q)),
+            Sched::NicPic(n) => n.queue(q),
+        }
+    }
+
+    fn threshold_bytes(&self, q: usize) -> u64 {
+        match self {
+            Sched::Mq(p) => p.threshold_bytes(q),
+            Sched::NicPic(n) => n.threshold_bytes(q),
+        }
+    }
+
+    fn invariants(&self) {
+        match self {
+            Sched::Mq(p) => p.invariants(),
+            Sched::NicPic(n) => n.invariants(),
+        }
+    }
+}
+
+/// The queues of `config` for `members` (class state index, its place), in queue order.
+fn build_sched(config: &LinkConfig, members: &[(usize, ClassLink)]) -> Sched {
+    if config.scheduler == LinkScheduler::NicPic {
+        let weights: Vec<u32> = members.iter().map(|(_, l)| l.weight).collect();
+        return Sched::NicPic(Box::new(NicPicQueues::new(config, &weights)));
+    }
+    Sched::Mq(Box::new(build_port(config, members)))
 }
 
 /// The port of `config` for `members` (class state index, its place), in queue order.
@@ -266,7 +359,7 @@ impl LinkStage {
         let members = queue_order(classes);
         let mut stage = LinkStage {
             config: *config,
-            port: build_port(config, &members),
+            port: build_sched(config, &members),
             clock: LinkClock::new(config.rate, u64::from(config.burst_bytes)),
             queue_of: Vec::new(),
             class_of: Vec::new(),
@@ -299,18 +392,20 @@ impl LinkStage {
     /// packet into it, in its queue's order (see the module docs).
     pub fn configure(&mut self, config: &LinkConfig, classes: &[(usize, ClassLink)]) {
         let members = queue_order(classes);
-        let mut old = std::mem::replace(&mut self.port, build_port(config, &members));
+        let mut old = std::mem::replace(&mut self.port, build_sched(config, &members));
         self.config = *config;
         self.clock
             .set_rate(config.rate, u64::from(config.burst_bytes));
         let old_class_of = std::mem::take(&mut self.class_of);
         self.map(&members);
         let now = self.last_now;
-        while let Some(d) = old.dequeue(now) {
-            let state = usize::from(old_class_of.get(d.queue).copied().unwrap_or(0));
+        let mut moving = Vec::with_capacity(old.total_packets());
+        old.take_all(&mut moving);
+        for (old_pkt, old_queue) in moving {
+            let state = usize::from(old_class_of.get(old_queue).copied().unwrap_or(0));
             let original = PacketRef {
                 class: ClassId(state as u16),
-                ..d.pkt
+                ..old_pkt
             };
             match self.queue_of.get(state).copied().unwrap_or(NO_QUEUE) {
                 NO_QUEUE => {
@@ -320,7 +415,7 @@ impl LinkStage {
                 q => {
                     let pkt = PacketRef {
                         class: ClassId(q),
-                        ..d.pkt
+                        ..old_pkt
                     };
                     // Same buffer and frame bound as the old port (a change needs a restart),
                     // and "ECN-capable" so the marking cannot drop: it fits; should it not, it
@@ -365,7 +460,7 @@ impl LinkStage {
             NonEctPolicy::Pass => true,
             NonEctPolicy::Drop => parse(frame).ip().is_some_and(|ip| ip.ecn != Ecn::NotEct),
         };
-        if self.port.is_empty() {
+        if self.port.total_packets() == 0 {
             self.clock.wake(now);
         }
         let port_pkt = PacketRef {
@@ -374,9 +469,9 @@ impl LinkStage {
         };
         let c = &mut self.classes[state];
         match self.port.enqueue(now, port_pkt, ect) {
-            Ok(admitted) => {
+            Ok(marked) => {
                 self.counters.enqueued += 1;
-                if admitted.marked {
+                if marked {
                     match mark_ce(frame, &parse(frame)) {
                         EcnMark::Marked => {
                             self.counters.marked += 1;
@@ -391,7 +486,7 @@ impl LinkStage {
                 }
                 Ok(())
             }
-            Err(rejected) => Err(match rejected.reason {
+            Err(reason) => Err(match reason {
                 MqRejectReason::BufferFull => {
                     self.counters.dropped_buffer += 1;
                     c.dropped_buffer += 1;
@@ -423,16 +518,18 @@ impl LinkStage {
         if let Some(pkt) = self.orphans.pop() {
             return Some(pkt);
         }
-        if self.port.is_empty() || !self.clock.ready(now) {
+        let nicpic = matches!(self.port, Sched::NicPic(_));
+        if self.port.total_packets() == 0 || (!nicpic && !self.clock.ready(now)) {
             return None;
         }
         // The departure does not depend on the packet's length, so the port is asked at it.
-        let start = self.clock.send(now, 0);
-        let d = self.port.dequeue(start)?;
-        let state = usize::from(self.class_of.get(d.queue).copied().unwrap_or(0));
+        // NicPic keeps its own link clock at the link's rate, and says when a packet leaves.
+        let start = if nicpic { now } else { self.clock.send(now, 0) };
+        let (port_pkt, queue) = self.port.dequeue(start)?;
+        let state = usize::from(self.class_of.get(queue).copied().unwrap_or(0));
         let pkt = PacketRef {
             class: ClassId(state as u16),
-            ..d.pkt
+            ..port_pkt
         };
         let wire = wire_bytes(pkt);
         self.clock.send(start, wire);
@@ -494,12 +591,14 @@ impl LinkStage {
     /// Empties the port (at stop): every packet, in no particular order, class as the engine's.
     pub fn drain(&mut self, out: &mut Vec<PacketRef>) {
         out.append(&mut self.orphans);
-        while let Some(d) = self.port.dequeue(Timestamp::MAX) {
+        let mut left = Vec::with_capacity(self.port.total_packets());
+        self.port.take_all(&mut left);
+        for (pkt, queue) in left {
             self.counters.drained += 1;
-            let state = self.class_of.get(d.queue).copied().unwrap_or(0);
+            let state = self.class_of.get(queue).copied().unwrap_or(0);
             out.push(PacketRef {
                 class: ClassId(state),
-                ..d.pkt
+                ..pkt
             });
         }
     }
@@ -510,12 +609,20 @@ impl LinkStage {
         if !self.orphans.is_empty() {
             return Some(self.last_now);
         }
-        (!self.port.is_empty()).then(|| self.clock.free_at())
+        match &self.port {
+            Sched::NicPic(n) => n.next_due(),
+            Sched::Mq(p) => (!p.is_empty()).then(|| self.clock.free_at()),
+        }
     }
 
     /// Packets in the port (and orphans waiting to leave).
     pub fn len(&self) -> usize {
         self.port.total_packets() + self.orphans.len()
+    }
+
+    /// Bytes in the port's queues.
+    pub fn total_bytes(&self) -> u64 {
+        self.port.total_bytes()
     }
 
     /// True when nothing waits.
@@ -526,10 +633,7 @@ impl LinkStage {
     /// Packets waiting in class state `class`'s queue.
     pub fn class_queued(&self, class: usize) -> (u64, u64) {
         match self.queue_of.get(class).copied() {
-            Some(q) if q != NO_QUEUE => (
-                self.port.queue_packets(usize::from(q)) as u64,
-                self.port.queue_bytes(usize::from(q)),
-            ),
+            Some(q) if q != NO_QUEUE => self.port.queue(usize::from(q)),
             _ => (0, 0),
         }
     }
@@ -550,7 +654,10 @@ impl LinkStage {
 
     /// MQ-ECN's smoothed round time, `None` before the first sample or under other rules.
     pub fn round_time(&self) -> Option<Duration> {
-        self.port.t_round()
+        match &self.port {
+            Sched::Mq(p) => p.t_round(),
+            Sched::NicPic(_) => None,
+        }
     }
 
     /// The stage's counters.
@@ -558,9 +665,13 @@ impl LinkStage {
         self.counters
     }
 
-    /// The port's own counters (since the last reload rebuilt it).
-    pub fn port_counters(&self) -> &MqCounters {
-        self.port.counters()
+    /// The DWRR/WRR port's own counters (since the last reload rebuilt it); `None` under
+    /// NicPic.
+    pub fn port_counters(&self) -> Option<&MqCounters> {
+        match &self.port {
+            Sched::Mq(p) => Some(p.counters()),
+            Sched::NicPic(_) => None,
+        }
     }
 
     /// The link's configuration in force.

@@ -4,6 +4,7 @@
 //! Events come from [`super::events`] in `(time, sequence)` order, so the run is deterministic.
 //! Packet descriptors live in a slab with a free list; the steady state does not allocate.
 
+use super::daemon_port::{DaemonPort, DaemonReject};
 use super::events::{Ev, Queue, TO_RECEIVER, TO_SENDER, TO_SWITCH};
 use super::workload::{exponential_ns, uniform, FlowSizeCdf};
 use super::{FctSummary, MarkingSpec, SwitchError, SwitchReport, SwitchScenario, Workload};
@@ -58,6 +59,28 @@ struct Flow {
     done: bool,
 }
 
+/// The port under test: the core's, or the daemon's shared link.
+enum Port {
+    Core(Box<MqPort>),
+    Daemon(Box<DaemonPort>),
+}
+
+impl Port {
+    fn total_bytes(&self) -> u64 {
+        match self {
+            Port::Core(p) => p.total_bytes(),
+            Port::Daemon(d) => d.total_bytes(),
+        }
+    }
+
+    fn threshold_bytes_q0(&self) -> u64 {
+        match self {
+            Port::Core(p) => p.threshold_bytes(0),
+            Port::Daemon(d) => d.threshold_bytes_q0(),
+        }
+    }
+}
+
 struct Host {
     fifo: VecDeque<u32>,
     busy: bool,
@@ -67,7 +90,7 @@ struct Host {
 pub(super) struct SwitchSim<'a> {
     sc: &'a SwitchScenario,
     q: Queue,
-    port: MqPort,
+    port: Port,
     port_busy: Option<u32>,
     pkts: Slab<Pkt>,
     flows: Vec<Flow>,
@@ -117,6 +140,20 @@ fn marking(sc: &SwitchScenario) -> Marking {
     }
 }
 
+/// `[link] lambda` and `marking` of the daemon's link for `sc` (the same `K` as [`marking`]).
+fn daemon_marking(sc: &SwitchScenario) -> (f64, &'static str) {
+    let bdp_bytes = sc.line_rate_bps as f64 * sc.base_rtt_ns as f64 / 8e9;
+    let lambda = sc.standard_threshold_bytes as f64 / bdp_bytes;
+    let rule = match sc.marking {
+        MarkingSpec::None => "none",
+        MarkingSpec::PerQueueStandard => "per-queue",
+        MarkingSpec::PerQueueMin => "per-queue-min",
+        MarkingSpec::PerPort => "per-port",
+        MarkingSpec::MqEcn => "mq-ecn",
+    };
+    (lambda, rule)
+}
+
 impl<'a> SwitchSim<'a> {
     pub(super) fn new(sc: &'a SwitchScenario) -> Result<Self, SwitchError> {
         let cfg = MqPortConfig {
@@ -132,10 +169,21 @@ impl<'a> SwitchSim<'a> {
             mtu_bytes: sc.mtu,
             ..MqPortConfig::default()
         };
-        let port = MqPort::new(cfg).map_err(|e| SwitchError::Param {
-            field: "port",
-            why: e.to_string(),
-        })?;
+        let port = if sc.daemon {
+            let (lambda, rule) = daemon_marking(sc);
+            let d = DaemonPort::new(sc, lambda, rule).map_err(|why| SwitchError::Param {
+                field: "daemon",
+                why,
+            })?;
+            Port::Daemon(Box::new(d))
+        } else {
+            Port::Core(Box::new(MqPort::new(cfg).map_err(|e| {
+                SwitchError::Param {
+                    field: "port",
+                    why: e.to_string(),
+                }
+            })?))
+        };
         let ser = sc.mtu_time();
         let prop = sc.base_rtt_ns - 2 * ser.as_nanos();
         let mut sim = SwitchSim {
@@ -384,25 +432,35 @@ impl<'a> SwitchSim<'a> {
             self.sc.mtu as u16,
         );
         self.account_occupancy(now);
-        match self.port.enqueue(now, pkt, p.ect) {
-            Ok(e) => {
-                if e.marked {
+        let admitted = match &mut self.port {
+            Port::Core(port) => port.enqueue(now, pkt, p.ect).map(|e| e.marked).map_err(
+                |Rejected { reason, .. }| match reason {
+                    MqRejectReason::NotEctDropped => DaemonReject::NotEct,
+                    MqRejectReason::BufferFull => DaemonReject::BufferFull,
+                    _ => DaemonReject::Other,
+                },
+            ),
+            Port::Daemon(d) => d.enqueue(now, (id, p.flow, service), self.sc.mtu, p.ect),
+        };
+        match admitted {
+            Ok(marked) => {
+                if marked {
                     self.pkts.get_mut(id).ce = true;
                     self.r.ce_marked += 1;
                 }
                 if now >= self.warmup {
                     self.occ_max = self.occ_max.max(self.port.total_bytes());
-                    self.thr_sum += self.port.threshold_bytes(0) as f64;
+                    self.thr_sum += self.port.threshold_bytes_q0() as f64;
                     self.thr_samples += 1;
                 }
                 if self.port_busy.is_none() {
                     self.start_port(now);
                 }
             }
-            Err(Rejected { reason: why, .. }) => {
+            Err(why) => {
                 match why {
-                    MqRejectReason::NotEctDropped => self.r.non_ect_drops += 1,
-                    MqRejectReason::BufferFull => self.r.buffer_drops += 1,
+                    DaemonReject::NotEct => self.r.non_ect_drops += 1,
+                    DaemonReject::BufferFull => self.r.buffer_drops += 1,
                     // Cannot happen with one-MTU packets and services mapped to existing queues
                     // (validated), but counted if it does.
                     _ => self.r.other_rejects += 1,
@@ -414,9 +472,12 @@ impl<'a> SwitchSim<'a> {
 
     fn start_port(&mut self, now: Timestamp) {
         self.account_occupancy(now);
-        if let Some(d) = self.port.dequeue(now) {
-            let id = d.pkt.id;
-            if d.marked {
+        let next = match &mut self.port {
+            Port::Core(port) => port.dequeue(now).map(|d| (d.pkt.id, d.marked)),
+            Port::Daemon(d) => d.dequeue(now).map(|id| (id, false)),
+        };
+        if let Some((id, marked)) = next {
+            if marked {
                 self.pkts.get_mut(id).ce = true;
                 self.r.ce_marked += 1;
             }
@@ -554,12 +615,30 @@ impl<'a> SwitchSim<'a> {
         } else {
             0.0
         };
-        let c = self.port.counters();
-        r.port_marked = c.port.marked;
-        r.port_buffer_drops = c.port.buffer_drops;
-        r.non_ect_passes = c.port.non_ect_passes;
-        r.t_round_samples = c.t_round_samples;
-        r.idle_decays = c.idle_decays;
+        match &self.port {
+            Port::Core(port) => {
+                let c = port.counters();
+                r.port_marked = c.port.marked;
+                r.port_buffer_drops = c.port.buffer_drops;
+                r.non_ect_passes = c.port.non_ect_passes;
+                r.t_round_samples = c.t_round_samples;
+                r.idle_decays = c.idle_decays;
+            }
+            Port::Daemon(d) => {
+                let e = d.engine();
+                e.invariants();
+                if let Some(l) = e.link() {
+                    let c = l.counters();
+                    r.port_marked = c.marked;
+                    r.port_buffer_drops = c.dropped_buffer;
+                    r.non_ect_passes = c.not_ect_passed;
+                    if let Some(pc) = l.port_counters() {
+                        r.t_round_samples = pc.t_round_samples;
+                        r.idle_decays = pc.idle_decays;
+                    }
+                }
+            }
+        }
         r.events = self.q.popped();
         r
     }

@@ -33,6 +33,7 @@
 //! Determinism: one seeded generator for arrivals, sizes and placement, events ordered by
 //! `(time, sequence)`; the only wall-clock figure is [`SwitchReport::wall_ns`].
 
+mod daemon_port;
 mod engine;
 mod events;
 pub mod workload;
@@ -153,6 +154,10 @@ pub struct SwitchScenario {
     pub duration_ns: u64,
     /// Long-lived: measurement starts after this, ns (ignored for Poisson: all flows count).
     pub warmup_ns: u64,
+    /// The port is the daemon's own shared link (`[link]` of `metronome run`, one class per
+    /// service) instead of the core's port: every packet goes through the daemon's engine as a
+    /// real frame (`daemon_port`).
+    pub daemon: bool,
 }
 
 impl Default for SwitchScenario {
@@ -177,6 +182,7 @@ impl Default for SwitchScenario {
             workload: Workload::default(),
             duration_ns: 1_000_000_000,
             warmup_ns: 200_000_000,
+            daemon: false,
         }
     }
 }

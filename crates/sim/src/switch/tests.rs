@@ -202,3 +202,47 @@ fn small_flow_timeouts_are_counted_and_set_the_tail() {
     let r = run(&sc).unwrap();
     assert!(r.fct_small_p99_no_timeout_us < rto_min_us);
 }
+
+/// Four services of equal weight with 1, 2, 4 and 8 DCTCP flows through `port` (the core's or
+/// the daemon's link) under `marking`.
+fn four_services(marking: MarkingSpec, daemon: bool) -> SwitchReport {
+    let sc = SwitchScenario {
+        daemon,
+        ..long_lived(marking, vec![1, 2, 4, 8], 400)
+    };
+    let r = run(&sc).unwrap();
+    conserved(&r);
+    r
+}
+
+#[test]
+fn the_daemons_link_shares_equally_and_mq_ecn_keeps_its_queue_30_percent_below_per_queue() {
+    let mq = four_services(MarkingSpec::MqEcn, true);
+    let std = four_services(MarkingSpec::PerQueueStandard, true);
+    for r in [&mq, &std] {
+        let total: f64 = r.service_goodput_bps.iter().sum();
+        for (s, g) in r.service_goodput_bps.iter().enumerate() {
+            let share = g / total;
+            assert!(
+                (share - 0.25).abs() < 0.02,
+                "service {s}: share {share:.4} ({r:?})"
+            );
+        }
+        assert!(r.utilization > 0.95, "{r:?}");
+    }
+    assert!(
+        mq.avg_queue_bytes <= 0.7 * std.avg_queue_bytes,
+        "MQ-ECN {} bytes against per-queue {} bytes",
+        mq.avg_queue_bytes,
+        std.avg_queue_bytes
+    );
+    // The core's port, same scenario: the daemon's link behaves like it.
+    let core = four_services(MarkingSpec::MqEcn, false);
+    let ratio = mq.avg_queue_bytes / core.avg_queue_bytes;
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "daemon {} core {}",
+        mq.avg_queue_bytes,
+        core.avg_queue_bytes
+    );
+}

@@ -8,7 +8,8 @@
 //! * **metronome** ([`link_config`]): the daemon's loop on AF_PACKET ports on `in0`/`out0`, a
 //!   `[link]` at the link rate, one class per destination port with the scenario's weight and
 //!   priority, MQ-ECN marking (the `[link]` default) or, as the `metronome-per-queue` row,
-//!   per-queue standard marking;
+//!   per-queue standard marking, with thresholds for a base RTT of [`DEFAULT_LINK_RTT`]
+//!   ([`LinkOptions::link_rtt`]);
 //! * **htb** ([`htb_commands`]): a Linux bridge joins `in0` and `out0`; `out0` gets a root HTB
 //!   class with rate = ceil = link, and one leaf per class with rate = its weight's share of the
 //!   link, ceil = link, and prio 0 for a priority class, 1 for the others; `u32` filters send
@@ -48,6 +49,12 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// The daemon's `[link] rtt` in the comparison: 8 ms, the round trip of this path through the
+/// daemon on a loaded 2-core machine rather than the wire's. Measured with `--link-rtt-us`: at
+/// the default 500 µs (a standard threshold of 62.5 kB at 1 Gbit/s, less than one 64 KiB
+/// super-frame of the senders' TSO) and at 2 ms the marks kept the Cubic senders at 33–75 % of
+/// the link; at 8 ms they filled it.
+pub const DEFAULT_LINK_RTT: Duration = Duration::from_millis(8);
 /// Prefix of the link-sharing comparison's namespaces.
 pub const NS_PREFIX: &str = "mtr-lnk";
 /// The link's rate, bits/s: 1 Gbit/s.
@@ -244,6 +251,9 @@ pub struct LinkOptions {
     pub offloads: OffloadMode,
     /// The shapers run, each in the scenarios that compare it ([`Scenario::shapers`]).
     pub shapers: Vec<LinkShaper>,
+    /// The daemon's `[link] rtt`: the base round-trip time of its marking thresholds
+    /// (`K = C x RTT x lambda`).
+    pub link_rtt: Duration,
 }
 
 impl LinkOptions {
@@ -257,6 +267,7 @@ impl LinkOptions {
             measure: Duration::from_secs(8),
             offloads: OffloadMode::Host,
             shapers: LinkShaper::ALL.to_vec(),
+            link_rtt: DEFAULT_LINK_RTT,
         }
     }
 
@@ -310,19 +321,20 @@ pub struct LinkRow {
     pub after_stop_link_pct: Option<f64>,
 }
 
-/// The daemon's configuration for `classes` on a link of `link_bps`: one class per destination
-/// port (`ports[i]` for class `i`), all TCP to `receiver`, weights and priorities as given,
-/// `marking` on the link's queues.
+/// The daemon's configuration for `classes` on a link of `link_bps` with marking thresholds for
+/// a base RTT of `rtt`: one class per destination port (`ports[i]` for class `i`), all TCP to
+/// `receiver`, weights and priorities as given, `marking` on the link's queues.
 pub fn link_config(
     receiver: std::net::Ipv4Addr,
-    link_bps: u64,
+    (link_bps, rtt): (u64, Duration),
     marking: Marking,
     classes: &[(&ClassSpec, u16)],
 ) -> Result<Config, String> {
     let mut text = format!(
         "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n[link]\nrate = {link_bps}\n\
-         marking = \"{}\"\n",
-        marking.config_name()
+         marking = \"{}\"\nrtt = \"{}us\"\n",
+        marking.config_name(),
+        rtt.as_micros()
     );
     for (class, port) in classes {
         text += &format!(
@@ -579,7 +591,8 @@ fn start(
         LinkShaper::Metronome(marking) => {
             topo.remove_qdisc(&out)?;
             topo.unbridge_shaper()?;
-            let mut config = link_config(topo.receiver_addr, options.link_bps, marking, classes)
+            let link = (options.link_bps, options.link_rtt);
+            let mut config = link_config(topo.receiver_addr, link, marking, classes)
                 .map_err(|e| TopoError::Io(std::io::Error::other(e)))?;
             options.offloads.configure(&mut config);
             let (control, metrics) = (Control::default(), Metrics::new());
@@ -902,7 +915,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scenarios_have_the_issue_classes() {
+    fn scenarios_have_their_classes_weights_and_flows() {
         let shares = Scenario::Shares.classes();
         assert_eq!(
             shares
@@ -947,7 +960,7 @@ mod tests {
             let classes = scenario.classes();
             let pairs: Vec<(&ClassSpec, u16)> = classes.iter().zip(9000..).collect();
             for marking in [Marking::MqEcn, Marking::PerQueue] {
-                let c = link_config(receiver, LINK_BPS, marking, &pairs)
+                let c = link_config(receiver, (LINK_BPS, DEFAULT_LINK_RTT), marking, &pairs)
                     .unwrap_or_else(|e| panic!("{scenario:?} {marking:?}: {e}"));
                 assert_eq!(c.classes.len(), classes.len());
                 let link = c.link.as_ref().expect("a [link] section");

@@ -311,3 +311,59 @@ fn metrics_and_stats_show_each_class_share_backlog_and_threshold() {
     assert!(line("b").contains("share 75."), "{stats}");
     assert!(!line("a").contains("threshold none"), "{stats}");
 }
+
+#[test]
+fn nicpic_shares_a_link_among_hundreds_of_classes_by_weight() {
+    // 300 classes on one link: one of weight 3 and one of weight 1 carry traffic, with 298 idle
+    // classes configured around them; then a third of weight 2 joins.
+    let mut text = LINK
+        .replace(
+            "buffer = \"512kb\"",
+            "buffer = \"512kb\"\nscheduler = \"nicpic\"",
+        )
+        .replace("marking = \"none\"", "marking = \"mq-ecn\"\nrtt = \"1ms\"");
+    for i in 0..298 {
+        text.push_str(&format!(
+            "[[class]]\nname = \"idle{i}\"\nmatch = {{ protocol = \"udp\", dst_port = {} }}\n",
+            10_000 + i
+        ));
+    }
+    text.push_str(
+        "[[class]]\nname = \"c\"\nmatch = { protocol = \"tcp\", dst_port = 5003 }\nweight = 2\n",
+    );
+    let mut rig = Rig::new(&text);
+    let start = rig.now;
+    run(&mut rig, 4_000, 40, 0b10, |s| {
+        let mut v = vec![(5001, "a"), (5002, "b")];
+        if s >= 2_000 {
+            v.push((5003, "c"));
+        }
+        v
+    });
+    let two = bytes_by_port(&rig, &[5001, 5002], start + ms(50), start + ms(200));
+    let total = (two[0] + two[1]) as f64;
+    assert!((two[0] as f64 / total - 0.25).abs() < 0.02, "{two:?}");
+    let link_bytes = Rate::mbps(100).bytes_in(ms(150));
+    assert!(
+        total as u64 <= link_bytes + 2 * 1522,
+        "{total} above {link_bytes}"
+    );
+    assert!(
+        total as u64 >= link_bytes * 98 / 100,
+        "{total} of {link_bytes}"
+    );
+    // With c (weight 2) too: 1/6, 3/6, 2/6.
+    let three = bytes_by_port(&rig, &[5001, 5002, 5003], start + ms(250), start + ms(400));
+    let total: u64 = three.iter().sum();
+    for (got, want) in three.iter().zip([1.0 / 6.0, 0.5, 1.0 / 3.0]) {
+        let share = *got as f64 / total as f64;
+        assert!((share - want).abs() < 0.02, "{three:?}");
+    }
+    let l = rig.engine.link().unwrap();
+    assert!(
+        l.class_counters(rig.engine.class_index("a").unwrap())
+            .marked
+            > 0
+    );
+    assert_eq!(l.counters().dropped(), 0);
+}
