@@ -985,7 +985,7 @@ impl Engine {
             self.metrics.pass_through(packets, bytes);
         }
         self.metrics.merge_lateness(&mut self.lateness);
-        if let Some(l) = &self.link {
+        if let Some(l) = &mut self.link {
             l.publish();
         }
         self.fair_publish();

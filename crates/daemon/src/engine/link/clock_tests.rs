@@ -129,7 +129,9 @@ proptest! {
         }
         let exact = drive(rate, burst, &arrivals, 1);
         for (i, (&d, &want)) in exact.iter().zip(&ideal).enumerate() {
-            prop_assert!((d as f64 - want).abs() <= 1.0, "packet {i}: {d} vs ideal {want}");
+            // The clock reports a departure floored to the nanosecond (under 1 ns) and the
+            // ideal link sums its transmission times in f64 (its own rounding, far under 1 ns).
+            prop_assert!((d as f64 - want).abs() < 2.0, "packet {i}: {d} vs ideal {want}");
         }
     }
 }

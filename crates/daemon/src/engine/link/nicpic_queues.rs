@@ -39,6 +39,8 @@ pub struct NicPicQueues {
     total_bytes: u64,
     total_packets: usize,
     buffer_bytes: u64,
+    /// Longest packet, bytes: NicPic's MTU, so that every packet is one piece.
+    max_frame_bytes: u32,
     rule: LinkMarkingRule,
     /// `C x RTT x lambda`, bytes.
     k_bytes: f64,
@@ -80,6 +82,7 @@ impl NicPicQueues {
             total_bytes: 0,
             total_packets: 0,
             buffer_bytes: config.buffer_bytes,
+            max_frame_bytes: nic_config.mtu,
             rule: m.rule,
             k_bytes: config.rate.bytes_in(m.rtt) as f64 * m.lambda,
         }
@@ -118,6 +121,9 @@ impl NicPicQueues {
             return Err(MqRejectReason::UnknownQueue);
         }
         let len = u64::from(pkt.len);
+        if u32::from(pkt.len) > self.max_frame_bytes {
+            return Err(MqRejectReason::TooLong);
+        }
         if self.total_bytes + len > self.buffer_bytes {
             return Err(MqRejectReason::BufferFull);
         }

@@ -367,3 +367,35 @@ fn nicpic_shares_a_link_among_hundreds_of_classes_by_weight() {
     );
     assert_eq!(l.counters().dropped(), 0);
 }
+
+#[test]
+fn reload_changes_a_priority_and_a_ceiling_without_losing_queued_packets() {
+    let mut rig = Rig::new(LINK);
+    run(&mut rig, 1_000, 40, 0, |_| vec![(5001, "a"), (5002, "b")]);
+    let queued = rig.engine.queued();
+    // a becomes a priority class under a 20 Mbit/s ceiling; b keeps its weight.
+    let new = LINK.replace("weight = 1", "priority = 0\nrate = \"20mbit\"");
+    let plan = rig.engine.reload(&config(&new)).unwrap();
+    assert!(
+        plan.to_string().contains("class a: link: weight 1"),
+        "{plan}"
+    );
+    assert_eq!(
+        rig.engine.queued(),
+        queued,
+        "the reload lost queued packets"
+    );
+    rig.engine.invariants();
+    let at = rig.now;
+    run(&mut rig, 4_000, 40, 0, |_| vec![(5001, "a"), (5002, "b")]);
+    let b = bytes_by_port(&rig, &[5001, 5002], at + ms(100), at + ms(400));
+    let a_bps = b[0] as f64 * 8.0 / 0.3;
+    let b_bps = b[1] as f64 * 8.0 / 0.3;
+    assert!((19.4e6..=20.2e6).contains(&a_bps), "a at {a_bps} bit/s");
+    assert!(b_bps >= 79e6, "b at {b_bps} bit/s");
+    // a's packets no longer wait for the link: priority, and its ceiling keeps its queue short.
+    let ia = rig.engine.class_index("a").unwrap();
+    let (a_packets, _) = rig.engine.link().unwrap().class_queued(ia);
+    assert!(a_packets <= 1, "{a_packets}");
+    assert_eq!(rig.engine.counters().link_dropped, 0);
+}
