@@ -17,7 +17,7 @@
 //! the port again by name (`ports::Reopen`, the silos rejoining one fanout group) and calls
 //! [`Link::reopened`], which counts it in `metronome_link_reopened_total{interface}`, logs it
 //! once and resumes. A reopening that fails because the interface went away again leaves the
-//! link down, probed as before.
+//! link down and probed every `LINK_POLL`.
 
 use crate::metrics::Metrics;
 use metronome_core::{Duration, Timestamp};

@@ -467,7 +467,7 @@ impl Topology {
     }
 
     /// Creates the veth pair of the shaper's interface `shaper_if` again (new interface
-    /// indices) with the far end's address and MAC address `mac` as before (so the other host's
+    /// indices) with the far end's address and the MAC address `mac` it had (so the other host's
     /// neighbour entry stays right), and sets both ends up.
     pub fn recreate_veth(&self, shaper_if: &str, mac: &str) -> Result<(), TopoError> {
         let (ns, iface, addr) = self.peer_of(shaper_if);

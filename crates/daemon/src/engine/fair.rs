@@ -44,8 +44,8 @@
 //! release (the wheel is not empty), so nothing is dropped at a pull.
 //!
 //! **Reload.** `fair` may change live. Packets already in a class's fair queue stay there and are
-//! pulled as before until it is empty, whatever the class's new `fair`; packets in the wheel
-//! leave at their EDT. With `fair = false` new packets are stamped on arrival.
+//! pulled by deficit round robin until it is empty, whatever the class's new `fair`; packets in
+//! the wheel leave at their EDT. With `fair = false` new packets are stamped on arrival.
 
 use super::{clamp_u32, cut_segments, Engine, NO_ENTRY};
 use crate::config::{Backpressure, Config};
