@@ -144,6 +144,21 @@ impl Rig {
         assert!(discarded > 0);
     }
 
+    /// Receives a super-frame of 2 units, which empties the bucket, then one of 40 (from
+    /// `superframe`), whose pieces then all wait; checks that the 40 are cut into 5 pieces
+    /// (1 ms at 100 Mbit/s) and runs until all have left. Returns the long super-frame.
+    fn cut_into_five_pieces(&mut self, superframe: fn(usize) -> (Vec<u8>, VnetHdr)) -> Vec<u8> {
+        let (frame, hdr) = superframe(40);
+        self.receive(&[superframe(2)]);
+        self.receive(&[(frame.clone(), hdr)]);
+        let c = self.engine.counters();
+        assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
+        assert_eq!(self.engine.cut_counters().frames_cut, 1);
+        self.run_until_empty(Duration::from_micros(1));
+        assert_eq!(self.pieces().len(), 5);
+        frame
+    }
+
     /// The frames sent after the first one.
     fn pieces(&self) -> Vec<&Vec<u8>> {
         self.sent.iter().skip(1).map(|(_, f)| f).collect()
@@ -196,16 +211,8 @@ fn a_superframe_is_one_unit_charged_its_wire_bytes() {
 fn a_long_superframe_is_cut_into_pieces_spaced_at_the_class_rate_that_reassemble() {
     // 1 ms at 100 Mbit/s is 12 500 bytes: 8 segments of 1 502 wire bytes per piece.
     let mut rig = Rig::new(&config("100mbit", "1ms"));
-    let (frame, hdr) = superframe(40);
-    // A first frame empties the bucket so that the super-frame's pieces all wait.
-    rig.receive(&[superframe(2)]);
-    rig.receive(&[(frame.clone(), hdr)]);
-    let c = rig.engine.counters();
-    assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
-    assert_eq!(rig.engine.cut_counters().frames_cut, 1);
-    rig.run_until_empty(Duration::from_micros(1));
+    let frame = rig.cut_into_five_pieces(superframe);
     let pieces = rig.pieces();
-    assert_eq!(pieces.len(), 5);
     // Each piece is a valid frame: IPv4 total length and TCP sequence number rewritten.
     let mut stream = Vec::new();
     for (k, p) in pieces.iter().enumerate() {
@@ -309,16 +316,8 @@ fn udp_superframe(datagrams: usize) -> (Vec<u8>, VnetHdr) {
 fn a_long_udp_superframe_is_cut_into_pieces_of_whole_datagrams_that_reassemble() {
     // 1 ms at 100 Mbit/s is 12 500 bytes: 8 datagrams of 1 490 wire bytes per piece.
     let mut rig = Rig::new(&class_config("udp", "100mbit", "1ms", ""));
-    let (frame, hdr) = udp_superframe(40);
-    // A first frame empties the bucket so that the super-frame's pieces all wait.
-    rig.receive(&[udp_superframe(2)]);
-    rig.receive(&[(frame.clone(), hdr)]);
-    let c = rig.engine.counters();
-    assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
-    assert_eq!(rig.engine.cut_counters().frames_cut, 1);
-    rig.run_until_empty(Duration::from_micros(1));
+    let frame = rig.cut_into_five_pieces(udp_superframe);
     let pieces = rig.pieces();
-    assert_eq!(pieces.len(), 5);
     let mut stream = Vec::new();
     for p in &pieces {
         assert_eq!(p.len(), 42 + 8 * MSS);
