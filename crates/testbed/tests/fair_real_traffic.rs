@@ -35,21 +35,8 @@ const FLOWS: usize = 8;
 const PROBE_PORT: u16 = 5250;
 
 fn config(fair: bool) -> Config {
-    let text = format!(
-        r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[[class]]
-name = "bulk"
-match = {{ protocol = "tcp", dst_port = "5201-5299" }}
-rate = "100mbit"
-burst = "15k"
-fair = {fair}
-"#
-    );
-    Config::from_toml_str(&text, "fair_real_traffic.toml").unwrap()
+    let extra = format!("fair = {fair}\n");
+    common::bulk_config("5201-5299", "100mbit", &extra, "fair_real_traffic.toml")
 }
 
 /// One run; returns the rate achieved on the wire and the probe's report.

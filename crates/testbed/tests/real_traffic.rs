@@ -25,20 +25,7 @@ const COOLDOWN: Duration = Duration::from_millis(300);
 const TOLERANCE: f64 = 0.03;
 
 fn config(rate: &str) -> Config {
-    let text = format!(
-        r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[[class]]
-name = "bulk"
-match = {{ protocol = "tcp", dst_port = "5201-5216" }}
-rate = "{rate}"
-burst = "15k"
-"#
-    );
-    Config::from_toml_str(&text, "real_traffic.toml").unwrap()
+    common::bulk_config("5201-5216", rate, "", "real_traffic.toml")
 }
 
 /// One run at `target_bps`; returns the achieved rate on the wire.

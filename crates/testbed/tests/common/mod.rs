@@ -56,6 +56,25 @@ pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<Sample>)
     (traffic.join().unwrap().unwrap(), samples)
 }
 
+/// The daemon configuration (read as file `file`) of one class `bulk` of TCP to ports `ports`
+/// (a range `"A-B"`) at `rate` with a 15 kB burst, `extra` class lines after those.
+pub fn bulk_config(ports: &str, rate: &str, extra: &str, file: &str) -> Config {
+    let text = format!(
+        r#"
+[interfaces]
+inside = "in0"
+outside = "out0"
+
+[[class]]
+name = "bulk"
+match = {{ protocol = "tcp", dst_port = "{ports}" }}
+rate = "{rate}"
+burst = "15k"
+{extra}"#
+    );
+    Config::from_toml_str(&text, file).unwrap()
+}
+
 /// Runs the daemon's loop for `config` (with `metrics`) on the shaper of `topo`, drives `plan`
 /// through it once its ports are open and its rings mapped (100 ms), then stops it; returns the
 /// traffic report, the receiver's samples ([`drive`]) and the loop's report.
