@@ -639,16 +639,29 @@ impl StageRunner {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_workload_is_steady_and_loses_nothing() {
-        let mut rig = Rig::new(&workload_config(), &workload_frames(), 64, Stage::Engine);
+    /// Runs 200 000 frames of the workload through the engine of `stage` under `config`, batches
+    /// of 64; checks the engine's invariants and that nothing was dropped. Returns the rig, the
+    /// frame count and the totals.
+    fn steady_run(config: &Config, stage: Stage) -> (Rig, u64, Totals) {
+        let mut rig = Rig::new(config, &workload_frames(), 64, stage);
         let n = rig.steps(200_000);
         let t = rig.totals();
+        engine(&rig).invariants();
+        assert_eq!(t.dropped, 0);
+        (rig, n, t)
+    }
+
+    fn engine(rig: &Rig) -> &Engine {
         let Pipeline::Engine(e) = &rig.pipeline else {
             unreachable!()
         };
-        e.invariants();
-        assert_eq!(t.dropped, 0);
+        e
+    }
+
+    #[test]
+    fn the_workload_is_steady_and_loses_nothing() {
+        let (rig, n, t) = steady_run(&workload_config(), Stage::Engine);
+        let e = engine(&rig);
         // A quarter of the frames are unshaped; the rest leave the wheel within about a step.
         assert!(
             t.forwarded >= n / 4 - 64 && t.forwarded <= n / 4 + 64,
@@ -664,14 +677,8 @@ mod tests {
     fn the_fair_workload_is_steady_and_loses_nothing() {
         let config = fair_workload_config();
         assert!(config.classes.iter().filter(|c| c.policy.fair).count() == 2);
-        let mut rig = Rig::new(&config, &workload_frames(), 64, Stage::FairEngine);
-        let n = rig.steps(200_000);
-        let t = rig.totals();
-        let Pipeline::Engine(e) = &rig.pipeline else {
-            unreachable!()
-        };
-        e.invariants();
-        assert_eq!(t.dropped, 0);
+        let (rig, n, t) = steady_run(&config, Stage::FairEngine);
+        let e = engine(&rig);
         assert!(e.counters().fair_pulled > n / 4, "{:?}", e.counters());
         assert!(t.queued < 4 * 64, "the backlog must stay steady: {t:?}");
         assert_eq!(t.forwarded + t.released + t.queued as u64, n);

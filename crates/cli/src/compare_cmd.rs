@@ -268,6 +268,18 @@ fn to_json(
     })
 }
 
+/// What a comparison run returned; on an error, says it on stderr and exits with status 2 when
+/// the run lacks privileges, 1 otherwise.
+pub(crate) fn or_exit<T>(result: Result<T, compare::CompareError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(e) => {
+            eprintln!("metronome compare: {e}");
+            std::process::exit(if e.is_missing_privilege() { 2 } else { 1 });
+        }
+    }
+}
+
 /// Installs the Ctrl-C cleanup; call before any thread starts.
 pub fn install_cleanup() {
     if let Err(e) = metronome_testbed::netns::cleanup_on_signals() {
@@ -304,17 +316,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         }
         options.flows = args.flows.clone();
     }
-    let reports = match compare::run(&options, &mut std::io::stderr()) {
-        Ok(reports) => reports,
-        Err(e) if e.is_missing_privilege() => {
-            eprintln!("metronome compare: {e}");
-            std::process::exit(2);
-        }
-        Err(e) => {
-            eprintln!("metronome compare: {e}");
-            std::process::exit(1);
-        }
-    };
+    let reports = or_exit(compare::run(&options, &mut std::io::stderr()));
     let machine = metronome_bench::machine::describe();
     if args.json {
         println!("{}", to_json(&reports, options.offloads, &machine)?);

@@ -130,17 +130,7 @@ pub fn run(
     if let Some(rtt) = link_rtt {
         options.link_rtt = rtt;
     }
-    let rows = match link_sharing::run(&options, &mut std::io::stderr()) {
-        Ok(rows) => rows,
-        Err(e) if e.is_missing_privilege() => {
-            eprintln!("metronome compare: {e}");
-            std::process::exit(2);
-        }
-        Err(e) => {
-            eprintln!("metronome compare: {e}");
-            std::process::exit(1);
-        }
-    };
+    let rows = crate::compare_cmd::or_exit(link_sharing::run(&options, &mut std::io::stderr()));
     let machine = metronome_bench::machine::describe();
     if json {
         println!("{}", to_json(&rows, options.link_bps, offloads, &machine)?);

@@ -704,17 +704,7 @@ impl Engine {
         let delay = policies.backlog(&self.stamper, now);
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if delay > threshold {
-                match mark_ce(pool.frame_mut(id), parsed) {
-                    EcnMark::Marked => {
-                        self.counters.ecn_marked += 1;
-                        self.classes[index].metrics.ecn_marked();
-                    }
-                    EcnMark::AlreadyCe => self.counters.ecn_already_ce += 1,
-                    EcnMark::NotEct | EcnMark::NotIp => {
-                        self.counters.ecn_not_ect += 1;
-                        self.classes[index].metrics.ecn_not_ect();
-                    }
-                }
+                self.mark_ecn(pool, id, index, parsed);
             }
         }
         if horizon_policy == HorizonPolicy::Reject && delay >= self.max_delay {
@@ -859,6 +849,22 @@ impl Engine {
                 let wire = metronome_packet::wire_bytes(frame, vnet, RX_BYTES_FRAMING)
                     .unwrap_or(u64::from(len));
                 (wire, None)
+            }
+        }
+    }
+
+    /// Marks packet `id` of class `class` CE (ECN backpressure) and counts the outcome: marked,
+    /// already CE, or not ECN-capable (CONTRIBUTING.md §11).
+    fn mark_ecn(&mut self, pool: &mut FramePool, id: u32, class: usize, parsed: &Parsed) {
+        match mark_ce(pool.frame_mut(id), parsed) {
+            EcnMark::Marked => {
+                self.counters.ecn_marked += 1;
+                self.classes[class].metrics.ecn_marked();
+            }
+            EcnMark::AlreadyCe => self.counters.ecn_already_ce += 1,
+            EcnMark::NotEct | EcnMark::NotIp => {
+                self.counters.ecn_not_ect += 1;
+                self.classes[class].metrics.ecn_not_ect();
             }
         }
     }

@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::{check_capabilities, ip, skip_unprivileged, spawn_in};
+use common::{ip, spawn_in, unique_ids};
 use metronome_io::{wait_readable, AfPacketConfig, AfPacketPort, FramePool, PacketPort, RxFrame};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// MAC addresses of the two veth ends (locally administered).
@@ -21,8 +20,6 @@ const IP_B: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
 const ETHERTYPE_TEST: u16 = 0x88b5;
 /// Longest a test waits for frames.
 const DEADLINE: Duration = Duration::from_secs(3);
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
 
 fn mac_str(m: [u8; 6]) -> String {
     m.iter()
@@ -44,11 +41,7 @@ struct Topology {
 impl Topology {
     /// Builds the topology, or `None` (after printing why) without the privilege to.
     fn create() -> Option<Topology> {
-        if let Err(why) = check_capabilities() {
-            skip_unprivileged(&why);
-            return None;
-        }
-        let (pid, n) = (std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let (pid, n) = unique_ids()?;
         let topo = Topology {
             ns_a: format!("mtio-{pid}-{n}-a"),
             ns_b: format!("mtio-{pid}-{n}-b"),

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{check_capabilities, ip, skip_unprivileged, spawn_in};
+use common::{ip, spawn_in, unique_ids};
 use metronome_io::{
     AfPacketConfig, AfPacketPort, FramePool, Offload, PacketPort, RxFrame, TxPiece,
     DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE,
@@ -21,7 +21,7 @@ use metronome_io::{
 use metronome_packet::{GsoType, SuperFrame, VnetHdr};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,8 +37,6 @@ const SOCKET_TIMEOUT: Duration = Duration::from_secs(20);
 /// Ethernet + IPv4 + TCP frame of a full 1500-byte MTU packet.
 const MTU_FRAME: usize = 1514;
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
 /// Sender `s0` (ns `snd`) — `m0` (ns `mid`), `m1` (ns `mid`) — `r0` (ns `rcv`): a bump in the
 /// wire. Dropping it deletes the namespaces.
 struct Topology {
@@ -53,11 +51,7 @@ struct Topology {
 
 impl Topology {
     fn create() -> Option<Topology> {
-        if let Err(why) = check_capabilities() {
-            skip_unprivileged(&why);
-            return None;
-        }
-        let (pid, n) = (std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let (pid, n) = unique_ids()?;
         let t = Topology {
             snd: format!("mtoff-{pid}-{n}-s"),
             mid: format!("mtoff-{pid}-{n}-m"),

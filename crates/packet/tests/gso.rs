@@ -22,6 +22,9 @@ const ECE: u8 = 0x40;
 const ACK: u8 = 0x10;
 const PSH: u8 = 0x08;
 const FIN: u8 = 0x01;
+/// IP protocol numbers (IANA).
+const TCP: u8 = 6;
+const UDP: u8 = 17;
 
 #[derive(Clone, Debug)]
 struct Spec {
@@ -79,29 +82,48 @@ fn words(bytes: &[u8]) -> u64 {
         .sum()
 }
 
-/// The super-frame of `s` with its partial checksum, and its virtio-net header.
-fn build(s: &Spec) -> (Vec<u8>, VnetHdr) {
+/// An Ethernet header (with a VLAN tag when `vlan`) and an IPv4 or IPv6 header for a transport
+/// segment of `l4_len` bytes of protocol `proto`, IPv4 header checksum filled in; returns the
+/// bytes and the IP header offset.
+fn eth_ip(v6: bool, vlan: bool, tos: u8, id: u16, proto: u8, l4_len: usize) -> (Vec<u8>, usize) {
     let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
-    if s.vlan {
+    if vlan {
         f.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
     }
-    f.extend_from_slice(if s.v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+    f.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
     let l3 = f.len();
-    let tcp_len = 20 + 4 * s.option_words + s.payload.len();
-    if s.v6 {
-        f.extend_from_slice(&[0x60 | (s.tos >> 4), s.tos << 4, 0x12, 0x34]);
-        f.extend_from_slice(&(tcp_len as u16).to_be_bytes());
-        f.extend_from_slice(&[6, 64]);
+    if v6 {
+        f.extend_from_slice(&[0x60 | (tos >> 4), tos << 4, 0x12, 0x34]);
+        f.extend_from_slice(&(l4_len as u16).to_be_bytes());
+        f.extend_from_slice(&[proto, 64]);
         f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8].repeat(4));
         f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb9].repeat(4));
     } else {
-        f.extend_from_slice(&[0x45, s.tos]);
-        f.extend_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
-        f.extend_from_slice(&s.id.to_be_bytes());
-        f.extend_from_slice(&[0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        f.extend_from_slice(&[0x45, tos]);
+        f.extend_from_slice(&((20 + l4_len) as u16).to_be_bytes());
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(&[0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
         let sum = ipv4_header_checksum(&f[l3..]).unwrap();
         f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
     }
+    (f, l3)
+}
+
+/// The partial checksum a sender leaves: the folded pseudo-header sum of the addresses in the IP
+/// header at `l3`, `proto` and the transport length `l4_len`.
+fn pseudo_header_sum(f: &[u8], l3: usize, v6: bool, proto: u8, l4_len: usize) -> u16 {
+    let addrs = if v6 {
+        &f[l3 + 8..l3 + 40]
+    } else {
+        &f[l3 + 12..l3 + 20]
+    };
+    fold(words(addrs) + u64::from(proto) + l4_len as u64)
+}
+
+/// The super-frame of `s` with its partial checksum, and its virtio-net header.
+fn build(s: &Spec) -> (Vec<u8>, VnetHdr) {
+    let tcp_len = 20 + 4 * s.option_words + s.payload.len();
+    let (mut f, l3) = eth_ip(s.v6, s.vlan, s.tos, s.id, TCP, tcp_len);
     let l4 = f.len();
     f.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51]);
     f.extend_from_slice(&s.seq.to_be_bytes());
@@ -111,12 +133,7 @@ fn build(s: &Spec) -> (Vec<u8>, VnetHdr) {
     f.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
     f.extend(std::iter::repeat_n(1u8, 4 * s.option_words));
     f.extend_from_slice(&s.payload);
-    let addrs = if s.v6 {
-        &f[l3 + 8..l3 + 40]
-    } else {
-        &f[l3 + 12..l3 + 20]
-    };
-    let pseudo = fold(words(addrs) + 6 + tcp_len as u64);
+    let pseudo = pseudo_header_sum(&f, l3, s.v6, TCP, tcp_len);
     f[l4 + 16..l4 + 18].copy_from_slice(&pseudo.to_be_bytes());
     let hdr = VnetHdr {
         flags: metronome_packet::gso::FLAG_NEEDS_CSUM,
@@ -134,7 +151,7 @@ fn build(s: &Spec) -> (Vec<u8>, VnetHdr) {
 /// identification, sequence number, flags, IPv4 header checksum and full TCP checksum.
 fn reference_segment(frame: &[u8], l3: usize, v6: bool, gso: usize, k: usize) -> Vec<u8> {
     let mut out = frame[..l3].to_vec();
-    let (ip_bytes, rest) = frame[l3..].split_at(if v6 { 40 } else { 20 });
+    let (ip, rest) = Ip::from_slice(&frame[l3..], v6);
     let (mut tcp, payload) = TcpHeader::from_slice(rest).unwrap();
     let n = payload.len().div_ceil(gso);
     let seg = &payload[k * gso..((k + 1) * gso).min(payload.len())];
@@ -142,22 +159,81 @@ fn reference_segment(frame: &[u8], l3: usize, v6: bool, gso: usize, k: usize) ->
     tcp.cwr &= k == 0;
     tcp.fin &= k == n - 1;
     tcp.psh &= k == n - 1;
-    if v6 {
-        let (mut ip, _) = Ipv6Header::from_slice(ip_bytes).unwrap();
-        ip.payload_length = (tcp.header_len() + seg.len()) as u16;
-        tcp.checksum = tcp.calc_checksum_ipv6(&ip, seg).unwrap();
-        out.extend_from_slice(&ip.to_bytes());
-    } else {
-        let (mut ip, _) = Ipv4Header::from_slice(ip_bytes).unwrap();
-        ip.set_payload_len(tcp.header_len() + seg.len()).unwrap();
-        ip.identification = ip.identification.wrapping_add(k as u16);
-        ip.header_checksum = ip.calc_header_checksum();
-        tcp.checksum = tcp.calc_checksum_ipv4(&ip, seg).unwrap();
-        out.extend_from_slice(&ip.to_bytes());
+    let ip = ip.for_segment(k, tcp.header_len() + seg.len());
+    tcp.checksum = match &ip {
+        Ip::V4(ip) => tcp.calc_checksum_ipv4(ip, seg),
+        Ip::V6(ip) => tcp.calc_checksum_ipv6(ip, seg),
     }
+    .unwrap();
+    out.extend_from_slice(&ip.to_bytes());
     out.extend_from_slice(&tcp.to_bytes());
     out.extend_from_slice(seg);
     out
+}
+
+/// An IP header parsed with etherparse: the independent oracle's view of a frame's layer 3.
+enum Ip {
+    V4(Ipv4Header),
+    V6(Ipv6Header),
+}
+
+impl Ip {
+    /// The IP header at the start of `bytes` and what follows it.
+    fn from_slice(bytes: &[u8], v6: bool) -> (Ip, &[u8]) {
+        if v6 {
+            let (ip, rest) = Ipv6Header::from_slice(bytes).unwrap();
+            (Ip::V6(ip), rest)
+        } else {
+            let (ip, rest) = Ipv4Header::from_slice(bytes).unwrap();
+            (Ip::V4(ip), rest)
+        }
+    }
+
+    /// The header of segment `k` of a super-frame with this header, carrying `l4_len` bytes:
+    /// payload length, and for IPv4 the identification advanced by `k` and the header checksum.
+    fn for_segment(self, k: usize, l4_len: usize) -> Ip {
+        match self {
+            Ip::V4(mut ip) => {
+                ip.set_payload_len(l4_len).unwrap();
+                ip.identification = ip.identification.wrapping_add(k as u16);
+                ip.header_checksum = ip.calc_header_checksum();
+                Ip::V4(ip)
+            }
+            Ip::V6(mut ip) => {
+                ip.payload_length = l4_len as u16;
+                Ip::V6(ip)
+            }
+        }
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Ip::V4(ip) => ip.to_bytes().to_vec(),
+            Ip::V6(ip) => ip.to_bytes().to_vec(),
+        }
+    }
+}
+
+/// A piece's IP header at `l3` (transport header at `l4`): its length field covers the piece;
+/// for IPv4 its identification is `id` and its header checksum is right.
+fn check_piece_ip(
+    bytes: &[u8],
+    l3: usize,
+    l4: usize,
+    v6: bool,
+    id: u16,
+) -> Result<(), TestCaseError> {
+    if v6 {
+        let len = u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]) as usize;
+        prop_assert_eq!(len, bytes.len() - l3 - 40);
+    } else {
+        let total = u16::from_be_bytes([bytes[l3 + 2], bytes[l3 + 3]]) as usize;
+        prop_assert_eq!(total, bytes.len() - l3);
+        prop_assert_eq!(u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]), id);
+        let sum = ipv4_header_checksum(&bytes[l3..l4]).unwrap();
+        prop_assert_eq!(sum, u16::from_be_bytes([bytes[l3 + 10], bytes[l3 + 11]]));
+    }
+    Ok(())
 }
 
 /// Cuts `frame` into pieces of at most `n` segments; returns each piece as a whole frame (its
@@ -213,18 +289,8 @@ proptest! {
                 prop_assert_eq!((vnet.gso_type, vnet.gso_size, vnet.ecn), (GsoType::None, 0, false));
             }
             // Lengths and the IPv4 header checksum.
-            if s.v6 {
-                let len = u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]) as usize;
-                prop_assert_eq!(len, bytes.len() - l3 - 40);
-            } else {
-                let total = u16::from_be_bytes([bytes[l3 + 2], bytes[l3 + 3]]) as usize;
-                prop_assert_eq!(total, bytes.len() - l3);
-                let id = u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]);
-                let before = (stream.len() - payload.len()) / gso;
-                prop_assert_eq!(id, s.id.wrapping_add(before as u16));
-                let sum = ipv4_header_checksum(&bytes[l3..l4]).unwrap();
-                prop_assert_eq!(sum, u16::from_be_bytes([bytes[l3 + 10], bytes[l3 + 11]]));
-            }
+            let before = (stream.len() - payload.len()) / gso;
+            check_piece_ip(bytes, l3, l4, s.v6, s.id.wrapping_add(before as u16))?;
             // Flags: CWR on the first piece only, FIN and PSH on the last only, the rest kept.
             let flags = bytes[l4 + 13];
             let mut expected = s.flags;
@@ -235,12 +301,11 @@ proptest! {
             prop_assert!(parse(bytes).ip().is_some());
             let mut done = bytes.clone();
             prop_assert!(complete_partial_checksum(&mut done, vnet.csum_start, vnet.csum_offset));
-            let (ip_bytes, rest) = done[l3..].split_at(if s.v6 { 40 } else { 20 });
+            let (ip, rest) = Ip::from_slice(&done[l3..], s.v6);
             let (tcp, tcp_payload) = TcpHeader::from_slice(rest).unwrap();
-            let expected_sum = if s.v6 {
-                tcp.calc_checksum_ipv6(&Ipv6Header::from_slice(ip_bytes).unwrap().0, tcp_payload)
-            } else {
-                tcp.calc_checksum_ipv4(&Ipv4Header::from_slice(ip_bytes).unwrap().0, tcp_payload)
+            let expected_sum = match &ip {
+                Ip::V4(ip) => tcp.calc_checksum_ipv4(ip, tcp_payload),
+                Ip::V6(ip) => tcp.calc_checksum_ipv6(ip, tcp_payload),
             };
             prop_assert_eq!(tcp.checksum, expected_sum.unwrap());
             let piece_wire = wire_bytes(bytes, vnet, RX_BYTES_FRAMING).unwrap();
@@ -416,38 +481,14 @@ fn udp_spec() -> impl Strategy<Value = UdpSpec> {
 /// The UDP super-frame of `s` with its partial checksum (the pseudo-header sum of the whole UDP
 /// length, as `udp_send_skb` leaves it), and its virtio-net header.
 fn build_udp(s: &UdpSpec) -> (Vec<u8>, VnetHdr) {
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
-    if s.vlan {
-        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
-    }
-    f.extend_from_slice(if s.v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-    let l3 = f.len();
     let udp_len = 8 + s.payload.len();
-    if s.v6 {
-        f.extend_from_slice(&[0x60 | (s.tos >> 4), s.tos << 4, 0x12, 0x34]);
-        f.extend_from_slice(&(udp_len as u16).to_be_bytes());
-        f.extend_from_slice(&[17, 64]);
-        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8].repeat(4));
-        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb9].repeat(4));
-    } else {
-        f.extend_from_slice(&[0x45, s.tos]);
-        f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-        f.extend_from_slice(&s.id.to_be_bytes());
-        f.extend_from_slice(&[0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-        let sum = ipv4_header_checksum(&f[l3..]).unwrap();
-        f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
-    }
+    let (mut f, l3) = eth_ip(s.v6, s.vlan, s.tos, s.id, UDP, udp_len);
     let l4 = f.len();
     f.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51]);
     f.extend_from_slice(&(udp_len as u16).to_be_bytes());
     f.extend_from_slice(&[0, 0]);
     f.extend_from_slice(&s.payload);
-    let addrs = if s.v6 {
-        &f[l3 + 8..l3 + 40]
-    } else {
-        &f[l3 + 12..l3 + 20]
-    };
-    let pseudo = fold(words(addrs) + 17 + udp_len as u64);
+    let pseudo = pseudo_header_sum(&f, l3, s.v6, UDP, udp_len);
     f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.to_be_bytes());
     let hdr = VnetHdr {
         flags: metronome_packet::gso::FLAG_NEEDS_CSUM,
@@ -465,23 +506,17 @@ fn build_udp(s: &UdpSpec) -> (Vec<u8>, VnetHdr) {
 /// checksum, IP length, identification and header checksum.
 fn reference_datagram(frame: &[u8], l3: usize, v6: bool, gso: usize, k: usize) -> Vec<u8> {
     let mut out = frame[..l3].to_vec();
-    let (ip_bytes, rest) = frame[l3..].split_at(if v6 { 40 } else { 20 });
+    let (ip, rest) = Ip::from_slice(&frame[l3..], v6);
     let (mut udp, payload) = UdpHeader::from_slice(rest).unwrap();
     let seg = &payload[k * gso..((k + 1) * gso).min(payload.len())];
     udp.length = (8 + seg.len()) as u16;
-    if v6 {
-        let (mut ip, _) = Ipv6Header::from_slice(ip_bytes).unwrap();
-        ip.payload_length = udp.length;
-        udp.checksum = udp.calc_checksum_ipv6(&ip, seg).unwrap();
-        out.extend_from_slice(&ip.to_bytes());
-    } else {
-        let (mut ip, _) = Ipv4Header::from_slice(ip_bytes).unwrap();
-        ip.set_payload_len(8 + seg.len()).unwrap();
-        ip.identification = ip.identification.wrapping_add(k as u16);
-        ip.header_checksum = ip.calc_header_checksum();
-        udp.checksum = udp.calc_checksum_ipv4(&ip, seg).unwrap();
-        out.extend_from_slice(&ip.to_bytes());
+    let ip = ip.for_segment(k, 8 + seg.len());
+    udp.checksum = match &ip {
+        Ip::V4(ip) => udp.calc_checksum_ipv4(ip, seg),
+        Ip::V6(ip) => udp.calc_checksum_ipv6(ip, seg),
     }
+    .unwrap();
+    out.extend_from_slice(&ip.to_bytes());
     out.extend_from_slice(&udp.to_bytes());
     out.extend_from_slice(seg);
     out
@@ -525,26 +560,15 @@ proptest! {
             }
             let udp_len = u16::from_be_bytes([bytes[l4 + 4], bytes[l4 + 5]]) as usize;
             prop_assert_eq!(udp_len, bytes.len() - l4);
-            if s.v6 {
-                let len = u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]) as usize;
-                prop_assert_eq!(len, bytes.len() - l3 - 40);
-            } else {
-                let total = u16::from_be_bytes([bytes[l3 + 2], bytes[l3 + 3]]) as usize;
-                prop_assert_eq!(total, bytes.len() - l3);
-                let id = u16::from_be_bytes([bytes[l3 + 4], bytes[l3 + 5]]);
-                prop_assert_eq!(id, s.id.wrapping_add(before as u16));
-                let sum = ipv4_header_checksum(&bytes[l3..l4]).unwrap();
-                prop_assert_eq!(sum, u16::from_be_bytes([bytes[l3 + 10], bytes[l3 + 11]]));
-            }
+            check_piece_ip(bytes, l3, l4, s.v6, s.id.wrapping_add(before as u16))?;
             prop_assert!(parse(bytes).ip().is_some());
             let mut done = bytes.clone();
             prop_assert!(complete_partial_checksum(&mut done, vnet.csum_start, vnet.csum_offset));
-            let (ip_bytes, rest) = done[l3..].split_at(if s.v6 { 40 } else { 20 });
+            let (ip, rest) = Ip::from_slice(&done[l3..], s.v6);
             let (udp, udp_payload) = UdpHeader::from_slice(rest).unwrap();
-            let expected = if s.v6 {
-                udp.calc_checksum_ipv6(&Ipv6Header::from_slice(ip_bytes).unwrap().0, udp_payload)
-            } else {
-                udp.calc_checksum_ipv4(&Ipv4Header::from_slice(ip_bytes).unwrap().0, udp_payload)
+            let expected = match &ip {
+                Ip::V4(ip) => udp.calc_checksum_ipv4(ip, udp_payload),
+                Ip::V6(ip) => udp.calc_checksum_ipv6(ip, udp_payload),
             };
             prop_assert_eq!(udp.checksum, expected.unwrap());
             wire += wire_bytes(bytes, vnet, RX_BYTES_FRAMING).unwrap();

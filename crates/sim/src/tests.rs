@@ -43,6 +43,18 @@ pub(crate) fn assert_200_mbit_fairly_shared(t: &ThroughputReport) {
     assert!(t.jain_fairness > 0.99, "{}", t.jain_fairness);
 }
 
+/// Rate conformance at 500 Mbit/s: the windows' deviation below 1 %, the aggregate within 1 %
+/// of 500 Mbit/s and the flows' shares fair (Jain's index above 0.95).
+pub(crate) fn assert_500_mbit_conforms(t: &ThroughputReport) {
+    assert!(t.deviation_pct < 1.0, "deviation {}%", t.deviation_pct);
+    assert!(
+        (t.aggregate_bps - 500e6).abs() / 500e6 < 0.01,
+        "{}",
+        t.aggregate_bps
+    );
+    assert!(t.jain_fairness > 0.95, "fairness {}", t.jain_fairness);
+}
+
 #[test]
 fn same_seed_same_report_and_seeds_matter() {
     let s = Scenario {
@@ -103,14 +115,7 @@ fn timing_wheel_aggregate_limit_conforms() {
         backpressure: BackpressureMode::DeferredCompletions { limit: 2 },
         ..base(10)
     });
-    let t = &r.throughput;
-    assert!(t.deviation_pct < 1.0, "deviation {}%", t.deviation_pct);
-    assert!(
-        (t.aggregate_bps - 500e6).abs() / 500e6 < 0.01,
-        "{}",
-        t.aggregate_bps
-    );
-    assert!(t.jain_fairness > 0.95, "fairness {}", t.jain_fairness);
+    assert_500_mbit_conforms(&r.throughput);
 }
 
 #[test]

@@ -266,6 +266,26 @@ pub fn format_rtt_us(rtt: Option<u64>) -> String {
     rtt.map_or_else(|| "no answer".to_owned(), |us| us.to_string())
 }
 
+/// Waits for the daemon's `thread` to open its ports and map its rings (100 ms); returns the
+/// thread while its loop runs, or why the loop stopped by itself (its ports could not be
+/// opened).
+fn started(
+    control: &Control,
+    thread: crate::shaper::ShaperThread,
+) -> Result<crate::shaper::ShaperThread, CompareError> {
+    std::thread::sleep(Duration::from_millis(100));
+    if control.stop.load(Ordering::Relaxed) {
+        let result = thread
+            .join()
+            .map_err(|_| TopoError::ThreadPanicked("shaper".into()))??;
+        return Err(match result {
+            Err(e) => e.into(),
+            Ok(_) => TopoError::Io(std::io::Error::other("the daemon stopped at once")).into(),
+        });
+    }
+    Ok(thread)
+}
+
 /// Why the comparison failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
@@ -449,19 +469,7 @@ fn start_shaper(
                 result
             })?;
             let cpu = rx.recv_timeout(Duration::from_secs(1)).ok().flatten();
-            std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
-            if control.stop.load(Ordering::Relaxed) {
-                // The loop stopped by itself: its ports could not be opened.
-                let result = thread
-                    .join()
-                    .map_err(|_| TopoError::ThreadPanicked("shaper".into()))??;
-                return Err(match result {
-                    Err(e) => e.into(),
-                    Ok(_) => {
-                        TopoError::Io(std::io::Error::other("the daemon stopped at once")).into()
-                    }
-                });
-            }
+            let thread = started(&control, thread)?;
             Ok(ActiveShaper::Daemon {
                 control,
                 thread,

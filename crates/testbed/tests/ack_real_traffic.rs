@@ -15,11 +15,9 @@ mod common;
 
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::{Control, LoopReport};
+use metronome_daemon::run::LoopReport;
 use metronome_testbed::netns::Topology;
-use metronome_testbed::shaper::spawn_shaper;
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Traffic duration.
@@ -61,18 +59,13 @@ vnet_hdr = false
 /// One run; returns the payload rate achieved on the wire, bit/s.
 fn ack_shaped_run(topo: &Topology) -> f64 {
     let metrics = Metrics::new();
-    let control = Control::default();
     let config = Config::from_toml_str(CONFIG, "ack_real_traffic.toml").unwrap();
-    let shaper = spawn_shaper(&topo.shaper, config, metrics.clone(), control.clone()).unwrap();
-    std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
     let plan = TrafficPlan::new(
         topo.receiver_addr,
         vec![FlowGroup::tcp("incast", 5201, 4)],
         RUN,
     );
-    let (report, samples) = common::drive(topo, plan);
-    control.stop.store(true, Ordering::Relaxed);
-    let loop_report = shaper.join().unwrap().unwrap().unwrap();
+    let (report, samples, loop_report) = common::drive_shaped(topo, config, metrics.clone(), plan);
     // Payload on the receiver's veth over the steady part: its bytes less one set of headers
     // per packet it counted (a veth counts a super-frame's headers once, `common::payload_bps`).
     let veth = common::wire_bps(&samples, WARMUP, RUN.saturating_sub(COOLDOWN));

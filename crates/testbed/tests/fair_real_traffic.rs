@@ -13,11 +13,8 @@ mod common;
 
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
 use metronome_testbed::netns::Topology;
-use metronome_testbed::shaper::spawn_shaper;
 use metronome_testbed::trafficgen::{FlowGroup, ProbeReport, TrafficPlan};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Traffic duration.
@@ -38,38 +35,20 @@ const FLOWS: usize = 8;
 const PROBE_PORT: u16 = 5250;
 
 fn config(fair: bool) -> Config {
-    let text = format!(
-        r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[[class]]
-name = "bulk"
-match = {{ protocol = "tcp", dst_port = "5201-5299" }}
-rate = "100mbit"
-burst = "15k"
-fair = {fair}
-"#
-    );
-    Config::from_toml_str(&text, "fair_real_traffic.toml").unwrap()
+    let extra = format!("fair = {fair}\n");
+    common::bulk_config("5201-5299", "100mbit", &extra, "fair_real_traffic.toml")
 }
 
 /// One run; returns the rate achieved on the wire and the probe's report.
 fn run(topo: &Topology, fair: bool) -> (f64, Option<ProbeReport>) {
-    let metrics = Metrics::new();
-    let control = Control::default();
-    let shaper = spawn_shaper(&topo.shaper, config(fair), metrics, control.clone()).unwrap();
-    std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
     let plan = TrafficPlan::new(
         topo.receiver_addr,
         vec![FlowGroup::tcp("bulk", 5201, FLOWS)],
         RUN,
     )
     .with_probe(PROBE_PORT);
-    let (report, samples) = common::drive(topo, plan);
-    control.stop.store(true, Ordering::Relaxed);
-    let loop_report = shaper.join().unwrap().unwrap().unwrap();
+    let (report, samples, loop_report) =
+        common::drive_shaped(topo, config(fair), Metrics::new(), plan);
     let achieved = common::wire_of_payload(common::payload_bps(
         &samples,
         WARMUP,

@@ -11,11 +11,8 @@ mod common;
 
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
 use metronome_testbed::netns::Topology;
-use metronome_testbed::shaper::spawn_shaper;
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Traffic duration per rate.
@@ -28,36 +25,18 @@ const COOLDOWN: Duration = Duration::from_millis(300);
 const TOLERANCE: f64 = 0.03;
 
 fn config(rate: &str) -> Config {
-    let text = format!(
-        r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[[class]]
-name = "bulk"
-match = {{ protocol = "tcp", dst_port = "5201-5216" }}
-rate = "{rate}"
-burst = "15k"
-"#
-    );
-    Config::from_toml_str(&text, "real_traffic.toml").unwrap()
+    common::bulk_config("5201-5216", rate, "", "real_traffic.toml")
 }
 
 /// One run at `target_bps`; returns the achieved rate on the wire.
 fn shaped_run(topo: &Topology, rate: &str, target_bps: f64, flows: usize) -> f64 {
-    let metrics = Metrics::new();
-    let control = Control::default();
-    let shaper = spawn_shaper(&topo.shaper, config(rate), metrics, control.clone()).unwrap();
-    std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
     let plan = TrafficPlan::new(
         topo.receiver_addr,
         vec![FlowGroup::tcp("bulk", 5201, flows)],
         RUN,
     );
-    let (report, samples) = common::drive(topo, plan);
-    control.stop.store(true, Ordering::Relaxed);
-    let loop_report = shaper.join().unwrap().unwrap().unwrap();
+    let (report, samples, loop_report) =
+        common::drive_shaped(topo, config(rate), Metrics::new(), plan);
 
     // The rate on the wire: the payload delivered with every full segment's headers
     // (`common::wire_of_payload`); the veth's own count (one set of headers per super-frame)

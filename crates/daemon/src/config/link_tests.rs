@@ -1,29 +1,9 @@
 //! `[link]` and the classes' `link`, `weight`, `priority` and `non_ect`: defaults, each error
 //! with its field and line, and the reload plan.
 
+use super::tests::{error_at, parse};
 use super::*;
 use metronome_core::NonEctPolicy;
-
-/// Lines 1-3 of every test document.
-const HEAD: &str = "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n";
-
-fn parse(body: &str) -> Result<Config, ConfigError> {
-    Config::from_toml_str(&format!("{HEAD}{body}"), "test.toml")
-}
-
-fn error_at(body: &str, line: usize, field: &str) -> ConfigError {
-    let err = match parse(body) {
-        Ok(_) => panic!("accepted:\n{body}"),
-        Err(e) => e,
-    };
-    assert_eq!((err.line, err.field.as_str()), (Some(line), field), "{err}");
-    assert!(
-        err.to_string()
-            .starts_with(&format!("test.toml:{line}: {field}: ")),
-        "{err}"
-    );
-    err
-}
 
 /// Lines 4-5.
 const LINK: &str = "[link]\nrate = \"1gbit\"\n";

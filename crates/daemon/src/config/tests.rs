@@ -8,12 +8,12 @@ use metronome_core::rate::ParseRateError;
 /// Line 1-3 of every test document.
 const HEAD: &str = "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n";
 
-fn parse(body: &str) -> Result<Config, ConfigError> {
+pub(super) fn parse(body: &str) -> Result<Config, ConfigError> {
     Config::from_toml_str(&format!("{HEAD}{body}"), "test.toml")
 }
 
 /// Parses `HEAD + body`, expects an error at `line` about `field`, returns it.
-fn error_at(body: &str, line: usize, field: &str) -> ConfigError {
+pub(super) fn error_at(body: &str, line: usize, field: &str) -> ConfigError {
     let err = match parse(body) {
         Ok(_) => panic!("accepted:\n{body}"),
         Err(e) => e,

@@ -54,7 +54,7 @@ use crate::metrics::{DropReason, FairClassMetrics};
 use metronome_core::timestamp::PolicyStack;
 use metronome_core::{ClassId, EdtQueue, FairQueue, FairQueueConfig, FlowId, PacketRef, Timestamp};
 use metronome_io::FramePool;
-use metronome_packet::{mark_ce, EcnMark, Parsed, SuperFrame};
+use metronome_packet::{Parsed, SuperFrame};
 
 /// Most packets one [`Engine::fair_pull`] takes from one class: a transmit batch.
 const PULL_BATCH: usize = crate::config::MAX_BATCH_SIZE;
@@ -164,17 +164,7 @@ impl Engine {
         let flow_index = entry.unwrap_or(NO_ENTRY);
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if q.flow_sojourn(flow_index, now) > threshold {
-                match mark_ce(pool.frame_mut(id), parsed) {
-                    EcnMark::Marked => {
-                        self.counters.ecn_marked += 1;
-                        self.classes[index].metrics.ecn_marked();
-                    }
-                    EcnMark::AlreadyCe => self.counters.ecn_already_ce += 1,
-                    EcnMark::NotEct | EcnMark::NotIp => {
-                        self.counters.ecn_not_ect += 1;
-                        self.classes[index].metrics.ecn_not_ect();
-                    }
-                }
+                self.mark_ecn(pool, id, index, parsed);
             }
         }
         let q = self.fair.queue.as_mut().expect("checked above");

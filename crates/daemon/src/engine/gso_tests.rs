@@ -15,34 +15,49 @@ const HEADERS: usize = 54;
 /// Sequence number of a test super-frame's first byte.
 const SEQ: u32 = 1_000_000;
 
-fn config(rate: &str, gso_burst: &str) -> Config {
+/// One class `bulk` of `protocol` traffic to port 5201 at `rate` with `gso_burst`, then `extra`
+/// class lines; a 1 µs wheel.
+fn class_config(protocol: &str, rate: &str, gso_burst: &str, extra: &str) -> Config {
     let text = format!(
         "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[wheel]\ngranularity = \"1us\"\n\
-         [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\", dst_port = 5201 }}\n\
-         rate = \"{rate}\"\ngso_burst = \"{gso_burst}\"\n"
+         [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"{protocol}\", dst_port = 5201 }}\n\
+         rate = \"{rate}\"\ngso_burst = \"{gso_burst}\"\n{extra}"
     );
     Config::from_toml_str(&text, "gso.toml").unwrap()
+}
+
+fn config(rate: &str, gso_burst: &str) -> Config {
+    class_config("tcp", rate, gso_burst, "")
+}
+
+/// `units` full segments of [`MSS`] payload bytes (byte `i` is `i % 251`).
+fn payload(units: usize) -> Vec<u8> {
+    (0..units * MSS).map(|i| (i % 251) as u8).collect()
+}
+
+/// The virtio-net header a local GSO sender hands over with an IPv4 super-frame of [`MSS`]
+/// segments: partial checksum at the transport header (offset 34), `csum_offset` into it.
+fn vnet(gso_type: GsoType, hdr_len: usize, csum_offset: u16) -> VnetHdr {
+    VnetHdr {
+        flags: FLAG_NEEDS_CSUM,
+        gso_type,
+        ecn: false,
+        hdr_len: hdr_len as u16,
+        gso_size: MSS as u16,
+        csum_start: 34,
+        csum_offset,
+    }
 }
 
 /// A TCP super-frame of `segments` full segments (payload byte `i` is `i % 251`), and its
 /// virtio-net header as a local TSO sender hands it over.
 fn superframe(segments: usize) -> (Vec<u8>, VnetHdr) {
-    let payload: Vec<u8> = (0..segments * MSS).map(|i| (i % 251) as u8).collect();
     let b = PacketBuilder::ethernet2([2; 6], [4; 6])
         .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
         .tcp(40000, 5201, SEQ, 65535);
     let mut frame = Vec::new();
-    b.write(&mut frame, &payload).unwrap();
-    let hdr = VnetHdr {
-        flags: FLAG_NEEDS_CSUM,
-        gso_type: GsoType::TcpV4,
-        ecn: false,
-        hdr_len: HEADERS as u16,
-        gso_size: MSS as u16,
-        csum_start: 34,
-        csum_offset: 16,
-    };
-    (frame, hdr)
+    b.write(&mut frame, &payload(segments)).unwrap();
+    (frame, vnet(GsoType::TcpV4, HEADERS, 16))
 }
 
 /// Bytes a super-frame of `segments` segments occupies on the wire (`rx_bytes` convention).
@@ -103,14 +118,56 @@ impl Rig {
         }
     }
 
+    /// Releases what is due at `now` and sends it.
+    fn release_now(&mut self) {
+        let mut out = Vec::new();
+        self.engine.release(self.now, &mut self.pool, &mut out, 64);
+        self.transmit(&out);
+    }
+
     /// Advances time in steps of `d` until the wheel is empty, releasing what is due.
     fn run_until_empty(&mut self, d: Duration) {
         while self.engine.queued() > 0 {
             self.now += d;
-            let mut out = Vec::new();
-            self.engine.release(self.now, &mut self.pool, &mut out, 64);
-            self.transmit(&out);
+            self.release_now();
             self.engine.invariants();
+        }
+    }
+
+    /// Releases what is due 1 ms on, checks that something is still queued, and discards the
+    /// rest as at stop, checking that something was.
+    fn stop_with_queued(&mut self) {
+        self.now += Duration::from_millis(1);
+        self.release_now();
+        assert!(self.engine.queued() > 0);
+        let discarded = self.engine.drain_all(&mut self.pool);
+        assert!(discarded > 0);
+    }
+
+    /// Receives a super-frame of 2 units, which empties the bucket, then one of 40 (from
+    /// `superframe`), whose pieces then all wait; checks that the 40 are cut into 5 pieces
+    /// (1 ms at 100 Mbit/s) and runs until all have left. Returns the long super-frame.
+    fn cut_into_five_pieces(&mut self, superframe: fn(usize) -> (Vec<u8>, VnetHdr)) -> Vec<u8> {
+        let (frame, hdr) = superframe(40);
+        self.receive(&[superframe(2)]);
+        self.receive(&[(frame.clone(), hdr)]);
+        let c = self.engine.counters();
+        assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
+        assert_eq!(self.engine.cut_counters().frames_cut, 1);
+        self.run_until_empty(Duration::from_micros(1));
+        assert_eq!(self.pieces().len(), 5);
+        frame
+    }
+
+    /// The frames sent after the first one.
+    fn pieces(&self) -> Vec<&Vec<u8>> {
+        self.sent.iter().skip(1).map(|(_, f)| f).collect()
+    }
+
+    /// Consecutive frames after the first leave `want` ns apart (± a wheel slot and a step).
+    fn assert_gaps(&self, want: u64) {
+        for gap in self.gaps().iter().skip(1) {
+            assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
         }
     }
 
@@ -144,11 +201,8 @@ fn a_superframe_is_one_unit_charged_its_wire_bytes() {
     for (_, f) in &rig.sent {
         assert_eq!(f.len(), HEADERS + 10 * MSS, "sent whole, not cut");
     }
-    // Consecutive frames leave one wire-byte transmission time apart (± a wheel slot and a step).
-    let want = at_rate(wire(10), 100_000_000);
-    for gap in rig.gaps().iter().skip(1) {
-        assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
-    }
+    // Consecutive frames leave one wire-byte transmission time apart.
+    rig.assert_gaps(at_rate(wire(10), 100_000_000));
     assert_eq!(rig.pool.in_use(), 0);
     rig.engine.invariants();
 }
@@ -157,16 +211,8 @@ fn a_superframe_is_one_unit_charged_its_wire_bytes() {
 fn a_long_superframe_is_cut_into_pieces_spaced_at_the_class_rate_that_reassemble() {
     // 1 ms at 100 Mbit/s is 12 500 bytes: 8 segments of 1 502 wire bytes per piece.
     let mut rig = Rig::new(&config("100mbit", "1ms"));
-    let (frame, hdr) = superframe(40);
-    // A first frame empties the bucket so that the super-frame's pieces all wait.
-    rig.receive(&[superframe(2)]);
-    rig.receive(&[(frame.clone(), hdr)]);
-    let c = rig.engine.counters();
-    assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
-    assert_eq!(rig.engine.cut_counters().frames_cut, 1);
-    rig.run_until_empty(Duration::from_micros(1));
-    let pieces: Vec<&Vec<u8>> = rig.sent.iter().skip(1).map(|(_, f)| f).collect();
-    assert_eq!(pieces.len(), 5);
+    let frame = rig.cut_into_five_pieces(superframe);
+    let pieces = rig.pieces();
     // Each piece is a valid frame: IPv4 total length and TCP sequence number rewritten.
     let mut stream = Vec::new();
     for (k, p) in pieces.iter().enumerate() {
@@ -180,10 +226,7 @@ fn a_long_superframe_is_cut_into_pieces_spaced_at_the_class_rate_that_reassemble
     }
     assert_eq!(stream, frame[HEADERS..], "pieces reassemble to the payload");
     // Pieces leave one piece's wire time apart at the class rate.
-    let want = at_rate(wire(8), 100_000_000);
-    for gap in rig.gaps().iter().skip(1) {
-        assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
-    }
+    rig.assert_gaps(at_rate(wire(8), 100_000_000));
     let cuts = rig.engine.cut_counters();
     assert_eq!((cuts.pieces_sent, cuts.pieces_failed), (5, 0));
     assert_eq!(
@@ -235,13 +278,7 @@ fn a_superframe_above_65535_wire_bytes_within_the_bound_leaves_whole_charged_in_
 fn a_cut_superframe_discarded_at_stop_frees_its_slot() {
     let mut rig = Rig::new(&config("100mbit", "1ms"));
     rig.receive(&[superframe(2), superframe(40)]);
-    rig.now += Duration::from_millis(1);
-    let mut out = Vec::new();
-    rig.engine.release(rig.now, &mut rig.pool, &mut out, 64);
-    rig.transmit(&out);
-    assert!(rig.engine.queued() > 0);
-    let discarded = rig.engine.drain_all(&mut rig.pool);
-    assert!(discarded > 0);
+    rig.stop_with_queued();
     assert_eq!(rig.pool.in_use(), 0);
     rig.engine.invariants();
 }
@@ -267,42 +304,20 @@ fn an_ecn_mark_on_a_superframe_is_carried_by_every_piece() {
 /// A UDP (`UDP_L4`) super-frame of `datagrams` full datagrams of [`MSS`] payload bytes (byte `i`
 /// is `i % 251`), and its virtio-net header.
 fn udp_superframe(datagrams: usize) -> (Vec<u8>, VnetHdr) {
-    let payload: Vec<u8> = (0..datagrams * MSS).map(|i| (i % 251) as u8).collect();
     let b = PacketBuilder::ethernet2([2; 6], [4; 6])
         .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
         .udp(40000, 5201);
     let mut frame = Vec::new();
-    b.write(&mut frame, &payload).unwrap();
-    let hdr = VnetHdr {
-        flags: FLAG_NEEDS_CSUM,
-        gso_type: GsoType::UdpL4,
-        ecn: false,
-        hdr_len: 42,
-        gso_size: MSS as u16,
-        csum_start: 34,
-        csum_offset: 6,
-    };
-    (frame, hdr)
+    b.write(&mut frame, &payload(datagrams)).unwrap();
+    (frame, vnet(GsoType::UdpL4, 42, 6))
 }
 
 #[test]
 fn a_long_udp_superframe_is_cut_into_pieces_of_whole_datagrams_that_reassemble() {
     // 1 ms at 100 Mbit/s is 12 500 bytes: 8 datagrams of 1 490 wire bytes per piece.
-    let text =
-        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[wheel]\ngranularity = \"1us\"\n\
-         [[class]]\nname = \"bulk\"\nmatch = { protocol = \"udp\", dst_port = 5201 }\n\
-         rate = \"100mbit\"\ngso_burst = \"1ms\"\n";
-    let mut rig = Rig::new(&Config::from_toml_str(text, "gso.toml").unwrap());
-    let (frame, hdr) = udp_superframe(40);
-    // A first frame empties the bucket so that the super-frame's pieces all wait.
-    rig.receive(&[udp_superframe(2)]);
-    rig.receive(&[(frame.clone(), hdr)]);
-    let c = rig.engine.counters();
-    assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
-    assert_eq!(rig.engine.cut_counters().frames_cut, 1);
-    rig.run_until_empty(Duration::from_micros(1));
-    let pieces: Vec<&Vec<u8>> = rig.sent.iter().skip(1).map(|(_, f)| f).collect();
-    assert_eq!(pieces.len(), 5);
+    let mut rig = Rig::new(&class_config("udp", "100mbit", "1ms", ""));
+    let frame = rig.cut_into_five_pieces(udp_superframe);
+    let pieces = rig.pieces();
     let mut stream = Vec::new();
     for p in &pieces {
         assert_eq!(p.len(), 42 + 8 * MSS);
@@ -313,10 +328,7 @@ fn a_long_udp_superframe_is_cut_into_pieces_of_whole_datagrams_that_reassemble()
         stream.extend_from_slice(&p[42..]);
     }
     assert_eq!(stream, frame[42..], "pieces reassemble to the payload");
-    let want = at_rate(8 * (42 + MSS) as u64, 100_000_000);
-    for gap in rig.gaps().iter().skip(1) {
-        assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
-    }
+    rig.assert_gaps(at_rate(8 * (42 + MSS) as u64, 100_000_000));
     let cuts = rig.engine.cut_counters();
     assert_eq!((cuts.pieces_sent, cuts.pieces_failed), (5, 0));
     assert_eq!(rig.pool.in_use(), 0);
@@ -325,12 +337,7 @@ fn a_long_udp_superframe_is_cut_into_pieces_of_whole_datagrams_that_reassemble()
 
 /// [`config`] with `fair = true`.
 fn fair_config(rate: &str, gso_burst: &str) -> Config {
-    let text = format!(
-        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[wheel]\ngranularity = \"1us\"\n\
-         [[class]]\nname = \"bulk\"\nmatch = {{ protocol = \"tcp\", dst_port = 5201 }}\n\
-         rate = \"{rate}\"\ngso_burst = \"{gso_burst}\"\nfair = true\n"
-    );
-    Config::from_toml_str(&text, "gso.toml").unwrap()
+    class_config("tcp", rate, gso_burst, "fair = true\n")
 }
 
 #[test]
@@ -343,14 +350,12 @@ fn a_superframe_in_a_fair_class_is_cut_when_pulled_and_its_pieces_keep_the_rate(
     assert_eq!((c.superframes, c.fair_enqueued), (2, 2));
     // Both wait in the flow queue until a release pulls them.
     assert_eq!(rig.engine.class_fair_queued("bulk"), 2);
-    let mut out = Vec::new();
-    rig.engine.release(rig.now, &mut rig.pool, &mut out, 64);
-    rig.transmit(&out);
+    rig.release_now();
     // The first frame was pulled at once (the bucket was full); the second waits its turn.
     assert_eq!(rig.engine.class_fair_queued("bulk"), 1);
     rig.run_until_empty(Duration::from_micros(1));
     assert_eq!(rig.engine.cut_counters().frames_cut, 1);
-    let pieces: Vec<&Vec<u8>> = rig.sent.iter().skip(1).map(|(_, f)| f).collect();
+    let pieces = rig.pieces();
     assert_eq!(pieces.len(), 5);
     let mut stream = Vec::new();
     for p in &pieces {
@@ -358,10 +363,7 @@ fn a_superframe_in_a_fair_class_is_cut_when_pulled_and_its_pieces_keep_the_rate(
         stream.extend_from_slice(&p[HEADERS..]);
     }
     assert_eq!(stream, frame[HEADERS..], "pieces reassemble to the payload");
-    let want = at_rate(wire(8), 100_000_000);
-    for gap in rig.gaps().iter().skip(1) {
-        assert!(gap.abs_diff(want) <= 2_000, "gap {gap} ns, want {want}");
-    }
+    rig.assert_gaps(at_rate(wire(8), 100_000_000));
     let c = rig.engine.counters();
     assert_eq!((c.fair_pulled, c.released, c.pieces_extra), (2, 6, 4));
     assert_eq!(rig.pool.in_use(), 0);
@@ -372,13 +374,7 @@ fn a_superframe_in_a_fair_class_is_cut_when_pulled_and_its_pieces_keep_the_rate(
 fn a_fair_class_discards_its_queued_superframes_at_stop() {
     let mut rig = Rig::new(&fair_config("100mbit", "1ms"));
     rig.receive(&[superframe(2), superframe(40), superframe(40)]);
-    rig.now += Duration::from_millis(1);
-    let mut out = Vec::new();
-    rig.engine.release(rig.now, &mut rig.pool, &mut out, 64);
-    rig.transmit(&out);
-    assert!(rig.engine.queued() > 0);
-    let discarded = rig.engine.drain_all(&mut rig.pool);
-    assert!(discarded > 0);
+    rig.stop_with_queued();
     assert_eq!(rig.engine.counters().fair_discarded_at_stop, 1);
     assert_eq!(rig.pool.in_use(), 0);
     rig.engine.invariants();

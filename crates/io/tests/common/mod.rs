@@ -3,6 +3,7 @@
 
 use nix::sched::CloneFlags;
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 
 /// Runs `ip ARGS`; the error names the command and its stderr.
@@ -49,6 +50,17 @@ pub fn check_capabilities() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A `(process id, counter)` pair unique to this call, to name a test's namespaces and
+/// interfaces; `None` (after saying why the test is skipped) without the capabilities.
+pub fn unique_ids() -> Option<(u32, u32)> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    if let Err(why) = check_capabilities() {
+        skip_unprivileged(&why);
+        return None;
+    }
+    Some((std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
 }
 
 /// Runs `f` on a new thread inside namespace `ns`; sockets it opens stay in `ns`.

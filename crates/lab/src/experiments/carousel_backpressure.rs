@@ -12,9 +12,10 @@
 //! (Figure 15).
 //!
 //! One point is one simulated run: `flows` greedy TCP flows through the daemon's own engine
-//! ([`ShaperSpec::Daemon`]: `metronome run`'s code on real frames, in simulated time), one class
-//! with an aggregate rate limit of `rate_bps` and a timing wheel of `granularity_ns` slots (2 µs,
-//! Carousel §7.1), on a NIC of `line_rate_bps`, with the path's `base_rtt_us`. `mode` picks the
+//! ([`metronome_sim::ShaperSpec::Daemon`]: `metronome run`'s code on real frames, in simulated
+//! time), one class with an aggregate rate limit of `rate_bps` and a timing wheel of
+//! `granularity_ns` slots (2 µs, Carousel §7.1), on a NIC of `line_rate_bps`, with the path's
+//! `base_rtt_us`. `mode` picks the
 //! backpressure, which the simulated host applies above the shaper: Deferred Completions and
 //! Vegas act at the sources (a bump in the wire cannot defer a local socket's completions), so
 //! the engine's own backpressure stays `none`:
@@ -28,12 +29,10 @@
 //! above the shaper, so the "bump at 1 Gbps" that Carousel attributes to "an interaction of TSQ
 //! and TSO autosizing" cannot appear; flows are greedy for the whole run.
 
-use metronome_sim::{
-    BackpressureMode, CongestionControl, DaemonBackpressure, ShaperSpec, SourceKind,
-};
+use metronome_sim::{BackpressureMode, CongestionControl, SourceKind};
 
 use super::rows::round;
-use super::simulated::{base_scenario, push_common, simulate};
+use super::simulated::{base_scenario, daemon_shaper, push_common, simulate};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -72,16 +71,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
             ))
         }
     };
-    sc.shaper = ShaperSpec::Daemon {
-        granularity_ns: point.positive("granularity_ns")?,
-        horizon_ns: point.positive("horizon_ms")? * 1_000_000,
-        aggregate_bps: Some(rate_bps),
-        per_flow_bps: None,
-        capacity_packets: point.positive_u32("capacity_packets")?,
-        backpressure: DaemonBackpressure::None,
-        reject_beyond_horizon: false,
-        fair: false,
-    };
+    sc.shaper = daemon_shaper(point, rate_bps, false, false)?;
     let r = simulate(point, &sc)?;
     // The histogram's 3 significant digits report a bucket's highest value (70 015 for a full
     // 70 000-packet shaper); the shaper never holds more than its capacity.

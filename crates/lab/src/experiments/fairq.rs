@@ -1,7 +1,7 @@
 //! `fairq`: a sparse request/response flow beside N bulk flows under one aggregate limit, the
 //! class as one virtual FIFO against the class's fair mode, on the simulator (`metronome-sim`)
-//! driving the daemon's own engine ([`ShaperSpec::Daemon`]: the code of `metronome run`, on real
-//! frames, in simulated time).
+//! driving the daemon's own engine ([`metronome_sim::ShaperSpec::Daemon`]: the code of
+//! `metronome run`, on real frames, in simulated time).
 //!
 //! A class's aggregate timestamper stamps every packet from one running departure time (Carousel
 //! §5.1.1), so the class drains in arrival order: a sparse flow's packet waits behind everything
@@ -32,13 +32,10 @@
 //! bounded by its horizon (`horizon_policy = "reject"`, as `metronome compare` configures it) and
 //! its frame pool, and the senders back off on those drops.
 
-use metronome_sim::{
-    BackpressureMode, CongestionControl, DaemonBackpressure, ProbeSpec, ShaperSpec, SimReport,
-    SourceKind,
-};
+use metronome_sim::{BackpressureMode, CongestionControl, ProbeSpec, SimReport, SourceKind};
 
 use super::rows::round;
-use super::simulated::{base_scenario, push_common, simulate};
+use super::simulated::{base_scenario, daemon_shaper, push_common, simulate};
 use crate::error::LabError;
 use crate::point::{Point, Row};
 
@@ -100,16 +97,7 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
         request_bytes: point.positive_u32("request_bytes")?,
         interval_ns: point.positive("request_interval_us")? * 1_000,
     });
-    sc.shaper = ShaperSpec::Daemon {
-        granularity_ns: point.positive("granularity_ns")?,
-        horizon_ns: point.positive("horizon_ms")? * 1_000_000,
-        aggregate_bps: Some(rate_bps),
-        per_flow_bps: None,
-        capacity_packets: point.positive_u32("capacity_packets")?,
-        backpressure: DaemonBackpressure::None,
-        reject_beyond_horizon: true,
-        fair,
-    };
+    sc.shaper = daemon_shaper(point, rate_bps, true, fair)?;
     let r = simulate(point, &sc)?;
     Ok(vec![row(mode, cc, rate_bps, sc.flows, &r)])
 }

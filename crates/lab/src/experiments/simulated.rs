@@ -7,7 +7,7 @@
 //! only column of these experiments that differs between two runs of the same plan; the
 //! determinism tests compare rows without it ([`without_speed`]).
 
-use metronome_sim::{Scenario, SimReport};
+use metronome_sim::{DaemonBackpressure, Scenario, ShaperSpec, SimReport};
 
 use super::rows::round;
 use crate::error::LabError;
@@ -19,6 +19,26 @@ pub const SPEED_COLUMN: &str = "events_per_sec";
 /// Nanoseconds per millisecond and per microsecond.
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
+
+/// The daemon's engine as the shaper, limiting the aggregate to `rate_bps`, its wheel from the
+/// point's `granularity_ns`, `horizon_ms` and `capacity_packets`, without backpressure.
+pub fn daemon_shaper(
+    p: &Point,
+    rate_bps: u64,
+    reject_beyond_horizon: bool,
+    fair: bool,
+) -> Result<ShaperSpec, LabError> {
+    Ok(ShaperSpec::Daemon {
+        granularity_ns: p.positive("granularity_ns")?,
+        horizon_ns: p.positive("horizon_ms")? * MS,
+        aggregate_bps: Some(rate_bps),
+        per_flow_bps: None,
+        capacity_packets: p.positive_u32("capacity_packets")?,
+        backpressure: DaemonBackpressure::None,
+        reject_beyond_horizon,
+        fair,
+    })
+}
 
 /// The scenario fields every simulated plan sets in `[base]`: `seed`, `duration_ms`,
 /// `warmup_ms`, `window_ms`, `start_spread_ms`, `base_rtt_us`, `line_rate_bps`, `sndbuf_mtus`

@@ -7,7 +7,7 @@ use crate::scenario::{
     BackpressureMode, CongestionControl, DaemonBackpressure, Scenario, ShaperSpec, SourceKind,
 };
 use crate::shaper::{Shaper, Verdict};
-use crate::tests::{assert_200_mbit_fairly_shared, run_ok};
+use crate::tests::{assert_200_mbit_fairly_shared, assert_500_mbit_conforms, run_ok};
 use metronome_core::{ClassId, Duration, FlowId, PacketRef, Timestamp};
 
 fn daemon(aggregate_bps: Option<u64>, per_flow_bps: Option<u64>, cap: u32) -> ShaperSpec {
@@ -107,14 +107,7 @@ fn the_engine_shaper_conforms_to_its_aggregate_rate() {
         backpressure: BackpressureMode::DeferredCompletions { limit: 2 },
         ..base(10, daemon(Some(500_000_000), None, 70_000))
     });
-    let t = &r.throughput;
-    assert!(t.deviation_pct < 1.0, "deviation {}%", t.deviation_pct);
-    assert!(
-        (t.aggregate_bps - 500e6).abs() / 500e6 < 0.01,
-        "{}",
-        t.aggregate_bps
-    );
-    assert!(t.jain_fairness > 0.95, "fairness {}", t.jain_fairness);
+    assert_500_mbit_conforms(&r.throughput);
     assert_eq!(r.shaper.name, "daemon_engine");
 }
 

@@ -602,18 +602,7 @@ fn start(
                 metrics.clone(),
                 control.clone(),
             )?;
-            std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
-            if control.stop.load(Ordering::Relaxed) {
-                let result = thread
-                    .join()
-                    .map_err(|_| TopoError::ThreadPanicked("shaper".into()))??;
-                return Err(match result {
-                    Err(e) => e.into(),
-                    Ok(_) => {
-                        TopoError::Io(std::io::Error::other("the daemon stopped at once")).into()
-                    }
-                });
-            }
+            let thread = super::started(&control, thread)?;
             Ok(Active::Daemon {
                 control,
                 thread,

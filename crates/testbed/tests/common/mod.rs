@@ -5,10 +5,14 @@
 
 pub mod garbage;
 
-use metronome_daemon::run::LoopReport;
+use metronome_daemon::config::Config;
+use metronome_daemon::metrics::Metrics;
+use metronome_daemon::run::{Control, LoopReport};
 pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
 use metronome_testbed::netns::{self, TopoError, Topology};
+use metronome_testbed::shaper::spawn_shaper;
 use metronome_testbed::trafficgen::{self, TrafficPlan, TrafficReport};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How often the receiver's rx byte counter is read while traffic runs.
@@ -50,6 +54,43 @@ pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<Sample>)
         std::thread::sleep(SAMPLE_EVERY);
     }
     (traffic.join().unwrap().unwrap(), samples)
+}
+
+/// The daemon configuration (read as file `file`) of one class `bulk` of TCP to ports `ports`
+/// (a range `"A-B"`) at `rate` with a 15 kB burst, `extra` class lines after those.
+pub fn bulk_config(ports: &str, rate: &str, extra: &str, file: &str) -> Config {
+    let text = format!(
+        r#"
+[interfaces]
+inside = "in0"
+outside = "out0"
+
+[[class]]
+name = "bulk"
+match = {{ protocol = "tcp", dst_port = "{ports}" }}
+rate = "{rate}"
+burst = "15k"
+{extra}"#
+    );
+    Config::from_toml_str(&text, file).unwrap()
+}
+
+/// Runs the daemon's loop for `config` (with `metrics`) on the shaper of `topo`, drives `plan`
+/// through it once its ports are open and its rings mapped (100 ms), then stops it; returns the
+/// traffic report, the receiver's samples ([`drive`]) and the loop's report.
+pub fn drive_shaped(
+    topo: &Topology,
+    config: Config,
+    metrics: Metrics,
+    plan: TrafficPlan,
+) -> (TrafficReport, Vec<Sample>, LoopReport) {
+    let control = Control::default();
+    let shaper = spawn_shaper(&topo.shaper, config, metrics, control.clone()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (report, samples) = drive(topo, plan);
+    control.stop.store(true, Ordering::Relaxed);
+    let loop_report = shaper.join().unwrap().unwrap().unwrap();
+    (report, samples, loop_report)
 }
 
 /// The rate on the wire, bit/s, between the first sample at or after `warmup` and the last at
