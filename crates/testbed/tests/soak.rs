@@ -23,7 +23,11 @@
 //! * every frame is forwarded, queued, released or in a named counter: the loop's accounting,
 //!   no pool slot left in use, every link fault counted, and every frame the generator's socket
 //!   took received by the loop or counted in its socket's `rx_ring_drops` (while `in0` is down
-//!   the sender's kernel refuses frames, `ENOBUFS`, and the generator sends them again).
+//!   the sender's kernel refuses frames, `ENOBUFS`, and the generator sends them again), but
+//!   for at most [`LOST_PER_IN_UP`] frames each time `in0` comes back up: the kernel sets the
+//!   interface up and its carrier on before it hooks the loop's packet socket to it again
+//!   (`NETDEV_UP`), and a frame it delivers in between goes to the namespace's own stack only
+//!   (dropped there as addressed to another host), which no counter of the loop can see.
 //!
 //! Skips, saying why, without CAP_NET_ADMIN; the topology and the configuration file are
 //! removed on every path.
@@ -71,6 +75,12 @@ const RSS_GROWTH: u64 = 8 << 20;
 /// The sender's kernel sends a few frames of its own through `in0` (IPv6 router solicitations,
 /// MLD reports and duplicate address detection after each `in0` flap): at most this many.
 const KERNEL_OWN: u64 = 200;
+/// Frames the kernel may deliver to `in0` each time it comes back up before the loop's packet
+/// socket is hooked to it again (see the module docs). The generator does not catch up on
+/// what the outage refused, so it offers about 4 frames per millisecond then. When it did
+/// catch up (a burst at full speed after each outage), a fresh CI machine's loop received one
+/// frame fewer than were sent over five flaps of `in0`, the kernel's own dozen or so included.
+const LOST_PER_IN_UP: u64 = 16;
 
 /// The configuration, with the rates of variant `v` (0 or 1).
 fn config_text(v: usize) -> String {
@@ -209,7 +219,11 @@ fn generate(topo: &Topology) -> u64 {
                 bytes += frame.len() as f64;
                 sent += 1;
             } else {
+                // Refused while `in0` is down: what the outage refused is not sent again in
+                // a burst when the link is back (the schedule restarts from now).
                 pool.free(id);
+                bytes = bytes.max(rate * start.elapsed().as_secs_f64() / 8.0);
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         let c = port.counters();
@@ -511,9 +525,10 @@ fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
     assert_eq!(in_use, 0, "pool slots left in use");
     common::assert_every_frame_accounted(&l, "soak");
     let reached = l.inside.rx_packets + l.inside.rx_ring_drops;
+    let in_ups = faults.iter().filter(|f| matches!(f, Fault::FlapIn)).count() as u64;
     assert!(
-        reached >= sent && reached <= sent + KERNEL_OWN,
-        "sent {sent}, received {} + ring drops {}",
+        reached + LOST_PER_IN_UP * in_ups >= sent && reached <= sent + KERNEL_OWN,
+        "sent {sent}, received {} + ring drops {} ({in_ups} times in0 came back up)",
         l.inside.rx_packets,
         l.inside.rx_ring_drops
     );
