@@ -93,6 +93,13 @@ pub const DEFAULT_GSO_BURST: Duration = Duration::from_millis(1);
 /// supervisor's stop timeout is seconds; a wheel holding more than 200 ms of traffic is
 /// discarded and counted).
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
+/// How late a frame queued while the outside link is down may still leave when it returns:
+/// 100 ms. Above the daemon's 50 ms probe period of a down link (`link::LINK_POLL`), so a blip
+/// that the next probe sees over loses nothing; below Linux TCP's 200 ms minimum
+/// retransmission timeout (`TCP_RTO_MIN`), so what is sent late is mostly not yet sent again
+/// by its sender; and what leaves at once on the link's return is at most 100 ms of each
+/// class's rate.
+pub const DEFAULT_LINK_DOWN_GRACE: Duration = Duration::from_millis(100);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 
@@ -172,6 +179,9 @@ pub struct DaemonConfig {
     /// On stop, how long queued packets are still sent at their EDT before the rest is
     /// discarded and counted (`discarded_at_stop`). Default [`DEFAULT_DRAIN`].
     pub drain: Duration,
+    /// While the outside link is down, how far past its EDT a queued frame is kept before it
+    /// is dropped and counted ([`crate::link`]). Default [`DEFAULT_LINK_DOWN_GRACE`].
+    pub link_down_grace: Duration,
 }
 
 /// One `[[class]]`.

@@ -44,7 +44,8 @@
 //! **Nothing is lost** (CONTRIBUTING.md §11): every received frame is forwarded at once, queued, released
 //! or in a named drop counter; [`Engine::invariants`] checks
 //! `received = forwarded + enqueued frames + dropped` and `enqueued = released + queued` (in
-//! wheel entries: a cut super-frame has one per piece).
+//! wheel entries: a cut super-frame has one per piece; entries dropped while the outside link
+//! was down, [`Engine::expire`], and discarded at stop are on the released side).
 //!
 //! **Reload** ([`Engine::reload`]): classes are matched by name; an existing class keeps its
 //! aggregate and pacing policies (`Timestamper::set_rate`, so no burst is granted) and its queued
@@ -179,6 +180,9 @@ pub struct EngineCounters {
     pub flow_table_full: u64,
     /// Packets still queued when the loop stopped, freed by [`Engine::drain_all`].
     pub discarded_at_stop: u64,
+    /// Wheel entries dropped while the outside link was down, their EDT more than
+    /// `daemon.link_down_grace` past ([`Engine::expire`], [`crate::link`]).
+    pub dropped_link_down: u64,
     /// Frames whose TCP/UDP checksum was completed (both directions).
     pub checksums_fixed: u64,
     /// Frames flagged `csum_not_ready` whose headers could not be walked (forwarded unchanged).
@@ -580,6 +584,35 @@ impl Engine {
         self.counters.discarded_at_stop += total;
         total += self.fair_drain_all(pool);
         self.publish_gauges();
+        total
+    }
+
+    /// Drops every wheel entry whose slot lies wholly more than `grace` before `now` (its EDT
+    /// more than `grace` past, to the wheel's granularity) without sending it: its slot is freed,
+    /// and it is counted under `dropped_link_down` and its class's `link_down` drops. The loop
+    /// calls it while the outside link is down ([`crate::link`]); entries due later stay in the
+    /// wheel with their EDT. Returns how many entries it dropped. One entry per dequeue, so that
+    /// nothing due within the grace leaves the wheel.
+    pub fn expire(&mut self, now: Timestamp, grace: Duration, pool: &mut FramePool) -> u64 {
+        let width = self.config.wheel.granularity;
+        let mut total = 0;
+        while let Some(due) = self.wheel.next_due() {
+            if due.saturating_add(width).saturating_add(grace) > now
+                || self.wheel.dequeue(now, &mut self.batch[..1]) == 0
+            {
+                break;
+            }
+            let pkt = self.batch[0];
+            if let Some(state) = self.classes.get(usize::from(pkt.class.0)) {
+                state.metrics.dropped(DropReason::LinkDown);
+            }
+            self.discard(pool, pkt);
+            total += 1;
+        }
+        if total > 0 {
+            self.counters.dropped_link_down += total;
+            self.publish_gauges();
+        }
         total
     }
 
@@ -1126,7 +1159,12 @@ impl Engine {
         let on_link = self.link.as_ref().map_or(0, |l| l.len() as u64);
         assert_eq!(
             c.enqueued,
-            c.released + c.discarded_at_stop + c.link_dropped + self.wheel.len() as u64 + on_link,
+            c.released
+                + c.discarded_at_stop
+                + c.dropped_link_down
+                + c.link_dropped
+                + self.wheel.len() as u64
+                + on_link,
             "a wheel entry is unaccounted for: {c:?}"
         );
         let per_class: u64 = self.classes.iter().map(|s| s.queued).sum();

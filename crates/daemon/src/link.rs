@@ -3,25 +3,42 @@
 //!
 //! When a port operation fails with such an error, [`Link::on_error`] marks the link down,
 //! counts it in `metronome_link_down_total{interface}` and logs the transition once. While it is
-//! down the loop neither receives from nor sends to that port: frames bound for it stay in their
-//! transmit batch, and the engine keeps the rest in the wheel (its release stops when the batch
-//! is full), so what was queued is **sent when the link returns**, late by at most the outage
-//! (their EDTs passed; they leave at once, in EDT order). Frames the other port receives
-//! meanwhile wait in its ring, whose overflow the kernel counts (`rx_ring_drops`).
+//! down the loop neither receives from nor sends to that port.
+//!
+//! **What was queued for the down port** is sent when the link returns if it is at most
+//! `daemon.link_down_grace` past its departure time, else dropped and counted in
+//! `metronome_link_down_dropped_total{interface}`, so that nothing leaves later than its EDT
+//! plus the grace and a class sends at most the grace's worth of its rate at once when the link
+//! returns:
+//! * the shaped frames stay in the wheel with their EDT: while the outside link is down nothing
+//!   is released ([`release_outbound`]), and every entry more than the grace past its EDT is
+//!   dropped ([`Engine::expire`]; also per class, `metronome_class_drops_total{reason=
+//!   "link_down"}`). On the link's return the rest leave as the wheel releases them: at once
+//!   for those due (within the grace), at their EDT for the others. Frames still arrive on the
+//!   inside port meanwhile and are stamped as usual, so the class's rate holds across the
+//!   outage and after it.
+//! * frames already in the port's transmit batch when it went down (released at their EDT, or
+//!   passed unshaped, at most two batches) are sent when the link returns after an outage of at
+//!   most the grace, and dropped when it was longer ([`Link::returned`]).
+//!
+//! Frames the other port receives while the transmit batch is full wait in its ring, whose
+//! overflow the kernel counts (`rx_ring_drops`).
 //!
 //! Every [`LINK_POLL`] the loop probes the interface by name ([`probe_interface`]: its ifindex and
 //! whether it is up with carrier); when it is up again with the same index, the AF_PACKET
 //! socket (bound to that index) works again, and the loop logs the transition and resumes.
 //! An interface that came back with another index, or that was seen absent meanwhile (deleted
 //! and re-created), cannot be used by the bound socket: [`LinkEvent::Replaced`]; the loop opens
-//! the port again by name (`ports::Reopen`, the silos rejoining one fanout group) and calls
+//! the port again by name (`ports::Reopen`, the silos rejoining one fanout group; on the inside
+//! interface GRO is switched on again, `ports::enable_gro`, as at start) and calls
 //! [`Link::reopened`], which counts it in `metronome_link_reopened_total{interface}`, logs it
 //! once and resumes. A reopening that fails because the interface went away again leaves the
 //! link down and probed every `LINK_POLL`.
 
+use crate::engine::Engine;
 use crate::metrics::Metrics;
 use metronome_core::{Duration, Timestamp};
-use metronome_io::PortError;
+use metronome_io::{FramePool, PortError};
 use nix::libc::{ENETDOWN, ENODEV, ENXIO};
 use prometheus_client::metrics::counter::Counter;
 
@@ -80,8 +97,14 @@ pub struct Link {
     next_probe: Timestamp,
     /// A probe of this outage found no interface of that name, or one with another index.
     replaced: bool,
+    /// The wheel may hold entries to drop for this outage ([`release_outbound`]): set when
+    /// the link goes down, cleared by the first release after it returned.
+    expiring: bool,
+    /// The length of the outage that ended, until [`Link::returned`] takes it.
+    returned: Option<Duration>,
     downs: Counter,
     reopens: Counter,
+    dropped: Counter,
 }
 
 impl Link {
@@ -93,8 +116,11 @@ impl Link {
             down_since: None,
             next_probe: Timestamp::ZERO,
             replaced: false,
+            expiring: false,
+            returned: None,
             downs: metrics.link_down_counter(name),
             reopens: metrics.link_reopened_counter(name),
+            dropped: metrics.link_down_dropped_counter(name),
         }
     }
 
@@ -113,6 +139,7 @@ impl Link {
         if self.down_since.is_none() {
             self.down_since = Some(now);
             self.next_probe = now.saturating_add(LINK_POLL);
+            self.expiring = true;
             self.downs.inc();
             tracing::warn!(interface = %self.name, error = %e, "link down; waiting for it");
         }
@@ -142,6 +169,7 @@ impl Link {
                     return LinkEvent::Replaced;
                 }
                 self.down_since = None;
+                self.returned = Some(now.saturating_since(since));
                 let down_ms = now.saturating_since(since).as_nanos() / 1_000_000;
                 tracing::info!(interface = %self.name, down_ms, "link up; resuming");
                 LinkEvent::Up
@@ -160,6 +188,7 @@ impl Link {
             return;
         };
         self.replaced = false;
+        self.returned = Some(now.saturating_since(since));
         self.reopens.inc();
         let down_ms = now.saturating_since(since).as_nanos() / 1_000_000;
         tracing::warn!(
@@ -168,6 +197,21 @@ impl Link {
             down_ms,
             "interface re-created; sockets reopened; resuming"
         );
+    }
+
+    /// How long the link was down, once after it came back (up, or reopened); `None` otherwise.
+    /// The loop drops the frames of the port's transmit batch when that is more than
+    /// `daemon.link_down_grace` (see the module docs), counted with [`Link::count_dropped`].
+    pub fn returned(&mut self) -> Option<Duration> {
+        self.returned.take()
+    }
+
+    /// Counts `frames` dropped for having waited for this link beyond the grace
+    /// (`metronome_link_down_dropped_total{interface}`).
+    pub fn count_dropped(&self, frames: u64) {
+        if frames > 0 {
+            self.dropped.inc_by(frames);
+        }
     }
 
     /// When the link should next be probed, if it is down.
@@ -179,6 +223,30 @@ impl Link {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// The loop's release of shaped frames for the outside port, whose link is `link`, at `now`:
+/// while the link is up, [`Engine::release`] of what is due into `out` (at most `room`);
+/// while it is down, nothing (the frames keep their place and EDT in the wheel). While it is
+/// down and once more when it is back, every wheel entry more than `grace` past its EDT is
+/// dropped ([`Engine::expire`]) and counted with [`Link::count_dropped`]. Returns how many
+/// frames were released.
+pub fn release_outbound(
+    engine: &mut Engine,
+    pool: &mut FramePool,
+    link: &mut Link,
+    (now, grace): (Timestamp, Duration),
+    out: &mut Vec<u32>,
+    room: usize,
+) -> usize {
+    if link.expiring {
+        link.count_dropped(engine.expire(now, grace, pool));
+        link.expiring = !link.is_up();
+    }
+    if !link.is_up() {
+        return 0;
+    }
+    engine.release(now, pool, out, room)
 }
 
 #[cfg(test)]
@@ -253,5 +321,144 @@ mod tests {
         assert!(link.on_error(back, &down()));
         let up = back + LINK_POLL;
         assert_eq!(link.poll(up, |_| Some((9, true))), LinkEvent::Up);
+    }
+}
+
+#[cfg(test)]
+mod outage_tests {
+    //! The shaped direction across an outage of the outside link, in simulated time: the
+    //! engine driven as the loop drives it ([`release_outbound`]), one tick per millisecond.
+
+    use super::*;
+    use crate::config::Config;
+    use metronome_io::RxFrame;
+
+    /// The default class's rate: one 1514-byte frame per millisecond.
+    const RATE: &str = "12112kbit";
+    const FRAME: usize = 1514;
+    /// The link goes down at this tick and is up again at `UP` (probed every `LINK_POLL`).
+    const DOWN: u64 = 300;
+    const UP: u64 = 500;
+    /// Frames are offered at twice the rate until this tick.
+    const OFFER_UNTIL: u64 = 1000;
+    const GRACE_MS: u64 = 20;
+
+    fn down() -> PortError {
+        PortError::Io {
+            op: "sendmmsg",
+            ifname: "out0".into(),
+            source: std::io::Error::from_raw_os_error(ENETDOWN),
+        }
+    }
+
+    /// The value of the line of `text` that starts with `series ` (0 when absent).
+    fn value(text: &str, series: &str) -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    }
+
+    #[test]
+    fn frames_queued_across_an_outage_leave_within_the_grace_or_are_dropped_and_counted() {
+        let text = format!(
+            "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[daemon]\n\
+             link_down_grace = \"{GRACE_MS}ms\"\n[default]\nrate = \"{RATE}\"\n"
+        );
+        let config = Config::from_toml_str(&text, "t.toml").unwrap();
+        let grace = config.daemon.link_down_grace;
+        let metrics = Metrics::new();
+        let mut pool = FramePool::new(4096, 2048);
+        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let mut inside = metronome_io::MemoryPort::new(Default::default());
+        let mut link = Link::new("out0", Some((7, true)), &metrics);
+        let mut frame = vec![0u8; FRAME];
+        frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class takes it
+        let t0 = Timestamp::from_nanos(1_000_000_000);
+        let mut rx = [RxFrame::default(); 64];
+        let mut out = Vec::new();
+        // (tick, bytes) of every frame released.
+        let mut sent: Vec<(u64, usize)> = Vec::new();
+        let mut ms = 0;
+        while ms < OFFER_UNTIL || engine.queued() > 0 {
+            let now = t0 + Duration::from_millis(ms);
+            if ms == DOWN {
+                assert!(link.on_error(now, &down()));
+            }
+            link.poll(now, |_| Some((7, ms >= UP)));
+            assert_eq!(link.is_up(), !(DOWN..UP).contains(&ms), "tick {ms}");
+            if ms < OFFER_UNTIL {
+                for _ in 0..2 {
+                    use metronome_io::PacketPort;
+                    inside.inject(&frame).unwrap();
+                    let n = inside.recv(&mut pool, &mut rx).unwrap();
+                    let mut forwarded = Vec::new();
+                    engine.receive(now, &mut pool, &rx[..n], &mut forwarded);
+                    assert!(forwarded.is_empty());
+                }
+            }
+            out.clear();
+            release_outbound(
+                &mut engine,
+                &mut pool,
+                &mut link,
+                (now, grace),
+                &mut out,
+                64,
+            );
+            for &id in &out {
+                sent.push((ms, pool.frame(id).len()));
+                engine.cuts_mut().finish(&mut pool, id);
+            }
+            engine.invariants();
+            assert_eq!(pool.in_use(), engine.queued());
+            ms += 1;
+            assert!(ms < 10_000, "the wheel does not drain");
+        }
+        let c = engine.counters();
+        let text = metrics.encode();
+        // Every frame accounted for: released or dropped for the outage.
+        assert_eq!(c.received, 2 * OFFER_UNTIL, "{c:?}");
+        assert_eq!(c.received, c.enqueued_frames() + c.dropped(), "{c:?}");
+        assert_eq!(c.enqueued, c.released + c.dropped_link_down, "{c:?}");
+        assert_eq!(sent.len() as u64, c.released);
+        // What was due more than the grace before the link came back was dropped, and counted
+        // per interface and per class.
+        assert!(c.dropped_link_down > 100, "{c:?}");
+        let per_link = "metronome_link_down_dropped_total{interface=\"out0\"}";
+        assert_eq!(value(&text, per_link), c.dropped_link_down, "{text}");
+        let per_class = "metronome_class_drops_total{class=\"default\",reason=\"link_down\"}";
+        assert_eq!(value(&text, per_class), c.dropped_link_down, "{text}");
+        // Nothing left later than its EDT plus the grace (and a slot of the wheel).
+        let bound = grace + config.wheel.granularity;
+        let late = metrics.lateness().count_above(bound.as_nanos());
+        assert_eq!(
+            late, 0,
+            "{late} frames sent more than {bound} after their EDT"
+        );
+        // Nothing left while the link was down.
+        assert!(!sent.iter().any(|&(t, _)| (DOWN..UP).contains(&t)));
+        // The rate holds after the link's return: from it to any later tick, at most the
+        // class's rate plus what was due within the grace (and one frame of burst); and the
+        // backlogged class sends at its rate from the grace after its return on.
+        let per_ms = FRAME; // bytes per millisecond at RATE
+        let mut bytes = 0;
+        for &(t, b) in sent.iter().filter(|&&(t, _)| t >= UP) {
+            bytes += b;
+            let allowed = (t - UP + 1 + GRACE_MS + 1) as usize * per_ms;
+            assert!(
+                bytes <= allowed,
+                "{bytes} bytes by tick {t}, {allowed} allowed"
+            );
+        }
+        let steady: usize = sent
+            .iter()
+            .filter(|&&(t, _)| (UP + GRACE_MS..OFFER_UNTIL).contains(&t))
+            .map(|&(_, b)| b)
+            .sum();
+        let want = (OFFER_UNTIL - UP - GRACE_MS) as usize * per_ms;
+        assert!(
+            steady + 2 * per_ms >= want,
+            "{steady} bytes of {want} after the return"
+        );
     }
 }

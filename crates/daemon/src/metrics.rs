@@ -74,11 +74,14 @@ pub enum DropReason {
     LinkBuffer,
     /// Not ECN-capable above the link's marking threshold, under `non_ect = "drop"`.
     LinkNotEct,
+    /// Queued while the outside link was down and more than `daemon.link_down_grace` past its
+    /// EDT ([`crate::link`]).
+    LinkDown,
 }
 
 impl DropReason {
     /// Every reason, in label order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::Horizon,
         DropReason::FlowLimit,
         DropReason::PoolExhausted,
@@ -86,6 +89,7 @@ impl DropReason {
         DropReason::TxError,
         DropReason::LinkBuffer,
         DropReason::LinkNotEct,
+        DropReason::LinkDown,
     ];
 
     /// The label value.
@@ -98,6 +102,7 @@ impl DropReason {
             DropReason::TxError => "tx_error",
             DropReason::LinkBuffer => "link_buffer",
             DropReason::LinkNotEct => "link_not_ect",
+            DropReason::LinkDown => "link_down",
         }
     }
 }
@@ -211,6 +216,15 @@ impl Pow2Histogram {
     /// Values recorded so far.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// Values recorded in the buckets above the one of `v`: all of them greater than `v`.
+    pub fn count_above(&self, v: u64) -> u64 {
+        let k = self.bucket_index(v);
+        self.buckets[k + 1..]
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// An empty per-thread tally with this histogram's buckets.
@@ -402,6 +416,7 @@ struct Inner {
     unclassified: Family<KindActionLabel, Counter>,
     link_down: Family<InterfaceLabel, Counter>,
     link_reopened: Family<InterfaceLabel, Counter>,
+    link_down_dropped: Family<InterfaceLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     link: link::LinkFamilies,
     /// One entry per silo.
@@ -454,6 +469,7 @@ impl Metrics {
             unclassified: Family::default(),
             link_down: Family::default(),
             link_reopened: Family::default(),
+            link_down_dropped: Family::default(),
             ack_shaping: Family::default(),
             link: link::LinkFamilies::default(),
             silos: Vec::with_capacity(n),
@@ -521,6 +537,13 @@ impl Metrics {
         let reopened =
             "Times an interface came back with a new index and its sockets were reopened";
         r.register("link_reopened", reopened, inner.link_reopened.clone());
+        let expired = "Frames that waited for an interface's down link longer than \
+                       daemon.link_down_grace past their departure time, dropped";
+        r.register(
+            "link_down_dropped",
+            expired,
+            inner.link_down_dropped.clone(),
+        );
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
         inner.link.register(r);
@@ -694,6 +717,15 @@ impl Metrics {
             interface: interface.to_owned(),
         };
         self.inner.link_reopened.get_or_create(&label).clone()
+    }
+
+    /// The counter of frames dropped because they waited for `interface`'s down link longer
+    /// than `daemon.link_down_grace` (`metronome_link_down_dropped_total`).
+    pub fn link_down_dropped_counter(&self, interface: &str) -> Counter {
+        let label = InterfaceLabel {
+            interface: interface.to_owned(),
+        };
+        self.inner.link_down_dropped.get_or_create(&label).clone()
     }
 
     /// Counts one malformed frame for `reason` (cold path: a label lookup).

@@ -29,9 +29,10 @@
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
 //! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
 //! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
-//! left alone until its link is back ([`crate::link`]): its frames wait, the loop keeps running;
-//! when its interface came back with a new index the port is opened again by name
-//! ([`Reopen`]) and its frames leave on the new socket. The loop stops when its `stop` flag
+//! left alone until its link is back ([`crate::link`]): its frames wait, those more than
+//! `daemon.link_down_grace` past their EDT dropped and counted, the loop keeps running; when its
+//! interface came back with a new index the port is opened again by name ([`Reopen`]) and its
+//! frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
 use crate::config::Config;
@@ -103,6 +104,12 @@ pub struct LoopReport {
     pub tx_failed: u64,
     /// Super-frames cut into pieces, pieces sent and failed.
     pub cuts: crate::pieces::CutCounters,
+    /// Frames waiting to be sent on `outside` when its link came back after an outage longer
+    /// than `daemon.link_down_grace`, dropped ([`crate::link`]; the wheel's entries dropped for
+    /// an outage are the engine's `dropped_link_down`).
+    pub link_down_dropped_outside: u64,
+    /// The same for `inside` (frames passed back and generated ACKs).
+    pub link_down_dropped_inside: u64,
 }
 
 /// Options of [`run_loop`].
@@ -114,6 +121,9 @@ pub struct LoopOptions {
     pub busy_poll: bool,
     /// On stop, how long queued packets are still sent at their EDT (`[daemon] drain`).
     pub drain: StdDuration,
+    /// While a link is down, how far past its EDT a frame queued for it is kept
+    /// (`[daemon] link_down_grace`, [`crate::link`]).
+    pub link_down_grace: metronome_core::Duration,
 }
 
 impl LoopOptions {
@@ -123,6 +133,7 @@ impl LoopOptions {
             batch_size: config.daemon.batch_size.max(1),
             busy_poll: config.daemon.busy_poll,
             drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
+            link_down_grace: config.daemon.link_down_grace,
         }
     }
 }
@@ -170,6 +181,13 @@ impl TxQueue {
         }
     }
 
+    /// Frees what is pending without counting it as a transmit failure (the caller counts it).
+    fn discard(&mut self, pool: &mut FramePool, cuts: &mut Cuts) -> u64 {
+        let n = self.free_all(pool, cuts);
+        self.tx_failed -= n;
+        n
+    }
+
     fn free_all(&mut self, pool: &mut FramePool, cuts: &mut Cuts) -> u64 {
         let n = self.ids.len() as u64;
         for &id in &self.ids {
@@ -206,6 +224,8 @@ pub fn run_loop<
     let mut to_outside = TxQueue::with_capacity(2 * batch);
     let mut to_inside = TxQueue::with_capacity(2 * batch);
     let mut passed_back = 0u64;
+    let grace = options.link_down_grace;
+    let (mut dropped_out, mut dropped_in) = (0u64, 0u64);
     let mut last_ring_drops = 0u64;
     let mut refusals = RefusalLog::default();
     let mut next_counters = clock.now();
@@ -228,9 +248,25 @@ pub fn run_loop<
         }
         if in_link.poll(now, probe_interface) == LinkEvent::Replaced {
             reopen(inside, &mut in_link, &mut in_retired, now)?;
+            if in_link.is_up() {
+                // A re-created interface has the kernel's default offloads: GRO as at start.
+                crate::ports::enable_gro(engine.config());
+            }
         }
         if out_link.poll(now, probe_interface) == LinkEvent::Replaced {
             reopen(outside, &mut out_link, &mut out_retired, now)?;
+        }
+        // Back after an outage longer than the grace: what waited in the transmit batch is
+        // dropped and counted (`crate::link`).
+        if out_link.returned().is_some_and(|d| d > grace) {
+            let n = to_outside.discard(pool, engine.cuts_mut());
+            out_link.count_dropped(n);
+            dropped_out += n;
+        }
+        if in_link.returned().is_some_and(|d| d > grace) {
+            let n = to_inside.discard(pool, engine.cuts_mut());
+            in_link.count_dropped(n);
+            dropped_in += n;
         }
         let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
@@ -257,7 +293,15 @@ pub fn run_loop<
         let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
         work += engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
-        work += engine.release(clock.now(), pool, &mut to_outside.ids, room);
+        let at = (clock.now(), grace);
+        work += crate::link::release_outbound(
+            engine,
+            pool,
+            &mut out_link,
+            at,
+            &mut to_outside.ids,
+            room,
+        );
         let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
         let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         to_outside.flush(
@@ -296,11 +340,15 @@ pub fn run_loop<
         } else {
             // A port is down: what is due may be unable to leave, so wake for it, for the
             // link's next probe, and at most every LINK_DOWN_WAKE, never spinning.
-            let due = [
-                engine.next_due(),
-                in_link.next_probe(),
-                out_link.next_probe(),
-            ];
+            // While the outside link is down the wheel's next entry is due for dropping a
+            // grace after its EDT.
+            let next = engine.next_due();
+            let next = if out_link.is_up() {
+                next
+            } else {
+                next.map(|t| t.saturating_add(grace))
+            };
+            let due = [next, in_link.next_probe(), out_link.next_probe()];
             let due = due.into_iter().flatten().min();
             sleep_time(due, clock.now()).max(LINK_DOWN_WAKE)
         };
@@ -352,6 +400,8 @@ pub fn run_loop<
         pending_at_stop,
         tx_failed: to_outside.tx_failed + to_inside.tx_failed - pending_at_stop,
         cuts: engine.cut_counters(),
+        link_down_dropped_outside: dropped_out,
+        link_down_dropped_inside: dropped_in,
     })
 }
 

@@ -67,6 +67,7 @@ pub(crate) struct RawDaemon {
     pub malformed: Option<crate::unclassified::Unclassified>,
     pub non_ip: Option<crate::unclassified::Unclassified>,
     pub drain: Option<Spanned<String>>,
+    pub link_down_grace: Option<Spanned<String>>,
 }
 
 /// `log_format = "text" | "json"`.

@@ -21,8 +21,8 @@
 //! * `[wheel]` geometry and policy (granularity, horizon, horizon_policy, pool_packets): the slot
 //!   array and node pool are sized at start-up and hold the queued packets;
 //! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
-//!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` (read by the
-//!   loop at start);
+//!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` and
+//!   `daemon.link_down_grace` (read by the loop at start);
 //! * `[link]` added or removed, `link.scheduler`, `link.buffer`: the link's queues and buffer.
 
 use super::{ClassConfig, ClassPolicy, Config};
@@ -296,6 +296,13 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "daemon.nba_period", op, np);
     let (op, np) = (od.drain.to_string(), nd.drain.to_string());
     compare(&mut restart, "daemon.drain", op, np);
+    let (og, ng) = (od.link_down_grace, nd.link_down_grace);
+    compare(
+        &mut restart,
+        "daemon.link_down_grace",
+        og.to_string(),
+        ng.to_string(),
+    );
 
     let mut classes = Vec::new();
     for c in &old.classes {

@@ -499,3 +499,25 @@ fn fair_needs_a_rate_defaults_off_and_reloads() {
     assert!(!plan.needs_restart());
     assert!(plan.to_string().contains("fair: false -> true"), "{plan}");
 }
+
+#[test]
+fn link_down_grace_defaults_parses_and_needs_a_restart() {
+    let c = parse("").unwrap();
+    assert_eq!(c.daemon.link_down_grace, DEFAULT_LINK_DOWN_GRACE);
+    let d = parse("[daemon]\nlink_down_grace = \"1.5s\"\n").unwrap();
+    assert_eq!(d.daemon.link_down_grace, Duration::from_millis(1500));
+    let zero = parse("[daemon]\nlink_down_grace = \"0s\"\n").unwrap();
+    assert_eq!(zero.daemon.link_down_grace, Duration::ZERO);
+    error_at(
+        "[daemon]\nlink_down_grace = \"soon\"\n",
+        5,
+        "daemon.link_down_grace",
+    );
+    let plan = c.diff(&d);
+    let fields: Vec<&str> = plan
+        .restart_required
+        .iter()
+        .map(|f| f.field.as_str())
+        .collect();
+    assert_eq!(fields, ["daemon.link_down_grace"]);
+}

@@ -16,9 +16,9 @@ use super::raw::{
 use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
     LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
-    DEFAULT_GSO_SLOTS, DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD,
-    MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS,
-    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    DEFAULT_GSO_SLOTS, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU,
+    DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES,
+    MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::{parse_duration, parse_size};
 use ipnet::IpNet;
@@ -264,6 +264,19 @@ impl Validator<'_> {
             })?,
             None => DEFAULT_DRAIN,
         };
+        let link_down_grace = match &raw.link_down_grace {
+            Some(d) => parse_duration(d.get_ref()).map_err(|error| {
+                self.site.at(
+                    d.span(),
+                    "daemon.link_down_grace",
+                    ErrorKind::Duration {
+                        value: d.get_ref().clone(),
+                        error,
+                    },
+                )
+            })?,
+            None => DEFAULT_LINK_DOWN_GRACE,
+        };
         Ok(DaemonConfig {
             vnet_hdr: raw.vnet_hdr.unwrap_or(true),
             gso_slots,
@@ -277,6 +290,7 @@ impl Validator<'_> {
             malformed: raw.malformed.unwrap_or_default(),
             non_ip: raw.non_ip.unwrap_or_default(),
             drain,
+            link_down_grace,
         })
     }
 

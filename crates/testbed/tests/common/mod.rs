@@ -134,7 +134,9 @@ pub fn wire_of_payload(payload_bps: f64) -> f64 {
 /// entry (and one transmitted frame) per piece, so the entries beyond the first
 /// (`pieces_extra`) are added to the frames received. Frames still in a fair class's flow
 /// queues at stop never entered the wheel: they are in `queued_at_stop` and
-/// `fair_discarded_at_stop`. `who` names the loop in the failure message.
+/// `fair_discarded_at_stop`. Frames that waited for a down outside link longer than
+/// `daemon.link_down_grace` are dropped from the wheel (`dropped_link_down`) or from the
+/// transmit batch (`link_down_dropped_outside`). `who` names the loop in the failure message.
 pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
     let e = &l.engine;
     assert_eq!(l.inside.rx_packets, e.received, "{who}");
@@ -145,7 +147,7 @@ pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
     );
     assert_eq!(
         e.enqueued + e.fair_discarded_at_stop,
-        e.released + l.queued_at_stop,
+        e.released + e.dropped_link_down + l.queued_at_stop,
         "{who}"
     );
     let out = l.outside;
@@ -155,6 +157,8 @@ pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
             + out.tx_errors
             + l.cuts.pieces_failed
             + e.dropped()
+            + e.dropped_link_down
+            + l.link_down_dropped_outside
             + l.queued_at_stop
             + l.pending_at_stop
             + l.tx_failed,
