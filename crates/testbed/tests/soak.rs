@@ -532,6 +532,13 @@ fn the_daemon_soaks_flows_garbage_reloads_and_link_faults() {
         l.inside.rx_packets,
         l.inside.rx_ring_drops
     );
-    assert_faults_counted(&faults, &metrics.encode());
+    let text = metrics.encode();
+    assert_faults_counted(&faults, &text);
+    // The frames dropped for having waited for a down link beyond the grace are counted per
+    // interface as the loop reports them.
+    let (wheel, to_out) = (l.engine.dropped_link_down, l.link_down_dropped_outside);
+    let dropped = |iface| counter(&text, "metronome_link_down_dropped_total", iface);
+    assert_eq!(dropped("out0"), wheel + to_out, "{text}");
+    assert_eq!(dropped("in0"), l.link_down_dropped_inside, "{text}");
     topo.remove().unwrap();
 }
