@@ -161,6 +161,8 @@ pub fn log_report(r: &LoopReport) {
         rx_ring_drops = r.inside.rx_ring_drops + r.outside.rx_ring_drops,
         rx_oversize = r.inside.rx_oversize + r.outside.rx_oversize,
         queued_at_stop = r.queued_at_stop,
+        link_down_dropped =
+            e.dropped_link_down + r.link_down_dropped_outside + r.link_down_dropped_inside,
         superframes = e.superframes,
         refused = refused.total(),
         no_large_slot = refused.no_large_slot,
