@@ -251,8 +251,8 @@ fn assert_accounted(loops: &[LoopReport], who: &str, mut sent: TxCount, mut acke
 /// `metronome_link_down_dropped_total{interface}` of each interface in `text` is what the loops
 /// report (the wheel's drops for `out0`, the transmit batches' for either); none when the
 /// grace outlasted the outage (`keep_all`); some from the wheel for a fault of `out0` with the
-/// default grace (TCP keeps frames queued, and retransmits into the outage: 74 to 175 measured
-/// over the three such runs); none from the wheel for `in0`.
+/// default grace (TCP keeps frames queued, and retransmits into the outage: 58 to 175 measured
+/// in the six such runs of two runs of this binary); none from the wheel for `in0`.
 fn assert_link_down_drops(loops: &[LoopReport], text: &str, outside: bool, keep_all: bool) {
     let sum = |f: fn(&LoopReport) -> u64| loops.iter().map(f).sum::<u64>();
     let wheel = sum(|l| l.engine.dropped_link_down);
