@@ -22,9 +22,9 @@
 //!   `[daemon] nba_period = period_ms`): one [`metronome_core::nba::Nba`] and one
 //!   [`RateExchange`] for the class. Each silo publishes its (cumulative bytes stamped, time) pair
 //!   through the exchange; at every update [`silo::Allocator::step`] reads them, water-fills and
-//!   publishes the rates with a new epoch, and says when the next update is due; each silo reads
-//!   its rate back and, when the epoch moved, sets it on its policy (the rule of
-//!   [`silo::SiloLink`]). A daemon silo publishes on a 1 ms grid ([`silo::DEMAND_PUBLISH`]),
+//!   publishes the rates with a new epoch, and says when the next update is due; each silo takes
+//!   its rate back as a daemon silo does ([`silo::fresh_rate`]: when the epoch moved) and sets it
+//!   on its policy. A daemon silo publishes on a 1 ms grid ([`silo::DEMAND_PUBLISH`]),
 //!   which holds every update instant, so publishing at the update gives the allocator the same
 //!   samples. With `allocator = "static"` the allocator never steps and the rates stay at the
 //!   equal split it publishes first (the baseline without an NBA).
@@ -186,6 +186,7 @@ struct Core {
     stamped_bytes: u64,
     /// Packets the source could not buffer (not offered).
     blocked: u64,
+    /// The epoch of the rate taken last ([`silo::fresh_rate`]).
     epoch: u64,
 }
 
@@ -354,9 +355,8 @@ fn allocate(
         Allocator::Static => now + p.period_ns,
     };
     for (i, c) in cores.iter_mut().enumerate() {
-        let (rate, epoch) = exchange.read_rate(i);
-        if epoch != c.epoch {
-            c.epoch = epoch;
+        // One thread: no publish overlaps the read.
+        if let Some(rate) = silo::fresh_rate(exchange, i, &mut c.epoch) {
             if rate.bps() > 0 {
                 c.stamper
                     .set_rate(c.policy, rate)
