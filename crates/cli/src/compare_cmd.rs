@@ -247,12 +247,35 @@ pub fn format_ceiling(
     out
 }
 
-/// The `--json` document: the offload mode, the machine and one [`Row`] per run.
+/// A `--json` document of `metronome compare`: the offload mode, the machine, the link's rate
+/// (`--link-sharing` only) and one row per run ([`Row`], or
+/// [`metronome_testbed::compare::link_sharing::LinkRow`] per class with `--link-sharing`).
 #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Document {
-    offloads: OffloadMode,
-    machine: String,
-    rows: Vec<Row>,
+pub(crate) struct Document<R> {
+    pub(crate) offloads: OffloadMode,
+    pub(crate) machine: String,
+    /// The shared link's rate, bit/s; absent without `--link-sharing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) link_bps: Option<u64>,
+    pub(crate) rows: Vec<R>,
+}
+
+impl<R: serde::Serialize> Document<R> {
+    /// `rows` (run with `offloads` on `machine`, over a link of `link_bps` if shared) as the
+    /// `--json` text.
+    pub(crate) fn json(
+        offloads: OffloadMode,
+        machine: &str,
+        link_bps: Option<u64>,
+        rows: Vec<R>,
+    ) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(&Document {
+            offloads,
+            machine: machine.to_owned(),
+            link_bps,
+            rows,
+        })
+    }
 }
 
 /// `reports` (run with `offloads` on `machine`) as the `--json` document.
@@ -261,11 +284,8 @@ fn to_json(
     offloads: OffloadMode,
     machine: &str,
 ) -> serde_json::Result<String> {
-    serde_json::to_string_pretty(&Document {
-        offloads,
-        machine: machine.to_owned(),
-        rows: reports.iter().map(|r| r.row.clone()).collect(),
-    })
+    let rows = reports.iter().map(|r| r.row.clone()).collect();
+    Document::<Row>::json(offloads, machine, None, rows)
 }
 
 /// What a comparison run returned; on an error, says it on stderr and exits with status 2 when
@@ -556,12 +576,13 @@ mod tests {
         assert_eq!(rows[0]["deviation_pct"], 0.75);
         assert!(rows[0]["daemon_cpu_pct"].is_null());
         assert_eq!(rows[0]["jain_bulk"], 0.98);
-        let back: Document = serde_json::from_str(&text).unwrap();
+        let back: Document<Row> = serde_json::from_str(&text).unwrap();
         assert_eq!(
             back,
             Document {
                 offloads: OffloadMode::Off,
                 machine: "a machine".into(),
+                link_bps: None,
                 rows: vec![report.row],
             }
         );

@@ -8,19 +8,11 @@
 //! "queue_p99_bytes", "queue_avg_bytes", "rtt_p99_us", "borrow_ms", "after_stop_link_pct"},
 //! ...]}` (`null` where a field does not apply or was not measured).
 
+use crate::compare_cmd::Document;
 use metronome_testbed::compare::format_rtt_us;
 use metronome_testbed::compare::link_sharing::{self, LinkOptions, LinkRow, Scenario};
 use metronome_testbed::offloads::OffloadMode;
 use std::fmt::Write;
-
-/// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Document {
-    offloads: OffloadMode,
-    machine: String,
-    link_bps: u64,
-    rows: Vec<LinkRow>,
-}
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".to_owned(), |x| format!("{x:.digits$}"))
@@ -102,12 +94,7 @@ pub fn to_json(
     offloads: OffloadMode,
     machine: &str,
 ) -> serde_json::Result<String> {
-    serde_json::to_string_pretty(&Document {
-        offloads,
-        machine: machine.to_owned(),
-        link_bps,
-        rows: rows.to_vec(),
-    })
+    Document::json(offloads, machine, Some(link_bps), rows.to_vec())
 }
 
 /// Runs the link-sharing comparison: `quick` or full, only `scenarios` when not empty, the
@@ -189,7 +176,8 @@ mod tests {
         assert!(v["rows"][0]["share_pct"].is_null());
         assert!(v["rows"][1]["rtt_p99_us"].is_null());
         assert_eq!(v["link_bps"], 1_000_000_000u64);
-        let back: Document = serde_json::from_str(&text).unwrap();
+        let back: Document<LinkRow> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.link_bps, Some(1_000_000_000));
         assert_eq!(back.rows, rows);
     }
 

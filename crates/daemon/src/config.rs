@@ -35,6 +35,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod error;
+pub mod fixture;
 pub mod link;
 #[cfg(test)]
 mod link_tests;

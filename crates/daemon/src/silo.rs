@@ -193,6 +193,18 @@ impl Allocator {
     }
 }
 
+/// The rate silo `silo` takes from `exchange` when its epoch differs from `applied`, the epoch it
+/// took last (which it then becomes). `None` when nothing new was published, or when a publish
+/// overlapped the read: the silo looks again at its next iteration.
+pub fn fresh_rate(exchange: &RateExchange, silo: usize, applied: &mut u64) -> Option<Rate> {
+    let (rate, epoch) = exchange.try_read_rate(silo)?;
+    if epoch == *applied {
+        return None;
+    }
+    *applied = epoch;
+    Some(rate)
+}
+
 /// What the coordinator hands a silo on reload.
 #[derive(Debug, Default)]
 struct ReloadBox {
@@ -259,16 +271,13 @@ impl SiloLink {
         }
         for c in &mut self.classes {
             let Some(index) = c.index else { continue };
-            let Some((rate, epoch)) = c.exchange.try_read_rate(self.silo) else {
-                continue; // a publish overlapped: look again next iteration
+            let Some(rate) = fresh_rate(&c.exchange, self.silo, &mut c.epoch) else {
+                continue;
             };
-            if epoch != c.epoch {
-                c.epoch = epoch;
-                if rate.bps() > 0 && engine.set_class_rate(index, rate) {
-                    c.rate_gauge.set(rate.bps());
-                } else {
-                    self.refused_rates += 1;
-                }
+            if rate.bps() > 0 && engine.set_class_rate(index, rate) {
+                c.rate_gauge.set(rate.bps());
+            } else {
+                self.refused_rates += 1;
             }
         }
         if now >= self.next_publish {

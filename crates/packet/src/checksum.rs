@@ -17,13 +17,13 @@ use etherparse::checksum::Sum16BitWords;
 use etherparse::IpSlice;
 
 /// Offset of the checksum field in a TCP header, in bytes (RFC 793 §3.1).
-const TCP_CHECKSUM_OFFSET: usize = 16;
+pub(crate) const TCP_CHECKSUM_OFFSET: usize = 16;
 /// Offset of the checksum field in a UDP header, in bytes (RFC 768).
-const UDP_CHECKSUM_OFFSET: usize = 6;
+pub(crate) const UDP_CHECKSUM_OFFSET: usize = 6;
 /// Shortest TCP header in bytes (data offset 5).
-const TCP_MIN_HEADER: usize = 20;
+pub(crate) const TCP_MIN_HEADER: usize = 20;
 /// UDP header length in bytes.
-const UDP_HEADER: usize = 8;
+pub(crate) const UDP_HEADER: usize = 8;
 
 /// What [`fix_l4_checksum`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

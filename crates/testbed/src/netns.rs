@@ -354,20 +354,12 @@ impl Topology {
             &self.receiver_if,
         )?;
         let cidr = |a: Ipv4Addr| format!("{a}/{}", Self::PREFIX_LEN);
-        self.sender.ip(&[
-            "addr",
-            "add",
-            &cidr(self.sender_addr),
-            "dev",
-            &self.sender_if,
-        ])?;
-        self.receiver.ip(&[
-            "addr",
-            "add",
-            &cidr(self.receiver_addr),
-            "dev",
-            &self.receiver_if,
-        ])?;
+        for (ns, addr, iface) in [
+            (&self.sender, self.sender_addr, &self.sender_if),
+            (&self.receiver, self.receiver_addr, &self.receiver_if),
+        ] {
+            ns.ip(&["addr", "add", &cidr(addr), "dev", iface])?;
+        }
         for (ns, iface) in self.interfaces() {
             ns.ip(&["link", "set", iface, "up"])?;
         }

@@ -13,7 +13,7 @@
 
 mod common;
 
-use metronome_daemon::config::Config;
+use metronome_daemon::config::{fixture, Config};
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::LoopReport;
 use metronome_testbed::netns::Topology;
@@ -41,25 +41,18 @@ const UNDER: f64 = 0.25;
 const TARGET_BPS: f64 = 100e6;
 use common::WIRE_PER_PAYLOAD;
 
-const CONFIG: &str = r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[[class]]
-name = "incast"
-match = { protocol = "tcp", dst_port = "5201-5216" }
-ack_shaping = { rate = "100mbit" }
-
-# One frame per MTU without virtio-net headers: see the test.
-[daemon]
-vnet_hdr = false
-"#;
+/// The class `incast` whose ACKs are shaped to 100 Mbit/s, and one frame per MTU without
+/// virtio-net headers (see the test).
+fn config() -> Config {
+    let keys = "ack_shaping = { rate = \"100mbit\" }\n\n[daemon]\nvnet_hdr = false";
+    let text = fixture::tcp_class("incast", "5201-5216", keys);
+    Config::from_toml_str(&text, "ack_real_traffic.toml").unwrap()
+}
 
 /// One run; returns the payload rate achieved on the wire, bit/s.
 fn ack_shaped_run(topo: &Topology) -> f64 {
     let metrics = Metrics::new();
-    let config = Config::from_toml_str(CONFIG, "ack_real_traffic.toml").unwrap();
+    let config = config();
     let plan = TrafficPlan::new(
         topo.receiver_addr,
         vec![FlowGroup::tcp("incast", 5201, 4)],

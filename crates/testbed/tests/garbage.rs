@@ -19,7 +19,6 @@
 
 mod common;
 
-use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::Control;
 use metronome_io::{AfPacketConfig, AfPacketPort, FramePool, PacketPort};
@@ -56,20 +55,11 @@ const MEASURED: &str = "-2.32 % to +0.00 % in 7 loaded runs";
 /// least this share of 20 Mbit/s (it is full: offered twice its rate).
 const DEFAULT_FULL: f64 = 0.95;
 
-const CONFIG: &str = r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
+/// The default class at 20 Mbit/s (drop backpressure), beside the bulk class.
+const DEFAULT_CLASS: &str = r#"
 [default]
 rate = "20mbit"
 backpressure = { mode = "drop", limit = 100 }
-
-[[class]]
-name = "bulk"
-match = { protocol = "tcp", dst_port = "5201-5204" }
-rate = "100mbit"
-burst = "15k"
 "#;
 
 /// Sends garbage on the sender's veth at [`GARBAGE_BPS`] for [`GARBAGE_FOR`] (in the sender's
@@ -188,7 +178,7 @@ fn garbage_cannot_get_past_the_limits_and_arp_keeps_working() {
     let ll = link_local(&topo);
     let metrics = Metrics::new();
     let control = Control::default();
-    let config = Config::from_toml_str(CONFIG, "garbage.toml").unwrap();
+    let config = common::bulk_config("5201-5204", "100mbit", DEFAULT_CLASS, "garbage.toml");
     let shaper = spawn_shaper(&topo.shaper, config, metrics.clone(), control.clone()).unwrap();
     std::thread::sleep(Duration::from_millis(100)); // ports open
     let plan = TrafficPlan::new(

@@ -137,23 +137,8 @@ enum Fault {
 /// default without).
 fn config(cores: usize, grace: Option<&str>) -> Config {
     let grace = grace.map_or(String::new(), |g| format!("link_down_grace = \"{g}\"\n"));
-    let text = format!(
-        r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[daemon]
-cores = {cores}
-{grace}
-[[class]]
-name = "bulk"
-match = {{ protocol = "tcp", dst_port = "5201-5216" }}
-rate = "100mbit"
-burst = "15k"
-"#
-    );
-    Config::from_toml_str(&text, "link_flap.toml").unwrap()
+    let daemon = format!("\n[daemon]\ncores = {cores}\n{grace}");
+    common::bulk_config("5201-5216", "100mbit", &daemon, "link_flap.toml")
 }
 
 /// The value of the counter line `name{interface="iface"}` in `text`, 0 when absent.

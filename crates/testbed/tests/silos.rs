@@ -47,21 +47,7 @@ const TARGET_BPS: f64 = 200e6;
 const FLOWS: usize = 16;
 
 fn config() -> Config {
-    let text = r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[daemon]
-cores = 2
-
-[[class]]
-name = "bulk"
-match = { protocol = "tcp", dst_port = "5201" }
-rate = "200mbit"
-burst = "15k"
-"#;
-    Config::from_toml_str(text, "silos.toml").unwrap()
+    common::bulk_config("5201", "200mbit", "\n[daemon]\ncores = 2", "silos.toml")
 }
 
 /// The sum of `metronome_nba_rate_bps{class="bulk",silo=...}` and how many silos have one.

@@ -5,8 +5,8 @@
 //! for it, work conservation (the aggregate reaches its limit whatever the split between cores) and
 //! convergence (how many ≈ 100 ms update periods the split takes to follow a shift of demand).
 //!
-//! The model, in simulated time with the core's own parts (no simulator crate, no randomness: the
-//! same point always gives the same rows):
+//! The model, in simulated time with the core's timestamper and the daemon's allocator (no
+//! simulator crate, no randomness: the same point always gives the same rows):
 //! * `cores` cores, each with its own [`Timestamper`] holding one aggregate policy at the core's
 //!   allocated rate, burst one packet (Carousel §5.1.1), and a FIFO of stamped packets released at
 //!   their EDT (one policy per core, so EDTs are in order: the FIFO stands for the core's wheel).
@@ -17,10 +17,17 @@
 //!   than `inflight_packets` are there (the per-flow bound of Deferred Completions, Carousel §5.2).
 //!   Phase `i` starts at `i × phase_ms + shift_lag_ms` (phase 0 at 0): the lag keeps shifts off the
 //!   update grid, as they would be.
-//! * Every `period_ms` each silo publishes its (cumulative bytes stamped, time) pair through a
-//!   [`RateExchange`]; the allocator reads them, runs [`Nba::update`], and publishes the rates with
-//!   their epoch; each silo reads its rate back and sets it on its policy. With `allocator =
-//!   "static"` the rates stay at the equal split (the baseline without an NBA).
+//! * The allocator is the daemon's own coordinator, [`silo::Allocator`], made from the daemon
+//!   configuration `metronome run --cores N` would read (`[default] rate = aggregate_bps`,
+//!   `[daemon] nba_period = period_ms`): one [`metronome_core::nba::Nba`] and one
+//!   [`RateExchange`] for the class. Each silo publishes its (cumulative bytes stamped, time) pair
+//!   through the exchange; at every update [`silo::Allocator::step`] reads them, water-fills and
+//!   publishes the rates with a new epoch, and says when the next update is due; each silo takes
+//!   its rate back as a daemon silo does ([`silo::fresh_rate`]: when the epoch moved) and sets it
+//!   on its policy. A daemon silo publishes on a 1 ms grid ([`silo::DEMAND_PUBLISH`]),
+//!   which holds every update instant, so publishing at the update gives the allocator the same
+//!   samples. With `allocator = "static"` the allocator never steps and the rates stay at the
+//!   equal split it publishes first (the baseline without an NBA).
 //! * The aggregate's departures are counted in windows of one period, aligned with the updates.
 //!
 //! Per phase: the target is `min(aggregate_bps, offered_bps)`; `periods_to_converge` is the
@@ -38,10 +45,12 @@
 //! silo would at its next poll (microseconds, far below one period).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
-use metronome_core::{Rate, RateExchange, Timestamp};
+use metronome_core::{RateExchange, Timestamp};
+use metronome_daemon::silo;
+use metronome_daemon::Config;
 
 use super::rows::round;
 use crate::error::LabError;
@@ -177,6 +186,7 @@ struct Core {
     stamped_bytes: u64,
     /// Packets the source could not buffer (not offered).
     blocked: u64,
+    /// The epoch of the rate taken last ([`silo::fresh_rate`]).
     epoch: u64,
 }
 
@@ -218,19 +228,12 @@ pub fn run(point: &Point) -> Result<Vec<Row>, LabError> {
 
 /// The event loop: bytes departed per window, and each phase's final rates.
 fn simulate(p: &Params, point: usize) -> Result<(Vec<u64>, Vec<Vec<u64>>), LabError> {
-    let mut cfg = NbaConfig::new(Rate::from_bps(p.aggregate_bps), p.cores);
-    cfg.period = metronome_core::Duration::from_nanos(p.period_ns);
-    let mut nba = Nba::new(cfg).map_err(|e| LabError::Experiment {
-        point,
-        message: e.to_string(),
-    })?;
-    let exchange = RateExchange::new(p.cores);
-    let mut cores: Vec<Core> = nba
-        .rates()
-        .iter()
-        .map(|r| {
+    let (mut allocator, exchange) = coordinator(p, point)?;
+    let mut cores: Vec<Core> = (0..p.cores)
+        .map(|i| {
             let mut stamper = Timestamper::new();
-            let policy = stamper.add_policy(PolicyKind::Aggregate, *r, p.packet_bytes);
+            let (rate, _) = exchange.read_rate(i);
+            let policy = stamper.add_policy(PolicyKind::Aggregate, rate, p.packet_bytes);
             Core {
                 stamper,
                 policy,
@@ -301,45 +304,67 @@ fn simulate(p: &Params, point: usize) -> Result<(Vec<u64>, Vec<Vec<u64>>), LabEr
             phase += 1;
         }
         if now == next_update {
-            allocate(p, &mut nba, &exchange, &mut cores, now);
-            next_update = if nba.next_update().as_nanos() > now {
-                nba.next_update().as_nanos()
-            } else {
-                now + p.period_ns
-            };
+            next_update = allocate(p, &mut allocator, &exchange, &mut cores, now);
         }
     }
     final_rates.push(current_rates(&cores));
     Ok((windows, final_rates))
 }
 
-/// One update: silos publish usage, the allocator recomputes and publishes, silos take their rate.
-fn allocate(p: &Params, nba: &mut Nba, exchange: &RateExchange, cores: &mut [Core], now: u64) {
+/// The daemon's allocator for one class limited to `aggregate_bps` over `cores` silos, updating
+/// every `period_ms`, and that class's exchange (rates published as the equal split).
+fn coordinator(p: &Params, point: usize) -> Result<(silo::Allocator, Arc<RateExchange>), LabError> {
+    let text = format!(
+        "[interfaces]\ninside = \"lab0\"\noutside = \"lab1\"\n\
+         [daemon]\nnba_period = \"{}ns\"\n[default]\nrate = {}\nburst = {}\n",
+        p.period_ns, p.aggregate_bps, p.packet_bytes
+    );
+    let config =
+        Config::from_toml_str(&text, "nba experiment").map_err(|e| LabError::Experiment {
+            point,
+            message: e.to_string(),
+        })?;
+    let allocator = silo::Allocator::new(&config, p.cores);
+    let exchange = allocator
+        .cells()
+        .into_iter()
+        .next()
+        .map(|cell| cell.exchange)
+        .ok_or_else(|| LabError::Experiment {
+            point,
+            message: "the daemon made no allocator for the default class".to_owned(),
+        })?;
+    Ok((allocator, exchange))
+}
+
+/// One update: silos publish usage, the allocator steps (with `allocator = "nba"`), silos take
+/// their rate. Returns when the next update is due.
+fn allocate(
+    p: &Params,
+    allocator: &mut silo::Allocator,
+    exchange: &RateExchange,
+    cores: &mut [Core],
+    now: u64,
+) -> u64 {
     let at = Timestamp::from_nanos(now);
     for (i, c) in cores.iter().enumerate() {
         exchange.publish_demand(i, c.stamped_bytes, at);
     }
-    if p.allocator == Allocator::Nba {
-        for i in 0..cores.len() {
-            let (bytes, t) = exchange.read_demand(i);
-            nba.record_demand(i, bytes, t);
-        }
-        if nba.update(at).is_some() {
-            let epoch = nba.epoch();
-            for (i, r) in nba.rates().iter().enumerate() {
-                exchange.publish_rate(i, *r, epoch);
+    let next = match p.allocator {
+        Allocator::Nba => allocator.step(at).as_nanos(),
+        Allocator::Static => now + p.period_ns,
+    };
+    for (i, c) in cores.iter_mut().enumerate() {
+        // One thread: no publish overlaps the read.
+        if let Some(rate) = silo::fresh_rate(exchange, i, &mut c.epoch) {
+            if rate.bps() > 0 {
+                c.stamper
+                    .set_rate(c.policy, rate)
+                    .expect("the core's policy exists");
             }
         }
     }
-    for (i, c) in cores.iter_mut().enumerate() {
-        let (rate, epoch) = exchange.read_rate(i);
-        if epoch > c.epoch {
-            c.epoch = epoch;
-            c.stamper
-                .set_rate(c.policy, rate)
-                .expect("the core's policy exists");
-        }
-    }
+    next
 }
 
 fn current_rates(cores: &[Core]) -> Vec<u64> {

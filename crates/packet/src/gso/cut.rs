@@ -28,6 +28,7 @@
 //! sender can pass `[vnet header, scratch[..H], &frame[range]]` as one message's iovec.
 
 use super::{GsoError, GsoType, VnetHdr, FLAG_NEEDS_CSUM};
+use crate::checksum::{TCP_CHECKSUM_OFFSET, TCP_MIN_HEADER, UDP_CHECKSUM_OFFSET, UDP_HEADER};
 use crate::ecn::ipv4_header_checksum;
 use crate::frame::{link_layer, proto, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use core::ops::Range;
@@ -36,14 +37,6 @@ use core::ops::Range;
 const IPV4_MIN_HEADER: usize = 20;
 /// IPv6 fixed header, bytes.
 const IPV6_HEADER: usize = 40;
-/// TCP minimum header, bytes (data offset 5).
-const TCP_MIN_HEADER: usize = 20;
-/// UDP header, bytes.
-const UDP_HEADER: usize = 8;
-/// Offset of the TCP checksum field in the TCP header (RFC 9293 §3.1).
-const TCP_CHECKSUM_OFFSET: u16 = 16;
-/// Offset of the UDP checksum field in the UDP header (RFC 768).
-const UDP_CHECKSUM_OFFSET: u16 = 6;
 /// TCP flag bits in byte 13 of the header (RFC 9293 §3.1, RFC 3168 §6.1).
 const TCP_FIN: u8 = 0x01;
 const TCP_PSH: u8 = 0x08;
@@ -288,8 +281,7 @@ impl SuperFrame {
             l4[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
             (false, UDP_CHECKSUM_OFFSET)
         };
-        let at = usize::from(csum_offset);
-        l4[at..at + 2].copy_from_slice(&pseudo.to_be_bytes());
+        l4[csum_offset..csum_offset + 2].copy_from_slice(&pseudo.to_be_bytes());
 
         let gso = segments > 1;
         let vnet = VnetHdr {
@@ -303,7 +295,7 @@ impl SuperFrame {
             hdr_len: h as u16,
             gso_size: if gso { self.hdr.gso_size } else { 0 },
             csum_start: self.l4 as u16,
-            csum_offset,
+            csum_offset: csum_offset as u16, // 16 or 6
         };
         Ok(Piece {
             vnet,

@@ -5,7 +5,7 @@
 
 pub mod garbage;
 
-use metronome_daemon::config::Config;
+use metronome_daemon::config::{fixture, Config};
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::{Control, LoopReport};
 pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
@@ -57,22 +57,11 @@ pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<Sample>)
 }
 
 /// The daemon configuration (read as file `file`) of one class `bulk` of TCP to ports `ports`
-/// (a range `"A-B"`) at `rate` with a 15 kB burst, `extra` class lines after those.
+/// (a port or a range `"A-B"`) at `rate` with a 15 kB burst, `extra` after those: more of the
+/// class's keys, then any further tables ([`fixture::tcp_class`]).
 pub fn bulk_config(ports: &str, rate: &str, extra: &str, file: &str) -> Config {
-    let text = format!(
-        r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[[class]]
-name = "bulk"
-match = {{ protocol = "tcp", dst_port = "{ports}" }}
-rate = "{rate}"
-burst = "15k"
-{extra}"#
-    );
-    Config::from_toml_str(&text, file).unwrap()
+    let keys = format!("rate = \"{rate}\"\nburst = \"15k\"\n{extra}");
+    Config::from_toml_str(&fixture::tcp_class("bulk", ports, &keys), file).unwrap()
 }
 
 /// Runs the daemon's loop for `config` (with `metrics`) on the shaper of `topo`, drives `plan`

@@ -5,20 +5,8 @@ use super::*;
 
 /// A 100 Mbit/s class on ports 5201-5216, fair when `fair`, with `extra` lines.
 fn class(fair: bool, extra: &str) -> String {
-    format!(
-        r#"
-[interfaces]
-inside = "in0"
-outside = "out0"
-
-[[class]]
-name = "bulk"
-match = {{ protocol = "tcp", dst_port = "5201-5216" }}
-rate = "100mbit"
-fair = {fair}
-{extra}
-"#
-    )
+    let keys = format!("rate = \"100mbit\"\nfair = {fair}\n{extra}");
+    crate::config::fixture::tcp_class("bulk", "5201-5216", &keys)
 }
 
 /// 1514 bytes at 100 Mbit/s, ns.
