@@ -34,7 +34,8 @@
 //! backpressure, but it charges its class the bytes its segments occupy on the wire
 //! (`metronome_packet::wire_bytes`), and one that would leave as a burst longer than the class's
 //! `gso_burst` is cut into pieces, each with its own EDT and wheel entry ([`crate::pieces`],
-//! NicPic §3). A frame with `NEEDS_CSUM` keeps it (the kernel or the device completes the
+//! NicPic §3); so is one above 65 535 wire bytes of a class on the link, whose port charges a
+//! packet its `PacketRef` length ([`link`]). A frame with `NEEDS_CSUM` keeps it (the kernel or the device completes the
 //! checksum when it leaves): no software checksum on this path. A CE mark set on a super-frame's
 //! IP header is carried by every segment.
 //!
