@@ -34,7 +34,8 @@
 //! backpressure, but it charges its class the bytes its segments occupy on the wire
 //! (`metronome_packet::wire_bytes`), and one that would leave as a burst longer than the class's
 //! `gso_burst` is cut into pieces, each with its own EDT and wheel entry ([`crate::pieces`],
-//! NicPic §3). A frame with `NEEDS_CSUM` keeps it (the kernel or the device completes the
+//! NicPic §3); so is one above 65 535 wire bytes of a class on the link, whose port charges a
+//! packet its `PacketRef` length ([`link`]). A frame with `NEEDS_CSUM` keeps it (the kernel or the device completes the
 //! checksum when it leaves): no software checksum on this path. A CE mark set on a super-frame's
 //! IP header is carried by every segment.
 //!
@@ -95,8 +96,8 @@ fn reject_reason(reason: RejectReason) -> DropReason {
 /// Segments per piece of `sf` for a class with `policy`: what leaves within the class's
 /// `gso_burst` at its rate (the smaller of `rate` and `pacing`), at least two segments (as
 /// `tcp_tso_autosize` keeps), and few enough for [`pieces::MAX_PIECES`] pieces. A frame within
-/// the bound is not cut, however long; the pieces of a cut frame have at most 65 535 wire bytes
-/// (a `PacketRef`'s length).
+/// the bound is not cut, however long, except on a link; the pieces of a cut frame have at most
+/// 65 535 wire bytes (a `PacketRef`'s length).
 fn cut_segments(sf: &SuperFrame, policy: &ClassPolicy) -> u32 {
     let total = sf.segments();
     let rate = match (policy.rate, policy.pacing) {
@@ -105,11 +106,17 @@ fn cut_segments(sf: &SuperFrame, policy: &ClassPolicy) -> u32 {
     };
     let budget = rate.map_or(u64::MAX, |r| r.bytes_in(policy.gso_burst));
     let by_rate = sf.segments_within(budget, RX_BYTES_FRAMING).max(2);
+    let by_len = sf.segments_within(u64::from(u16::MAX), RX_BYTES_FRAMING);
     if by_rate >= total {
+        if policy.link.on_link && by_len < total {
+            // The link's port charges DWRR deficits, its buffer and its marking thresholds a
+            // packet's `PacketRef` length: a frame above 65 535 wire bytes goes as pieces of
+            // equal segments within it, so that every queue pays its wire bytes exactly.
+            return total.div_ceil(total.div_ceil(by_len));
+        }
         // Within the bound: one unit, whatever its length (its wire bytes are kept per slot).
         return total;
     }
-    let by_len = sf.segments_within(u64::from(u16::MAX), RX_BYTES_FRAMING);
     by_rate
         .min(by_len)
         .max(total.div_ceil(pieces::MAX_PIECES))
