@@ -171,6 +171,10 @@ pub struct CompareOptions {
     pub repetitions: usize,
     /// The veths' offloads: the host's (super-frames) or off (one-MTU frames).
     pub offloads: OffloadMode,
+    /// Shaper silos of the daemon runs (`[daemon] cores`): 1 runs the single loop, more run
+    /// [`metronome_daemon::silo::run_silos`], one thread per silo with the flows hashed among
+    /// them (their CPU is then not reported: [`Row::daemon_cpu_pct`] is `None`).
+    pub daemon_cores: usize,
 }
 
 impl CompareOptions {
@@ -185,6 +189,7 @@ impl CompareOptions {
             measure: Duration::from_secs(3),
             repetitions: 1,
             offloads: OffloadMode::Host,
+            daemon_cores: 1,
         }
     }
 
@@ -239,7 +244,7 @@ pub struct Row {
     /// Whole-machine busy CPU, percent of one CPU, per Gbit/s achieved (see the module docs).
     pub cpu_pct: f64,
     /// The daemon thread's own CPU (its `schedstat`), percent of one CPU per Gbit/s achieved;
-    /// `None` for the kernel shapers and the forwarder.
+    /// `None` for the kernel shapers, the forwarder and daemon runs of more than one silo.
     pub daemon_cpu_pct: Option<f64>,
     /// Jain's fairness index of the bytes each bulk connection delivered over the run (1 = equal
     /// shares); `None` (JSON `null`) when no bulk bytes arrived. Missing in documents of earlier
@@ -417,6 +422,8 @@ enum ActiveShaper {
         control: Control,
         thread: crate::shaper::ShaperThread,
         cpu: Option<ThreadCpu>,
+        /// Silos; with more than one their reports are logged by the thread itself.
+        cores: usize,
     },
     Kernel,
     Forwarder {
@@ -431,7 +438,7 @@ fn start_shaper(
     topo: &mut Topology,
     shaper: Shaper,
     target: u64,
-    (forwarder, offloads): (ForwarderMode, OffloadMode),
+    (forwarder, offloads, cores): (ForwarderMode, OffloadMode, usize),
 ) -> Result<ActiveShaper, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
@@ -456,13 +463,31 @@ fn start_shaper(
                 _ => metronome_config(topo.receiver_addr, target),
             };
             offloads.configure(&mut config);
+            let cores = cores.max(1);
+            config.daemon.cores = cores;
             let control = Control::default();
             let (tx, rx) = std::sync::mpsc::channel();
             let c = control.clone();
             let thread = topo.shaper.spawn(move || {
-                // The hook of `daemon_cpu_pct`: this thread's schedstat, read by the caller.
-                let _ = tx.send(ThreadCpu::of_current_thread().ok());
-                let result = run_with(&config, None, &Metrics::new(), &c);
+                // The hook of `daemon_cpu_pct`: this thread's schedstat, read by the caller
+                // (with silos this thread only coordinates: nothing to read).
+                let cpu = if cores == 1 {
+                    ThreadCpu::of_current_thread().ok()
+                } else {
+                    None
+                };
+                let _ = tx.send(cpu);
+                let result = if cores == 1 {
+                    run_with(&config, None, &Metrics::new(), &c)
+                } else {
+                    let metrics = Metrics::with_silos(cores);
+                    metronome_daemon::silo::run_silos(&config, None, &metrics, &c).map(|silos| {
+                        for s in &silos {
+                            metronome_daemon::service::log_report(&s.report);
+                        }
+                        metronome_daemon::run::LoopReport::default()
+                    })
+                };
                 if result.is_err() {
                     c.stop.store(true, Ordering::Relaxed);
                 }
@@ -474,6 +499,7 @@ fn start_shaper(
                 control,
                 thread,
                 cpu,
+                cores,
             })
         }
         Shaper::Htb | Shaper::Tbf => {
@@ -495,13 +521,18 @@ impl ActiveShaper {
     fn stop(self, topo: &Topology) -> Result<(), CompareError> {
         match self {
             ActiveShaper::Daemon {
-                control, thread, ..
+                control,
+                thread,
+                cores,
+                ..
             } => {
                 control.stop.store(true, Ordering::Relaxed);
                 let report = thread
                     .join()
                     .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
-                metronome_daemon::service::log_report(&report);
+                if cores == 1 {
+                    metronome_daemon::service::log_report(&report);
+                }
                 Ok(())
             }
             ActiveShaper::Forwarder { stop, thread } => {
@@ -538,7 +569,11 @@ fn run_one(
     flows: usize,
     port: u16,
 ) -> Result<RunReport, CompareError> {
-    let modes = (options.forwarder_mode(), options.offloads);
+    let modes = (
+        options.forwarder_mode(),
+        options.offloads,
+        options.daemon_cores,
+    );
     let mut active = start_shaper(topo, shaper, target, modes)?;
     let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
     let stopped = active.stop(topo);
@@ -758,6 +793,7 @@ mod tests {
             assert!(full.targets_bps.contains(&t), "{t}");
         }
         assert_eq!(full.offloads, OffloadMode::Host);
+        assert_eq!(full.daemon_cores, 1);
         let quick = CompareOptions::quick();
         assert_eq!(
             quick.targets_bps,
