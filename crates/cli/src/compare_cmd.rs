@@ -51,6 +51,10 @@ pub struct CompareArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     daemon_cores: u16,
+    /// Give the daemon a core of its own, as between separate hosts: its loop pinned to CPU 0,
+    /// the end hosts' veth receive steered to the other CPUs (`rps_cpus`), for every shaper.
+    #[arg(long)]
+    isolate_daemon: bool,
     /// Throughput ceiling instead: one TCP flow at an unreachable target (40 Gbit/s) through the
     /// recvmmsg/sendmmsg forwarder (with virtio-net headers under the host's offloads), the
     /// daemon passing everything, and the daemon shaping, three times in turn.
@@ -313,6 +317,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     };
     options.offloads = args.offloads;
     options.daemon_cores = usize::from(args.daemon_cores);
+    options.isolate_daemon = args.isolate_daemon;
     if !args.target.is_empty() {
         options.targets_bps = args.target.iter().map(|r| r.bps()).collect();
     }

@@ -175,6 +175,11 @@ pub struct CompareOptions {
     /// [`metronome_daemon::silo::run_silos`], one thread per silo with the flows hashed among
     /// them (their CPU is then not reported: [`Row::daemon_cpu_pct`] is `None`).
     pub daemon_cores: usize,
+    /// Give the daemon a core of its own, as a bump in the wire between separate hosts has:
+    /// its loop pinned to CPU 0, the end hosts' veth receive steered to the other CPUs
+    /// ([`endpoint_rps_mask`]), for every shaper of the run. Without it a veth transmit runs
+    /// the receiving end host's TCP in the transmitting thread, the daemon's.
+    pub isolate_daemon: bool,
 }
 
 impl CompareOptions {
@@ -190,6 +195,7 @@ impl CompareOptions {
             repetitions: 1,
             offloads: OffloadMode::Host,
             daemon_cores: 1,
+            isolate_daemon: false,
         }
     }
 
@@ -409,11 +415,58 @@ pub fn run(
     Ok(reports)
 }
 
-/// The offload mode on the veths and ECN in the sender (see the module docs).
+/// The offload mode on the veths, ECN in the sender, and with
+/// [`CompareOptions::isolate_daemon`] the end hosts' receive away from CPU 0.
 fn prepare(topo: &mut Topology, options: &CompareOptions) -> Result<(), CompareError> {
     options.offloads.apply(topo)?;
     topo.enable_sender_ecn();
+    if options.isolate_daemon {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match endpoint_rps_mask(cpus) {
+            Some(mask) => topo.steer_endpoint_receive(&mask),
+            None => tracing::warn!("one CPU: the daemon cannot have a core of its own"),
+        }
+    }
     Ok(())
+}
+
+/// The `rps_cpus` mask of every CPU but CPU 0 on a machine of `cpus` CPUs (sysfs format:
+/// hexadecimal, 32-bit words separated by commas, most significant first); `None` with fewer
+/// than two CPUs.
+pub fn endpoint_rps_mask(cpus: usize) -> Option<String> {
+    if cpus < 2 {
+        return None;
+    }
+    let word = |w: usize| -> u32 {
+        let bits = (cpus - w * 32).min(32);
+        let all = if bits == 32 {
+            u32::MAX
+        } else {
+            (1u32 << bits) - 1
+        };
+        if w == 0 {
+            all & !1
+        } else {
+            all
+        }
+    };
+    let parts: Vec<String> = (0..cpus.div_ceil(32))
+        .rev()
+        .map(|w| format!("{:08x}", word(w)))
+        .collect();
+    Some(parts.join(","))
+}
+
+/// Pins the calling thread to CPU 0 (see [`CompareOptions::isolate_daemon`]); a failure is a
+/// warning.
+fn pin_to_cpu0() {
+    let mut set = nix::sched::CpuSet::new();
+    let pinned = set
+        .set(0)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = pinned {
+        tracing::warn!("could not pin the daemon to CPU 0: {e}");
+    }
 }
 
 /// The shaper of one run, set up; [`ActiveShaper::stop`] tears it down.
@@ -438,7 +491,7 @@ fn start_shaper(
     topo: &mut Topology,
     shaper: Shaper,
     target: u64,
-    (forwarder, offloads, cores): (ForwarderMode, OffloadMode, usize),
+    (forwarder, offloads, cores, isolate): (ForwarderMode, OffloadMode, usize, bool),
 ) -> Result<ActiveShaper, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
@@ -471,6 +524,10 @@ fn start_shaper(
             let thread = topo.shaper.spawn(move || {
                 // The hook of `daemon_cpu_pct`: this thread's schedstat, read by the caller
                 // (with silos this thread only coordinates: nothing to read).
+                if isolate && cores == 1 {
+                    // Silos pin themselves, one CPU each.
+                    pin_to_cpu0();
+                }
                 let cpu = if cores == 1 {
                     ThreadCpu::of_current_thread().ok()
                 } else {
@@ -573,6 +630,7 @@ fn run_one(
         options.forwarder_mode(),
         options.offloads,
         options.daemon_cores,
+        options.isolate_daemon,
     );
     let mut active = start_shaper(topo, shaper, target, modes)?;
     let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
@@ -794,6 +852,7 @@ mod tests {
         }
         assert_eq!(full.offloads, OffloadMode::Host);
         assert_eq!(full.daemon_cores, 1);
+        assert!(!full.isolate_daemon);
         let quick = CompareOptions::quick();
         assert_eq!(
             quick.targets_bps,
@@ -814,6 +873,16 @@ mod tests {
             ..CompareOptions::ceiling()
         };
         assert_eq!(o.forwarder_mode(), ForwarderMode::Plain);
+    }
+
+    #[test]
+    fn the_endpoint_mask_leaves_cpu0_to_the_daemon() {
+        assert_eq!(endpoint_rps_mask(0), None);
+        assert_eq!(endpoint_rps_mask(1), None);
+        assert_eq!(endpoint_rps_mask(2).as_deref(), Some("00000002"));
+        assert_eq!(endpoint_rps_mask(4).as_deref(), Some("0000000e"));
+        assert_eq!(endpoint_rps_mask(32).as_deref(), Some("fffffffe"));
+        assert_eq!(endpoint_rps_mask(33).as_deref(), Some("00000001,fffffffe"));
     }
 
     #[test]
