@@ -25,6 +25,13 @@
 //! in its plain mode), the daemon with no class ([`passthrough_config`]) and the daemon shaping
 //! at the target, three rounds.
 //!
+//! The daemon runs its single loop, or [`CompareOptions::daemon_cores`] silos
+//! (`--daemon-cores`). With [`CompareOptions::isolate_daemon`] (`--isolate-daemon`) the
+//! daemon's loop is pinned to CPU 0 and the end hosts' veth receive is steered to the other CPUs
+//! for every shaper: a veth transmit otherwise runs the receiving end host's TCP in the
+//! transmitting thread, so the daemon's thread would pay for both end hosts' stacks, which no
+//! bump in the wire between separate hosts does.
+//!
 //! `--link-sharing` ([`link_sharing`]) shares one link among weighted and priority classes
 //! through the daemon's `[link]` and through kernel HTB instead.
 //!
