@@ -45,6 +45,16 @@ pub struct CompareArgs {
     /// Only these flow counts (`1,16,256`), instead of the grid's.
     #[arg(long, value_delimiter = ',')]
     flows: Vec<usize>,
+    /// Run the daemon with this many shaper silos (`[daemon] cores`: one thread each, flows
+    /// hashed among them) instead of its single loop; the daemon thread's CPU is then not
+    /// reported.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    daemon_cores: u16,
+    /// Give the daemon a core of its own, as between separate hosts: its loop pinned to CPU 0,
+    /// the end hosts' veth receive steered to the other CPUs (`rps_cpus`), for every shaper.
+    #[arg(long)]
+    isolate_daemon: bool,
     /// Throughput ceiling instead: one TCP flow at an unreachable target (40 Gbit/s) through the
     /// recvmmsg/sendmmsg forwarder (with virtio-net headers under the host's offloads), the
     /// daemon passing everything, and the daemon shaping, three times in turn.
@@ -326,6 +336,8 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         CompareOptions::full()
     };
     options.offloads = args.offloads;
+    options.daemon_cores = usize::from(args.daemon_cores);
+    options.isolate_daemon = args.isolate_daemon;
     if !args.target.is_empty() {
         options.targets_bps = args.target.iter().map(|r| r.bps()).collect();
     }

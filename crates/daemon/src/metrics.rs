@@ -383,6 +383,7 @@ struct SiloSeries {
     lateness: ArcMetric,
     tx_batch: ArcMetric,
     rx_ring_drops: Counter,
+    loop_sleep_ns: Counter,
     pass_through_packets: Counter,
     pass_through_bytes: Counter,
 }
@@ -394,6 +395,7 @@ impl SiloSeries {
             lateness: ArcMetric::lateness(),
             tx_batch: ArcMetric::tx_batch(),
             rx_ring_drops: Counter::default(),
+            loop_sleep_ns: Counter::default(),
             pass_through_packets: Counter::default(),
             pass_through_bytes: Counter::default(),
         }
@@ -692,6 +694,13 @@ impl Metrics {
         self.series().rx_ring_drops.inc_by(frames);
     }
 
+    /// Adds `ns` nanoseconds the loop slept waiting for frames or a due time
+    /// (`metronome_loop_sleep_nanoseconds_total`): one minus its rate in seconds per second is
+    /// the share of a core the loop is busy, 1 when the loop is the bottleneck.
+    pub fn loop_slept_ns(&self, ns: u64) {
+        self.series().loop_sleep_ns.inc_by(ns);
+    }
+
     /// The counter of frames of `kind` (`malformed`, `non_ip`) that met `action` (`default`,
     /// `pass`, `drop`): the engine takes it once at start-up and increments it per frame.
     pub fn unclassified_counter(&self, kind: &str, action: &str) -> Counter {
@@ -813,6 +822,8 @@ const OCCUPANCY_HELP: &str = "Packets held in the timing wheel";
 const LATENESS_HELP: &str = "Actual minus scheduled departure time, nanoseconds";
 const TX_BATCH_HELP: &str = "Packets per transmit batch";
 const RING_DROPS_HELP: &str = "Frames the RX ring dropped (overruns)";
+const LOOP_SLEEP_HELP: &str =
+    "Nanoseconds the loop slept waiting for frames or a due time (busy = 1 - rate / 1e9)";
 const PASS_PACKETS_HELP: &str = "Packets forwarded unshaped (non-IP, reverse direction)";
 const PASS_BYTES_HELP: &str = "Bytes forwarded unshaped";
 
@@ -823,6 +834,8 @@ fn register_silo_series(r: &mut Registry, s: &SiloSeries) {
     r.register("lateness_ns", LATENESS_HELP, s.lateness.clone());
     r.register("tx_batch_packets", TX_BATCH_HELP, s.tx_batch.clone());
     r.register("rx_ring_drops", RING_DROPS_HELP, s.rx_ring_drops.clone());
+    let sleep = s.loop_sleep_ns.clone();
+    r.register("loop_sleep_nanoseconds", LOOP_SLEEP_HELP, sleep);
     let pt = s.pass_through_packets.clone();
     r.register("pass_through_packets", PASS_PACKETS_HELP, pt);
     let ptb = s.pass_through_bytes.clone();
@@ -839,6 +852,7 @@ fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeries> {
         ArcMetric::tx_batch as fn() -> ArcMetric,
     );
     let ring_drops = Family::<SiloLabel, Counter>::default();
+    let loop_sleep = Family::<SiloLabel, Counter>::default();
     let pass_packets = Family::<SiloLabel, Counter>::default();
     let pass_bytes = Family::<SiloLabel, Counter>::default();
     let series = (0..n)
@@ -851,6 +865,7 @@ fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeries> {
                 lateness: lateness.get_or_create(&l).clone(),
                 tx_batch: tx_batch.get_or_create(&l).clone(),
                 rx_ring_drops: ring_drops.get_or_create(&l).clone(),
+                loop_sleep_ns: loop_sleep.get_or_create(&l).clone(),
                 pass_through_packets: pass_packets.get_or_create(&l).clone(),
                 pass_through_bytes: pass_bytes.get_or_create(&l).clone(),
             }
@@ -860,6 +875,7 @@ fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeries> {
     r.register("lateness_ns", LATENESS_HELP, lateness);
     r.register("tx_batch_packets", TX_BATCH_HELP, tx_batch);
     r.register("rx_ring_drops", RING_DROPS_HELP, ring_drops);
+    r.register("loop_sleep_nanoseconds", LOOP_SLEEP_HELP, loop_sleep);
     r.register("pass_through_packets", PASS_PACKETS_HELP, pass_packets);
     r.register("pass_through_bytes", PASS_BYTES_HELP, pass_bytes);
     series

@@ -110,6 +110,24 @@ pub struct LoopReport {
     pub link_down_dropped_outside: u64,
     /// The same for `inside` (frames passed back and generated ACKs).
     pub link_down_dropped_inside: u64,
+    /// Nanoseconds the loop ran, from its start until it was asked to stop (the drain after
+    /// the stop is not in it).
+    pub running_ns: u64,
+    /// Of `running_ns`: nanoseconds it slept in `ppoll` waiting for frames or a due time
+    /// (`metronome_loop_sleep_nanoseconds_total`).
+    pub slept_ns: u64,
+}
+
+impl LoopReport {
+    /// Percent of its running time the loop was busy (did not sleep): near 100 when the loop,
+    /// not the traffic, sets the rate. 0 for a loop that did not run.
+    pub fn busy_pct(&self) -> f64 {
+        if self.running_ns == 0 {
+            return 0.0;
+        }
+        let busy = self.running_ns.saturating_sub(self.slept_ns);
+        100.0 * busy as f64 / self.running_ns as f64
+    }
 }
 
 /// Options of [`run_loop`].
@@ -237,6 +255,8 @@ pub fn run_loop<
     // Whether each port (inside, outside) may have frames waiting: both, except right after a
     // `ppoll` that did not report a port readable, whose `recvmmsg` would return nothing.
     let mut readable = Readable::BOTH;
+    let started = clock.now();
+    let mut slept_ns = 0u64;
     if !busy_poll {
         // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)).
         let _ = nix::sys::prctl::set_timerslack(1);
@@ -355,8 +375,13 @@ pub fn run_loop<
         if timeout.is_zero() {
             continue;
         }
+        let before = clock.now();
         readable = wait(inside, outside, timeout);
+        let slept = clock.now().saturating_since(before).as_nanos();
+        slept_ns += slept;
+        metrics.loop_slept_ns(slept);
     }
+    let running_ns = clock.now().saturating_since(started).as_nanos();
     crate::notify::notify("STOPPING=1");
     // Stopping: nothing more is received; what is queued still leaves at its EDT for at most
     // `drain`, then the rest is discarded and counted (`discarded_at_stop`).
@@ -402,6 +427,8 @@ pub fn run_loop<
         cuts: engine.cut_counters(),
         link_down_dropped_outside: dropped_out,
         link_down_dropped_inside: dropped_in,
+        running_ns,
+        slept_ns: slept_ns.min(running_ns),
     })
 }
 
@@ -582,6 +609,20 @@ mod tests {
         assert!(report.queued_at_stop > 0, "{report:?}");
         assert_eq!(sent as u64 + report.queued_at_stop, 20, "{report:?}");
         assert_eq!(report.engine.discarded_at_stop, report.queued_at_stop);
+    }
+
+    #[test]
+    fn the_loop_reports_the_time_it_slept_within_its_running_time() {
+        // Frames 12.1 ms apart on a clock that moves 1 ms per reading: the loop sleeps
+        // between them, so it was neither always busy nor always asleep.
+        let (_, report) = stop_with_drain("10s");
+        assert!(report.slept_ns > 0, "{report:?}");
+        assert!(report.slept_ns <= report.running_ns, "{report:?}");
+        assert!(
+            report.busy_pct() > 0.0 && report.busy_pct() < 100.0,
+            "{report:?}"
+        );
+        assert_eq!(LoopReport::default().busy_pct(), 0.0);
     }
 
     #[test]

@@ -169,6 +169,7 @@ pub fn log_report(r: &LoopReport) {
         gso_truncated = refused.gso_truncated,
         vnet_error = refused.vnet_error,
         piece_failed = refused.piece_failed,
+        busy_pct = format_args!("{:.1}", r.busy_pct()),
         "stopped"
     );
 }

@@ -25,6 +25,13 @@
 //! in its plain mode), the daemon with no class ([`passthrough_config`]) and the daemon shaping
 //! at the target, three rounds.
 //!
+//! The daemon runs its single loop, or [`CompareOptions::daemon_cores`] silos
+//! (`--daemon-cores`). With [`CompareOptions::isolate_daemon`] (`--isolate-daemon`) the
+//! daemon's loop is pinned to CPU 0 and the end hosts' veth receive is steered to the other CPUs
+//! for every shaper: a veth transmit otherwise runs the receiving end host's TCP in the
+//! transmitting thread, so the daemon's thread would pay for both end hosts' stacks, which no
+//! bump in the wire between separate hosts does.
+//!
 //! `--link-sharing` ([`link_sharing`]) shares one link among weighted and priority classes
 //! through the daemon's `[link]` and through kernel HTB instead.
 //!
@@ -171,6 +178,15 @@ pub struct CompareOptions {
     pub repetitions: usize,
     /// The veths' offloads: the host's (super-frames) or off (one-MTU frames).
     pub offloads: OffloadMode,
+    /// Shaper silos of the daemon runs (`[daemon] cores`): 1 runs the single loop, more run
+    /// [`metronome_daemon::silo::run_silos`], one thread per silo with the flows hashed among
+    /// them (their CPU is then not reported: [`Row::daemon_cpu_pct`] is `None`).
+    pub daemon_cores: usize,
+    /// Give the daemon a core of its own, as a bump in the wire between separate hosts has:
+    /// its loop pinned to CPU 0, the end hosts' veth receive steered to the other CPUs
+    /// ([`endpoint_rps_mask`]), for every shaper of the run. Without it a veth transmit runs
+    /// the receiving end host's TCP in the transmitting thread, the daemon's.
+    pub isolate_daemon: bool,
 }
 
 impl CompareOptions {
@@ -185,6 +201,8 @@ impl CompareOptions {
             measure: Duration::from_secs(3),
             repetitions: 1,
             offloads: OffloadMode::Host,
+            daemon_cores: 1,
+            isolate_daemon: false,
         }
     }
 
@@ -239,7 +257,7 @@ pub struct Row {
     /// Whole-machine busy CPU, percent of one CPU, per Gbit/s achieved (see the module docs).
     pub cpu_pct: f64,
     /// The daemon thread's own CPU (its `schedstat`), percent of one CPU per Gbit/s achieved;
-    /// `None` for the kernel shapers and the forwarder.
+    /// `None` for the kernel shapers, the forwarder and daemon runs of more than one silo.
     pub daemon_cpu_pct: Option<f64>,
     /// Jain's fairness index of the bytes each bulk connection delivered over the run (1 = equal
     /// shares); `None` (JSON `null`) when no bulk bytes arrived. Missing in documents of earlier
@@ -404,11 +422,58 @@ pub fn run(
     Ok(reports)
 }
 
-/// The offload mode on the veths and ECN in the sender (see the module docs).
+/// The offload mode on the veths, ECN in the sender, and with
+/// [`CompareOptions::isolate_daemon`] the end hosts' receive away from CPU 0.
 fn prepare(topo: &mut Topology, options: &CompareOptions) -> Result<(), CompareError> {
     options.offloads.apply(topo)?;
     topo.enable_sender_ecn();
+    if options.isolate_daemon {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match endpoint_rps_mask(cpus) {
+            Some(mask) => topo.steer_endpoint_receive(&mask),
+            None => tracing::warn!("one CPU: the daemon cannot have a core of its own"),
+        }
+    }
     Ok(())
+}
+
+/// The `rps_cpus` mask of every CPU but CPU 0 on a machine of `cpus` CPUs (sysfs format:
+/// hexadecimal, 32-bit words separated by commas, most significant first); `None` with fewer
+/// than two CPUs.
+pub fn endpoint_rps_mask(cpus: usize) -> Option<String> {
+    if cpus < 2 {
+        return None;
+    }
+    let word = |w: usize| -> u32 {
+        let bits = (cpus - w * 32).min(32);
+        let all = if bits == 32 {
+            u32::MAX
+        } else {
+            (1u32 << bits) - 1
+        };
+        if w == 0 {
+            all & !1
+        } else {
+            all
+        }
+    };
+    let parts: Vec<String> = (0..cpus.div_ceil(32))
+        .rev()
+        .map(|w| format!("{:08x}", word(w)))
+        .collect();
+    Some(parts.join(","))
+}
+
+/// Pins the calling thread to CPU 0 (see [`CompareOptions::isolate_daemon`]); a failure is a
+/// warning.
+fn pin_to_cpu0() {
+    let mut set = nix::sched::CpuSet::new();
+    let pinned = set
+        .set(0)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = pinned {
+        tracing::warn!("could not pin the daemon to CPU 0: {e}");
+    }
 }
 
 /// The shaper of one run, set up; [`ActiveShaper::stop`] tears it down.
@@ -417,6 +482,8 @@ enum ActiveShaper {
         control: Control,
         thread: crate::shaper::ShaperThread,
         cpu: Option<ThreadCpu>,
+        /// Silos; with more than one their reports are logged by the thread itself.
+        cores: usize,
     },
     Kernel,
     Forwarder {
@@ -431,7 +498,7 @@ fn start_shaper(
     topo: &mut Topology,
     shaper: Shaper,
     target: u64,
-    (forwarder, offloads): (ForwarderMode, OffloadMode),
+    (forwarder, offloads, cores, isolate): (ForwarderMode, OffloadMode, usize, bool),
 ) -> Result<ActiveShaper, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
@@ -456,13 +523,35 @@ fn start_shaper(
                 _ => metronome_config(topo.receiver_addr, target),
             };
             offloads.configure(&mut config);
+            let cores = cores.max(1);
+            config.daemon.cores = cores;
             let control = Control::default();
             let (tx, rx) = std::sync::mpsc::channel();
             let c = control.clone();
             let thread = topo.shaper.spawn(move || {
-                // The hook of `daemon_cpu_pct`: this thread's schedstat, read by the caller.
-                let _ = tx.send(ThreadCpu::of_current_thread().ok());
-                let result = run_with(&config, None, &Metrics::new(), &c);
+                // The hook of `daemon_cpu_pct`: this thread's schedstat, read by the caller
+                // (with silos this thread only coordinates: nothing to read).
+                if isolate && cores == 1 {
+                    // Silos pin themselves, one CPU each.
+                    pin_to_cpu0();
+                }
+                let cpu = if cores == 1 {
+                    ThreadCpu::of_current_thread().ok()
+                } else {
+                    None
+                };
+                let _ = tx.send(cpu);
+                let result = if cores == 1 {
+                    run_with(&config, None, &Metrics::new(), &c)
+                } else {
+                    let metrics = Metrics::with_silos(cores);
+                    metronome_daemon::silo::run_silos(&config, None, &metrics, &c).map(|silos| {
+                        for s in &silos {
+                            metronome_daemon::service::log_report(&s.report);
+                        }
+                        metronome_daemon::run::LoopReport::default()
+                    })
+                };
                 if result.is_err() {
                     c.stop.store(true, Ordering::Relaxed);
                 }
@@ -474,6 +563,7 @@ fn start_shaper(
                 control,
                 thread,
                 cpu,
+                cores,
             })
         }
         Shaper::Htb | Shaper::Tbf => {
@@ -495,13 +585,18 @@ impl ActiveShaper {
     fn stop(self, topo: &Topology) -> Result<(), CompareError> {
         match self {
             ActiveShaper::Daemon {
-                control, thread, ..
+                control,
+                thread,
+                cores,
+                ..
             } => {
                 control.stop.store(true, Ordering::Relaxed);
                 let report = thread
                     .join()
                     .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
-                metronome_daemon::service::log_report(&report);
+                if cores == 1 {
+                    metronome_daemon::service::log_report(&report);
+                }
                 Ok(())
             }
             ActiveShaper::Forwarder { stop, thread } => {
@@ -538,7 +633,12 @@ fn run_one(
     flows: usize,
     port: u16,
 ) -> Result<RunReport, CompareError> {
-    let modes = (options.forwarder_mode(), options.offloads);
+    let modes = (
+        options.forwarder_mode(),
+        options.offloads,
+        options.daemon_cores,
+        options.isolate_daemon,
+    );
     let mut active = start_shaper(topo, shaper, target, modes)?;
     let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
     let stopped = active.stop(topo);
@@ -758,6 +858,8 @@ mod tests {
             assert!(full.targets_bps.contains(&t), "{t}");
         }
         assert_eq!(full.offloads, OffloadMode::Host);
+        assert_eq!(full.daemon_cores, 1);
+        assert!(!full.isolate_daemon);
         let quick = CompareOptions::quick();
         assert_eq!(
             quick.targets_bps,
@@ -778,6 +880,16 @@ mod tests {
             ..CompareOptions::ceiling()
         };
         assert_eq!(o.forwarder_mode(), ForwarderMode::Plain);
+    }
+
+    #[test]
+    fn the_endpoint_mask_leaves_cpu0_to_the_daemon() {
+        assert_eq!(endpoint_rps_mask(0), None);
+        assert_eq!(endpoint_rps_mask(1), None);
+        assert_eq!(endpoint_rps_mask(2).as_deref(), Some("00000002"));
+        assert_eq!(endpoint_rps_mask(4).as_deref(), Some("0000000e"));
+        assert_eq!(endpoint_rps_mask(32).as_deref(), Some("fffffffe"));
+        assert_eq!(endpoint_rps_mask(33).as_deref(), Some("00000001,fffffffe"));
     }
 
     #[test]

@@ -521,6 +521,25 @@ impl Topology {
         }
     }
 
+    /// Steers the receive processing of the end hosts' veths (`rcv0`, `snd0`) to the CPUs of
+    /// `mask` (`rps_cpus` of their one receive queue, a hexadecimal CPU mask as sysfs takes it):
+    /// a frame sent into them is then received on one of those CPUs, not in the sender's
+    /// context. A failure is a warning (kept in [`Topology::warnings`]).
+    pub fn steer_endpoint_receive(&mut self, mask: &str) {
+        let ends = [
+            (self.receiver.name().to_owned(), self.receiver_if.clone()),
+            (self.sender.name().to_owned(), self.sender_if.clone()),
+        ];
+        for (ns, iface) in ends {
+            let cmd = format!("echo {mask} > /sys/class/net/{iface}/queues/rx-0/rps_cpus");
+            if let Err(e) = run_command("ip", &["netns", "exec", &ns, "sh", "-c", &cmd]) {
+                let warning = format!("{ns}/{iface}: cannot set rps_cpus {mask}: {e}");
+                tracing::warn!("{warning}");
+                self.warnings.push(warning);
+            }
+        }
+    }
+
     /// Joins `in0` and `out0` in a Linux bridge `br0` inside the shaper namespace, so frames
     /// flow without the daemon (kernel baselines of `compare`, tests). STP off, no forward delay.
     pub fn bridge_shaper(&mut self) -> Result<(), TopoError> {

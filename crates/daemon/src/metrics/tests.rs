@@ -32,6 +32,7 @@ fn encoding_holds_every_family() {
     m.observe_lateness_ns(1_500);
     m.observe_tx_batch(64);
     m.rx_ring_drops(2);
+    m.loop_slept_ns(7_000);
     m.malformed("truncated_ipv4");
     m.pass_through(5, 300);
     let text = m.encode();
@@ -49,6 +50,7 @@ fn encoding_holds_every_family() {
         "metronome_lateness_ns_count 1",
         r#"metronome_tx_batch_packets_bucket{le="64.0"} 1"#,
         "metronome_rx_ring_drops_total 2",
+        "metronome_loop_sleep_nanoseconds_total 7000",
         r#"metronome_malformed_frames_total{reason="truncated_ipv4"} 1"#,
         "metronome_pass_through_packets_total 5",
         "metronome_pass_through_bytes_total 300",
@@ -142,6 +144,7 @@ fn silos_label_their_series_and_stats_sum_them() {
     s0.observe_lateness_ns(1_500);
     s1.observe_lateness_ns(1_500);
     s1.rx_ring_drops(3);
+    s1.loop_slept_ns(9);
     let text = m.encode();
     for needle in [
         r#"metronome_class_bytes_total{class="A",silo="0"} 1000"#,
@@ -151,6 +154,7 @@ fn silos_label_their_series_and_stats_sum_them() {
         r#"metronome_wheel_occupancy_packets{silo="0"} 5"#,
         r#"metronome_lateness_ns_bucket{le="2000.0",silo="1"} 1"#,
         r#"metronome_rx_ring_drops_total{silo="1"} 3"#,
+        r#"metronome_loop_sleep_nanoseconds_total{silo="1"} 9"#,
         r#"metronome_pass_through_packets_total{silo="0"} 0"#,
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
