@@ -8,8 +8,9 @@
 //! `fair_overflow`). The class's aggregate policy still decides *when* the class may send its
 //! next bytes: whenever it has credit (its earliest departure for a full frame,
 //! `PolicyStack::peek`, is not after `now`), [`Engine::fair_pull`] asks deficit round robin
-//! *which* flow's packet leaves — new flows first, so a sparse flow waits about one quantum
-//! round, not the class's whole backlog — and stamps it with the usual [`PolicyStack`]
+//! *which* flow's packet leaves — deficit round robin with rounds, a flow that comes back with
+//! credit left in the current round first, so a sparse flow below its share waits for no
+//! backlogged flow, not the class's whole backlog — and stamps it with the usual [`PolicyStack`]
 //! (aggregate and, when the class paces, the flow's own pacing policy). Its EDT is normally due
 //! at once; a flow's pacing may put it later, and then it waits in the wheel while the class
 //! goes on with other flows. [`Engine::next_due`] includes each backlogged fair class's next
