@@ -223,3 +223,64 @@ fn per_flow_pacing_still_applies_in_a_fair_class() {
         }
     }
 }
+
+/// Frames of source port `port` that left.
+fn count_of(rig: &Rig, port: u16) -> usize {
+    rig.sent
+        .iter()
+        .filter(|(_, f)| f[34..36] == port.to_be_bytes())
+        .count()
+}
+
+#[test]
+fn a_nearly_full_pool_sheds_from_the_fattest_flow_not_the_arrivals() {
+    let mut rig = Rig::new(&class(true, ""));
+    // One bulk flow queues 3 800 frames, another 200, all at one instant: more than the 4 096-slot
+    // pool less its one-eighth reserve.
+    for _ in 0..38 {
+        rig.push(&vec![tcp(40000, 5201, FULL, 0); 100]);
+    }
+    rig.push(&vec![tcp(40001, 5201, FULL, 0); 200]);
+    rig.push(&[tcp(50000, 5201, 100, 0)]);
+    let c = rig.engine.counters();
+    assert!(c.fair_dropped_fattest > 0, "{c:?}");
+    assert!(
+        rig.pool.available() >= 4096 / 8 - 1,
+        "{}",
+        rig.pool.available()
+    );
+    rig.run_until_empty(Duration::from_micros(100));
+    let c = rig.engine.counters();
+    // Only the fattest flow lost frames: every frame of the others left.
+    assert_eq!(count_of(&rig, 40001), 200);
+    assert_eq!(count_of(&rig, 50000), 1);
+    assert_eq!(
+        count_of(&rig, 40000) as u64,
+        3800 - c.fair_dropped_fattest,
+        "{c:?}"
+    );
+    assert_eq!(c.dropped(), c.fair_dropped_fattest, "{c:?}");
+    let text = rig.engine.metrics.encode();
+    assert!(text.contains("queue_full"), "{text}");
+}
+
+#[test]
+fn under_a_reject_horizon_the_fair_backlog_is_bounded_by_the_horizon() {
+    let extra = "horizon_policy = \"reject\"\n[wheel]\nhorizon = \"20ms\"\n";
+    let mut rig = Rig::new(&class(true, extra));
+    // 400 frames of one flow: 48 ms at 100 Mbit/s, more than the 20 ms horizon.
+    for _ in 0..4 {
+        rig.push(&vec![tcp(40000, 5201, FULL, 0); 100]);
+    }
+    rig.push(&[tcp(50000, 5201, 100, 0)]);
+    let c = rig.engine.counters();
+    assert!(c.fair_dropped_fattest >= 400 - 166, "{c:?}");
+    // At most the horizon's bytes stay queued: 20 ms at 100 Mbit/s is 165 full frames.
+    assert!(rig.engine.class_fair_queued("bulk") <= 166);
+    rig.run_until_empty(Duration::from_micros(100));
+    assert_eq!(count_of(&rig, 50000), 1);
+    assert_eq!(
+        count_of(&rig, 40000) as u64,
+        400 - rig.engine.counters().fair_dropped_fattest
+    );
+}
