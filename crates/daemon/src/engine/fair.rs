@@ -73,10 +73,19 @@ const PULL_BATCH: usize = crate::config::MAX_BATCH_SIZE;
 const PENDING_CUT: u64 = u64::MAX;
 
 /// A fair class sheds from its fattest flow when fewer than 1/`POOL_RESERVE` of the frame
-/// pool's small (or large) slots are free: the receive path then still finds slots for the
+/// pool's small slots are free: the receive path then still finds slots for the
 /// arriving packets of sparse flows (`fq_codel` drops from its fattest flow at its limit instead
 /// of refusing the arriving packet). 1/8: one eighth of the pool's frames.
 const POOL_RESERVE: usize = 8;
+
+/// A fair class sheds from its fattest flow when fewer than 1/`LARGE_RESERVE` of the pool's
+/// large slots are free: a queued super-frame holds its large slot until its flow's turn, so with
+/// as many backlogged flows as large slots every slot is held and arriving super-frames are
+/// refused (`rx_no_large_slot`) whatever their flow. 1/32 is 8 of the default 256 slots;
+/// measured with `metronome compare --target 100mbit,1gbit --flows 256` on a loaded 2-core
+/// machine (docs/results/daemon.md): 1/8 gave the same Jain's index (0.997) and a lower rate at
+/// 1 Gbit/s (938 against 990 Mbit/s), no large-slot shedding a Jain's index of 0.76-0.95.
+const LARGE_RESERVE: usize = 32;
 
 /// Most frames one [`Engine::fair_shed`] drops (`fq_codel`'s `drop_batch_size`: 64).
 const SHED_BATCH: usize = 64;
@@ -253,7 +262,7 @@ impl Engine {
             return Some(Pressure::Pool);
         }
         if pool.large_capacity() > 0
-            && pool.available_large() < pool.large_capacity() / POOL_RESERVE
+            && pool.available_large() < pool.large_capacity() / LARGE_RESERVE
         {
             return Some(Pressure::Large);
         }
