@@ -16,10 +16,13 @@
 //! goes on with other flows. [`Engine::next_due`] includes each backlogged fair class's next
 //! credit time, so the loop wakes for it (CONTRIBUTING.md §3).
 //!
-//! **Stamping time.** A pulled packet is stamped as of its arrival (`enqueued_at`), not of the
-//! pull: a loop that pulls late still gives the aggregate its full rate (the bytes of a backlogged
-//! class follow each other at exactly the rate, from the aggregate's last timestamp), and an idle
-//! class's first packet gets its arrival time, as a FIFO class's does. The wheel is given the
+//! **Stamping time.** A pulled packet is stamped as of the moment its class's fair queue last
+//! became non-empty (the arrival of the packet that found it empty), not of the pull nor of its
+//! own arrival: a loop that pulls late still gives the aggregate its full rate (the bytes of a
+//! backlogged class follow each other at exactly the rate, from the aggregate's last timestamp),
+//! also when the packet chosen arrived after others of the class (its flow was owed its share: a
+//! stamp as of its own arrival would skip the time the class waited with older packets queued),
+//! and an idle class's first packet gets its arrival time, as a FIFO class's does. The wheel is given the
 //! real `now`.
 //!
 //! **Backpressure per flow.** `drop` counts the flow's packets in the fair queue and the wheel
@@ -119,6 +122,9 @@ pub(super) struct Fair {
     cuts: Vec<Option<PendingCut>>,
     /// Packets of each class (by state index) that went to the overflow flow.
     overflowed: Vec<u64>,
+    /// Per class (by state index): when its fair queue last went from empty to holding a
+    /// packet (the arrival of that packet); the time its pulls are stamped as of.
+    busy_since: Vec<Timestamp>,
     /// The series of each class that is or was fair (by state index).
     metrics: Vec<Option<FairClassMetrics>>,
     /// Pool slots of the engine (the fair queue's packet ids).
@@ -168,6 +174,7 @@ impl Engine {
         let n = u16::try_from(self.classes.len()).unwrap_or(u16::MAX);
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
+        f.busy_since.resize(self.classes.len(), Timestamp::ZERO);
         f.metrics.resize(self.classes.len(), None);
         f.active.clear();
         for (i, state) in self.classes.iter().enumerate() {
@@ -203,6 +210,12 @@ impl Engine {
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if q.flow_sojourn(flow_index, now) > threshold {
                 self.mark_ecn(pool, id, index, parsed);
+            }
+        }
+        let q = self.fair.queue.as_mut().expect("checked above");
+        if q.class_packets(class) == 0 {
+            if let Some(b) = self.fair.busy_since.get_mut(index) {
+                *b = now;
             }
         }
         let q = self.fair.queue.as_mut().expect("checked above");
@@ -394,7 +407,11 @@ impl Engine {
             _ => None,
         };
         let policies = PolicyStack::new(aggregate_id, pacing);
-        let at = dq.enqueued_at.min(now);
+        // As of when the class's queue last became non-empty: no later than any queued packet's
+        // arrival, so a packet that arrived late but leaves first (its flow was owed its share)
+        // does not skip the time the class was backlogged.
+        let busy_since = self.fair.busy_since.get(index).copied().unwrap_or(now);
+        let at = busy_since.min(dq.enqueued_at).min(now);
         let cut = match self.slot_step.get(i) {
             Some(&PENDING_CUT) => self.fair.cuts.get_mut(i).and_then(Option::take),
             _ => None,

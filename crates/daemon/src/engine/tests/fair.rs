@@ -284,3 +284,30 @@ fn under_a_reject_horizon_the_fair_backlog_is_bounded_by_the_horizon() {
         400 - rig.engine.counters().fair_dropped_fattest
     );
 }
+
+#[test]
+fn a_late_pull_of_a_newer_flows_packet_does_not_cost_the_rate() {
+    let mut rig = Rig::new(&class(true, ""));
+    let t0 = rig.now;
+    rig.push(&vec![tcp(40000, 5201, FULL, 0); 200]);
+    // Released only every 1 ms; each time a second flow's frame arrives first and is served
+    // first (its flow is owed its share), though older frames of the class were waiting.
+    let mut pushed = 0;
+    while rig.engine.queued() > 0 {
+        if pushed < 20 {
+            // The frame is received 1 ms after the last release, then the release runs.
+            rig.now += Duration::from_millis(1);
+            rig.push(&[tcp(40001, 5201, FULL, 0)]);
+            pushed += 1;
+        } else {
+            rig.step(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(rig.sent.len(), 220);
+    let last = rig.sent.last().unwrap().0.saturating_since(t0).as_nanos();
+    let want = 219 * FRAME_NS;
+    assert!(
+        last >= want && last < want + 1_000_000,
+        "{last} ns, want {want}"
+    );
+}
