@@ -58,12 +58,14 @@ fn run(topo: &Topology, fair: bool) -> (f64, Option<ProbeReport>) {
     let who = if fair { "fair" } else { "fifo" };
     println!(
         "{who}: achieved {:.2} Mbit/s on the wire (target {:.0}); received {} released {} \
-         dropped {} fair enqueued {} pulled {} overflow {} discarded at stop {}; probe {:?}",
+         dropped {} (fattest {}) fair enqueued {} pulled {} overflow {} discarded at stop {}; \
+         probe {:?}",
         achieved / 1e6,
         TARGET_BPS / 1e6,
         e.received,
         e.released,
         e.dropped(),
+        e.fair_dropped_fattest,
         e.fair_enqueued,
         e.fair_pulled,
         e.fair_overflow,
