@@ -26,8 +26,8 @@ const COOLDOWN: Duration = Duration::from_millis(300);
 /// Tolerance of the rate: 3 %, as `real_traffic.rs` (its spreads are in `common`). Measured
 /// here in debug builds with a load average of 8-10 from other builds: fair -0.32 %, -1.29 %,
 /// -0.71 %; the FIFO run beside it -0.03 %, -0.03 %, +0.01 %. With the fair queue's rounds and
-/// before its pulls were stamped as of the class's busy time: -4.62 % then -1.80 % (held on the
-/// retry); after: -0.06 % (load average 12-17).
+/// pulls stamped as of each packet's own arrival: -4.62 % then -1.80 % (held on the retry); as of
+/// the class's busy time: -0.06 % (load average 12-17).
 const TOLERANCE: f64 = 0.03;
 /// The class's rate, bit/s.
 const TARGET_BPS: f64 = 100e6;
