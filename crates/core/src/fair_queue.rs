@@ -1,7 +1,7 @@
 //! Fair queueing inside a rate-limited class: which flow's packet leaves when the class's
-//! aggregate may send its next bytes. Deficit round robin with a list of new flows served before
-//! the old ones, as Linux `fq_codel` schedules its flows (McKenney's stochastic fairness queueing
-//! with Shreedhar and Varghese's DRR, and `fq_codel`'s new-flow list).
+//! aggregate may send its next bytes. Deficit round robin (Shreedhar and Varghese) with explicit
+//! rounds, and a list of flows that come back within their round's credit served first: the
+//! virtual start tags of start-time fair queueing (Goyal et al.) counted in DRR rounds.
 //!
 //! Carousel §5.1 stamps every packet of an aggregate from one running departure time, so an
 //! aggregate is one virtual FIFO: a sparse flow's packet waits behind everything the bulk flows
@@ -11,23 +11,55 @@
 //! pull: the caller keeps the class's timestamper (the aggregate decides *when*), and asks
 //! [`FairQueue::dequeue`] *which* packet leaves at that moment.
 //!
-//! # The algorithm (`fq_codel`-style DRR)
+//! # The algorithm: DRR with rounds, sparse flows first
 //!
-//! Per class there are two lists of flows, *new* and *old*. A flow that gets a packet while it is
-//! on neither list (it was idle) joins the tail of the new list with a fresh quantum of credit
-//! (its *deficit*). [`FairQueue::dequeue`] looks at the head of the new list, or of the old list
-//! when the new one is empty:
-//! * a flow whose deficit is used up (zero or less) gets one more quantum and moves to the tail of
-//!   the old list;
-//! * else its head packet leaves and its length is taken from the deficit;
-//! * a flow found empty leaves the lists (it is idle), except a flow of the new list while the old
-//!   list is not empty, which moves to the old list first (so a flow that keeps going idle cannot
-//!   starve the old flows, as `fq_codel` does).
+//! Each class counts its *rounds*. Per class there are three lists of flows: *new* (flows that
+//! came back with credit left in the current round), *old* (backlogged flows of the current
+//! round) and *next* (flows whose credit for the current round is used up). Every flow keeps its
+//! credit (*deficit*, in bytes) and the round that credit belongs to (its *tag*).
 //!
-//! So a sparse flow, whose packets find it idle, is served within one pass over the new flows,
-//! ahead of the bulk; two continuously backlogged flows get the same bytes within one quantum
-//! plus one packet. Each packet's enqueue time is kept, so [`FairQueueDequeued::sojourn`] and
+//! * [`FairQueue::dequeue`] looks at the head of the new list, else of the old list. A flow whose
+//!   deficit is used up (zero or less) gets one more quantum, is tagged with the next round and
+//!   moves to the tail of the next list; else its head packet leaves and its length is taken from
+//!   the deficit. A flow whose last packet leaves is *detached* at once (it is on no list) and
+//!   keeps its deficit and its tag.
+//! * When the new and old lists are both empty, the round turns: the next list becomes the old
+//!   list and the class's round counter goes up by one (no flow is touched: a flow on the old or
+//!   next list is told apart by its tag, so the turn is O(1)).
+//! * A packet for a detached flow: if the flow's tag is an earlier round, the rounds it was idle
+//!   gave it nothing (an idle flow banks no credit) and it starts the current round with one
+//!   quantum, less the debt of a packet that overran its last credit. If it still has credit in
+//!   the current round, it joins the tail of the new list; else it gets the next round's quantum
+//!   and joins the next list.
+//!
+//! So a flow never gets more than one quantum per round (plus the overrun of its last packet,
+//! paid back from its next quantum): two continuously backlogged flows have sent the same bytes
+//! within one quantum plus one packet, and a flow that sends one small packet at a time, going
+//! idle after each, cannot get more than a backlogged flow either. A sparse flow, whose packets
+//! find it detached with credit left, is served before every flow of the old list: its packet
+//! waits only for the flows on the new list ahead of it, each at most one quantum plus one
+//! packet. This is start-time fair queueing's rule, a newly active flow's start tag is
+//! `max(virtual time, its last finish tag)`, with the round number as the virtual time, at the
+//! cost of DRR (O(1) per packet, no sorted structure).
+//!
+//! `fq_codel` and Linux `fq` keep a flow that empties on their old list until the round robin
+//! comes back to it, so that a flow that keeps going idle cannot take a fresh quantum each time
+//! and starve the others. With many backlogged flows that visit is a whole round away: 256 flows
+//! of 1 514-byte quanta make a 31 ms round at 100 Mbit/s, and a flow sending a request every few
+//! milliseconds is never idle long enough to leave the old list, so each request waits up to a
+//! round. Here the tag bounds the credit instead, and the flow is detached at once.
+//!
+//! Each packet's enqueue time is kept, so [`FairQueueDequeued::sojourn`] and
 //! [`FairQueue::flow_sojourn`] give the flow's *own* queueing delay for marking and dropping.
+//!
+//! # Dropping from the longest queue
+//!
+//! A class's backlog is bounded by the caller (its frame pool, its limits). When it must shed
+//! load, [`FairQueue::fattest_flow`] names the class's flow with the most bytes queued and
+//! [`FairQueue::drop_head`] takes that flow's oldest packet out (counted in
+//! [`FairQueueCounters::dropped`]), as `fq_codel` drops from its fattest flow instead of refusing
+//! an arriving packet, which would hit a sparse flow as hard as a bulk one. A flow left empty by a
+//! drop stays on its list until the round robin reaches it and detaches it.
 //!
 //! # Layout (CONTRIBUTING.md §5)
 //!
@@ -35,10 +67,11 @@
 //! preallocated per-slot record of 16 bytes (`next` id, length, enqueue time, read together), so
 //! nothing is allocated after [`FairQueue::new`]. Flows are the caller's indices `0..flows`
 //! (the daemon's flow-table entries), each [`FLOW_STATE_BYTES`] = 32 bytes (checked at compile
-//! time, within the 64-byte budget): head, tail, list link, packets, deficit, class, list tag and
-//! backlog bytes. One extra flow per class, its *overflow* flow, takes the packets that come
-//! without a flow index (the caller's flow state was full) or whose flow is busy in another class;
-//! both are counted ([`FairQueueCounters::overflowed`], [`FairQueueCounters::class_conflicts`]).
+//! time, within the 64-byte budget): head, tail, list link, packets, deficit, backlog bytes,
+//! round tag, class and list. One extra flow per class, its *overflow* flow, takes the packets
+//! that come without a flow index (the caller's flow state was full) or whose flow is busy in
+//! another class; both are counted ([`FairQueueCounters::overflowed`],
+//! [`FairQueueCounters::class_conflicts`]).
 //!
 //! # Where this departs from `fq_codel`
 //!
@@ -47,6 +80,11 @@
 //! * No CoDel inside: the sojourn time is returned, and the caller decides to mark or drop.
 //! * The quantum is in bytes per class round, the same for every flow of every class (the
 //!   daemon uses one full frame, as `fq_codel`'s default quantum is one MTU plus headers).
+//! * Rounds and tags (above) in place of keeping emptied flows on the old list.
+//! * A flow holds at most 2^32 - 1 bytes; a packet that would pass that is handed back
+//!   ([`FairRejectReason::FlowFull`]).
+//! * Round tags are 32-bit and wrap: a flow idle for exactly a multiple of 2^32 rounds keeps the
+//!   credit it had left (at most one quantum), so the bound per round still holds.
 //!
 //! Time never goes backwards per packet: a sojourn is `now - enqueued_at`, saturating at zero if
 //! the caller passes an earlier `now`.
@@ -70,7 +108,8 @@ const NOT_QUEUED: u32 = u32::MAX - 1;
 /// Which list a flow is on.
 const LIST_NONE: u8 = 0;
 const LIST_NEW: u8 = 1;
-const LIST_OLD: u8 = 2;
+/// The old or the next list: the flow's round tag tells them apart (current round: old).
+const LIST_ROUND: u8 = 2;
 
 /// One flow's state: 32 bytes, the fields of one dequeue together.
 #[derive(Clone, Copy, Debug)]
@@ -84,32 +123,38 @@ struct Flow {
     next: u32,
     /// Packets queued.
     packets: u32,
-    /// DRR credit in bytes; may go negative after a packet larger than the credit.
+    /// DRR credit in bytes for round `round`; may go negative after a packet larger than it.
     deficit: i32,
-    /// The class whose lists hold the flow (meaningful while `list != LIST_NONE`).
+    /// Bytes queued (at most `u32::MAX`: [`FairRejectReason::FlowFull`]).
+    bytes: u32,
+    /// The class round `deficit` belongs to (wrapping).
+    round: u32,
+    /// The class whose lists hold the flow, or held it last.
     class: u16,
-    /// [`LIST_NONE`], [`LIST_NEW`] or [`LIST_OLD`].
+    /// [`LIST_NONE`], [`LIST_NEW`] or [`LIST_ROUND`].
     list: u8,
     _pad: u8,
-    /// Bytes queued.
-    bytes: u64,
 }
 
 const _: () = assert!(core::mem::size_of::<Flow>() == FLOW_STATE_BYTES);
 const _: () = assert!(FLOW_STATE_BYTES <= 64);
 
 impl Flow {
-    const IDLE: Flow = Flow {
-        head: NIL,
-        tail: NIL,
-        next: NIL,
-        packets: 0,
-        deficit: 0,
-        class: 0,
-        list: LIST_NONE,
-        _pad: 0,
-        bytes: 0,
-    };
+    /// A flow that has never held a packet: one quantum of credit in round 0 of class 0.
+    fn idle(quantum: u32) -> Flow {
+        Flow {
+            head: NIL,
+            tail: NIL,
+            next: NIL,
+            packets: 0,
+            deficit: quantum as i32,
+            bytes: 0,
+            round: 0,
+            class: 0,
+            list: LIST_NONE,
+            _pad: 0,
+        }
+    }
 }
 
 /// One packet id's record: the next packet of its flow ([`NIL`] at a tail, [`NOT_QUEUED`] when
@@ -145,11 +190,17 @@ impl FlowList {
     };
 }
 
-/// One class's lists and totals.
+/// One class's lists, round and totals.
 #[derive(Clone, Copy, Debug)]
 struct ClassLists {
+    /// Flows back with credit left in the current round: served first.
     new: FlowList,
+    /// Backlogged flows of the current round.
     old: FlowList,
+    /// Flows whose credit of the current round is used up, with the next round's quantum.
+    next: FlowList,
+    /// The current round (wrapping).
+    round: u32,
     /// Packets queued in the class.
     packets: u32,
     /// Flows of the class with at least one packet queued.
@@ -162,6 +213,8 @@ impl ClassLists {
     const EMPTY: ClassLists = ClassLists {
         new: FlowList::EMPTY,
         old: FlowList::EMPTY,
+        next: FlowList::EMPTY,
+        round: 0,
         packets: 0,
         backlogged: 0,
         bytes: 0,
@@ -211,6 +264,9 @@ pub enum FairRejectReason {
     /// The packet id is already queued.
     #[error("packet already queued")]
     AlreadyQueued,
+    /// The packet would make its flow hold more than `u32::MAX` bytes.
+    #[error("flow holds too many bytes")]
+    FlowFull,
 }
 
 /// Where [`FairQueue::enqueue`] put a packet.
@@ -220,8 +276,12 @@ pub struct FairQueueEnqueued {
     pub flow: u32,
     /// It went to the class's overflow flow.
     pub overflow: bool,
-    /// Its flow was idle and joined the new list.
+    /// Its flow was detached and joined the new list: it had credit left in the current round
+    /// (or the round turned while it was idle), so it is served before the old list.
     pub new_flow: bool,
+    /// Its flow was detached and had used up its credit of the current round: it joined the
+    /// next round's list.
+    pub next_round: bool,
 }
 
 /// A packet [`FairQueue::dequeue`] chose.
@@ -256,12 +316,19 @@ pub struct FairQueueCounters {
     /// Packets whose flow was still on another class's lists: sent to their class's overflow
     /// flow (also counted in `overflowed`).
     pub class_conflicts: u64,
-    /// Idle flows that joined a new list.
+    /// Detached flows that joined a new list (credit left in the current round).
     pub new_flows: u64,
+    /// Detached flows that came back with their round's credit used up and joined the next
+    /// round's list.
+    pub next_round_flows: u64,
     /// Packets dequeued from the new list.
     pub served_new: u64,
     /// Quanta granted to flows that used up their deficit.
     pub rounds: u64,
+    /// Class rounds that turned (the old list emptied and the next list took its place).
+    pub round_turns: u64,
+    /// Packets taken out by [`FairQueue::drop_head`] (the caller drops them).
+    pub dropped: u64,
 }
 
 /// Per-class fair queues over the caller's packet ids and flow indices. See the module docs.
@@ -294,8 +361,9 @@ impl FairQueue {
             return Err(FairQueueConfigError::TooManyPackets);
         }
         let n = config.packets as usize;
+        let flows = config.flows as usize + usize::from(config.classes);
         Ok(FairQueue {
-            flows: vec![Flow::IDLE; config.flows as usize + usize::from(config.classes)],
+            flows: vec![Flow::idle(config.quantum); flows],
             classes: vec![ClassLists::EMPTY; usize::from(config.classes)],
             slots: vec![Slot::FREE; n],
             flows_cap: config.flows,
@@ -312,7 +380,7 @@ impl FairQueue {
         if want > have {
             self.classes.resize(want, ClassLists::EMPTY);
             self.flows
-                .resize(self.flows_cap as usize + want, Flow::IDLE);
+                .resize(self.flows_cap as usize + want, Flow::idle(self.quantum));
         }
     }
 
@@ -331,9 +399,17 @@ impl FairQueue {
         self.flows_cap + u32::from(class.0)
     }
 
+    /// The current round of `class` (0 out of range; wraps).
+    pub fn class_round(&self, class: ClassId) -> u32 {
+        self.classes
+            .get(usize::from(class.0))
+            .map_or(0, |c| c.round)
+    }
+
     /// Queues packet `id` of `len` bytes of `class` at the tail of `flow` (its class's overflow
     /// flow when `None` or out of range, or when the flow is on another class's lists), stamped
-    /// `now` for its sojourn. A flow that was idle joins the new list with a fresh quantum.
+    /// `now` for its sojourn. A detached flow joins the new list when it has credit left in the
+    /// current round, else the next round's list (see the module docs).
     pub fn enqueue(
         &mut self,
         now: Timestamp,
@@ -366,18 +442,22 @@ impl FairQueue {
         let overflow_flow = self.overflow_flow(class);
         let mut f = match flow {
             Some(f) if f < self.flows_cap => f,
-            _ => {
-                self.counters.overflowed += 1;
-                overflow_flow
-            }
+            _ => overflow_flow,
         };
-        {
+        let conflict = {
             let st = &self.flows[f as usize];
-            if st.list != LIST_NONE && st.class != class.0 {
-                self.counters.class_conflicts += 1;
-                self.counters.overflowed += 1;
-                f = overflow_flow;
-            }
+            st.list != LIST_NONE && st.class != class.0
+        };
+        if conflict {
+            f = overflow_flow;
+        }
+        if self.flows[f as usize].bytes.checked_add(len).is_none() {
+            self.counters.rejected += 1;
+            return Err(reject(FairRejectReason::FlowFull));
+        }
+        if f == overflow_flow {
+            self.counters.overflowed += 1;
+            self.counters.class_conflicts += u64::from(conflict);
         }
         let i = id as usize;
         self.slots[i] = Slot {
@@ -386,6 +466,8 @@ impl FairQueue {
             enqueued_at: now,
         };
         let quantum = self.quantum as i32;
+        let lists = &mut self.classes[c];
+        let round = lists.round;
         let st = &mut self.flows[f as usize];
         if st.tail == NIL {
             st.head = id;
@@ -394,21 +476,35 @@ impl FairQueue {
         }
         st.tail = id;
         st.packets += 1;
-        st.bytes += u64::from(len);
-        let lists = &mut self.classes[c];
+        st.bytes += len;
         if st.packets == 1 {
             lists.backlogged += 1;
         }
         lists.packets += 1;
         lists.bytes += u64::from(len);
-        let new_flow = st.list == LIST_NONE;
-        if new_flow {
-            st.list = LIST_NEW;
-            st.class = class.0;
-            st.deficit = quantum;
-            st.next = NIL;
-            self.counters.new_flows += 1;
-            push_tail(&mut self.flows, &mut self.classes[c].new, f);
+        let detached = st.list == LIST_NONE;
+        let (mut new_flow, mut next_round) = (false, false);
+        if detached {
+            if st.class != class.0 || st.round != round {
+                // Idle rounds bank no credit; the debt of an overrun is kept.
+                st.deficit = st.deficit.min(0) + quantum;
+                st.round = round;
+                st.class = class.0;
+            }
+            if st.deficit > 0 {
+                st.list = LIST_NEW;
+                new_flow = true;
+                self.counters.new_flows += 1;
+                push_tail(&mut self.flows, &mut self.classes[c].new, f);
+            } else {
+                st.deficit += quantum;
+                st.round = round.wrapping_add(1);
+                st.list = LIST_ROUND;
+                next_round = true;
+                self.counters.next_round_flows += 1;
+                self.counters.rounds += 1;
+                push_tail(&mut self.flows, &mut self.classes[c].next, f);
+            }
         }
         self.packets += 1;
         self.counters.enqueued += 1;
@@ -416,6 +512,7 @@ impl FairQueue {
             flow: f,
             overflow: f == overflow_flow,
             new_flow,
+            next_round,
         })
     }
 
@@ -425,41 +522,40 @@ impl FairQueue {
         let c = usize::from(class.0);
         self.classes.get(c)?;
         let quantum = self.quantum as i32;
-        // Each pass either serves a packet, grants a quantum (at most once per listed flow
-        // before it serves or is found empty) or takes an empty flow off a list: empty flows
-        // left on the lists are removed here, also when the class has nothing queued.
+        // Each pass serves a packet, grants a quantum (at most once per listed flow before it
+        // serves), detaches a flow that a drop left empty, or turns the round (only when the
+        // new and old lists are empty and the next list is not): it ends.
         loop {
             let lists = &mut self.classes[c];
             let from_new = lists.new.head != NIL;
             let f = if from_new {
                 lists.new.head
-            } else {
+            } else if lists.old.head != NIL {
                 lists.old.head
-            };
-            if f == NIL {
+            } else if lists.next.head != NIL {
+                lists.old = lists.next;
+                lists.next = FlowList::EMPTY;
+                lists.round = lists.round.wrapping_add(1);
+                self.counters.round_turns += 1;
+                continue;
+            } else {
                 debug_assert_eq!(lists.packets, 0, "class {c} has packets but no listed flow");
                 return None;
-            }
+            };
+            let round = lists.round;
             let st = &mut self.flows[f as usize];
-            if st.deficit <= 0 {
-                st.deficit += quantum;
-                self.counters.rounds += 1;
-                self.move_head_to_old(c, from_new);
+            if st.head == NIL {
+                // Emptied by a drop: detached, its credit and tag kept.
+                self.pop_listed(c, from_new);
                 continue;
             }
-            if st.head == NIL {
-                let keep = from_new && self.classes[c].old.head != NIL;
-                if keep {
-                    self.move_head_to_old(c, true);
-                } else {
-                    let list = if from_new {
-                        &mut self.classes[c].new
-                    } else {
-                        &mut self.classes[c].old
-                    };
-                    pop_head(&mut self.flows, list);
-                    self.flows[f as usize].list = LIST_NONE;
-                }
+            if st.deficit <= 0 {
+                st.deficit += quantum;
+                st.round = round.wrapping_add(1);
+                self.counters.rounds += 1;
+                let f = self.pop_listed(c, from_new);
+                self.flows[f as usize].list = LIST_ROUND;
+                push_tail(&mut self.flows, &mut self.classes[c].next, f);
                 continue;
             }
             let id = st.head;
@@ -471,7 +567,7 @@ impl FairQueue {
                 st.tail = NIL;
             }
             st.packets -= 1;
-            st.bytes -= u64::from(len);
+            st.bytes -= len;
             st.deficit = st
                 .deficit
                 .saturating_sub(i32::try_from(len).unwrap_or(i32::MAX));
@@ -482,6 +578,8 @@ impl FairQueue {
             lists.bytes -= u64::from(len);
             if emptied {
                 lists.backlogged -= 1;
+                // Detached at once: a packet that comes back within the round finds its credit.
+                self.pop_listed(c, from_new);
             }
             self.packets -= 1;
             self.counters.dequeued += 1;
@@ -500,16 +598,73 @@ impl FairQueue {
         }
     }
 
-    /// Moves the head flow of class `c`'s new (or old) list to the tail of its old list.
-    fn move_head_to_old(&mut self, c: usize, from_new: bool) {
+    /// Takes the head flow of class `c`'s new (or old) list off it and marks it detached.
+    fn pop_listed(&mut self, c: usize, from_new: bool) -> u32 {
         let lists = &mut self.classes[c];
-        let f = if from_new {
-            pop_head(&mut self.flows, &mut lists.new)
+        let list = if from_new {
+            &mut lists.new
         } else {
-            pop_head(&mut self.flows, &mut lists.old)
+            &mut lists.old
         };
-        self.flows[f as usize].list = LIST_OLD;
-        push_tail(&mut self.flows, &mut self.classes[c].old, f);
+        let f = pop_head(&mut self.flows, list);
+        self.flows[f as usize].list = LIST_NONE;
+        f
+    }
+
+    /// The flow of `class` with the most bytes queued (the first found on a tie; `None` when the
+    /// class has nothing queued or is out of range). Walks the class's listed flows.
+    pub fn fattest_flow(&self, class: ClassId) -> Option<u32> {
+        let lists = self.classes.get(usize::from(class.0))?;
+        let mut best: Option<(u32, u32)> = None;
+        for list in [lists.new, lists.old, lists.next] {
+            let mut f = list.head;
+            while f != NIL {
+                let st = &self.flows[f as usize];
+                if st.bytes > best.map_or(0, |b| b.1) {
+                    best = Some((f, st.bytes));
+                }
+                f = st.next;
+            }
+        }
+        best.map(|b| b.0)
+    }
+
+    /// Takes the oldest packet of `flow` out of the queue for the caller to drop (counted in
+    /// [`FairQueueCounters::dropped`]), or `None` when the flow holds nothing. The flow keeps its
+    /// place and credit; if it is left empty, the round robin detaches it when it reaches it.
+    pub fn drop_head(&mut self, now: Timestamp, flow: u32) -> Option<FairQueueDequeued> {
+        let st = self.flows.get_mut(flow as usize)?;
+        if st.head == NIL {
+            return None;
+        }
+        let id = st.head;
+        let i = id as usize;
+        let slot = self.slots[i];
+        st.head = slot.next;
+        if st.head == NIL {
+            st.tail = NIL;
+        }
+        st.packets -= 1;
+        st.bytes -= slot.len;
+        let emptied = st.packets == 0;
+        let from_new = st.list == LIST_NEW;
+        let lists = &mut self.classes[usize::from(st.class)];
+        lists.packets -= 1;
+        lists.bytes -= u64::from(slot.len);
+        if emptied {
+            lists.backlogged -= 1;
+        }
+        self.slots[i].next = NOT_QUEUED;
+        self.packets -= 1;
+        self.counters.dropped += 1;
+        Some(FairQueueDequeued {
+            id,
+            flow,
+            len: slot.len,
+            enqueued_at: slot.enqueued_at,
+            sojourn: now.saturating_since(slot.enqueued_at),
+            from_new,
+        })
     }
 
     /// How long the head packet of `flow` has waited at `now`: the flow's own queueing delay
@@ -530,7 +685,9 @@ impl FairQueue {
 
     /// Bytes queued in `flow` (0 out of range).
     pub fn flow_bytes(&self, flow: u32) -> u64 {
-        self.flows.get(flow as usize).map_or(0, |f| f.bytes)
+        self.flows
+            .get(flow as usize)
+            .map_or(0, |f| u64::from(f.bytes))
     }
 
     /// Packets queued in `class` (0 out of range).
@@ -584,16 +741,22 @@ impl FairQueue {
         let mut listed_packets = 0u64;
         for (c, lists) in self.classes.iter().enumerate() {
             let (mut packets, mut bytes, mut backlogged) = (0u64, 0u64, 0u32);
-            for (list, tag) in [(lists.new, LIST_NEW), (lists.old, LIST_OLD)] {
+            let next_round = lists.round.wrapping_add(1);
+            for (list, tag, round) in [
+                (lists.new, LIST_NEW, lists.round),
+                (lists.old, LIST_ROUND, lists.round),
+                (lists.next, LIST_ROUND, next_round),
+            ] {
                 let (mut f, mut last) = (list.head, NIL);
                 while f != NIL {
                     let st = &self.flows[f as usize];
                     assert!(!seen[f as usize], "flow {f} listed twice");
                     seen[f as usize] = true;
                     assert_eq!(st.list, tag, "flow {f} tag in class {c}: {st:?}");
+                    assert_eq!(st.round, round, "flow {f} round in class {c}: {st:?}");
                     assert_eq!(usize::from(st.class), c, "flow {f}: {st:?}");
                     packets += u64::from(st.packets);
-                    bytes += st.bytes;
+                    bytes += u64::from(st.bytes);
                     backlogged += u32::from(st.packets > 0);
                     last = f;
                     f = st.next;
@@ -622,7 +785,7 @@ impl FairQueue {
             }
             assert_eq!(
                 (n, bytes, last),
-                (st.packets, st.bytes, st.tail),
+                (st.packets, u64::from(st.bytes), st.tail),
                 "flow {f}"
             );
             chained += u64::from(n);
@@ -631,7 +794,7 @@ impl FairQueue {
         assert_eq!(chained, queued, "queued ids not in any flow");
         assert_eq!(queued, self.packets);
         let c = &self.counters;
-        assert_eq!(c.enqueued, c.dequeued + self.packets, "{c:?}");
+        assert_eq!(c.enqueued, c.dequeued + c.dropped + self.packets, "{c:?}");
     }
 }
 

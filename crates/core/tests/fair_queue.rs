@@ -1,13 +1,15 @@
 //! Property tests of the fair queue against a plain reference model (CONTRIBUTING.md §13).
 //!
-//! The reference keeps each flow's packets in a `VecDeque`, each class's new and old lists in a
-//! `VecDeque` of flow indices and each flow's deficit in a `HashMap`, and runs `fq_codel`'s
-//! dequeue loop over them. The fair queue must return exactly the same packets in the same order
-//! for any sequence of enqueues and dequeues over several classes, and besides: nothing lost or
-//! duplicated, packets of a flow leave in the order they came, the counters add up (and count the
-//! packets that had no flow state), two continuously backlogged flows have sent the same bytes
-//! within one packet at every round boundary, and a flow that was idle is served before the
-//! backlogged ones.
+//! The reference keeps each flow's packets in a `VecDeque`, each class's new, old and next lists in
+//! `VecDeque`s of flow indices and each flow's deficit and round tag in a `HashMap`, and runs
+//! deficit round robin with explicit rounds over them (the module docs of `fair_queue`). The fair
+//! queue must return exactly the same packets in the same order, and name the same fattest flow,
+//! for any sequence of enqueues, dequeues and drops over several classes, and besides: nothing
+//! lost or duplicated, packets of a flow leave in the order they came, the counters add up (and
+//! count the packets that had no flow state), two continuously backlogged flows have sent the same
+//! bytes within one packet at every round boundary, a flow that was idle is served before the
+//! backlogged ones, a flow that sends one packet at a time (idle after each) gets no more than a
+//! backlogged flow, and a sparse flow below its share waits for no backlogged flow.
 
 use metronome_core::{ClassId, Duration, FairQueue, FairQueueConfig, FairRejectReason, Timestamp};
 use proptest::prelude::*;
@@ -22,23 +24,30 @@ const PACKETS: u32 = 256;
 /// Classes.
 const CLASSES: u16 = 3;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum List {
-    New,
-    Old,
-}
-
 #[derive(Default)]
 struct RefFlow {
     packets: VecDeque<(u32, u32, u64)>,
     deficit: i64,
-    list: Option<(List, u16)>,
+    round: u64,
+    /// The class that last held the flow, and whether it is on one of its lists now.
+    class: Option<u16>,
+    listed: bool,
 }
 
-/// The reference: `fq_codel`'s flow scheduling over plain collections.
+/// One class of the reference: its three lists and its round.
+#[derive(Clone, Default)]
+struct RefClass {
+    new: VecDeque<u32>,
+    old: VecDeque<u32>,
+    next: VecDeque<u32>,
+    round: u64,
+}
+
+/// The reference: DRR with explicit rounds over plain collections (see the module docs of
+/// `fair_queue`).
 struct Reference {
     flows: HashMap<u32, RefFlow>,
-    lists: Vec<(VecDeque<u32>, VecDeque<u32>)>,
+    classes: Vec<RefClass>,
     overflowed: u64,
 }
 
@@ -46,79 +55,110 @@ impl Reference {
     fn new() -> Self {
         Reference {
             flows: HashMap::new(),
-            lists: vec![(VecDeque::new(), VecDeque::new()); usize::from(CLASSES)],
+            classes: vec![RefClass::default(); usize::from(CLASSES)],
             overflowed: 0,
         }
+    }
+
+    fn flow(&mut self, f: u32) -> &mut RefFlow {
+        self.flows.entry(f).or_insert_with(|| RefFlow {
+            deficit: i64::from(Q),
+            class: Some(0),
+            ..RefFlow::default()
+        })
     }
 
     fn enqueue(&mut self, now: u64, class: u16, flow: Option<u32>, id: u32, len: u32) -> u32 {
         let overflow = FLOWS + u32::from(class);
         let mut f = match flow {
             Some(f) if f < FLOWS => f,
-            _ => {
-                self.overflowed += 1;
-                overflow
-            }
+            _ => overflow,
         };
-        if let Some((_, c)) = self.flows.get(&f).and_then(|s| s.list) {
-            if c != class {
-                self.overflowed += 1;
-                f = overflow;
-            }
+        let st = self.flow(f);
+        if st.listed && st.class != Some(class) {
+            f = overflow;
         }
-        let st = self.flows.entry(f).or_default();
+        if f == overflow {
+            self.overflowed += 1;
+        }
+        let round = self.classes[usize::from(class)].round;
+        self.flow(f);
+        let st = self.flows.get_mut(&f).unwrap();
         st.packets.push_back((id, len, now));
-        if st.list.is_none() {
-            st.list = Some((List::New, class));
-            st.deficit = i64::from(Q);
-            self.lists[usize::from(class)].0.push_back(f);
+        if !st.listed {
+            st.listed = true;
+            if st.class != Some(class) || st.round != round {
+                st.deficit = st.deficit.min(0) + i64::from(Q);
+                st.round = round;
+                st.class = Some(class);
+            }
+            let c = &mut self.classes[usize::from(class)];
+            if st.deficit > 0 {
+                c.new.push_back(f);
+            } else {
+                st.deficit += i64::from(Q);
+                st.round = round + 1;
+                c.next.push_back(f);
+            }
         }
         f
     }
 
     /// (id, flow, len, enqueued_at, from_new)
     fn dequeue(&mut self, class: u16) -> Option<(u32, u32, u32, u64, bool)> {
-        let c = usize::from(class);
+        let c = &mut self.classes[usize::from(class)];
         loop {
-            let (new, old) = &mut self.lists[c];
-            let from_new = !new.is_empty();
+            let from_new = !c.new.is_empty();
             let f = if from_new {
-                *new.front()?
+                c.new[0]
+            } else if !c.old.is_empty() {
+                c.old[0]
+            } else if !c.next.is_empty() {
+                c.old = std::mem::take(&mut c.next);
+                c.round += 1;
+                continue;
             } else {
-                *old.front()?
+                return None;
             };
+            let list = if from_new { &mut c.new } else { &mut c.old };
             let st = self.flows.get_mut(&f).unwrap();
-            if st.deficit <= 0 {
-                st.deficit += i64::from(Q);
-                st.list = Some((List::Old, class));
-                if from_new {
-                    new.pop_front()
-                } else {
-                    old.pop_front()
-                };
-                old.push_back(f);
+            if st.packets.is_empty() {
+                list.pop_front();
+                st.listed = false;
                 continue;
             }
-            match st.packets.pop_front() {
-                Some((id, len, at)) => {
-                    st.deficit -= i64::from(len);
-                    return Some((id, f, len, at, from_new));
-                }
-                None => {
-                    if from_new {
-                        new.pop_front();
-                    } else {
-                        old.pop_front();
-                    }
-                    if from_new && !old.is_empty() {
-                        st.list = Some((List::Old, class));
-                        old.push_back(f);
-                    } else {
-                        st.list = None;
-                    }
-                }
+            if st.deficit <= 0 {
+                st.deficit += i64::from(Q);
+                st.round = c.round + 1;
+                list.pop_front();
+                c.next.push_back(f);
+                continue;
+            }
+            let (id, len, at) = st.packets.pop_front().unwrap();
+            st.deficit -= i64::from(len);
+            if st.packets.is_empty() {
+                list.pop_front();
+                st.listed = false;
+            }
+            return Some((id, f, len, at, from_new));
+        }
+    }
+
+    /// The flow of `class` with the most bytes queued, first on a tie in list order.
+    fn fattest(&self, class: u16) -> Option<u32> {
+        let c = &self.classes[usize::from(class)];
+        let mut best: Option<(u32, u64)> = None;
+        for &f in c.new.iter().chain(&c.old).chain(&c.next) {
+            let bytes: u64 = self.flows[&f].packets.iter().map(|p| u64::from(p.1)).sum();
+            if bytes > best.map_or(0, |b| b.1) {
+                best = Some((f, bytes));
             }
         }
+        best.map(|b| b.0)
+    }
+
+    fn drop_head(&mut self, flow: u32) -> Option<u32> {
+        self.flows.get_mut(&flow)?.packets.pop_front().map(|p| p.0)
     }
 }
 
@@ -134,6 +174,8 @@ enum Op {
     Dequeue { class: u16, n: u8 },
     /// Advance time.
     Wait(u16),
+    /// Drop up to `n` packets from the head of the class's fattest flow.
+    DropFattest { class: u16, n: u8 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -142,6 +184,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(class, flow, len)| Op::Enqueue { class, flow, len }),
         3 => (0..CLASSES, 1u8..8).prop_map(|(class, n)| Op::Dequeue { class, n }),
         1 => any::<u16>().prop_map(Op::Wait),
+        1 => (0..CLASSES, 1u8..4).prop_map(|(class, n)| Op::DropFattest { class, n }),
     ]
 }
 
@@ -167,7 +210,7 @@ proptest! {
         let mut in_queue = HashSet::new();
         // Per flow index: ids in enqueue order, to check per-flow FIFO.
         let mut order: HashMap<u32, VecDeque<u32>> = HashMap::new();
-        let (mut enqueued, mut dequeued, mut no_state) = (0u64, 0u64, 0u64);
+        let (mut enqueued, mut dequeued, mut dropped, mut no_state) = (0u64, 0u64, 0u64, 0u64);
         for op in ops {
             match op {
                 Op::Enqueue { class, flow, len } => {
@@ -201,11 +244,24 @@ proptest! {
                     }
                 }
                 Op::Wait(ns) => now += u64::from(ns),
+                Op::DropFattest { class, n } => {
+                    for _ in 0..n {
+                        let got = q.fattest_flow(ClassId(class));
+                        prop_assert_eq!(got, r.fattest(class));
+                        let Some(f) = got else { break };
+                        let d = q.drop_head(Timestamp::from_nanos(now), f).unwrap();
+                        prop_assert_eq!(Some(d.id), r.drop_head(f));
+                        prop_assert!(in_queue.remove(&d.id));
+                        prop_assert_eq!(order.get_mut(&f).and_then(VecDeque::pop_front), Some(d.id));
+                        free.push(d.id);
+                        dropped += 1;
+                    }
+                }
             }
             q.invariants();
         }
         let c = q.counters();
-        prop_assert_eq!((c.enqueued, c.dequeued), (enqueued, dequeued));
+        prop_assert_eq!((c.enqueued, c.dequeued, c.dropped), (enqueued, dequeued, dropped));
         prop_assert_eq!(q.len(), in_queue.len() as u64);
         prop_assert_eq!(c.overflowed, r.overflowed);
         prop_assert!(c.overflowed >= no_state);
@@ -311,4 +367,99 @@ fn a_full_flow_state_is_counted_and_bad_ids_are_handed_back() {
     let r = q.enqueue(t, ClassId(0), Some(1), PACKETS, 100).unwrap_err();
     assert_eq!(r.reason, FairRejectReason::PacketOutOfRange);
     q.invariants();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A flow that always has exactly one packet queued (it sends the next one as soon as the
+    /// last has left, so it goes idle after each) against backlogged flows: at every moment it
+    /// has sent less than any backlogged flow plus one quantum plus one packet. A flow that took
+    /// a fresh quantum each time it came back would not.
+    #[test]
+    fn a_flow_sending_one_packet_at_a_time_gets_no_more_than_its_share(
+        bulk in 1u32..6,
+        bulk_lens in prop::collection::vec(64u32..=Q, 40),
+        trickle_lens in prop::collection::vec(64u32..=Q, 1..40),
+    ) {
+        let mut q = new_queue();
+        let c = ClassId(0);
+        let t = Timestamp::from_nanos(0);
+        let trickle = bulk;
+        let mut id = 0;
+        for &len in &bulk_lens {
+            for f in 0..bulk {
+                q.enqueue(t, c, Some(f), id, len).unwrap();
+                id += 1;
+            }
+        }
+        let mut sent = vec![0u64; bulk as usize + 1];
+        let mut k = 0;
+        while (0..bulk).all(|f| q.flow_packets(f) > 0) {
+            if q.flow_packets(trickle) == 0 {
+                let len = trickle_lens[k % trickle_lens.len()];
+                k += 1;
+                q.enqueue(t, c, Some(trickle), id, len).unwrap();
+                id = (id + 1) % PACKETS;
+                while q.contains(id) {
+                    id = (id + 1) % PACKETS;
+                }
+            }
+            let d = q.dequeue(t, c).unwrap();
+            sent[d.flow as usize] += u64::from(d.len);
+            for f in 0..bulk as usize {
+                prop_assert!(
+                    sent[trickle as usize] < sent[f] + 2 * u64::from(Q),
+                    "trickle {} vs flow {f} {}: {sent:?}", sent[trickle as usize], sent[f]
+                );
+            }
+            q.invariants();
+        }
+        prop_assert!(k > 1);
+    }
+
+    /// `bulk` backlogged flows of full-quantum packets (a round is one packet of each) and a
+    /// sparse flow sending a packet of at most a quarter quantum every `gap` dequeues, at least
+    /// half a round apart: it uses at most three quarters of its quantum a round, so each of its
+    /// packets leaves at the very next dequeue, from the new list, ahead of every backlogged
+    /// flow (once the backlogged flows have left the new list after their first quantum).
+    #[test]
+    fn a_sparse_flow_below_its_share_waits_for_no_backlogged_flow(
+        bulk in 2u32..10,
+        extra_gap in 0u32..4,
+        lens in prop::collection::vec(64u32..=Q / 4, 1..20),
+    ) {
+        let mut q = new_queue();
+        let c = ClassId(2);
+        let t = Timestamp::from_nanos(0);
+        let sparse = bulk;
+        let gap = bulk / 2 + 1 + extra_gap;
+        let mut id = 0;
+        for _ in 0..20 {
+            for f in 0..bulk {
+                q.enqueue(t, c, Some(f), id, Q).unwrap();
+                id += 1;
+            }
+        }
+        let mut checked = 0;
+        for n in 0..(10 * bulk) {
+            let mut sent_sparse = None;
+            if n >= 2 * bulk && n % gap == 0 {
+                prop_assert_eq!(q.flow_packets(sparse), 0);
+                let len = lens[n as usize % lens.len()];
+                let placed = q.enqueue(t, c, Some(sparse), id, len).unwrap();
+                prop_assert!(placed.new_flow, "{placed:?}");
+                sent_sparse = Some(id);
+                id += 1;
+            }
+            let d = q.dequeue(t, c).unwrap();
+            if let Some(want) = sent_sparse {
+                prop_assert_eq!(d.id, want);
+                prop_assert!(d.from_new);
+                checked += 1;
+            }
+        }
+        prop_assert!(checked >= 2);
+        q.invariants();
+    }
 }

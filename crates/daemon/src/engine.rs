@@ -213,6 +213,9 @@ pub struct EngineCounters {
     pub fair_discarded_at_stop: u64,
     /// Frames of fair classes with no flow-table entry: queued in their class's overflow flow.
     pub fair_overflow: u64,
+    /// Drops: frames a fair class shed from the head of its flow with the most bytes queued
+    /// (frame pool nearly full, or its backlog beyond the horizon; [`fair`]).
+    pub fair_dropped_fattest: u64,
     /// Wheel entries of classes on the `[link]` that the link dropped (its buffer, a not-ECT
     /// packet under `non_ect = "drop"`, a refused frame; by reason in [`Engine::link`]).
     pub link_dropped: u64,
@@ -225,6 +228,7 @@ impl EngineCounters {
             + self.dropped_horizon
             + self.dropped_pool
             + self.dropped_unclassified
+            + self.fair_dropped_fattest
     }
 
     /// Frames (not pieces) that entered the wheel.

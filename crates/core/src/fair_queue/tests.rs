@@ -110,3 +110,45 @@ fn empty_flows_leave_the_lists_and_return_as_new() {
     assert_eq!(q.flow_sojourn(0, t(40)), Duration::from_nanos(40));
     q.invariants();
 }
+
+#[test]
+fn a_flow_back_without_credit_waits_for_the_next_round() {
+    let mut q = fq(16, 4, 1);
+    let c = ClassId(0);
+    for i in 0..4 {
+        q.enqueue(t(0), c, Some(0), i, Q).unwrap();
+    }
+    q.enqueue(t(0), c, Some(1), 4, Q).unwrap();
+    // Flow 0 sends its quantum, then flow 1 sends its only packet and is detached.
+    assert_eq!(q.dequeue(t(0), c).unwrap().flow, 0);
+    assert_eq!(q.dequeue(t(0), c).unwrap().flow, 1);
+    assert_eq!(q.backlogged_flows(c), 1);
+    // Back in the same round with its credit used up: the next round, behind flow 0.
+    let e = q.enqueue(t(0), c, Some(1), 5, 100).unwrap();
+    assert!(e.next_round && !e.new_flow, "{e:?}");
+    assert_eq!(q.dequeue(t(0), c).unwrap().flow, 0);
+    assert_eq!(q.dequeue(t(0), c).unwrap().flow, 1);
+    assert_eq!(q.counters().next_round_flows, 1);
+    q.invariants();
+}
+
+#[test]
+fn a_drop_takes_the_head_of_the_fattest_flow_and_the_flow_is_detached_later() {
+    let mut q = fq(16, 4, 1);
+    let c = ClassId(0);
+    q.enqueue(t(0), c, Some(0), 0, 100).unwrap();
+    q.enqueue(t(1), c, Some(1), 1, 900).unwrap();
+    q.enqueue(t(2), c, Some(1), 2, 900).unwrap();
+    assert_eq!(q.fattest_flow(c), Some(1));
+    let d = q.drop_head(t(10), 1).unwrap();
+    assert_eq!((d.id, d.len, d.sojourn), (1, 900, Duration::from_nanos(9)));
+    q.drop_head(t(10), 1).unwrap();
+    assert_eq!(q.drop_head(t(10), 1), None);
+    assert_eq!(q.fattest_flow(c), Some(0));
+    q.invariants();
+    assert_eq!(q.dequeue(t(11), c).unwrap().id, 0);
+    assert_eq!(q.dequeue(t(11), c), None);
+    assert_eq!(q.counters().dropped, 2);
+    assert_eq!(q.fattest_flow(c), None);
+    q.invariants();
+}

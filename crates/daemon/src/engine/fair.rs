@@ -8,17 +8,21 @@
 //! `fair_overflow`). The class's aggregate policy still decides *when* the class may send its
 //! next bytes: whenever it has credit (its earliest departure for a full frame,
 //! `PolicyStack::peek`, is not after `now`), [`Engine::fair_pull`] asks deficit round robin
-//! *which* flow's packet leaves — new flows first, so a sparse flow waits about one quantum
-//! round, not the class's whole backlog — and stamps it with the usual [`PolicyStack`]
+//! *which* flow's packet leaves — deficit round robin with rounds, a flow that comes back with
+//! credit left in the current round first, so a sparse flow below its share waits for no
+//! backlogged flow, not the class's whole backlog — and stamps it with the usual [`PolicyStack`]
 //! (aggregate and, when the class paces, the flow's own pacing policy). Its EDT is normally due
 //! at once; a flow's pacing may put it later, and then it waits in the wheel while the class
 //! goes on with other flows. [`Engine::next_due`] includes each backlogged fair class's next
 //! credit time, so the loop wakes for it (CONTRIBUTING.md §3).
 //!
-//! **Stamping time.** A pulled packet is stamped as of its arrival (`enqueued_at`), not of the
-//! pull: a loop that pulls late still gives the aggregate its full rate (the bytes of a backlogged
-//! class follow each other at exactly the rate, from the aggregate's last timestamp), and an idle
-//! class's first packet gets its arrival time, as a FIFO class's does. The wheel is given the
+//! **Stamping time.** A pulled packet is stamped as of the moment its class's fair queue last
+//! became non-empty (the arrival of the packet that found it empty), not of the pull nor of its
+//! own arrival: a loop that pulls late still gives the aggregate its full rate (the bytes of a
+//! backlogged class follow each other at exactly the rate, from the aggregate's last timestamp),
+//! also when the packet chosen arrived after others of the class (its flow was owed its share: a
+//! stamp as of its own arrival would skip the time the class waited with older packets queued),
+//! and an idle class's first packet gets its arrival time, as a FIFO class's does. The wheel is given the
 //! real `now`.
 //!
 //! **Backpressure per flow.** `drop` counts the flow's packets in the fair queue and the wheel
@@ -26,8 +30,13 @@
 //! sojourn of the packet at the head of its flow's queue when this one arrives
 //! ([`FairQueue::flow_sojourn`]); above `threshold` the arriving packet is marked CE. A sparse
 //! flow, whose queue is empty, is never marked; a bulk flow with a standing queue is.
-//! `horizon_policy = "reject"` does not apply while a packet waits in the fair queue (it has no
-//! EDT yet; the frame pool bounds the queue).
+//! A packet waiting in the fair queue has no EDT yet, so the horizon cannot refuse it; instead
+//! the class sheds from its **fattest flow** (the flow with the most bytes queued, from the head,
+//! as `fq_codel` does) when the frame pool's small or large slots are nearly all in use, or,
+//! under `horizon_policy = "reject"`, when the class's queued bytes would take longer than the
+//! horizon at its rate. Refusing the arriving packet instead would hit a sparse flow as hard as
+//! a bulk one, and a full pool refuses every arriving frame before the engine sees it. Counted
+//! in `fair_dropped_fattest`.
 //!
 //! **Super-frames** are one unit of the fair queue (charged their wire bytes); when one is
 //! pulled it is cut into pieces ([`crate::pieces`]) and every piece is stamped and put in the
@@ -37,9 +46,10 @@
 //!
 //! **Accounting** (CONTRIBUTING.md §11). A frame in a fair queue is counted under
 //! `fair_enqueued`, then `fair_pulled` (into the wheel, where it counts as `enqueued`) or
-//! `fair_discarded_at_stop`. [`Engine::invariants`] checks
+//! `fair_discarded_at_stop` or `fair_dropped_fattest`. [`Engine::invariants`] checks
 //! `received = forwarded + enqueued frames + dropped + fair queued + fair discarded at stop`
-//! and `fair_enqueued = fair_pulled + fair_discarded_at_stop + fair queued`.
+//! (`dropped` includes `fair_dropped_fattest`) and
+//! `fair_enqueued = fair_pulled + fair_discarded_at_stop + fair_dropped_fattest + fair queued`.
 //! A pull needs room in the wheel for all its entries; without it the class waits for the next
 //! release (the wheel is not empty), so nothing is dropped at a pull.
 //!
@@ -52,7 +62,9 @@ use crate::config::{Backpressure, Config};
 use crate::flow_table::FLOW_TABLE_CAPACITY;
 use crate::metrics::{DropReason, FairClassMetrics};
 use metronome_core::timestamp::PolicyStack;
-use metronome_core::{ClassId, EdtQueue, FairQueue, FairQueueConfig, FlowId, PacketRef, Timestamp};
+use metronome_core::{
+    ClassId, EdtQueue, FairQueue, FairQueueConfig, FlowId, HorizonPolicy, PacketRef, Timestamp,
+};
 use metronome_io::FramePool;
 use metronome_packet::{Parsed, SuperFrame};
 
@@ -62,6 +74,35 @@ const PULL_BATCH: usize = crate::config::MAX_BATCH_SIZE;
 /// `slot_step` of a pool slot whose super-frame waits in a fair queue with a cut in
 /// `Fair::cuts` (a real step is a piece's spacing in ns, far below this).
 const PENDING_CUT: u64 = u64::MAX;
+
+/// A fair class sheds from its fattest flow when fewer than 1/`POOL_RESERVE` of the frame
+/// pool's small slots are free: the receive path then still finds slots for the
+/// arriving packets of sparse flows (`fq_codel` drops from its fattest flow at its limit instead
+/// of refusing the arriving packet). 1/8: one eighth of the pool's frames.
+const POOL_RESERVE: usize = 8;
+
+/// A fair class sheds from its fattest flow when fewer than 1/`LARGE_RESERVE` of the pool's
+/// large slots are free: a queued super-frame holds its large slot until its flow's turn, so with
+/// as many backlogged flows as large slots every slot is held and arriving super-frames are
+/// refused (`rx_no_large_slot`) whatever their flow. 1/32 is 8 of the default 256 slots;
+/// measured with `metronome compare --target 100mbit,1gbit --flows 256` on a loaded 2-core
+/// machine (docs/results/daemon.md): 1/8 gave the same Jain's index (0.997) and a lower rate at
+/// 1 Gbit/s (938 against 990 Mbit/s), no large-slot shedding a Jain's index of 0.76-0.95.
+const LARGE_RESERVE: usize = 32;
+
+/// Most frames one [`Engine::fair_shed`] drops (`fq_codel`'s `drop_batch_size`: 64).
+const SHED_BATCH: usize = 64;
+
+/// Why a fair class sheds ([`Engine::fair_pressure`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pressure {
+    /// Few small slots free.
+    Pool,
+    /// Few large slots free (super-frames).
+    Large,
+    /// The class's queued bytes exceed the horizon at its rate (`horizon_policy = "reject"`).
+    Horizon,
+}
 
 /// A super-frame's cut, kept while it waits in a fair queue.
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +122,9 @@ pub(super) struct Fair {
     cuts: Vec<Option<PendingCut>>,
     /// Packets of each class (by state index) that went to the overflow flow.
     overflowed: Vec<u64>,
+    /// Per class (by state index): when its fair queue last went from empty to holding a
+    /// packet (the arrival of that packet); the time its pulls are stamped as of.
+    busy_since: Vec<Timestamp>,
     /// The series of each class that is or was fair (by state index).
     metrics: Vec<Option<FairClassMetrics>>,
     /// Pool slots of the engine (the fair queue's packet ids).
@@ -130,6 +174,7 @@ impl Engine {
         let n = u16::try_from(self.classes.len()).unwrap_or(u16::MAX);
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
+        f.busy_since.resize(self.classes.len(), Timestamp::ZERO);
         f.metrics.resize(self.classes.len(), None);
         f.active.clear();
         for (i, state) in self.classes.iter().enumerate() {
@@ -165,6 +210,12 @@ impl Engine {
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if q.flow_sojourn(flow_index, now) > threshold {
                 self.mark_ecn(pool, id, index, parsed);
+            }
+        }
+        let q = self.fair.queue.as_mut().expect("checked above");
+        if q.class_packets(class) == 0 {
+            if let Some(b) = self.fair.busy_since.get_mut(index) {
+                *b = now;
             }
         }
         let q = self.fair.queue.as_mut().expect("checked above");
@@ -211,6 +262,92 @@ impl Engine {
                 *step = PENDING_CUT;
             }
         }
+        self.fair_shed(now, pool, index);
+    }
+
+    /// What class `index`'s fair backlog must shed now, if anything: the frame pool's small or
+    /// large slots are nearly all in use, or (under `horizon_policy = "reject"`) the class's
+    /// queued bytes would take longer than the horizon at its rate.
+    fn fair_pressure(&self, pool: &FramePool, index: usize) -> Option<Pressure> {
+        if pool.available_small()
+            < pool.capacity().saturating_sub(pool.large_capacity()) / POOL_RESERVE
+        {
+            return Some(Pressure::Pool);
+        }
+        if pool.large_capacity() > 0
+            && pool.available_large() < pool.large_capacity() / LARGE_RESERVE
+        {
+            return Some(Pressure::Large);
+        }
+        let state = self.classes.get(index)?;
+        let bytes = self.fair.queue.as_ref()?.class_bytes(ClassId(index as u16));
+        match (state.horizon_policy, state.policy.rate) {
+            (HorizonPolicy::Reject, Some(rate)) if rate.transmit_time(bytes) >= self.max_delay => {
+                Some(Pressure::Horizon)
+            }
+            _ => None,
+        }
+    }
+
+    /// Drops from the head of class `index`'s flow with the most bytes queued while the class is
+    /// under [`Engine::fair_pressure`], as `fq_codel` drops from its fattest flow: at most half
+    /// of that flow's bytes and [`SHED_BATCH`] frames a call, then the pressure is looked at
+    /// again at the next arrival. The arriving packet's flow may be the one (counted alike).
+    /// Each drop is counted in `fair_dropped_fattest` and as the class's `queue_full` drop.
+    fn fair_shed(&mut self, now: Timestamp, pool: &mut FramePool, index: usize) {
+        let Some(mut pressure) = self.fair_pressure(pool, index) else {
+            return;
+        };
+        let class = ClassId(index as u16);
+        let Some(q) = self.fair.queue.as_ref() else {
+            return;
+        };
+        let Some(flow) = q.fattest_flow(class) else {
+            return;
+        };
+        let keep = q.flow_bytes(flow) / 2;
+        for _ in 0..SHED_BATCH {
+            let Some(q) = self.fair.queue.as_mut() else {
+                return;
+            };
+            if q.flow_bytes(flow) <= keep {
+                break;
+            }
+            let Some(dq) = q.drop_head(now, flow) else {
+                break;
+            };
+            let large = pool.is_large(dq.id);
+            self.fair_free_dropped(pool, dq.id, index);
+            // Large-slot pressure is relieved only by a large slot.
+            if pressure == Pressure::Large && !large {
+                continue;
+            }
+            match self.fair_pressure(pool, index) {
+                Some(p) => pressure = p,
+                None => break,
+            }
+        }
+    }
+
+    /// Frees a frame [`Engine::fair_shed`] took out of a fair queue, and counts it.
+    fn fair_free_dropped(&mut self, pool: &mut FramePool, id: u32, index: usize) {
+        let i = id as usize;
+        if let Some(&e) = self.slot_entry.get(i) {
+            if e != NO_ENTRY {
+                self.flows.remove_queued(e);
+            }
+        }
+        if let Some(c) = self.fair.cuts.get_mut(i) {
+            *c = None;
+        }
+        if let Some(step) = self.slot_step.get_mut(i) {
+            *step = 0;
+        }
+        self.counters.fair_dropped_fattest += 1;
+        if let Some(state) = self.classes.get(index) {
+            state.metrics.dropped(DropReason::QueueFull);
+        }
+        pool.free(id);
     }
 
     /// Pulls, from every backlogged fair class whose aggregate has credit at `now`, the packets
@@ -270,7 +407,11 @@ impl Engine {
             _ => None,
         };
         let policies = PolicyStack::new(aggregate_id, pacing);
-        let at = dq.enqueued_at.min(now);
+        // As of when the class's queue last became non-empty: no later than any queued packet's
+        // arrival, so a packet that arrived late but leaves first (its flow was owed its share)
+        // does not skip the time the class was backlogged.
+        let busy_since = self.fair.busy_since.get(index).copied().unwrap_or(now);
+        let at = busy_since.min(dq.enqueued_at).min(now);
         let cut = match self.slot_step.get(i) {
             Some(&PENDING_CUT) => self.fair.cuts.get_mut(i).and_then(Option::take),
             _ => None,
@@ -460,7 +601,7 @@ impl Engine {
         let c = &self.counters;
         assert_eq!(
             c.fair_enqueued,
-            c.fair_pulled + c.fair_discarded_at_stop + self.fair.len(),
+            c.fair_pulled + c.fair_discarded_at_stop + c.fair_dropped_fattest + self.fair.len(),
             "{c:?}"
         );
         if let Some(q) = &self.fair.queue {

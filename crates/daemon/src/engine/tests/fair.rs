@@ -211,3 +211,91 @@ fn per_flow_pacing_still_applies_in_a_fair_class() {
         }
     }
 }
+
+/// Frames of source port `port` that left.
+fn count_of(rig: &Rig, port: u16) -> usize {
+    rig.sent
+        .iter()
+        .filter(|(_, f)| f[34..36] == port.to_be_bytes())
+        .count()
+}
+
+#[test]
+fn a_nearly_full_pool_sheds_from_the_fattest_flow_not_the_arrivals() {
+    let mut rig = Rig::new(&class(true, ""));
+    // One bulk flow queues 3 800 frames, another 200, all at one instant: more than the 4 096-slot
+    // pool less its one-eighth reserve.
+    for _ in 0..38 {
+        rig.push(&vec![tcp(40000, 5201, FULL, 0); 100]);
+    }
+    rig.push(&vec![tcp(40001, 5201, FULL, 0); 200]);
+    rig.push(&[tcp(50000, 5201, 100, 0)]);
+    let c = rig.engine.counters();
+    assert!(c.fair_dropped_fattest > 0, "{c:?}");
+    assert!(
+        rig.pool.available() >= 4096 / 8 - 1,
+        "{}",
+        rig.pool.available()
+    );
+    rig.run_until_empty(Duration::from_micros(100));
+    let c = rig.engine.counters();
+    // Only the fattest flow lost frames: every frame of the others left.
+    assert_eq!(count_of(&rig, 40001), 200);
+    assert_eq!(count_of(&rig, 50000), 1);
+    assert_eq!(
+        count_of(&rig, 40000) as u64,
+        3800 - c.fair_dropped_fattest,
+        "{c:?}"
+    );
+    assert_eq!(c.dropped(), c.fair_dropped_fattest, "{c:?}");
+    let text = rig.engine.metrics.encode();
+    assert!(text.contains("queue_full"), "{text}");
+}
+
+#[test]
+fn under_a_reject_horizon_the_fair_backlog_is_bounded_by_the_horizon() {
+    let extra = "horizon_policy = \"reject\"\n[wheel]\nhorizon = \"20ms\"\n";
+    let mut rig = Rig::new(&class(true, extra));
+    // 400 frames of one flow: 48 ms at 100 Mbit/s, more than the 20 ms horizon.
+    for _ in 0..4 {
+        rig.push(&vec![tcp(40000, 5201, FULL, 0); 100]);
+    }
+    rig.push(&[tcp(50000, 5201, 100, 0)]);
+    let c = rig.engine.counters();
+    assert!(c.fair_dropped_fattest >= 400 - 166, "{c:?}");
+    // At most the horizon's bytes stay queued: 20 ms at 100 Mbit/s is 165 full frames.
+    assert!(rig.engine.class_fair_queued("bulk") <= 166);
+    rig.run_until_empty(Duration::from_micros(100));
+    assert_eq!(count_of(&rig, 50000), 1);
+    assert_eq!(
+        count_of(&rig, 40000) as u64,
+        400 - rig.engine.counters().fair_dropped_fattest
+    );
+}
+
+#[test]
+fn a_late_pull_of_a_newer_flows_packet_does_not_cost_the_rate() {
+    let mut rig = Rig::new(&class(true, ""));
+    let t0 = rig.now;
+    rig.push(&vec![tcp(40000, 5201, FULL, 0); 200]);
+    // Released only every 1 ms; each time a second flow's frame arrives first and is served
+    // first (its flow is owed its share), though older frames of the class were waiting.
+    let mut pushed = 0;
+    while rig.engine.queued() > 0 {
+        if pushed < 20 {
+            // The frame is received 1 ms after the last release, then the release runs.
+            rig.now += Duration::from_millis(1);
+            rig.push(&[tcp(40001, 5201, FULL, 0)]);
+            pushed += 1;
+        } else {
+            rig.step(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(rig.sent.len(), 220);
+    let last = rig.sent.last().unwrap().0.saturating_since(t0).as_nanos();
+    let want = 219 * FRAME_NS;
+    assert!(
+        last >= want && last < want + 1_000_000,
+        "{last} ns, want {want}"
+    );
+}
