@@ -322,17 +322,14 @@ impl<S: SlotStore> EdtQueue for GenericTimingWheel<S> {
             self.advance_front_to(self.clock.slot_of(now));
         }
         let mut slot = self.clock.slot_of(edt);
-        // Which counter the placement adds to, once the store has taken the packet: a packet
-        // handed back was placed nowhere.
-        let (mut past_due, mut clamped) = (false, false);
         if slot < self.front_slot {
             slot = self.front_slot;
-            past_due = true;
+            self.counters.past_due += 1;
         } else if slot - self.front_slot >= self.slots as u64 {
             match self.policy {
                 HorizonPolicy::Clamp => {
                     slot = self.front_slot + self.slots as u64 - 1;
-                    clamped = true;
+                    self.counters.clamped_beyond_horizon += 1;
                 }
                 HorizonPolicy::Reject => {
                     let reason = RejectReason::BeyondHorizon;
@@ -347,6 +344,14 @@ impl<S: SlotStore> EdtQueue for GenericTimingWheel<S> {
             Ok(true) => self.occupied.set(pos),
             Ok(false) => {}
             Err(pkt) => {
+                // A packet handed back was placed nowhere: its placement is not counted. Undone
+                // here, on this rare path, so the accepted path counts in its branches only.
+                let wanted = self.clock.slot_of(edt);
+                if wanted < self.front_slot {
+                    self.counters.past_due -= 1;
+                } else if wanted - self.front_slot >= self.slots as u64 {
+                    self.counters.clamped_beyond_horizon -= 1;
+                }
                 let reason = RejectReason::PoolExhausted;
                 self.counters.count_rejection(reason);
                 return Err(Rejected { pkt, reason });
@@ -354,11 +359,6 @@ impl<S: SlotStore> EdtQueue for GenericTimingWheel<S> {
         }
         self.len += 1;
         self.counters.enqueued += 1;
-        if past_due {
-            self.counters.past_due += 1;
-        } else if clamped {
-            self.counters.clamped_beyond_horizon += 1;
-        }
         Ok(())
     }
 
