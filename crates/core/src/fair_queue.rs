@@ -49,6 +49,12 @@
 //! milliseconds is never idle long enough to leave the old list, so each request waits up to a
 //! round. Here the tag bounds the credit instead, and the flow is detached at once.
 //!
+//! [`FairQueue::charge_sparse`] is for a caller that lets such a sparse flow's packet leave at
+//! once instead of at the class's next turn (the daemon, when the class's aggregate has just
+//! sent a piece and would hold the packet for that piece's wire time): the packet is not queued,
+//! but its flow is charged as if it had been enqueued and served from the new list, so the bound
+//! of one quantum per round holds for it too.
+//!
 //! Each packet's enqueue time is kept, so [`FairQueueDequeued::sojourn`] and
 //! [`FairQueue::flow_sojourn`] give the flow's *own* queueing delay for marking and dropping.
 //!
@@ -329,6 +335,9 @@ pub struct FairQueueCounters {
     pub round_turns: u64,
     /// Packets taken out by [`FairQueue::drop_head`] (the caller drops them).
     pub dropped: u64,
+    /// Packets [`FairQueue::charge_sparse`] let leave without queueing them (charged to their
+    /// flow's credit; not in `enqueued` nor `dequeued`).
+    pub sparse_charged: u64,
 }
 
 /// Per-class fair queues over the caller's packet ids and flow indices. See the module docs.
@@ -596,6 +605,44 @@ impl FairQueue {
                 from_new,
             });
         }
+    }
+
+    /// Charges a `len`-byte packet of `flow` in `class` that the caller sends at once, without
+    /// queueing it, when the flow is *sparse*: detached (nothing queued, on no list; a caller's
+    /// flow index, not an overflow flow) with credit left in the class's current round, the
+    /// flow that [`FairQueue::enqueue`] would put on the new list. Its length is taken from the
+    /// flow's credit as [`FairQueue::dequeue`] would take it, the flow stays detached, and the
+    /// packet is counted in [`FairQueueCounters::sparse_charged`]. So the credit bound per round
+    /// holds for packets that bypass the queue: a flow that sends this way gets no more than one
+    /// quantum per round (plus the overrun of its last packet) either. Returns false and
+    /// changes nothing otherwise (the caller queues the packet).
+    pub fn charge_sparse(&mut self, class: ClassId, flow: u32, len: u32) -> bool {
+        let Some(lists) = self.classes.get(usize::from(class.0)) else {
+            return false;
+        };
+        let round = lists.round;
+        if flow >= self.flows_cap {
+            return false;
+        }
+        let quantum = self.quantum as i32;
+        let st = &mut self.flows[flow as usize];
+        if st.list != LIST_NONE || st.packets != 0 {
+            return false;
+        }
+        // The credit an enqueue would find: idle rounds bank none, an overrun's debt is kept.
+        let deficit = if st.class != class.0 || st.round != round {
+            st.deficit.min(0) + quantum
+        } else {
+            st.deficit
+        };
+        if deficit <= 0 {
+            return false;
+        }
+        st.deficit = deficit.saturating_sub(i32::try_from(len).unwrap_or(i32::MAX));
+        st.round = round;
+        st.class = class.0;
+        self.counters.sparse_charged += 1;
+        true
     }
 
     /// Takes the head flow of class `c`'s new (or old) list off it and marks it detached.

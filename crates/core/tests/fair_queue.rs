@@ -157,6 +157,31 @@ impl Reference {
         best.map(|b| b.0)
     }
 
+    /// A sparse packet sent at once: the flow is detached with credit left in the current
+    /// round (as an enqueue would find it), and its length is taken from that credit.
+    fn charge_sparse(&mut self, class: u16, flow: u32, len: u32) -> bool {
+        if flow >= FLOWS {
+            return false;
+        }
+        let round = self.classes[usize::from(class)].round;
+        let st = self.flow(flow);
+        if st.listed || !st.packets.is_empty() {
+            return false;
+        }
+        let deficit = if st.class != Some(class) || st.round != round {
+            st.deficit.min(0) + i64::from(Q)
+        } else {
+            st.deficit
+        };
+        if deficit <= 0 {
+            return false;
+        }
+        st.deficit = deficit - i64::from(len);
+        st.round = round;
+        st.class = Some(class);
+        true
+    }
+
     fn drop_head(&mut self, flow: u32) -> Option<u32> {
         self.flows.get_mut(&flow)?.packets.pop_front().map(|p| p.0)
     }
@@ -176,6 +201,8 @@ enum Op {
     Wait(u16),
     /// Drop up to `n` packets from the head of the class's fattest flow.
     DropFattest { class: u16, n: u8 },
+    /// Send a packet of `len` bytes of `flow` at once if the flow is sparse.
+    ChargeSparse { class: u16, flow: u32, len: u32 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -185,6 +212,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..CLASSES, 1u8..8).prop_map(|(class, n)| Op::Dequeue { class, n }),
         1 => any::<u16>().prop_map(Op::Wait),
         1 => (0..CLASSES, 1u8..4).prop_map(|(class, n)| Op::DropFattest { class, n }),
+        2 => (0..CLASSES, 0..FLOWS + 2, 1u32..9000)
+            .prop_map(|(class, flow, len)| Op::ChargeSparse { class, flow, len }),
     ]
 }
 
@@ -211,6 +240,7 @@ proptest! {
         // Per flow index: ids in enqueue order, to check per-flow FIFO.
         let mut order: HashMap<u32, VecDeque<u32>> = HashMap::new();
         let (mut enqueued, mut dequeued, mut dropped, mut no_state) = (0u64, 0u64, 0u64, 0u64);
+        let mut charged = 0u64;
         for op in ops {
             match op {
                 Op::Enqueue { class, flow, len } => {
@@ -243,6 +273,14 @@ proptest! {
                         dequeued += 1;
                     }
                 }
+                Op::ChargeSparse { class, flow, len } => {
+                    let got = q.charge_sparse(ClassId(class), flow, len);
+                    prop_assert_eq!(got, r.charge_sparse(class, flow, len));
+                    if got {
+                        prop_assert_eq!(q.flow_packets(flow), 0);
+                        charged += 1;
+                    }
+                }
                 Op::Wait(ns) => now += u64::from(ns),
                 Op::DropFattest { class, n } => {
                     for _ in 0..n {
@@ -262,6 +300,7 @@ proptest! {
         }
         let c = q.counters();
         prop_assert_eq!((c.enqueued, c.dequeued, c.dropped), (enqueued, dequeued, dropped));
+        prop_assert_eq!(c.sparse_charged, charged);
         prop_assert_eq!(q.len(), in_queue.len() as u64);
         prop_assert_eq!(c.overflowed, r.overflowed);
         prop_assert!(c.overflowed >= no_state);
@@ -416,6 +455,56 @@ proptest! {
             q.invariants();
         }
         prop_assert!(k > 1);
+    }
+
+    /// The same trickle, but each of its packets is first offered to `charge_sparse` (sent at
+    /// once when its flow has credit left in the round) and queued only when refused: it still
+    /// never gets ahead of a backlogged flow by more than one quantum plus one packet.
+    #[test]
+    fn a_flow_charged_as_sparse_gets_no_more_than_its_share(
+        bulk in 1u32..6,
+        bulk_lens in prop::collection::vec(64u32..=Q, 40),
+        trickle_lens in prop::collection::vec(64u32..=Q, 1..40),
+    ) {
+        let mut q = new_queue();
+        let c = ClassId(0);
+        let t = Timestamp::from_nanos(0);
+        let trickle = bulk;
+        let mut id = 0;
+        for &len in &bulk_lens {
+            for f in 0..bulk {
+                q.enqueue(t, c, Some(f), id, len).unwrap();
+                id += 1;
+            }
+        }
+        let mut sent = vec![0u64; bulk as usize + 1];
+        let (mut k, mut refused) = (0u64, 0u64);
+        while (0..bulk).all(|f| q.flow_packets(f) > 0) {
+            if q.flow_packets(trickle) == 0 {
+                let len = trickle_lens[k as usize % trickle_lens.len()];
+                k += 1;
+                if q.charge_sparse(c, trickle, len) {
+                    sent[trickle as usize] += u64::from(len);
+                } else {
+                    refused += 1;
+                    q.enqueue(t, c, Some(trickle), id, len).unwrap();
+                    id = (id + 1) % PACKETS;
+                    while q.contains(id) {
+                        id = (id + 1) % PACKETS;
+                    }
+                }
+            }
+            let d = q.dequeue(t, c).unwrap();
+            sent[d.flow as usize] += u64::from(d.len);
+            for f in 0..bulk as usize {
+                prop_assert!(
+                    sent[trickle as usize] < sent[f] + 2 * u64::from(Q),
+                    "trickle {} vs flow {f} {}: {sent:?}", sent[trickle as usize], sent[f]
+                );
+            }
+            q.invariants();
+        }
+        prop_assert_eq!(q.counters().sparse_charged, k - refused);
     }
 
     /// `bulk` backlogged flows of full-quantum packets (a round is one packet of each) and a

@@ -213,6 +213,10 @@ pub struct EngineCounters {
     pub fair_discarded_at_stop: u64,
     /// Frames of fair classes with no flow-table entry: queued in their class's overflow flow.
     pub fair_overflow: u64,
+    /// Frames of sparse flows of fair classes sent at once instead of waiting for their class's
+    /// next pull, their bytes charged to the class's rate (counted in `enqueued`, not in
+    /// `fair_enqueued`; [`fair`]).
+    pub fair_sparse_early: u64,
     /// Drops: frames a fair class shed from the head of its flow with the most bytes queued
     /// (frame pool nearly full, or its backlog beyond the horizon; [`fair`]).
     pub fair_dropped_fattest: u64,

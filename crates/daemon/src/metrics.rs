@@ -362,6 +362,7 @@ impl ClassMetrics {
 pub struct FairClassMetrics {
     flows: Gauge,
     overflow: Counter,
+    sparse_early: Counter,
 }
 
 impl FairClassMetrics {
@@ -373,6 +374,11 @@ impl FairClassMetrics {
     /// Counts one packet queued in the class's overflow flow.
     pub fn overflowed(&self) {
         self.overflow.inc();
+    }
+
+    /// Counts one packet of a sparse flow sent at once, ahead of the class's next pull.
+    pub fn sparse_early(&self) {
+        self.sparse_early.inc();
     }
 }
 
@@ -412,6 +418,7 @@ struct Inner {
     queued: Family<ClassLabel, Gauge>,
     fair_flows: Family<ClassLabel, Gauge>,
     fair_overflow: Family<ClassLabel, Counter>,
+    fair_sparse_early: Family<ClassLabel, Counter>,
     nba_rate: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
     refused: Family<ReasonLabel, Counter>,
@@ -465,6 +472,7 @@ impl Metrics {
             queued: Family::default(),
             fair_flows: Family::default(),
             fair_overflow: Family::default(),
+            fair_sparse_early: Family::default(),
             nba_rate: Family::default(),
             malformed: Family::default(),
             refused: Family::default(),
@@ -513,6 +521,13 @@ impl Metrics {
         let overflow = "Packets of a fair class that found no flow-table entry and waited in \
                         the class's overflow flow";
         r.register("class_fair_overflow", overflow, inner.fair_overflow.clone());
+        let sparse = "Packets of a sparse flow of a fair class sent at once, ahead of the \
+                      class's next pull, their bytes charged to its rate";
+        r.register(
+            "class_fair_sparse_early",
+            sparse,
+            inner.fair_sparse_early.clone(),
+        );
         let nba = "Share of the class's aggregate rate given to each silo by the NIC-level \
                    bandwidth allocator, bit/s";
         r.register("nba_rate_bps", nba, inner.nba_rate.clone());
@@ -638,6 +653,7 @@ impl Metrics {
         FairClassMetrics {
             flows: self.inner.fair_flows.get_or_create(&l).clone(),
             overflow: self.inner.fair_overflow.get_or_create(&l).clone(),
+            sparse_early: self.inner.fair_sparse_early.get_or_create(&l).clone(),
         }
     }
 

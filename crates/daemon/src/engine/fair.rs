@@ -16,6 +16,19 @@
 //! goes on with other flows. [`Engine::next_due`] includes each backlogged fair class's next
 //! credit time, so the loop wakes for it (CONTRIBUTING.md §3).
 //!
+//! **Sparse packets leave at once.** Right after a pull the aggregate holds the class for the
+//! pulled packet's wire time at the class's rate (a piece of up to `gso_burst`, about 1 ms at
+//! 100 Mbit/s), so a sparse flow's packet arriving then would wait for it, however empty its own
+//! queue. [`Engine::fair_send_sparse`] sends such a packet at once instead: a frame of at most
+//! one quantum, of a flow with nothing in the fair queue or the wheel and credit left in the
+//! class's round ([`FairQueue::charge_sparse`], so deficit round robin's bound per round holds
+//! for it). Its bytes are charged to the aggregate, so the class's next pull moves later by its
+//! wire time and the class's rate over any window longer than a piece is unchanged. One such
+//! packet per pull: after one leaves, the next sparse packet is queued until the class's next
+//! pull, so at any moment the class is at most one frame ahead of what its aggregate alone
+//! would send (`fq_codel` and `fq` serve a new flow first; here it also skips the class's wait).
+//! Counted in `fair_sparse_early`.
+//!
 //! **Stamping time.** A pulled packet is stamped as of the moment its class's fair queue last
 //! became non-empty (the arrival of the packet that found it empty), not of the pull nor of its
 //! own arrival: a loop that pulls late still gives the aggregate its full rate (the bytes of a
@@ -46,7 +59,8 @@
 //!
 //! **Accounting** (CONTRIBUTING.md §11). A frame in a fair queue is counted under
 //! `fair_enqueued`, then `fair_pulled` (into the wheel, where it counts as `enqueued`) or
-//! `fair_discarded_at_stop` or `fair_dropped_fattest`. [`Engine::invariants`] checks
+//! `fair_discarded_at_stop` or `fair_dropped_fattest`; a sparse packet sent at once goes straight
+//! into the wheel (`enqueued`), counted in `fair_sparse_early` and not in `fair_enqueued`. [`Engine::invariants`] checks
 //! `received = forwarded + enqueued frames + dropped + fair queued + fair discarded at stop`
 //! (`dropped` includes `fair_dropped_fattest`) and
 //! `fair_enqueued = fair_pulled + fair_discarded_at_stop + fair_dropped_fattest + fair queued`.
@@ -133,6 +147,9 @@ pub(super) struct Fair {
     wheel_packets: usize,
     /// Pulled frames the wheel refused, to free at the next call that holds the pool.
     orphans: Vec<u32>,
+    /// Per class (by state index): a sparse packet may leave at once
+    /// ([`Engine::fair_send_sparse`]); cleared when one does, set again by the class's next pull.
+    sparse_open: Vec<bool>,
 }
 
 impl Fair {
@@ -175,6 +192,7 @@ impl Engine {
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
         f.busy_since.resize(self.classes.len(), Timestamp::ZERO);
+        f.sparse_open.resize(self.classes.len(), true);
         f.metrics.resize(self.classes.len(), None);
         f.active.clear();
         for (i, state) in self.classes.iter().enumerate() {
@@ -201,11 +219,17 @@ impl Engine {
         parsed: &Parsed,
     ) {
         let policy = self.classes[index].policy;
-        let Some(q) = self.fair.queue.as_mut() else {
+        if self.fair.queue.is_none() {
             // Not reachable: a fair class allocates the queue when installed.
             return self.drop(pool, id, index, DropReason::QueueFull);
-        };
+        }
         let class = ClassId(index as u16);
+        if superframe.is_none() && self.fair_send_sparse(now, (id, index, entry), len) {
+            return;
+        }
+        let Some(q) = self.fair.queue.as_mut() else {
+            return self.drop(pool, id, index, DropReason::QueueFull);
+        };
         let flow_index = entry.unwrap_or(NO_ENTRY);
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if q.flow_sojourn(flow_index, now) > threshold {
@@ -263,6 +287,98 @@ impl Engine {
             }
         }
         self.fair_shed(now, pool, index);
+    }
+
+    /// Sends packet `id` (`len` wire bytes, one frame) of fair class `index` at once when its flow
+    /// is sparse and the class's aggregate would otherwise hold it: the flow has no packet in the
+    /// fair queue or the wheel, has credit left in the class's round
+    /// ([`FairQueue::charge_sparse`]), its own pacing (if any) lets it go now, the frame is at
+    /// most one quantum, and no sparse packet of the class has left this way since the class's
+    /// last pull. Its bytes are charged to the aggregate (the class's next pull moves later by
+    /// its wire time), so the class's rate over any window longer than a piece is unchanged, and
+    /// the class sends at most one such packet beyond what the aggregate allows at any moment.
+    /// It enters the wheel due at `now`, counted in `fair_sparse_early` (not in `fair_enqueued`).
+    /// Returns false, changing nothing, when it must be queued.
+    fn fair_send_sparse(
+        &mut self,
+        now: Timestamp,
+        (id, index, entry): (u32, usize, Option<u32>),
+        len: u64,
+    ) -> bool {
+        let Some(e) = entry else {
+            return false;
+        };
+        let Some(q) = self.fair.queue.as_ref() else {
+            return false;
+        };
+        let len32 = clamp_u32(len);
+        if len32 > q.quantum()
+            || !self.fair.sparse_open.get(index).copied().unwrap_or(false)
+            || self.flows.queued(e) > 0
+            || self.wheel.len() >= self.fair.wheel_packets
+        {
+            return false;
+        }
+        let Some(state) = self.classes.get(index) else {
+            return false;
+        };
+        let (aggregate_id, policy) = (state.aggregate, state.policy);
+        let aggregate = PolicyStack::new(aggregate_id, None);
+        let due = aggregate.peek(&self.stamper, now, now, len32);
+        // Due now: the usual pull sends it at once. Paused: nothing may leave.
+        if due <= now || due == Timestamp::MAX {
+            return false;
+        }
+        let pacing = match policy.pacing {
+            Some(rate) => self
+                .flows
+                .pacing_policy(e, &mut self.stamper, rate, policy.burst),
+            None => None,
+        };
+        if PolicyStack::new(None, pacing).peek(&self.stamper, now, now, len32) > now {
+            return false;
+        }
+        let class = ClassId(index as u16);
+        let Some(q) = self.fair.queue.as_mut() else {
+            return false;
+        };
+        if !q.charge_sparse(class, e, len32) {
+            return false;
+        }
+        // Charges the aggregate (and the flow's pacing) with the packet's bytes; it leaves now.
+        PolicyStack::new(aggregate_id, pacing).stamp(&mut self.stamper, now, now, len32);
+        let len16 = u16::try_from(len).unwrap_or(u16::MAX);
+        let pkt = PacketRef::new(id, FlowId(e), class, len16);
+        if self.wheel.enqueue(now, now, pkt).is_err() {
+            // Not reachable: the wheel's room was checked and `now` is within its horizon.
+            return false;
+        }
+        if let Some(open) = self.fair.sparse_open.get_mut(index) {
+            *open = false;
+        }
+        self.counters.fair_sparse_early += 1;
+        self.counters.enqueued += 1;
+        let state = &mut self.classes[index];
+        state.queued += 1;
+        state.stamped_bytes += len;
+        let i = id as usize;
+        if let Some(slot) = self.slot_edt.get_mut(i) {
+            *slot = now;
+        }
+        if let Some(slot) = self.slot_step.get_mut(i) {
+            *slot = 0;
+        }
+        if let Some(slot) = self.slot_wire.get_mut(i) {
+            *slot = len32;
+        }
+        if let Some(slot) = self.slot_entry.get_mut(i) {
+            *slot = e;
+        }
+        self.flows.add_queued(e);
+        if let Some(Some(m)) = self.fair.metrics.get(index) {
+            m.sparse_early();
+        }
+        true
     }
 
     /// What class `index`'s fair backlog must shed now, if anything: the frame pool's small or
@@ -393,6 +509,9 @@ impl Engine {
             return false;
         };
         self.counters.fair_pulled += 1;
+        if let Some(open) = self.fair.sparse_open.get_mut(index) {
+            *open = true;
+        }
         let id = dq.id;
         let i = id as usize;
         let entry = self.slot_entry.get(i).copied().unwrap_or(NO_ENTRY);

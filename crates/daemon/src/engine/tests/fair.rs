@@ -299,3 +299,75 @@ fn a_late_pull_of_a_newer_flows_packet_does_not_cost_the_rate() {
         "{last} ns, want {want}"
     );
 }
+
+/// Steps the rig by `step` until a frame of the bulk ports (below 50000) leaves; returns the
+/// class's frames sent so far.
+fn step_to_bulk_departure(rig: &mut Rig, step: Duration) -> usize {
+    let bulk = |rig: &Rig| {
+        rig.sent
+            .iter()
+            .filter(|(_, f)| u16::from_be_bytes([f[34], f[35]]) < 50000)
+            .count()
+    };
+    let before = bulk(rig);
+    while bulk(rig) == before {
+        rig.step(step);
+    }
+    rig.sent.len()
+}
+
+#[test]
+fn a_sparse_packet_leaves_at_once_and_the_class_keeps_its_rate() {
+    const STEP: Duration = Duration::from_micros(2);
+    const SPARSE: usize = 100;
+    let mut rig = Rig::new(&class(true, ""));
+    // Four bulk flows queue 25 frames each: 12 ms of backlog at 100 Mbit/s.
+    let frames: Vec<Vec<u8>> = (0..100)
+        .map(|i| tcp(40000 + i % 4, 5201, FULL, 0))
+        .collect();
+    rig.push(&frames);
+    let mut waits = Vec::new();
+    for k in 0..8u16 {
+        for _ in 0..4 {
+            step_to_bulk_departure(&mut rig, STEP);
+        }
+        // A bulk frame has just left: the class's next slot is about one frame time away.
+        let t = rig.now;
+        rig.push(&[tcp(50000 + k, 5201, SPARSE, 0)]);
+        waits.push(times_of(&rig, 50000 + k, t).first().copied());
+    }
+    // It left at the moment it arrived, not at the class's next slot (~121 us later).
+    assert!(waits.iter().all(|w| *w == Some(0)), "{waits:?}");
+    // Two sparse packets at once right after a bulk departure: only the first goes early.
+    step_to_bulk_departure(&mut rig, STEP);
+    let t = rig.now;
+    rig.push(&[tcp(50100, 5201, SPARSE, 0), tcp(50101, 5201, SPARSE, 0)]);
+    assert_eq!(times_of(&rig, 50100, t), [0]);
+    assert!(times_of(&rig, 50101, t).is_empty());
+    rig.run_until_empty(STEP);
+    let c = rig.engine.counters();
+    assert_eq!(c.fair_sparse_early, 9, "{c:?}");
+    assert_eq!(rig.sent.len(), 110);
+    assert_eq!((c.fair_enqueued, c.fair_pulled), (101, 101), "{c:?}");
+    let text = rig.engine.metrics.encode();
+    assert!(
+        text.contains(r#"metronome_class_fair_sparse_early_total{class="bulk"} 9"#),
+        "{text}"
+    );
+    // Over every window, the class sent at most its rate's bytes plus its first frame (its
+    // burst), one sparse packet sent early, and the bytes of one step of release granularity.
+    let rate_bpns = 100e6 / 8.0 / 1e9;
+    let slack = (FULL + SPARSE) as u64 + (rate_bpns * STEP.as_nanos() as f64).ceil() as u64;
+    for (i, (start, _)) in rig.sent.iter().enumerate() {
+        let mut sum = 0;
+        for (j, (end, f)) in rig.sent.iter().enumerate().skip(i) {
+            sum += f.len() as u64;
+            let window = end.saturating_since(*start).as_nanos();
+            let allowed = (rate_bpns * window as f64) as u64 + slack;
+            assert!(
+                sum <= allowed,
+                "frames {i}..={j}: {sum} bytes in {window} ns, allowed {allowed}"
+            );
+        }
+    }
+}
