@@ -7,13 +7,14 @@
 //! used and that the probe was answered. The probe's RTT in both modes is printed, not asserted:
 //! `metronome compare` measures it (the three runs above printed a p99 of 1.7 to 2.2 ms fair
 //! against 79 to 86 ms through the FIFO). Skips, saying why, without CAP_NET_ADMIN; the topology is
-//! removed on every path (its `Drop`).
+//! removed on every path (its `Drop`). A second test sends the probe alone through the fair class
+//! and through a bridge with an HTB at the same rate: the floor of its RTT through each path.
 
 mod common;
 
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
-use metronome_testbed::netns::Topology;
+use metronome_testbed::netns::{QdiscSpec, Topology};
 use metronome_testbed::trafficgen::{FlowGroup, ProbeReport, TrafficPlan};
 use std::time::Duration;
 
@@ -60,8 +61,8 @@ fn run(topo: &Topology, fair: bool) -> (f64, Option<ProbeReport>) {
     let who = if fair { "fair" } else { "fifo" };
     println!(
         "{who}: achieved {:.2} Mbit/s on the wire (target {:.0}); received {} released {} \
-         dropped {} (fattest {}) fair enqueued {} pulled {} overflow {} discarded at stop {}; \
-         probe {:?}",
+         dropped {} (fattest {}) fair enqueued {} pulled {} sparse early {} overflow {} \
+         discarded at stop {}; probe {:?}",
         achieved / 1e6,
         TARGET_BPS / 1e6,
         e.received,
@@ -70,6 +71,7 @@ fn run(topo: &Topology, fair: bool) -> (f64, Option<ProbeReport>) {
         e.fair_dropped_fattest,
         e.fair_enqueued,
         e.fair_pulled,
+        e.fair_sparse_early,
         e.fair_overflow,
         e.fair_discarded_at_stop,
         report.probe,
@@ -111,4 +113,41 @@ fn kernel_tcp_through_a_fair_class_holds_the_rate_and_accounts_for_every_frame()
         "probe RTT through the class, fair: p50 {} us p99 {} us; fifo: {:?}",
         probe.p50_us, probe.p99_us, fifo_probe
     );
+}
+
+/// How long the probe runs alone, in each path of the floor test.
+const FLOOR_RUN: Duration = Duration::from_secs(2);
+
+/// The probe alone (no bulk flow, so nothing is queued) through the daemon's fair class and then
+/// through a Linux bridge with an HTB at the same rate: the floor of the probe's RTT through each
+/// path on this machine, what a sparse flow's RTT under load is to be set against. Printed, not
+/// asserted (a wall-clock figure); asserts that the probe was answered through both and that the
+/// daemon accounted for every frame.
+#[test]
+fn the_probe_alone_through_a_fair_class_and_through_htb() {
+    let Some(mut topo) = common::topology("mtr-fqp", "fair_probe_floor") else {
+        return;
+    };
+    let addr = topo.receiver_addr;
+    let plan = || TrafficPlan::new(addr, Vec::new(), FLOOR_RUN).with_probe(PROBE_PORT);
+    let (daemon, _, loop_report) =
+        common::drive_shaped(&topo, config(true), Metrics::new(), plan());
+    common::assert_every_frame_accounted(&loop_report, "probe alone");
+    topo.bridge_shaper().unwrap();
+    let htb = QdiscSpec::Htb {
+        rate_bps: TARGET_BPS as u64,
+        burst_bytes: None,
+    };
+    let out = topo.shaper_out.clone();
+    topo.install_qdisc(&out, &htb).unwrap();
+    let (kernel, _) = common::drive(&topo, plan());
+    topo.remove().unwrap();
+    let (daemon, kernel) = (daemon.probe.unwrap(), kernel.probe.unwrap());
+    eprintln!(
+        "probe alone: daemon (fair class) p50 {} us p99 {} us max {} us; bridge + htb p50 {} us \
+         p99 {} us max {} us",
+        daemon.p50_us, daemon.p99_us, daemon.max_us, kernel.p50_us, kernel.p99_us, kernel.max_us
+    );
+    assert!(daemon.samples > 0, "daemon: {daemon:?}");
+    assert!(kernel.samples > 0, "htb: {kernel:?}");
 }

@@ -23,11 +23,12 @@
 //! one quantum, of a flow with nothing in the fair queue or the wheel and credit left in the
 //! class's round ([`FairQueue::charge_sparse`], so deficit round robin's bound per round holds
 //! for it). Its bytes are charged to the aggregate, so the class's next pull moves later by its
-//! wire time and the class's rate over any window longer than a piece is unchanged. One such
-//! packet per pull: after one leaves, the next sparse packet is queued until the class's next
-//! pull, so at any moment the class is at most one frame ahead of what its aggregate alone
-//! would send (`fq_codel` and `fq` serve a new flow first; here it also skips the class's wait).
-//! Counted in `fair_sparse_early`.
+//! wire time and the class's rate over any window longer than a piece is unchanged. At most
+//! one quantum (one full frame) of such bytes per pull: a sparse packet that would pass it is
+//! queued until the class's next pull, so at any moment the class is at most one frame ahead of
+//! what its aggregate alone would send, however many sparse flows there are (`fq_codel` and
+//! `fq` serve a new flow first; here it also skips the class's wait). Counted in
+//! `fair_sparse_early`.
 //!
 //! **Stamping time.** A pulled packet is stamped as of the moment its class's fair queue last
 //! became non-empty (the arrival of the packet that found it empty), not of the pull nor of its
@@ -147,9 +148,9 @@ pub(super) struct Fair {
     wheel_packets: usize,
     /// Pulled frames the wheel refused, to free at the next call that holds the pool.
     orphans: Vec<u32>,
-    /// Per class (by state index): a sparse packet may leave at once
-    /// ([`Engine::fair_send_sparse`]); cleared when one does, set again by the class's next pull.
-    sparse_open: Vec<bool>,
+    /// Per class (by state index): bytes of sparse packets sent at once
+    /// ([`Engine::fair_send_sparse`]) since the class's last pull, at most one quantum.
+    sparse_bytes: Vec<u32>,
 }
 
 impl Fair {
@@ -192,7 +193,7 @@ impl Engine {
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
         f.busy_since.resize(self.classes.len(), Timestamp::ZERO);
-        f.sparse_open.resize(self.classes.len(), true);
+        f.sparse_bytes.resize(self.classes.len(), 0);
         f.metrics.resize(self.classes.len(), None);
         f.active.clear();
         for (i, state) in self.classes.iter().enumerate() {
@@ -293,10 +294,11 @@ impl Engine {
     /// is sparse and the class's aggregate would otherwise hold it: the flow has no packet in the
     /// fair queue or the wheel, has credit left in the class's round
     /// ([`FairQueue::charge_sparse`]), its own pacing (if any) lets it go now, the frame is at
-    /// most one quantum, and no sparse packet of the class has left this way since the class's
-    /// last pull. Its bytes are charged to the aggregate (the class's next pull moves later by
-    /// its wire time), so the class's rate over any window longer than a piece is unchanged, and
-    /// the class sends at most one such packet beyond what the aggregate allows at any moment.
+    /// most one quantum, and with the sparse packets sent this way since the class's last pull
+    /// it makes at most one quantum. Its bytes are charged to the aggregate (the class's next
+    /// pull moves later by its wire time), so the class's rate over any window longer than a
+    /// piece is unchanged, and the class sends at most one quantum beyond what the aggregate
+    /// allows at any moment.
     /// It enters the wheel due at `now`, counted in `fair_sparse_early` (not in `fair_enqueued`).
     /// Returns false, changing nothing, when it must be queued.
     fn fair_send_sparse(
@@ -312,8 +314,13 @@ impl Engine {
             return false;
         };
         let len32 = clamp_u32(len);
-        if len32 > q.quantum()
-            || !self.fair.sparse_open.get(index).copied().unwrap_or(false)
+        let sent = self
+            .fair
+            .sparse_bytes
+            .get(index)
+            .copied()
+            .unwrap_or(u32::MAX);
+        if sent.saturating_add(len32) > q.quantum()
             || self.flows.queued(e) > 0
             || self.wheel.len() >= self.fair.wheel_packets
         {
@@ -353,8 +360,8 @@ impl Engine {
             // Not reachable: the wheel's room was checked and `now` is within its horizon.
             return false;
         }
-        if let Some(open) = self.fair.sparse_open.get_mut(index) {
-            *open = false;
+        if let Some(b) = self.fair.sparse_bytes.get_mut(index) {
+            *b += len32;
         }
         self.counters.fair_sparse_early += 1;
         self.counters.enqueued += 1;
@@ -509,8 +516,8 @@ impl Engine {
             return false;
         };
         self.counters.fair_pulled += 1;
-        if let Some(open) = self.fair.sparse_open.get_mut(index) {
-            *open = true;
+        if let Some(b) = self.fair.sparse_bytes.get_mut(index) {
+            *b = 0;
         }
         let id = dq.id;
         let i = id as usize;

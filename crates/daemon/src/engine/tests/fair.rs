@@ -319,7 +319,7 @@ fn step_to_bulk_departure(rig: &mut Rig, step: Duration) -> usize {
 #[test]
 fn a_sparse_packet_leaves_at_once_and_the_class_keeps_its_rate() {
     const STEP: Duration = Duration::from_micros(2);
-    const SPARSE: usize = 100;
+    const SPARSE: usize = 600;
     let mut rig = Rig::new(&class(true, ""));
     // Four bulk flows queue 25 frames each: 12 ms of backlog at 100 Mbit/s.
     let frames: Vec<Vec<u8>> = (0..100)
@@ -338,26 +338,33 @@ fn a_sparse_packet_leaves_at_once_and_the_class_keeps_its_rate() {
     }
     // It left at the moment it arrived, not at the class's next slot (~121 us later).
     assert!(waits.iter().all(|w| *w == Some(0)), "{waits:?}");
-    // Two sparse packets at once right after a bulk departure: only the first goes early.
+    // Three sparse packets at once right after a bulk departure: the two small ones go early,
+    // the full frame would pass one quantum of early bytes and waits for the next pull.
     step_to_bulk_departure(&mut rig, STEP);
     let t = rig.now;
-    rig.push(&[tcp(50100, 5201, SPARSE, 0), tcp(50101, 5201, SPARSE, 0)]);
+    rig.push(&[
+        tcp(50100, 5201, SPARSE, 0),
+        tcp(50101, 5201, SPARSE, 0),
+        tcp(50102, 5201, FULL, 0),
+    ]);
     assert_eq!(times_of(&rig, 50100, t), [0]);
-    assert!(times_of(&rig, 50101, t).is_empty());
+    assert_eq!(times_of(&rig, 50101, t), [0]);
+    assert!(times_of(&rig, 50102, t).is_empty());
     rig.run_until_empty(STEP);
     let c = rig.engine.counters();
-    assert_eq!(c.fair_sparse_early, 9, "{c:?}");
-    assert_eq!(rig.sent.len(), 110);
+    assert_eq!(c.fair_sparse_early, 10, "{c:?}");
+    assert_eq!(rig.sent.len(), 111);
     assert_eq!((c.fair_enqueued, c.fair_pulled), (101, 101), "{c:?}");
     let text = rig.engine.metrics.encode();
     assert!(
-        text.contains(r#"metronome_class_fair_sparse_early_total{class="bulk"} 9"#),
+        text.contains(r#"metronome_class_fair_sparse_early_total{class="bulk"} 10"#),
         "{text}"
     );
     // Over every window, the class sent at most its rate's bytes plus its first frame (its
-    // burst), one sparse packet sent early, and the bytes of one step of release granularity.
+    // burst), one quantum (a full frame) of sparse bytes sent early, and the bytes of one step
+    // of release granularity.
     let rate_bpns = 100e6 / 8.0 / 1e9;
-    let slack = (FULL + SPARSE) as u64 + (rate_bpns * STEP.as_nanos() as f64).ceil() as u64;
+    let slack = 2 * FULL as u64 + (rate_bpns * STEP.as_nanos() as f64).ceil() as u64;
     for (i, (start, _)) in rig.sent.iter().enumerate() {
         let mut sum = 0;
         for (j, (end, f)) in rig.sent.iter().enumerate().skip(i) {
