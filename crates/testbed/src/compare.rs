@@ -13,7 +13,9 @@
 //!   that ignore ECN — the host's default BBR — did, by 7 % at 100 Mbit/s);
 //! * **metronome-fair**: the same daemon and class with `fair = true` ([`metronome_fair_config`]):
 //!   the aggregate still decides when the class sends, a per-class flow scheduler decides which
-//!   flow's packet leaves, new and sparse flows first, so the probe does not wait behind the bulk;
+//!   flow's packet leaves, new and sparse flows first, so the probe does not wait behind the bulk
+//!   (and a sparse packet that finds the class holding for the piece it has just sent leaves at
+//!   once, charged to the class's rate);
 //!   with [`FAIR_GSO_SLOTS`] super-frame slots (queued super-frames wait for their flow's turn);
 //! * **htb**: a Linux bridge joins `in0` and `out0` and `out0` gets one HTB class, rate = ceil =
 //!   target, the `tc` default burst ([`QdiscSpec::Htb`]);
