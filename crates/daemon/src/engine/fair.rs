@@ -61,7 +61,8 @@
 //! **Accounting** (CONTRIBUTING.md §11). A frame in a fair queue is counted under
 //! `fair_enqueued`, then `fair_pulled` (into the wheel, where it counts as `enqueued`) or
 //! `fair_discarded_at_stop` or `fair_dropped_fattest`; a sparse packet sent at once goes straight
-//! into the wheel (`enqueued`), counted in `fair_sparse_early` and not in `fair_enqueued`. [`Engine::invariants`] checks
+//! into the wheel (`enqueued`), counted in `fair_sparse_early` and not in `fair_enqueued`.
+//! [`Engine::invariants`] checks
 //! `received = forwarded + enqueued frames + dropped + fair queued + fair discarded at stop`
 //! (`dropped` includes `fair_dropped_fattest`) and
 //! `fair_enqueued = fair_pulled + fair_discarded_at_stop + fair_dropped_fattest + fair queued`.
@@ -356,9 +357,10 @@ impl Engine {
         PolicyStack::new(aggregate_id, pacing).stamp(&mut self.stamper, now, now, len32);
         let len16 = u16::try_from(len).unwrap_or(u16::MAX);
         let pkt = PacketRef::new(id, FlowId(e), class, len16);
-        if self.wheel.enqueue(now, now, pkt).is_err() {
-            // Not reachable: the wheel's room was checked and `now` is within its horizon.
-            return false;
+        if let Err(rejected) = self.wheel.enqueue(now, now, pkt) {
+            // Not expected (the wheel's room was checked): counted as a drop, as a refused pull.
+            self.fair_orphan(id, index, super::reject_reason(rejected.reason));
+            return true;
         }
         if let Some(b) = self.fair.sparse_bytes.get_mut(index) {
             *b += len32;
