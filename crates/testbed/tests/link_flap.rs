@@ -2,25 +2,23 @@
 //! the daemon while one of the shaper's veths is set down for 0.5 s and up again (a flap), or
 //! deleted and created again with the same name 0.5 s later (a new ifindex: the daemon must open
 //! its sockets again by name). Each of `in0` and `out0`, with one loop and with two silos
-//! (`cores = 2`, whose fanout group is rejoined on a re-created interface).
-//!
-//! The flap of `out0` with one loop runs with `daemon.link_down_grace` longer than the outage
-//! ([`KEEP_ALL`]): what was queued is all sent when the link returns, none dropped. Every other
-//! fault runs with the default grace (100 ms): what was queued for `out0` and is more than the
-//! grace past its EDT when the link returns is dropped and counted.
+//! (`cores = 2`, whose fanout group is rejoined on a re-created interface), every fault with the
+//! default `daemon.link_down_grace` (1 s, longer than the outage): the shaping clock stops
+//! while `out0` is down, and what was queued leaves at the class's rate when it returns.
 //!
 //! Asserts that the daemon keeps running (its loops return reports, not an error), counts the
 //! transition in `metronome_link_down_total{interface}` once per loop (and, for a re-created
-//! interface, `metronome_link_reopened_total{interface}`), that the frames dropped for the outage
-//! are counted in `metronome_link_down_dropped_total{interface}` as in the loops' reports (none
-//! with [`KEEP_ALL`], some for a fault of `out0` with the default grace; for `in0`, none from the
-//! wheel), that forwarding resumes after the link is back (within `RESUME_BOUND` with
-//! [`KEEP_ALL`]: the shaper then holds what was queued and releases it at once; otherwise within
-//! `TCP_RESUME_BOUND`: the sender's kernel dropped the frames for `in0`, and the daemon those for
-//! `out0` that outlived the grace, so the first frame after it is the sender's TCP
-//! retransmission), that the rate after the fault holds within the tolerance, that a re-created
-//! `in0` has GRO on again (`daemon.gro`, switched on at start and on reopening), and that every
-//! frame each loop received is accounted for. Skips, saying why, without CAP_NET_ADMIN.
+//! interface, `metronome_link_reopened_total{interface}`), that the frames dropped for an
+//! outage are counted in `metronome_link_down_dropped_total{interface}` as in the loops'
+//! reports and that there are none (the outage was within the grace; none from the wheel for
+//! `in0` in any case), that forwarding resumes after the link is back (within
+//! [`RESUME_BOUND`] after a flap: the shaper held what was queued, and the ACKs of what it sent
+//! meanwhile, and sends them when the link returns; within [`TCP_RESUME_BOUND`] after a
+//! re-creation, which the hosts' veths undergo too), that the rate after the fault holds within
+//! the tolerance, that a re-created `in0` has GRO on again (`daemon.gro`, switched on at start
+//! and on reopening), and that every frame each loop received is accounted for. Each fault
+//! prints one line with its figures (`link_flap: ...`, on standard error). Skips, saying why,
+//! without CAP_NET_ADMIN.
 
 mod common;
 
@@ -45,11 +43,11 @@ const FLAP_FOR: Duration = Duration::from_millis(500);
 const SETTLE: Duration = Duration::from_millis(1500);
 /// Skipped at the end (flows stopping one by one).
 const COOLDOWN: Duration = Duration::from_millis(300);
-/// Tolerance of the rate after a flap of `out0` with one loop, as in `real_traffic.rs`: within
-/// 3 %, in one of two attempts (measured after a flap: 0.0 to -2.5 % loaded, -0.00 % idle; see
+/// Tolerance of the rate after a flap, as in `real_traffic.rs`: within 3 %, in one of two
+/// attempts (measured after a flap: 0.0 to -2.5 % loaded, -0.00 % idle; see
 /// `common::RETRY_BOUND_TOLERANCES`).
 const TOLERANCE: f64 = 0.03;
-/// The other faults' rate after the fault, in one attempt: at most 3 % above the limit (no run
+/// The re-creations' rate after the fault, in one attempt: at most 3 % above the limit (no run
 /// was ever above +0.00 %; above, the shaper released more than its limit: a reopened socket
 /// bypassing the engine, frames delivered twice) and at most 40 % below. Measured in first
 /// attempts (`cargo test -p metronome-testbed --test link_flap -- --nocapture`, 4 runs with a
@@ -59,22 +57,24 @@ const TOLERANCE: f64 = 0.03;
 /// that does not resume, or resumes on half its flows, is further off.
 const OVER: f64 = 0.03;
 const UNDER: f64 = 0.40;
-/// `daemon.link_down_grace` of the flap of `out0` with one loop: longer than the outage (and
-/// than any scheduling delay of a loaded machine), so that nothing is dropped for it.
-const KEEP_ALL: &str = "5s";
 /// The class's limit, bit/s.
 const TARGET_BPS: f64 = 100e6;
-/// Forwarding resumes within this of the link coming back after the flap of `out0` with
-/// [`KEEP_ALL`]: the daemon probes a down link every 50 ms (`link::LINK_POLL`), the receiver's
-/// counter is sampled every 20 ms, and the queued packets leave at once; 150 ms leaves 80 ms
-/// for scheduling on this shared machine.
-const RESUME_BOUND: Duration = Duration::from_millis(150);
-/// Forwarding resumes within this of the link coming back after the other faults: the sender's
-/// kernel dropped what it sent to `in0` meanwhile, and the daemon what was queued for `out0` and
-/// outlived the grace, so the next frame is the sender's TCP retransmission, whose timer backs
-/// off during the outage (200 ms minimum, doubled per expiry: 200, 400, 800 ms after the last
+/// Forwarding resumes within this of the link coming back after a flap: the daemon probes a
+/// down link every 10 ms (`link::LINK_POLL`) and then sends what it held at once (due when the
+/// link went down), the receiver's counter is sampled every 20 ms. 100 ms, the bound the
+/// daemon is built to; measured 16 to 24 ms in one run of this binary, the machine loaded by
+/// other builds.
+const RESUME_BOUND: Duration = Duration::from_millis(100);
+/// Forwarding resumes within this of the link coming back after a re-creation: the hosts'
+/// veths are deleted and created again too, so the sender's kernel drops what it sends
+/// meanwhile and the next frame may be the sender's TCP retransmission, whose timer backs off
+/// during the outage (200 ms minimum, doubled per expiry: 200, 400, 800 ms after the last
 /// ACK), so it fires up to about 1 s after a 0.5 s outage ends.
 const TCP_RESUME_BOUND: Duration = Duration::from_millis(1200);
+/// The longest outage (from the test's `ip` command to the other) after which nothing may be
+/// dropped for it: the default grace (1 s) less the daemon's detection of the link's return
+/// (a 10 ms probe) and 190 ms for scheduling on a loaded machine.
+const WITHIN_GRACE: Duration = Duration::from_millis(800);
 
 /// Frames the loops may receive beyond what the hosts' veths sent: a socket joining its fanout
 /// group sees every frame for the microseconds between its `bind` and its joining (delivered
@@ -133,11 +133,9 @@ enum Fault {
     Recreate,
 }
 
-/// The daemon's configuration: `cores` loops, and `grace` as `daemon.link_down_grace` (the
-/// default without).
-fn config(cores: usize, grace: Option<&str>) -> Config {
-    let grace = grace.map_or(String::new(), |g| format!("link_down_grace = \"{g}\"\n"));
-    let daemon = format!("\n[daemon]\ncores = {cores}\n{grace}");
+/// The daemon's configuration: `cores` loops, the default `daemon.link_down_grace`.
+fn config(cores: usize) -> Config {
+    let daemon = format!("\n[daemon]\ncores = {cores}\n");
     common::bulk_config("5201-5216", "100mbit", &daemon, "link_flap.toml")
 }
 
@@ -234,11 +232,15 @@ fn assert_accounted(loops: &[LoopReport], who: &str, mut sent: TxCount, mut acke
 
 /// The frames dropped for having waited for a down link beyond `daemon.link_down_grace`:
 /// `metronome_link_down_dropped_total{interface}` of each interface in `text` is what the loops
-/// report (the wheel's drops for `out0`, the transmit batches' for either); none when the
-/// grace outlasted the outage (`keep_all`); some from the wheel for a fault of `out0` with the
-/// default grace (TCP keeps frames queued, and retransmits into the outage: 58 to 175 measured
-/// in the six such runs of two runs of this binary); none from the wheel for `in0`.
-fn assert_link_down_drops(loops: &[LoopReport], text: &str, outside: bool, keep_all: bool) {
+/// report (the wheel's drops for `out0`, the transmit batches' for either); none from the wheel
+/// for `in0` (the shaping clock stops only for `out0`); none at all when the outage was within
+/// the grace (`within_grace`). Returns how many.
+fn assert_link_down_drops(
+    loops: &[LoopReport],
+    text: &str,
+    outside: bool,
+    within_grace: bool,
+) -> u64 {
     let sum = |f: fn(&LoopReport) -> u64| loops.iter().map(f).sum::<u64>();
     let wheel = sum(|l| l.engine.dropped_link_down);
     let to_out = sum(|l| l.link_down_dropped_outside);
@@ -247,17 +249,17 @@ fn assert_link_down_drops(loops: &[LoopReport], text: &str, outside: bool, keep_
     let on_in = counter(text, "metronome_link_down_dropped_total", "in0");
     println!("dropped for the outage: {wheel} from the wheel, {to_out} + {to_in} from batches");
     assert_eq!((on_out, on_in), (wheel + to_out, to_in), "{text}");
-    if keep_all {
+    if within_grace {
         assert_eq!(
             on_out + on_in,
             0,
             "nothing is dropped within the grace: {text}"
         );
-    } else if outside {
-        assert!(wheel > 0, "what outlived the grace is dropped: {loops:?}");
-    } else {
+    }
+    if !outside {
         assert_eq!((wheel, to_out), (0, 0), "{loops:?}");
     }
+    on_out + on_in
 }
 
 /// The reports of the single loop or of every silo, which must have survived the fault.
@@ -293,8 +295,7 @@ type Spawned<T> = Result<T, TopoError>;
 fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 {
     let metrics = Metrics::with_silos(cores);
     let control = Control::default();
-    let keep_all = (iface, fault, cores) == (topo.shaper_out.as_str(), Fault::Flap, 1);
-    let config = config(cores, keep_all.then_some(KEEP_ALL));
+    let config = config(cores);
     let single = (cores == 1).then(|| {
         spawn_shaper(
             &topo.shaper,
@@ -331,7 +332,9 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         reopened, want_reopened as u64,
         "reopenings of {iface}: {text}"
     );
-    assert_link_down_drops(&loops, &text, iface == topo.shaper_out, keep_all);
+    let within_grace = up_at.saturating_sub(down_at) <= WITHIN_GRACE;
+    let outside = iface == topo.shaper_out;
+    let dropped = assert_link_down_drops(&loops, &text, outside, within_grace);
     if (iface, fault) == (topo.shaper_in.as_str(), Fault::Recreate) {
         let gro = topo.shaper.run(|| Offload::Gro.get("in0")).unwrap();
         assert!(gro.unwrap(), "GRO on the re-created in0");
@@ -347,10 +350,16 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         report.groups[0].mean_bps() / 1e6,
     );
     let resumed = resumed.expect("traffic resumed after the fault");
-    let bound = if keep_all {
-        RESUME_BOUND
-    } else {
-        TCP_RESUME_BOUND
+    common::uncaptured(&format!(
+        "link_flap: {fault:?} of {iface}, {cores} loop(s): down {:.0} ms, resumed {:.0} ms after \
+         the return, {:+.2} % after it, {dropped} dropped for the outage",
+        (up_at - down_at).as_secs_f64() * 1e3,
+        resumed.as_secs_f64() * 1e3,
+        (after / TARGET_BPS - 1.0) * 100.0,
+    ));
+    let bound = match fault {
+        Fault::Flap => RESUME_BOUND,
+        Fault::Recreate => TCP_RESUME_BOUND,
     };
     assert!(
         resumed <= bound,
@@ -364,9 +373,9 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
 /// cores and measure each other.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Builds a topology, runs `fault` on `iface` with `cores` loops (for a flap of `out0` with one
-/// loop, two attempts for the rate within [`TOLERANCE`]; otherwise one, within [`OVER`] and
-/// [`UNDER`]), removes the topology (also on a panic: its `Drop`).
+/// Builds a topology, runs `fault` on `iface` with `cores` loops (for a flap, two attempts for
+/// the rate within [`TOLERANCE`]; for a re-creation one, within [`OVER`] and [`UNDER`]),
+/// removes the topology (also on a panic: its `Drop`).
 fn survives(prefix: &str, test: &str, iface: &str, fault: Fault, cores: usize) {
     let _one = SERIAL
         .lock()
@@ -376,7 +385,7 @@ fn survives(prefix: &str, test: &str, iface: &str, fault: Fault, cores: usize) {
     };
     topo.one_mtu_segments().unwrap();
     let label = format!("after a {fault:?} of {iface} ({cores} loops): ");
-    let held = if (iface, fault, cores) == ("out0", Fault::Flap, 1) {
+    let held = if fault == Fault::Flap {
         common::holds_in_two_attempts(&label, TARGET_BPS, TOLERANCE, || {
             faulted_run(&topo, iface, fault, cores)
         })
