@@ -29,10 +29,11 @@
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
 //! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
 //! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
-//! left alone until its link is back ([`crate::link`]): its frames wait, the engine's time
-//! (the outside link's [`Link::shaping_time`]) stands still for at most
-//! `daemon.link_down_grace` of an outage of `outside`, what would leave later than that is
-//! dropped and counted, the loop keeps running; when its
+//! left alone until its link is back ([`crate::link`]): its frames wait. During an outage of
+//! `outside` the engine's time (the link's [`Link::shaping_time`]) stands still for at most
+//! `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
+//! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
+//! running; when its
 //! interface came back with a new index the port is opened again by name ([`Reopen`]) and its
 //! frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
@@ -250,13 +251,11 @@ pub fn run_loop<
     let mut refusals = RefusalLog::default();
     let mut next_counters = clock.now();
     let names = &engine.config().interfaces;
-    let mut in_link = Link::new(
-        &names.inside,
+    let (in_probe, out_probe) = (
         probe_interface(&names.inside),
-        grace,
-        metrics,
+        probe_interface(&names.outside),
     );
-    let out_probe = probe_interface(&names.outside);
+    let mut in_link = Link::new(&names.inside, in_probe, grace, metrics);
     let mut out_link = Link::new(&names.outside, out_probe, grace, metrics);
     // Counters of the sockets a reopening closed, added to the ports' own.
     let (mut in_retired, mut out_retired) = (PortCounters::default(), PortCounters::default());

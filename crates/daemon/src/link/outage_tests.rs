@@ -12,7 +12,8 @@ use metronome_io::{PacketPort, RxFrame};
 /// The default class's rate: one 1514-byte frame per millisecond.
 const RATE: &str = "12112kbit";
 const FRAME: usize = 1514;
-/// The link goes down at this tick and is up again at `UP` (probed every `LINK_POLL`).
+/// The link goes down at this tick, is up again at `UP` less [`LINK_SETTLE`], and the loop
+/// resumes at `UP` (probed every `LINK_POLL`).
 const DOWN: u64 = 250;
 const UP: u64 = 400;
 /// Frames are offered at twice the rate from tick 0.
@@ -98,7 +99,8 @@ fn run(s: &Scenario) -> Outcome {
         if s.outage && ms == DOWN {
             assert!(link.on_error(now, &down()));
         }
-        link.poll(now, |_| Some((7, !outage)));
+        let back = ms + LINK_SETTLE.as_nanos() / 1_000_000 >= UP;
+        link.poll(now, |_| Some((7, !outage || back)));
         assert_eq!(link.is_up(), !outage, "tick {ms}");
         if ms < s.offer_until {
             for _ in 0..PER_TICK {
