@@ -94,13 +94,16 @@ pub const DEFAULT_GSO_BURST: Duration = Duration::from_millis(1);
 /// supervisor's stop timeout is seconds; a wheel holding more than 200 ms of traffic is
 /// discarded and counted).
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
-/// How late a frame queued while the outside link is down may still leave when it returns:
-/// 100 ms. Above the daemon's 50 ms probe period of a down link (`link::LINK_POLL`), so a blip
-/// that the next probe sees over loses nothing; below Linux TCP's 200 ms minimum
-/// retransmission timeout (`TCP_RTO_MIN`), so what is sent late is mostly not yet sent again
-/// by its sender; and what leaves at once on the link's return is at most 100 ms of each
-/// class's rate.
-pub const DEFAULT_LINK_DOWN_GRACE: Duration = Duration::from_millis(100);
+/// How long an outage of the outside link stops the shaping clock, so how late a frame queued
+/// for it may still leave when it returns (`crate::link`): 1 s. Above the sub-second flaps a
+/// link sees (a carrier blip, an interface set down and up, a veth or bridge reconfigured;
+/// the 0.5 s flaps of the real-traffic tests), which then lose nothing: what was queued leaves
+/// at its class's rate when the link returns, and TCP senders resume on its ACKs instead of
+/// their backed-off retransmission timers (measured: `docs/config.md`, "Links going down and
+/// coming back"). Not longer, because a frame sent later than that is mostly stale: by then a
+/// TCP sender has mostly sent again what was in flight (Linux's minimum retransmission timeout
+/// is 200 ms, `TCP_RTO_MIN`, and its initial one 1 s, `TCP_TIMEOUT_INIT`, RFC 6298 §2.1).
+pub const DEFAULT_LINK_DOWN_GRACE: Duration = Duration::from_secs(1);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 
@@ -180,8 +183,9 @@ pub struct DaemonConfig {
     /// On stop, how long queued packets are still sent at their EDT before the rest is
     /// discarded and counted (`discarded_at_stop`). Default [`DEFAULT_DRAIN`].
     pub drain: Duration,
-    /// While the outside link is down, how far past its EDT a queued frame is kept before it
-    /// is dropped and counted ([`crate::link`]). Default [`DEFAULT_LINK_DOWN_GRACE`].
+    /// The longest an outage of the outside link stops the shaping clock: what is queued for a
+    /// down link leaves within its EDT plus this, or is dropped and counted ([`crate::link`]).
+    /// Default [`DEFAULT_LINK_DOWN_GRACE`].
     pub link_down_grace: Duration,
 }
 

@@ -187,8 +187,8 @@ pub struct EngineCounters {
     pub flow_table_full: u64,
     /// Packets still queued when the loop stopped, freed by [`Engine::drain_all`].
     pub discarded_at_stop: u64,
-    /// Wheel entries dropped while the outside link was down, their EDT more than
-    /// `daemon.link_down_grace` past ([`Engine::expire`], [`crate::link`]).
+    /// Wheel entries dropped while the outside link was down, for falling due after the
+    /// outage had outlasted `daemon.link_down_grace` ([`Engine::expire`], [`crate::link`]).
     pub dropped_link_down: u64,
     /// Frames whose TCP/UDP checksum was completed (both directions).
     pub checksums_fixed: u64,
@@ -605,9 +605,10 @@ impl Engine {
     /// Drops every wheel entry whose slot lies wholly more than `grace` before `now` (its EDT
     /// more than `grace` past, to the wheel's granularity) without sending it: its slot is freed,
     /// and it is counted under `dropped_link_down` and its class's `link_down` drops. The loop
-    /// calls it while the outside link is down ([`crate::link`]); entries due later stay in the
-    /// wheel with their EDT. Returns how many entries it dropped. One entry per dequeue, so that
-    /// nothing due within the grace leaves the wheel.
+    /// calls it, with a `grace` of zero, while the outside link has been down longer than
+    /// `daemon.link_down_grace` ([`crate::link`]); entries due later stay in the wheel with
+    /// their EDT. Returns how many entries it dropped. One entry per dequeue, so that nothing
+    /// due within the grace leaves the wheel.
     pub fn expire(&mut self, now: Timestamp, grace: Duration, pool: &mut FramePool) -> u64 {
         let width = self.config.wheel.granularity;
         let mut total = 0;

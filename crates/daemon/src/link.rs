@@ -5,28 +5,46 @@
 //! counts it in `metronome_link_down_total{interface}` and logs the transition once. While it is
 //! down the loop neither receives from nor sends to that port.
 //!
-//! **What was queued for the down port** is sent when the link returns if it is at most
-//! `daemon.link_down_grace` past its departure time, else dropped and counted in
-//! `metronome_link_down_dropped_total{interface}`, so that nothing leaves later than its EDT
-//! plus the grace and a class sends at most the grace's worth of its rate at once when the link
-//! returns:
-//! * the shaped frames stay in the wheel with their EDT: while the outside link is down nothing
-//!   is released ([`release_outbound`]), and every entry more than the grace past its EDT is
-//!   dropped ([`Engine::expire`]; also per class, `metronome_class_drops_total{reason=
-//!   "link_down"}`). On the link's return the rest leave as the wheel releases them: at once
-//!   for those due (within the grace), at their EDT for the others. Frames still arrive on the
-//!   inside port meanwhile and are stamped as usual, so the class's rate holds across the
-//!   outage and after it.
-//! * frames already in the port's transmit batch when it went down (released at their EDT, or
-//!   passed unshaped, at most two batches) are sent when the link returns after an outage of at
-//!   most the grace, and dropped when it was longer ([`Link::returned`]).
+//! **The shaping clock stops while the outside link is down**, for at most
+//! `daemon.link_down_grace` per outage ([`Link::shaping_time`]): the loop hands the engine
+//! the wall time minus the time the clock stood still ([`Link::paused`]), so every queued EDT
+//! and every class's timestamper (Carousel §5.1.1: each policy's last timestamp) move by the
+//! outage together, and what was queued leaves after the link's return at its class's rate,
+//! as if the outage had not happened. Nothing in the engine changes (it reads no clock,
+//! CONTRIBUTING.md §1); its time is the loop's. A release at the link's return therefore sends
+//! at most what was due at the instant it went down, so no class sends more than its burst at
+//! once (on the wall's time, everything that fell due during the outage would be due at once).
+//! So:
+//! * an outage of at most the grace loses nothing: every frame queued for `outside` (in the
+//!   wheel, stamped before or during the outage) leaves the outage's length after its EDT;
+//! * when an outage outlasts the grace the clock runs again (the engine's time stays `grace`
+//!   behind the wall's): nothing is released, and every wheel entry that falls due meanwhile
+//!   is dropped ([`release_outbound`], [`Engine::expire`]), counted in
+//!   `metronome_link_down_dropped_total{interface}` and per class in
+//!   `metronome_class_drops_total{reason="link_down"}`; so no frame leaves more than the grace
+//!   after its EDT, and the class's timeline resumes where it stands (no catch-up burst, no
+//!   backlog of dropped frames still holding the class back). When the link returns, the
+//!   entries still queued leave at their EDT, the grace after their wall-time EDT.
+//! * frames keep arriving on `inside` during an outage and are stamped and queued as usual
+//!   (bounded by the frame pool, the wheel's horizon and their class's backpressure, each with
+//!   its counter);
+//! * frames already in a port's transmit batch when its link went down (released at their EDT,
+//!   passed unshaped, or ACKs passed back to `inside`; at most two batches) are sent when the
+//!   link returns after an outage of at most the grace, and dropped when it was longer
+//!   ([`Link::returned`]).
 //!
-//! Frames the other port receives while the transmit batch is full wait in its ring, whose
-//! overflow the kernel counts (`rx_ring_drops`).
+//! The clock stops only for `outside`: an outage of `inside` leaves the wheel releasing to
+//! `outside` at the wall time, and what waits for `inside` is the reverse direction's transmit
+//! batch. ACK shaping's generated ACKs (to `inside`) follow the engine's clock: they acknowledge
+//! data the receivers behind `outside` took, and wait with it. Frames in a fair class's flow
+//! queues and in the `[link]` stage have no EDT yet: they wait, and leave at their class's or
+//! the link's rate on the return. Frames the other port receives while the transmit batch is
+//! full wait in its ring, whose overflow the kernel counts (`rx_ring_drops`).
 //!
 //! Every [`LINK_POLL`] the loop probes the interface by name ([`probe_interface`]: its ifindex and
-//! whether it is up with carrier); when it is up again with the same index, the AF_PACKET
-//! socket (bound to that index) works again, and the loop logs the transition and resumes.
+//! whether it is up with carrier); when it has been up again for [`LINK_SETTLE`] with the same
+//! index, the AF_PACKET socket (bound to that index) works again, and the loop logs the
+//! transition and resumes.
 //! An interface that came back with another index, or that was seen absent meanwhile (deleted
 //! and re-created), cannot be used by the bound socket: [`LinkEvent::Replaced`]; the loop opens
 //! the port again by name (`ports::Reopen`, the silos rejoining one fanout group; on the inside
@@ -42,9 +60,20 @@ use metronome_io::{FramePool, PortError};
 use nix::libc::{ENETDOWN, ENODEV, ENXIO};
 use prometheus_client::metrics::counter::Counter;
 
-/// How often a down link is probed: every 50 ms (bounds how late the loop notices the link is
-/// back; one `getifaddrs` each time).
-pub const LINK_POLL: Duration = Duration::from_millis(50);
+/// How often a down link is probed: every 10 ms (bounds how late the loop notices the link is
+/// back, a tenth of the 100 ms within which shaping must resume; one `getifaddrs(3)` each
+/// time, tens of microseconds, and only while a link is down).
+pub const LINK_POLL: Duration = Duration::from_millis(10);
+
+/// How long probes must see a link up before the loop uses it again: 20 ms, two probes. A
+/// carrier can flicker while a link comes up, and it can come on before the far end can
+/// answer: on a veth pair the kernel starts the peer's transmit queue from its link watcher,
+/// after the carrier (`dev_activate` from `linkwatch_do_dev`), so frames a host answers at once
+/// can be dropped in its own stopped queue. Measured on the real-traffic test (`link_flap`,
+/// flaps of `in0`, the hosts' neighbour entries dynamic): without it 3 of 15 flaps resumed
+/// only 524 to 717 ms after the link's return, at the sender's retransmission timer; with it,
+/// 1 of 22.
+pub const LINK_SETTLE: Duration = Duration::from_millis(20);
 
 /// What a probe saw of an interface: `None` when it does not exist, else its index and whether
 /// it is up.
@@ -64,16 +93,23 @@ pub fn is_link_error(e: &PortError) -> bool {
 
 /// Probes interface `name` in the calling thread's network namespace (`/sys/class/net` shows
 /// the namespace `/sys` was mounted in, not necessarily this one): its index
-/// (`if_nametoindex(3)`) and whether it is administratively up with carrier (`IFF_UP` and
-/// `IFF_RUNNING`, from `getifaddrs(3)`). Cold path: only while a link is down.
+/// (`if_nametoindex(3)`) and whether it is administratively up (`IFF_UP`, from
+/// `getifaddrs(3)`) with link: `IFF_RUNNING`, or the driver's link state
+/// ([`metronome_io::offload::link_detected`]), which comes first: the kernel sets
+/// `IFF_RUNNING` from the operational state, which it updates at most once a second for most
+/// devices (measured on a veth set up again: up to 410 ms after its carrier). Cold path: only
+/// while a link is down.
 pub fn probe_interface(name: &str) -> Probe {
     use nix::net::if_::InterfaceFlags;
     let index = nix::net::if_::if_nametoindex(name).ok()?;
-    let running = InterfaceFlags::IFF_UP | InterfaceFlags::IFF_RUNNING;
-    let up = nix::ifaddrs::getifaddrs()
+    let flags = nix::ifaddrs::getifaddrs()
         .ok()?
-        .any(|a| a.interface_name == name && a.flags.contains(running));
-    Some((index, up))
+        .filter(|a| a.interface_name == name)
+        .fold(InterfaceFlags::empty(), |f, a| f | a.flags);
+    let admin = flags.contains(InterfaceFlags::IFF_UP);
+    let running = flags.contains(InterfaceFlags::IFF_RUNNING)
+        || metronome_io::offload::link_detected(name).unwrap_or(false);
+    Some((index, admin && running))
 }
 
 /// A change [`Link::poll`] reports.
@@ -88,18 +124,25 @@ pub enum LinkEvent {
     Replaced,
 }
 
-/// The state of one port's link. See the module docs.
+/// The state of one port's link, and the shaping clock its outages stop. See the module docs.
 #[derive(Debug)]
 pub struct Link {
     name: String,
     index: Option<u32>,
+    /// `daemon.link_down_grace`: the longest an outage stops the shaping clock, and the longest
+    /// a frame waits past its EDT.
+    grace: Duration,
     down_since: Option<Timestamp>,
     next_probe: Timestamp,
     /// A probe of this outage found no interface of that name, or one with another index.
     replaced: bool,
-    /// The wheel may hold entries to drop for this outage ([`release_outbound`]): set when
-    /// the link goes down, cleared by the first release after it returned.
-    expiring: bool,
+    /// Since when the probes of this outage have seen the link up ([`LINK_SETTLE`]).
+    up_since: Option<Timestamp>,
+    /// The time the shaping clock stood still over the outages that ended: each one's length,
+    /// at most the grace.
+    paused: Duration,
+    /// The latest shaping time handed out: an earlier one is taken as it (CONTRIBUTING.md §10).
+    shaping: Timestamp,
     /// The length of the outage that ended, until [`Link::returned`] takes it.
     returned: Option<Duration>,
     downs: Counter,
@@ -108,15 +151,19 @@ pub struct Link {
 }
 
 impl Link {
-    /// The link of interface `name`, up, with the index `probe` sees now.
-    pub fn new(name: &str, probe: Probe, metrics: &Metrics) -> Link {
+    /// The link of interface `name`, up, with the index `probe` sees now; `grace` is
+    /// `daemon.link_down_grace`.
+    pub fn new(name: &str, probe: Probe, grace: Duration, metrics: &Metrics) -> Link {
         Link {
             name: name.to_owned(),
             index: probe.map(|(i, _)| i),
+            grace,
             down_since: None,
             next_probe: Timestamp::ZERO,
             replaced: false,
-            expiring: false,
+            up_since: None,
+            paused: Duration::ZERO,
+            shaping: Timestamp::ZERO,
             returned: None,
             downs: metrics.link_down_counter(name),
             reopens: metrics.link_reopened_counter(name),
@@ -138,15 +185,16 @@ impl Link {
         }
         if self.down_since.is_none() {
             self.down_since = Some(now);
+            self.up_since = None;
             self.next_probe = now.saturating_add(LINK_POLL);
-            self.expiring = true;
             self.downs.inc();
             tracing::warn!(interface = %self.name, error = %e, "link down; waiting for it");
         }
         true
     }
 
-    /// While down, probes the link (with `probe`, at most every [`LINK_POLL`]).
+    /// While down, probes the link (with `probe`, at most every [`LINK_POLL`]); reports it
+    /// back once the probes have seen it up for [`LINK_SETTLE`].
     pub fn poll(&mut self, now: Timestamp, probe: impl FnOnce(&str) -> Probe) -> LinkEvent {
         let Some(since) = self.down_since else {
             return LinkEvent::None;
@@ -162,20 +210,24 @@ impl Link {
                     self.index = Some(index);
                 }
                 if !up {
+                    self.up_since = None;
+                    return LinkEvent::None;
+                }
+                let seen = *self.up_since.get_or_insert(now);
+                if now.saturating_since(seen) < LINK_SETTLE {
                     return LinkEvent::None;
                 }
                 if self.replaced {
                     // Stays down until the port is reopened (`reopened`).
                     return LinkEvent::Replaced;
                 }
-                self.down_since = None;
-                self.returned = Some(now.saturating_since(since));
-                let down_ms = now.saturating_since(since).as_nanos() / 1_000_000;
+                let down_ms = self.end_outage(now, since).as_nanos() / 1_000_000;
                 tracing::info!(interface = %self.name, down_ms, "link up; resuming");
                 LinkEvent::Up
             }
             None => {
                 self.replaced = true;
+                self.up_since = None;
                 LinkEvent::None
             }
         }
@@ -184,13 +236,12 @@ impl Link {
     /// The port was opened again after [`LinkEvent::Replaced`] at `now`: the link is up, the
     /// reopening counted and logged.
     pub fn reopened(&mut self, now: Timestamp) {
-        let Some(since) = self.down_since.take() else {
+        let Some(since) = self.down_since else {
             return;
         };
         self.replaced = false;
-        self.returned = Some(now.saturating_since(since));
+        let down_ms = self.end_outage(now, since).as_nanos() / 1_000_000;
         self.reopens.inc();
-        let down_ms = now.saturating_since(since).as_nanos() / 1_000_000;
         tracing::warn!(
             interface = %self.name,
             index = ?self.index,
@@ -199,11 +250,48 @@ impl Link {
         );
     }
 
+    /// The link is up at `now` after an outage since `since`: the shaping clock keeps the time
+    /// it stood still, the outage's length is kept for [`Link::returned`] and returned.
+    fn end_outage(&mut self, now: Timestamp, since: Timestamp) -> Duration {
+        let outage = now.saturating_since(since);
+        self.paused = self.paused + outage.min(self.grace);
+        self.down_since = None;
+        self.returned = Some(outage);
+        outage
+    }
+
     /// How long the link was down, once after it came back (up, or reopened); `None` otherwise.
     /// The loop drops the frames of the port's transmit batch when that is more than
     /// `daemon.link_down_grace` (see the module docs), counted with [`Link::count_dropped`].
     pub fn returned(&mut self) -> Option<Duration> {
         self.returned.take()
+    }
+
+    /// How long the link has been down at `now` (zero while it is up).
+    pub fn outage(&self, now: Timestamp) -> Duration {
+        self.down_since
+            .map_or(Duration::ZERO, |since| now.saturating_since(since))
+    }
+
+    /// The time the shaping clock has stood still by wall time `now`: over the outages that
+    /// ended and the current one, each for at most the grace.
+    pub fn paused(&self, now: Timestamp) -> Duration {
+        self.paused + self.outage(now).min(self.grace)
+    }
+
+    /// The engine's time at wall time `now` (see the module docs): `now` minus
+    /// [`Link::paused`], never earlier than a shaping time handed out before. The loop passes
+    /// the outside link's shaping time to every [`Engine`] call that takes a time.
+    pub fn shaping_time(&mut self, now: Timestamp) -> Timestamp {
+        let t = now.saturating_sub(self.paused(now));
+        self.shaping = self.shaping.max(t);
+        self.shaping
+    }
+
+    /// The wall time at which the engine's time reaches `t` while the link stays up (for the
+    /// loop's sleep until [`Engine::next_due`]).
+    pub fn wall_time(&self, t: Timestamp) -> Timestamp {
+        t.saturating_add(self.paused)
     }
 
     /// Counts `frames` dropped for having waited for this link beyond the grace
@@ -225,33 +313,36 @@ impl Link {
     }
 }
 
-/// The loop's release of shaped frames for the outside port, whose link is `link`, at `now`:
-/// while the link is up, [`Engine::release`] of what is due into `out` (at most `room`);
-/// while it is down, nothing (the frames keep their place and EDT in the wheel). While it is
-/// down and once more when it is back, every wheel entry more than `grace` past its EDT is
-/// dropped ([`Engine::expire`]) and counted with [`Link::count_dropped`]. Returns how many
-/// frames were released.
+/// The loop's release of shaped frames for the outside port, whose link is `link`, at wall
+/// time `now`: while the link is up, [`Engine::release`] of what is due at its shaping time
+/// ([`Link::shaping_time`]) into `out` (at most `room`); while it is down, nothing: the frames
+/// keep their place and EDT in the wheel, and once the outage outlasts the grace, every entry
+/// that falls due is dropped ([`Engine::expire`]) and counted with [`Link::count_dropped`].
+/// Returns how many frames were released.
 pub fn release_outbound(
     engine: &mut Engine,
     pool: &mut FramePool,
     link: &mut Link,
-    (now, grace): (Timestamp, Duration),
+    now: Timestamp,
     out: &mut Vec<u32>,
     room: usize,
 ) -> usize {
-    if link.expiring {
-        link.count_dropped(engine.expire(now, grace, pool));
-        link.expiring = !link.is_up();
+    let t = link.shaping_time(now);
+    if link.is_up() {
+        return engine.release(t, pool, out, room);
     }
-    if !link.is_up() {
-        return 0;
+    if link.outage(now) > link.grace {
+        link.count_dropped(engine.expire(t, Duration::ZERO, pool));
     }
-    engine.release(now, pool, out, room)
+    0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `daemon.link_down_grace` of these tests.
+    const GRACE: Duration = Duration::from_millis(200);
 
     fn down() -> PortError {
         PortError::Io {
@@ -264,25 +355,34 @@ mod tests {
     #[test]
     fn a_flap_is_counted_once_and_probed_until_up() {
         let metrics = Metrics::new();
-        let mut link = Link::new("b1", Some((7, true)), &metrics);
+        let mut link = Link::new("b1", Some((7, true)), GRACE, &metrics);
         let t0 = Timestamp::from_nanos(1_000_000_000);
+        let up = |_: &str| Some((7, true));
         assert!(link.on_error(t0, &down()));
         // A second error of the same outage is not a second transition.
         assert!(link.on_error(t0 + Duration::from_millis(1), &down()));
         assert!(!link.is_up());
-        // Not probed before LINK_POLL; down at the first probe; up at the second.
-        let early = link.poll(t0 + Duration::from_millis(10), |_| panic!("probed early"));
+        // Not probed before LINK_POLL; down at the first probe.
+        let before = t0 + Duration::from_nanos(LINK_POLL.as_nanos() - 1);
+        let early = link.poll(before, |_| panic!("probed early"));
         assert_eq!(early, LinkEvent::None);
         let first = t0 + LINK_POLL;
         assert_eq!(link.poll(first, |_| Some((7, false))), LinkEvent::None);
         assert_eq!(link.next_probe(), Some(first + LINK_POLL));
-        assert_eq!(
-            link.poll(first + LINK_POLL, |_| Some((7, true))),
-            LinkEvent::Up
-        );
+        // Seen up, then down again: not back; seen up again, back after LINK_SETTLE.
+        let seen = first + LINK_POLL;
+        assert_eq!(link.poll(seen, up), LinkEvent::None);
+        let flicker = seen + LINK_POLL;
+        assert_eq!(link.poll(flicker, |_| Some((7, false))), LinkEvent::None);
+        let seen = flicker + LINK_POLL;
+        assert_eq!(link.poll(seen, up), LinkEvent::None);
+        assert_eq!(link.poll(seen + LINK_POLL, up), LinkEvent::None);
+        assert!(!link.is_up());
+        let back = seen + LINK_SETTLE;
+        assert_eq!(link.poll(back, up), LinkEvent::Up);
         assert!(link.is_up());
         // The outage's length, once.
-        assert_eq!(link.returned(), Some(LINK_POLL + LINK_POLL));
+        assert_eq!(link.returned(), Some(back - t0));
         assert_eq!(link.returned(), None);
         let text = metrics.encode();
         assert!(
@@ -296,15 +396,16 @@ mod tests {
         };
         assert!(!link.on_error(t0, &other));
         // Back with another index: the port must be reopened; down until it is.
-        assert!(link.on_error(t0, &down()));
-        assert_eq!(
-            link.poll(t0 + LINK_POLL, |_| Some((9, true))),
-            LinkEvent::Replaced
-        );
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(link.on_error(t1, &down()));
+        let seen = t1 + LINK_POLL;
+        assert_eq!(link.poll(seen, |_| Some((9, true))), LinkEvent::None);
+        let back = seen + LINK_SETTLE;
+        assert_eq!(link.poll(back, |_| Some((9, true))), LinkEvent::Replaced);
         assert!(!link.is_up());
-        link.reopened(t0 + LINK_POLL);
+        link.reopened(back);
         assert!(link.is_up());
-        assert_eq!(link.returned(), Some(LINK_POLL));
+        assert_eq!(link.returned(), Some(back - t1));
         let text = metrics.encode();
         assert!(
             text.contains("metronome_link_down_total{interface=\"b1\"} 2"),
@@ -315,154 +416,55 @@ mod tests {
             "{text}"
         );
         // Deleted and re-created with the same index: seen absent, so reopened too.
-        let t1 = t0 + Duration::from_secs(1);
-        assert!(link.on_error(t1, &down()));
-        assert_eq!(link.poll(t1 + LINK_POLL, |_| None), LinkEvent::None);
-        let back = t1 + LINK_POLL + LINK_POLL;
+        let t2 = t1 + Duration::from_secs(1);
+        assert!(link.on_error(t2, &down()));
+        assert_eq!(link.poll(t2 + LINK_POLL, |_| None), LinkEvent::None);
+        let seen = t2 + LINK_POLL + LINK_POLL;
+        assert_eq!(link.poll(seen, |_| Some((9, true))), LinkEvent::None);
+        let back = seen + LINK_SETTLE;
         assert_eq!(link.poll(back, |_| Some((9, true))), LinkEvent::Replaced);
         link.reopened(back);
         // A plain flap after that is an `Up` again.
         assert!(link.on_error(back, &down()));
-        let up = back + LINK_POLL;
+        let seen = back + LINK_POLL;
+        assert_eq!(link.poll(seen, |_| Some((9, true))), LinkEvent::None);
+        let up = seen + LINK_SETTLE;
         assert_eq!(link.poll(up, |_| Some((9, true))), LinkEvent::Up);
+    }
+
+    #[test]
+    fn the_shaping_clock_stops_for_at_most_the_grace_of_each_outage() {
+        let metrics = Metrics::new();
+        let mut link = Link::new("b1", Some((7, true)), GRACE, &metrics);
+        let ms = |n: u64| Timestamp::from_nanos(1_000_000_000 + n * 1_000_000);
+        let d = Duration::from_millis;
+        // Up: the wall time.
+        assert_eq!(link.shaping_time(ms(0)), ms(0));
+        assert_eq!(link.wall_time(ms(5)), ms(5));
+        // Down at 10 for 40 ms (within the grace): stands still, then runs 40 ms behind.
+        assert!(link.on_error(ms(10), &down()));
+        assert_eq!(link.shaping_time(ms(30)), ms(10));
+        assert_eq!(link.poll(ms(30), |_| Some((7, true))), LinkEvent::None);
+        assert_eq!(link.poll(ms(50), |_| Some((7, true))), LinkEvent::Up);
+        assert_eq!(link.paused(ms(50)), d(40));
+        assert_eq!(link.shaping_time(ms(50)), ms(10));
+        assert_eq!(link.shaping_time(ms(60)), ms(20));
+        assert_eq!(link.wall_time(ms(20)), ms(60));
+        // Down at 100 for 300 ms (beyond the grace): stands still for the grace, then runs.
+        assert!(link.on_error(ms(100), &down()));
+        assert_eq!(link.outage(ms(150)), d(50));
+        assert_eq!(link.shaping_time(ms(100 + 200)), ms(60));
+        assert_eq!(link.shaping_time(ms(100 + 250)), ms(110));
+        let back = ms(400);
+        assert_eq!(link.poll(ms(380), |_| Some((7, true))), LinkEvent::None);
+        assert_eq!(link.poll(back, |_| Some((7, true))), LinkEvent::Up);
+        assert_eq!(link.paused(back), d(40) + GRACE);
+        assert_eq!(link.shaping_time(back), ms(160));
+        assert_eq!(link.outage(back), Duration::ZERO);
+        // A time earlier than one handed out is taken as it.
+        assert_eq!(link.shaping_time(ms(399)), ms(160));
     }
 }
 
 #[cfg(test)]
-mod outage_tests {
-    //! The shaped direction across an outage of the outside link, in simulated time: the
-    //! engine driven as the loop drives it ([`release_outbound`]), one tick per millisecond.
-
-    use super::*;
-    use crate::config::Config;
-    use metronome_io::RxFrame;
-
-    /// The default class's rate: one 1514-byte frame per millisecond.
-    const RATE: &str = "12112kbit";
-    const FRAME: usize = 1514;
-    /// The link goes down at this tick and is up again at `UP` (probed every `LINK_POLL`).
-    const DOWN: u64 = 300;
-    const UP: u64 = 500;
-    /// Frames are offered at twice the rate until this tick.
-    const OFFER_UNTIL: u64 = 1000;
-    const GRACE_MS: u64 = 20;
-
-    fn down() -> PortError {
-        PortError::Io {
-            op: "sendmmsg",
-            ifname: "out0".into(),
-            source: std::io::Error::from_raw_os_error(ENETDOWN),
-        }
-    }
-
-    /// The value of the line of `text` that starts with `series ` (0 when absent).
-    fn value(text: &str, series: &str) -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .map_or(0, |v| v.trim().parse().unwrap())
-    }
-
-    #[test]
-    fn frames_queued_across_an_outage_leave_within_the_grace_or_are_dropped_and_counted() {
-        let text = format!(
-            "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n[daemon]\n\
-             link_down_grace = \"{GRACE_MS}ms\"\n[default]\nrate = \"{RATE}\"\n"
-        );
-        let config = Config::from_toml_str(&text, "t.toml").unwrap();
-        let grace = config.daemon.link_down_grace;
-        let metrics = Metrics::new();
-        let mut pool = FramePool::new(4096, 2048);
-        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
-        let mut inside = metronome_io::MemoryPort::new(Default::default());
-        let mut link = Link::new("out0", Some((7, true)), &metrics);
-        let mut frame = vec![0u8; FRAME];
-        frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class takes it
-        let t0 = Timestamp::from_nanos(1_000_000_000);
-        let mut rx = [RxFrame::default(); 64];
-        let mut out = Vec::new();
-        // (tick, bytes) of every frame released.
-        let mut sent: Vec<(u64, usize)> = Vec::new();
-        let mut ms = 0;
-        while ms < OFFER_UNTIL || engine.queued() > 0 {
-            let now = t0 + Duration::from_millis(ms);
-            if ms == DOWN {
-                assert!(link.on_error(now, &down()));
-            }
-            link.poll(now, |_| Some((7, ms >= UP)));
-            assert_eq!(link.is_up(), !(DOWN..UP).contains(&ms), "tick {ms}");
-            if ms < OFFER_UNTIL {
-                for _ in 0..2 {
-                    use metronome_io::PacketPort;
-                    inside.inject(&frame).unwrap();
-                    let n = inside.recv(&mut pool, &mut rx).unwrap();
-                    let mut forwarded = Vec::new();
-                    engine.receive(now, &mut pool, &rx[..n], &mut forwarded);
-                    assert!(forwarded.is_empty());
-                }
-            }
-            out.clear();
-            release_outbound(
-                &mut engine,
-                &mut pool,
-                &mut link,
-                (now, grace),
-                &mut out,
-                64,
-            );
-            for &id in &out {
-                sent.push((ms, pool.frame(id).len()));
-                engine.cuts_mut().finish(&mut pool, id);
-            }
-            engine.invariants();
-            assert_eq!(pool.in_use(), engine.queued());
-            ms += 1;
-            assert!(ms < 10_000, "the wheel does not drain");
-        }
-        let c = engine.counters();
-        let text = metrics.encode();
-        // Every frame accounted for: released or dropped for the outage.
-        assert_eq!(c.received, 2 * OFFER_UNTIL, "{c:?}");
-        assert_eq!(c.received, c.enqueued_frames() + c.dropped(), "{c:?}");
-        assert_eq!(c.enqueued, c.released + c.dropped_link_down, "{c:?}");
-        assert_eq!(sent.len() as u64, c.released);
-        // Nothing left later than its EDT plus the grace (and a slot of the wheel).
-        let bound = grace + config.wheel.granularity;
-        let late = metrics.lateness().count_above(bound.as_nanos());
-        assert_eq!(
-            late, 0,
-            "{late} frames sent more than {bound} after their EDT"
-        );
-        // Nothing left while the link was down.
-        assert!(!sent.iter().any(|&(t, _)| (DOWN..UP).contains(&t)));
-        // The rate holds after the link's return: from it to any later tick, at most the
-        // class's rate plus what was due within the grace (and one frame of burst); and the
-        // backlogged class sends at its rate from the grace after its return on.
-        let per_ms = FRAME; // bytes per millisecond at RATE
-        let mut bytes = 0;
-        for &(t, b) in sent.iter().filter(|&&(t, _)| t >= UP) {
-            bytes += b;
-            let allowed = (t - UP + 1 + GRACE_MS + 1) as usize * per_ms;
-            assert!(
-                bytes <= allowed,
-                "{bytes} bytes by tick {t}, {allowed} allowed"
-            );
-        }
-        let steady: usize = sent
-            .iter()
-            .filter(|&&(t, _)| (UP + GRACE_MS..OFFER_UNTIL).contains(&t))
-            .map(|&(_, b)| b)
-            .sum();
-        let want = (OFFER_UNTIL - UP - GRACE_MS) as usize * per_ms;
-        assert!(
-            steady + 2 * per_ms >= want,
-            "{steady} bytes of {want} after the return"
-        );
-        // What was due more than the grace before the link came back was dropped, and counted
-        // per interface and per class.
-        assert!(c.dropped_link_down > 100, "{c:?}");
-        let per_link = "metronome_link_down_dropped_total{interface=\"out0\"}";
-        assert_eq!(value(&text, per_link), c.dropped_link_down, "{text}");
-        let per_class = "metronome_class_drops_total{class=\"default\",reason=\"link_down\"}";
-        assert_eq!(value(&text, per_class), c.dropped_link_down, "{text}");
-    }
-}
+mod outage_tests;

@@ -29,8 +29,11 @@
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
 //! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
 //! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
-//! left alone until its link is back ([`crate::link`]): its frames wait, those more than
-//! `daemon.link_down_grace` past their EDT dropped and counted, the loop keeps running; when its
+//! left alone until its link is back ([`crate::link`]): its frames wait. During an outage of
+//! `outside` the engine's time (the link's [`Link::shaping_time`]) stands still for at most
+//! `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
+//! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
+//! running; when its
 //! interface came back with a new index the port is opened again by name ([`Reopen`]) and its
 //! frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
@@ -248,8 +251,12 @@ pub fn run_loop<
     let mut refusals = RefusalLog::default();
     let mut next_counters = clock.now();
     let names = &engine.config().interfaces;
-    let mut in_link = Link::new(&names.inside, probe_interface(&names.inside), metrics);
-    let mut out_link = Link::new(&names.outside, probe_interface(&names.outside), metrics);
+    let (in_probe, out_probe) = (
+        probe_interface(&names.inside),
+        probe_interface(&names.outside),
+    );
+    let mut in_link = Link::new(&names.inside, in_probe, grace, metrics);
+    let mut out_link = Link::new(&names.outside, out_probe, grace, metrics);
     // Counters of the sockets a reopening closed, added to the ports' own.
     let (mut in_retired, mut out_retired) = (PortCounters::default(), PortCounters::default());
     // Whether each port (inside, outside) may have frames waiting: both, except right after a
@@ -288,6 +295,8 @@ pub fn run_loop<
             in_link.count_dropped(n);
             dropped_in += n;
         }
+        // The engine's time: the wall's, less what outages of `outside` stopped it.
+        let t = out_link.shaping_time(now);
         let mut work = 0;
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
         if to_outside.ids.len() < batch && in_link.is_up() && readable.inside {
@@ -295,7 +304,7 @@ pub fn run_loop<
                 Err(e) if in_link.on_error(now, &e) => 0,
                 r => r?,
             };
-            engine.receive(now, pool, &rx[..n], &mut to_outside.ids);
+            engine.receive(t, pool, &rx[..n], &mut to_outside.ids);
             work += n;
         }
         if to_inside.ids.len() < batch && out_link.is_up() && readable.outside {
@@ -305,20 +314,19 @@ pub fn run_loop<
             };
             let from = to_inside.ids.len();
             engine.pass_through(pool, &rx[..n], &mut to_inside.ids);
-            engine.shape_acks(now, pool, &mut to_inside.ids, from);
+            engine.shape_acks(t, pool, &mut to_inside.ids, from);
             passed_back += n as u64;
             work += n;
         }
         readable = Readable::BOTH;
         let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
-        work += engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
+        work += engine.generate_acks(t, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
-        let at = (clock.now(), grace);
         work += crate::link::release_outbound(
             engine,
             pool,
             &mut out_link,
-            at,
+            clock.now(),
             &mut to_outside.ids,
             room,
         );
@@ -356,18 +364,14 @@ pub fn run_loop<
         let timeout = if pending > 0 {
             TX_RETRY
         } else if in_link.is_up() && out_link.is_up() {
-            sleep_time(engine.next_due(), clock.now())
+            sleep_time(engine.next_due(), out_link.shaping_time(clock.now()))
         } else {
             // A port is down: what is due may be unable to leave, so wake for it, for the
             // link's next probe, and at most every LINK_DOWN_WAKE, never spinning.
-            // While the outside link is down the wheel's next entry is due for dropping a
-            // grace after its EDT.
-            let next = engine.next_due();
-            let next = if out_link.is_up() {
-                next
-            } else {
-                next.map(|t| t.saturating_add(grace))
-            };
+            // While the outside link is down the engine's clock stands still (or, past the
+            // grace, drops what falls due): its probes wake the loop.
+            let next = engine.next_due().filter(|_| out_link.is_up());
+            let next = next.map(|t| out_link.wall_time(t));
             let due = [next, in_link.next_probe(), out_link.next_probe()];
             let due = due.into_iter().flatten().min();
             sleep_time(due, clock.now()).max(LINK_DOWN_WAKE)
@@ -394,7 +398,8 @@ pub fn run_loop<
     loop {
         let now = clock.now();
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
-        engine.release(now, pool, &mut to_outside.ids, room);
+        let t = out_link.shaping_time(now);
+        engine.release(t, pool, &mut to_outside.ids, room);
         let cuts = engine.cuts_mut();
         to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
         to_inside.flush(inside, pool, cuts, metrics, &mut in_link, now);
@@ -405,6 +410,7 @@ pub fn run_loop<
         }
         let pending = !to_outside.ids.is_empty() || !to_inside.ids.is_empty();
         let next = if pending { None } else { engine.next_due() };
+        let next = next.map(|t| out_link.wall_time(t));
         let wake = next.map_or(drain_end, |t| t.min(drain_end));
         let sleep = if pending {
             TX_RETRY

@@ -10,6 +10,22 @@
 use crate::port::PortError;
 use crate::sys;
 
+/// `ETHTOOL_GLINK` (uapi `linux/ethtool.h`, 0x0a): whether the link is up, as the driver
+/// reports it.
+const ETHTOOL_GLINK: u32 = 0x0a;
+
+/// Whether interface `ifname` (of the calling thread's network namespace) has link, as `ethtool
+/// IF` reports "Link detected" (`ETHTOOL_GLINK`: the driver's `get_link`, the carrier for most
+/// drivers and veths). Read at once, unlike the interface's `IFF_RUNNING` flag, which follows
+/// its operational state, which the kernel's link watcher updates at most once a second for
+/// most devices (`linkwatch_fire_event`, `net/core/link_watch.c`). Errors (no such interface,
+/// a driver without `get_link`: `EOPNOTSUPP`) name the interface.
+pub fn link_detected(ifname: &str) -> Result<bool, PortError> {
+    sys::ethtool_value(ifname, ETHTOOL_GLINK, 0)
+        .map(|v| v != 0)
+        .map_err(|e| crate::afpacket::os_error(ifname, "ETHTOOL_GLINK", e))
+}
+
 /// One offload, by its legacy ethtool set-command (uapi `linux/ethtool.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Offload {
@@ -99,6 +115,14 @@ mod tests {
         assert!(e.to_string().contains("mtr-no-such-if"), "{e}");
         let e = Offload::Gro.get("mtr-no-such-if").unwrap_err();
         assert!(e.to_string().contains("mtr-no-such-if"), "{e}");
+        let e = link_detected("mtr-no-such-if").unwrap_err();
+        assert!(e.to_string().contains("mtr-no-such-if"), "{e}");
+    }
+
+    #[test]
+    fn loopback_has_link() {
+        // The loopback driver's `get_link` is always on; reading needs no privilege.
+        assert!(link_detected("lo").unwrap());
     }
 
     #[test]

@@ -2,25 +2,23 @@
 //! the daemon while one of the shaper's veths is set down for 0.5 s and up again (a flap), or
 //! deleted and created again with the same name 0.5 s later (a new ifindex: the daemon must open
 //! its sockets again by name). Each of `in0` and `out0`, with one loop and with two silos
-//! (`cores = 2`, whose fanout group is rejoined on a re-created interface).
-//!
-//! The flap of `out0` with one loop runs with `daemon.link_down_grace` longer than the outage
-//! ([`KEEP_ALL`]): what was queued is all sent when the link returns, none dropped. Every other
-//! fault runs with the default grace (100 ms): what was queued for `out0` and is more than the
-//! grace past its EDT when the link returns is dropped and counted.
+//! (`cores = 2`, whose fanout group is rejoined on a re-created interface), every fault with the
+//! default `daemon.link_down_grace` (1 s, longer than the outage): the shaping clock stops
+//! while `out0` is down, and what was queued leaves at the class's rate when it returns.
 //!
 //! Asserts that the daemon keeps running (its loops return reports, not an error), counts the
 //! transition in `metronome_link_down_total{interface}` once per loop (and, for a re-created
-//! interface, `metronome_link_reopened_total{interface}`), that the frames dropped for the outage
-//! are counted in `metronome_link_down_dropped_total{interface}` as in the loops' reports (none
-//! with [`KEEP_ALL`], some for a fault of `out0` with the default grace; for `in0`, none from the
-//! wheel), that forwarding resumes after the link is back (within `RESUME_BOUND` with
-//! [`KEEP_ALL`]: the shaper then holds what was queued and releases it at once; otherwise within
-//! `TCP_RESUME_BOUND`: the sender's kernel dropped the frames for `in0`, and the daemon those for
-//! `out0` that outlived the grace, so the first frame after it is the sender's TCP
-//! retransmission), that the rate after the fault holds within the tolerance, that a re-created
-//! `in0` has GRO on again (`daemon.gro`, switched on at start and on reopening), and that every
-//! frame each loop received is accounted for. Skips, saying why, without CAP_NET_ADMIN.
+//! interface, `metronome_link_reopened_total{interface}`), that the frames dropped for an
+//! outage are counted in `metronome_link_down_dropped_total{interface}` as in the loops'
+//! reports and that there are none (the outage was within the grace; none from the wheel for
+//! `in0` in any case), that forwarding resumes after the link is back (within
+//! [`RESUME_BOUND`] after a flap: the shaper held what was queued, and the ACKs of what it sent
+//! meanwhile, and sends them when the link returns; within [`TCP_RESUME_BOUND`] after a
+//! re-creation, which the hosts' veths undergo too), that the rate after the fault holds within
+//! the tolerance, that a re-created `in0` has GRO on again (`daemon.gro`, switched on at start
+//! and on reopening), and that every frame each loop received is accounted for. Each fault
+//! prints one line with its figures (`link_flap: ...`, on standard error). Skips, saying why,
+//! without CAP_NET_ADMIN.
 
 mod common;
 
@@ -45,36 +43,41 @@ const FLAP_FOR: Duration = Duration::from_millis(500);
 const SETTLE: Duration = Duration::from_millis(1500);
 /// Skipped at the end (flows stopping one by one).
 const COOLDOWN: Duration = Duration::from_millis(300);
-/// Tolerance of the rate after a flap of `out0` with one loop, as in `real_traffic.rs`: within
-/// 3 %, in one of two attempts (measured after a flap: 0.0 to -2.5 % loaded, -0.00 % idle; see
-/// `common::RETRY_BOUND_TOLERANCES`).
+/// Tolerance of the rate after a flap with one loop, as in `real_traffic.rs`: within 3 %
+/// (measured with the default grace, `cargo test -p metronome-testbed --test link_flap --
+/// --nocapture`, 10 runs with a load average of 2 to 6 from other helpers' builds and tests:
+/// -3.15 to +0.46 % in first attempts, the -3.15 % one +0.00 % on its retry).
 const TOLERANCE: f64 = 0.03;
-/// The other faults' rate after the fault, in one attempt: at most 3 % above the limit (no run
-/// was ever above +0.00 %; above, the shaper released more than its limit: a reopened socket
-/// bypassing the engine, frames delivered twice) and at most 40 % below. Measured in first
-/// attempts (`cargo test -p metronome-testbed --test link_flap -- --nocapture`, 4 runs with a
-/// load average of 7 to 14 from other builds): +0.00 % to -12.07 % for every fault but the
-/// re-creation of `in0` with one loop, which measured +0.00, -0.14, -0.95, -3.62, -5.74, -7.70,
-/// -11.84 and -34.47 %: the sender's TCP restarts on a new veth and the load starves it. A loop
-/// that does not resume, or resumes on half its flows, is further off.
+/// The rate after the other faults (with two silos, or a re-creation): at most 3 % above the
+/// limit (above, the shaper released more than its limit: a reopened socket bypassing the
+/// engine, frames delivered twice; measured at most +0.02 %) and at most 40 % below. Measured
+/// in the same runs and 6 more of the two-silo tests alone: flaps with two silos -23.37 to
+/// +0.01 % in first attempts (-13.49, -10.95 and -17.55 % besides the -23.37 %, the rest within
+/// -1.73 %), re-creations -28.03 to +0.02 % but one -95.54 % (two silos, `out0`: the loops
+/// forwarded all the senders sent, 11 789 frames in 5 s; the load starved the senders' TCP).
+/// A loop that does not resume, or resumes on half its flows, is further off.
 const OVER: f64 = 0.03;
 const UNDER: f64 = 0.40;
-/// `daemon.link_down_grace` of the flap of `out0` with one loop: longer than the outage (and
-/// than any scheduling delay of a loaded machine), so that nothing is dropped for it.
-const KEEP_ALL: &str = "5s";
 /// The class's limit, bit/s.
 const TARGET_BPS: f64 = 100e6;
-/// Forwarding resumes within this of the link coming back after the flap of `out0` with
-/// [`KEEP_ALL`]: the daemon probes a down link every 50 ms (`link::LINK_POLL`), the receiver's
-/// counter is sampled every 20 ms, and the queued packets leave at once; 150 ms leaves 80 ms
-/// for scheduling on this shared machine.
-const RESUME_BOUND: Duration = Duration::from_millis(150);
-/// Forwarding resumes within this of the link coming back after the other faults: the sender's
-/// kernel dropped what it sent to `in0` meanwhile, and the daemon what was queued for `out0` and
-/// outlived the grace, so the next frame is the sender's TCP retransmission, whose timer backs
-/// off during the outage (200 ms minimum, doubled per expiry: 200, 400, 800 ms after the last
+/// Forwarding resumes within this of the link coming back after a flap: the daemon probes a
+/// down link every 10 ms (`link::LINK_POLL`), takes it back once seen up for 20 ms
+/// (`link::LINK_SETTLE`), and then sends what it held at once (due when the link went down);
+/// the receiver's counter is sampled every 20 ms. 100 ms, the bound the daemon is built to.
+/// Measured in the runs of [`TOLERANCE`] and [`OVER`]: 21 to 53 ms in 52 of 54 flaps, 118 and
+/// 347 ms in two (load average 4 to 6: the senders or the sampler starved), which a retry
+/// absorbs.
+const RESUME_BOUND: Duration = Duration::from_millis(100);
+/// Forwarding resumes within this of the link coming back after a re-creation: the hosts'
+/// veths are deleted and created again too, so the sender's kernel drops what it sends
+/// meanwhile and the next frame may be the sender's TCP retransmission, whose timer backs off
+/// during the outage (200 ms minimum, doubled per expiry: 200, 400, 800 ms after the last
 /// ACK), so it fires up to about 1 s after a 0.5 s outage ends.
 const TCP_RESUME_BOUND: Duration = Duration::from_millis(1200);
+/// The longest outage (from the test's `ip` command to the other) after which nothing may be
+/// dropped for it: the default grace (1 s) less the daemon's detection of the link's return
+/// (a 10 ms probe) and 190 ms for scheduling on a loaded machine.
+const WITHIN_GRACE: Duration = Duration::from_millis(800);
 
 /// Frames the loops may receive beyond what the hosts' veths sent: a socket joining its fanout
 /// group sees every frame for the microseconds between its `bind` and its joining (delivered
@@ -133,11 +136,9 @@ enum Fault {
     Recreate,
 }
 
-/// The daemon's configuration: `cores` loops, and `grace` as `daemon.link_down_grace` (the
-/// default without).
-fn config(cores: usize, grace: Option<&str>) -> Config {
-    let grace = grace.map_or(String::new(), |g| format!("link_down_grace = \"{g}\"\n"));
-    let daemon = format!("\n[daemon]\ncores = {cores}\n{grace}");
+/// The daemon's configuration: `cores` loops, the default `daemon.link_down_grace`.
+fn config(cores: usize) -> Config {
+    let daemon = format!("\n[daemon]\ncores = {cores}\n");
     common::bulk_config("5201-5216", "100mbit", &daemon, "link_flap.toml")
 }
 
@@ -234,11 +235,15 @@ fn assert_accounted(loops: &[LoopReport], who: &str, mut sent: TxCount, mut acke
 
 /// The frames dropped for having waited for a down link beyond `daemon.link_down_grace`:
 /// `metronome_link_down_dropped_total{interface}` of each interface in `text` is what the loops
-/// report (the wheel's drops for `out0`, the transmit batches' for either); none when the
-/// grace outlasted the outage (`keep_all`); some from the wheel for a fault of `out0` with the
-/// default grace (TCP keeps frames queued, and retransmits into the outage: 58 to 175 measured
-/// in the six such runs of two runs of this binary); none from the wheel for `in0`.
-fn assert_link_down_drops(loops: &[LoopReport], text: &str, outside: bool, keep_all: bool) {
+/// report (the wheel's drops for `out0`, the transmit batches' for either); none from the wheel
+/// for `in0` (the shaping clock stops only for `out0`); none at all when the outage was within
+/// the grace (`within_grace`). Returns how many.
+fn assert_link_down_drops(
+    loops: &[LoopReport],
+    text: &str,
+    outside: bool,
+    within_grace: bool,
+) -> u64 {
     let sum = |f: fn(&LoopReport) -> u64| loops.iter().map(f).sum::<u64>();
     let wheel = sum(|l| l.engine.dropped_link_down);
     let to_out = sum(|l| l.link_down_dropped_outside);
@@ -247,17 +252,17 @@ fn assert_link_down_drops(loops: &[LoopReport], text: &str, outside: bool, keep_
     let on_in = counter(text, "metronome_link_down_dropped_total", "in0");
     println!("dropped for the outage: {wheel} from the wheel, {to_out} + {to_in} from batches");
     assert_eq!((on_out, on_in), (wheel + to_out, to_in), "{text}");
-    if keep_all {
+    if within_grace {
         assert_eq!(
             on_out + on_in,
             0,
             "nothing is dropped within the grace: {text}"
         );
-    } else if outside {
-        assert!(wheel > 0, "what outlived the grace is dropped: {loops:?}");
-    } else {
+    }
+    if !outside {
         assert_eq!((wheel, to_out), (0, 0), "{loops:?}");
     }
+    on_out + on_in
 }
 
 /// The reports of the single loop or of every silo, which must have survived the fault.
@@ -289,12 +294,11 @@ fn join_loops(
 type Spawned<T> = Result<T, TopoError>;
 
 /// One run with `fault` on the shaper's `iface` and `cores` loops; returns the rate on the
-/// wire after the fault.
-fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 {
+/// wire after the fault and how long after the link's return forwarding resumed.
+fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> (f64, Duration) {
     let metrics = Metrics::with_silos(cores);
     let control = Control::default();
-    let keep_all = (iface, fault, cores) == (topo.shaper_out.as_str(), Fault::Flap, 1);
-    let config = config(cores, keep_all.then_some(KEEP_ALL));
+    let config = config(cores);
     let single = (cores == 1).then(|| {
         spawn_shaper(
             &topo.shaper,
@@ -331,7 +335,9 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         reopened, want_reopened as u64,
         "reopenings of {iface}: {text}"
     );
-    assert_link_down_drops(&loops, &text, iface == topo.shaper_out, keep_all);
+    let within_grace = up_at.saturating_sub(down_at) <= WITHIN_GRACE;
+    let outside = iface == topo.shaper_out;
+    let dropped = assert_link_down_drops(&loops, &text, outside, within_grace);
     if (iface, fault) == (topo.shaper_in.as_str(), Fault::Recreate) {
         let gro = topo.shaper.run(|| Offload::Gro.get("in0")).unwrap();
         assert!(gro.unwrap(), "GRO on the re-created in0");
@@ -347,26 +353,80 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> f64 
         report.groups[0].mean_bps() / 1e6,
     );
     let resumed = resumed.expect("traffic resumed after the fault");
-    let bound = if keep_all {
-        RESUME_BOUND
-    } else {
-        TCP_RESUME_BOUND
-    };
-    assert!(
-        resumed <= bound,
-        "resumed {resumed:?} after the link came back"
-    );
+    common::uncaptured(&format!(
+        "link_flap: {fault:?} of {iface}, {cores} loop(s): down {:.0} ms, resumed {:.0} ms after \
+         the return, {:+.2} % after it, {dropped} dropped for the outage",
+        (up_at - down_at).as_secs_f64() * 1e3,
+        resumed.as_secs_f64() * 1e3,
+        (after / TARGET_BPS - 1.0) * 100.0,
+    ));
     assert_accounted(&loops, &format!("{fault:?} of {iface}"), sent, acked);
-    after
+    (after, resumed)
+}
+
+/// The MAC address of `iface` in `ns` (`ip -o link show`).
+fn mac_of(ns: &Namespace, iface: &str) -> String {
+    let text = ns.ip(&["-o", "link", "show", "dev", iface]).unwrap();
+    let mut words = text.split_whitespace();
+    words.find(|w| *w == "link/ether");
+    words.next().expect("a MAC address").to_owned()
+}
+
+/// Makes each host's neighbour entry of the other permanent. A host's veth loses its carrier
+/// while the shaper's end is down, and when the kernel's link watcher handles that during the
+/// outage it flushes the host's dynamic neighbour entries (a flap of 0.5 s of a veth between
+/// two namespaces flushed them in 3 of 5 tries); a host whose ARP request then fell into the
+/// outage asks again only after `retrans_time` (1 s), so its traffic resumes after the
+/// host's own recovery, not the shaper's (measured without: 4 of 37 flaps of `in0` resumed
+/// 524 to 717 ms after the return, the rest within 49 ms). A re-created veth loses its
+/// entry: the hosts resolve each other again then.
+fn permanent_neighbours(topo: &Topology) {
+    let hosts = [
+        (
+            &topo.sender,
+            &topo.sender_if,
+            topo.receiver_addr,
+            &topo.receiver,
+            &topo.receiver_if,
+        ),
+        (
+            &topo.receiver,
+            &topo.receiver_if,
+            topo.sender_addr,
+            &topo.sender,
+            &topo.sender_if,
+        ),
+    ];
+    for (ns, iface, peer_addr, peer_ns, peer_if) in hosts {
+        let mac = mac_of(peer_ns, peer_if);
+        let addr = peer_addr.to_string();
+        let args = [
+            "neigh",
+            "replace",
+            &addr,
+            "lladdr",
+            &mac,
+            "dev",
+            iface,
+            "nud",
+            "permanent",
+        ];
+        ns.ip(&args).unwrap();
+    }
 }
 
 /// One real-traffic run at a time in this binary: the tests would share the machine's two
 /// cores and measure each other.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Builds a topology, runs `fault` on `iface` with `cores` loops (for a flap of `out0` with one
-/// loop, two attempts for the rate within [`TOLERANCE`]; otherwise one, within [`OVER`] and
-/// [`UNDER`]), removes the topology (also on a panic: its `Drop`).
+/// Builds a topology, runs `fault` on `iface` with `cores` loops, removes the topology (also on
+/// a panic: its `Drop`). An attempt holds when forwarding resumed within [`RESUME_BOUND`] (a
+/// flap) or [`TCP_RESUME_BOUND`] (a re-creation) and the rate after the fault is within
+/// [`TOLERANCE`] (a flap with one loop) or [`OVER`] and [`UNDER`] (the others). One more
+/// attempt is made when the first resumed late or fell short (the load of a shared machine
+/// starves the kernel's TCP senders, never makes the shaper send more), never when it was over
+/// the limit or, with [`TOLERANCE`], more than `common::RETRY_BOUND_TOLERANCES` tolerances
+/// short. Every attempt's line goes to standard error, uncaptured, and the failure names both.
 fn survives(prefix: &str, test: &str, iface: &str, fault: Fault, cores: usize) {
     let _one = SERIAL
         .lock()
@@ -375,30 +435,48 @@ fn survives(prefix: &str, test: &str, iface: &str, fault: Fault, cores: usize) {
         return;
     };
     topo.one_mtu_segments().unwrap();
+    permanent_neighbours(&topo);
     let label = format!("after a {fault:?} of {iface} ({cores} loops): ");
-    let held = if (iface, fault, cores) == ("out0", Fault::Flap, 1) {
-        common::holds_in_two_attempts(&label, TARGET_BPS, TOLERANCE, || {
-            faulted_run(&topo, iface, fault, cores)
-        })
+    let (over, under, retry_floor) = if (fault, cores) == (Fault::Flap, 1) {
+        let floor = common::RETRY_BOUND_TOLERANCES * TOLERANCE;
+        (TOLERANCE, TOLERANCE, floor)
     } else {
-        let deviation = faulted_run(&topo, iface, fault, cores) / TARGET_BPS - 1.0;
+        (OVER, UNDER, 1.0)
+    };
+    let bound = match fault {
+        Fault::Flap => RESUME_BOUND,
+        Fault::Recreate => TCP_RESUME_BOUND,
+    };
+    let mut lines = Vec::new();
+    let mut held = false;
+    for attempt in 1..=2 {
+        let (after, resumed) = faulted_run(&topo, iface, fault, cores);
+        let deviation = after / TARGET_BPS - 1.0;
         let line = format!(
-            "{label}{:+.2} % off (bounds +{:.0} % / -{:.0} %)",
+            "{label}{:+.2} % off (bounds +{:.0} % / -{:.0} %), resumed {} ms after the link's \
+             return (bound {} ms), attempt {attempt}",
             deviation * 100.0,
-            OVER * 100.0,
-            UNDER * 100.0
+            over * 100.0,
+            under * 100.0,
+            resumed.as_millis(),
+            bound.as_millis(),
         );
         common::uncaptured(&line);
-        if (-UNDER..=OVER).contains(&deviation) {
-            Ok(())
-        } else {
-            Err(line)
+        lines.push(line);
+        if (-under..=over).contains(&deviation) && resumed <= bound {
+            if attempt > 1 {
+                common::uncaptured(&format!("{label}held on a retry: {}", lines.join("; ")));
+            }
+            held = true;
+            break;
         }
-    };
-    topo.remove().unwrap();
-    if let Err(last) = held {
-        panic!("{last}");
+        if deviation > over || deviation < -retry_floor {
+            lines.push("no retry: over the limit, or too far short".into());
+            break;
+        }
     }
+    topo.remove().unwrap();
+    assert!(held, "{}", lines.join("; "));
 }
 
 #[test]
