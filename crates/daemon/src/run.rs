@@ -18,12 +18,16 @@
 //!    `next_due` or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per packet), unless `busy_poll`
 //!    keeps spinning (Carousel's mode; lowest lateness, one core at 100 %). The thread's timer
 //!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
-//!    The round after a `ppoll` asks only the ports it reported readable for frames: at 1 Gbit/s
-//!    with super-frames most wake-ups are for one due piece, and two `recvmmsg` that find
-//!    nothing cost more than the piece's own work. Sleeping after every round that emptied the
-//!    sockets would save more system calls, but would add sleeps (each of which can wake late
-//!    on a loaded machine) before ACK shaping's generated ACKs; a round that did work is
-//!    followed by another.
+//!    A round asks a port for frames only when it may have some: after a `ppoll` that
+//!    reported it readable, after a receive that filled its batch, or after the previous round
+//!    sent on it (the far end's answer is then already queued, see [`Readable::after_round`]);
+//!    otherwise at least every [`UNREAD_MAX`] while the loop is busy. At 1 Gbit/s with
+//!    super-frames most wake-ups are for one due frame, and a `recvmmsg` that finds nothing
+//!    costs about as much as the frame's own work: the loop's cycle per frame is one `ppoll`,
+//!    the send, the receive of the answer on that port, its send on the other port and the
+//!    receive of the answer there. A round that did work is followed by another (no sleep
+//!    before ACK shaping's generated ACKs); a round that did nothing goes to `ppoll`, which
+//!    returns at once for frames that arrived meanwhile.
 //!
 //! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
@@ -57,6 +61,13 @@ pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
 /// Shortest sleep while a port's link is down (1 ms): frames due for that port cannot leave,
 /// so the loop must not spin on them.
 const LINK_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
+/// Longest time a port goes without a receive or a `ppoll` while every round finds work: the
+/// loop asks a port for frames only when it may have some ([`Readable::after_round`]), so
+/// frames that arrive from elsewhere while the loop is busy wait at most this long. 200 µs:
+/// longer than the few rounds after a wake-up at 1 Gbit/s (each send runs the far end's
+/// stack in this thread, tens of µs for a super-frame), and 250 KB at 10 Gbit/s, far below a
+/// socket's receive buffer (16 MiB).
+const UNREAD_MAX: metronome_core::Duration = metronome_core::Duration::from_micros(200);
 /// How often the ports' kernel counters (RX ring drops) are read: every 100 ms (a
 /// `getsockopt`, too costly per iteration).
 const COUNTER_PERIOD_NS: u64 = 100_000_000;
@@ -255,6 +266,8 @@ pub fn run_loop<
     // Whether each port (inside, outside) may have frames waiting: both, except right after a
     // `ppoll` that did not report a port readable, whose `recvmmsg` would return nothing.
     let mut readable = Readable::BOTH;
+    // When both ports were last read or polled (see UNREAD_MAX).
+    let mut checked = clock.now();
     let started = clock.now();
     let mut slept_ns = 0u64;
     if !busy_poll {
@@ -289,6 +302,14 @@ pub fn run_loop<
             dropped_in += n;
         }
         let mut work = 0;
+        if now.saturating_since(checked) >= UNREAD_MAX {
+            readable = Readable::BOTH;
+        }
+        if readable == Readable::BOTH {
+            checked = now;
+        }
+        // What this round learns for the next one (see `Readable::after_round`).
+        let mut round = RoundIo::default();
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
         if to_outside.ids.len() < batch && in_link.is_up() && readable.inside {
             let n = match inside.recv(pool, &mut rx) {
@@ -297,6 +318,8 @@ pub fn run_loop<
             };
             engine.receive(now, pool, &rx[..n], &mut to_outside.ids);
             work += n;
+            round.read.inside = true;
+            round.full.inside = n == rx.len();
         }
         if to_inside.ids.len() < batch && out_link.is_up() && readable.outside {
             let n = match outside.recv(pool, &mut rx) {
@@ -308,8 +331,9 @@ pub fn run_loop<
             engine.shape_acks(now, pool, &mut to_inside.ids, from);
             passed_back += n as u64;
             work += n;
+            round.read.outside = true;
+            round.full.outside = n == rx.len();
         }
-        readable = Readable::BOTH;
         let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
         work += engine.generate_acks(now, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
@@ -324,6 +348,7 @@ pub fn run_loop<
         );
         let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
         let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
+        let queued = (to_inside.ids.len(), to_outside.ids.len());
         to_outside.flush(
             outside,
             pool,
@@ -333,6 +358,9 @@ pub fn run_loop<
             now,
         );
         to_inside.flush(inside, pool, engine.cuts_mut(), metrics, &mut in_link, now);
+        round.sent.inside = to_inside.ids.len() < queued.0;
+        round.sent.outside = to_outside.ids.len() < queued.1;
+        readable = readable.after_round(&round);
         let pending = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         if now >= next_counters {
             next_counters =
@@ -377,6 +405,7 @@ pub fn run_loop<
         }
         let before = clock.now();
         readable = wait(inside, outside, timeout);
+        checked = clock.now();
         let slept = clock.now().saturating_since(before).as_nanos();
         slept_ns += slept;
         metrics.loop_slept_ns(slept);
@@ -473,6 +502,58 @@ impl Readable {
         inside: true,
         outside: true,
     };
+    /// Neither.
+    const NONE: Readable = Readable {
+        inside: false,
+        outside: false,
+    };
+
+    /// Which ports the round after `round` asks for frames without a `ppoll` in between: a
+    /// port this round could not read (no room, link down) and was readable, a port whose
+    /// receive filled its batch (more may wait), and a port this round sent on. The last is
+    /// the frames' far end answering in this thread: a veth transmit runs the peer
+    /// namespace's stack in the sender's context, so the receiver's ACKs (after a send on
+    /// `outside`) and the sender's next segments (after a send on `inside`) are already in the
+    /// socket when `sendmmsg` returns. Frames that arrive otherwise wait for the next `ppoll`
+    /// (taken as soon as a round does nothing) or [`UNREAD_MAX`], whichever is first.
+    fn after_round(self, round: &RoundIo) -> Readable {
+        let next = |was: bool, read: bool, full: bool, sent: bool| (was && !read) || full || sent;
+        Readable {
+            inside: next(
+                self.inside,
+                round.read.inside,
+                round.full.inside,
+                round.sent.inside,
+            ),
+            outside: next(
+                self.outside,
+                round.read.outside,
+                round.full.outside,
+                round.sent.outside,
+            ),
+        }
+    }
+}
+
+/// What one round of the loop did on each port (see [`Readable::after_round`]).
+#[derive(Clone, Copy, Debug)]
+struct RoundIo {
+    /// The port was asked for frames.
+    read: Readable,
+    /// Its receive returned a whole batch.
+    full: Readable,
+    /// At least one frame was sent on it.
+    sent: Readable,
+}
+
+impl Default for RoundIo {
+    fn default() -> Self {
+        RoundIo {
+            read: Readable::NONE,
+            full: Readable::NONE,
+            sent: Readable::NONE,
+        }
+    }
 }
 
 /// Sleeps until either port is readable or `timeout` passes (ppoll(2), nanosecond timeout);
@@ -623,6 +704,25 @@ mod tests {
             "{report:?}"
         );
         assert_eq!(LoopReport::default().busy_pct(), 0.0);
+    }
+
+    #[test]
+    fn a_round_reads_again_only_the_ports_that_may_have_frames() {
+        let r = |inside, outside| Readable { inside, outside };
+        let io = |read, full, sent| RoundIo { read, full, sent };
+        let none = Readable::NONE;
+        // Both read, nothing full, nothing sent: the next round waits for ppoll.
+        let round = io(Readable::BOTH, none, none);
+        assert_eq!(Readable::BOTH.after_round(&round), none);
+        // Sent on outside: its answer is read next; a full inside batch is read again.
+        let round = io(Readable::BOTH, r(true, false), r(false, true));
+        assert_eq!(Readable::BOTH.after_round(&round), Readable::BOTH);
+        let round = io(Readable::BOTH, none, r(true, false));
+        assert_eq!(Readable::BOTH.after_round(&round), r(true, false));
+        // A readable port this round did not read (no room, link down) stays readable.
+        let round = io(r(false, true), none, none);
+        assert_eq!(Readable::BOTH.after_round(&round), r(true, false));
+        assert_eq!(r(false, true).after_round(&round), none);
     }
 
     #[test]

@@ -13,9 +13,10 @@
 //! it). The overflow buffers are `RECV_BATCH × GSO_SLOT_SIZE` bytes (4.2 MB) per port,
 //! allocated once at open.
 //!
-//! While super-frames arrive (the previous receive had one), each message's third buffer is
-//! instead the tail of a free large slot, taken for the call (as many as the pool has free, up
-//! to the batch): a super-frame then lands in place and only its first small-slot's worth of
+//! While super-frames arrive (the last receive that got frames had some), the third buffer of
+//! the first messages, twice as many as that receive had super-frames (at most the batch and
+//! what the pool has free), is instead the tail of a free large slot, taken for the call: a
+//! super-frame then lands in place and only its first small-slot's worth of
 //! bytes is copied (2 KiB instead of up to 64 KiB, measured as most of the daemon thread's own
 //! user time at 10 Gbit/s); the large slots no message used go back to the pool before the
 //! call returns.
@@ -56,15 +57,16 @@ fn ip_packet_len(head: &[u8], len: usize) -> usize {
 /// of a batch.
 pub(super) struct VnetRx {
     overflow: Vec<u8>,
-    /// The previous receive had a frame longer than a small slot: receive into large slots.
-    superframes: bool,
+    /// Frames longer than a small slot in the previous receive: while not 0, up to twice as
+    /// many messages receive into large slots.
+    superframes: usize,
 }
 
 impl VnetRx {
     pub(super) fn new() -> Self {
         VnetRx {
             overflow: vec![0; RECV_BATCH * GSO_SLOT_SIZE],
-            superframes: false,
+            superframes: 0,
         }
     }
 }
@@ -92,7 +94,7 @@ impl AfPacketPort {
         let Some(vnet) = self.vnet.as_mut() else {
             return Ok(0);
         };
-        let (ids, want) = alloc_batch(pool, out.len());
+        let (ids, want) = alloc_batch(pool, out.len().min(self.rx_want));
         if want == 0 {
             return Ok(0);
         }
@@ -103,8 +105,9 @@ impl AfPacketPort {
         let mut all = [0u32; 2 * RECV_BATCH];
         all[..want].copy_from_slice(&ids[..want]);
         let mut standby = 0;
-        if vnet.superframes && pool.large_slot_size() >= GSO_SLOT_SIZE {
-            while standby < want {
+        let standby_want = want.min(vnet.superframes.saturating_mul(2));
+        if pool.large_slot_size() >= GSO_SLOT_SIZE {
+            while standby < standby_want {
                 let Some(id) = pool.alloc_large() else { break };
                 all[want + standby] = id;
                 standby += 1;
@@ -141,7 +144,10 @@ impl AfPacketPort {
             }
         };
         let got = match got {
-            Ok(n) => n,
+            Ok(n) => {
+                self.rx_want = super::next_recv_want(want, n);
+                n
+            }
             Err(e) => {
                 for &id in &ids[..want] {
                     pool.free(id);
@@ -156,7 +162,7 @@ impl AfPacketPort {
             }
         };
         let mut n = 0;
-        let mut saw_superframe = false;
+        let mut superframes = 0;
         for (i, &small) in ids[..want].iter().enumerate() {
             if i >= got {
                 pool.free(small);
@@ -187,7 +193,7 @@ impl AfPacketPort {
             }
             let vlan = stripped_vlan(m.status, m.vlan_tpid, m.vlan_tci);
             let need = len + if vlan.is_some() { 4 } else { 0 };
-            saw_superframe |= need > slot_size;
+            superframes += usize::from(need > slot_size);
             let id = if need <= slot_size {
                 small
             } else if need > pool.large_slot_size() || pool.large_capacity() == 0 {
@@ -271,7 +277,9 @@ impl AfPacketPort {
             n += 1;
         }
         free_standby(pool, &used);
-        vnet.superframes = saw_superframe;
+        if n > 0 {
+            vnet.superframes = superframes;
+        }
         Ok(n)
     }
 
