@@ -15,9 +15,11 @@
 //! 3. release everything due from the wheel ([`Engine::release`]) and send it together with the
 //!    unshaped frames as **one** `send` batch per tick (inter-flow batching, FlowBundler §IV-A);
 //! 4. when nothing happened, sleep in `ppoll(2)` on both ports' descriptors until the wheel's
-//!    `next_due` or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per packet), unless `busy_poll`
-//!    keeps spinning (Carousel's mode; lowest lateness, one core at 100 %). The thread's timer
-//!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
+//!    `next_due` plus `[daemon] timer_slack` ([`wake_after`]: frames due within the slack leave
+//!    in one batch, none before its EDT) or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per
+//!    packet), unless `busy_poll` keeps spinning (Carousel's mode; lowest lateness, one core at
+//!    100 %). The thread's kernel timer slack is set to 1 ns so that the kernel does not round
+//!    the sleep up by its default 50 µs: the loop's own slack is the only one.
 //!    A round asks a port for frames only when it may have some: after a `ppoll` that
 //!    reported it readable, after a receive that filled its batch, or after the previous round
 //!    sent on it (the far end's answer is then already queued, see [`Readable::after_round`]);
@@ -153,6 +155,9 @@ pub struct LoopOptions {
     /// While a link is down, how far past its EDT a frame queued for it is kept
     /// (`[daemon] link_down_grace`, [`crate::link`]).
     pub link_down_grace: metronome_core::Duration,
+    /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
+    /// timer_slack`, [`wake_after`]).
+    pub timer_slack: metronome_core::Duration,
 }
 
 impl LoopOptions {
@@ -163,6 +168,7 @@ impl LoopOptions {
             busy_poll: config.daemon.busy_poll,
             drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
             link_down_grace: config.daemon.link_down_grace,
+            timer_slack: config.daemon.timer_slack,
         }
     }
 }
@@ -384,7 +390,7 @@ pub fn run_loop<
         let timeout = if pending > 0 {
             TX_RETRY
         } else if in_link.is_up() && out_link.is_up() {
-            sleep_time(engine.next_due(), clock.now())
+            wake_after(engine.next_due(), options.timer_slack, clock.now())
         } else {
             // A port is down: what is due may be unable to leave, so wake for it, for the
             // link's next probe, and at most every LINK_DOWN_WAKE, never spinning.
@@ -487,6 +493,20 @@ fn sleep_time(next_due: Option<Timestamp>, now: Timestamp) -> StdDuration {
         Some(t) => StdDuration::from_nanos(t.saturating_since(now).as_nanos()).min(MAX_SLEEP),
         None => MAX_SLEEP,
     }
+}
+
+/// How long the idle loop sleeps when the wheel's next departure is `next_due`: until
+/// `slack` after it (frames due within the slack then leave in one batch), at most
+/// [`MAX_SLEEP`]. Never before `next_due`, so a frame woken for leaves at or after its EDT
+/// ([`Engine::release`] takes only what is due) and, the machine's wake-up latency aside, at
+/// most `slack` after it. A frame that arrives meanwhile wakes the loop at once, and the round
+/// it starts releases whatever is due by then.
+fn wake_after(
+    next_due: Option<Timestamp>,
+    slack: metronome_core::Duration,
+    now: Timestamp,
+) -> StdDuration {
+    sleep_time(next_due.map(|t| t.saturating_add(slack)), now)
 }
 
 /// Which ports may have frames waiting (see [`wait`]).
@@ -723,6 +743,47 @@ mod tests {
         let round = io(r(false, true), none, none);
         assert_eq!(Readable::BOTH.after_round(&round), r(true, false));
         assert_eq!(r(false, true).after_round(&round), none);
+    }
+
+    #[test]
+    fn the_loop_wakes_never_before_the_next_departure_and_at_most_the_slack_after_it() {
+        let now = Timestamp::from_nanos(1_000_000_000);
+        let max = Duration::from_nanos(MAX_SLEEP.as_nanos() as u64);
+        for slack_us in [0, 1, 50, 100, 1_000, 60_000] {
+            let slack = Duration::from_micros(slack_us);
+            for ahead_ns in [
+                0,
+                1,
+                999,
+                170_000,
+                10_000_000,
+                49_999_999,
+                50_000_000,
+                3_000_000_000,
+            ] {
+                let due = now + Duration::from_nanos(ahead_ns);
+                let sleep = wake_after(Some(due), slack, now);
+                let wake = now + Duration::from_nanos(sleep.as_nanos() as u64);
+                // Never before the departure, unless MAX_SLEEP wakes the loop earlier (it then
+                // sleeps again); never more than the slack after it.
+                assert!(wake >= due || wake == now + max, "{slack_us} {ahead_ns}");
+                assert!(wake <= due.saturating_add(slack), "{slack_us} {ahead_ns}");
+                assert!(sleep <= MAX_SLEEP);
+            }
+            // Already due: at most the slack, minus what has passed since.
+            let past = Timestamp::from_nanos(now.as_nanos() - 30_000);
+            let sleep = wake_after(Some(past), slack, now);
+            let over = Duration::from_nanos(sleep.as_nanos() as u64);
+            assert!(
+                now + over <= past.saturating_add(slack).max(now),
+                "{slack_us}"
+            );
+            assert_eq!(wake_after(None, slack, now), MAX_SLEEP);
+        }
+        assert_eq!(
+            wake_after(Some(now + Duration::from_micros(170)), Duration::ZERO, now),
+            StdDuration::from_micros(170)
+        );
     }
 
     #[test]
