@@ -101,13 +101,15 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 /// by its sender; and what leaves at once on the link's return is at most 100 ms of each
 /// class's rate.
 pub const DEFAULT_LINK_DOWN_GRACE: Duration = Duration::from_millis(100);
-/// How long after the next departure the idle loop may sleep: 100 µs, so that frames due
-/// within it leave in one batch (one wake-up and one `sendmmsg` for several super-frames at
-/// 1 Gbit/s, where they are about 170 µs apart). A frame never leaves before its EDT. 100 µs is
-/// a tenth of the default `gso_burst` (a burst the shaper already lets a super-frame make) and
-/// below a millisecond-scale RTT's noise; the rate over any window longer than it is unchanged,
-/// as each frame's EDT comes from its class's rate, not from when the previous one left.
-pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(100);
+/// How long after the next departure the idle loop may sleep: 200 µs, so that frames due
+/// within it leave in one batch (one wake-up and one `sendmmsg` for two super-frames or more at
+/// 1 Gbit/s, where they are about 170 µs apart). A frame never leaves before its EDT. 200 µs is
+/// a fifth of the default `gso_burst` (a burst the shaper already lets one super-frame make,
+/// the kernel's `tcp_tso_autosize` bound); the rate over any window longer than it is
+/// unchanged, as each frame's EDT comes from its class's rate, not from when the previous one
+/// left. The daemon thread's CPU per Gbit/s with 0, 100, 200 and 400 µs is in
+/// docs/results/daemon.md (`metronome compare --target 1gbit --flows 16`).
+pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(200);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 

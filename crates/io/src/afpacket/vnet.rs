@@ -13,13 +13,12 @@
 //! it). The overflow buffers are `RECV_BATCH × GSO_SLOT_SIZE` bytes (4.2 MB) per port,
 //! allocated once at open.
 //!
-//! While super-frames arrive (the last receive that got frames had some), the third buffer of
-//! the first messages, twice as many as that receive had super-frames (at most the batch and
-//! what the pool has free), is instead the tail of a free large slot, taken for the call: a
-//! super-frame then lands in place and only its first small-slot's worth of
-//! bytes is copied (2 KiB instead of up to 64 KiB, measured as most of the daemon thread's own
-//! user time at 10 Gbit/s); the large slots no message used go back to the pool before the
-//! call returns.
+//! While super-frames arrive (the last receive that got frames had one), each message's third
+//! buffer is instead the tail of a free large slot, taken for the call (as many as the pool has
+//! free, up to the messages asked for, `next_recv_want`): a super-frame then lands in place and
+//! only its first small-slot's worth of bytes is copied (2 KiB instead of up to 64 KiB,
+//! measured as most of the daemon thread's own user time at 10 Gbit/s); the large slots no
+//! message used go back to the pool before the call returns.
 //!
 //! **Frames above 64 KiB.** With an interface's `gro_max_size` or `gso_max_size` raised above
 //! 65 536 (BIG TCP) the kernel can queue larger frames; the socket copies the first
@@ -57,16 +56,16 @@ fn ip_packet_len(head: &[u8], len: usize) -> usize {
 /// of a batch.
 pub(super) struct VnetRx {
     overflow: Vec<u8>,
-    /// Frames longer than a small slot in the previous receive: while not 0, up to twice as
-    /// many messages receive into large slots.
-    superframes: usize,
+    /// The last receive that got frames had one longer than a small slot: receive into large
+    /// slots.
+    superframes: bool,
 }
 
 impl VnetRx {
     pub(super) fn new() -> Self {
         VnetRx {
             overflow: vec![0; RECV_BATCH * GSO_SLOT_SIZE],
-            superframes: 0,
+            superframes: false,
         }
     }
 }
@@ -105,9 +104,8 @@ impl AfPacketPort {
         let mut all = [0u32; 2 * RECV_BATCH];
         all[..want].copy_from_slice(&ids[..want]);
         let mut standby = 0;
-        let standby_want = want.min(vnet.superframes.saturating_mul(2));
-        if pool.large_slot_size() >= GSO_SLOT_SIZE {
-            while standby < standby_want {
+        if vnet.superframes && pool.large_slot_size() >= GSO_SLOT_SIZE {
+            while standby < want {
                 let Some(id) = pool.alloc_large() else { break };
                 all[want + standby] = id;
                 standby += 1;
@@ -162,7 +160,7 @@ impl AfPacketPort {
             }
         };
         let mut n = 0;
-        let mut superframes = 0;
+        let mut saw_superframe = false;
         for (i, &small) in ids[..want].iter().enumerate() {
             if i >= got {
                 pool.free(small);
@@ -193,7 +191,7 @@ impl AfPacketPort {
             }
             let vlan = stripped_vlan(m.status, m.vlan_tpid, m.vlan_tci);
             let need = len + if vlan.is_some() { 4 } else { 0 };
-            superframes += usize::from(need > slot_size);
+            saw_superframe |= need > slot_size;
             let id = if need <= slot_size {
                 small
             } else if need > pool.large_slot_size() || pool.large_capacity() == 0 {
@@ -278,7 +276,7 @@ impl AfPacketPort {
         }
         free_standby(pool, &used);
         if n > 0 {
-            vnet.superframes = superframes;
+            vnet.superframes = saw_superframe;
         }
         Ok(n)
     }
