@@ -104,6 +104,15 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 /// TCP sender has mostly sent again what was in flight (Linux's minimum retransmission timeout
 /// is 200 ms, `TCP_RTO_MIN`, and its initial one 1 s, `TCP_TIMEOUT_INIT`, RFC 6298 §2.1).
 pub const DEFAULT_LINK_DOWN_GRACE: Duration = Duration::from_secs(1);
+/// How long after the next departure the idle loop may sleep: 200 µs, so that frames due
+/// within it leave in one batch (one wake-up and one `sendmmsg` for two super-frames or more at
+/// 1 Gbit/s, where they are about 170 µs apart). A frame never leaves before its EDT. 200 µs is
+/// a fifth of the default `gso_burst` (a burst the shaper already lets one super-frame make,
+/// the kernel's `tcp_tso_autosize` bound); the rate over any window longer than it is
+/// unchanged, as each frame's EDT comes from its class's rate, not from when the previous one
+/// left. The daemon thread's CPU per Gbit/s with 0, 100, 200 and 400 µs is in
+/// docs/results/daemon.md (`metronome compare --target 1gbit --flows 16`).
+pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(200);
 /// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
 pub const MAX_CLASSES: usize = u16::MAX as usize;
 
@@ -187,6 +196,11 @@ pub struct DaemonConfig {
     /// down link leaves within its EDT plus this, or is dropped and counted ([`crate::link`]).
     /// Default [`DEFAULT_LINK_DOWN_GRACE`].
     pub link_down_grace: Duration,
+    /// How long after the wheel's next departure the idle loop may sleep, so that frames due
+    /// close together leave in one batch: a frame leaves at or after its EDT and, the
+    /// machine's own wake-up latency aside, at most this much after it. `"0s"`: wake for each
+    /// departure. Default [`DEFAULT_TIMER_SLACK`].
+    pub timer_slack: Duration,
 }
 
 /// One `[[class]]`.

@@ -15,15 +15,21 @@
 //! 3. release everything due from the wheel ([`Engine::release`]) and send it together with the
 //!    unshaped frames as **one** `send` batch per tick (inter-flow batching, FlowBundler §IV-A);
 //! 4. when nothing happened, sleep in `ppoll(2)` on both ports' descriptors until the wheel's
-//!    `next_due` or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per packet), unless `busy_poll`
-//!    keeps spinning (Carousel's mode; lowest lateness, one core at 100 %). The thread's timer
-//!    slack is set to 1 ns so that the kernel does not round the sleep up by its default 50 µs.
-//!    The round after a `ppoll` asks only the ports it reported readable for frames: at 1 Gbit/s
-//!    with super-frames most wake-ups are for one due piece, and two `recvmmsg` that find
-//!    nothing cost more than the piece's own work. Sleeping after every round that emptied the
-//!    sockets would save more system calls, but would add sleeps (each of which can wake late
-//!    on a loaded machine) before ACK shaping's generated ACKs; a round that did work is
-//!    followed by another.
+//!    `next_due` plus `[daemon] timer_slack` ([`wake_after`]: frames due within the slack leave
+//!    in one batch, none before its EDT) or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per
+//!    packet), unless `busy_poll` keeps spinning (Carousel's mode; lowest lateness, one core at
+//!    100 %). The thread's kernel timer slack is set to 1 ns so that the kernel does not round
+//!    the sleep up by its default 50 µs: the loop's own slack is the only one.
+//!    A round asks a port for frames only when it may have some: after a `ppoll` that
+//!    reported it readable, after a receive that filled its batch, or after the previous round
+//!    sent on it (the far end's answer is then already queued, see [`Readable::after_round`]);
+//!    otherwise at least every [`UNREAD_MAX`] while the loop is busy. At 1 Gbit/s with
+//!    super-frames most wake-ups are for one due frame, and a `recvmmsg` that finds nothing
+//!    costs about as much as the frame's own work: the loop's cycle per frame is one `ppoll`,
+//!    the send, the receive of the answer on that port, its send on the other port and the
+//!    receive of the answer there. A round that did work is followed by another (no sleep
+//!    before ACK shaping's generated ACKs); a round that did nothing goes to `ppoll`, which
+//!    returns at once for frames that arrived meanwhile.
 //!
 //! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
@@ -60,6 +66,13 @@ pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
 /// Shortest sleep while a port's link is down (1 ms): frames due for that port cannot leave,
 /// so the loop must not spin on them.
 const LINK_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
+/// Longest time a port goes without a receive or a `ppoll` while every round finds work: the
+/// loop asks a port for frames only when it may have some ([`Readable::after_round`]), so
+/// frames that arrive from elsewhere while the loop is busy wait at most this long. 200 µs:
+/// longer than the few rounds after a wake-up at 1 Gbit/s (each send runs the far end's
+/// stack in this thread, tens of µs for a super-frame), and 250 KB at 10 Gbit/s, far below a
+/// socket's receive buffer (16 MiB).
+const UNREAD_MAX: metronome_core::Duration = metronome_core::Duration::from_micros(200);
 /// How often the ports' kernel counters (RX ring drops) are read: every 100 ms (a
 /// `getsockopt`, too costly per iteration).
 const COUNTER_PERIOD_NS: u64 = 100_000_000;
@@ -145,6 +158,9 @@ pub struct LoopOptions {
     /// While a link is down, how far past its EDT a frame queued for it is kept
     /// (`[daemon] link_down_grace`, [`crate::link`]).
     pub link_down_grace: metronome_core::Duration,
+    /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
+    /// timer_slack`, [`wake_after`]).
+    pub timer_slack: metronome_core::Duration,
 }
 
 impl LoopOptions {
@@ -155,6 +171,7 @@ impl LoopOptions {
             busy_poll: config.daemon.busy_poll,
             drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
             link_down_grace: config.daemon.link_down_grace,
+            timer_slack: config.daemon.timer_slack,
         }
     }
 }
@@ -262,6 +279,8 @@ pub fn run_loop<
     // Whether each port (inside, outside) may have frames waiting: both, except right after a
     // `ppoll` that did not report a port readable, whose `recvmmsg` would return nothing.
     let mut readable = Readable::BOTH;
+    // When both ports were last read or polled (see UNREAD_MAX).
+    let mut checked = clock.now();
     let started = clock.now();
     let mut slept_ns = 0u64;
     if !busy_poll {
@@ -298,6 +317,14 @@ pub fn run_loop<
         // The engine's time: the wall's, less what outages of `outside` stopped it.
         let t = out_link.shaping_time(now);
         let mut work = 0;
+        if now.saturating_since(checked) >= UNREAD_MAX {
+            readable = Readable::BOTH;
+        }
+        if readable == Readable::BOTH {
+            checked = now;
+        }
+        // What this round learns for the next one (see `Readable::after_round`).
+        let mut round = RoundIo::default();
         // Inside -> engine, only when the outgoing batch has room for what may pass at once.
         if to_outside.ids.len() < batch && in_link.is_up() && readable.inside {
             let n = match inside.recv(pool, &mut rx) {
@@ -306,6 +333,8 @@ pub fn run_loop<
             };
             engine.receive(t, pool, &rx[..n], &mut to_outside.ids);
             work += n;
+            round.read.inside = true;
+            round.full.inside = n == rx.len();
         }
         if to_inside.ids.len() < batch && out_link.is_up() && readable.outside {
             let n = match outside.recv(pool, &mut rx) {
@@ -317,8 +346,9 @@ pub fn run_loop<
             engine.shape_acks(t, pool, &mut to_inside.ids, from);
             passed_back += n as u64;
             work += n;
+            round.read.outside = true;
+            round.full.outside = n == rx.len();
         }
-        readable = Readable::BOTH;
         let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
         work += engine.generate_acks(t, pool, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
@@ -332,6 +362,7 @@ pub fn run_loop<
         );
         let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
         let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
+        let queued = (to_inside.ids.len(), to_outside.ids.len());
         to_outside.flush(
             outside,
             pool,
@@ -341,6 +372,9 @@ pub fn run_loop<
             now,
         );
         to_inside.flush(inside, pool, engine.cuts_mut(), metrics, &mut in_link, now);
+        round.sent.inside = to_inside.ids.len() < queued.0;
+        round.sent.outside = to_outside.ids.len() < queued.1;
+        readable = readable.after_round(&round);
         let pending = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         if now >= next_counters {
             next_counters =
@@ -364,7 +398,11 @@ pub fn run_loop<
         let timeout = if pending > 0 {
             TX_RETRY
         } else if in_link.is_up() && out_link.is_up() {
-            sleep_time(engine.next_due(), out_link.shaping_time(clock.now()))
+            wake_after(
+                engine.next_due(),
+                options.timer_slack,
+                out_link.shaping_time(clock.now()),
+            )
         } else {
             // A port is down: what is due may be unable to leave, so wake for it, for the
             // link's next probe, and at most every LINK_DOWN_WAKE, never spinning.
@@ -381,6 +419,7 @@ pub fn run_loop<
         }
         let before = clock.now();
         readable = wait(inside, outside, timeout);
+        checked = clock.now();
         let slept = clock.now().saturating_since(before).as_nanos();
         slept_ns += slept;
         metrics.loop_slept_ns(slept);
@@ -466,6 +505,20 @@ fn sleep_time(next_due: Option<Timestamp>, now: Timestamp) -> StdDuration {
     }
 }
 
+/// How long the idle loop sleeps when the wheel's next departure is `next_due`: until
+/// `slack` after it (frames due within the slack then leave in one batch), at most
+/// [`MAX_SLEEP`]. Never before `next_due`, so a frame woken for leaves at or after its EDT
+/// ([`Engine::release`] takes only what is due) and, the machine's wake-up latency aside, at
+/// most `slack` after it. A frame that arrives meanwhile wakes the loop at once, and the round
+/// it starts releases whatever is due by then.
+fn wake_after(
+    next_due: Option<Timestamp>,
+    slack: metronome_core::Duration,
+    now: Timestamp,
+) -> StdDuration {
+    sleep_time(next_due.map(|t| t.saturating_add(slack)), now)
+}
+
 /// Which ports may have frames waiting (see [`wait`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Readable {
@@ -479,6 +532,58 @@ impl Readable {
         inside: true,
         outside: true,
     };
+    /// Neither.
+    const NONE: Readable = Readable {
+        inside: false,
+        outside: false,
+    };
+
+    /// Which ports the round after `round` asks for frames without a `ppoll` in between: a
+    /// port this round could not read (no room, link down) and was readable, a port whose
+    /// receive filled its batch (more may wait), and a port this round sent on. The last is
+    /// the frames' far end answering in this thread: a veth transmit runs the peer
+    /// namespace's stack in the sender's context, so the receiver's ACKs (after a send on
+    /// `outside`) and the sender's next segments (after a send on `inside`) are already in the
+    /// socket when `sendmmsg` returns. Frames that arrive otherwise wait for the next `ppoll`
+    /// (taken as soon as a round does nothing) or [`UNREAD_MAX`], whichever is first.
+    fn after_round(self, round: &RoundIo) -> Readable {
+        let next = |was: bool, read: bool, full: bool, sent: bool| (was && !read) || full || sent;
+        Readable {
+            inside: next(
+                self.inside,
+                round.read.inside,
+                round.full.inside,
+                round.sent.inside,
+            ),
+            outside: next(
+                self.outside,
+                round.read.outside,
+                round.full.outside,
+                round.sent.outside,
+            ),
+        }
+    }
+}
+
+/// What one round of the loop did on each port (see [`Readable::after_round`]).
+#[derive(Clone, Copy, Debug)]
+struct RoundIo {
+    /// The port was asked for frames.
+    read: Readable,
+    /// Its receive returned a whole batch.
+    full: Readable,
+    /// At least one frame was sent on it.
+    sent: Readable,
+}
+
+impl Default for RoundIo {
+    fn default() -> Self {
+        RoundIo {
+            read: Readable::NONE,
+            full: Readable::NONE,
+            sent: Readable::NONE,
+        }
+    }
 }
 
 /// Sleeps until either port is readable or `timeout` passes (ppoll(2), nanosecond timeout);
@@ -629,6 +734,66 @@ mod tests {
             "{report:?}"
         );
         assert_eq!(LoopReport::default().busy_pct(), 0.0);
+    }
+
+    #[test]
+    fn a_round_reads_again_only_the_ports_that_may_have_frames() {
+        let r = |inside, outside| Readable { inside, outside };
+        let io = |read, full, sent| RoundIo { read, full, sent };
+        let none = Readable::NONE;
+        // Both read, nothing full, nothing sent: the next round waits for ppoll.
+        let round = io(Readable::BOTH, none, none);
+        assert_eq!(Readable::BOTH.after_round(&round), none);
+        // Sent on outside: its answer is read next; a full inside batch is read again.
+        let round = io(Readable::BOTH, r(true, false), r(false, true));
+        assert_eq!(Readable::BOTH.after_round(&round), Readable::BOTH);
+        let round = io(Readable::BOTH, none, r(true, false));
+        assert_eq!(Readable::BOTH.after_round(&round), r(true, false));
+        // A readable port this round did not read (no room, link down) stays readable.
+        let round = io(r(false, true), none, none);
+        assert_eq!(Readable::BOTH.after_round(&round), r(true, false));
+        assert_eq!(r(false, true).after_round(&round), none);
+    }
+
+    #[test]
+    fn the_loop_wakes_never_before_the_next_departure_and_at_most_the_slack_after_it() {
+        let now = Timestamp::from_nanos(1_000_000_000);
+        let max = Duration::from_nanos(MAX_SLEEP.as_nanos() as u64);
+        for slack_us in [0, 1, 50, 100, 1_000, 60_000] {
+            let slack = Duration::from_micros(slack_us);
+            for ahead_ns in [
+                0,
+                1,
+                999,
+                170_000,
+                10_000_000,
+                49_999_999,
+                50_000_000,
+                3_000_000_000,
+            ] {
+                let due = now + Duration::from_nanos(ahead_ns);
+                let sleep = wake_after(Some(due), slack, now);
+                let wake = now + Duration::from_nanos(sleep.as_nanos() as u64);
+                // Never before the departure, unless MAX_SLEEP wakes the loop earlier (it then
+                // sleeps again); never more than the slack after it.
+                assert!(wake >= due || wake == now + max, "{slack_us} {ahead_ns}");
+                assert!(wake <= due.saturating_add(slack), "{slack_us} {ahead_ns}");
+                assert!(sleep <= MAX_SLEEP);
+            }
+            // Already due: at most the slack, minus what has passed since.
+            let past = Timestamp::from_nanos(now.as_nanos() - 30_000);
+            let sleep = wake_after(Some(past), slack, now);
+            let over = Duration::from_nanos(sleep.as_nanos() as u64);
+            assert!(
+                now + over <= past.saturating_add(slack).max(now),
+                "{slack_us}"
+            );
+            assert_eq!(wake_after(None, slack, now), MAX_SLEEP);
+        }
+        assert_eq!(
+            wake_after(Some(now + Duration::from_micros(170)), Duration::ZERO, now),
+            StdDuration::from_micros(170)
+        );
     }
 
     #[test]

@@ -206,6 +206,8 @@ pub struct AfPacketPort {
     fanout_group: Option<u16>,
     /// With [`AfPacketConfig::vnet_hdr`]: the receive overflow buffers (see module `vnet`).
     vnet: Option<vnet::VnetRx>,
+    /// Messages the next `recvmmsg` asks for ([`next_recv_want`]).
+    rx_want: usize,
 }
 
 impl std::fmt::Debug for AfPacketPort {
@@ -302,6 +304,7 @@ impl AfPacketPort {
             counters: PortCounters::default(),
             fanout_group,
             vnet: config.vnet_hdr.then(vnet::VnetRx::new),
+            rx_want: RECV_BATCH,
         })
     }
 
@@ -543,6 +546,24 @@ fn insert_vlan(slot: &mut [u8], len: usize, (tpid, tci): (u16, u16)) -> Option<u
 
 /// Up to `max` (at most [`RECV_BATCH`]) fresh small slots for one `recvmmsg`, in increasing id
 /// order (the order in which [`FramePool::slots_mut`] hands out disjoint slots), and how many.
+/// Fewest messages a `recvmmsg` asks for ([`next_recv_want`]).
+pub const MIN_RECV_WANT: usize = 8;
+
+/// Messages the next `recvmmsg` of a port asks for, after one that asked for `want` and got
+/// `got`: four times as many after a full batch, otherwise twice what came but at least half
+/// of `want`, within [`MIN_RECV_WANT`]..=[`RECV_BATCH`]. Every message asked for takes a pool
+/// slot and its buffers before the call, and most calls of a loop woken for one frame find one
+/// frame or none: asking for what is likely to come keeps that preparation small, while a
+/// burst reaches a whole batch by the second call and keeps it while frames keep coming.
+pub fn next_recv_want(want: usize, got: usize) -> usize {
+    let next = if got >= want {
+        want.saturating_mul(4)
+    } else {
+        got.saturating_mul(2).max(want / 2)
+    };
+    next.clamp(MIN_RECV_WANT, RECV_BATCH)
+}
+
 fn alloc_batch(pool: &mut FramePool, max: usize) -> ([u32; RECV_BATCH], usize) {
     let want = max.min(pool.available_small()).min(RECV_BATCH);
     let mut ids = [0u32; RECV_BATCH];
@@ -557,7 +578,7 @@ fn alloc_batch(pool: &mut FramePool, max: usize) -> ([u32; RECV_BATCH], usize) {
 impl AfPacketPort {
     /// [`PacketPort::recv`] in [`RxMode::Mmsg`]: one `recvmmsg` straight into fresh pool slots.
     fn recv_mmsg(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
-        let (ids, want) = alloc_batch(pool, out.len());
+        let (ids, want) = alloc_batch(pool, out.len().min(self.rx_want));
         if want == 0 {
             return Ok(0);
         }
@@ -579,6 +600,7 @@ impl AfPacketPort {
                 return Err(os_error(&self.ifname, "recvmmsg", e));
             }
         };
+        self.rx_want = next_recv_want(want, got);
         let mut n = 0;
         for (i, &id) in ids[..want].iter().enumerate() {
             let m = &meta[i];
@@ -702,6 +724,38 @@ mod tests {
             panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it");
         }
         eprintln!("skipping: {why}");
+    }
+
+    #[test]
+    fn the_receive_batch_follows_what_arrives_within_its_bounds() {
+        // A full batch grows four-fold up to the whole batch.
+        assert_eq!(
+            next_recv_want(MIN_RECV_WANT, MIN_RECV_WANT),
+            4 * MIN_RECV_WANT
+        );
+        assert_eq!(next_recv_want(RECV_BATCH, RECV_BATCH), RECV_BATCH);
+        let mut want = MIN_RECV_WANT;
+        let mut calls = 1;
+        while want < RECV_BATCH {
+            want = next_recv_want(want, want);
+            calls += 1;
+        }
+        assert!(calls <= 3, "{calls} calls to reach a whole batch");
+        // Nothing or one frame: halves, never below the minimum.
+        assert_eq!(next_recv_want(RECV_BATCH, 0), RECV_BATCH / 2);
+        assert_eq!(next_recv_want(MIN_RECV_WANT, 0), MIN_RECV_WANT);
+        assert_eq!(next_recv_want(MIN_RECV_WANT, 1), MIN_RECV_WANT);
+        // Otherwise twice what came, within the bounds, and always more than came.
+        for want in MIN_RECV_WANT..=RECV_BATCH {
+            for got in 0..=want {
+                let next = next_recv_want(want, got);
+                assert!((MIN_RECV_WANT..=RECV_BATCH).contains(&next), "{want} {got}");
+                assert!(next >= want / 2, "{want} {got} -> {next}");
+                if got < RECV_BATCH {
+                    assert!(next > got, "{want} {got} -> {next}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -68,6 +68,7 @@ pub(crate) struct RawDaemon {
     pub non_ip: Option<crate::unclassified::Unclassified>,
     pub drain: Option<Spanned<String>>,
     pub link_down_grace: Option<Spanned<String>>,
+    pub timer_slack: Option<Spanned<String>>,
 }
 
 /// `log_format = "text" | "json"`.

@@ -521,3 +521,25 @@ fn link_down_grace_defaults_parses_and_needs_a_restart() {
         .collect();
     assert_eq!(fields, ["daemon.link_down_grace"]);
 }
+
+#[test]
+fn timer_slack_defaults_parses_and_needs_a_restart() {
+    let c = parse("").unwrap();
+    assert_eq!(c.daemon.timer_slack, DEFAULT_TIMER_SLACK);
+    let d = parse("[daemon]\ntimer_slack = \"250us\"\n").unwrap();
+    assert_eq!(d.daemon.timer_slack, Duration::from_micros(250));
+    let zero = parse("[daemon]\ntimer_slack = \"0s\"\n").unwrap();
+    assert_eq!(zero.daemon.timer_slack, Duration::ZERO);
+    error_at(
+        "[daemon]\ntimer_slack = \"soon\"\n",
+        5,
+        "daemon.timer_slack",
+    );
+    let plan = c.diff(&d);
+    let fields: Vec<&str> = plan
+        .restart_required
+        .iter()
+        .map(|f| f.field.as_str())
+        .collect();
+    assert_eq!(fields, ["daemon.timer_slack"]);
+}

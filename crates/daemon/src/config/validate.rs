@@ -17,8 +17,8 @@ use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
     LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
     DEFAULT_GSO_SLOTS, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU,
-    DEFAULT_NBA_PERIOD, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES,
-    MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    DEFAULT_NBA_PERIOD, DEFAULT_TIMER_SLACK, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES,
+    MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::{parse_duration, parse_size};
 use ipnet::IpNet;
@@ -277,6 +277,19 @@ impl Validator<'_> {
             })?,
             None => DEFAULT_LINK_DOWN_GRACE,
         };
+        let timer_slack = match &raw.timer_slack {
+            Some(d) => parse_duration(d.get_ref()).map_err(|error| {
+                self.site.at(
+                    d.span(),
+                    "daemon.timer_slack",
+                    ErrorKind::Duration {
+                        value: d.get_ref().clone(),
+                        error,
+                    },
+                )
+            })?,
+            None => DEFAULT_TIMER_SLACK,
+        };
         Ok(DaemonConfig {
             vnet_hdr: raw.vnet_hdr.unwrap_or(true),
             gso_slots,
@@ -291,6 +304,7 @@ impl Validator<'_> {
             non_ip: raw.non_ip.unwrap_or_default(),
             drain,
             link_down_grace,
+            timer_slack,
         })
     }
 

@@ -13,12 +13,12 @@
 //! it). The overflow buffers are `RECV_BATCH × GSO_SLOT_SIZE` bytes (4.2 MB) per port,
 //! allocated once at open.
 //!
-//! While super-frames arrive (the previous receive had one), each message's third buffer is
-//! instead the tail of a free large slot, taken for the call (as many as the pool has free, up
-//! to the batch): a super-frame then lands in place and only its first small-slot's worth of
-//! bytes is copied (2 KiB instead of up to 64 KiB, measured as most of the daemon thread's own
-//! user time at 10 Gbit/s); the large slots no message used go back to the pool before the
-//! call returns.
+//! While super-frames arrive (the last receive that got frames had one), each message's third
+//! buffer is instead the tail of a free large slot, taken for the call (as many as the pool has
+//! free, up to the messages asked for, `next_recv_want`): a super-frame then lands in place and
+//! only its first small-slot's worth of bytes is copied (2 KiB instead of up to 64 KiB,
+//! measured as most of the daemon thread's own user time at 10 Gbit/s); the large slots no
+//! message used go back to the pool before the call returns.
 //!
 //! **Frames above 64 KiB.** With an interface's `gro_max_size` or `gso_max_size` raised above
 //! 65 536 (BIG TCP) the kernel can queue larger frames; the socket copies the first
@@ -56,7 +56,8 @@ fn ip_packet_len(head: &[u8], len: usize) -> usize {
 /// of a batch.
 pub(super) struct VnetRx {
     overflow: Vec<u8>,
-    /// The previous receive had a frame longer than a small slot: receive into large slots.
+    /// The last receive that got frames had one longer than a small slot: receive into large
+    /// slots.
     superframes: bool,
 }
 
@@ -92,7 +93,7 @@ impl AfPacketPort {
         let Some(vnet) = self.vnet.as_mut() else {
             return Ok(0);
         };
-        let (ids, want) = alloc_batch(pool, out.len());
+        let (ids, want) = alloc_batch(pool, out.len().min(self.rx_want));
         if want == 0 {
             return Ok(0);
         }
@@ -141,7 +142,10 @@ impl AfPacketPort {
             }
         };
         let got = match got {
-            Ok(n) => n,
+            Ok(n) => {
+                self.rx_want = super::next_recv_want(want, n);
+                n
+            }
             Err(e) => {
                 for &id in &ids[..want] {
                     pool.free(id);
@@ -271,7 +275,9 @@ impl AfPacketPort {
             n += 1;
         }
         free_standby(pool, &used);
-        vnet.superframes = saw_superframe;
+        if n > 0 {
+            vnet.superframes = saw_superframe;
+        }
         Ok(n)
     }
 
