@@ -227,6 +227,63 @@ fn new_queue() -> FairQueue {
     .unwrap()
 }
 
+/// Flows `0..bulk` backlogged with `bulk_lens` packets each, and flow `bulk` (the trickle)
+/// with exactly one packet queued at a time, its lengths cycling through `trickle_lens`; with
+/// `sparse`, each trickle packet is first offered to `charge_sparse` and queued only when
+/// refused. Dequeues until a backlogged flow runs dry, checking after each that the trickle
+/// has sent less than every backlogged flow plus one quantum plus one packet, the queue's
+/// invariants, and that `sparse_charged` counts the packets sent at once. Returns the trickle
+/// packets offered and how many of them were queued.
+fn trickle_against_bulk(
+    bulk: u32,
+    bulk_lens: &[u32],
+    trickle_lens: &[u32],
+    sparse: bool,
+) -> Result<(u64, u64), TestCaseError> {
+    let mut q = new_queue();
+    let c = ClassId(0);
+    let t = Timestamp::from_nanos(0);
+    let trickle = bulk;
+    let mut id = 0;
+    for &len in bulk_lens {
+        for f in 0..bulk {
+            q.enqueue(t, c, Some(f), id, len).unwrap();
+            id += 1;
+        }
+    }
+    let mut sent = vec![0u64; bulk as usize + 1];
+    let (mut offered, mut queued) = (0u64, 0u64);
+    while (0..bulk).all(|f| q.flow_packets(f) > 0) {
+        if q.flow_packets(trickle) == 0 {
+            let len = trickle_lens[offered as usize % trickle_lens.len()];
+            offered += 1;
+            if sparse && q.charge_sparse(c, trickle, len) {
+                sent[trickle as usize] += u64::from(len);
+            } else {
+                queued += 1;
+                q.enqueue(t, c, Some(trickle), id, len).unwrap();
+                id = (id + 1) % PACKETS;
+                while q.contains(id) {
+                    id = (id + 1) % PACKETS;
+                }
+            }
+        }
+        let d = q.dequeue(t, c).unwrap();
+        sent[d.flow as usize] += u64::from(d.len);
+        for f in 0..bulk as usize {
+            prop_assert!(
+                sent[trickle as usize] < sent[f] + 2 * u64::from(Q),
+                "trickle {} vs flow {f} {}: {sent:?}",
+                sent[trickle as usize],
+                sent[f]
+            );
+        }
+        q.invariants();
+    }
+    prop_assert_eq!(q.counters().sparse_charged, offered - queued);
+    Ok((offered, queued))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -421,40 +478,8 @@ proptest! {
         bulk_lens in prop::collection::vec(64u32..=Q, 40),
         trickle_lens in prop::collection::vec(64u32..=Q, 1..40),
     ) {
-        let mut q = new_queue();
-        let c = ClassId(0);
-        let t = Timestamp::from_nanos(0);
-        let trickle = bulk;
-        let mut id = 0;
-        for &len in &bulk_lens {
-            for f in 0..bulk {
-                q.enqueue(t, c, Some(f), id, len).unwrap();
-                id += 1;
-            }
-        }
-        let mut sent = vec![0u64; bulk as usize + 1];
-        let mut k = 0;
-        while (0..bulk).all(|f| q.flow_packets(f) > 0) {
-            if q.flow_packets(trickle) == 0 {
-                let len = trickle_lens[k % trickle_lens.len()];
-                k += 1;
-                q.enqueue(t, c, Some(trickle), id, len).unwrap();
-                id = (id + 1) % PACKETS;
-                while q.contains(id) {
-                    id = (id + 1) % PACKETS;
-                }
-            }
-            let d = q.dequeue(t, c).unwrap();
-            sent[d.flow as usize] += u64::from(d.len);
-            for f in 0..bulk as usize {
-                prop_assert!(
-                    sent[trickle as usize] < sent[f] + 2 * u64::from(Q),
-                    "trickle {} vs flow {f} {}: {sent:?}", sent[trickle as usize], sent[f]
-                );
-            }
-            q.invariants();
-        }
-        prop_assert!(k > 1);
+        let (offered, _) = trickle_against_bulk(bulk, &bulk_lens, &trickle_lens, false)?;
+        prop_assert!(offered > 1);
     }
 
     /// The same trickle, but each of its packets is first offered to `charge_sparse` (sent at
@@ -466,45 +491,8 @@ proptest! {
         bulk_lens in prop::collection::vec(64u32..=Q, 40),
         trickle_lens in prop::collection::vec(64u32..=Q, 1..40),
     ) {
-        let mut q = new_queue();
-        let c = ClassId(0);
-        let t = Timestamp::from_nanos(0);
-        let trickle = bulk;
-        let mut id = 0;
-        for &len in &bulk_lens {
-            for f in 0..bulk {
-                q.enqueue(t, c, Some(f), id, len).unwrap();
-                id += 1;
-            }
-        }
-        let mut sent = vec![0u64; bulk as usize + 1];
-        let (mut k, mut refused) = (0u64, 0u64);
-        while (0..bulk).all(|f| q.flow_packets(f) > 0) {
-            if q.flow_packets(trickle) == 0 {
-                let len = trickle_lens[k as usize % trickle_lens.len()];
-                k += 1;
-                if q.charge_sparse(c, trickle, len) {
-                    sent[trickle as usize] += u64::from(len);
-                } else {
-                    refused += 1;
-                    q.enqueue(t, c, Some(trickle), id, len).unwrap();
-                    id = (id + 1) % PACKETS;
-                    while q.contains(id) {
-                        id = (id + 1) % PACKETS;
-                    }
-                }
-            }
-            let d = q.dequeue(t, c).unwrap();
-            sent[d.flow as usize] += u64::from(d.len);
-            for f in 0..bulk as usize {
-                prop_assert!(
-                    sent[trickle as usize] < sent[f] + 2 * u64::from(Q),
-                    "trickle {} vs flow {f} {}: {sent:?}", sent[trickle as usize], sent[f]
-                );
-            }
-            q.invariants();
-        }
-        prop_assert_eq!(q.counters().sparse_charged, k - refused);
+        let (offered, _) = trickle_against_bulk(bulk, &bulk_lens, &trickle_lens, true)?;
+        prop_assert!(offered > 1);
     }
 
     /// `bulk` backlogged flows of full-quantum packets (a round is one packet of each) and a

@@ -500,46 +500,48 @@ fn fair_needs_a_rate_defaults_off_and_reloads() {
     assert!(plan.to_string().contains("fair: false -> true"), "{plan}");
 }
 
-#[test]
-fn link_down_grace_defaults_parses_and_needs_a_restart() {
+/// `[daemon] KEY`, a duration: `default` when absent, parsed (`"1.5s"`), zero accepted, an
+/// error at its line for a non-duration, and a change needs a restart.
+/// `get` reads the field from a parsed configuration.
+fn daemon_duration_field(
+    key: &str,
+    get: fn(&Config) -> Duration,
+    default: Duration,
+    (sample, sample_value): (&str, Duration),
+) {
     let c = parse("").unwrap();
-    assert_eq!(c.daemon.link_down_grace, DEFAULT_LINK_DOWN_GRACE);
-    let d = parse("[daemon]\nlink_down_grace = \"1.5s\"\n").unwrap();
-    assert_eq!(d.daemon.link_down_grace, Duration::from_millis(1500));
-    let zero = parse("[daemon]\nlink_down_grace = \"0s\"\n").unwrap();
-    assert_eq!(zero.daemon.link_down_grace, Duration::ZERO);
-    error_at(
-        "[daemon]\nlink_down_grace = \"soon\"\n",
-        5,
-        "daemon.link_down_grace",
-    );
+    let field = format!("daemon.{key}");
+    assert_eq!(get(&c), default);
+    let d = parse(&format!("[daemon]\n{key} = \"{sample}\"\n")).unwrap();
+    assert_eq!(get(&d), sample_value);
+    let zero = parse(&format!("[daemon]\n{key} = \"0s\"\n")).unwrap();
+    assert_eq!(get(&zero), Duration::ZERO);
+    error_at(&format!("[daemon]\n{key} = \"soon\"\n"), 5, &field);
     let plan = c.diff(&d);
     let fields: Vec<&str> = plan
         .restart_required
         .iter()
         .map(|f| f.field.as_str())
         .collect();
-    assert_eq!(fields, ["daemon.link_down_grace"]);
+    assert_eq!(fields, [field.as_str()]);
+}
+
+#[test]
+fn link_down_grace_defaults_parses_and_needs_a_restart() {
+    daemon_duration_field(
+        "link_down_grace",
+        |c| c.daemon.link_down_grace,
+        DEFAULT_LINK_DOWN_GRACE,
+        ("1.5s", Duration::from_millis(1500)),
+    );
 }
 
 #[test]
 fn timer_slack_defaults_parses_and_needs_a_restart() {
-    let c = parse("").unwrap();
-    assert_eq!(c.daemon.timer_slack, DEFAULT_TIMER_SLACK);
-    let d = parse("[daemon]\ntimer_slack = \"250us\"\n").unwrap();
-    assert_eq!(d.daemon.timer_slack, Duration::from_micros(250));
-    let zero = parse("[daemon]\ntimer_slack = \"0s\"\n").unwrap();
-    assert_eq!(zero.daemon.timer_slack, Duration::ZERO);
-    error_at(
-        "[daemon]\ntimer_slack = \"soon\"\n",
-        5,
-        "daemon.timer_slack",
+    daemon_duration_field(
+        "timer_slack",
+        |c| c.daemon.timer_slack,
+        DEFAULT_TIMER_SLACK,
+        ("250us", Duration::from_micros(250)),
     );
-    let plan = c.diff(&d);
-    let fields: Vec<&str> = plan
-        .restart_required
-        .iter()
-        .map(|f| f.field.as_str())
-        .collect();
-    assert_eq!(fields, ["daemon.timer_slack"]);
 }

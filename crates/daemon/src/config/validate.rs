@@ -251,45 +251,17 @@ impl Validator<'_> {
             Some(g) => self.int_in(g, "daemon.gso_slots", 0, i64::from(MAX_GSO_SLOTS))? as u32,
             None => DEFAULT_GSO_SLOTS,
         };
-        let drain = match &raw.drain {
-            Some(d) => parse_duration(d.get_ref()).map_err(|error| {
-                self.site.at(
-                    d.span(),
-                    "daemon.drain",
-                    ErrorKind::Duration {
-                        value: d.get_ref().clone(),
-                        error,
-                    },
-                )
-            })?,
-            None => DEFAULT_DRAIN,
+        let duration = |raw: &Option<Spanned<String>>, field: &str, default: Duration| match raw {
+            Some(d) => self.duration(d, field),
+            None => Ok(default),
         };
-        let link_down_grace = match &raw.link_down_grace {
-            Some(d) => parse_duration(d.get_ref()).map_err(|error| {
-                self.site.at(
-                    d.span(),
-                    "daemon.link_down_grace",
-                    ErrorKind::Duration {
-                        value: d.get_ref().clone(),
-                        error,
-                    },
-                )
-            })?,
-            None => DEFAULT_LINK_DOWN_GRACE,
-        };
-        let timer_slack = match &raw.timer_slack {
-            Some(d) => parse_duration(d.get_ref()).map_err(|error| {
-                self.site.at(
-                    d.span(),
-                    "daemon.timer_slack",
-                    ErrorKind::Duration {
-                        value: d.get_ref().clone(),
-                        error,
-                    },
-                )
-            })?,
-            None => DEFAULT_TIMER_SLACK,
-        };
+        let drain = duration(&raw.drain, "daemon.drain", DEFAULT_DRAIN)?;
+        let link_down_grace = duration(
+            &raw.link_down_grace,
+            "daemon.link_down_grace",
+            DEFAULT_LINK_DOWN_GRACE,
+        )?;
+        let timer_slack = duration(&raw.timer_slack, "daemon.timer_slack", DEFAULT_TIMER_SLACK)?;
         Ok(DaemonConfig {
             vnet_hdr: raw.vnet_hdr.unwrap_or(true),
             gso_slots,
@@ -731,8 +703,9 @@ impl Validator<'_> {
         Ok((first, last))
     }
 
-    pub(super) fn positive_duration(&self, raw: &Spanned<String>, field: &str) -> Result<Duration> {
-        let d = parse_duration(raw.get_ref()).map_err(|error| {
+    /// A duration (`"200ms"`, `"1.5s"`), zero allowed; its error names `field` at its span.
+    pub(super) fn duration(&self, raw: &Spanned<String>, field: &str) -> Result<Duration> {
+        parse_duration(raw.get_ref()).map_err(|error| {
             self.site.at(
                 raw.span(),
                 field,
@@ -741,7 +714,11 @@ impl Validator<'_> {
                     error,
                 },
             )
-        })?;
+        })
+    }
+
+    pub(super) fn positive_duration(&self, raw: &Spanned<String>, field: &str) -> Result<Duration> {
+        let d = self.duration(raw, field)?;
         if d == Duration::ZERO {
             return Err(self.invalid(raw.span(), field, "must be longer than zero".to_string()));
         }
