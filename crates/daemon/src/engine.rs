@@ -783,27 +783,32 @@ impl Engine {
         let len16 = u16::try_from(len).unwrap_or(u16::MAX);
         let pkt = PacketRef::new(id, flow, ClassId(index as u16), len16);
         match self.wheel.enqueue(now, edt, pkt) {
-            Ok(()) => {
-                self.counters.enqueued += 1;
-                self.classes[index].queued += 1;
-                self.classes[index].stamped_bytes += len;
-                if let Some(slot) = self.slot_edt.get_mut(id as usize) {
-                    *slot = edt;
-                }
-                if let Some(slot) = self.slot_step.get_mut(id as usize) {
-                    *slot = 0;
-                }
-                if let Some(slot) = self.slot_wire.get_mut(id as usize) {
-                    *slot = clamp_u32(len);
-                }
-                if let Some(slot) = self.slot_entry.get_mut(id as usize) {
-                    *slot = entry_id;
-                }
-                if let Some(e) = entry {
-                    self.flows.add_queued(e);
-                }
-            }
+            Ok(()) => self.book_whole(id, index, edt, len, entry),
             Err(rejected) => self.drop(pool, id, index, reject_reason(rejected.reason)),
+        }
+    }
+
+    /// Books a frame the wheel took whole (one entry, not cut into pieces): slot `id` of class
+    /// `index`, `len` bytes stamped, departing at `edt`, of flow-table entry `entry`.
+    fn book_whole(&mut self, id: u32, index: usize, edt: Timestamp, len: u64, entry: Option<u32>) {
+        self.counters.enqueued += 1;
+        self.classes[index].queued += 1;
+        self.classes[index].stamped_bytes += len;
+        let i = id as usize;
+        if let Some(slot) = self.slot_edt.get_mut(i) {
+            *slot = edt;
+        }
+        if let Some(slot) = self.slot_step.get_mut(i) {
+            *slot = 0;
+        }
+        if let Some(slot) = self.slot_wire.get_mut(i) {
+            *slot = clamp_u32(len);
+        }
+        if let Some(slot) = self.slot_entry.get_mut(i) {
+            *slot = entry.unwrap_or(NO_ENTRY);
+        }
+        if let Some(e) = entry {
+            self.flows.add_queued(e);
         }
     }
 

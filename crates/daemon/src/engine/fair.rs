@@ -366,24 +366,7 @@ impl Engine {
             *b += len32;
         }
         self.counters.fair_sparse_early += 1;
-        self.counters.enqueued += 1;
-        let state = &mut self.classes[index];
-        state.queued += 1;
-        state.stamped_bytes += len;
-        let i = id as usize;
-        if let Some(slot) = self.slot_edt.get_mut(i) {
-            *slot = now;
-        }
-        if let Some(slot) = self.slot_step.get_mut(i) {
-            *slot = 0;
-        }
-        if let Some(slot) = self.slot_wire.get_mut(i) {
-            *slot = len32;
-        }
-        if let Some(slot) = self.slot_entry.get_mut(i) {
-            *slot = e;
-        }
-        self.flows.add_queued(e);
+        self.book_whole(id, index, now, len, Some(e));
         if let Some(Some(m)) = self.fair.metrics.get(index) {
             m.sparse_early();
         }
