@@ -174,8 +174,8 @@ fn two_silos_at_their_cap_split_the_aggregate_and_hold_it() {
 #[test]
 fn a_silo_below_its_share_leaves_the_rest_to_the_other() {
     // 20 Mbit/s: at 10 one frame per period is more than the allocator's 1 % margin between a
-    // satisfied and a capped core, and the split flips to equal now and then (reported to the
-    // allocator's owner, /work/notes/nba_api.md).
+    // satisfied and a capped core (`NbaConfig::cap_threshold`), and the split flips to equal
+    // now and then.
     let [a, b] = two_silos([150_000_000, 20_000_000]);
     let total = a + b;
     assert!(
