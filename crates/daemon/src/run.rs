@@ -392,6 +392,8 @@ pub fn run_loop<
             continue;
         }
         if busy_poll {
+            // The spin stands for the `ppoll` it replaces: the next round asks both ports.
+            readable = Readable::BOTH;
             std::hint::spin_loop();
             continue;
         }
@@ -734,6 +736,110 @@ mod tests {
             "{report:?}"
         );
         assert_eq!(LoopReport::default().busy_pct(), 0.0);
+    }
+
+    /// A memory port whose one frame arrives when the shared flag is set (by a hook), while the
+    /// loop is already spinning idle.
+    struct LateFrame {
+        port: MemoryPort,
+        arrived: std::rc::Rc<std::cell::Cell<bool>>,
+        frame: Option<Vec<u8>>,
+    }
+
+    impl PacketPort for LateFrame {
+        fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
+            if self.arrived.get() {
+                if let Some(f) = self.frame.take() {
+                    self.port.inject(&f).unwrap();
+                }
+            }
+            self.port.recv(pool, out)
+        }
+        fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
+            self.port.send(pool, ids)
+        }
+        fn counters(&mut self) -> PortCounters {
+            self.port.counters()
+        }
+        fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+            None
+        }
+    }
+
+    impl SendPieces for LateFrame {
+        fn send_pieces(
+            &mut self,
+            pieces: &[metronome_io::TxPiece<'_>],
+        ) -> Result<usize, PortError> {
+            self.port.send_pieces(pieces)
+        }
+    }
+
+    impl Reopen for LateFrame {
+        fn reopen(&mut self) -> Result<PortCounters, PortError> {
+            self.port.reopen()
+        }
+    }
+
+    /// Counts the loop's iterations: the frame arrives at the 100th, the loop stops at the
+    /// 100 000th.
+    struct Iterations {
+        n: u64,
+        arrived: std::rc::Rc<std::cell::Cell<bool>>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl LoopHook for Iterations {
+        fn poll(&mut self, _engine: &mut Engine, _now: Timestamp) -> Option<bool> {
+            self.n += 1;
+            self.arrived.set(self.n >= 100);
+            if self.n >= 100_000 {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            None
+        }
+    }
+
+    #[test]
+    fn a_busy_polling_loop_reads_a_frame_that_arrives_while_it_spins() {
+        // The clock stands still, so only the spin itself can make the loop read again.
+        let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\nbusy_poll = true\n";
+        let config = Config::from_toml_str(text, "t.toml").unwrap();
+        let metrics = Metrics::new();
+        let mut pool = FramePool::new(256, 2048);
+        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let arrived = std::rc::Rc::new(std::cell::Cell::new(false));
+        let mut frame = vec![0u8; 60];
+        frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class passes it
+        let mut inside = LateFrame {
+            port: MemoryPort::new(MemoryPortConfig::default()),
+            arrived: arrived.clone(),
+            frame: Some(frame),
+        };
+        let mut outside = MemoryPort::new(MemoryPortConfig::default());
+        let control = Control::default();
+        let mut hook = Iterations {
+            n: 0,
+            arrived,
+            stop: control.stop.clone(),
+        };
+        let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
+        let options = LoopOptions::from_config(&config);
+        assert!(options.busy_poll);
+        let report = run_loop(
+            &mut inside,
+            &mut outside,
+            &mut pool,
+            &mut engine,
+            &clock,
+            &metrics,
+            &options,
+            &control.stop,
+            &mut hook,
+        )
+        .unwrap();
+        assert_eq!(outside.discard_sent(), 1, "{report:?}");
+        assert_eq!(pool.in_use(), 0);
     }
 
     #[test]
