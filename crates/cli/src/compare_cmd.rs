@@ -6,7 +6,9 @@
 //! 100 Mbit/s, 1 Gbit/s and 10 Gbit/s with 16 flows). What is measured, and how, is documented
 //! in `metronome_testbed::compare`. `--offloads host` (the default) keeps the host's offloads on
 //! the veths (GSO super-frames reach the shapers, as on a user's host); `--offloads off` gives
-//! one-MTU frames with the offloads off.
+//! one-MTU frames with the offloads off. `--busy-poll` and `--timer-slack` set how the daemon
+//! rows' loop waits for work (`[daemon] busy_poll`, `[daemon] timer_slack`), named in the
+//! output (`"daemon_loop"` in `--json`, absent with the defaults).
 //!
 //! Output: the side-by-side table ([`format_table`]: the offload mode, then one line per
 //! (target, flows), the shapers side by side, the metronome block with the daemon thread's own
@@ -21,7 +23,9 @@
 
 use crate::compare_plot;
 use clap::Args;
-use metronome_testbed::compare::{self, format_rtt_us, CompareOptions, Row, RunReport, Shaper};
+use metronome_testbed::compare::{
+    self, format_rtt_us, CompareOptions, DaemonLoop, Row, RunReport, Shaper,
+};
 use metronome_testbed::forwarder::ForwarderMode;
 use metronome_testbed::offloads::OffloadMode;
 use std::fmt::Write;
@@ -55,6 +59,15 @@ pub struct CompareArgs {
     /// the end hosts' veth receive steered to the other CPUs (`rps_cpus`), for every shaper.
     #[arg(long)]
     isolate_daemon: bool,
+    /// The daemon rows' loop spins instead of sleeping when idle (`[daemon] busy_poll = true`,
+    /// Carousel's busy-polling mode: the lowest latency, one core at 100 %).
+    #[arg(long, conflicts_with = "link_sharing")]
+    busy_poll: bool,
+    /// The daemon rows' `[daemon] timer_slack` instead of its default (200us): how long after a
+    /// departure the idle loop may wake, e.g. `0us` (more wake-ups, less delay).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration,
+          conflicts_with = "link_sharing")]
+    timer_slack: Option<metronome_core::Duration>,
     /// Throughput ceiling instead: one TCP flow at an unreachable target (40 Gbit/s) through the
     /// recvmmsg/sendmmsg forwarder (with virtio-net headers under the host's offloads), the
     /// daemon passing everything, and the daemon shaping, three times in turn.
@@ -77,6 +90,11 @@ pub struct CompareArgs {
     /// thresholds), microseconds.
     #[arg(long, value_name = "US", requires = "link_sharing")]
     link_rtt_us: Option<u64>,
+}
+
+/// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
+fn parse_duration(text: &str) -> Result<metronome_core::Duration, String> {
+    metronome_daemon::units::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// Width of one shaper's block, without the daemon column.
@@ -267,6 +285,9 @@ pub(crate) struct Document<R> {
     /// The shared link's rate, bit/s; absent without `--link-sharing`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) link_bps: Option<u64>,
+    /// The daemon rows' loop mode when not the defaults (`--busy-poll`, `--timer-slack`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) daemon_loop: Option<String>,
     pub(crate) rows: Vec<R>,
 }
 
@@ -283,6 +304,7 @@ impl<R: serde::Serialize> Document<R> {
             offloads,
             machine: machine.to_owned(),
             link_bps,
+            daemon_loop: None,
             rows,
         })
     }
@@ -291,11 +313,17 @@ impl<R: serde::Serialize> Document<R> {
 /// `reports` (run with `offloads` on `machine`) as the `--json` document.
 fn to_json(
     reports: &[RunReport],
-    offloads: OffloadMode,
+    (offloads, daemon_loop): (OffloadMode, DaemonLoop),
     machine: &str,
 ) -> serde_json::Result<String> {
-    let rows = reports.iter().map(|r| r.row.clone()).collect();
-    Document::<Row>::json(offloads, machine, None, rows)
+    let rows: Vec<Row> = reports.iter().map(|r| r.row.clone()).collect();
+    serde_json::to_string_pretty(&Document {
+        offloads,
+        machine: machine.to_owned(),
+        link_bps: None,
+        daemon_loop: daemon_loop.describe(),
+        rows,
+    })
 }
 
 /// What a comparison run returned; on an error, says it on stderr and exits with status 2 when
@@ -338,6 +366,10 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     options.offloads = args.offloads;
     options.daemon_cores = usize::from(args.daemon_cores);
     options.isolate_daemon = args.isolate_daemon;
+    options.daemon_loop = DaemonLoop {
+        busy_poll: args.busy_poll,
+        timer_slack: args.timer_slack,
+    };
     if !args.target.is_empty() {
         options.targets_bps = args.target.iter().map(|r| r.bps()).collect();
     }
@@ -351,9 +383,13 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     let reports = or_exit(compare::run(&options, &mut std::io::stderr()));
     let machine = metronome_bench::machine::describe();
     if args.json {
-        println!("{}", to_json(&reports, options.offloads, &machine)?);
+        let modes = (options.offloads, options.daemon_loop);
+        println!("{}", to_json(&reports, modes, &machine)?);
     } else {
         println!("metronome compare on {machine}");
+        if let Some(mode) = options.daemon_loop.describe() {
+            println!("daemon loop: {mode}");
+        }
         if args.ceiling {
             print!(
                 "{}",
@@ -504,9 +540,39 @@ mod tests {
         assert!(line.contains("no answer"), "{text}");
         assert!(line.contains("1234"), "{text}");
         assert!(!line.contains(" 0 "), "{text}");
-        let v: serde_json::Value =
-            serde_json::from_str(&to_json(&[silent], OffloadMode::Host, "m").unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(
+            &to_json(&[silent], (OffloadMode::Host, DaemonLoop::default()), "m").unwrap(),
+        )
+        .unwrap();
         assert!(v["rows"][0]["rtt_p99_us"].is_null(), "{v}");
+        assert!(
+            v.get("daemon_loop").is_none(),
+            "the defaults are not named: {v}"
+        );
+    }
+
+    #[test]
+    fn the_daemon_loop_mode_is_named_in_the_json_and_parsed_like_the_config() {
+        let spin = DaemonLoop {
+            busy_poll: true,
+            timer_slack: Some(parse_duration("0us").unwrap()),
+        };
+        let report = report(Shaper::MetronomeFair, 100_000_000, 99.0e6);
+        let text = to_json(&[report], (OffloadMode::Host, spin), "m").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["daemon_loop"], "busy_poll = true, timer_slack = 0 us",
+            "{v}"
+        );
+        assert_eq!(
+            parse_duration("50us").unwrap(),
+            metronome_core::Duration::from_micros(50)
+        );
+        assert!(parse_duration("fast").is_err());
+        let mut config = metronome_testbed::compare::passthrough_config();
+        spin.configure(&mut config);
+        assert!(config.daemon.busy_poll);
+        assert_eq!(config.daemon.timer_slack, metronome_core::Duration::ZERO);
     }
 
     #[test]
@@ -550,7 +616,12 @@ mod tests {
             probe_samples: 380,
             rtt_p50_us: Some(900),
         };
-        let text = to_json(std::slice::from_ref(&report), OffloadMode::Off, "a machine").unwrap();
+        let text = to_json(
+            std::slice::from_ref(&report),
+            (OffloadMode::Off, DaemonLoop::default()),
+            "a machine",
+        )
+        .unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let obj = v.as_object().unwrap();
         let mut top: Vec<&str> = obj.keys().map(String::as_str).collect();
@@ -595,6 +666,7 @@ mod tests {
                 offloads: OffloadMode::Off,
                 machine: "a machine".into(),
                 link_bps: None,
+                daemon_loop: None,
                 rows: vec![report.row],
             }
         );

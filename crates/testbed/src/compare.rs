@@ -35,6 +35,9 @@
 //! transmitting thread, so the daemon's thread would pay for both end hosts' stacks, which no
 //! bump in the wire between separate hosts does.
 //!
+//! [`CompareOptions::daemon_loop`] (`--busy-poll`, `--timer-slack`) sets how the daemon rows'
+//! loop waits for work ([`DaemonLoop`]); the defaults are the configuration's.
+//!
 //! `--link-sharing` ([`link_sharing`]) shares one link among weighted and priority classes
 //! through the daemon's `[link]` and through kernel HTB instead.
 //!
@@ -190,6 +193,41 @@ pub struct CompareOptions {
     /// ([`endpoint_rps_mask`]), for every shaper of the run. Without it a veth transmit runs
     /// the receiving end host's TCP in the transmitting thread, the daemon's.
     pub isolate_daemon: bool,
+    /// How the daemon rows' loop waits for work: the configuration's defaults unless set.
+    pub daemon_loop: DaemonLoop,
+}
+
+/// How the daemon's loop waits for work in the daemon rows (`--busy-poll`, `--timer-slack`):
+/// `[daemon] busy_poll` and `[daemon] timer_slack` (docs/config.md), the defaults (sleep in
+/// `ppoll`, 200 µs slack) unless set. The mode is named in every report that changes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DaemonLoop {
+    /// Spin instead of sleeping when idle (Carousel's busy-polling mode: one core at 100 %).
+    pub busy_poll: bool,
+    /// The idle loop's timer slack instead of the default.
+    pub timer_slack: Option<metronome_core::Duration>,
+}
+
+impl DaemonLoop {
+    /// Sets `config`'s loop options to this mode.
+    pub fn configure(&self, config: &mut Config) {
+        config.daemon.busy_poll = self.busy_poll;
+        if let Some(slack) = self.timer_slack {
+            config.daemon.timer_slack = slack;
+        }
+    }
+
+    /// The mode in words, `None` for the defaults.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.busy_poll {
+            parts.push("busy_poll = true".to_owned());
+        }
+        if let Some(slack) = self.timer_slack {
+            parts.push(format!("timer_slack = {} us", slack.as_nanos() / 1_000));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
 }
 
 impl CompareOptions {
@@ -206,6 +244,7 @@ impl CompareOptions {
             offloads: OffloadMode::Host,
             daemon_cores: 1,
             isolate_daemon: false,
+            daemon_loop: DaemonLoop::default(),
         }
     }
 
@@ -512,6 +551,7 @@ fn start_shaper(
     shaper: Shaper,
     target: u64,
     (forwarder, offloads, cores, isolate): (ForwarderMode, OffloadMode, usize, bool),
+    daemon_loop: DaemonLoop,
 ) -> Result<ActiveShaper, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
@@ -536,6 +576,7 @@ fn start_shaper(
                 _ => metronome_config(topo.receiver_addr, target),
             };
             offloads.configure(&mut config);
+            daemon_loop.configure(&mut config);
             let cores = cores.max(1);
             config.daemon.cores = cores;
             let control = Control::default();
@@ -652,7 +693,7 @@ fn run_one(
         options.daemon_cores,
         options.isolate_daemon,
     );
-    let mut active = start_shaper(topo, shaper, target, modes)?;
+    let mut active = start_shaper(topo, shaper, target, modes, options.daemon_loop)?;
     let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
     let stopped = active.stop(topo);
     let report = measured?;
