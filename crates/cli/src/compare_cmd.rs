@@ -13,8 +13,8 @@
 //! Output: the side-by-side table ([`format_table`]: the offload mode, then one line per
 //! (target, flows), the shapers side by side, the metronome block with the daemon thread's own
 //! CPU besides), or with `--json` exactly `{"offloads": "host"|"off", "machine": "...",
-//! "rows": [{"shaper", "target_bps", "flows", "achieved_bps", "deviation_pct", "rtt_p99_us"
-//! (null: the probe got no answer), "cpu_pct", "daemon_cpu_pct" (null: not the daemon),
+//! "rows": [{"shaper", "target_bps", "flows", "achieved_bps", "deviation_pct", "rtt_p99_us",
+//! "rtt_p50_us" (null: the probe got no answer), "cpu_pct", "daemon_cpu_pct" (null: not the daemon),
 //! "jain_bulk" (null: no bulk bytes)}, ...]}`
 //! on standard output. Progress lines go to standard error.
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2. Everything created is
@@ -443,13 +443,13 @@ mod tests {
                 achieved_bps,
                 deviation_pct: 0.5,
                 rtt_p99_us: Some(1234),
+                rtt_p50_us: Some(500),
                 cpu_pct: 80.0,
                 daemon_cpu_pct: shaper.is_daemon().then_some(12.5),
                 jain_bulk: Some(0.995),
             },
             windows: 30,
             probe_samples: 400,
-            rtt_p50_us: Some(500),
         }
     }
 
@@ -532,7 +532,7 @@ mod tests {
     fn a_probe_without_answers_prints_no_answer_not_zero() {
         let mut silent = report(Shaper::Htb, 100_000_000, 95.0e6);
         silent.row.rtt_p99_us = None;
-        silent.rtt_p50_us = None;
+        silent.row.rtt_p50_us = None;
         silent.probe_samples = 0;
         let heard = report(Shaper::Metronome, 100_000_000, 99.0e6);
         let text = format_table(&[heard, silent.clone()], OffloadMode::Host);
@@ -608,13 +608,13 @@ mod tests {
                 achieved_bps: 499.5e6,
                 deviation_pct: 0.75,
                 rtt_p99_us: Some(2100),
+                rtt_p50_us: Some(900),
                 cpu_pct: 90.5,
                 daemon_cpu_pct: None,
                 jain_bulk: Some(0.98),
             },
             windows: 30,
             probe_samples: 380,
-            rtt_p50_us: Some(900),
         };
         let text = to_json(
             std::slice::from_ref(&report),
@@ -647,6 +647,7 @@ mod tests {
                 "deviation_pct",
                 "flows",
                 "jain_bulk",
+                "rtt_p50_us",
                 "rtt_p99_us",
                 "shaper",
                 "target_bps"
@@ -656,6 +657,7 @@ mod tests {
         assert_eq!(rows[0]["target_bps"], 500_000_000);
         assert_eq!(rows[0]["flows"], 16);
         assert_eq!(rows[0]["rtt_p99_us"], 2100);
+        assert_eq!(rows[0]["rtt_p50_us"], 900);
         assert_eq!(rows[0]["deviation_pct"], 0.75);
         assert!(rows[0]["daemon_cpu_pct"].is_null());
         assert_eq!(rows[0]["jain_bulk"], 0.98);

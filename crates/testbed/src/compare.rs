@@ -296,6 +296,11 @@ pub struct Row {
     /// 99th percentile RTT of the probe, microseconds; `None` (JSON `null`) when no ping was
     /// answered.
     pub rtt_p99_us: Option<u64>,
+    /// Median RTT of the probe, microseconds; `None` (JSON `null`) when no ping was answered.
+    /// With the 99th percentile it tells the path's floor from the queue's tail. Missing in
+    /// documents of earlier runs, read as `None`.
+    #[serde(default)]
+    pub rtt_p50_us: Option<u64>,
     /// Whole-machine busy CPU, percent of one CPU, per Gbit/s achieved (see the module docs).
     pub cpu_pct: f64,
     /// The daemon thread's own CPU (its `schedstat`), percent of one CPU per Gbit/s achieved;
@@ -317,8 +322,6 @@ pub struct RunReport {
     pub windows: usize,
     /// Probe pings answered.
     pub probe_samples: usize,
-    /// Median RTT of the probe, microseconds; `None` when no ping was answered.
-    pub rtt_p50_us: Option<u64>,
 }
 
 /// An RTT for the text reports: microseconds, or `no answer` when the probe got none.
@@ -458,7 +461,7 @@ pub fn run(
                     options.offloads,
                     r.achieved_bps / 1e6,
                     r.deviation_pct,
-                    format_rtt_us(report.rtt_p50_us),
+                    format_rtt_us(report.row.rtt_p50_us),
                     format_rtt_us(r.rtt_p99_us),
                     r.jain_bulk.map_or("-".to_owned(), |j| format!("{j:.3}")),
                     r.cpu_pct,
@@ -777,13 +780,13 @@ fn measure_run(
             achieved_bps: achieved,
             deviation_pct: mean_abs_deviation_pct(&m.rates, target as f64).unwrap_or(100.0),
             rtt_p99_us: answered(&m.probe).map(|p| p.p99_us),
+            rtt_p50_us: answered(&m.probe).map(|p| p.p50_us),
             cpu_pct: cpu_pct_per_gbit(m.machine_cores, achieved),
             daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
             jain_bulk: jain_index(&per_flow),
         },
         windows: m.rates.len(),
         probe_samples: m.probe.samples,
-        rtt_p50_us: answered(&m.probe).map(|p| p.p50_us),
     })
 }
 
