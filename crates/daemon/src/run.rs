@@ -283,10 +283,9 @@ pub fn run_loop<
     let mut checked = clock.now();
     let started = clock.now();
     let mut slept_ns = 0u64;
-    if !busy_poll {
-        // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)).
-        let _ = nix::sys::prctl::set_timerslack(1);
-    }
+    // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)). Also when the
+    // loop starts busy polling: a reload may make it sleep.
+    let _ = nix::sys::prctl::set_timerslack(1);
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
         if let Some(b) = hook.poll(engine, now) {
@@ -840,6 +839,8 @@ mod tests {
         .unwrap();
         assert_eq!(outside.discard_sent(), 1, "{report:?}");
         assert_eq!(pool.in_use(), 0);
+        // Ready to sleep without the kernel's default 50 µs slack should a reload ask for it.
+        assert_eq!(nix::sys::prctl::get_timerslack(), Ok(1));
     }
 
     #[test]
