@@ -276,7 +276,7 @@ pub fn format_ceiling(
 }
 
 /// A `--json` document of `metronome compare`: the offload mode, the machine, the link's rate
-/// (`--link-sharing` only) and one row per run ([`Row`], or
+/// (`--link-sharing` only), the daemon rows' loop mode (when not the defaults) and one row per run ([`Row`], or
 /// [`metronome_testbed::compare::link_sharing::LinkRow`] per class with `--link-sharing`).
 #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Document<R> {
@@ -292,19 +292,19 @@ pub(crate) struct Document<R> {
 }
 
 impl<R: serde::Serialize> Document<R> {
-    /// `rows` (run with `offloads` on `machine`, over a link of `link_bps` if shared) as the
-    /// `--json` text.
+    /// `rows` (run with `offloads` on `machine`, over a link of `link_bps` if shared, the daemon
+    /// rows' loop in `daemon_loop`) as the `--json` text.
     pub(crate) fn json(
         offloads: OffloadMode,
         machine: &str,
-        link_bps: Option<u64>,
+        (link_bps, daemon_loop): (Option<u64>, DaemonLoop),
         rows: Vec<R>,
     ) -> serde_json::Result<String> {
         serde_json::to_string_pretty(&Document {
             offloads,
             machine: machine.to_owned(),
             link_bps,
-            daemon_loop: None,
+            daemon_loop: daemon_loop.describe(),
             rows,
         })
     }
@@ -316,14 +316,8 @@ fn to_json(
     (offloads, daemon_loop): (OffloadMode, DaemonLoop),
     machine: &str,
 ) -> serde_json::Result<String> {
-    let rows: Vec<Row> = reports.iter().map(|r| r.row.clone()).collect();
-    serde_json::to_string_pretty(&Document {
-        offloads,
-        machine: machine.to_owned(),
-        link_bps: None,
-        daemon_loop: daemon_loop.describe(),
-        rows,
-    })
+    let rows = reports.iter().map(|r| r.row.clone()).collect();
+    Document::<Row>::json(offloads, machine, (None, daemon_loop), rows)
 }
 
 /// What a comparison run returned; on an error, says it on stderr and exits with status 2 when

@@ -9,8 +9,8 @@
 //! ...]}` (`null` where a field does not apply or was not measured).
 
 use crate::compare_cmd::Document;
-use metronome_testbed::compare::format_rtt_us;
 use metronome_testbed::compare::link_sharing::{self, LinkOptions, LinkRow, Scenario};
+use metronome_testbed::compare::{format_rtt_us, DaemonLoop};
 use metronome_testbed::offloads::OffloadMode;
 use std::fmt::Write;
 
@@ -94,7 +94,8 @@ pub fn to_json(
     offloads: OffloadMode,
     machine: &str,
 ) -> serde_json::Result<String> {
-    Document::json(offloads, machine, Some(link_bps), rows.to_vec())
+    let shared = (Some(link_bps), DaemonLoop::default());
+    Document::json(offloads, machine, shared, rows.to_vec())
 }
 
 /// Runs the link-sharing comparison: `quick` or full, only `scenarios` when not empty, the
