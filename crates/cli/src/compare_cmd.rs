@@ -13,9 +13,10 @@
 //! Output: the side-by-side table ([`format_table`]: the offload mode, then one line per
 //! (target, flows), the shapers side by side, the metronome block with the daemon thread's own
 //! CPU besides), or with `--json` exactly `{"offloads": "host"|"off", "machine": "...",
-//! "rows": [{"shaper", "target_bps", "flows", "achieved_bps", "deviation_pct", "rtt_p99_us",
-//! "rtt_p50_us" (null: the probe got no answer), "cpu_pct", "daemon_cpu_pct" (null: not the daemon),
-//! "jain_bulk" (null: no bulk bytes)}, ...]}`
+//! "daemon_loop" (only when set), "rows": [{"shaper", "target_bps", "flows", "achieved_bps",
+//! "deviation_pct", "rtt_p99_us", "rtt_p50_us" (both null: the probe got no answer),
+//! "cpu_pct", "daemon_cpu_pct" (null: not the daemon), "jain_bulk" (null: no bulk bytes)},
+//! ...]}`
 //! on standard output. Progress lines go to standard error.
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2. Everything created is
 //! removed at the end, on an error and on Ctrl-C (`metronome_testbed::netns::cleanup_on_signals`,
@@ -276,7 +277,8 @@ pub fn format_ceiling(
 }
 
 /// A `--json` document of `metronome compare`: the offload mode, the machine, the link's rate
-/// (`--link-sharing` only), the daemon rows' loop mode (when not the defaults) and one row per run ([`Row`], or
+/// (`--link-sharing` only), the daemon rows' loop mode (when not the defaults) and one row per
+/// run ([`Row`], or
 /// [`metronome_testbed::compare::link_sharing::LinkRow`] per class with `--link-sharing`).
 #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Document<R> {
