@@ -4,8 +4,8 @@
 //! loop on AF_PACKET ports on `in0`/`out0` inside the shaper namespace with the embedded
 //! [`DEMO_TOML`] (`examples/demo.toml`, interfaces rewritten to `in0`/`out0`), and drives the
 //! trafficgen: class A (`bulk`, 16 TCP flows to port 5201, 200 Mbit/s together), class B
-//! (`paced`, 4 flows to port 5301, each paced at 50 Mbit/s), one unshaped flow to port 6000 and
-//! an RTT probe. Every second it prints each class's rate from the daemon's own class byte
+//! (`paced`, 4 flows to port 5301, each paced at 50 Mbit/s), one unshaped UDP flow to port 6000
+//! at 100 Mbit/s ([`UNSHAPED_BPS`]) and an RTT probe. Every second it prints each class's rate from the daemon's own class byte
 //! counters (bytes on the wire, Ethernet header included); at the end a conformance table: per
 //! class the target, the achieved rate and the deviation, the mean absolute deviation of 100 ms
 //! windows from the target (Carousel §7.1.1), over the steady part of the run.
@@ -26,7 +26,7 @@
 use crate::netns::{TopoError, Topology};
 pub use crate::offloads::OffloadMode;
 use crate::shaper::spawn_shaper;
-use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
+use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, Transport};
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::Control;
@@ -195,6 +195,21 @@ pub fn format_table(rows: &[ClassRow]) -> String {
     s
 }
 
+/// Rate of the demo's unshaped flow, bit/s: steady for the whole run, so the default class's
+/// row shows what passes unshaped beside the two shaped classes.
+pub const UNSHAPED_BPS: u64 = 100_000_000;
+
+/// The unshaped flow: one UDP flow of full-MTU datagrams to port 6000 at [`UNSHAPED_BPS`] (an
+/// unpaced TCP flow would send its whole volume at line rate in the first seconds and stop).
+fn unshaped_flow() -> FlowGroup {
+    let mut flow = FlowGroup::udp("default", 6000, 1);
+    flow.transport = Transport::Udp {
+        payload: trafficgen::UDP_FULL_PAYLOAD,
+        rate_bps: Some(UNSHAPED_BPS),
+    };
+    flow
+}
+
 /// The real demo (needs CAP_NET_ADMIN) with the veths' offloads in `offloads`. Prints live rates
 /// and the table to `out`.
 pub fn run_real(
@@ -219,11 +234,11 @@ pub fn run_real(
     let groups = vec![
         FlowGroup::tcp("bulk", 5201, 16),
         FlowGroup::tcp("paced", 5301, 4),
-        FlowGroup::tcp("default", 6000, 1),
+        unshaped_flow(),
     ];
     let plan = TrafficPlan::new(topo.receiver_addr, groups, duration).with_probe(7000);
     let (snd, rcv) = (topo.sender.clone(), topo.receiver.clone());
-    let _ = writeln!(out, "shaping real kernel TCP for {duration:?} (class A: 16 flows, 200 Mbit/s together; class B: 4 flows, 50 Mbit/s each; 1 unshaped flow)");
+    let _ = writeln!(out, "shaping real kernel TCP for {duration:?} (class A: 16 flows, 200 Mbit/s together; class B: 4 flows, 50 Mbit/s each; 1 unshaped UDP flow at 100 Mbit/s)");
     let _ = writeln!(out, "offloads: {}", offloads.describe());
     let traffic = std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)));
     let names = ["bulk", "paced", "default"];
