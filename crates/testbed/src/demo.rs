@@ -5,8 +5,9 @@
 //! [`DEMO_TOML`] (`examples/demo.toml`, interfaces rewritten to `in0`/`out0`), and drives the
 //! trafficgen: class A (`bulk`, 16 TCP flows to port 5201, 200 Mbit/s together), class B
 //! (`paced`, 4 flows to port 5301, each paced at 50 Mbit/s), one unshaped UDP flow to port 6000
-//! at 100 Mbit/s ([`UNSHAPED_BPS`]) and an RTT probe. Every second it prints each class's rate from the daemon's own class byte
-//! counters (bytes on the wire, Ethernet header included); at the end a conformance table: per
+//! at 100 Mbit/s ([`UNSHAPED_BPS`]) and an RTT probe. Every second it prints each class's rate
+//! from the daemon's own class byte counters (bytes on the wire, Ethernet header included); at
+//! the end a conformance table: per
 //! class the target, the achieved rate and the deviation, the mean absolute deviation of 100 ms
 //! windows from the target (Carousel §7.1.1), over the steady part of the run.
 //!
