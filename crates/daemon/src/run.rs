@@ -671,6 +671,23 @@ mod tests {
         report
     }
 
+    /// A loop's world for `text`: its configuration, metrics, a pool of 256 slots and the
+    /// engine.
+    fn loop_parts(text: &str) -> (Config, Metrics, FramePool, Engine) {
+        let config = Config::from_toml_str(text, "t.toml").unwrap();
+        let metrics = Metrics::new();
+        let pool = FramePool::new(256, 2048);
+        let engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        (config, metrics, pool, engine)
+    }
+
+    /// A `len`-byte ARP frame: non-IP, so the default class takes it.
+    fn non_ip_frame(len: usize) -> Vec<u8> {
+        let mut frame = vec![0u8; len];
+        frame[12..14].copy_from_slice(&[0x08, 0x06]);
+        frame
+    }
+
     /// A clock that moves 1 ms at every reading.
     struct Stepping(std::sync::atomic::AtomicU64);
 
@@ -687,14 +704,10 @@ mod tests {
             "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ndrain = \"{drain}\"\n\
              [default]\nrate = \"1mbit\"\n"
         );
-        let config = Config::from_toml_str(&text, "t.toml").unwrap();
-        let metrics = Metrics::new();
-        let mut pool = FramePool::new(256, 2048);
-        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let (config, metrics, mut pool, mut engine) = loop_parts(&text);
         let mut inside = MemoryPort::new(MemoryPortConfig::default());
         let mut outside = MemoryPort::new(MemoryPortConfig::default());
-        let mut frame = vec![0u8; 1514];
-        frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class takes it
+        let frame = non_ip_frame(1514);
         for _ in 0..20 {
             inside.inject(&frame).unwrap();
         }
@@ -803,17 +816,12 @@ mod tests {
     fn a_busy_polling_loop_reads_a_frame_that_arrives_while_it_spins() {
         // The clock stands still, so only the spin itself can make the loop read again.
         let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\nbusy_poll = true\n";
-        let config = Config::from_toml_str(text, "t.toml").unwrap();
-        let metrics = Metrics::new();
-        let mut pool = FramePool::new(256, 2048);
-        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let (config, metrics, mut pool, mut engine) = loop_parts(text);
         let arrived = std::rc::Rc::new(std::cell::Cell::new(false));
-        let mut frame = vec![0u8; 60];
-        frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class passes it
         let mut inside = LateFrame {
             port: MemoryPort::new(MemoryPortConfig::default()),
             arrived: arrived.clone(),
-            frame: Some(frame),
+            frame: Some(non_ip_frame(60)),
         };
         let mut outside = MemoryPort::new(MemoryPortConfig::default());
         let control = Control::default();
@@ -917,14 +925,10 @@ mod tests {
     #[test]
     fn the_loop_forwards_both_ways_and_stops() {
         let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n";
-        let config = Config::from_toml_str(text, "t.toml").unwrap();
-        let metrics = Metrics::new();
-        let mut pool = FramePool::new(256, 2048);
-        let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+        let (config, metrics, mut pool, mut engine) = loop_parts(text);
         let mut inside = MemoryPort::new(MemoryPortConfig::default());
         let mut outside = MemoryPort::new(MemoryPortConfig::default());
-        let mut arp = vec![0u8; 60];
-        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let arp = non_ip_frame(60);
         inside.inject(&arp).unwrap();
         outside.inject(&arp).unwrap();
         let clock = ManualClock::new(Timestamp::from_nanos(1));
