@@ -73,6 +73,13 @@ pub const MAX_WHEEL_SLOTS: usize = 1 << 27;
 /// Most pool packets accepted: the pool is preallocated at start-up and 2^28 packets take about
 /// 3.4 GB at the README's measured 12.8 bytes per packet.
 pub const MAX_POOL_PACKETS: usize = 1 << 28;
+/// Most frames a class's `queue.packets` may name: the largest frame pool
+/// ([`MAX_POOL_PACKETS`]).
+pub const MAX_QUEUE_PACKETS: i64 = 1 << 28;
+/// The daemon's `wheel.horizon_policy` when the file sets none: `reject`, as `sch_fq` drops
+/// beyond its horizon by default. Under `clamp` a class that stays over its rate for longer
+/// than the horizon would leave at its arrival rate, a horizon late: its limit would not hold.
+pub const DEFAULT_HORIZON_POLICY: HorizonPolicy = HorizonPolicy::Reject;
 /// Longest interface name in bytes: `IFNAMSIZ` (16) minus the terminating NUL.
 pub const MAX_INTERFACE_NAME: usize = 15;
 /// Most shaper silos (`[daemon] cores`): a sanity bound, well above the cores of one host's
@@ -262,6 +269,58 @@ pub struct ClassPolicy {
     pub fair: bool,
     /// Its place on the `[link]` ([`ClassLink::OFF`] without one).
     pub link: ClassLink,
+    /// The most the class may hold waiting (`queue`); unset fields take their defaults
+    /// ([`QueueLimit::bounds`]).
+    pub queue: QueueLimit,
+}
+
+/// A class's `queue = { packets = N, bytes = SIZE }`: the most frames and wire bytes the class
+/// may hold waiting (in its fair queue, the wheel and the link's queue together). A frame that
+/// would take the class past either bound is dropped from that class and counted under
+/// `queue_full` (a fair class sheds from its fattest flow instead), so one class's backlog
+/// cannot take another's buffer (HTB's one leaf queue per class, `sch_fq`'s `limit`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueLimit {
+    /// Most frames waiting; `None`: the default of [`QueueLimit::bounds`].
+    pub packets: Option<u64>,
+    /// Most wire bytes waiting; `None`: the default of [`QueueLimit::bounds`].
+    pub bytes: Option<u64>,
+}
+
+/// Fewest frames a class's default `queue.packets` allows: 64, one receive batch.
+pub const MIN_QUEUE_PACKETS: u64 = 64;
+
+impl QueueLimit {
+    /// The bounds in force, `(packets, bytes)`, for a class of aggregate rate `rate` on a wheel
+    /// of horizon `horizon` whose full frames have `frame_bytes` bytes. By default `bytes` is
+    /// what the class sends in one horizon at its rate (no frame it holds could leave later
+    /// than the horizon, whatever the horizon policy), and `packets` as many full frames, at
+    /// least [`MIN_QUEUE_PACKETS`]: a class that sends small frames holds fewer bytes. Without
+    /// a rate (pacing only) neither has a default (`u64::MAX`): the frame pool's share bounds
+    /// such a class (`crate::engine`).
+    pub fn bounds(&self, rate: Option<Rate>, horizon: Duration, frame_bytes: u32) -> (u64, u64) {
+        let default_bytes = rate.map(|r| r.bytes_in(horizon));
+        let bytes = self.bytes.or(default_bytes).unwrap_or(u64::MAX);
+        let default_packets = default_bytes.map(|b| {
+            b.div_ceil(u64::from(frame_bytes.max(1)))
+                .max(MIN_QUEUE_PACKETS)
+        });
+        let packets = self.packets.or(default_packets).unwrap_or(u64::MAX);
+        (packets, bytes)
+    }
+}
+
+impl fmt::Display for QueueLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.packets {
+            Some(p) => write!(f, "{p} packets")?,
+            None => write!(f, "default packets")?,
+        }
+        match self.bytes {
+            Some(b) => write!(f, ", {b} bytes"),
+            None => write!(f, ", default bytes"),
+        }
+    }
 }
 
 /// Default flows one class's ACK shaper tracks: 4096 (80-byte core slot plus a 160-byte header
@@ -301,6 +360,7 @@ impl ClassPolicy {
             ack_shaping: None,
             fair: false,
             link: ClassLink::OFF,
+            queue: QueueLimit::default(),
         }
     }
 

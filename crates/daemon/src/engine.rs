@@ -56,7 +56,9 @@
 pub mod link;
 
 use crate::ack_shaping::AckShaping;
-use crate::config::{Backpressure, ClassPolicy, Config, ReloadPlan, MAX_BATCH_SIZE};
+use crate::config::{
+    Backpressure, ClassPolicy, Config, ReloadPlan, ETHERNET_HEADER, MAX_BATCH_SIZE,
+};
 use crate::flow_table::{FlowTable, Lookup};
 use crate::metrics::{ClassMetrics, DropReason, HistogramTally, Metrics};
 use crate::pieces::{self, Cuts};
@@ -76,6 +78,12 @@ use prometheus_client::metrics::counter::Counter;
 
 /// No flow entry for a queued slot.
 const NO_ENTRY: u32 = u32::MAX;
+/// A class may hold at most this many times the frame pool's free slots (of the size class of
+/// the frame it takes): the dynamic threshold of shared-buffer switches (Choudhury and Hahne,
+/// "Dynamic queue length thresholds for shared-memory packet switches", 1998), whose α is
+/// usually 1 to 8. With 4 a class alone may take 80 % of the pool, two flooding classes 44 %
+/// each, leaving at least 11 % free for every other class and the receive path.
+pub const POOL_SHARE: u64 = 4;
 /// Name of the class state of packets no class matches (as in `Config::class_name`).
 const DEFAULT_CLASS_NAME: &str = "default";
 
@@ -177,6 +185,10 @@ pub struct EngineCounters {
     pub dropped_horizon: u64,
     /// Drops: the wheel's node pool was exhausted.
     pub dropped_pool: u64,
+    /// Drops: the frame would have taken its class past its `queue` bounds.
+    pub dropped_queue_full: u64,
+    /// Drops: the class held more than its share of the frame pool ([`POOL_SHARE`]).
+    pub dropped_pool_share: u64,
     /// Packets above the ECN threshold that were not ECN-capable: queued unmarked (fallback).
     pub ecn_not_ect: u64,
     /// Packets marked CE.
@@ -231,6 +243,8 @@ impl EngineCounters {
         self.dropped_flow_limit
             + self.dropped_horizon
             + self.dropped_pool
+            + self.dropped_queue_full
+            + self.dropped_pool_share
             + self.dropped_unclassified
             + self.fair_dropped_fattest
     }
@@ -270,6 +284,12 @@ struct ClassState {
     unpublished: (u64, u64),
     /// Packets of this class in the wheel.
     queued: u64,
+    /// Wire bytes of the class's entries in the wheel and on the link.
+    queued_bytes: u64,
+    /// Of `queued`: entries whose frame is in a large pool slot.
+    queued_large: u64,
+    /// The class's `queue` bounds in force, frames and wire bytes ([`QueueLimit::bounds`]).
+    bound: (u64, u64),
     /// Bytes of this class accepted into the wheel, cumulative: the silo's demand that the
     /// NIC-level bandwidth allocator reads (Carousel §5.3, "byte count" samples).
     stamped_bytes: u64,
@@ -299,6 +319,9 @@ pub struct Engine {
     cuts: Cuts,
     /// Dequeue buffer, [`MAX_BATCH_SIZE`] references.
     batch: Vec<PacketRef>,
+    /// The first large slot of the frame pool (`FramePool::is_large`), learnt at each
+    /// [`Engine::receive`]; `u32::MAX` before the first.
+    large_from: u32,
     /// Longest delay the wheel holds: horizon minus one slot.
     max_delay: Duration,
     /// Receiver-side ACK shaping of the reverse direction ([`crate::ack_shaping`]).
@@ -357,6 +380,7 @@ impl Engine {
             slot_wire: vec![0; pool_slots],
             cuts: Cuts::new(pool_slots),
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
+            large_from: u32::MAX,
             max_delay: Duration::from_nanos(max_delay),
             acks: AckShaping::new(config, &metrics),
             fair: fair::Fair::new(pool_slots, wheel_config.pool_packets),
@@ -402,12 +426,15 @@ impl Engine {
                         metrics: self.metrics.class(name),
                         unpublished: (0, 0),
                         queued: 0,
+                        queued_bytes: 0,
+                        queued_large: 0,
+                        bound: (u64::MAX, u64::MAX),
                         stamped_bytes: 0,
                     });
                     self.classes.len() - 1
                 }
             };
-            self.apply_policy(index, policy, config.wheel.horizon_policy);
+            self.apply_policy(index, policy, config);
             map.push(index as u16); // < u16::MAX: checked above
         }
         self.configure_link(config, &map);
@@ -448,8 +475,13 @@ impl Engine {
         }
     }
 
-    fn apply_policy(&mut self, index: usize, policy: ClassPolicy, wheel_horizon: HorizonPolicy) {
+    fn apply_policy(&mut self, index: usize, policy: ClassPolicy, config: &Config) {
+        let wheel_horizon = config.wheel.horizon_policy;
+        let frame = config.interfaces.mtu.saturating_add(ETHERNET_HEADER);
         let state = &mut self.classes[index];
+        state.bound = policy
+            .queue
+            .bounds(policy.rate, config.wheel.horizon, frame);
         state.aggregate = match (policy.rate, state.aggregate) {
             (Some(rate), Some(p)) => {
                 let _ = self.stamper.set_rate(p, rate);
@@ -496,6 +528,7 @@ impl Engine {
         forward: &mut Vec<u32>,
     ) {
         self.fair_free_orphans(pool);
+        self.large_from = u32::try_from(pool.capacity() - pool.large_capacity()).unwrap_or(0);
         for rx in frames {
             self.counters.received += 1;
             let vnet = pool.vnet(rx.id);
@@ -635,10 +668,9 @@ impl Engine {
     /// Frees a queued entry that will not be sent and takes it off its flow's and class's
     /// queued counts (the caller counts it).
     fn discard(&mut self, pool: &mut FramePool, pkt: PacketRef) {
+        let wire = self.wire_bytes(pkt);
         self.cuts.finish(pool, pkt.id);
-        if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
-            state.queued = state.queued.saturating_sub(1);
-        }
+        self.count_left(pkt, wire);
         let (slot, _) = pieces::decode(pkt.id);
         if let Some(&e) = self.slot_entry.get(slot as usize) {
             if e != NO_ENTRY {
@@ -748,6 +780,9 @@ impl Engine {
             }
             _ => None,
         };
+        if let Err(reason) = self.admit(pool, index, id, len) {
+            return self.drop(pool, id, index, reason);
+        }
         let policies = PolicyStack::new(aggregate, pacing);
         // The delay this packet will wait: the largest backlog among its policies.
         let delay = policies.backlog(&self.stamper, now);
@@ -792,7 +827,7 @@ impl Engine {
     /// `index`, `len` bytes stamped, departing at `edt`, of flow-table entry `entry`.
     fn book_whole(&mut self, id: u32, index: usize, edt: Timestamp, len: u64, entry: Option<u32>) {
         self.counters.enqueued += 1;
-        self.classes[index].queued += 1;
+        self.count_queued(index, id, len);
         self.classes[index].stamped_bytes += len;
         let i = id as usize;
         if let Some(slot) = self.slot_edt.get_mut(i) {
@@ -844,7 +879,7 @@ impl Engine {
                     }
                     last = edt;
                     queued += 1;
-                    self.classes[index].queued += 1;
+                    self.count_queued(index, id, wire);
                     self.classes[index].stamped_bytes += wire;
                     if entry != NO_ENTRY {
                         self.flows.add_queued(entry);
@@ -878,6 +913,57 @@ impl Engine {
         }
         if let Some(slot) = self.slot_entry.get_mut(i) {
             *slot = entry;
+        }
+        Ok(())
+    }
+
+    /// Counts an entry of class `index` into the wheel: its frame in pool slot `slot`, `wire`
+    /// bytes (the class's `queued`, `queued_bytes`, `queued_large`).
+    fn count_queued(&mut self, index: usize, slot: u32, wire: u64) {
+        let large = slot >= self.large_from;
+        if let Some(state) = self.classes.get_mut(index) {
+            state.queued += 1;
+            state.queued_bytes += wire;
+            state.queued_large += u64::from(large);
+        }
+    }
+
+    /// Takes entry `pkt` (`wire` bytes) off its class's counts when it leaves the wheel or the
+    /// link, sent, discarded or dropped.
+    fn count_left(&mut self, pkt: PacketRef, wire: u64) {
+        let (slot, _) = pieces::decode(pkt.id);
+        let large = slot >= self.large_from;
+        if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+            state.queued = state.queued.saturating_sub(1);
+            state.queued_bytes = state.queued_bytes.saturating_sub(wire);
+            state.queued_large = state.queued_large.saturating_sub(u64::from(large));
+        }
+    }
+
+    /// Whether class `index` may take one more frame, in pool slot `id`, of `len` wire bytes:
+    /// within its `queue` bounds (frames and bytes waiting in its fair queue, the wheel and on
+    /// the link; [`DropReason::QueueFull`]) and within its share of the frame pool
+    /// ([`DropReason::PoolShare`]): the class holds fewer slots of the frame's size class than
+    /// [`POOL_SHARE`] times the slots still free. A class alone can take most of the pool;
+    /// with N classes over their share each holds at most `POOL_SHARE / (1 + N × POOL_SHARE)`
+    /// of it, and the rest stays free for the others and for the receive path (the dynamic
+    /// threshold of shared-buffer switches, Choudhury and Hahne).
+    fn admit(&self, pool: &FramePool, index: usize, id: u32, len: u64) -> Result<(), DropReason> {
+        let Some(s) = self.classes.get(index) else {
+            return Ok(());
+        };
+        let (fair_packets, fair_bytes) = self.fair_class_load(index);
+        let (packets, bytes) = (s.queued + fair_packets, s.queued_bytes + fair_bytes);
+        if packets >= s.bound.0 || bytes.saturating_add(len) > s.bound.1 {
+            return Err(DropReason::QueueFull);
+        }
+        let (held, free) = if pool.is_large(id) {
+            (s.queued_large, pool.available_large())
+        } else {
+            (s.queued - s.queued_large, pool.available_small())
+        };
+        if held >= POOL_SHARE.saturating_mul(free as u64) {
+            return Err(DropReason::PoolShare);
         }
         Ok(())
     }
@@ -927,6 +1013,8 @@ impl Engine {
         match reason {
             DropReason::FlowLimit => self.counters.dropped_flow_limit += 1,
             DropReason::Horizon => self.counters.dropped_horizon += 1,
+            DropReason::QueueFull => self.counters.dropped_queue_full += 1,
+            DropReason::PoolShare => self.counters.dropped_pool_share += 1,
             _ => self.counters.dropped_pool += 1,
         }
         if let Some(state) = self.classes.get(class) {
@@ -1007,8 +1095,8 @@ impl Engine {
             }
         }
         let wire = self.wire_bytes(pkt);
+        self.count_left(pkt, wire);
         if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
-            state.queued = state.queued.saturating_sub(1);
             state.unpublished.0 += 1;
             state.unpublished.1 += wire;
         }

@@ -66,8 +66,10 @@ pub enum DropReason {
     FlowLimit,
     /// The packet pool had no free buffer.
     PoolExhausted,
-    /// The class queue was full.
+    /// The class queue was full: the frame would have taken its class past its `queue` bounds.
     QueueFull,
+    /// The class held more than its share of the frame pool (`crate::engine::POOL_SHARE`).
+    PoolShare,
     /// The transmit path refused the frame.
     TxError,
     /// The shared link's buffer was full ([`crate::engine::link`]).
@@ -81,11 +83,12 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in label order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::Horizon,
         DropReason::FlowLimit,
         DropReason::PoolExhausted,
         DropReason::QueueFull,
+        DropReason::PoolShare,
         DropReason::TxError,
         DropReason::LinkBuffer,
         DropReason::LinkNotEct,
@@ -99,6 +102,7 @@ impl DropReason {
             DropReason::FlowLimit => "flow_limit",
             DropReason::PoolExhausted => "pool_exhausted",
             DropReason::QueueFull => "queue_full",
+            DropReason::PoolShare => "pool_share",
             DropReason::TxError => "tx_error",
             DropReason::LinkBuffer => "link_buffer",
             DropReason::LinkNotEct => "link_not_ect",

@@ -183,6 +183,28 @@ pub fn add_counters(a: PortCounters, b: PortCounters) -> PortCounters {
     }
 }
 
+/// Small slots of the reverse direction's pool (frames received on `outside`, sent on `inside`):
+/// 4096 frames of [`metronome_io::DEFAULT_SLOT_SIZE`] bytes (8 MiB). A frame of that direction
+/// is held from its receive to its transmit in the same round (or while ACK shaping withholds
+/// it), so a loop holds at most a few transmit batches (2 × 64) of them; the rest is headroom.
+pub const REVERSE_FRAME_SLOTS: u32 = 4096;
+/// Large slots of the reverse direction's pool, for super-frames of data sent back (64, 4 MiB):
+/// like its small slots, held for one round.
+pub const REVERSE_GSO_SLOTS: u32 = 64;
+
+/// The reverse direction's pool of one loop ([`crate::run::Pools`]): [`REVERSE_FRAME_SLOTS`]
+/// small slots, plus [`REVERSE_GSO_SLOTS`] large ones when the ports carry virtio-net headers.
+/// Apart from the shaped direction's pool, so that no class's backlog can take the slots of the
+/// ACKs that clock its senders.
+pub fn reverse_pool(config: &Config) -> FramePool {
+    if config.daemon.vnet_hdr {
+        let large = REVERSE_GSO_SLOTS.min(config.daemon.gso_slots.max(1));
+        FramePool::with_large(REVERSE_FRAME_SLOTS, DEFAULT_SLOT_SIZE, large, GSO_SLOT_SIZE)
+    } else {
+        FramePool::new(REVERSE_FRAME_SLOTS, DEFAULT_SLOT_SIZE)
+    }
+}
+
 /// The frame pool of one loop: [`frame_slots`] small slots, plus `daemon.gso_slots` large ones
 /// when the ports carry virtio-net headers.
 pub fn frame_pool(config: &Config) -> FramePool {

@@ -77,6 +77,18 @@ const UNREAD_MAX: metronome_core::Duration = metronome_core::Duration::from_micr
 /// `getsockopt`, too costly per iteration).
 const COUNTER_PERIOD_NS: u64 = 100_000_000;
 
+/// The loop's two frame pools. The shaped direction's frames (received on `inside`, held by
+/// the engine, sent on `outside`) and the reverse direction's (received on `outside`, passed
+/// or ACK-shaped, sent on `inside`) live in pools of their own, so that however much the
+/// shaped classes hold, the ACKs that clock their senders always find a slot
+/// (`crate::ports::reverse_pool`).
+pub struct Pools<'a> {
+    /// The shaped direction's pool.
+    pub shaped: &'a mut FramePool,
+    /// The reverse direction's pool.
+    pub reverse: &'a mut FramePool,
+}
+
 /// Requests to a running daemon, shared with signal handlers and other threads.
 #[derive(Clone, Debug, Default)]
 pub struct Control {
@@ -191,12 +203,14 @@ impl TxQueue {
     }
 
     /// Sends what is pending as one batch; keeps what the port did not take, and everything
-    /// while the port's link is down (sent when it returns, [`crate::link`]).
+    /// while the port's link is down (sent when it returns, [`crate::link`]). With `cuts` the
+    /// batch may hold pieces of cut super-frames (the shaped direction); without, plain frames
+    /// of the reverse direction's pool.
     fn flush<P: PacketPort + SendPieces>(
         &mut self,
         port: &mut P,
         pool: &mut FramePool,
-        cuts: &mut Cuts,
+        mut cuts: Option<&mut Cuts>,
         metrics: &Metrics,
         link: &mut Link,
         now: Timestamp,
@@ -204,7 +218,11 @@ impl TxQueue {
         if self.ids.is_empty() || !link.is_up() {
             return;
         }
-        match cuts.send(port, pool, &self.ids) {
+        let sent = match cuts.as_deref_mut() {
+            Some(c) => c.send(port, pool, &self.ids),
+            None => port.send(pool, &self.ids),
+        };
+        match sent {
             Err(e) if link.on_error(now, &e) => {}
             Ok(n) => {
                 if n > 0 {
@@ -220,16 +238,21 @@ impl TxQueue {
     }
 
     /// Frees what is pending without counting it as a transmit failure (the caller counts it).
-    fn discard(&mut self, pool: &mut FramePool, cuts: &mut Cuts) -> u64 {
+    fn discard(&mut self, pool: &mut FramePool, cuts: Option<&mut Cuts>) -> u64 {
         let n = self.free_all(pool, cuts);
         self.tx_failed -= n;
         n
     }
 
-    fn free_all(&mut self, pool: &mut FramePool, cuts: &mut Cuts) -> u64 {
+    fn free_all(&mut self, pool: &mut FramePool, mut cuts: Option<&mut Cuts>) -> u64 {
         let n = self.ids.len() as u64;
         for &id in &self.ids {
-            cuts.finish(pool, id);
+            match cuts.as_deref_mut() {
+                Some(c) => c.finish(pool, id),
+                None => {
+                    pool.free(id);
+                }
+            }
         }
         self.ids.clear();
         self.tx_failed += n;
@@ -248,7 +271,7 @@ pub fn run_loop<
 >(
     inside: &mut I,
     outside: &mut O,
-    pool: &mut FramePool,
+    pools: Pools<'_>,
     engine: &mut Engine,
     clock: &C,
     metrics: &Metrics,
@@ -256,6 +279,10 @@ pub fn run_loop<
     stop: &AtomicBool,
     hook: &mut H,
 ) -> Result<LoopReport, PortError> {
+    let Pools {
+        shaped: pool,
+        reverse: back,
+    } = pools;
     let batch = options.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE);
     let mut busy_poll = options.busy_poll;
     let mut rx = vec![RxFrame::default(); batch];
@@ -304,12 +331,12 @@ pub fn run_loop<
         // Back after an outage longer than the grace: what waited in the transmit batch is
         // dropped and counted (`crate::link`).
         if out_link.returned().is_some_and(|d| d > grace) {
-            let n = to_outside.discard(pool, engine.cuts_mut());
+            let n = to_outside.discard(pool, Some(engine.cuts_mut()));
             out_link.count_dropped(n);
             dropped_out += n;
         }
         if in_link.returned().is_some_and(|d| d > grace) {
-            let n = to_inside.discard(pool, engine.cuts_mut());
+            let n = to_inside.discard(back, None);
             in_link.count_dropped(n);
             dropped_in += n;
         }
@@ -336,20 +363,20 @@ pub fn run_loop<
             round.full.inside = n == rx.len();
         }
         if to_inside.ids.len() < batch && out_link.is_up() && readable.outside {
-            let n = match outside.recv(pool, &mut rx) {
+            let n = match outside.recv(back, &mut rx) {
                 Err(e) if out_link.on_error(now, &e) => 0,
                 r => r?,
             };
             let from = to_inside.ids.len();
-            engine.pass_through(pool, &rx[..n], &mut to_inside.ids);
-            engine.shape_acks(t, pool, &mut to_inside.ids, from);
+            engine.pass_through(back, &rx[..n], &mut to_inside.ids);
+            engine.shape_acks(t, back, &mut to_inside.ids, from);
             passed_back += n as u64;
             work += n;
             round.read.outside = true;
             round.full.outside = n == rx.len();
         }
         let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
-        work += engine.generate_acks(t, pool, &mut to_inside.ids, ack_room);
+        work += engine.generate_acks(t, back, &mut to_inside.ids, ack_room);
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
         work += crate::link::release_outbound(
             engine,
@@ -362,15 +389,9 @@ pub fn run_loop<
         let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
         let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         let queued = (to_inside.ids.len(), to_outside.ids.len());
-        to_outside.flush(
-            outside,
-            pool,
-            engine.cuts_mut(),
-            metrics,
-            &mut out_link,
-            now,
-        );
-        to_inside.flush(inside, pool, engine.cuts_mut(), metrics, &mut in_link, now);
+        let cuts = Some(engine.cuts_mut());
+        to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
+        to_inside.flush(inside, back, None, metrics, &mut in_link, now);
         round.sent.inside = to_inside.ids.len() < queued.0;
         round.sent.outside = to_outside.ids.len() < queued.1;
         readable = readable.after_round(&round);
@@ -440,9 +461,9 @@ pub fn run_loop<
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
         let t = out_link.shaping_time(now);
         engine.release(t, pool, &mut to_outside.ids, room);
-        let cuts = engine.cuts_mut();
+        let cuts = Some(engine.cuts_mut());
         to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
-        to_inside.flush(inside, pool, cuts, metrics, &mut in_link, now);
+        to_inside.flush(inside, back, None, metrics, &mut in_link, now);
         let left = engine.queued() + to_outside.ids.len() + to_inside.ids.len();
         let over = now >= drain_end || std::time::Instant::now() >= wall_end;
         if left == 0 || over || !(in_link.is_up() && out_link.is_up()) {
@@ -461,7 +482,7 @@ pub fn run_loop<
     }
     let queued_at_stop = engine.drain_all(pool);
     let pending_at_stop =
-        to_outside.free_all(pool, engine.cuts_mut()) + to_inside.free_all(pool, engine.cuts_mut());
+        to_outside.free_all(pool, Some(engine.cuts_mut())) + to_inside.free_all(back, None);
     Ok(LoopReport {
         engine: engine.counters(),
         inside: add_counters(inside.counters(), in_retired),
@@ -655,10 +676,15 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
         });
         let options = LoopOptions::from_config(config);
+        let mut back = FramePool::new(256, 2048);
+        let pools = Pools {
+            shaped: pool,
+            reverse: &mut back,
+        };
         let report = run_loop(
             inside,
             outside,
-            pool,
+            pools,
             engine,
             clock,
             metrics,
@@ -668,6 +694,11 @@ mod tests {
         )
         .unwrap();
         stopper.join().unwrap();
+        assert_eq!(
+            back.in_use(),
+            0,
+            "the reverse direction's pool holds nothing at stop"
+        );
         report
     }
 
@@ -833,10 +864,15 @@ mod tests {
         let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
         let options = LoopOptions::from_config(&config);
         assert!(options.busy_poll);
+        let mut back = FramePool::new(64, 2048);
+        let pools = Pools {
+            shaped: &mut pool,
+            reverse: &mut back,
+        };
         let report = run_loop(
             &mut inside,
             &mut outside,
-            &mut pool,
+            pools,
             &mut engine,
             &clock,
             &metrics,

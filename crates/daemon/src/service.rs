@@ -14,9 +14,9 @@
 use crate::config::{Config, ConfigError, LogFormat};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, MetricsError};
-use crate::ports::{enable_gro, frame_pool, open_ports};
+use crate::ports::{enable_gro, frame_pool, open_ports, reverse_pool};
 use crate::reload::{FileReload, Reloader};
-use crate::run::{run_loop, Control, LoopOptions, LoopReport};
+use crate::run::{run_loop, Control, LoopOptions, LoopReport, Pools};
 use crate::silo::run_silos;
 use metronome_io::{MonotonicClock, PortError};
 use std::path::Path;
@@ -77,6 +77,7 @@ pub fn run_with(
     enable_gro(config);
     crate::notify::notify("READY=1");
     let mut pool = frame_pool(config);
+    let mut back = reverse_pool(config);
     let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
     let options = LoopOptions::from_config(config);
     let reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
@@ -92,7 +93,10 @@ pub fn run_with(
     run_loop(
         &mut inside,
         &mut outside,
-        &mut pool,
+        Pools {
+            shaped: &mut pool,
+            reverse: &mut back,
+        },
         &mut engine,
         &MonotonicClock::new(),
         metrics,

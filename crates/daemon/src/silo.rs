@@ -39,9 +39,9 @@
 use crate::config::{Config, DEFAULT_NBA_PERIOD};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, NbaRateGauge};
-use crate::ports::{frame_pool, open_silo_ports};
+use crate::ports::{frame_pool, open_silo_ports, reverse_pool};
 use crate::reload::{install, Reloader};
-use crate::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport};
+use crate::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::rate_exchange::RateExchange;
 use metronome_core::{Clock, Duration, Rate, Timestamp};
@@ -391,6 +391,7 @@ pub fn run_silos(
         let silo_stop = control.stop.clone();
         let metrics = metrics.for_silo(silo);
         let mut pool = frame_pool(config);
+        let mut back = reverse_pool(config);
         let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
         let mut link = SiloLink::new(silo, &allocator.cells(), &engine, metrics.clone());
         inboxes.push((link.reload.clone(), link.inbox.clone()));
@@ -402,7 +403,10 @@ pub fn run_silos(
                 let result = run_loop(
                     &mut inside,
                     &mut outside,
-                    &mut pool,
+                    Pools {
+                        shaped: &mut pool,
+                        reverse: &mut back,
+                    },
                     &mut engine,
                     &clock,
                     &metrics,

@@ -38,9 +38,9 @@ use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
 use metronome_daemon::config::Config;
 use metronome_daemon::engine::Engine;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::ports::{frame_pool, open_ports};
+use metronome_daemon::ports::{frame_pool, open_ports, reverse_pool};
 use metronome_daemon::reload::{FileReload, Reloader};
-use metronome_daemon::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport};
+use metronome_daemon::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use metronome_io::{AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PacketPort};
 use metronome_testbed::netns::Topology;
 use std::net::Ipv4Addr;
@@ -335,6 +335,8 @@ fn spawn_loop(
             let (mut inside, mut outside) = open_ports(&config).unwrap();
             let mut pool = frame_pool(&config);
             touch(&mut pool);
+            let mut back = reverse_pool(&config);
+            touch(&mut back);
             let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
             let clock = MonotonicClock::new();
             let now = clock.now();
@@ -348,10 +350,14 @@ fn spawn_loop(
                 last_rate: None,
                 seen,
             };
+            let pools = Pools {
+                shaped: &mut pool,
+                reverse: &mut back,
+            };
             let report = run_loop(
                 &mut inside,
                 &mut outside,
-                &mut pool,
+                pools,
                 &mut engine,
                 &clock,
                 &metrics,
@@ -363,7 +369,8 @@ fn spawn_loop(
                 control.stop.store(true, Ordering::Relaxed);
             }
             engine.invariants();
-            (report.expect("the loop survives the soak"), pool.in_use())
+            let in_use = pool.in_use() + back.in_use();
+            (report.expect("the loop survives the soak"), in_use)
         })
         .unwrap()
 }

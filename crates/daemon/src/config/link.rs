@@ -462,7 +462,8 @@ impl Validator<'_> {
         })
     }
 
-    fn size(&self, raw: &Spanned<Scalar>, field: &str) -> Result<u64> {
+    /// A size in bytes: tc-like text (`15k`) or an integer.
+    pub(super) fn size(&self, raw: &Spanned<Scalar>, field: &str) -> Result<u64> {
         match raw.get_ref() {
             Scalar::Text(t) => parse_size(t).map_err(|error| {
                 self.site.at(

@@ -98,6 +98,15 @@ pub(crate) struct RawClass {
     pub weight: Option<Spanned<i64>>,
     pub priority: Option<Spanned<i64>>,
     pub non_ect: Option<Spanned<super::link::RawNonEct>>,
+    pub queue: Option<Spanned<RawQueue>>,
+}
+
+/// A class's `queue` table: `{ packets = 10000, bytes = "12m" }`, either or both.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQueue {
+    pub packets: Option<Spanned<i64>>,
+    pub bytes: Option<Spanned<Scalar>>,
 }
 
 /// A class's `ack_shaping` table: `{ rate = "1gbit", per = "class" | "flow", flows = 4096 }`.

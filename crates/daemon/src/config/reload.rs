@@ -188,6 +188,7 @@ fn policy_changes(old: &ClassPolicy, new: &ClassPolicy) -> Vec<FieldChange> {
     let acks = |a: Option<super::AckShapingPolicy>| a.map_or("none".to_string(), |a| a.to_string());
     text("ack_shaping", acks(old.ack_shaping), acks(new.ack_shaping));
     text("link", old.link.to_string(), new.link.to_string());
+    text("queue", old.queue.to_string(), new.queue.to_string());
     compare(&mut out, "fair", old.fair, new.fair);
     compare(
         &mut out,

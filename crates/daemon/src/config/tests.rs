@@ -281,7 +281,15 @@ fn empty_class_list_is_all_default() {
     assert!(c.classes.is_empty());
     assert_eq!(c.default_class, ClassPolicy::unshaped(1500));
     assert_eq!(c.default_class.burst, 1514);
-    assert_eq!(c.wheel, metronome_core::TimingWheelConfig::default());
+    let wheel = metronome_core::TimingWheelConfig {
+        horizon_policy: crate::config::DEFAULT_HORIZON_POLICY,
+        ..metronome_core::TimingWheelConfig::default()
+    };
+    assert_eq!(c.wheel, wheel);
+    assert_eq!(
+        c.wheel.horizon_policy,
+        metronome_core::HorizonPolicy::Reject
+    );
     assert_eq!(c.daemon.metrics_listen.to_string(), DEFAULT_METRICS_LISTEN);
     assert!(c.daemon.metrics_listen.ip().is_loopback());
     assert_eq!(c.daemon.batch_size, DEFAULT_BATCH_SIZE);

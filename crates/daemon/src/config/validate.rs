@@ -11,16 +11,17 @@
 use super::error::{ConfigError, ErrorKind, ErrorSite};
 use super::raw::{
     RawAckPer, RawAckShaping, RawBackpressure, RawBackpressureMode, RawClass, RawConfig, RawDaemon,
-    RawHorizonPolicy, RawInterfaces, RawLogFormat, RawMatch, RawWheel, Scalar,
+    RawHorizonPolicy, RawInterfaces, RawLogFormat, RawMatch, RawQueue, RawWheel, Scalar,
 };
 use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
-    LogFormat, Match, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
-    DEFAULT_GSO_SLOTS, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU,
-    DEFAULT_NBA_PERIOD, DEFAULT_TIMER_SLACK, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES,
-    MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_WHEEL_SLOTS,
+    LogFormat, Match, QueueLimit, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
+    DEFAULT_GSO_SLOTS, DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN,
+    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_TIMER_SLACK, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE,
+    MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_QUEUE_PACKETS,
+    MAX_WHEEL_SLOTS,
 };
-use crate::units::{parse_duration, parse_size};
+use crate::units::parse_duration;
 use ipnet::IpNet;
 use metronome_core::{Duration, HorizonPolicy, Rate, TimingWheelConfig};
 use std::collections::HashMap;
@@ -188,7 +189,7 @@ impl Validator<'_> {
         let horizon_policy = raw
             .horizon_policy
             .as_ref()
-            .map_or(default.horizon_policy, |p| horizon_policy(*p.get_ref()));
+            .map_or(DEFAULT_HORIZON_POLICY, |p| horizon_policy(*p.get_ref()));
         let pool_packets = match &raw.pool_packets {
             Some(p) => self.int_in(p, "wheel.pool_packets", 1, MAX_POOL_PACKETS as i64)? as usize,
             None => default.pool_packets,
@@ -380,6 +381,7 @@ impl Validator<'_> {
                 ("backpressure", raw.backpressure.as_ref().map(|b| b.span())),
                 ("gso_burst", raw.gso_burst.as_ref().map(|b| b.span())),
                 ("fair", raw.fair.as_ref().map(|b| b.span())),
+                ("queue", raw.queue.as_ref().map(|q| q.span())),
             ];
             if let Some((field, Some(span))) = idle.into_iter().find(|(_, s)| s.is_some()) {
                 return Err(self.invalid(
@@ -414,11 +416,28 @@ impl Validator<'_> {
             }
             policy.fair = *fair.get_ref();
         }
+        if let Some(q) = &raw.queue {
+            policy.queue = self.queue(q.get_ref(), &format!("{path}.queue"))?;
+        }
         if let Some(a) = &raw.ack_shaping {
             policy.ack_shaping =
                 Some(self.ack_shaping(a.get_ref(), &format!("{path}.ack_shaping"))?);
         }
         Ok(policy)
+    }
+
+    fn queue(&self, raw: &RawQueue, path: &str) -> Result<QueueLimit> {
+        let packets = match &raw.packets {
+            Some(p) => {
+                Some(self.int_in(p, &format!("{path}.packets"), 1, MAX_QUEUE_PACKETS)? as u64)
+            }
+            None => None,
+        };
+        let bytes = match &raw.bytes {
+            Some(b) => Some(self.size(b, &format!("{path}.bytes"))?),
+            None => None,
+        };
+        Ok(QueueLimit { packets, bytes })
     }
 
     fn ack_shaping(&self, raw: &RawAckShaping, path: &str) -> Result<AckShapingPolicy> {
@@ -475,21 +494,7 @@ impl Validator<'_> {
     }
 
     fn burst(&self, raw: &Spanned<Scalar>, field: &str, mtu: u32) -> Result<u32> {
-        let bytes = match raw.get_ref() {
-            Scalar::Text(t) => parse_size(t).map_err(|error| {
-                self.site.at(
-                    raw.span(),
-                    field,
-                    ErrorKind::Size {
-                        value: t.clone(),
-                        error,
-                    },
-                )
-            })?,
-            Scalar::Int(n) => u64::try_from(*n).map_err(|_| {
-                self.invalid(raw.span(), field, format!("{n} is not a size in bytes"))
-            })?,
-        };
+        let bytes = self.size(raw, field)?;
         if bytes < u64::from(mtu) {
             return Err(self.site.at(
                 raw.span(),

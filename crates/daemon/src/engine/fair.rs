@@ -118,6 +118,8 @@ enum Pressure {
     Large,
     /// The class's queued bytes exceed the horizon at its rate (`horizon_policy = "reject"`).
     Horizon,
+    /// The class holds more than its `queue` bounds (frames or wire bytes).
+    Bound,
 }
 
 /// A super-frame's cut, kept while it waits in a fair queue.
@@ -374,8 +376,9 @@ impl Engine {
     }
 
     /// What class `index`'s fair backlog must shed now, if anything: the frame pool's small or
-    /// large slots are nearly all in use, or (under `horizon_policy = "reject"`) the class's
-    /// queued bytes would take longer than the horizon at its rate.
+    /// large slots are nearly all in use, the class holds more than its `queue` bounds, or
+    /// (under `horizon_policy = "reject"`) the class's queued bytes would take longer than the
+    /// horizon at its rate.
     fn fair_pressure(&self, pool: &FramePool, index: usize) -> Option<Pressure> {
         if pool.available_small()
             < pool.capacity().saturating_sub(pool.large_capacity()) / POOL_RESERVE
@@ -388,6 +391,12 @@ impl Engine {
             return Some(Pressure::Large);
         }
         let state = self.classes.get(index)?;
+        let (fair_packets, fair_bytes) = self.fair_class_load(index);
+        if state.queued + fair_packets > state.bound.0
+            || state.queued_bytes + fair_bytes > state.bound.1
+        {
+            return Some(Pressure::Bound);
+        }
         let bytes = self.fair.queue.as_ref()?.class_bytes(ClassId(index as u16));
         match (state.horizon_policy, state.policy.rate) {
             (HorizonPolicy::Reject, Some(rate)) if rate.transmit_time(bytes) >= self.max_delay => {
@@ -555,7 +564,7 @@ impl Engine {
         match self.wheel.enqueue(now, edt, pkt) {
             Ok(()) => {
                 self.counters.enqueued += 1;
-                self.classes[index].queued += 1;
+                self.count_queued(index, id, u64::from(len));
                 if let Some(slot) = self.slot_edt.get_mut(i) {
                     *slot = edt;
                 }
@@ -671,6 +680,15 @@ impl Engine {
     }
 
     /// Frames in fair queues plus pulled frames waiting to be freed.
+    /// Frames and wire bytes class `index` holds in the fair queue (zeros when none).
+    pub(super) fn fair_class_load(&self, index: usize) -> (u64, u64) {
+        let Some(q) = self.fair.queue.as_ref() else {
+            return (0, 0);
+        };
+        let class = ClassId(index as u16);
+        (u64::from(q.class_packets(class)), q.class_bytes(class))
+    }
+
     pub(super) fn fair_held(&self) -> u64 {
         self.fair.len() + self.fair.orphans.len() as u64
     }
