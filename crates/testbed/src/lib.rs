@@ -19,6 +19,9 @@
 //! * [`forwarder`]: the `recvmmsg`/`sendmmsg` AF_PACKET forwarder (plain, or with virtio-net
 //!   headers for super-frames) that `compare --ceiling` measures the daemon against.
 //! * [`offloads`]: the offload mode of a `demo` or `compare` run (the host's defaults, or off).
+//! * [`flood`]: floods for the attack tests (paced UDP, raw garbage, spoofed 5-tuples), a tap
+//!   that counts what the receiver got by class, per-second rates, and the daemon's loop with
+//!   its invariants checked while it runs.
 //!
 //! Building a topology needs CAP_NET_ADMIN; without it the entry points return
 //! [`netns::TopoError::MissingPrivilege`] and the integration tests skip.
@@ -27,6 +30,7 @@
 
 pub mod compare;
 pub mod demo;
+pub mod flood;
 pub mod forwarder;
 pub mod netns;
 pub mod offloads;

@@ -195,6 +195,11 @@ pub struct GroupReport {
     pub bytes_per_flow: Vec<u64>,
     /// Goodput of each window, bits per second.
     pub windows_bps: Vec<f64>,
+    /// Bytes received so far at the start and at the end of each window, with the time since
+    /// [`TrafficReport::started`] they were read: the cumulative series behind `windows_bps`, for
+    /// rates over other intervals (per second, lined up with other events of a run; see
+    /// [`crate::flood::per_second_bps`]).
+    pub received_at: Vec<(Duration, u64)>,
 }
 
 impl GroupReport {
@@ -363,6 +368,11 @@ mod tests {
         assert_eq!(tcp.bytes_per_flow.len(), 2);
         assert!(tcp.bytes > 0 && tcp.sent_bytes >= tcp.bytes, "{tcp:?}");
         assert_eq!(tcp.windows_bps.len(), 3);
+        // The cumulative series: the start and each window's end, never decreasing, ending at
+        // the group's bytes.
+        assert_eq!(tcp.received_at.len(), 4);
+        assert!(tcp.received_at.windows(2).all(|w| w[0] <= w[1]), "{tcp:?}");
+        assert_eq!(tcp.received_at.last().unwrap().1, tcp.bytes);
         let udp = &report.groups[1];
         // 10 Mbit/s for 0.3 s is 375 kB; allow loss and timing slack.
         assert!(udp.bytes > 50_000 && udp.sent_bytes < 600_000, "{udp:?}");

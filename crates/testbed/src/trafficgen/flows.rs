@@ -142,16 +142,18 @@ fn run_inner(
         _ => None,
     };
 
-    let (windows, at_deadline, elapsed) = sample_windows(plan, &counters, start);
+    let sampled = sample_windows(plan, &counters, start);
     stop.store(true, Ordering::Release);
 
     let mut groups = Vec::new();
-    for (((group, handles), group_readers), (bytes, windows_bps)) in plan
-        .groups
-        .iter()
-        .zip(writers)
-        .zip(readers)
-        .zip(at_deadline.into_iter().zip(windows))
+    for (((group, handles), group_readers), ((bytes, windows_bps), received_at)) in
+        plan.groups.iter().zip(writers).zip(readers).zip(
+            sampled
+                .at_deadline
+                .into_iter()
+                .zip(sampled.windows)
+                .zip(sampled.received_at),
+        )
     {
         let sent: Result<Vec<u64>, _> = handles.into_iter().map(join).collect();
         let received = join(group_readers)?;
@@ -162,6 +164,7 @@ fn run_inner(
             sent_bytes: sent?.iter().sum(),
             bytes_per_flow: received,
             windows_bps,
+            received_at,
         });
     }
     let probe = prober.map(join).transpose()?;
@@ -171,24 +174,36 @@ fn run_inner(
     Ok(TrafficReport {
         groups,
         probe,
-        elapsed,
+        elapsed: sampled.elapsed,
         started: start,
     })
 }
 
+/// What [`sample_windows`] read, per group (outer vectors in plan order).
+struct Sampled {
+    /// Goodput of each window, bit/s.
+    windows: Vec<Vec<f64>>,
+    /// Bytes received by the last sample.
+    at_deadline: Vec<u64>,
+    /// Bytes received by each sample, with the time since the start it was read.
+    received_at: Vec<Vec<(Duration, u64)>>,
+    /// Time from the start to the last sample.
+    elapsed: Duration,
+}
+
 /// Samples the group counters at `start + k × window` until the deadline; returns per-group
 /// windows in bit/s (divided by the measured, not the nominal, window length), per-group bytes
-/// at the last sample and the elapsed time.
-fn sample_windows(
-    plan: &TrafficPlan,
-    counters: &[Arc<AtomicU64>],
-    start: Instant,
-) -> (Vec<Vec<f64>>, Vec<u64>, Duration) {
+/// at each sample with the time it was read, and at the last sample, and the elapsed time.
+fn sample_windows(plan: &TrafficPlan, counters: &[Arc<AtomicU64>], start: Instant) -> Sampled {
     let n = (plan.duration.as_nanos() / plan.window.as_nanos()) as u32;
     let mut windows = vec![Vec::with_capacity(n as usize); counters.len()];
+    let mut received_at = vec![Vec::with_capacity(n as usize + 1); counters.len()];
     sleep_until(start);
     let mut prev_t = Instant::now();
     let mut prev: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Acquire)).collect();
+    for (series, &v) in received_at.iter_mut().zip(&prev) {
+        series.push((prev_t.saturating_duration_since(start), v));
+    }
     for k in 1..=n {
         sleep_until(start + plan.window * k);
         let now = Instant::now();
@@ -196,11 +211,17 @@ fn sample_windows(
         for (i, c) in counters.iter().enumerate() {
             let v = c.load(Ordering::Acquire);
             windows[i].push((v - prev[i]) as f64 * 8.0 / secs);
+            received_at[i].push((now.saturating_duration_since(start), v));
             prev[i] = v;
         }
         prev_t = now;
     }
-    (windows, prev, prev_t.saturating_duration_since(start))
+    Sampled {
+        windows,
+        at_deadline: prev,
+        received_at,
+        elapsed: prev_t.saturating_duration_since(start),
+    }
 }
 
 fn bind_sinks(
