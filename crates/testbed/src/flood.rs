@@ -33,8 +33,8 @@ use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
 use metronome_daemon::config::Config;
 use metronome_daemon::engine::Engine;
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::ports::{enable_gro, frame_pool, open_ports};
-use metronome_daemon::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport};
+use metronome_daemon::ports::{enable_gro, frame_pool, open_ports, reverse_pool};
+use metronome_daemon::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use metronome_io::{
     wait_readable, AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PacketPort,
     PortCounters, PortError, RxFrame,
@@ -474,6 +474,7 @@ fn checked_loop(
     let (mut inside, mut outside) = open_ports(config)?;
     enable_gro(config);
     let mut pool = frame_pool(config);
+    let mut back = reverse_pool(config);
     let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
     let clock = MonotonicClock::new();
     let mut hook = InvariantsHook {
@@ -481,10 +482,14 @@ fn checked_loop(
         next: clock.now(),
         checks: 0,
     };
+    let pools = Pools {
+        shaped: &mut pool,
+        reverse: &mut back,
+    };
     let report = run_loop(
         &mut inside,
         &mut outside,
-        &mut pool,
+        pools,
         &mut engine,
         &clock,
         metrics,
@@ -496,7 +501,7 @@ fn checked_loop(
     Ok(CheckedReport {
         report,
         checks: hook.checks,
-        pool_in_use: pool.in_use(),
+        pool_in_use: pool.in_use() + back.in_use(),
     })
 }
 
