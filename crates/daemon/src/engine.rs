@@ -757,6 +757,13 @@ impl Engine {
         }
         let (policy, horizon_policy, aggregate) =
             (state.policy, state.horizon_policy, state.aggregate);
+        let fair = policy.fair && aggregate.is_some();
+        // Before the flow table: a frame its class cannot hold takes no flow entry.
+        if !fair {
+            if let Err(reason) = self.admit(pool, index, id, len) {
+                return self.drop(pool, id, index, reason);
+            }
+        }
         let entry = match self.flows.lookup(index as u32, flow, now, &self.stamper) {
             Lookup::Entry(e) => Some(e),
             Lookup::Full => {
@@ -769,7 +776,7 @@ impl Engine {
                 return self.drop(pool, id, index, DropReason::FlowLimit);
             }
         }
-        if policy.fair && aggregate.is_some() {
+        if fair {
             let packet = (id, index, entry);
             return self.fair_enqueue(now, pool, packet, (len, superframe), parsed);
         }
@@ -780,9 +787,6 @@ impl Engine {
             }
             _ => None,
         };
-        if let Err(reason) = self.admit(pool, index, id, len) {
-            return self.drop(pool, id, index, reason);
-        }
         let policies = PolicyStack::new(aggregate, pacing);
         // The delay this packet will wait: the largest backlog among its policies.
         let delay = policies.backlog(&self.stamper, now);
