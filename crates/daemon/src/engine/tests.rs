@@ -5,6 +5,8 @@ use etherparse::PacketBuilder;
 use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort};
 
 mod fair;
+mod flow_seed;
+mod flow_table_full;
 mod link;
 mod unclassified;
 
