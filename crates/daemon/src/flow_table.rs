@@ -386,4 +386,71 @@ mod tests {
         let policy = stamper.policy(p).unwrap();
         assert_eq!((policy.rate(), policy.burst()), (Rate::mbps(3), 3028));
     }
+
+    /// Operation `(class, flow, enqueue)` on a table whose flows share one bucket per class.
+    fn op() -> impl proptest::strategy::Strategy<Value = (u32, usize, bool)> {
+        (0u32..2, 0usize..8, proptest::bool::weighted(0.6))
+    }
+
+    proptest::proptest! {
+        /// Against a reference (a map of flow to packets queued, without pacing): a flow with
+        /// packets queued keeps its entry; a packet goes to its class's overflow entry exactly
+        /// when its flow has no entry and all ways of its bucket hold flows with packets queued;
+        /// the queued counts add up.
+        #[test]
+        fn lookups_match_a_reference(ops in proptest::collection::vec(op(), 1..200)) {
+            use std::collections::BTreeMap;
+            let stamper = Timestamper::new();
+            let mut t = FlowTable::new();
+            t.set_classes(2);
+            let flows = [colliding(0, 8), colliding(1, 8)];
+            let now = Timestamp::from_nanos(1);
+            // (class, flow) -> (entry, queued), plus the overflow entries' queues.
+            let mut held: BTreeMap<(u32, usize), (u32, u32)> = BTreeMap::new();
+            let mut overflow_queued = [0u32; 2];
+            for (class, k, enqueue) in ops {
+                let c = class as usize;
+                if enqueue {
+                    let active = held
+                        .iter()
+                        .filter(|(&(hc, _), &(_, q))| hc == class && q > 0)
+                        .count();
+                    let mine = held.get(&(class, k)).copied();
+                    let got = t.lookup(class, flows[c][k], now, &stamper);
+                    match (got, mine) {
+                        (Lookup::Entry(e), Some((old, q))) if q > 0 => {
+                            proptest::prop_assert_eq!(e, old, "an active flow moved");
+                        }
+                        (Lookup::Entry(e), _) => {
+                            proptest::prop_assert!(active < FLOW_TABLE_WAYS);
+                            held.retain(|_, &mut (he, _)| he != e);
+                            held.insert((class, k), (e, 0));
+                        }
+                        (Lookup::Overflow(o), mine) => {
+                            proptest::prop_assert!(mine.is_none_or(|(_, q)| q == 0));
+                            proptest::prop_assert_eq!(active, FLOW_TABLE_WAYS);
+                            proptest::prop_assert_eq!(Some(o), t.overflow_entry(class));
+                            t.add_queued(o);
+                            overflow_queued[c] += 1;
+                            continue;
+                        }
+                        (Lookup::Full, _) => proptest::prop_assert!(false, "no overflow entry"),
+                    }
+                    let slot = held.get_mut(&(class, k)).expect("just held");
+                    t.add_queued(slot.0);
+                    slot.1 += 1;
+                } else if let Some(slot) = held.get_mut(&(class, k)).filter(|s| s.1 > 0) {
+                    t.remove_queued(slot.0);
+                    slot.1 -= 1;
+                } else if overflow_queued[c] > 0 {
+                    t.remove_queued(t.overflow_entry(class).expect("set"));
+                    overflow_queued[c] -= 1;
+                }
+                let expected: u64 = held.values().map(|&(_, q)| u64::from(q)).sum::<u64>()
+                    + u64::from(overflow_queued[0] + overflow_queued[1]);
+                proptest::prop_assert_eq!(t.total_queued(), expected);
+                proptest::prop_assert!(t.occupied() <= 2 * FLOW_TABLE_WAYS);
+            }
+        }
+    }
 }
