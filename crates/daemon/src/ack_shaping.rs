@@ -20,13 +20,20 @@
 //! options (timestamps) and ECN echo.
 //!
 //! Rates are TCP sequence bytes (goodput), not wire bytes like a class's `rate`; the
-//! generated-ACK step is one `interfaces.mtu`, the burst two ([`DAEMON_BURST_MTUS`]). Flows are keyed by a 64-bit hash
-//! of the 5-tuple (a collision between two live flows has probability about n² / 2^65).
+//! generated-ACK step is one `interfaces.mtu`, the burst two ([`DAEMON_BURST_MTUS`]). Flows are
+//! keyed by a 64-bit SipHash of the 5-tuple under the engine's secret keys
+//! ([`crate::flow_seed::FlowSeed::ack_keys`], drawn from the OS at every daemon start and kept
+//! across reloads): a sender who cannot learn the keys cannot compute tuples whose keys share
+//! an index position of the core's table with a victim flow (open addressing with linear
+//! probing, `metronome_core::ack_shaping`) or equal a victim's key, and a collision between two
+//! live flows has probability about n² / 2^65. Tests use fixed keys
+//! ([`crate::flow_seed::FlowSeed::FIXED`]).
 //! Not handled, passed unchanged and counted (`unsupported`): IPv6 extension headers, truncated
 //! headers, headers longer than a template. Outcomes are counted per class in
 //! `metronome_ack_shaping_total{class, outcome}`.
 
 use crate::config::{AckShapingPolicy, ClassPolicy, Config};
+use crate::flow_seed::FlowSeed;
 use crate::metrics::Metrics;
 use metronome_core::ack_shaping::{
     AckAction, AckRate, AckShaper, AckShapingConfig, AckShapingCounters, FlowHandle, GeneratedAck,
@@ -148,6 +155,8 @@ impl ClassAcks {
 /// ACK shaping for every class that asks for it. See the module documentation.
 pub struct AckShaping {
     classifier: Classifier,
+    /// The keys of [`flow_key`], fixed for the shaper's life.
+    seed: FlowSeed,
     /// Config class id (0 = default) -> index into `classes`.
     class_map: Vec<Option<u16>>,
     classes: Vec<ClassAcks>,
@@ -167,10 +176,12 @@ impl std::fmt::Debug for AckShaping {
 }
 
 impl AckShaping {
-    /// ACK shaping for the classes of `config` that set `ack_shaping`.
-    pub fn new(config: &Config, metrics: &Metrics) -> Self {
+    /// ACK shaping for the classes of `config` that set `ack_shaping`, keying flows with
+    /// `seed`'s ACK keys.
+    pub fn new(config: &Config, metrics: &Metrics, seed: FlowSeed) -> Self {
         let mut s = AckShaping {
-            classifier: config.classifier(),
+            classifier: config.classifier_seeded(seed.flow_hash()),
+            seed,
             class_map: Vec::new(),
             classes: Vec::new(),
             mtu: config.interfaces.mtu,
@@ -218,7 +229,7 @@ impl AckShaping {
                 Some((self.classes.len() - 1) as u16)
             })
             .collect();
-        self.classifier = config.classifier();
+        self.classifier = config.classifier_seeded(self.seed.flow_hash());
     }
 
     /// True when some class shapes ACKs.
@@ -283,7 +294,8 @@ impl AckShaping {
             SegmentKind::PureAck
         };
         let ack = view.ack(frame);
-        let d = class.shaper.on_ack(now, flow_key(&ip.tuple), ack, kind);
+        let key = flow_key(&ip.tuple, self.seed);
+        let d = class.shaper.on_ack(now, key, ack, kind);
         if let Some(FlowHandle(h)) = d.flow {
             let mut bytes = [0u8; TEMPLATE_BYTES];
             let n = view.header_end();
@@ -385,10 +397,13 @@ impl AckShaping {
     }
 }
 
-/// A 64-bit key of a TCP flow's ACK direction (SipHash-1-3 with fixed keys, std's).
-fn flow_key(t: &FiveTuple) -> u64 {
-    #[allow(deprecated)] // fixed keys wanted: the same flow must keep its key
-    let mut h = std::hash::SipHasher::new();
+/// A 64-bit key of a TCP flow's ACK direction: SipHash-2-4 (std's `SipHasher`) keyed with
+/// `seed`'s ACK keys.
+fn flow_key(t: &FiveTuple, seed: FlowSeed) -> u64 {
+    let [k0, k1] = seed.ack_keys();
+    // std's keyed SipHash; deprecated only in favour of `DefaultHasher`, which takes no keys.
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new_with_keys(k0, k1);
     match (t.src, t.dst) {
         (IpAddr::V4(a), IpAddr::V4(b)) => (a.octets(), b.octets()).hash(&mut h),
         (a, b) => (a, b).hash(&mut h),

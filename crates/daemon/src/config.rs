@@ -504,9 +504,18 @@ impl Config {
     }
 
     /// A classifier for these classes (first match wins), falling back to
-    /// [`Config::DEFAULT_CLASS`].
+    /// [`Config::DEFAULT_CLASS`], hashing flows with the public
+    /// [`metronome_packet::DEFAULT_FLOW_SEED`]: for tests, the simulator and the benchmarks. The
+    /// daemon's engine uses [`Config::classifier_seeded`] with the seed it drew at start-up
+    /// ([`crate::flow_seed`]).
     pub fn classifier(&self) -> Classifier {
         Classifier::new(self.class_rules(), Self::DEFAULT_CLASS)
+    }
+
+    /// [`Config::classifier`] hashing flows with `flow_seed` (a reload passes the running
+    /// engine's seed, so live flows keep their ids).
+    pub fn classifier_seeded(&self, flow_seed: u64) -> Classifier {
+        self.classifier().with_flow_seed(flow_seed)
     }
 
     /// What changes if the daemon running `self` reloads `new` (SIGHUP).

@@ -24,8 +24,9 @@
 //!    whose delay would reach the wheel's horizon.
 //! 4. **Timestamp** (Carousel §5.1.1): the EDT is the latest of the class's aggregate policy and,
 //!    when the class paces, the flow's own pacing policy (kept in the bounded
-//!    [`crate::flow_table`]; a flow that finds no room there is shaped by the aggregate only and
-//!    counted under `flow_table_full`). An EDT beyond the horizon is clamped to its last slot.
+//!    [`crate::flow_table`]; a packet whose flow finds no room there is paced and limited under
+//!    its class's overflow entry, shared by all such packets of the class, and counted under
+//!    `flow_table_full`). An EDT beyond the horizon is clamped to its last slot.
 //! 5. **Queue** in the timing wheel (Carousel §5.1.2). A rejection (node pool exhausted) is a
 //!    counted drop (`PoolExhausted`, or `Horizon`), its slot freed.
 //!
@@ -50,8 +51,9 @@
 //!
 //! **Reload** ([`Engine::reload`]): classes are matched by name; an existing class keeps its
 //! aggregate and pacing policies (`Timestamper::set_rate`, so no burst is granted) and its queued
-//! packets leave at their EDT; a new classifier takes the next packet. Changes that need a restart
-//! (`ReloadPlan::restart_required`) are refused, the running configuration kept.
+//! packets leave at their EDT; a new classifier, hashing flows with the engine's seed
+//! ([`crate::flow_seed`], so live flows keep their ids), takes the next packet. Changes that
+//! need a restart (`ReloadPlan::restart_required`) are refused, the running configuration kept.
 
 pub mod link;
 
@@ -59,6 +61,7 @@ use crate::ack_shaping::AckShaping;
 use crate::config::{
     Backpressure, ClassPolicy, Config, ReloadPlan, ETHERNET_HEADER, MAX_BATCH_SIZE,
 };
+use crate::flow_seed::FlowSeed;
 use crate::flow_table::{FlowTable, Lookup};
 use crate::metrics::{ClassMetrics, DropReason, HistogramTally, Metrics};
 use crate::pieces::{self, Cuts};
@@ -195,7 +198,8 @@ pub struct EngineCounters {
     pub ecn_marked: u64,
     /// Packets above the ECN threshold that already carried CE (left as they are).
     pub ecn_already_ce: u64,
-    /// Packets of a paced or limited class that found no room in the flow table.
+    /// Packets of a paced or limited class that found no room in the flow table, shaped under
+    /// their class's overflow entry ([`crate::flow_table`]).
     pub flow_table_full: u64,
     /// Packets still queued when the loop stopped, freed by [`Engine::drain_all`].
     pub discarded_at_stop: u64,
@@ -299,6 +303,8 @@ struct ClassState {
 pub struct Engine {
     // Hot, per packet.
     classifier: Classifier,
+    /// The flow-hashing keys, fixed for the engine's life ([`crate::flow_seed`]).
+    flow_seed: FlowSeed,
     /// Config class id (0 = default, i + 1 = `classes[i]`) -> class state index.
     class_map: Vec<u16>,
     classes: Vec<ClassState>,
@@ -356,9 +362,17 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// An engine for `config`, whose frames live in a pool of `pool_slots` slots, counting into
-    /// `metrics`. The wheel's node pool holds at most `min(wheel.pool_packets, pool_slots)`
-    /// packets: no more frames can wait than the frame pool holds.
+    /// `metrics`, hashing flows with [`FlowSeed::FIXED`] (tests, the simulator, the
+    /// benchmarks; the daemon uses [`Engine::seeded`]). The wheel's node pool holds at most
+    /// `min(wheel.pool_packets, pool_slots)` packets: no more frames can wait than the frame
+    /// pool holds.
     pub fn new(config: &Config, pool_slots: usize, metrics: Metrics) -> Engine {
+        Self::seeded(config, pool_slots, metrics, FlowSeed::FIXED)
+    }
+
+    /// [`Engine::new`] hashing flows with `seed` ([`crate::flow_seed`]: the daemon draws one at
+    /// start-up), kept across reloads.
+    pub fn seeded(config: &Config, pool_slots: usize, metrics: Metrics, seed: FlowSeed) -> Engine {
         let wheel_config = TimingWheelConfig {
             pool_packets: config.wheel.pool_packets.min(pool_slots.max(1)),
             ..config.wheel
@@ -368,7 +382,8 @@ impl Engine {
             .as_nanos()
             .saturating_sub(wheel_config.granularity.as_nanos());
         let mut engine = Engine {
-            classifier: config.classifier(),
+            classifier: config.classifier_seeded(seed.flow_hash()),
+            flow_seed: seed,
             class_map: Vec::new(),
             classes: Vec::new(),
             stamper: Timestamper::new(),
@@ -382,7 +397,7 @@ impl Engine {
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
             large_from: u32::MAX,
             max_delay: Duration::from_nanos(max_delay),
-            acks: AckShaping::new(config, &metrics),
+            acks: AckShaping::new(config, &metrics, seed),
             fair: fair::Fair::new(pool_slots, wheel_config.pool_packets),
             counters: EngineCounters::default(),
             parse_counters: ParseCounters::new(),
@@ -439,7 +454,8 @@ impl Engine {
         }
         self.configure_link(config, &map);
         self.class_map = map;
-        self.classifier = config.classifier();
+        self.flows.set_classes(self.classes.len());
+        self.classifier = config.classifier_seeded(self.flow_seed.flow_hash());
         Ok(())
     }
 
@@ -766,6 +782,14 @@ impl Engine {
         }
         let entry = match self.flows.lookup(index as u32, flow, now, &self.stamper) {
             Lookup::Entry(e) => Some(e),
+            // The bucket is full of active flows: the class's overflow entry paces and limits
+            // this packet with the others that found no way (`crate::flow_table`).
+            Lookup::Overflow(e) => {
+                self.counters.flow_table_full += 1;
+                self.classes[index].metrics.flow_table_overflow();
+                Some(e)
+            }
+            // Not reached: `install_classes` gives every class an overflow entry.
             Lookup::Full => {
                 self.counters.flow_table_full += 1;
                 None

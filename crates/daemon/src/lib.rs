@@ -11,7 +11,7 @@
 //! * [`units`]: durations (`500us`) and tc-like byte sizes (`15k`); rates are parsed by the core.
 //! * [`engine`]: the per-packet pipeline without I/O: parse, classify, timestamp, timing wheel,
 //!   release, ECN backpressure ([`flow_table`] holds the per-flow pacing state, [`ack_shaping`]
-//!   the reverse direction's TCP ACK shaping).
+//!   the reverse direction's TCP ACK shaping, [`flow_seed`] the secret keying both).
 //! * [`run`]: the loop that moves frames between two ports through the engine, with a
 //!   per-iteration [`run::LoopHook`].
 //! * [`link`]: a port's link going down and coming back is an event the loop waits out.
@@ -34,6 +34,7 @@
 pub mod ack_shaping;
 pub mod config;
 pub mod engine;
+pub mod flow_seed;
 pub mod flow_table;
 pub mod link;
 pub mod metrics;

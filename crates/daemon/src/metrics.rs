@@ -318,6 +318,7 @@ pub struct ClassMetrics {
     ecn_marked: Counter,
     ecn_not_ect: Counter,
     queued: Gauge,
+    flow_table_overflow: Counter,
 }
 
 /// A silo's share of one class's aggregate rate (`metronome_nba_rate_bps{class,silo}`).
@@ -352,6 +353,12 @@ impl ClassMetrics {
     /// `ecn` mode fell back to its drop rule.
     pub fn ecn_not_ect(&self) {
         self.ecn_not_ect.inc();
+    }
+
+    /// Counts one packet that found its flow's bucket of the flow table full and was shaped
+    /// under the class's overflow entry ([`crate::flow_table`]).
+    pub fn flow_table_overflow(&self) {
+        self.flow_table_overflow.inc();
     }
 
     /// Sets the number of packets of this class waiting in the wheel.
@@ -420,6 +427,7 @@ struct Inner {
     ecn_marked: Family<ClassLabel, Counter>,
     ecn_not_ect: Family<ClassLabel, Counter>,
     queued: Family<ClassLabel, Gauge>,
+    flow_table_overflow: Family<ClassLabel, Counter>,
     fair_flows: Family<ClassLabel, Gauge>,
     fair_overflow: Family<ClassLabel, Counter>,
     fair_sparse_early: Family<ClassLabel, Counter>,
@@ -474,6 +482,7 @@ impl Metrics {
             ecn_marked: Family::default(),
             ecn_not_ect: Family::default(),
             queued: Family::default(),
+            flow_table_overflow: Family::default(),
             fair_flows: Family::default(),
             fair_overflow: Family::default(),
             fair_sparse_early: Family::default(),
@@ -516,6 +525,13 @@ impl Metrics {
             "class_queued_packets",
             "Packets queued per class",
             inner.queued.clone(),
+        );
+        let overflow = "Packets whose flow found its flow-table bucket full of active flows, \
+                        paced and limited together under the class's overflow entry";
+        r.register(
+            "class_flow_table_overflow",
+            overflow,
+            inner.flow_table_overflow.clone(),
         );
         r.register(
             "class_fair_flows",
@@ -633,6 +649,7 @@ impl Metrics {
             ecn_marked: i.ecn_marked.get_or_create(&l).clone(),
             ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
             queued: i.queued.get_or_create(&l).clone(),
+            flow_table_overflow: i.flow_table_overflow.get_or_create(&l).clone(),
         }
     }
 

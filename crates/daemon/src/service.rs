@@ -78,7 +78,8 @@ pub fn run_with(
     crate::notify::notify("READY=1");
     let mut pool = frame_pool(config);
     let mut back = reverse_pool(config);
-    let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
+    let seed = crate::flow_seed::FlowSeed::draw();
+    let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
     let options = LoopOptions::from_config(config);
     let reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
     let mut hook = FileReload::new(control.reload.clone(), reloader);

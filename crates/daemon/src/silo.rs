@@ -392,7 +392,8 @@ pub fn run_silos(
         let metrics = metrics.for_silo(silo);
         let mut pool = frame_pool(config);
         let mut back = reverse_pool(config);
-        let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
+        let seed = crate::flow_seed::FlowSeed::draw();
+        let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
         let mut link = SiloLink::new(silo, &allocator.cells(), &engine, metrics.clone());
         inboxes.push((link.reload.clone(), link.inbox.clone()));
         let thread = std::thread::Builder::new()

@@ -104,8 +104,9 @@ pub struct Classifier {
 }
 
 impl Classifier {
-    /// A classifier trying `rules` in order, falling back to `default`, hashing flows with
-    /// [`DEFAULT_FLOW_SEED`].
+    /// A classifier trying `rules` in order, falling back to `default`, hashing flows with the
+    /// public [`DEFAULT_FLOW_SEED`] (reproducible ids for tests and simulations; see
+    /// [`Classifier::with_flow_seed`]).
     pub fn new(rules: Vec<(ClassRule, ClassId)>, default: ClassId) -> Self {
         Classifier {
             rules,
@@ -114,8 +115,9 @@ impl Classifier {
         }
     }
 
-    /// The same classifier hashing flows with `seed` (the daemon draws one at start-up, so
-    /// senders cannot aim collisions at one flow slot).
+    /// The same classifier hashing flows with `seed`. The daemon passes a secret seed drawn
+    /// from the OS at start-up and keeps it across reloads, so senders cannot compute tuples
+    /// that collide with a victim flow's id or flow-table bucket ([`crate::flow_hash`]).
     pub fn with_flow_seed(mut self, seed: u64) -> Self {
         self.flow_seed = seed;
         self

@@ -13,9 +13,13 @@
 //! sequence of words (family tag and ports first, then the addresses), so an IPv4 tuple never
 //! collides by construction with the IPv4-mapped IPv6 form of it.
 //!
-//! It is not a cryptographic hash: a sender who knows the seed can craft colliding tuples. The
-//! daemon draws a random seed at start-up ([`crate::Classifier::with_flow_seed`]); tests and
-//! the lab use [`DEFAULT_FLOW_SEED`] for reproducible ids. The hash is directional:
+//! It is not a cryptographic hash: a sender who knows the seed can craft tuples whose ids
+//! collide, or share the low bits that pick a bucket of the daemon's flow table, and so crowd a
+//! victim flow's per-flow state. The seed is therefore a secret in the daemon: `metronome run`
+//! draws one from the OS random source at every start and keeps it across reloads
+//! (`metronome_daemon::flow_seed`, passed in through [`crate::Classifier::with_flow_seed`]).
+//! [`DEFAULT_FLOW_SEED`] is public and is the seed of [`crate::Classifier::new`]: tests, the
+//! simulator, the lab and the benchmarks use it for reproducible ids. The hash is directional:
 //! `(a, b, ...)` and `(b, a, ...)` are different flows, as the shaper only sees one direction.
 
 use crate::frame::FiveTuple;
@@ -23,7 +27,8 @@ use core::net::IpAddr;
 use metronome_core::FlowId;
 
 /// Seed used when none is given: the first 64 fractional bits of pi (a nothing-up-my-sleeve
-/// number, as in Blowfish's P-array).
+/// number, as in Blowfish's P-array). Public, so for reproducible runs only: a shaper facing
+/// untrusted senders hashes with a secret seed ([`crate::Classifier::with_flow_seed`]).
 pub const DEFAULT_FLOW_SEED: u64 = 0x243F_6A88_85A3_08D3;
 
 /// wyhash's four 64-bit mixing constants (wyhash v4 `_wyp`): odd, each with 32 bits set.

@@ -9,7 +9,8 @@
 //!   total length, fragments), IPv6 (extension headers), TCP, UDP, ICMP, ICMPv6 into a
 //!   [`Parsed`]: non-IP, an [`IpPacket`] with its [`FiveTuple`], DSCP, [`Ecn`], IP offset and
 //!   wire length, or [`Malformed`] with a named reason.
-//! * [`flow_id`]: a seeded, stable 32-bit hash of the 5-tuple ([`metronome_core::FlowId`]).
+//! * [`flow_id`]: a seeded, stable 32-bit hash of the 5-tuple ([`metronome_core::FlowId`]);
+//!   the daemon keys it with a secret seed, tests with the public [`DEFAULT_FLOW_SEED`].
 //! * [`Classifier`]: ordered [`ClassRule`]s (prefixes, DSCP, protocol, port ranges), first match
 //!   wins, a default class; [`Verdict`] says shape, pass or malformed.
 //! * [`mark_ce`]: sets CE on ECN-capable packets (RFC 3168 §5), IPv4 checksum updated

@@ -475,7 +475,9 @@ fn checked_loop(
     enable_gro(config);
     let mut pool = frame_pool(config);
     let mut back = reverse_pool(config);
-    let mut engine = Engine::new(config, pool.capacity(), metrics.clone());
+    // A seed drawn as the daemon draws it: the spoofed flows cannot be aimed at a bucket.
+    let seed = metronome_daemon::flow_seed::FlowSeed::draw();
+    let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
     let clock = MonotonicClock::new();
     let mut hook = InvariantsHook {
         every: CoreDuration::from_nanos(check_every.as_nanos() as u64),

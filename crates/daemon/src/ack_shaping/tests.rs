@@ -107,9 +107,13 @@ struct Rig {
 
 impl Rig {
     fn new(text: &str) -> Rig {
+        Self::seeded(text, FlowSeed::FIXED)
+    }
+
+    fn seeded(text: &str, seed: FlowSeed) -> Rig {
         let metrics = Metrics::new();
         Rig {
-            acks: AckShaping::new(&config(text), &metrics),
+            acks: AckShaping::new(&config(text), &metrics, seed),
             pool: FramePool::new(64, 2048),
             metrics,
         }
@@ -303,4 +307,39 @@ fn the_configuration_is_checked() {
         assert!(e.is_err(), "{why}: accepted");
         assert!(e.unwrap_err().to_string().contains("ack_shaping"), "{why}");
     }
+}
+
+/// The data direction's tuple of `ack_v4(5201, ..)`, as `flow_key` sees the ACK.
+fn ack_tuple() -> FiveTuple {
+    FiveTuple {
+        src: IpAddr::V4([10, 0, 0, 2].into()),
+        dst: IpAddr::V4([10, 0, 0, 1].into()),
+        protocol: proto::TCP,
+        src_port: 5201,
+        dst_port: 40000,
+    }
+}
+
+#[test]
+fn flows_are_keyed_by_the_seed_and_keep_their_key_across_a_reload() {
+    let seed = FlowSeed::from_parts(1, [0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]);
+    let mut rig = Rig::seeded(CONFIG, seed);
+    assert!(rig.reverse(us(0), &ack_v4(5201, BASE, &[])).is_some());
+    let (keyed, fixed) = (
+        flow_key(&ack_tuple(), seed),
+        flow_key(&ack_tuple(), FlowSeed::FIXED),
+    );
+    assert_ne!(keyed, fixed);
+    let state = |rig: &Rig, key| rig.acks.classes[0].shaper.flow_state(key);
+    assert!(state(&rig, keyed).is_some());
+    assert!(state(&rig, fixed).is_none());
+    // A reload that keeps the class keeps its flows under the same keys.
+    let slower = CONFIG.replace("8mbit", "4mbit");
+    rig.acks.reload(&config(&slower));
+    assert!(rig
+        .reverse(us(10), &ack_v4(5201, BASE + 1448, &[]))
+        .is_some());
+    assert!(state(&rig, keyed).is_some());
+    assert_eq!(rig.acks.classes[0].shaper.counters().table_full, 0);
+    assert_eq!(rig.acks.classes[0].shaper.flows(), 1);
 }

@@ -6,6 +6,8 @@ use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort};
 
 mod bounds;
 mod fair;
+mod flow_seed;
+mod flow_table_full;
 mod link;
 mod unclassified;
 
