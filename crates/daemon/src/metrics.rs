@@ -33,7 +33,7 @@ pub mod link;
 pub mod stats;
 
 pub use http::HttpLimits;
-pub use stats::{fetch_and_format, format_stats, scrape, MetricsError};
+pub use stats::{fetch_and_format, format_stats, scrape, scrape_bounded, MetricsError};
 
 use prometheus_client::encoding::{
     EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet,
