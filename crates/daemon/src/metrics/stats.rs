@@ -13,7 +13,7 @@
 //! whatever listens on the address cannot make `metronome stats` hang or exhaust memory.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -85,18 +85,17 @@ pub fn scrape_bounded(
     deadline: Duration,
 ) -> Result<String, MetricsError> {
     let fetch = |source| MetricsError::Fetch { addr, source };
-    let end = Instant::now() + deadline;
     let mut stream = TcpStream::connect_timeout(&addr, SCRAPE_TIMEOUT).map_err(fetch)?;
     stream
         .set_write_timeout(Some(SCRAPE_TIMEOUT))
         .map_err(fetch)?;
     write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(fetch)?;
-    let response = read_bounded(&mut stream, max_bytes, end).map_err(|e| match e {
+    let response = read_bounded(&mut stream, max_bytes, deadline).map_err(|e| match e {
         ReadError::TooLarge => MetricsError::TooLarge { addr, max_bytes },
         ReadError::Io(source) => fetch(source),
     })?;
     let response = String::from_utf8(response)
-        .map_err(|e| fetch(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+        .map_err(|e| fetch(std::io::Error::new(ErrorKind::InvalidData, e)))?;
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let status = head.lines().next().unwrap_or("").to_owned();
     if status.split_whitespace().nth(1) != Some("200") {
@@ -112,22 +111,23 @@ enum ReadError {
 }
 
 /// Reads `stream` to its end: at most `max_bytes`, each read waiting at most
-/// [`SCRAPE_TIMEOUT`], all of them done by `end`.
+/// [`SCRAPE_TIMEOUT`], all of them done within `deadline`. A timeout is a `TimedOut` error that
+/// says which one ran out.
 fn read_bounded(
     stream: &mut TcpStream,
     max_bytes: usize,
-    end: Instant,
+    deadline: Duration,
 ) -> Result<Vec<u8>, ReadError> {
+    let end = Instant::now() + deadline;
+    let timed_out = |what: String| ReadError::Io(std::io::Error::new(ErrorKind::TimedOut, what));
     let mut out = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            let e = std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "response not complete in time",
-            );
-            return Err(ReadError::Io(e));
+            return Err(timed_out(format!(
+                "response not complete within {deadline:?}"
+            )));
         }
         stream
             .set_read_timeout(Some(left.min(SCRAPE_TIMEOUT)))
@@ -136,7 +136,14 @@ fn read_bounded(
             Ok(0) => return Ok(out),
             Ok(n) if out.len() + n > max_bytes => return Err(ReadError::TooLarge),
             Ok(n) => out.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(timed_out(if Instant::now() >= end {
+                    format!("response not complete within {deadline:?}")
+                } else {
+                    format!("nothing received for {SCRAPE_TIMEOUT:?}")
+                }));
+            }
             Err(e) => return Err(ReadError::Io(e)),
         }
     }
