@@ -512,8 +512,9 @@ fn serve_connection(
     limits: &HttpLimits,
 ) -> Option<Refusal> {
     let deadline = Instant::now() + limits.connection_deadline;
-    if stream.set_nonblocking(false).is_err() {
-        return Some(Refusal::BadRequest);
+    if let Err(e) = stream.set_nonblocking(false) {
+        tracing::warn!("metrics endpoint: cannot set up a connection: {e}");
+        return None;
     }
     let _ = stream.set_nodelay(true);
     let (response, refusal) = match read_head(&mut stream, metrics, limits, deadline) {
@@ -567,8 +568,9 @@ fn read_head(
         let Some(timeout) = time_left(deadline, limits.read_timeout) else {
             return HeadOutcome::TimedOut;
         };
-        if stream.set_read_timeout(Some(timeout)).is_err() {
-            return HeadOutcome::Gone(Some(Refusal::BadRequest));
+        if let Err(e) = stream.set_read_timeout(Some(timeout)) {
+            tracing::warn!("metrics endpoint: cannot set a read timeout: {e}");
+            return HeadOutcome::Gone(None);
         }
         // Never more than the head limit: `parse_request` refuses a full buffer.
         let want = limits
