@@ -2,8 +2,12 @@
 //! half a second apart, and prints tc -s-like lines per class (rates from the difference;
 //! `metronome_daemon::metrics::fetch_and_format`).
 //!
-//! Exit status: 0 on success; 2 when the endpoint cannot be reached (the message names the
-//! address).
+//! The reads are bounded (`metronome_daemon::metrics::scrape`): 2 s to connect and per read,
+//! 10 s per scrape, 64 MiB per response; whatever listens on the address cannot make the
+//! command hang or exhaust memory.
+//!
+//! Exit status: 0 on success; 2 when the endpoint cannot be reached, does not answer in time,
+//! answers more than 64 MiB or answers an error (the message names the address).
 
 use clap::Args;
 use metronome_daemon::config::DEFAULT_METRICS_LISTEN;

@@ -1,8 +1,12 @@
 //! The daemon's Prometheus text endpoint: per class bytes, packets,
 //! drops by reason, ECN marks and not-ECT fallbacks, queued packets; wheel occupancy; a lateness
 //! histogram of actual against scheduled departure; TX batch sizes; RX ring drops; malformed
-//! frames by reason; pass-through traffic. Served by a small HTTP server on a background thread,
-//! on loopback unless configured otherwise ([`crate::config::DEFAULT_METRICS_LISTEN`]).
+//! frames by reason; pass-through traffic. Served by [`http`], a small HTTP/1.1 server on
+//! `std::net` that bounds what a client can make it hold (head size, no request body, read and
+//! write timeouts, a deadline per connection, a cap on connections) and counts what it refuses
+//! (`metronome_metrics_http_refused_total{reason}`); its accepting thread and its connection
+//! threads are none of the shaping threads. On loopback unless configured otherwise
+//! ([`crate::config::DEFAULT_METRICS_LISTEN`]; `metronome run` warns about any other address).
 //!
 //! The registry and the text encoding are `prometheus-client`'s (OpenMetrics text, which
 //! Prometheus scrapes natively). The hot path never touches the registry: the daemon asks once,
@@ -24,10 +28,12 @@
 //!
 //! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
 
+pub mod http;
 pub mod link;
 pub mod stats;
 
-pub use stats::{fetch_and_format, format_stats, scrape, MetricsError};
+pub use http::HttpLimits;
+pub use stats::{fetch_and_format, format_stats, scrape, scrape_bounded, MetricsError};
 
 use prometheus_client::encoding::{
     EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet,
@@ -37,11 +43,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// Prefix of every metric name.
 pub const PREFIX: &str = "metronome";
@@ -52,10 +57,6 @@ pub const LATENESS_BASE_NS: u64 = 1_000;
 pub const LATENESS_BUCKETS: usize = 18;
 /// TX batch buckets: 1, 2, 4, ... 1024 packets (the config's largest batch is below 1024).
 pub const BATCH_BUCKETS: usize = 11;
-/// How often the server thread checks its stop flag while idle.
-const SERVER_POLL: Duration = Duration::from_millis(100);
-/// Content type of the OpenMetrics text format that `prometheus-client` encodes.
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Why the daemon dropped a packet (the `reason` label of `metronome_class_drops_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -440,6 +441,7 @@ struct Inner {
     link_down_dropped: Family<InterfaceLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     link: link::LinkFamilies,
+    http_refused: http::RefusalCounters,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
 }
@@ -495,6 +497,7 @@ impl Metrics {
             link_down_dropped: Family::default(),
             ack_shaping: Family::default(),
             link: link::LinkFamilies::default(),
+            http_refused: http::RefusalCounters::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
         };
@@ -584,6 +587,7 @@ impl Metrics {
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
         inner.link.register(r);
+        inner.http_refused.register(r);
         inner.silos = if n == 1 {
             let one = SiloSeries::new();
             register_silo_series(r, &one);
@@ -812,20 +816,30 @@ impl Metrics {
     }
 
     /// Serves `GET /metrics` on `addr` from a background thread until the returned server is
-    /// dropped. Port 0 picks a free port ([`MetricsServer::addr`] tells which).
+    /// dropped, under the default [`HttpLimits`]. Port 0 picks a free port
+    /// ([`MetricsServer::addr`] tells which).
     pub fn serve(&self, addr: SocketAddr) -> Result<MetricsServer, MetricsError> {
-        let server =
-            tiny_http::Server::http(addr).map_err(|source| MetricsError::Bind { addr, source })?;
-        let local = server.server_addr().to_ip().unwrap_or(addr);
+        self.serve_with(addr, HttpLimits::default())
+    }
+
+    /// [`Metrics::serve`] under `limits` ([`http`]).
+    pub fn serve_with(
+        &self,
+        addr: SocketAddr,
+        limits: HttpLimits,
+    ) -> Result<MetricsServer, MetricsError> {
+        let bind = |e: std::io::Error| MetricsError::Bind {
+            addr,
+            source: Box::new(e),
+        };
+        let listener = TcpListener::bind(addr).map_err(bind)?;
+        let local = listener.local_addr().map_err(bind)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (metrics, flag) = (self.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("metrics-http".into())
-            .spawn(move || serve_loop(&server, &metrics, &flag))
-            .map_err(|e| MetricsError::Bind {
-                addr,
-                source: Box::new(e),
-            })?;
+            .spawn(move || http::accept_loop(&listener, metrics, limits, flag))
+            .map_err(bind)?;
         Ok(MetricsServer {
             addr: local,
             stop,
@@ -928,38 +942,8 @@ impl EncodeMetric for ArcMetric {
     }
 }
 
-fn serve_loop(server: &tiny_http::Server, metrics: &Metrics, stop: &AtomicBool) {
-    while !stop.load(Ordering::Acquire) {
-        let request = match server.recv_timeout(SERVER_POLL) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!("metrics endpoint: {e}");
-                continue;
-            }
-        };
-        let path = request.url().split('?').next().unwrap_or("");
-        let response = match (request.method(), path) {
-            (tiny_http::Method::Get, "/metrics") => {
-                let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE);
-                let r = tiny_http::Response::from_string(metrics.encode());
-                match header {
-                    Ok(h) => r.with_header(h),
-                    Err(()) => r,
-                }
-            }
-            (tiny_http::Method::Get, _) => {
-                tiny_http::Response::from_string("not found\n").with_status_code(404)
-            }
-            _ => tiny_http::Response::from_string("method not allowed\n").with_status_code(405),
-        };
-        if let Err(e) = request.respond(response) {
-            tracing::debug!("metrics endpoint: responding: {e}");
-        }
-    }
-}
-
-/// The running endpoint. Dropping it stops the server thread (within 100 ms) and joins it.
+/// The running endpoint. Dropping it stops the accepting thread (within [`http::ACCEPT_POLL`])
+/// and joins it; connections being served end within their deadline.
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,

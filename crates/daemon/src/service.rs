@@ -134,6 +134,12 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         signal_hook::flag::register(signal, flag.clone()).map_err(DaemonError::Signals)?;
     }
     let metrics = Metrics::with_silos(config.daemon.cores);
+    if !is_loopback_listen(config.daemon.metrics_listen) {
+        tracing::warn!(
+            addr = %config.daemon.metrics_listen,
+            "metrics endpoint listens beyond loopback: it has no authentication"
+        );
+    }
     let server = metrics.serve(config.daemon.metrics_listen)?;
     tracing::info!(addr = %server.addr(), "metrics endpoint");
     if config.daemon.cores > 1 {
@@ -149,6 +155,13 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         log_report(&report);
     }
     Ok(())
+}
+
+/// Whether `addr` can only be reached from this host: a loopback address, IPv4-mapped IPv6
+/// included (`::ffff:127.0.0.1`). The metrics endpoint has no authentication, so any other
+/// address (`0.0.0.0` and `::` too) is warned about.
+fn is_loopback_listen(addr: std::net::SocketAddr) -> bool {
+    addr.ip().to_canonical().is_loopback()
 }
 
 /// Logs the counters of a stopped loop.
@@ -193,6 +206,23 @@ mod tests {
         // Without CAP_NET_RAW the capability is named instead; either way, one line.
         assert!(msg.contains("mtr-nope0"), "{msg}");
         assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn only_loopback_metrics_addresses_pass_without_a_warning() {
+        for (addr, loopback) in [
+            ("127.0.0.1:9187", true),
+            ("127.8.9.10:1", true),
+            ("[::1]:9187", true),
+            ("[::ffff:127.0.0.1]:9187", true),
+            ("0.0.0.0:9187", false),
+            ("[::]:9187", false),
+            ("192.0.2.1:9187", false),
+            ("[2001:db8::1]:9187", false),
+        ] {
+            let parsed = addr.parse().unwrap();
+            assert_eq!(is_loopback_listen(parsed), loopback, "{addr}");
+        }
     }
 
     #[test]

@@ -8,18 +8,30 @@
 //! divided by the measured time between the two responses. (A rate gauge kept by the daemon
 //! would need a window of its own; a counter delta needs nothing from the daemon and is what
 //! Prometheus' `rate()` does.) The scrape is a plain HTTP/1.0 `GET /metrics` on a
-//! `std::net::TcpStream`.
+//! `std::net::TcpStream`, bounded like the server it reads ([`super::http`]): a connect and
+//! per-read timeout, a deadline for the whole response and a largest response, so that
+//! whatever listens on the address cannot make `metronome stats` hang or exhaust memory.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// Time between the two scrapes of [`fetch_and_format`]: 500 ms, long enough to average a few
 /// hundred TX batches, short enough for an interactive command.
 pub const STATS_INTERVAL: Duration = Duration::from_millis(500);
-/// Connect and read timeout of one scrape.
-const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connect timeout, and longest wait for one read or write, of a scrape: 2 s, the endpoint's
+/// own [`super::http::READ_TIMEOUT`].
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest a whole scrape may take: 10 s, the endpoint's [`super::http::CONNECTION_DEADLINE`]
+/// (and Prometheus' default `scrape_timeout`).
+pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(10);
+/// Largest response a scrape reads, bytes: 64 MiB. A class costs at most about 900 bytes of
+/// text per silo (measured on [`super::Metrics::encode`] with 100 classes of 8-character
+/// names: 806 bytes each with one silo, 920 per class and silo with two), so this holds some
+/// 70 000 class-silo pairs (4 096 classes on 16 silos); a larger answer is refused with
+/// [`MetricsError::TooLarge`] rather than read.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// Why the endpoint could not be served or read.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +52,14 @@ pub enum MetricsError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The endpoint's response exceeded the largest a scrape reads.
+    #[error("metrics endpoint {addr} answered more than {max_bytes} bytes: refused")]
+    TooLarge {
+        /// The endpoint.
+        addr: SocketAddr,
+        /// The limit ([`MAX_RESPONSE_BYTES`] for [`scrape`]).
+        max_bytes: usize,
+    },
     /// The endpoint answered with something other than 200.
     #[error("metrics endpoint {addr} answered: {status}")]
     Status {
@@ -50,25 +70,83 @@ pub enum MetricsError {
     },
 }
 
-/// One `GET /metrics` over HTTP/1.0; returns the body.
+/// One `GET /metrics` over HTTP/1.0 within [`SCRAPE_DEADLINE`], of at most
+/// [`MAX_RESPONSE_BYTES`]; returns the body.
 pub fn scrape(addr: SocketAddr) -> Result<String, MetricsError> {
+    scrape_bounded(addr, MAX_RESPONSE_BYTES, SCRAPE_DEADLINE)
+}
+
+/// [`scrape`] with a response of at most `max_bytes` (status line and headers included), all
+/// of it read within `deadline`; each connect, read and write waits at most
+/// [`SCRAPE_TIMEOUT`].
+pub fn scrape_bounded(
+    addr: SocketAddr,
+    max_bytes: usize,
+    deadline: Duration,
+) -> Result<String, MetricsError> {
     let fetch = |source| MetricsError::Fetch { addr, source };
     let mut stream = TcpStream::connect_timeout(&addr, SCRAPE_TIMEOUT).map_err(fetch)?;
-    stream
-        .set_read_timeout(Some(SCRAPE_TIMEOUT))
-        .map_err(fetch)?;
     stream
         .set_write_timeout(Some(SCRAPE_TIMEOUT))
         .map_err(fetch)?;
     write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(fetch)?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).map_err(fetch)?;
+    let response = read_bounded(&mut stream, max_bytes, deadline).map_err(|e| match e {
+        ReadError::TooLarge => MetricsError::TooLarge { addr, max_bytes },
+        ReadError::Io(source) => fetch(source),
+    })?;
+    let response = String::from_utf8(response)
+        .map_err(|e| fetch(std::io::Error::new(ErrorKind::InvalidData, e)))?;
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let status = head.lines().next().unwrap_or("").to_owned();
     if status.split_whitespace().nth(1) != Some("200") {
         return Err(MetricsError::Status { addr, status });
     }
     Ok(body.to_owned())
+}
+
+/// Why [`read_bounded`] stopped.
+enum ReadError {
+    TooLarge,
+    Io(std::io::Error),
+}
+
+/// Reads `stream` to its end: at most `max_bytes`, each read waiting at most
+/// [`SCRAPE_TIMEOUT`], all of them done within `deadline`. A timeout is a `TimedOut` error that
+/// says which one ran out.
+fn read_bounded(
+    stream: &mut TcpStream,
+    max_bytes: usize,
+    deadline: Duration,
+) -> Result<Vec<u8>, ReadError> {
+    let end = Instant::now() + deadline;
+    let timed_out = |what: String| ReadError::Io(std::io::Error::new(ErrorKind::TimedOut, what));
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out(format!(
+                "response not complete within {deadline:?}"
+            )));
+        }
+        stream
+            .set_read_timeout(Some(left.min(SCRAPE_TIMEOUT)))
+            .map_err(ReadError::Io)?;
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(out),
+            Ok(n) if out.len() + n > max_bytes => return Err(ReadError::TooLarge),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(timed_out(if Instant::now() >= end {
+                    format!("response not complete within {deadline:?}")
+                } else {
+                    format!("nothing received for {SCRAPE_TIMEOUT:?}")
+                }));
+            }
+            Err(e) => return Err(ReadError::Io(e)),
+        }
+    }
 }
 
 /// Scrapes `addr` twice, [`STATS_INTERVAL`] apart, and formats the second scrape with rates

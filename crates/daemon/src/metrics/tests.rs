@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn pow2_buckets_are_exact_at_the_bounds() {
