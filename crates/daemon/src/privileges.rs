@@ -147,11 +147,12 @@ fn resolve(name: &str) -> Result<Target, PrivilegeError> {
         user: name.to_owned(),
         source,
     };
-    let user = User::from_name(name)
-        .map_err(lookup)?
-        .ok_or_else(|| PrivilegeError::NoSuchUser {
-            user: name.to_owned(),
-        })?;
+    let user =
+        User::from_name(name)
+            .map_err(lookup)?
+            .ok_or_else(|| PrivilegeError::NoSuchUser {
+                user: name.to_owned(),
+            })?;
     // A name from getpwnam has no NUL byte.
     let cname = CString::new(name).map_err(|_| lookup(nix::Error::EINVAL))?;
     let groups = nix::unistd::getgrouplist(&cname, user.gid).map_err(lookup)?;
@@ -169,7 +170,8 @@ fn trim_bounding() -> Result<bool, PrivilegeError> {
     if !read(CapSet::Effective)?.contains(&Capability::CAP_SETPCAP) {
         return Ok(false);
     }
-    let bounding = caps::read(None, CapSet::Bounding).map_err(caps_err("reading the bounding set"))?;
+    let bounding =
+        caps::read(None, CapSet::Bounding).map_err(caps_err("reading the bounding set"))?;
     for cap in bounding.iter().filter(|c| !KEPT.contains(c)) {
         caps::drop(None, CapSet::Bounding, *cap).map_err(caps_err("trimming the bounding set"))?;
     }
@@ -338,6 +340,9 @@ mod tests {
 
     #[test]
     fn capability_names_are_sorted_and_lowercase() {
-        assert_eq!(names(&KEPT.into_iter().collect()), "cap_net_admin,cap_net_raw");
+        assert_eq!(
+            names(&KEPT.into_iter().collect()),
+            "cap_net_admin,cap_net_raw"
+        );
     }
 }

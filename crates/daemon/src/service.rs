@@ -356,7 +356,10 @@ mod tests {
         assert_eq!(DaemonError::from(port_error()).exit_code(), EXIT_USER_ERROR);
         let runtime = DaemonError::from(RuntimeError::Port(port_error()));
         assert_eq!(runtime.exit_code(), EXIT_RUNTIME_FAILURE);
-        assert!(runtime.to_string().starts_with("stopped on a port error: "), "{runtime}");
+        assert!(
+            runtime.to_string().starts_with("stopped on a port error: "),
+            "{runtime}"
+        );
         let user = PrivilegeError::NoSuchUser { user: "x".into() };
         assert_eq!(DaemonError::from(user).exit_code(), EXIT_USER_ERROR);
         let panicked = DaemonError::from(RuntimeError::Panicked("silo 1 panicked: x".into()));
@@ -370,7 +373,10 @@ mod tests {
     fn a_loop_error_or_any_panic_is_a_runtime_failure() {
         assert!(runtime_outcome(Ok(Ok(())), None).is_ok());
         let err = runtime_outcome(Ok(Err(port_error())), None).unwrap_err();
-        assert!(matches!(err, DaemonError::Runtime(RuntimeError::Port(_))), "{err}");
+        assert!(
+            matches!(err, DaemonError::Runtime(RuntimeError::Port(_))),
+            "{err}"
+        );
         // A panic that reached the caller, without the hook's record: its payload.
         let payload: Box<dyn std::any::Any + Send> = Box::new("silo 0 panicked: boom");
         let err = runtime_outcome(Err(payload), None).unwrap_err();

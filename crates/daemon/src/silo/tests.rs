@@ -278,11 +278,7 @@ struct FailingPort {
 }
 
 impl PacketPort for FailingPort {
-    fn recv(
-        &mut self,
-        _pool: &mut FramePool,
-        _out: &mut [RxFrame],
-    ) -> Result<usize, PortError> {
+    fn recv(&mut self, _pool: &mut FramePool, _out: &mut [RxFrame]) -> Result<usize, PortError> {
         match self.panic_after {
             Some(n) if self.polls.load(Ordering::Relaxed) >= n => panic!("injected failure"),
             Some(_) => {}
@@ -333,7 +329,10 @@ fn a_panicking_silo_stops_every_silo_and_the_panic_reaches_the_caller() {
         run_silos_on(ports, &config, None, &metrics, &control)
     }));
     let payload = match outcome {
-        Ok(r) => panic!("a silo panicked but the silos returned {:?}", r.map(|v| v.len())),
+        Ok(r) => panic!(
+            "a silo panicked but the silos returned {:?}",
+            r.map(|v| v.len())
+        ),
         Err(payload) => payload,
     };
     assert_eq!(
