@@ -5,7 +5,8 @@
 //! threads (`/proc/PID/task/*/status`) must have only CAP_NET_ADMIN and CAP_NET_RAW (bits 12
 //! and 13) in its effective, permitted and bounding sets, nothing inheritable or ambient, and
 //! `NoNewPrivs: 1`; with `[daemon] user = "nobody"` (and two silos) every uid must be nobody's
-//! with the two capabilities still there. SIGTERM then stops it with exit status 0.
+//! with the two capabilities still there, and when its outside interface is deleted and
+//! re-created, every silo opens its port again. SIGTERM then stops it with exit status 0.
 //!
 //! Needs root (to have capabilities to drop and to switch user) and iproute2; skips, saying why,
 //! otherwise (a failure under `METRONOME_REQUIRE_PRIVILEGED=1`). The topology (its own `mtr-pv`
@@ -20,8 +21,11 @@ use std::time::{Duration, Instant};
 
 /// CAP_NET_ADMIN (12) and CAP_NET_RAW (13), as `/proc/PID/status` shows a set: a hex mask.
 const KEPT_MASK: u64 = (1 << 12) | (1 << 13);
-/// The longest the daemon may take to send `READY=1`: a bound against hanging on a broken
-/// start, not a measurement (its start takes well under a second).
+/// What a loop logs when it has opened a port again on a re-created interface
+/// (crates/daemon/src/link.rs).
+const REOPENED: &str = "interface re-created; sockets reopened; resuming";
+/// The longest the daemon may take to send `READY=1`, or to reopen its ports: a bound against
+/// hanging on a broken run, not a measurement (either takes well under a second).
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
 /// The daemon as a child process; killed if still running when dropped (a failed assertion).
@@ -174,6 +178,16 @@ fn assert_least_privilege(daemon: &Daemon, uid: u32) -> usize {
     all.len()
 }
 
+/// Whether `n` threads named `silo-*` run in `daemon`.
+fn silo_threads_running(daemon: &Daemon, n: usize) -> bool {
+    let pid = daemon.child.id();
+    threads(pid)
+        .iter()
+        .filter(|t| t.name.starts_with("silo-"))
+        .count()
+        >= n
+}
+
 /// Sends SIGTERM and expects a clean stop, exit status 0.
 fn stop(mut daemon: Daemon) {
     let pid = daemon.child.id().to_string();
@@ -236,9 +250,39 @@ fn with_a_user_every_silo_runs_as_that_user_with_the_two_capabilities() {
         return;
     };
     let dir = scratch("nobody");
-    let daemon = start(&topo, &dir, "user = \"nobody\"\ncores = 2\n");
+    let mut daemon = start(&topo, &dir, "user = \"nobody\"\ncores = 2\n");
+    // READY=1 comes before the silos' threads start: wait for both.
+    let started = Instant::now();
+    while !silo_threads_running(&daemon, 2) {
+        assert!(
+            started.elapsed() < READY_WITHIN,
+            "no two silo threads within {READY_WITHIN:?}:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The coordinator, two silos and the metrics endpoint's threads.
     assert!(assert_least_privilege(&daemon, nobody) >= 4);
+    // Re-creating an interface makes every silo open its port again (AF_PACKET, fanout,
+    // SO_RCVBUFFORCE): as nobody with the two capabilities, without failing.
+    let mac = topo.delete_veth(&topo.shaper_out).unwrap();
+    topo.recreate_veth(&topo.shaper_out, &mac).unwrap();
+    let started = Instant::now();
+    while daemon.log().matches(REOPENED).count() < 2 {
+        if let Ok(Some(status)) = daemon.child.try_wait() {
+            panic!(
+                "the daemon exited ({status}) on a re-created interface:\n{}",
+                daemon.log()
+            );
+        }
+        assert!(
+            started.elapsed() < READY_WITHIN,
+            "no two reopenings within {READY_WITHIN:?}:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_least_privilege(&daemon, nobody);
     stop(daemon);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -158,9 +158,10 @@ pub fn run_on(
     )
 }
 
-/// The daemon's open ports: one pair for the single loop, or one per silo.
+/// The daemon's open ports: one pair for the single loop (boxed: a port is 272 bytes, and this
+/// lives once, at start-up), or one per silo.
 enum OpenPorts {
-    Single(AfPacketPort, AfPacketPort),
+    Single(Box<(AfPacketPort, AfPacketPort)>),
     Silos(Vec<(AfPacketPort, AfPacketPort)>),
 }
 
@@ -169,8 +170,7 @@ impl OpenPorts {
         Ok(if config.daemon.cores > 1 {
             OpenPorts::Silos(open_silo_ports(config, config.daemon.cores)?)
         } else {
-            let (inside, outside) = open_ports(config)?;
-            OpenPorts::Single(inside, outside)
+            OpenPorts::Single(Box::new(open_ports(config)?))
         })
     }
 
@@ -183,7 +183,8 @@ impl OpenPorts {
         control: &Control,
     ) -> Result<(), PortError> {
         match self {
-            OpenPorts::Single(inside, outside) => {
+            OpenPorts::Single(pair) => {
+                let (inside, outside) = *pair;
                 let report = run_on(inside, outside, config, Some(config_path), metrics, control)?;
                 log_report(&report);
             }
