@@ -1,8 +1,12 @@
 //! `metronome run --config FILE [--cores N]`: the shaping daemon (`metronome_daemon::service::run_daemon`).
 //!
-//! Exit status: 0 after a clean stop (SIGINT or SIGTERM); 2 for a bad configuration (the message
-//! names the file, line and field), a missing interface or a missing capability (the message
-//! names it) or a metrics address in use; 1 for anything else.
+//! Exit status (`metronome_daemon::service`'s module docs have the table): 0 after a clean stop
+//! (SIGINT or SIGTERM); 2 for a start-up error a restart cannot fix: a bad configuration (the
+//! message names the file, line and field), a missing interface or capability, a metrics
+//! address in use, a bad `[daemon] user` (each named in the message); 3 for a failure once the
+//! daemon was shaping (a port error, a panic of any of its threads), after every loop stopped;
+//! 1 for another start-up failure. A supervisor restarts on anything but 0 and 2
+//! (`examples/metronome.service`).
 
 use clap::Args;
 use std::path::PathBuf;
@@ -19,7 +23,8 @@ pub struct RunArgs {
     cores: Option<u16>,
 }
 
-/// Runs the daemon until SIGINT or SIGTERM; exits the process with status 2 or 1 on error.
+/// Runs the daemon until SIGINT or SIGTERM; on error prints it on one line and exits the
+/// process with its status (`DaemonError::exit_code`).
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     match metronome_daemon::service::run_daemon(&args.config, args.cores.map(usize::from)) {
         Ok(_) => Ok(()),

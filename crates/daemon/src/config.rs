@@ -208,6 +208,10 @@ pub struct DaemonConfig {
     /// machine's own wake-up latency aside, at most this much after it. `"0s"`: wake for each
     /// departure. Default [`DEFAULT_TIMER_SLACK`].
     pub timer_slack: Duration,
+    /// The user the daemon switches to once its ports are open, keeping only CAP_NET_RAW and
+    /// CAP_NET_ADMIN ([`crate::privileges`]); `None`: it stays the user it was started as.
+    /// Resolved (`getpwnam`) at start-up, not here. Default `None`.
+    pub user: Option<String>,
 }
 
 /// One `[[class]]`.

@@ -17,6 +17,8 @@
 //! * [`link`]: a port's link going down and coming back is an event the loop waits out.
 //! * [`notify`]: systemd-style readiness, reload and stop notifications (`NOTIFY_SOCKET`).
 //! * [`ports`]: opening the AF_PACKET ports (fanned out per silo) and sizing the frame pool.
+//! * [`privileges`]: once the ports are open, only CAP_NET_RAW and CAP_NET_ADMIN are kept, and
+//!   the daemon switches to `[daemon] user`.
 //! * [`reload`]: SIGHUP reloads, one path for the single loop and the silos.
 //! * [`silo`]: `--cores N`, per-core shaper silos sharing class limits through the NIC-level
 //!   bandwidth allocator (Carousel §5.3).
@@ -41,6 +43,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pieces;
 pub mod ports;
+pub mod privileges;
 pub mod refused;
 pub mod reload;
 pub mod run;

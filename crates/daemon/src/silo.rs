@@ -34,18 +34,23 @@
 //! file is the single loop's path too ([`Reloader`]). These hand-offs take a mutex, on the reload
 //! path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
 //!
+//! **Failure**: a silo whose loop stops on an error or panics sets the shared stop flag, so every
+//! silo stops; [`run_silos_on`] then returns the error or continues the panic on the calling
+//! thread. The daemon never goes on shaping with part of its silos.
+//!
 //! With `cores = 1` none of this runs: `service::run_with` runs the single loop.
 
 use crate::config::{Config, DEFAULT_NBA_PERIOD};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, NbaRateGauge};
-use crate::ports::{frame_pool, open_silo_ports, reverse_pool};
+use crate::pieces::SendPieces;
+use crate::ports::{frame_pool, open_silo_ports, reverse_pool, Reopen};
 use crate::reload::{install, Reloader};
 use crate::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::rate_exchange::RateExchange;
 use metronome_core::{Clock, Duration, Rate, Timestamp};
-use metronome_io::{MonotonicClock, PortError};
+use metronome_io::{MonotonicClock, PacketPort, PortError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -363,17 +368,41 @@ pub fn pin(silo: usize) -> Option<usize> {
 
 /// Runs `config.daemon.cores` silos (at least 2; see the module docs) until `control.stop` is
 /// set; the calling thread coordinates. `metrics` must have been made by
-/// [`Metrics::with_silos`] with as many silos. `config_path`: the file a reload re-reads.
+/// [`Metrics::with_silos`] with as many silos. `config_path`: the file a reload re-reads. Opens
+/// the ports, switches GRO on, sends `READY=1`, then [`run_silos_on`].
 pub fn run_silos(
     config: &Config,
     config_path: Option<&Path>,
     metrics: &Metrics,
     control: &Control,
 ) -> Result<Vec<SiloReport>, PortError> {
-    let n = config.daemon.cores.max(1);
-    let ports = open_silo_ports(config, n)?;
+    let ports = open_silo_ports(config, config.daemon.cores.max(1))?;
     crate::ports::enable_gro(config);
     crate::notify::notify("READY=1");
+    run_silos_on(ports, config, config_path, metrics, control)
+}
+
+/// Runs one silo on each pair of `ports` (inside, outside) until `control.stop` is set; the
+/// calling thread coordinates (see [`run_silos`]).
+///
+/// One silo that stops stops them all: its loop's error, or its panic, sets `control.stop`
+/// (the coordinator notices a finished silo within [`COORDINATOR_SLEEP`]). Once every silo is
+/// joined, the first error is returned; a panic goes on unwinding on the calling thread
+/// (`std::panic::resume_unwind`, its message prefixed with the silo's number), so that no
+/// caller takes a partly shaping run for a clean stop. A panic of the coordinator itself sets
+/// `control.stop` too, on its way out.
+pub fn run_silos_on<P>(
+    ports: Vec<(P, P)>,
+    config: &Config,
+    config_path: Option<&Path>,
+    metrics: &Metrics,
+    control: &Control,
+) -> Result<Vec<SiloReport>, PortError>
+where
+    P: PacketPort + SendPieces + Reopen + Send + 'static,
+{
+    let n = ports.len();
+    let _stop_on_unwind = StopOnUnwind(&control.stop);
     let clock = MonotonicClock::new();
     let mut allocator = Allocator::new(config, n);
     let options = LoopOptions::from_config(config);
@@ -399,9 +428,11 @@ pub fn run_silos(
         let thread = std::thread::Builder::new()
             .name(format!("silo-{silo}"))
             .spawn(move || {
+                // Set on every way out, a panic included: one silo down stops all.
+                let _stop_all = StopOnExit(&silo_stop);
                 let pinned = pin(silo);
                 // Reloads come through the link, from the coordinator.
-                let result = run_loop(
+                let report = run_loop(
                     &mut inside,
                     &mut outside,
                     Pools {
@@ -414,11 +445,8 @@ pub fn run_silos(
                     &options,
                     &silo_stop,
                     &mut link,
-                );
-                if result.is_err() {
-                    silo_stop.store(true, Ordering::Relaxed); // one silo down stops all
-                }
-                result.map(|report| SiloReport {
+                )?;
+                Ok(SiloReport {
                     report,
                     pinned,
                     refused_rates: link.refused_rates,
@@ -434,9 +462,7 @@ pub fn run_silos(
             Err(e) => {
                 // Stop the silos already running before reporting.
                 control.stop.store(true, Ordering::Relaxed);
-                for t in threads {
-                    let _ = t.join();
-                }
+                join_all(threads)?;
                 return Err(e);
             }
         }
@@ -456,18 +482,65 @@ pub fn run_silos(
         let wait = std::time::Duration::from_nanos(next.saturating_since(now).as_nanos());
         std::thread::sleep(wait.min(COORDINATOR_SLEEP));
     }
-    let mut reports = Vec::with_capacity(n);
+    join_all(threads)
+}
+
+/// A silo thread: its report, or the error its loop stopped on.
+type SiloThread = std::thread::JoinHandle<Result<SiloReport, PortError>>;
+
+/// Joins every silo (all of them, whatever the first one gives): their reports, else the first
+/// error; the first panic goes on unwinding here once all are joined.
+fn join_all(threads: Vec<SiloThread>) -> Result<Vec<SiloReport>, PortError> {
+    let mut reports = Vec::with_capacity(threads.len());
     let mut first_error = None;
-    for t in threads {
+    let mut first_panic = None;
+    for (silo, t) in threads.into_iter().enumerate() {
         match t.join() {
             Ok(Ok(r)) => reports.push(r),
             Ok(Err(e)) => first_error = first_error.or(Some(e)),
-            Err(_) => tracing::error!("a silo thread panicked"),
+            Err(payload) => first_panic = first_panic.or(Some((silo, payload))),
         }
+    }
+    if let Some((silo, payload)) = first_panic {
+        let message = format!("silo {silo} panicked: {}", panic_message(&*payload));
+        tracing::error!(silo, "{message}; every silo stopped");
+        std::panic::resume_unwind(Box::new(message));
     }
     match first_error {
         Some(e) => Err(e),
         None => Ok(reports),
+    }
+}
+
+/// The message of a panic's payload (`panic!` gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(s), _) => (*s).to_owned(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => "a panic without a message".to_owned(),
+    }
+}
+
+/// Sets the flag when dropped: a silo's way out, however it leaves.
+struct StopOnExit<'a>(&'a AtomicBool);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sets the flag when dropped while unwinding: the coordinator's panic stops its silos.
+struct StopOnUnwind<'a>(&'a AtomicBool);
+
+impl Drop for StopOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
     }
 }
 

@@ -553,3 +553,22 @@ fn timer_slack_defaults_parses_and_needs_a_restart() {
         ("250us", Duration::from_micros(250)),
     );
 }
+
+#[test]
+fn daemon_user_is_a_plain_name_and_needs_a_restart() {
+    assert_eq!(parse("").unwrap().daemon.user, None);
+    let c = parse("[daemon]\nuser = \"metronome\"\n").unwrap();
+    assert_eq!(c.daemon.user.as_deref(), Some("metronome"));
+    for bad in ["", "-x", "a b", "../root", "x:y", &"u".repeat(33)] {
+        let err = error_at(&format!("[daemon]\nuser = {bad:?}\n"), 5, "daemon.user");
+        assert!(err.to_string().contains("is not a user name"), "{err}");
+    }
+    error_at("[daemon]\nuser = 0\n", 5, "daemon.user");
+    let plan = parse("").unwrap().diff(&c);
+    let fields: Vec<&str> = plan
+        .restart_required
+        .iter()
+        .map(|f| f.field.as_str())
+        .collect();
+    assert_eq!(fields, ["daemon.user"]);
+}

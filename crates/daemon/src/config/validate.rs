@@ -30,6 +30,10 @@ use toml::Spanned;
 
 type Result<T> = core::result::Result<T, ConfigError>;
 
+/// Longest user name in bytes: 32, `useradd`'s limit (`LOGIN_NAME_MAX` of glibc allows more,
+/// but no name `useradd` makes is longer).
+const MAX_USER_NAME: usize = 32;
+
 /// Longest class name in bytes (it becomes a metrics label and a log field).
 const MAX_CLASS_NAME: usize = 64;
 
@@ -263,6 +267,7 @@ impl Validator<'_> {
             DEFAULT_LINK_DOWN_GRACE,
         )?;
         let timer_slack = duration(&raw.timer_slack, "daemon.timer_slack", DEFAULT_TIMER_SLACK)?;
+        let user = raw.user.as_ref().map(|u| self.user_name(u)).transpose()?;
         Ok(DaemonConfig {
             vnet_hdr: raw.vnet_hdr.unwrap_or(true),
             gso_slots,
@@ -278,7 +283,29 @@ impl Validator<'_> {
             drain,
             link_down_grace,
             timer_slack,
+            user,
         })
+    }
+
+    /// `daemon.user`: a name as `useradd` accepts it (letters, digits, `.`, `_`, `-`, not
+    /// starting with `-`, at most [`MAX_USER_NAME`] bytes). Whether the user exists is checked
+    /// at start-up, where the daemon switches to it.
+    fn user_name(&self, raw: &Spanned<String>) -> Result<String> {
+        let name = raw.get_ref();
+        let plain = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if name.is_empty() || name.len() > MAX_USER_NAME || !plain || name.starts_with('-') {
+            return Err(self.invalid(
+                raw.span(),
+                "daemon.user",
+                format!(
+                    "{name:?} is not a user name (1 to {MAX_USER_NAME} letters, digits, '.', \
+                     '_' or '-', not starting with '-')"
+                ),
+            ));
+        }
+        Ok(name.clone())
     }
 
     fn class(

@@ -268,3 +268,78 @@ fn a_reload_goes_through_the_coordinator_to_every_silo() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A port of a silo thread for [`run_silos_on`]: it receives nothing; with `panic_after`, its
+/// `recv` panics once the healthy silo's port has been polled that many times (so the healthy
+/// silo is known to be shaping when its sibling fails).
+struct FailingPort {
+    polls: Arc<std::sync::atomic::AtomicUsize>,
+    panic_after: Option<usize>,
+}
+
+impl PacketPort for FailingPort {
+    fn recv(&mut self, _pool: &mut FramePool, _out: &mut [RxFrame]) -> Result<usize, PortError> {
+        match self.panic_after {
+            Some(n) if self.polls.load(Ordering::Relaxed) >= n => panic!("injected failure"),
+            Some(_) => {}
+            None => {
+                self.polls.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(0)
+    }
+    fn send(&mut self, _pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
+        Ok(ids.len())
+    }
+    fn counters(&mut self) -> metronome_io::PortCounters {
+        metronome_io::PortCounters::default()
+    }
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+}
+
+impl SendPieces for FailingPort {
+    fn send_pieces(&mut self, pieces: &[metronome_io::TxPiece<'_>]) -> Result<usize, PortError> {
+        Ok(pieces.len())
+    }
+}
+
+impl Reopen for FailingPort {
+    fn reopen(&mut self) -> Result<metronome_io::PortCounters, PortError> {
+        Ok(metronome_io::PortCounters::default())
+    }
+}
+
+#[test]
+fn a_panicking_silo_stops_every_silo_and_the_panic_reaches_the_caller() {
+    let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ncores = 2\n\
+                vnet_hdr = false\n[wheel]\npool_packets = 1024\n";
+    let config = Config::from_toml_str(text, "silo.toml").unwrap();
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let port = |panic_after| FailingPort {
+        polls: polls.clone(),
+        panic_after,
+    };
+    // Silo 0 is healthy; silo 1 panics once silo 0 has polled its ports a few times.
+    let ports = vec![(port(None), port(None)), (port(Some(6)), port(Some(6)))];
+    let control = Control::default();
+    let metrics = Metrics::with_silos(2);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_silos_on(ports, &config, None, &metrics, &control)
+    }));
+    let payload = match outcome {
+        Ok(r) => panic!(
+            "a silo panicked but the silos returned {:?}",
+            r.map(|v| v.len())
+        ),
+        Err(payload) => payload,
+    };
+    assert_eq!(
+        panic_message(&*payload),
+        "silo 1 panicked: injected failure"
+    );
+    // Every silo was joined before the panic went on, and the shared flag stopped them.
+    assert!(control.stop.load(Ordering::Relaxed));
+    assert!(polls.load(Ordering::Relaxed) >= 6);
+}
