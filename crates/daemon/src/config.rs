@@ -76,6 +76,14 @@ pub const MAX_POOL_PACKETS: usize = 1 << 28;
 /// Most frames a class's `queue.packets` may name: the largest frame pool
 /// ([`MAX_POOL_PACKETS`]).
 pub const MAX_QUEUE_PACKETS: i64 = 1 << 28;
+/// Default `daemon.pool_share`: 4, the dynamic threshold of shared-buffer switches (Choudhury
+/// and Hahne, "Dynamic queue length thresholds for shared-memory packet switches", 1998),
+/// whose α is usually 1 to 8. With 4 a class alone may take 80 % of the frame pool, two
+/// flooding classes 44 % each, leaving at least 11 % free for every other class and the
+/// receive path.
+pub const DEFAULT_POOL_SHARE: u32 = 4;
+/// Largest `daemon.pool_share`: 64 (a class alone may then take 98.5 % of the pool).
+pub const MAX_POOL_SHARE: i64 = 64;
 /// The daemon's `wheel.horizon_policy` when the file sets none: `reject`, as `sch_fq` drops
 /// beyond its horizon by default. Under `clamp` a class that stays over its rate for longer
 /// than the horizon would leave at its arrival rate, a horizon late: its limit would not hold.
@@ -212,6 +220,10 @@ pub struct DaemonConfig {
     /// CAP_NET_ADMIN ([`crate::privileges`]); `None`: it stays the user it was started as.
     /// Resolved (`getpwnam`) at start-up, not here. Default `None`.
     pub user: Option<String>,
+    /// A class may hold at most this many times the frame pool's free slots
+    /// (`crate::engine`'s admission); 0: no share, only the classes' `queue` bounds. Default
+    /// [`DEFAULT_POOL_SHARE`].
+    pub pool_share: u32,
 }
 
 /// One `[[class]]`.

@@ -81,12 +81,6 @@ use prometheus_client::metrics::counter::Counter;
 
 /// No flow entry for a queued slot.
 const NO_ENTRY: u32 = u32::MAX;
-/// A class may hold at most this many times the frame pool's free slots (of the size class of
-/// the frame it takes): the dynamic threshold of shared-buffer switches (Choudhury and Hahne,
-/// "Dynamic queue length thresholds for shared-memory packet switches", 1998), whose α is
-/// usually 1 to 8. With 4 a class alone may take 80 % of the pool, two flooding classes 44 %
-/// each, leaving at least 11 % free for every other class and the receive path.
-pub const POOL_SHARE: u64 = 4;
 /// Name of the class state of packets no class matches (as in `Config::class_name`).
 const DEFAULT_CLASS_NAME: &str = "default";
 
@@ -190,7 +184,7 @@ pub struct EngineCounters {
     pub dropped_pool: u64,
     /// Drops: the frame would have taken its class past its `queue` bounds.
     pub dropped_queue_full: u64,
-    /// Drops: the class held more than its share of the frame pool ([`POOL_SHARE`]).
+    /// Drops: the class held more than its share of the frame pool (`daemon.pool_share`).
     pub dropped_pool_share: u64,
     /// Packets above the ECN threshold that were not ECN-capable: queued unmarked (fallback).
     pub ecn_not_ect: u64,
@@ -972,10 +966,10 @@ impl Engine {
     /// within its `queue` bounds (frames and bytes waiting in its fair queue, the wheel and on
     /// the link; [`DropReason::QueueFull`]) and within its share of the frame pool
     /// ([`DropReason::PoolShare`]): the class holds fewer slots of the frame's size class than
-    /// [`POOL_SHARE`] times the slots still free. A class alone can take most of the pool;
-    /// with N classes over their share each holds at most `POOL_SHARE / (1 + N × POOL_SHARE)`
-    /// of it, and the rest stays free for the others and for the receive path (the dynamic
-    /// threshold of shared-buffer switches, Choudhury and Hahne).
+    /// `daemon.pool_share` (α) times the slots still free. A class alone can take most of the
+    /// pool; with N classes over their share each holds at most `α / (1 + N α)` of it, and the
+    /// rest stays free for the others and for the receive path (the dynamic threshold of
+    /// shared-buffer switches, `crate::config::DEFAULT_POOL_SHARE`). α = 0: no share.
     fn admit(&self, pool: &FramePool, index: usize, id: u32, len: u64) -> Result<(), DropReason> {
         let Some(s) = self.classes.get(index) else {
             return Ok(());
@@ -990,7 +984,8 @@ impl Engine {
         } else {
             (s.queued - s.queued_large, pool.available_small())
         };
-        if held >= POOL_SHARE.saturating_mul(free as u64) {
+        let share = u64::from(self.config.daemon.pool_share);
+        if share > 0 && held >= share.saturating_mul(free as u64) {
             return Err(DropReason::PoolShare);
         }
         Ok(())

@@ -69,7 +69,7 @@ pub enum DropReason {
     PoolExhausted,
     /// The class queue was full: the frame would have taken its class past its `queue` bounds.
     QueueFull,
-    /// The class held more than its share of the frame pool (`crate::engine::POOL_SHARE`).
+    /// The class held more than its share of the frame pool (`daemon.pool_share`).
     PoolShare,
     /// The transmit path refused the frame.
     TxError,

@@ -77,6 +77,7 @@ fn config_text(spec: &ShaperSpec, seg_bytes: u32) -> Result<(String, u32), Scena
         "[interfaces]\ninside = \"sim0\"\noutside = \"sim1\"\nmtu = {seg_bytes}\n\
          [wheel]\ngranularity = \"{granularity_ns}ns\"\nhorizon = \"{horizon_ns}ns\"\n\
          pool_packets = {capacity_packets}\nhorizon_policy = \"{horizon}\"\n\
+         [daemon]\npool_share = 0\n\
          [default]\nburst = {seg_bytes}\n",
         horizon = if reject_beyond_horizon {
             "reject"
@@ -92,6 +93,14 @@ fn config_text(spec: &ShaperSpec, seg_bytes: u32) -> Result<(String, u32), Scena
     }
     if fair {
         text.push_str("fair = true\n");
+    }
+    if aggregate_bps.is_some() || per_flow_bps.is_some() {
+        // The simulated shaper's one bound is its memory, `capacity_packets` (the papers'
+        // shaper with a fixed buffer), not the daemon's per-class bounds.
+        text.push_str(&format!(
+            "queue = {{ packets = {capacity_packets}, bytes = {} }}\n",
+            i64::MAX
+        ));
     }
     match backpressure {
         DaemonBackpressure::None => {}

@@ -69,6 +69,7 @@ pub(crate) struct RawDaemon {
     pub drain: Option<Spanned<String>>,
     pub link_down_grace: Option<Spanned<String>>,
     pub timer_slack: Option<Spanned<String>>,
+    pub pool_share: Option<Spanned<i64>>,
     pub user: Option<Spanned<String>>,
 }
 

@@ -3,9 +3,10 @@
 //!
 //! Applied live, without losing a queued packet:
 //! * classes added, removed, reordered, or with a new `match`, `rate`, `pacing`, `burst`,
-//!   `horizon_policy`, `backpressure`, `ack_shaping` or `fair`; the default class's policy;
-//! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip` (read per frame from the installed
-//!   configuration);
+//!   `horizon_policy`, `backpressure`, `ack_shaping`, `fair` or `queue`; the default class's
+//!   policy;
+//! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip`, `daemon.pool_share` (read per
+//!   frame from the installed configuration);
 //! * `[link]` rate, marking, quantum and burst, and each class's `link`, `weight`, `priority` and
 //!   `non_ect`: the link's queues are rebuilt with every queued packet moved over in order.
 //!

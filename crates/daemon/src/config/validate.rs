@@ -17,9 +17,9 @@ use super::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
     LogFormat, Match, QueueLimit, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
     DEFAULT_GSO_SLOTS, DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN,
-    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_TIMER_SLACK, MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE,
-    MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_QUEUE_PACKETS,
-    MAX_WHEEL_SLOTS,
+    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK,
+    MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS,
+    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_POOL_SHARE, MAX_QUEUE_PACKETS, MAX_WHEEL_SLOTS,
 };
 use crate::units::parse_duration;
 use ipnet::IpNet;
@@ -268,6 +268,10 @@ impl Validator<'_> {
         )?;
         let timer_slack = duration(&raw.timer_slack, "daemon.timer_slack", DEFAULT_TIMER_SLACK)?;
         let user = raw.user.as_ref().map(|u| self.user_name(u)).transpose()?;
+        let pool_share = match &raw.pool_share {
+            Some(p) => self.int_in(p, "daemon.pool_share", 0, MAX_POOL_SHARE)? as u32,
+            None => DEFAULT_POOL_SHARE,
+        };
         Ok(DaemonConfig {
             vnet_hdr: raw.vnet_hdr.unwrap_or(true),
             gso_slots,
@@ -284,6 +288,7 @@ impl Validator<'_> {
             link_down_grace,
             timer_slack,
             user,
+            pool_share,
         })
     }
 

@@ -63,7 +63,7 @@ pub(super) fn config_text(sc: &SwitchScenario, lambda: f64, rule: &str) -> Strin
     let quantum = sc.quantum_bytes.max(sc.mtu + 22);
     let mut text = format!(
         "[interfaces]\ninside = \"sim0\"\noutside = \"sim1\"\nmtu = {mtu}\n\
-         [daemon]\nvnet_hdr = false\n\
+         [daemon]\nvnet_hdr = false\npool_share = 0\n\
          [link]\nrate = {rate}\nbuffer = {buffer}\nquantum = {quantum}\nburst = {quantum}\n\
          marking = \"{rule}\"\nrtt = \"{rtt}ns\"\nlambda = {lambda}\nbeta = {beta}\n\
          [default]\nlink = false\n",

@@ -66,9 +66,10 @@ fn a_flooded_class_leaves_the_frame_pool_to_the_others() {
     }
     let held = rig.engine.class_queued("flood");
     let slots = rig.pool.capacity() as u64;
-    // At most POOL_SHARE times what is left free: 4/5 of the pool, less a receive batch.
-    assert!(held <= slots * POOL_SHARE / (POOL_SHARE + 1) + 1, "{held}");
-    assert!(held >= slots * POOL_SHARE / (POOL_SHARE + 1) - 64, "{held}");
+    // At most `pool_share` (4) times what is left free: 4/5 of the pool, less a receive batch.
+    let share = u64::from(crate::config::DEFAULT_POOL_SHARE);
+    assert!(held <= slots * share / (share + 1) + 1, "{held}");
+    assert!(held >= slots * share / (share + 1) - 64, "{held}");
     assert!(rig.engine.counters().dropped_pool_share > 0);
     // Another class still finds slots, and nothing of it is dropped.
     let bulk: Vec<_> = (0..200).map(|i| tcp(41000 + i, 5201, FULL, 0)).collect();
