@@ -293,6 +293,15 @@ struct ClassState {
     stamped_bytes: u64,
 }
 
+impl ClassState {
+    /// Takes one entry of `wire` bytes, in a large slot or not, off the class's counts.
+    fn left(&mut self, wire: u64, large: bool) {
+        self.queued = self.queued.saturating_sub(1);
+        self.queued_bytes = self.queued_bytes.saturating_sub(wire);
+        self.queued_large = self.queued_large.saturating_sub(u64::from(large));
+    }
+}
+
 /// The shaping pipeline. See the module docs.
 pub struct Engine {
     // Hot, per packet.
@@ -322,6 +331,11 @@ pub struct Engine {
     /// The first large slot of the frame pool (`FramePool::is_large`), learnt at each
     /// [`Engine::receive`]; `u32::MAX` before the first.
     large_from: u32,
+    /// `daemon.pool_share` of the configuration in force ([`Engine::admit`]).
+    pool_share: u64,
+    /// Whether a fair queue exists (some class is or was fair): admission then adds what a
+    /// class holds there.
+    fair_any: bool,
     /// Longest delay the wheel holds: horizon minus one slot.
     max_delay: Duration,
     /// Receiver-side ACK shaping of the reverse direction ([`crate::ack_shaping`]).
@@ -390,6 +404,8 @@ impl Engine {
             cuts: Cuts::new(pool_slots),
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
             large_from: u32::MAX,
+            pool_share: u64::from(config.daemon.pool_share),
+            fair_any: false,
             max_delay: Duration::from_nanos(max_delay),
             acks: AckShaping::new(config, &metrics, seed),
             fair: fair::Fair::new(pool_slots, wheel_config.pool_packets),
@@ -523,6 +539,7 @@ impl Engine {
         }
         self.install_classes(new)?;
         self.fair_configure(new);
+        self.pool_share = u64::from(new.daemon.pool_share);
         self.acks.reload(new);
         self.config = new.clone();
         Ok(plan)
@@ -951,14 +968,12 @@ impl Engine {
     }
 
     /// Takes entry `pkt` (`wire` bytes) off its class's counts when it leaves the wheel or the
-    /// link, sent, discarded or dropped.
+    /// link, discarded or dropped ([`Engine::depart`] counts a sent one).
     fn count_left(&mut self, pkt: PacketRef, wire: u64) {
         let (slot, _) = pieces::decode(pkt.id);
         let large = slot >= self.large_from;
         if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
-            state.queued = state.queued.saturating_sub(1);
-            state.queued_bytes = state.queued_bytes.saturating_sub(wire);
-            state.queued_large = state.queued_large.saturating_sub(u64::from(large));
+            state.left(wire, large);
         }
     }
 
@@ -974,18 +989,24 @@ impl Engine {
         let Some(s) = self.classes.get(index) else {
             return Ok(());
         };
-        let (fair_packets, fair_bytes) = self.fair_class_load(index);
-        let (packets, bytes) = (s.queued + fair_packets, s.queued_bytes + fair_bytes);
+        let (mut packets, mut bytes) = (s.queued, s.queued_bytes);
+        if self.fair_any {
+            let (fair_packets, fair_bytes) = self.fair_class_load(index);
+            packets += fair_packets;
+            bytes += fair_bytes;
+        }
         if packets >= s.bound.0 || bytes.saturating_add(len) > s.bound.1 {
             return Err(DropReason::QueueFull);
         }
-        let (held, free) = if pool.is_large(id) {
+        if self.pool_share == 0 {
+            return Ok(());
+        }
+        let (held, free) = if id >= self.large_from {
             (s.queued_large, pool.available_large())
         } else {
             (s.queued - s.queued_large, pool.available_small())
         };
-        let share = u64::from(self.config.daemon.pool_share);
-        if share > 0 && held >= share.saturating_mul(free as u64) {
+        if held >= self.pool_share.saturating_mul(free as u64) {
             return Err(DropReason::PoolShare);
         }
         Ok(())
@@ -1118,8 +1139,9 @@ impl Engine {
             }
         }
         let wire = self.wire_bytes(pkt);
-        self.count_left(pkt, wire);
+        let large = slot >= self.large_from;
         if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+            state.left(wire, large);
             state.unpublished.0 += 1;
             state.unpublished.1 += wire;
         }

@@ -192,6 +192,7 @@ impl Engine {
         let Some(q) = f.queue.as_mut() else {
             return;
         };
+        self.fair_any = true;
         let n = u16::try_from(self.classes.len()).unwrap_or(u16::MAX);
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
