@@ -406,8 +406,8 @@ fn refusals_seen(name: &str, r: &Run) -> ByReason {
 
 /// The refusals the abusive clients saw and those the endpoint counted, by reason (the
 /// scrapes, when answered, are not refusals), printed; polls the counters until they match the
-/// refusals seen (a connection is counted when its thread ends, just after its answer), at most
-/// [`GUARD`].
+/// refusals seen (a connection is counted when its thread ends, just after its answer), plus in
+/// `busy` at most the scrapes that failed, at most [`GUARD`].
 fn refusals(name: &str, r: &Run) -> (ByReason, ByReason) {
     let seen = refusals_seen(name, r);
     let counted = || -> ByReason {
@@ -425,8 +425,22 @@ fn refusals(name: &str, r: &Run) -> (ByReason, ByReason) {
         .filter(|&(_, n)| n > 0)
         .collect()
     };
+    // A scrape that failed may have been refused as `busy`, with no answer to show for it
+    // (`metrics::http` closes without reading its request, so the scraper sees a reset).
+    let failed_scrapes = r.scrapes.iter().filter(|(_, s)| s.is_err()).count() as u64;
+    let settled = |c: &ByReason| {
+        let busy = |m: &ByReason| m.get("busy").copied().unwrap_or(0);
+        let others = |m: &ByReason| {
+            m.iter()
+                .filter(|(k, _)| **k != "busy")
+                .map(|(k, v)| (*k, *v))
+                .collect::<Vec<_>>()
+        };
+        others(c) == others(&seen)
+            && (busy(&seen)..=busy(&seen) + failed_scrapes).contains(&busy(c))
+    };
     let start = Instant::now();
-    while counted() != seen && start.elapsed() < GUARD {
+    while !settled(&counted()) && start.elapsed() < GUARD {
         std::thread::sleep(Duration::from_millis(20));
     }
     let by_code = |v: &[Answer]| {
