@@ -20,14 +20,15 @@
 //! the loop's thread), every frame is accounted for (`common::assert_every_frame_accounted`, the
 //! frame pool's slots all returned, and each raw frame sent reached the loop or its socket's
 //! drop counter), and the metrics endpoint, served in the shaper's namespace, answered a scrape
-//! in each second of the flood. Each test prints its per-second figures (`--nocapture`).
+//! in each second of the flood within [`SCRAPE_WITHIN`] (the scraper gives up after it). Each
+//! test prints its per-second figures (`--nocapture`).
 //!
 //! Skips, saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
 
 mod common;
 
 use metronome_daemon::config::Config;
-use metronome_daemon::metrics::stats::scrape;
+use metronome_daemon::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::Control;
 use metronome_testbed::flood::frames::{self, Spoof, SpoofProtocol};
@@ -73,6 +74,9 @@ const TCP_AFTER: Duration = Duration::from_millis(800);
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the receiver's veth counters are read.
 const LINK_SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// How long a scrape may take before the scraper gives up: 1 s, the target that a scrape
+/// answers within 1 s under every abuse.
+const SCRAPE_WITHIN: Duration = Duration::from_secs(1);
 /// The TCP ports of the `tcp` class.
 const TCP_PORTS: std::ops::RangeInclusive<u16> = 5201..=5204;
 /// The UDP flood's port (class `udp`).
@@ -210,7 +214,12 @@ fn run(
                 std::thread::sleep(at.saturating_sub(origin.elapsed()));
                 let addr = server.addr();
                 let asked = Instant::now();
-                let body = topo.shaper.run(move || scrape(addr)).unwrap();
+                // The scraper gives up after 1 s: the target is that a scrape answers within
+                // 1 s under every abuse, so a slower answer fails here, with no timed assert.
+                let body = topo
+                    .shaper
+                    .run(move || scrape_bounded(addr, MAX_RESPONSE_BYTES, SCRAPE_WITHIN))
+                    .unwrap();
                 scrapes.push(
                     body.map(|b| (asked.elapsed(), b))
                         .map_err(|e| e.to_string()),
