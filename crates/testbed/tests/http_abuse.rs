@@ -13,9 +13,10 @@
 //! ran (`metronome_testbed::flood::spawn_checked_shaper`; a failed check panics the loop's
 //! thread); in every second of the abuse the TCP sinks' goodput is within [`TOLERANCE`] of the
 //! `tcp` class's rate in payload and the receiver's veth carries at most the sum of the limits
-//! plus [`WIRE_OVER`]; every abusive connection got a refusal (413, 431, 408 or 503) and
+//! plus [`WIRE_OVER`]; every abusive connection got a refusal (413, 431, 408 or 503) or was
+//! closed unanswered to make room for a newer one (`idle`), and
 //! `metronome_metrics_http_refused_total{reason}` counts each one under the reason its answer
-//! stands for, with at least one of each (`body`, `too_large`, `timeout`, `busy`); and in every
+//! stands for, with at least one of each (`body`, `too_large`, `timeout`, `idle`); and in every
 //! second of the abuse a scrape answers, with the scraper itself giving up after
 //! [`SCRAPE_WITHIN`] (`metrics::stats::scrape_bounded`): the target is that a scrape answers
 //! within 1 s under every abuse, so no other assertion is made on its time. Prints its
@@ -96,8 +97,12 @@ fn config() -> Config {
     Config::from_toml_str(text, "http_abuse.toml").unwrap()
 }
 
-/// What one abusive connection got: the status code of the answer it read, or why it read none.
+/// What one abusive connection got: the status code of the answer it read ([`CLOSED`] for a
+/// connection the endpoint closed without an answer), or why it read none.
 type Answer = Result<u16, String>;
+
+/// The "status" of a connection closed without an answer: made room for a newer one.
+const CLOSED: u16 = 0;
 
 /// The status code at the start of `response`, if it is an HTTP status line.
 fn status_of(response: &[u8]) -> Option<u16> {
@@ -117,6 +122,11 @@ fn answer_of(stream: &mut TcpStream) -> Answer {
         // A reset after the answer arrived (the endpoint closed with bytes of ours unread)
         // still leaves the answer.
         (Some(code), _) => Ok(code),
+        // Closed, or reset, before a byte of an answer: evicted to make room.
+        (None, Ok(_)) if out.is_empty() => Ok(CLOSED),
+        (None, Err(e)) if out.is_empty() && e.kind() == std::io::ErrorKind::ConnectionReset => {
+            Ok(CLOSED)
+        }
         (None, Err(e)) => Err(format!("{e} after {} bytes", out.len())),
         (None, Ok(_)) => Err(format!(
             "no status line in {:?}",
@@ -372,6 +382,7 @@ fn reason_of(code: u16) -> Option<&'static str> {
         400 => "bad_request",
         405 => "method",
         404 => "not_found",
+        CLOSED => "idle",
         _ => return None,
     })
 }
@@ -419,6 +430,7 @@ fn refusals(name: &str, r: &Run) -> (ByReason, ByReason) {
             "bad_request",
             "method",
             "not_found",
+            "idle",
         ]
         .into_iter()
         .map(|reason| (reason, refused(&r.metrics, reason)))
@@ -535,7 +547,7 @@ fn assert_held(name: &str, r: &Run) {
         counted, seen,
         "{name}: refusals counted vs seen by the clients"
     );
-    for reason in ["body", "too_large", "timeout", "busy"] {
+    for reason in ["body", "too_large", "timeout", "idle"] {
         assert!(
             seen.get(reason).copied().unwrap_or(0) >= 1,
             "{name}: no {reason}"

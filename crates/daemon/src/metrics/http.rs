@@ -19,8 +19,14 @@
 //! * every read waits at most [`READ_TIMEOUT`], every write [`WRITE_TIMEOUT`], and a connection
 //!   lives at most [`CONNECTION_DEADLINE`] in all; a request head not complete in time is
 //!   answered `408` and closed;
-//! * at most [`MAX_CONNECTIONS`] connections are served at once, each on a thread of its own;
-//!   one more is answered `503` by the accepting thread with one non-blocking write and closed;
+//! * at most [`MAX_CONNECTIONS`] connections are served at once, each on a thread of its own.
+//!   When all are taken, a new connection takes the place of the oldest one that has not sent
+//!   its request yet (no complete head and no byte waiting to be read): that one is closed
+//!   without an answer and counted `idle`, so idle or trickling clients cannot lock a scraper,
+//!   which sends its request at once, out (Envoy's overload manager sheds the same way). When
+//!   every connection is being answered (or as many are still closing), the new one is answered
+//!   `503` by the accepting thread with one non-blocking write and closed: at most twice
+//!   [`MAX_CONNECTIONS`] threads ever run;
 //! * only `GET` and `HEAD` of `/metrics` (any query string) are answered `200`; another path
 //!   gets `404`, another method `405`, a malformed head `400`;
 //! * every response carries `Connection: close` and the connection is closed after it (no
@@ -46,8 +52,9 @@ use prometheus_client::registry::Registry;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Largest request line plus headers, bytes: 8 KiB, the default header limit of nginx
@@ -74,6 +81,12 @@ pub const ACCEPT_POLL: Duration = Duration::from_millis(100);
 /// was refused with bytes still unread (a body it sent anyway) would otherwise get a TCP reset
 /// instead of the response (RFC 9112 §9.6). Read within the connection's deadline.
 const LINGER_BYTES: usize = 64 * 1024;
+/// How long the accepting thread waits for evicted connections' threads to end before it
+/// looks again, and how many times at most (1 ms, 10 times): a burst of idle connections is
+/// shed without refusing the scraper among them, and the thread never waits long.
+const EVICTION_WAIT: Duration = Duration::from_millis(1);
+/// Most waits of [`EVICTION_WAIT`] for one connection (see there).
+const EVICTION_WAITS: usize = 10;
 /// Bytes read from the socket per call.
 const READ_CHUNK: usize = 1024;
 /// Content type of the OpenMetrics text format that `prometheus-client` encodes.
@@ -306,11 +319,14 @@ pub enum Refusal {
     Method,
     /// `404`: a path other than `/metrics`.
     NotFound,
+    /// No answer: the connection had not sent its request when every slot was taken, and was
+    /// closed to make room for a new one.
+    Idle,
 }
 
 impl Refusal {
     /// Every reason, in label order.
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::TooLarge,
         Refusal::Body,
         Refusal::Timeout,
@@ -318,6 +334,7 @@ impl Refusal {
         Refusal::BadRequest,
         Refusal::Method,
         Refusal::NotFound,
+        Refusal::Idle,
     ];
 
     /// The label value.
@@ -330,6 +347,7 @@ impl Refusal {
             Refusal::BadRequest => "bad_request",
             Refusal::Method => "method",
             Refusal::NotFound => "not_found",
+            Refusal::Idle => "idle",
         }
     }
 
@@ -343,6 +361,8 @@ impl Refusal {
             Refusal::BadRequest => (400, "Bad Request"),
             Refusal::Method => (405, "Method Not Allowed"),
             Refusal::NotFound => (404, "Not Found"),
+            // Never sent: an idle connection is closed without an answer.
+            Refusal::Idle => (408, "Request Timeout"),
         }
     }
 
@@ -395,7 +415,7 @@ impl RefusalCounters {
     /// Registers the family in `r`.
     pub(crate) fn register(&self, r: &mut Registry) {
         let help = "Connections the metrics endpoint refused, by reason (too_large, body, \
-                    timeout, busy, bad_request, method, not_found)";
+                    timeout, busy, bad_request, method, not_found, idle)";
         r.register("metrics_http_refused", help, self.family.clone());
     }
 
@@ -409,8 +429,50 @@ struct Shared {
     metrics: Metrics,
     limits: HttpLimits,
     stop: Arc<AtomicBool>,
-    /// Connections being served (threads started and not yet finished).
-    active: AtomicUsize,
+    /// The connections whose threads run, oldest first.
+    slots: Mutex<Vec<Slot>>,
+    /// The next connection's id.
+    next_id: AtomicU64,
+}
+
+/// One connection whose thread runs.
+struct Slot {
+    id: u64,
+    /// A second handle of the connection's socket, to close it when it is evicted.
+    stream: TcpStream,
+    /// Still reading its request head.
+    reading: bool,
+    /// Closed to make room ([`Refusal::Idle`]); its thread is ending.
+    evicted: bool,
+}
+
+impl Shared {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Connection `id` has its request head: it can no longer be evicted.
+    fn answering(&self, id: u64) {
+        if let Some(slot) = self.slots().iter_mut().find(|s| s.id == id) {
+            slot.reading = false;
+        }
+    }
+
+    /// Connection `id`'s thread ends; returns whether it was evicted.
+    fn finished(&self, id: u64) -> bool {
+        let mut slots = self.slots();
+        let Some(k) = slots.iter().position(|s| s.id == id) else {
+            return false;
+        };
+        slots.remove(k).evicted
+    }
+}
+
+/// Whether a byte waits to be read on `stream` (a non-blocking peek, which leaves the socket's
+/// own blocking mode, shared with its thread, alone).
+fn has_pending(stream: &TcpStream) -> bool {
+    let flags = nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+    matches!(nix::sys::socket::recv(stream.as_raw_fd(), &mut [0u8; 1], flags), Ok(n) if n > 0)
 }
 
 /// Accepts connections on `listener` until `stop` is set: the body of the server's thread.
@@ -424,7 +486,8 @@ pub(crate) fn accept_loop(
         metrics,
         limits,
         stop,
-        active: AtomicUsize::new(0),
+        slots: Mutex::new(Vec::new()),
+        next_id: AtomicU64::new(0),
     });
     let poll_ms = u16::try_from(ACCEPT_POLL.as_millis()).unwrap_or(u16::MAX);
     if let Err(e) = listener.set_nonblocking(true) {
@@ -466,33 +529,92 @@ fn accept_pending(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-/// Hands `stream` to a thread of its own, or answers `503` if the cap is reached. Only the
-/// accepting thread adds to `active`, so the cap holds.
+/// Hands `stream` to a thread of its own, making room by evicting the oldest connection that
+/// has not sent its request, or answers `503` (see the module docs). Only the accepting
+/// thread adds slots, so the caps hold.
 fn dispatch(stream: TcpStream, shared: &Arc<Shared>) {
     let refusals = &shared.metrics.inner.http_refused;
-    if shared.active.load(Ordering::Acquire) >= shared.limits.max_connections {
-        send_now(&stream, &Refusal::Busy.response());
-        refusals.count(Refusal::Busy);
-        return;
+    let max = shared.limits.max_connections;
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    // Evicted connections' threads end at once (their reads return): give them a moment
+    // rather than refusing while a burst of connections is being shed.
+    for _ in 0..EVICTION_WAITS {
+        let slots = shared.slots();
+        if slots.iter().filter(|s| s.evicted).count() < max {
+            break;
+        }
+        drop(slots);
+        std::thread::sleep(EVICTION_WAIT);
     }
-    shared.active.fetch_add(1, Ordering::AcqRel);
+    {
+        let mut slots = shared.slots();
+        let evicted = slots.iter().filter(|s| s.evicted).count();
+        if slots.len() - evicted >= max {
+            let victim = (evicted < max)
+                .then(|| {
+                    slots
+                        .iter_mut()
+                        .find(|s| !s.evicted && s.reading && !has_pending(&s.stream))
+                })
+                .flatten();
+            let Some(victim) = victim else {
+                drop(slots);
+                refuse_now(&stream, Refusal::Busy);
+                refusals.count(Refusal::Busy);
+                return;
+            };
+            victim.evicted = true;
+            let _ = victim.stream.shutdown(Shutdown::Both);
+            refusals.count(Refusal::Idle);
+        }
+        let Ok(handle) = stream.try_clone() else {
+            drop(slots);
+            refuse_now(&stream, Refusal::Busy);
+            refusals.count(Refusal::Busy);
+            return;
+        };
+        slots.push(Slot {
+            id,
+            stream: handle,
+            reading: true,
+            evicted: false,
+        });
+    }
     let worker = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("metrics-conn".into())
         .spawn(move || {
-            let refusal = serve_connection(stream, &worker.metrics, &worker.limits);
+            let refusal = serve_connection(stream, &worker, id);
             // The stream is closed: free the slot, then count, so that a count seen by a
-            // test means the slot is free.
-            worker.active.fetch_sub(1, Ordering::AcqRel);
-            if let Some(r) = refusal {
+            // test means the slot is free. An evicted connection was counted when evicted.
+            let evicted = worker.finished(id);
+            if let (Some(r), false) = (refusal, evicted) {
                 worker.metrics.inner.http_refused.count(r);
             }
         });
     if let Err(e) = spawned {
         // The closure, and the stream with it, is dropped: the connection is closed.
-        shared.active.fetch_sub(1, Ordering::AcqRel);
+        shared.finished(id);
         refusals.count(Refusal::Busy);
         tracing::warn!("metrics endpoint: cannot start a connection thread: {e}");
+    }
+}
+
+/// Answers `refusal` with one non-blocking write, reads off what the client already sent (so
+/// that the close does not reset the connection before the answer is read) and closes.
+fn refuse_now(stream: &TcpStream, refusal: Refusal) {
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    send_now(stream, &refusal.response());
+    let _ = stream.shutdown(Shutdown::Write);
+    let mut chunk = [0u8; READ_CHUNK];
+    let mut drained = 0;
+    while drained < MAX_HEAD_BYTES {
+        match (&*stream).read(&mut chunk) {
+            Ok(n) if n > 0 => drained += n,
+            _ => return,
+        }
     }
 }
 
@@ -506,18 +628,16 @@ fn send_now(stream: &TcpStream, response: &[u8]) {
 
 /// Serves one connection: reads one request head, answers, closes. Returns the refusal to
 /// count, if any.
-fn serve_connection(
-    mut stream: TcpStream,
-    metrics: &Metrics,
-    limits: &HttpLimits,
-) -> Option<Refusal> {
+fn serve_connection(mut stream: TcpStream, shared: &Shared, id: u64) -> Option<Refusal> {
+    let (metrics, limits) = (&shared.metrics, &shared.limits);
     let deadline = Instant::now() + limits.connection_deadline;
     if let Err(e) = stream.set_nonblocking(false) {
         tracing::warn!("metrics endpoint: cannot set up a connection: {e}");
         return None;
     }
     let _ = stream.set_nodelay(true);
-    let (response, refusal) = match read_head(&mut stream, metrics, limits, deadline) {
+    let head_read = || shared.answering(id);
+    let (response, refusal) = match read_head(&mut stream, (metrics, limits), deadline, head_read) {
         HeadOutcome::Answer(response, refusal) => (response, refusal),
         HeadOutcome::Gone(refusal) => return refusal,
         HeadOutcome::TimedOut => {
@@ -548,17 +668,22 @@ enum HeadOutcome {
     TimedOut,
 }
 
+/// Reads a request head and makes its answer; calls `head_read` as soon as the head is
+/// complete (before the metrics are encoded), so that the connection is no longer evicted.
 fn read_head(
     stream: &mut TcpStream,
-    metrics: &Metrics,
-    limits: &HttpLimits,
+    (metrics, limits): (&Metrics, &HttpLimits),
     deadline: Instant,
+    head_read: impl FnOnce(),
 ) -> HeadOutcome {
     let mut buf = Vec::with_capacity(READ_CHUNK);
     let mut chunk = [0u8; READ_CHUNK];
     loop {
         match parse_request(&buf, limits.max_head_bytes) {
-            Ok(Some(request)) => return answer(&request, metrics),
+            Ok(Some(request)) => {
+                head_read();
+                return answer(&request, metrics);
+            }
             Err(e) => {
                 let refusal = e.refusal();
                 return HeadOutcome::Answer(refusal.response(), Some(refusal));
