@@ -7,7 +7,8 @@
 //!   charged by design to the default class (`[daemon] malformed` and `non_ip` at their default,
 //!   `default`), limited to 50 Mbit/s;
 //! * TCP segments of 118 bytes from a raw socket at up to 130 000 frames/s for 8 s, each from a
-//!   5-tuple never seen before (about a million in all), into class `spoof`.
+//!   5-tuple never seen before (about a million in all), into class `spoof`, limited to
+//!   10 Mbit/s ([`SPOOFED_LIMIT_BPS`] says why not 50).
 //!
 //! The configuration is otherwise the daemon's defaults (no `burst`, `backpressure` or
 //! `horizon_policy`). Asserted for every second of the flood, measured at the receiver
@@ -46,6 +47,14 @@ use std::time::{Duration, Instant};
 const TCP_LIMIT_BPS: f64 = 211e6;
 /// The flooded class's rate, bit/s of frame bytes.
 const FLOODED_LIMIT_BPS: f64 = 50e6;
+/// The rate of the class the spoofed segments flood, bit/s of frame bytes: 10 Mbit/s, 10 600 of
+/// its 118-byte frames a second. At 50 Mbit/s the class itself sends 53 000 frames a second,
+/// and on this 2-core machine every one of them is also received by the receiving namespace's
+/// stack and the tap, in the daemon's thread (a veth transmit runs the far end's receive): the
+/// `tcp` class then measured -0.1 % to -11.1 % per second with the same 130 000 spoofed frames
+/// a second offered, against -0.0 % to -0.8 % at 10 Mbit/s (docs/results/hardening.md): the
+/// machine's packet rate, shared with the endpoints, not the spoofed tuples, sets that limit.
+const SPOOFED_LIMIT_BPS: f64 = 10e6;
 /// How far a well-behaved class's per-second rate may be from its target, and a flooded class's
 /// above its limit: 2 %, the isolation the shaper is asked to keep under a flood. The second
 /// before each flood (printed first) measured, for the `tcp` class's 201.8 Mbit/s of goodput:
@@ -162,6 +171,8 @@ struct Run {
     /// The TCP run's start, from the same origin.
     tcp_at: Duration,
     metrics: Metrics,
+    /// The flooded class's rate, bit/s of frame bytes.
+    flooded_limit_bps: f64,
 }
 
 /// Runs TCP into `tcp` and the flood `flood_of` makes for the topology beside it, through the
@@ -169,7 +180,7 @@ struct Run {
 fn run(
     name: &str,
     prefix: &str,
-    config: Config,
+    (config, flooded_limit_bps): (Config, f64),
     flood_of: impl FnOnce(&Topology) -> Flood,
     classify: Classify,
 ) -> Option<Run> {
@@ -258,6 +269,7 @@ fn run(
         checked,
         scrapes,
         metrics,
+        flooded_limit_bps,
     })
 }
 
@@ -353,7 +365,7 @@ fn assert_held(name: &str, r: &Run, seconds: usize) {
         }
     }
     let tcp_target = TCP_LIMIT_BPS / common::WIRE_PER_PAYLOAD;
-    let limits = TCP_LIMIT_BPS + FLOODED_LIMIT_BPS;
+    let limits = TCP_LIMIT_BPS + r.flooded_limit_bps;
     let flood = 1..p.tcp.len();
     let off = |v: &[f64], target: f64| -> Vec<String> {
         v[flood.clone()]
@@ -366,7 +378,7 @@ fn assert_held(name: &str, r: &Run, seconds: usize) {
          limit; wire {:?} of the limits' sum",
         off(&p.tcp, tcp_target),
         tcp_target / 1e6,
-        off(&p.flooded, FLOODED_LIMIT_BPS),
+        off(&p.flooded, r.flooded_limit_bps),
         off(&p.wire, limits),
     ));
 
@@ -396,7 +408,7 @@ fn assert_held(name: &str, r: &Run, seconds: usize) {
     // The flood reached the shaper and filled its class.
     let mean_flooded = p.flooded[flood.clone()].iter().sum::<f64>() / seconds as f64;
     assert!(
-        mean_flooded >= FLOODED_FULL * FLOODED_LIMIT_BPS,
+        mean_flooded >= FLOODED_FULL * r.flooded_limit_bps,
         "{name}: the flooded class carried {:.2} Mbit/s",
         mean_flooded / 1e6
     );
@@ -412,7 +424,7 @@ fn assert_held(name: &str, r: &Run, seconds: usize) {
             tcp_target / 1e6
         );
         assert!(
-            p.flooded[i] <= FLOODED_LIMIT_BPS * (1.0 + TOLERANCE),
+            p.flooded[i] <= r.flooded_limit_bps * (1.0 + TOLERANCE),
             "{name}: flood second {i}: the flooded class delivered {:.2} Mbit/s",
             p.flooded[i] / 1e6
         );
@@ -470,7 +482,13 @@ fn a_udp_flood_at_ten_times_its_rate_stays_in_its_class() {
         })
     };
     let config = config(extra, "flood_udp.toml");
-    let Some(r) = run("flood_udp", "mtr-fu", config, flood, udp_bucket) else {
+    let Some(r) = run(
+        "flood_udp",
+        "mtr-fu",
+        (config, FLOODED_LIMIT_BPS),
+        flood,
+        udp_bucket,
+    ) else {
         return;
     };
     if let Flooded::Udp(u) = &r.flooded {
@@ -495,7 +513,13 @@ fn malformed_frames_at_138_000_a_second_stay_in_the_default_class() {
         })
     };
     let config = config(extra, "flood_garbage.toml");
-    let Some(r) = run("flood_garbage", "mtr-fg", config, flood, default_bucket) else {
+    let Some(r) = run(
+        "flood_garbage",
+        "mtr-fg",
+        (config, FLOODED_LIMIT_BPS),
+        flood,
+        default_bucket,
+    ) else {
         return;
     };
     let Flooded::Raw(raw) = &r.flooded else {
@@ -525,7 +549,7 @@ fn malformed_frames_at_138_000_a_second_stay_in_the_default_class() {
 fn a_million_spoofed_5_tuples_stay_in_their_class() {
     let extra =
         "[[class]]\nname = \"spoof\"\nmatch = { protocol = \"tcp\", dst_port = \"6002\" }\n\
-                 rate = \"50mbit\"\n";
+                 rate = \"10mbit\"\n";
     let flood = |topo: &Topology| {
         Flood::Raw(RawFlood {
             kind: RawKind::Spoofed(Spoof {
@@ -542,7 +566,13 @@ fn a_million_spoofed_5_tuples_stay_in_their_class() {
         })
     };
     let config = config(extra, "flood_spoofed.toml");
-    let Some(r) = run("flood_spoofed", "mtr-fs", config, flood, spoof_bucket) else {
+    let Some(r) = run(
+        "flood_spoofed",
+        "mtr-fs",
+        (config, SPOOFED_LIMIT_BPS),
+        flood,
+        spoof_bucket,
+    ) else {
         return;
     };
     let Flooded::Raw(raw) = &r.flooded else {
