@@ -13,7 +13,14 @@
 //!    the action of `[daemon] non_ip` / `malformed` ([`crate::unclassified`]): by default they
 //!    are charged to the default class, so no frame escapes a configured limit; `pass` forwards
 //!    them at once, `drop` frees them.
-//! 3. **Backpressure, before stamping** so that a dropped packet consumes no rate:
+//! 3. **Admission** (`Engine::admit`): a frame that would take its class past its `queue`
+//!    bounds (frames and wire bytes waiting, by default one horizon at its rate) is dropped
+//!    under `queue_full`, and one of a class holding `daemon.pool_share` times the frame pool's
+//!    free slots under `pool_share`, before it takes a flow-table entry; so one class's
+//!    backlog cannot take the slots the others, and the receive path, need (a fair class sheds
+//!    from its fattest flow instead, [`fair`]).
+//!
+//!    **Backpressure, before stamping** so that a dropped packet consumes no rate:
 //!    `drop` discards a packet whose flow already has `limit` packets queued
 //!    (`DropReason::FlowLimit`); `ecn` looks at the delay the packet would wait — the largest
 //!    backlog of its policies, `Timestamper::backlog` — and above `threshold` sets CE on
