@@ -12,11 +12,13 @@
 //! otherwise (a failure under `METRONOME_REQUIRE_PRIVILEGED=1`). The topology (its own `mtr-pv`
 //! names) is removed on every path, and the daemon is killed if the test fails while it runs.
 
+mod common;
+
+use common::Daemon;
 use metronome_testbed::netns::{self, TopoError, Topology};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// CAP_NET_ADMIN (12) and CAP_NET_RAW (13), as `/proc/PID/status` shows a set: a hex mask.
@@ -27,27 +29,6 @@ const REOPENED: &str = "interface re-created; sockets reopened; resuming";
 /// The longest the daemon may take to send `READY=1`, or to reopen its ports: a bound against
 /// hanging on a broken run, not a measurement (either takes well under a second).
 const READY_WITHIN: Duration = Duration::from_secs(60);
-
-/// The daemon as a child process; killed if still running when dropped (a failed assertion).
-struct Daemon {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Daemon {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
 
 /// A fresh directory for one run's files, searchable by every user (the daemon may be nobody).
 fn scratch(name: &str) -> PathBuf {
@@ -68,47 +49,8 @@ fn start(topo: &Topology, dir: &Path, daemon_keys: &str) -> Daemon {
         topo.shaper_in, topo.shaper_out
     );
     std::fs::write(&config, text).unwrap();
-    let socket_path = dir.join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    // The daemon may send as nobody.
-    std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o777)).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let stderr = dir.join("stderr.log");
-    let child = Command::new("ip")
-        .args(["netns", "exec", topo.shaper.name()])
-        .arg(env!("CARGO_BIN_EXE_metronome"))
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("spawning ip netns exec metronome run");
-    let mut daemon = Daemon { child, stderr };
-    let started = Instant::now();
-    let mut buf = [0u8; 512];
-    loop {
-        if let Some(status) = daemon.child.try_wait().unwrap() {
-            panic!(
-                "the daemon exited ({status}) before READY=1:\n{}",
-                daemon.log()
-            );
-        }
-        assert!(
-            started.elapsed() < READY_WITHIN,
-            "no READY=1 within {READY_WITHIN:?}:\n{}",
-            daemon.log()
-        );
-        if let Ok(n) = socket.recv(&mut buf) {
-            if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
-                return daemon;
-            }
-        }
-    }
+    let files = (&*dir.join("notify.sock"), &*dir.join("stderr.log"));
+    common::start_daemon(topo, &config, files, "", READY_WITHIN)
 }
 
 /// The fields of a `/proc/.../status` file that matter here.

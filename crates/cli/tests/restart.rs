@@ -27,14 +27,16 @@
 //! (its own `mtr-rs` names) is removed on every path (its `Drop`), a daemon still running when
 //! the test fails is killed (`Daemon`'s `Drop`), and the test's scratch directory is removed.
 
+mod common;
+
+use common::Daemon;
 use metronome_daemon::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
 use metronome_testbed::compare::measure::WIRE_PER_PAYLOAD;
 use metronome_testbed::flood::{self, frames, per_second_bps, shifted, Tap, TapReport};
 use metronome_testbed::netns::{self, TopoError, Topology};
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan, TrafficReport};
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -80,44 +82,6 @@ const SCRAPE_WITHIN: Duration = Duration::from_secs(1);
 /// The longest the daemon may take to send `READY=1`, or to exit after SIGTERM: a bound against
 /// hanging on a broken run, not a measurement (either takes well under a second).
 const GUARD: Duration = Duration::from_secs(30);
-
-/// The daemon as a child process; killed if still running when dropped (a failed assertion).
-struct Daemon {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Daemon {
-    /// What it has logged so far.
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// Waits for it to exit, at most [`GUARD`].
-    fn wait(&mut self) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                start.elapsed() < GUARD,
-                "the daemon did not exit:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
 
 /// A directory of the test's own, removed when dropped.
 struct Scratch(PathBuf);
@@ -168,45 +132,9 @@ fn write_config(topo: &Topology, dir: &Path) -> PathBuf {
 /// Starts `metronome run --config CONFIG` in `topo`'s shaper namespace, its standard error in
 /// `dir/LABEL.log`; returns it once it has sent `READY=1` to a notify socket in `dir`.
 fn start(topo: &Topology, dir: &Path, config: &Path, label: &str) -> Daemon {
-    let socket_path = dir.join(format!("{label}.notify"));
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
+    let socket = dir.join(format!("{label}.notify"));
     let stderr = dir.join(format!("{label}.log"));
-    let child = Command::new("ip")
-        .args(["netns", "exec", topo.shaper.name()])
-        .arg(env!("CARGO_BIN_EXE_metronome"))
-        .arg("run")
-        .arg("--config")
-        .arg(config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("spawning ip netns exec metronome run");
-    let mut daemon = Daemon { child, stderr };
-    let started = Instant::now();
-    let mut buf = [0u8; 512];
-    loop {
-        if let Some(status) = daemon.child.try_wait().unwrap() {
-            panic!(
-                "the {label} daemon exited ({status}) before READY=1:\n{}",
-                daemon.log()
-            );
-        }
-        assert!(
-            started.elapsed() < GUARD,
-            "the {label} daemon sent no READY=1:\n{}",
-            daemon.log()
-        );
-        if let Ok(n) = socket.recv(&mut buf) {
-            if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
-                return daemon;
-            }
-        }
-    }
+    common::start_daemon(topo, config, (&socket, &stderr), label, GUARD)
 }
 
 /// One scrape of the endpoint in `topo`'s shaper namespace, the scraper giving up after
@@ -300,7 +228,7 @@ fn run(name: &str) -> Option<Run> {
         std::thread::sleep(KILL_AT.saturating_sub(origin.elapsed()));
         let kill_sent_at = origin.elapsed();
         old.child.kill().expect("SIGKILL");
-        let old_exit = old.wait();
+        let old_exit = old.wait(GUARD);
         let killed_at = origin.elapsed();
         std::thread::sleep(OUTAGE);
         let respawned_at = origin.elapsed();
@@ -313,7 +241,7 @@ fn run(name: &str) -> Option<Run> {
         let new_bytes = class_bytes(&scrape(&topo));
         stop.store(true, Ordering::Release);
         terminate(&new);
-        let new_exit = new.wait();
+        let new_exit = new.wait(GUARD);
         Run {
             tcp_at: tcp.started.saturating_duration_since(origin),
             tcp,

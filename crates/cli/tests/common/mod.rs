@@ -1,0 +1,104 @@
+//! The built `metronome` binary as a process in the shaper namespace of a test topology, for
+//! this crate's tests (`privileges.rs`, `restart.rs`): started with `ip netns exec` (which execs
+//! it in place, so the child's pid is the daemon's) and a `NOTIFY_SOCKET` of the test's, and
+//! killed if the test ends while it runs.
+
+use metronome_testbed::netns::Topology;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `metronome run`; killed when dropped while it still runs.
+pub struct Daemon {
+    pub child: Child,
+    stderr: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Daemon {
+    /// What it has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits for it to exit, at most `within`.
+    #[allow(dead_code)] // one of the tests that include this module waits with `child.wait`
+    pub fn wait(&mut self, within: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < within,
+                "the daemon did not exit:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Starts `metronome run --config CONFIG` in `topo`'s shaper namespace, its notify socket at
+/// `socket` (writable by every user: the daemon may have switched to another) and its standard
+/// error in `stderr`; returns it once it has sent `READY=1`, at most `within` later. `label`
+/// names it in a failure's message.
+pub fn start_daemon(
+    topo: &Topology,
+    config: &Path,
+    (socket, stderr): (&Path, &Path),
+    label: &str,
+    within: Duration,
+) -> Daemon {
+    let notify = UnixDatagram::bind(socket).unwrap();
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", topo.shaper.name()])
+        .arg(env!("CARGO_BIN_EXE_metronome"))
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .env("NOTIFY_SOCKET", socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(stderr).unwrap())
+        .spawn()
+        .expect("spawning ip netns exec metronome run");
+    let mut daemon = Daemon {
+        child,
+        stderr: stderr.to_path_buf(),
+    };
+    let started = Instant::now();
+    let mut buf = [0u8; 512];
+    loop {
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            panic!(
+                "the {label} daemon exited ({status}) before READY=1:\n{}",
+                daemon.log()
+            );
+        }
+        assert!(
+            started.elapsed() < within,
+            "the {label} daemon sent no READY=1 within {within:?}:\n{}",
+            daemon.log()
+        );
+        if let Ok(n) = notify.recv(&mut buf) {
+            if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
+                return daemon;
+            }
+        }
+    }
+}
