@@ -523,14 +523,7 @@ fn assert_held(name: &str, r: &Run) {
     ));
 
     // The loop stayed up (its report came back) and was checked all along.
-    let expected_checks = (ABUSE_FOR.as_millis() / CHECK_EVERY.as_millis()) as u64 / 2;
-    assert!(
-        r.checked.checks >= expected_checks,
-        "{name}: {} checks",
-        r.checked.checks
-    );
-    assert_eq!(r.checked.pool_in_use, 0, "{name}: pool slots left in use");
-    common::assert_every_frame_accounted(l, name);
+    common::assert_checked_loop(&r.checked, (ABUSE_FOR, CHECK_EVERY), name);
     // A scrape answered in each second of the abuse, within the scraper's own 1 s.
     assert_eq!(r.scrapes.len(), seconds, "{name}");
     for (at, s) in &r.scrapes {

@@ -118,6 +118,26 @@ pub fn wire_of_payload(payload_bps: f64) -> f64 {
     payload_bps * WIRE_PER_PAYLOAD
 }
 
+/// The loop of `metronome_testbed::flood::spawn_checked_shaper` stayed up and was checked
+/// along the way: its engine's invariants at least every other period of `check_every` over
+/// `ran`, no pool slot left in use, and every frame accounted for
+/// ([`assert_every_frame_accounted`]). `who` names the loop in the failure message.
+#[allow(dead_code)] // not every test that includes this module runs a checked loop
+pub fn assert_checked_loop(
+    checked: &metronome_testbed::flood::CheckedReport,
+    (ran, check_every): (std::time::Duration, std::time::Duration),
+    who: &str,
+) {
+    let expected = (ran.as_millis() / check_every.as_millis().max(1)) as u64 / 2;
+    assert!(
+        checked.checks >= expected,
+        "{who}: {} checks",
+        checked.checks
+    );
+    assert_eq!(checked.pool_in_use, 0, "{who}: pool slots left in use");
+    assert_every_frame_accounted(&checked.report, who);
+}
+
 /// Every frame the loop's inside port delivered is sent, dropped under a name, or was queued:
 /// nothing is lost silently. A super-frame cut into pieces is one frame received and one wheel
 /// entry (and one transmitted frame) per piece, so the entries beyond the first
