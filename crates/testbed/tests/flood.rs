@@ -342,8 +342,51 @@ impl PerSecond {
     }
 }
 
-/// The per-second targets, the frame accounting and the scrapes of a run.
-fn assert_held(name: &str, r: &Run, seconds: usize) {
+/// One flood test at a time in this binary: the tests would share the machine's two cores and
+/// measure each other (run together, the TCP senders fell 9 % to 63 % short).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `attempt` (one whole run, making every assertion of [`assert_held`] but the `tcp`
+/// class's shortfall, and returning the `tcp` class's deviation in each second of the flood;
+/// `None` when skipped) at most twice, one flood test at a time: it holds when every second is
+/// within [`TOLERANCE`]. A second run is made only when the first fell short by at most
+/// `common::RETRY_BOUND_TOLERANCES` tolerances (load on this shared machine slows the kernel
+/// TCP senders, it never makes the shaper send more; CONTRIBUTING.md, privileged tests); every
+/// attempt's line goes to standard error, uncaptured.
+fn tcp_holds_in_two_attempts(name: &str, mut attempt: impl FnMut() -> Option<Vec<f64>>) {
+    let _one = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut lines = Vec::new();
+    for k in 1..=2 {
+        let Some(deviations) = attempt() else {
+            return;
+        };
+        let worst = deviations.iter().copied().fold(0.0f64, f64::min);
+        let line = format!(
+            "{name}: tcp's worst second {:+.2} % off (attempt {k}, tolerance {:.1} %)",
+            worst * 100.0,
+            TOLERANCE * 100.0
+        );
+        common::uncaptured(&line);
+        lines.push(line);
+        if worst >= -TOLERANCE {
+            return;
+        }
+        assert!(
+            worst >= -common::RETRY_BOUND_TOLERANCES * TOLERANCE,
+            "{} (no retry: more than {} tolerances short)",
+            lines.join("; "),
+            common::RETRY_BOUND_TOLERANCES
+        );
+    }
+    panic!("{}", lines.join("; "));
+}
+
+/// The per-second targets, the frame accounting and the scrapes of a run; returns the `tcp`
+/// class's deviation from its target in each second of the flood (its shortfall is asserted by
+/// [`tcp_holds_in_two_attempts`], a second above the tolerance here).
+fn assert_held(name: &str, r: &Run, seconds: usize) -> Vec<f64> {
     let p = PerSecond::of(r, seconds);
     p.print(name);
     let l = &r.checked.report;
@@ -408,10 +451,12 @@ fn assert_held(name: &str, r: &Run, seconds: usize) {
     );
     // Per second of the flood: the well-behaved class holds its rate, the flooded one its limit,
     // the wire the sum of the limits.
+    let mut deviations = Vec::new();
     for i in flood {
         let tcp = p.tcp[i] / tcp_target - 1.0;
+        deviations.push(tcp);
         assert!(
-            tcp.abs() <= TOLERANCE,
+            tcp <= TOLERANCE,
             "{name}: flood second {i}: tcp goodput {:.2} Mbit/s, {:+.2} % off {:.2}",
             p.tcp[i] / 1e6,
             tcp * 100.0,
@@ -428,6 +473,7 @@ fn assert_held(name: &str, r: &Run, seconds: usize) {
             p.wire[i] / 1e6
         );
     }
+    deviations
 }
 
 /// The value of the first line of the metrics `text` starting with `prefix`, 0 when absent.
@@ -475,25 +521,25 @@ fn a_udp_flood_at_ten_times_its_rate_stays_in_its_class() {
             duration: Duration::from_secs(4),
         })
     };
-    let config = config(extra, "flood_udp.toml");
-    let Some(r) = run(
-        "flood_udp",
-        "mtr-fu",
-        (config, FLOODED_LIMIT_BPS),
-        flood,
-        udp_bucket,
-    ) else {
-        return;
-    };
-    if let Flooded::Udp(u) = &r.flooded {
-        let g = &u.groups[0];
-        println!(
-            "flood_udp: UDP offered {:.1} Mbit/s of payload, received {:.1}",
-            g.sent_bytes as f64 * 8.0 / u.elapsed.as_secs_f64() / 1e6,
-            g.bytes as f64 * 8.0 / u.elapsed.as_secs_f64() / 1e6
-        );
-    }
-    assert_held("flood_udp", &r, 4);
+    tcp_holds_in_two_attempts("flood_udp", || {
+        let config = config(extra, "flood_udp.toml");
+        let r = run(
+            "flood_udp",
+            "mtr-fu",
+            (config, FLOODED_LIMIT_BPS),
+            flood,
+            udp_bucket,
+        )?;
+        if let Flooded::Udp(u) = &r.flooded {
+            let g = &u.groups[0];
+            println!(
+                "flood_udp: UDP offered {:.1} Mbit/s of payload, received {:.1}",
+                g.sent_bytes as f64 * 8.0 / u.elapsed.as_secs_f64() / 1e6,
+                g.bytes as f64 * 8.0 / u.elapsed.as_secs_f64() / 1e6
+            );
+        }
+        Some(assert_held("flood_udp", &r, 4))
+    });
 }
 
 #[test]
@@ -506,37 +552,38 @@ fn malformed_frames_at_138_000_a_second_stay_in_the_default_class() {
             duration: Duration::from_secs(4),
         })
     };
-    let config = config(extra, "flood_garbage.toml");
-    let Some(r) = run(
-        "flood_garbage",
-        "mtr-fg",
-        (config, FLOODED_LIMIT_BPS),
-        flood,
-        default_bucket,
-    ) else {
-        return;
-    };
-    let Flooded::Raw(raw) = &r.flooded else {
-        unreachable!()
-    };
-    assert_raw_reached("flood_garbage", &r, raw);
-    // Each garbage frame counted once by kind (the non-IP count has the hosts' own ARP too).
-    let text = r.metrics.encode();
-    let l = &r.checked.report;
-    let counted = |kind: &str| {
-        let prefix =
-            format!("metronome_unclassified_frames_total{{kind=\"{kind}\",action=\"default\"}} ");
-        metric(&text, &prefix)
-    };
-    let (m, n, drops) = (
-        counted("malformed"),
-        counted("non_ip"),
-        l.inside.rx_ring_drops,
-    );
-    println!("flood_garbage: counted malformed {m}, non-IP {n}; socket drops {drops}");
-    assert!(m <= raw.malformed && m + drops >= raw.malformed, "{text}");
-    assert!(n + drops >= raw.non_ip, "{text}");
-    assert_held("flood_garbage", &r, 4);
+    tcp_holds_in_two_attempts("flood_garbage", || {
+        let config = config(extra, "flood_garbage.toml");
+        let r = run(
+            "flood_garbage",
+            "mtr-fg",
+            (config, FLOODED_LIMIT_BPS),
+            flood,
+            default_bucket,
+        )?;
+        let Flooded::Raw(raw) = &r.flooded else {
+            unreachable!()
+        };
+        assert_raw_reached("flood_garbage", &r, raw);
+        // Each garbage frame counted once by kind (the non-IP count has the hosts' own ARP too).
+        let text = r.metrics.encode();
+        let l = &r.checked.report;
+        let counted = |kind: &str| {
+            let prefix = format!(
+                "metronome_unclassified_frames_total{{kind=\"{kind}\",action=\"default\"}} "
+            );
+            metric(&text, &prefix)
+        };
+        let (m, n, drops) = (
+            counted("malformed"),
+            counted("non_ip"),
+            l.inside.rx_ring_drops,
+        );
+        println!("flood_garbage: counted malformed {m}, non-IP {n}; socket drops {drops}");
+        assert!(m <= raw.malformed && m + drops >= raw.malformed, "{text}");
+        assert!(n + drops >= raw.non_ip, "{text}");
+        Some(assert_held("flood_garbage", &r, 4))
+    });
 }
 
 #[test]
@@ -559,20 +606,20 @@ fn a_million_spoofed_5_tuples_stay_in_their_class() {
             duration: Duration::from_secs(8),
         })
     };
-    let config = config(extra, "flood_spoofed.toml");
-    let Some(r) = run(
-        "flood_spoofed",
-        "mtr-fs",
-        (config, SPOOFED_LIMIT_BPS),
-        flood,
-        spoof_bucket,
-    ) else {
-        return;
-    };
-    let Flooded::Raw(raw) = &r.flooded else {
-        unreachable!()
-    };
-    assert_raw_reached("flood_spoofed", &r, raw);
-    assert_eq!(raw.distinct_tuples, raw.sent);
-    assert_held("flood_spoofed", &r, 8);
+    tcp_holds_in_two_attempts("flood_spoofed", || {
+        let config = config(extra, "flood_spoofed.toml");
+        let r = run(
+            "flood_spoofed",
+            "mtr-fs",
+            (config, SPOOFED_LIMIT_BPS),
+            flood,
+            spoof_bucket,
+        )?;
+        let Flooded::Raw(raw) = &r.flooded else {
+            unreachable!()
+        };
+        assert_raw_reached("flood_spoofed", &r, raw);
+        assert_eq!(raw.distinct_tuples, raw.sent);
+        Some(assert_held("flood_spoofed", &r, 8))
+    });
 }
