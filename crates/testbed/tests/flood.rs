@@ -51,7 +51,7 @@ const FLOODED_LIMIT_BPS: f64 = 50e6;
 /// its 118-byte frames a second. At 50 Mbit/s the class itself sends 53 000 frames a second,
 /// and on this 2-core machine every one of them is also received by the receiving namespace's
 /// stack and the tap, in the daemon's thread (a veth transmit runs the far end's receive): the
-/// `tcp` class then measured -0.1 % to -11.1 % per second with the same 130 000 spoofed frames
+/// `tcp` class then measured -0.1 % to -5.0 % per second with the same 130 000 spoofed frames
 /// a second offered, against -0.0 % to -0.8 % at 10 Mbit/s (docs/results/hardening.md): the
 /// machine's packet rate, shared with the endpoints, not the spoofed tuples, sets that limit.
 const SPOOFED_LIMIT_BPS: f64 = 10e6;
