@@ -32,7 +32,7 @@ use frames::{Rng, Spoof};
 use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
 use metronome_daemon::config::Config;
 use metronome_daemon::engine::Engine;
-use metronome_daemon::metrics::Metrics;
+use metronome_daemon::metrics::{Metrics, MetricsServer};
 use metronome_daemon::ports::{enable_gro, frame_pool, open_ports, reverse_pool};
 use metronome_daemon::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use metronome_io::{
@@ -80,6 +80,9 @@ pub enum FloodError {
     /// A flood's thread panicked.
     #[error("a flood thread panicked")]
     ThreadPanicked,
+    /// The metrics endpoint could not be served.
+    #[error(transparent)]
+    Metrics(#[from] metronome_daemon::metrics::MetricsError),
 }
 
 /// The cumulative value of `series` (time, bytes; times ascending) at `t`, interpolated
@@ -451,6 +454,13 @@ pub struct CheckedReport {
     pub checks: u64,
     /// Pool slots in use after the loop stopped.
     pub pool_in_use: usize,
+}
+
+/// Serves `metrics` on an ephemeral port of the loopback of namespace `ns` (where the daemon's
+/// loop runs), as `metronome run` serves its endpoint; the server stops when dropped.
+pub fn serve_metrics(ns: &Namespace, metrics: &Metrics) -> Result<MetricsServer, FloodError> {
+    let m = metrics.clone();
+    Ok(ns.run(move || m.serve(std::net::SocketAddr::from(([127, 0, 0, 1], 0))))??)
 }
 
 /// The thread of [`spawn_checked_shaper`].

@@ -39,7 +39,6 @@ use metronome_testbed::flood::{
 };
 use metronome_testbed::netns::Topology;
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan, TrafficReport};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -188,12 +187,7 @@ fn run(
     let flood = flood_of(&topo);
     topo.one_mtu_segments().unwrap();
     let metrics = Metrics::new();
-    let m = metrics.clone();
-    let server = topo
-        .shaper
-        .run(move || m.serve(SocketAddr::from(([127, 0, 0, 1], 0))))
-        .unwrap()
-        .unwrap();
+    let server = flood::serve_metrics(&topo.shaper, &metrics).unwrap();
     let control = Control::default();
     let shaper = flood::spawn_checked_shaper(
         &topo.shaper,

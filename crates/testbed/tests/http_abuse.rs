@@ -295,12 +295,7 @@ fn run(name: &str, prefix: &str) -> Option<Run> {
     topo.one_mtu_segments().unwrap();
     room_for_connections(IDLE_CONNECTIONS);
     let metrics = Metrics::new();
-    let m = metrics.clone();
-    let server = topo
-        .shaper
-        .run(move || m.serve(SocketAddr::from(([127, 0, 0, 1], 0))))
-        .unwrap()
-        .unwrap();
+    let server = flood::serve_metrics(&topo.shaper, &metrics).unwrap();
     let addr = server.addr();
     let control = Control::default();
     let shaper = flood::spawn_checked_shaper(

@@ -669,7 +669,9 @@ enum HeadOutcome {
 }
 
 /// Reads a request head and makes its answer; calls `head_read` as soon as the head is
-/// complete (before the metrics are encoded), so that the connection is no longer evicted.
+/// complete or refused (before the metrics are encoded or the refusal is sent), so that the
+/// connection is no longer evicted: an evicted connection gets no answer and is counted
+/// `idle` only.
 fn read_head(
     stream: &mut TcpStream,
     (metrics, limits): (&Metrics, &HttpLimits),
@@ -685,6 +687,7 @@ fn read_head(
                 return answer(&request, metrics);
             }
             Err(e) => {
+                head_read();
                 let refusal = e.refusal();
                 return HeadOutcome::Answer(refusal.response(), Some(refusal));
             }
