@@ -338,11 +338,6 @@ pub struct Engine {
     /// The first large slot of the frame pool (`FramePool::is_large`), learnt at each
     /// [`Engine::receive`]; `u32::MAX` before the first.
     large_from: u32,
-    /// `daemon.pool_share` of the configuration in force ([`Engine::admit`]).
-    pool_share: u64,
-    /// Whether a fair queue exists (some class is or was fair): admission then adds what a
-    /// class holds there.
-    fair_any: bool,
     /// Longest delay the wheel holds: horizon minus one slot.
     max_delay: Duration,
     /// Receiver-side ACK shaping of the reverse direction ([`crate::ack_shaping`]).
@@ -411,8 +406,6 @@ impl Engine {
             cuts: Cuts::new(pool_slots),
             batch: vec![PacketRef::default(); MAX_BATCH_SIZE],
             large_from: u32::MAX,
-            pool_share: u64::from(config.daemon.pool_share),
-            fair_any: false,
             max_delay: Duration::from_nanos(max_delay),
             acks: AckShaping::new(config, &metrics, seed),
             fair: fair::Fair::new(pool_slots, wheel_config.pool_packets),
@@ -546,7 +539,6 @@ impl Engine {
         }
         self.install_classes(new)?;
         self.fair_configure(new);
-        self.pool_share = u64::from(new.daemon.pool_share);
         self.acks.reload(new);
         self.config = new.clone();
         Ok(plan)
@@ -984,6 +976,15 @@ impl Engine {
         }
     }
 
+    /// Frames and wire bytes class `index` holds waiting, what its `queue` bounds count: its
+    /// entries in the wheel and on the link, and its frames in the fair queue.
+    fn class_held(&self, index: usize) -> (u64, u64) {
+        let (fair_packets, fair_bytes) = self.fair_class_load(index);
+        self.classes.get(index).map_or((0, 0), |s| {
+            (s.queued + fair_packets, s.queued_bytes + fair_bytes)
+        })
+    }
+
     /// Whether class `index` may take one more frame, in pool slot `id`, of `len` wire bytes:
     /// within its `queue` bounds (frames and bytes waiting in its fair queue, the wheel and on
     /// the link; [`DropReason::QueueFull`]) and within its share of the frame pool
@@ -996,16 +997,12 @@ impl Engine {
         let Some(s) = self.classes.get(index) else {
             return Ok(());
         };
-        let (mut packets, mut bytes) = (s.queued, s.queued_bytes);
-        if self.fair_any {
-            let (fair_packets, fair_bytes) = self.fair_class_load(index);
-            packets += fair_packets;
-            bytes += fair_bytes;
-        }
+        let (packets, bytes) = self.class_held(index);
         if packets >= s.bound.0 || bytes.saturating_add(len) > s.bound.1 {
             return Err(DropReason::QueueFull);
         }
-        if self.pool_share == 0 {
+        let share = u64::from(self.config.daemon.pool_share);
+        if share == 0 {
             return Ok(());
         }
         let (held, free) = if id >= self.large_from {
@@ -1013,7 +1010,7 @@ impl Engine {
         } else {
             (s.queued - s.queued_large, pool.available_small())
         };
-        if held >= self.pool_share.saturating_mul(free as u64) {
+        if held >= share.saturating_mul(free as u64) {
             return Err(DropReason::PoolShare);
         }
         Ok(())

@@ -192,7 +192,6 @@ impl Engine {
         let Some(q) = f.queue.as_mut() else {
             return;
         };
-        self.fair_any = true;
         let n = u16::try_from(self.classes.len()).unwrap_or(u16::MAX);
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
@@ -392,10 +391,8 @@ impl Engine {
             return Some(Pressure::Large);
         }
         let state = self.classes.get(index)?;
-        let (fair_packets, fair_bytes) = self.fair_class_load(index);
-        if state.queued + fair_packets > state.bound.0
-            || state.queued_bytes + fair_bytes > state.bound.1
-        {
+        let (packets, bytes) = self.class_held(index);
+        if packets > state.bound.0 || bytes > state.bound.1 {
             return Some(Pressure::Bound);
         }
         let bytes = self.fair.queue.as_ref()?.class_bytes(ClassId(index as u16));
@@ -680,7 +677,6 @@ impl Engine {
         }
     }
 
-    /// Frames in fair queues plus pulled frames waiting to be freed.
     /// Frames and wire bytes class `index` holds in the fair queue (zeros when none).
     pub(super) fn fair_class_load(&self, index: usize) -> (u64, u64) {
         let Some(q) = self.fair.queue.as_ref() else {
@@ -690,6 +686,7 @@ impl Engine {
         (u64::from(q.class_packets(class)), q.class_bytes(class))
     }
 
+    /// Frames in fair queues plus pulled frames waiting to be freed.
     pub(super) fn fair_held(&self) -> u64 {
         self.fair.len() + self.fair.orphans.len() as u64
     }
