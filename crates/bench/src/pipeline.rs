@@ -33,7 +33,7 @@ use metronome_daemon::config::{Config, MAX_BATCH_SIZE};
 use metronome_daemon::engine::Engine;
 use metronome_daemon::flow_table::{FlowTable, Lookup};
 use metronome_daemon::metrics::Metrics;
-use metronome_daemon::silo::{LimitCell, SiloLink};
+use metronome_daemon::silo::{LimitCell, SiloExchange};
 use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;
@@ -492,8 +492,8 @@ pub(crate) struct Rig {
     now: Timestamp,
     /// Simulated time per step: one batch at [`OFFERED_BPS`].
     step: Duration,
-    /// As one silo of several: its link to the allocator, polled every step.
-    link: Option<Box<SiloLink>>,
+    /// As one silo of several: its exchange with the allocator, polled every step.
+    exchange: Option<Box<SiloExchange>>,
 }
 
 impl Rig {
@@ -536,14 +536,14 @@ impl Rig {
             tx: Vec::with_capacity(4 * MAX_BATCH_SIZE),
             now: Timestamp::from_nanos(1_000_000_000),
             step: Duration::from_nanos(step_ns.max(1)),
-            link: None,
+            exchange: None,
         }
     }
 
-    /// Links the rig's engine to an allocator's cells as silo `silo` (engine stage only).
-    pub(crate) fn link(&mut self, silo: usize, cells: &[LimitCell], metrics: Metrics) {
+    /// Joins the rig's engine to an allocator's cells as silo `silo` (engine stage only).
+    pub(crate) fn join_silo(&mut self, silo: usize, cells: &[LimitCell], metrics: Metrics) {
         if let Pipeline::Engine(e) = &self.pipeline {
-            self.link = Some(Box::new(SiloLink::new(silo, cells, e, metrics)));
+            self.exchange = Some(Box::new(SiloExchange::new(silo, cells, e, metrics)));
         }
     }
 
@@ -565,8 +565,8 @@ impl Rig {
             let now = self.now;
             match &mut self.pipeline {
                 Pipeline::Engine(e) => {
-                    if let Some(link) = self.link.as_deref_mut() {
-                        link.poll(e, now);
+                    if let Some(exchange) = self.exchange.as_deref_mut() {
+                        exchange.poll(e, now);
                     }
                     e.receive(now, &mut self.pool, &self.rx[..n], &mut self.tx);
                     while e.release(now, &mut self.pool, &mut self.tx, MAX_BATCH_SIZE)

@@ -110,7 +110,7 @@ pub const DEFAULT_GSO_BURST: Duration = Duration::from_millis(1);
 /// discarded and counted).
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 /// How long an outage of the outside link stops the shaping clock, so how late a frame queued
-/// for it may still leave when it returns (`crate::link`): 1 s. Above the sub-second flaps a
+/// for it may still leave when it returns (`crate::carrier`): 1 s. Above the sub-second flaps a
 /// link sees (a carrier blip, an interface set down and up, a veth or bridge reconfigured;
 /// the 0.5 s flaps of the real-traffic tests), which then lose nothing: what was queued leaves
 /// at its class's rate when the link returns, and TCP senders resume on its ACKs instead of
@@ -208,7 +208,7 @@ pub struct DaemonConfig {
     /// discarded and counted (`discarded_at_stop`). Default [`DEFAULT_DRAIN`].
     pub drain: Duration,
     /// The longest an outage of the outside link stops the shaping clock: what is queued for a
-    /// down link leaves within its EDT plus this, or is dropped and counted ([`crate::link`]).
+    /// down link leaves within its EDT plus this, or is dropped and counted ([`crate::carrier`]).
     /// Default [`DEFAULT_LINK_DOWN_GRACE`].
     pub link_down_grace: Duration,
     /// How long after the wheel's next departure the idle loop may sleep, so that frames due

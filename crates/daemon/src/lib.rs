@@ -34,11 +34,11 @@
 #![warn(missing_docs)]
 
 pub mod ack_shaping;
+pub mod carrier;
 pub mod config;
 pub mod engine;
 pub mod flow_seed;
 pub mod flow_table;
-pub mod link;
 pub mod metrics;
 pub mod notify;
 pub mod pieces;

@@ -3,7 +3,7 @@
 //! per interface, so all packets of a flow reach the same silo, Carousel §5.3),
 //! [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
 //! [`enable_gro`], which switches GRO on on the inside interface, and [`Reopen`], which opens a
-//! port again by name when its interface was deleted and re-created (`crate::link`).
+//! port again by name when its interface was deleted and re-created (`crate::carrier`).
 //!
 //! With `daemon.vnet_hdr` (the default) both ports are opened with `PACKET_VNET_HDR`: the
 //! host's GSO/GRO super-frames arrive whole, up to 64 KiB, with their virtio-net header, and
@@ -70,7 +70,7 @@ fn port_config(vnet_hdr: bool, fanout: Option<Fanout>) -> AfPacketConfig {
 }
 
 /// A port the loop can open again by name: its interface was deleted and re-created with a new
-/// index, so sockets bound to the old one neither receive nor send (`crate::link`).
+/// index, so sockets bound to the old one neither receive nor send (`crate::carrier`).
 pub trait Reopen {
     /// Opens the port again on the interface of the same name with the same options and
     /// replaces `self` with it; returns the closed socket's final counters (the loop adds them

@@ -5,7 +5,7 @@
 //! NIC. [`run_loop`] does the same between two [`PacketPort`]s sharing one [`FramePool`]:
 //!
 //! 0. call the loop's [`LoopHook`]: the single loop's reloads (`reload::FileReload`), a
-//!    silo's rate and demand exchange and reloads (`silo::SiloLink`), or nothing (`()`);
+//!    silo's rate and demand exchange and reloads (`silo::SiloExchange`), or nothing (`()`);
 //! 1. receive a batch on `inside`, classify / stamp / queue it ([`Engine::receive`]); frames that
 //!    are not shaped join the outgoing batch at once;
 //! 2. receive a batch on `outside` and pass it to `inside` unshaped (checksums completed,
@@ -22,7 +22,7 @@
 //!    the sleep up by its default 50 µs: the loop's own slack is the only one.
 //!    A round asks a port for frames only when it may have some: after a `ppoll` that
 //!    reported it readable, after a receive that filled its batch, or after the previous round
-//!    sent on it (the far end's answer is then already queued, see [`Readable::after_round`]);
+//!    sent on it (the far end's answer is then already queued, see `side::next_may_read`);
 //!    otherwise at least every [`UNREAD_MAX`] while the loop is busy. At 1 Gbit/s with
 //!    super-frames most wake-ups are for one due frame, and a `recvmmsg` that finds nothing
 //!    costs about as much as the frame's own work: the loop's cycle per frame is one `ppoll`,
@@ -35,8 +35,8 @@
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
 //! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
 //! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
-//! left alone until its link is back ([`crate::link`]): its frames wait. During an outage of
-//! `outside` the engine's time (the link's [`Link::shaping_time`]) stands still for at most
+//! left alone until its link is back ([`crate::carrier`]): its frames wait. During an outage of
+//! `outside` the engine's time (the link's [`Carrier::shaping_time`]) stands still for at most
 //! `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
 //! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
 //! running; when its
@@ -44,19 +44,24 @@
 //! frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
+use crate::carrier::Carrier;
 use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
-use crate::link::{probe_interface, Link, LinkEvent};
 use crate::metrics::Metrics;
-use crate::pieces::{Cuts, SendPieces};
-use crate::ports::{add_counters, Reopen};
+use crate::pieces::SendPieces;
+use crate::ports::Reopen;
 use crate::refused::{RefusalLog, Refusals};
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
-use nix::poll::{PollFd, PollFlags};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
+
+mod side;
+mod wait;
+
+use side::Side;
+use wait::{sleep_time, wait, wake_after};
 
 /// Longest sleep when idle: bounds how late a stop or reload request is noticed (50 ms).
 pub const MAX_SLEEP: StdDuration = StdDuration::from_millis(50);
@@ -67,7 +72,7 @@ pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
 /// so the loop must not spin on them.
 const LINK_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
 /// Longest time a port goes without a receive or a `ppoll` while every round finds work: the
-/// loop asks a port for frames only when it may have some ([`Readable::after_round`]), so
+/// loop asks a port for frames only when it may have some (`side::next_may_read`), so
 /// frames that arrive from elsewhere while the loop is busy wait at most this long. 200 µs:
 /// longer than the few rounds after a wake-up at 1 Gbit/s (each send runs the far end's
 /// stack in this thread, tens of µs for a super-frame), and 250 KB at 10 Gbit/s, far below a
@@ -133,7 +138,7 @@ pub struct LoopReport {
     /// Super-frames cut into pieces, pieces sent and failed.
     pub cuts: crate::pieces::CutCounters,
     /// Frames waiting to be sent on `outside` when its link came back after an outage longer
-    /// than `daemon.link_down_grace`, dropped ([`crate::link`]; the wheel's entries dropped for
+    /// than `daemon.link_down_grace`, dropped ([`crate::carrier`]; the wheel's entries dropped for
     /// an outage are the engine's `dropped_link_down`).
     pub link_down_dropped_outside: u64,
     /// The same for `inside` (frames passed back and generated ACKs).
@@ -168,7 +173,7 @@ pub struct LoopOptions {
     /// On stop, how long queued packets are still sent at their EDT (`[daemon] drain`).
     pub drain: StdDuration,
     /// While a link is down, how far past its EDT a frame queued for it is kept
-    /// (`[daemon] link_down_grace`, [`crate::link`]).
+    /// (`[daemon] link_down_grace`, [`crate::carrier`]).
     pub link_down_grace: metronome_core::Duration,
     /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
     /// timer_slack`, [`wake_after`]).
@@ -185,78 +190,6 @@ impl LoopOptions {
             link_down_grace: config.daemon.link_down_grace,
             timer_slack: config.daemon.timer_slack,
         }
-    }
-}
-
-/// A batch of slot ids waiting to be sent on one port.
-struct TxQueue {
-    ids: Vec<u32>,
-    tx_failed: u64,
-}
-
-impl TxQueue {
-    fn with_capacity(n: usize) -> TxQueue {
-        TxQueue {
-            ids: Vec::with_capacity(n),
-            tx_failed: 0,
-        }
-    }
-
-    /// Sends what is pending as one batch; keeps what the port did not take, and everything
-    /// while the port's link is down (sent when it returns, [`crate::link`]). With `cuts` the
-    /// batch may hold pieces of cut super-frames (the shaped direction); without, plain frames
-    /// of the reverse direction's pool.
-    fn flush<P: PacketPort + SendPieces>(
-        &mut self,
-        port: &mut P,
-        pool: &mut FramePool,
-        mut cuts: Option<&mut Cuts>,
-        metrics: &Metrics,
-        link: &mut Link,
-        now: Timestamp,
-    ) {
-        if self.ids.is_empty() || !link.is_up() {
-            return;
-        }
-        let sent = match cuts.as_deref_mut() {
-            Some(c) => c.send(port, pool, &self.ids),
-            None => port.send(pool, &self.ids),
-        };
-        match sent {
-            Err(e) if link.on_error(now, &e) => {}
-            Ok(n) => {
-                if n > 0 {
-                    metrics.observe_tx_batch(n as u64);
-                }
-                self.ids.drain(..n);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, frames = self.ids.len(), "transmit failed, frames freed");
-                self.free_all(pool, cuts);
-            }
-        }
-    }
-
-    /// Frees what is pending without counting it as a transmit failure (the caller counts it).
-    fn discard(&mut self, pool: &mut FramePool, cuts: Option<&mut Cuts>) -> u64 {
-        let n = self.free_all(pool, cuts);
-        self.tx_failed -= n;
-        n
-    }
-
-    fn free_all(&mut self, pool: &mut FramePool, mut cuts: Option<&mut Cuts>) -> u64 {
-        let n = self.ids.len() as u64;
-        for &id in &self.ids {
-            match cuts.as_deref_mut() {
-                Some(c) => c.finish(pool, id),
-                None => {
-                    pool.free(id);
-                }
-            }
-        }
-        self.ids.clear();
-        self.tx_failed += n;
-        n
     }
 }
 
@@ -279,37 +212,19 @@ pub fn run_loop<
     stop: &AtomicBool,
     hook: &mut H,
 ) -> Result<LoopReport, PortError> {
-    let Pools {
-        shaped: pool,
-        reverse: back,
-    } = pools;
     let batch = options.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE);
-    let mut busy_poll = options.busy_poll;
-    let mut rx = vec![RxFrame::default(); batch];
-    let mut to_outside = TxQueue::with_capacity(2 * batch);
-    let mut to_inside = TxQueue::with_capacity(2 * batch);
-    let mut passed_back = 0u64;
+    let names = engine.config().interfaces.clone();
     let grace = options.link_down_grace;
-    let (mut dropped_out, mut dropped_in) = (0u64, 0u64);
-    let mut last_ring_drops = 0u64;
-    let mut refusals = RefusalLog::default();
-    let mut next_counters = clock.now();
-    let names = &engine.config().interfaces;
-    let (in_probe, out_probe) = (
-        probe_interface(&names.inside),
-        probe_interface(&names.outside),
-    );
-    let mut in_link = Link::new(&names.inside, in_probe, grace, metrics);
-    let mut out_link = Link::new(&names.outside, out_probe, grace, metrics);
-    // Counters of the sockets a reopening closed, added to the ports' own.
-    let (mut in_retired, mut out_retired) = (PortCounters::default(), PortCounters::default());
-    // Whether each port (inside, outside) may have frames waiting: both, except right after a
-    // `ppoll` that did not report a port readable, whose `recvmmsg` would return nothing.
-    let mut readable = Readable::BOTH;
-    // When both ports were last read or polled (see UNREAD_MAX).
-    let mut checked = clock.now();
+    // Each side sends from the pool of the direction that ends on it.
+    let mut inn = Side::new(inside, pools.reverse, &names.inside, batch, grace, metrics);
+    let mut out = Side::new(outside, pools.shaped, &names.outside, batch, grace, metrics);
+    let mut rx = vec![RxFrame::default(); batch];
+    let mut busy_poll = options.busy_poll;
+    let mut watch = PortWatch::default();
     let started = clock.now();
-    let mut slept_ns = 0u64;
+    // When both ports were last read or polled (see UNREAD_MAX).
+    let mut checked = started;
+    let (mut slept_ns, mut passed_back) = (0u64, 0u64);
     // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)). Also when the
     // loop starts busy polling: a reload may make it sleep.
     let _ = nix::sys::prctl::set_timerslack(1);
@@ -318,668 +233,233 @@ pub fn run_loop<
         if let Some(b) = hook.poll(engine, now) {
             busy_poll = b;
         }
-        if in_link.poll(now, probe_interface) == LinkEvent::Replaced {
-            reopen(inside, &mut in_link, &mut in_retired, now)?;
-            if in_link.is_up() {
-                // A re-created interface has the kernel's default offloads: GRO as at start.
-                crate::ports::enable_gro(engine.config());
-            }
+        if inn.watch_carrier(now, None)? {
+            // A re-created interface has the kernel's default offloads: GRO as at start.
+            crate::ports::enable_gro(engine.config());
         }
-        if out_link.poll(now, probe_interface) == LinkEvent::Replaced {
-            reopen(outside, &mut out_link, &mut out_retired, now)?;
-        }
-        // Back after an outage longer than the grace: what waited in the transmit batch is
-        // dropped and counted (`crate::link`).
-        if out_link.returned().is_some_and(|d| d > grace) {
-            let n = to_outside.discard(pool, Some(engine.cuts_mut()));
-            out_link.count_dropped(n);
-            dropped_out += n;
-        }
-        if in_link.returned().is_some_and(|d| d > grace) {
-            let n = to_inside.discard(back, None);
-            in_link.count_dropped(n);
-            dropped_in += n;
-        }
-        // The engine's time: the wall's, less what outages of `outside` stopped it.
-        let t = out_link.shaping_time(now);
-        let mut work = 0;
+        out.watch_carrier(now, Some(engine.cuts_mut()))?;
         if now.saturating_since(checked) >= UNREAD_MAX {
-            readable = Readable::BOTH;
+            (inn.may_read, out.may_read) = (true, true);
         }
-        if readable == Readable::BOTH {
+        if inn.may_read && out.may_read {
             checked = now;
         }
-        // What this round learns for the next one (see `Readable::after_round`).
-        let mut round = RoundIo::default();
-        // Inside -> engine, only when the outgoing batch has room for what may pass at once.
-        if to_outside.ids.len() < batch && in_link.is_up() && readable.inside {
-            let n = match inside.recv(pool, &mut rx) {
-                Err(e) if in_link.on_error(now, &e) => 0,
-                r => r?,
-            };
-            engine.receive(t, pool, &rx[..n], &mut to_outside.ids);
-            work += n;
-            round.read.inside = true;
-            round.full.inside = n == rx.len();
-        }
-        if to_inside.ids.len() < batch && out_link.is_up() && readable.outside {
-            let n = match outside.recv(back, &mut rx) {
-                Err(e) if out_link.on_error(now, &e) => 0,
-                r => r?,
-            };
-            let from = to_inside.ids.len();
-            engine.pass_through(back, &rx[..n], &mut to_inside.ids);
-            engine.shape_acks(t, back, &mut to_inside.ids, from);
-            passed_back += n as u64;
-            work += n;
-            round.read.outside = true;
-            round.full.outside = n == rx.len();
-        }
-        let ack_room = (2 * batch).saturating_sub(to_inside.ids.len());
-        work += engine.generate_acks(t, back, &mut to_inside.ids, ack_room);
-        let room = (2 * batch).saturating_sub(to_outside.ids.len());
-        work += crate::link::release_outbound(
-            engine,
-            pool,
-            &mut out_link,
-            clock.now(),
-            &mut to_outside.ids,
-            room,
-        );
-        let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
-        let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
-        let queued = (to_inside.ids.len(), to_outside.ids.len());
-        let cuts = Some(engine.cuts_mut());
-        to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
-        to_inside.flush(inside, back, None, metrics, &mut in_link, now);
-        round.sent.inside = to_inside.ids.len() < queued.0;
-        round.sent.outside = to_outside.ids.len() < queued.1;
-        readable = readable.after_round(&round);
-        let pending = live(&to_outside, &out_link) + live(&to_inside, &in_link);
-        if now >= next_counters {
-            next_counters =
-                now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
-            let ci = add_counters(inside.counters(), in_retired);
-            let co = add_counters(outside.counters(), out_retired);
-            let drops = ci.rx_ring_drops + co.rx_ring_drops;
-            if drops > last_ring_drops {
-                metrics.rx_ring_drops(drops - last_ring_drops);
-                last_ring_drops = drops;
-            }
-            refusals.observe(Refusals::of(&ci, &co, &engine.cut_counters()), metrics);
-        }
-        if work > 0 || pending < pending_before {
+        let (work, rx_back) = move_frames(engine, &mut inn, &mut out, &mut rx, now, batch)?;
+        passed_back += rx_back;
+        let before = inn.live() + out.live();
+        out.flush(Some(engine.cuts_mut()), metrics, now);
+        inn.flush(None, metrics, now);
+        inn.end_round();
+        out.end_round();
+        let pending = inn.live() + out.live();
+        watch.observe(now, &mut inn, &mut out, engine, metrics);
+        if work > 0 || pending < before {
             continue;
         }
         if busy_poll {
             // The spin stands for the `ppoll` it replaces: the next round asks both ports.
-            readable = Readable::BOTH;
+            (inn.may_read, out.may_read) = (true, true);
             std::hint::spin_loop();
             continue;
         }
-        let timeout = if pending > 0 {
-            TX_RETRY
-        } else if in_link.is_up() && out_link.is_up() {
-            wake_after(
-                engine.next_due(),
-                options.timer_slack,
-                out_link.shaping_time(clock.now()),
-            )
-        } else {
-            // A port is down: what is due may be unable to leave, so wake for it, for the
-            // link's next probe, and at most every LINK_DOWN_WAKE, never spinning.
-            // While the outside link is down the engine's clock stands still (or, past the
-            // grace, drops what falls due): its probes wake the loop.
-            let next = engine.next_due().filter(|_| out_link.is_up());
-            let next = next.map(|t| out_link.wall_time(t));
-            let due = [next, in_link.next_probe(), out_link.next_probe()];
-            let due = due.into_iter().flatten().min();
-            sleep_time(due, clock.now()).max(LINK_DOWN_WAKE)
-        };
+        let timeout = idle_timeout(engine, &inn, &out, pending > 0, options, clock.now());
         if timeout.is_zero() {
             continue;
         }
         let before = clock.now();
-        readable = wait(inside, outside, timeout);
+        (inn.may_read, out.may_read) = wait(&*inn.port, &*out.port, timeout);
         checked = clock.now();
-        let slept = clock.now().saturating_since(before).as_nanos();
+        let slept = checked.saturating_since(before).as_nanos();
         slept_ns += slept;
         metrics.loop_slept_ns(slept);
     }
     let running_ns = clock.now().saturating_since(started).as_nanos();
     crate::notify::notify("STOPPING=1");
-    // Stopping: nothing more is received; what is queued still leaves at its EDT for at most
-    // `drain`, then the rest is discarded and counted (`discarded_at_stop`).
-    let drain_ns = u64::try_from(options.drain.as_nanos()).unwrap_or(u64::MAX);
-    let drain_end = clock
-        .now()
-        .saturating_add(metronome_core::Duration::from_nanos(drain_ns));
-    // The same bound in wall time, should `clock` be a test's that does not move.
-    let wall_end = std::time::Instant::now() + options.drain;
-    loop {
-        let now = clock.now();
-        let room = (2 * batch).saturating_sub(to_outside.ids.len());
-        let t = out_link.shaping_time(now);
-        engine.release(t, pool, &mut to_outside.ids, room);
-        let cuts = Some(engine.cuts_mut());
-        to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
-        to_inside.flush(inside, back, None, metrics, &mut in_link, now);
-        let left = engine.queued() + to_outside.ids.len() + to_inside.ids.len();
-        let over = now >= drain_end || std::time::Instant::now() >= wall_end;
-        if left == 0 || over || !(in_link.is_up() && out_link.is_up()) {
-            break;
-        }
-        let pending = !to_outside.ids.is_empty() || !to_inside.ids.is_empty();
-        let next = if pending { None } else { engine.next_due() };
-        let next = next.map(|t| out_link.wall_time(t));
-        let wake = next.map_or(drain_end, |t| t.min(drain_end));
-        let sleep = if pending {
-            TX_RETRY
-        } else {
-            sleep_time(Some(wake), now)
-        };
-        std::thread::sleep(sleep);
-    }
-    let queued_at_stop = engine.drain_all(pool);
-    let pending_at_stop =
-        to_outside.free_all(pool, Some(engine.cuts_mut())) + to_inside.free_all(back, None);
+    drain(engine, &mut inn, &mut out, clock, options, metrics);
+    let queued_at_stop = engine.drain_all(out.pool);
+    let pending_at_stop = out.free_all(Some(engine.cuts_mut())) + inn.free_all(None);
     Ok(LoopReport {
         engine: engine.counters(),
-        inside: add_counters(inside.counters(), in_retired),
-        outside: add_counters(outside.counters(), out_retired),
+        inside: inn.counters(),
+        outside: out.counters(),
         passed_back,
         queued_at_stop,
         pending_at_stop,
-        tx_failed: to_outside.tx_failed + to_inside.tx_failed - pending_at_stop,
+        tx_failed: out.tx_failed + inn.tx_failed - pending_at_stop,
         cuts: engine.cut_counters(),
-        link_down_dropped_outside: dropped_out,
-        link_down_dropped_inside: dropped_in,
+        link_down_dropped_outside: out.dropped,
+        link_down_dropped_inside: inn.dropped,
         running_ns,
         slept_ns: slept_ns.min(running_ns),
     })
 }
 
-/// Opens `port` again after its interface came back with a new index; its closed socket's
-/// counters go to `retired`. When the interface is gone again the link stays down (probed as
-/// before); any other error ends the loop.
-fn reopen<P: Reopen>(
-    port: &mut P,
-    link: &mut Link,
-    retired: &mut PortCounters,
+/// One round's frames at wall time `now`, the engine's time being the outside carrier's
+/// shaping time at `now` (the same for every engine call of the round): inside -> engine
+/// (shaped, or passed at once), outside -> inside (passed, ACKs shaped), ACK shaping's
+/// generated ACKs, and the wheel's release. Returns the frames that moved and, of them, those
+/// received on `outside`.
+fn move_frames<I, O>(
+    engine: &mut Engine,
+    inn: &mut Side<'_, I>,
+    out: &mut Side<'_, O>,
+    rx: &mut [RxFrame],
     now: Timestamp,
-) -> Result<(), PortError> {
-    match port.reopen() {
-        Ok(closed) => {
-            *retired = add_counters(*retired, closed);
-            link.reopened(now);
-            Ok(())
-        }
-        Err(e) if link.on_error(now, &e) => Ok(()),
-        Err(e) => Err(e),
+    batch: usize,
+) -> Result<(usize, u64), PortError>
+where
+    I: PacketPort + SendPieces + Reopen,
+    O: PacketPort + SendPieces + Reopen,
+{
+    let t = out.carrier.shaping_time(now);
+    let mut work = 0;
+    // Inside -> engine, only when the outgoing batch has room for what may pass at once.
+    if let Some(n) = inn.recv(out.tx.len() < batch, out.pool, rx, now)? {
+        engine.receive(t, out.pool, &rx[..n], &mut out.tx);
+        work += n;
     }
+    let mut back = 0;
+    if let Some(n) = out.recv(inn.tx.len() < batch, inn.pool, rx, now)? {
+        let from = inn.tx.len();
+        engine.pass_through(inn.pool, &rx[..n], &mut inn.tx);
+        engine.shape_acks(t, inn.pool, &mut inn.tx, from);
+        back = n as u64;
+        work += n;
+    }
+    let room = inn.room();
+    work += engine.generate_acks(t, inn.pool, &mut inn.tx, room);
+    let room = out.room();
+    work += release_shaped(engine, out.pool, &mut out.carrier, now, &mut out.tx, room);
+    Ok((work, back))
 }
 
-/// Time until `next_due`, at most [`MAX_SLEEP`]; zero when due.
-fn sleep_time(next_due: Option<Timestamp>, now: Timestamp) -> StdDuration {
-    match next_due {
-        Some(t) => StdDuration::from_nanos(t.saturating_since(now).as_nanos()).min(MAX_SLEEP),
-        None => MAX_SLEEP,
+/// The release of shaped frames for the outside port, whose carrier is `carrier`, at wall
+/// time `now`: while the link is up, [`Engine::release`] of what is due at its shaping time
+/// ([`Carrier::shaping_time`]) into `out` (at most `room`); while it is down, nothing: the
+/// frames keep their place and EDT in the wheel, and once the outage outlasts the grace,
+/// every entry that falls due is dropped ([`Engine::expire`]) and counted with
+/// [`Carrier::count_dropped`] ([`crate::carrier`]). Returns how many frames were released.
+pub(crate) fn release_shaped(
+    engine: &mut Engine,
+    pool: &mut FramePool,
+    carrier: &mut Carrier,
+    now: Timestamp,
+    out: &mut Vec<u32>,
+    room: usize,
+) -> usize {
+    let t = carrier.shaping_time(now);
+    if carrier.is_up() {
+        return engine.release(t, pool, out, room);
     }
+    if carrier.outlasted_grace(now) {
+        carrier.count_dropped(engine.expire(t, metronome_core::Duration::ZERO, pool));
+    }
+    0
 }
 
-/// How long the idle loop sleeps when the wheel's next departure is `next_due`: until
-/// `slack` after it (frames due within the slack then leave in one batch), at most
-/// [`MAX_SLEEP`]. Never before `next_due`, so a frame woken for leaves at or after its EDT
-/// ([`Engine::release`] takes only what is due) and, the machine's wake-up latency aside, at
-/// most `slack` after it. A frame that arrives meanwhile wakes the loop at once, and the round
-/// it starts releases whatever is due by then.
-fn wake_after(
-    next_due: Option<Timestamp>,
-    slack: metronome_core::Duration,
+/// How long the loop sleeps at wall time `now` after a round that did nothing: [`TX_RETRY`]
+/// when frames wait for a busy device; with both carriers up until the wheel's next departure
+/// plus the slack ([`wake_after`]); with one down until what is due, the carrier's next probe
+/// or [`LINK_DOWN_WAKE`], whichever is later, never spinning (while the outside carrier is
+/// down the engine's clock stands still, or past the grace drops what falls due: its probes
+/// wake the loop).
+fn idle_timeout<I, O>(
+    engine: &Engine,
+    inn: &Side<'_, I>,
+    out: &Side<'_, O>,
+    pending: bool,
+    options: &LoopOptions,
     now: Timestamp,
 ) -> StdDuration {
-    sleep_time(next_due.map(|t| t.saturating_add(slack)), now)
-}
-
-/// Which ports may have frames waiting (see [`wait`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Readable {
-    inside: bool,
-    outside: bool,
-}
-
-impl Readable {
-    /// Unknown: ask both.
-    const BOTH: Readable = Readable {
-        inside: true,
-        outside: true,
-    };
-    /// Neither.
-    const NONE: Readable = Readable {
-        inside: false,
-        outside: false,
-    };
-
-    /// Which ports the round after `round` asks for frames without a `ppoll` in between: a
-    /// port this round could not read (no room, link down) and was readable, a port whose
-    /// receive filled its batch (more may wait), and a port this round sent on. The last is
-    /// the frames' far end answering in this thread: a veth transmit runs the peer
-    /// namespace's stack in the sender's context, so the receiver's ACKs (after a send on
-    /// `outside`) and the sender's next segments (after a send on `inside`) are already in the
-    /// socket when `sendmmsg` returns. Frames that arrive otherwise wait for the next `ppoll`
-    /// (taken as soon as a round does nothing) or [`UNREAD_MAX`], whichever is first.
-    fn after_round(self, round: &RoundIo) -> Readable {
-        let next = |was: bool, read: bool, full: bool, sent: bool| (was && !read) || full || sent;
-        Readable {
-            inside: next(
-                self.inside,
-                round.read.inside,
-                round.full.inside,
-                round.sent.inside,
-            ),
-            outside: next(
-                self.outside,
-                round.read.outside,
-                round.full.outside,
-                round.sent.outside,
-            ),
-        }
+    let due = engine.next_due().map(|t| out.carrier.wall_time(t));
+    if pending {
+        TX_RETRY
+    } else if inn.carrier.is_up() && out.carrier.is_up() {
+        wake_after(due, options.timer_slack, now)
+    } else {
+        let due = due.filter(|_| out.carrier.is_up());
+        let due = [due, inn.carrier.next_probe(), out.carrier.next_probe()];
+        sleep_time(due.into_iter().flatten().min(), now).max(LINK_DOWN_WAKE)
     }
 }
 
-/// What one round of the loop did on each port (see [`Readable::after_round`]).
-#[derive(Clone, Copy, Debug)]
-struct RoundIo {
-    /// The port was asked for frames.
-    read: Readable,
-    /// Its receive returned a whole batch.
-    full: Readable,
-    /// At least one frame was sent on it.
-    sent: Readable,
-}
-
-impl Default for RoundIo {
-    fn default() -> Self {
-        RoundIo {
-            read: Readable::NONE,
-            full: Readable::NONE,
-            sent: Readable::NONE,
+/// Stopping: nothing more is received; what is queued still leaves at its EDT for at most
+/// `drain` (also in wall time, should `clock` be a test's that does not move), or until a
+/// carrier is down; the caller then discards the rest and counts it (`discarded_at_stop`).
+fn drain<I, O, C: Clock>(
+    engine: &mut Engine,
+    inn: &mut Side<'_, I>,
+    out: &mut Side<'_, O>,
+    clock: &C,
+    options: &LoopOptions,
+    metrics: &Metrics,
+) where
+    I: PacketPort + SendPieces + Reopen,
+    O: PacketPort + SendPieces + Reopen,
+{
+    let drain_ns = u64::try_from(options.drain.as_nanos()).unwrap_or(u64::MAX);
+    let drain_end = clock
+        .now()
+        .saturating_add(metronome_core::Duration::from_nanos(drain_ns));
+    let wall_end = std::time::Instant::now() + options.drain;
+    loop {
+        let now = clock.now();
+        let room = out.room();
+        let t = out.carrier.shaping_time(now);
+        engine.release(t, out.pool, &mut out.tx, room);
+        out.flush(Some(engine.cuts_mut()), metrics, now);
+        inn.flush(None, metrics, now);
+        let left = engine.queued() + out.tx.len() + inn.tx.len();
+        let over = now >= drain_end || std::time::Instant::now() >= wall_end;
+        if left == 0 || over || !(inn.carrier.is_up() && out.carrier.is_up()) {
+            return;
         }
+        let sleep = if !out.tx.is_empty() || !inn.tx.is_empty() {
+            TX_RETRY
+        } else {
+            let next = engine.next_due().map(|t| out.carrier.wall_time(t));
+            sleep_time(Some(next.map_or(drain_end, |t| t.min(drain_end))), now)
+        };
+        std::thread::sleep(sleep);
     }
 }
 
-/// Sleeps until either port is readable or `timeout` passes (ppoll(2), nanosecond timeout);
-/// returns which ports `ppoll` reported readable (or in error: the receive reports it). A port
-/// without a descriptor, or any `ppoll` failure (EINTR: a signal), counts as readable.
-fn wait<I: PacketPort, O: PacketPort>(inside: &I, outside: &O, timeout: StdDuration) -> Readable {
-    let events = PollFlags::POLLIN;
-    let (fd_in, fd_out) = (inside.poll_fd(), outside.poll_fd());
-    let ts = nix::sys::time::TimeSpec::from_duration(timeout);
-    let ready = |fd: &PollFd<'_>| {
-        fd.revents().is_none_or(|r| {
-            r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
-        })
-    };
-    match (fd_in, fd_out) {
-        (None, None) => {
-            std::thread::sleep(timeout);
-            Readable::BOTH
-        }
-        (Some(a), Some(b)) => {
-            let mut fds = [PollFd::new(a, events), PollFd::new(b, events)];
-            match nix::poll::ppoll(&mut fds, Some(ts), None) {
-                Ok(_) => Readable {
-                    inside: ready(&fds[0]),
-                    outside: ready(&fds[1]),
-                },
-                Err(_) => Readable::BOTH,
-            }
-        }
-        (Some(fd), None) | (None, Some(fd)) => {
-            let mut fds = [PollFd::new(fd, events)];
-            let ok = nix::poll::ppoll(&mut fds, Some(ts), None).is_ok();
-            let r = !ok || ready(&fds[0]);
-            Readable {
-                inside: r || fd_in_missing(inside),
-                outside: r || fd_in_missing(outside),
-            }
-        }
-    }
+/// The ports' kernel counters, read every [`COUNTER_PERIOD_NS`]: RX ring drops into their
+/// metric, refusals logged ([`crate::refused`]).
+#[derive(Default)]
+struct PortWatch {
+    next: Timestamp,
+    ring_drops: u64,
+    refusals: RefusalLog,
 }
 
-/// True if `port` has no descriptor (`wait` cannot tell whether it is readable).
-fn fd_in_missing<P: PacketPort>(port: &P) -> bool {
-    port.poll_fd().is_none()
+impl PortWatch {
+    fn observe<I, O>(
+        &mut self,
+        now: Timestamp,
+        inn: &mut Side<'_, I>,
+        out: &mut Side<'_, O>,
+        engine: &Engine,
+        metrics: &Metrics,
+    ) where
+        I: PacketPort + SendPieces + Reopen,
+        O: PacketPort + SendPieces + Reopen,
+    {
+        if now < self.next {
+            return;
+        }
+        self.next = now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
+        let (ci, co) = (inn.counters(), out.counters());
+        let drops = ci.rx_ring_drops + co.rx_ring_drops;
+        if drops > self.ring_drops {
+            metrics.rx_ring_drops(drops - self.ring_drops);
+            self.ring_drops = drops;
+        }
+        let cuts = engine.cut_counters();
+        self.refusals
+            .observe(Refusals::of(&ci, &co, &cuts), metrics);
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use metronome_core::{Duration, ManualClock};
-    use metronome_io::{MemoryPort, MemoryPortConfig};
-
-    /// Runs the loop between two memory ports until a thread sets the stop flag after `ms`
-    /// milliseconds (memory ports have no descriptor: an idle loop sleeps, so the stop comes from
-    /// outside), with no hook.
-    fn run_stopped_after<C: Clock>(
-        ms: u64,
-        config: &Config,
-        (inside, outside): (&mut MemoryPort, &mut MemoryPort),
-        pool: &mut FramePool,
-        (engine, metrics): (&mut Engine, &Metrics),
-        clock: &C,
-    ) -> LoopReport {
-        let control = Control::default();
-        let stop = control.stop.clone();
-        let stopper = std::thread::spawn(move || {
-            std::thread::sleep(StdDuration::from_millis(ms));
-            stop.store(true, Ordering::Relaxed);
-        });
-        let options = LoopOptions::from_config(config);
-        let mut back = FramePool::new(256, 2048);
-        let pools = Pools {
-            shaped: pool,
-            reverse: &mut back,
-        };
-        let report = run_loop(
-            inside,
-            outside,
-            pools,
-            engine,
-            clock,
-            metrics,
-            &options,
-            &control.stop,
-            &mut (),
-        )
-        .unwrap();
-        stopper.join().unwrap();
-        assert_eq!(
-            back.in_use(),
-            0,
-            "the reverse direction's pool holds nothing at stop"
-        );
-        report
-    }
-
-    /// A loop's world for `text`: its configuration, metrics, a pool of 256 slots and the
-    /// engine.
-    fn loop_parts(text: &str) -> (Config, Metrics, FramePool, Engine) {
-        let config = Config::from_toml_str(text, "t.toml").unwrap();
-        let metrics = Metrics::new();
-        let pool = FramePool::new(256, 2048);
-        let engine = Engine::new(&config, pool.capacity(), metrics.clone());
-        (config, metrics, pool, engine)
-    }
-
-    /// A `len`-byte ARP frame: non-IP, so the default class takes it.
-    fn non_ip_frame(len: usize) -> Vec<u8> {
-        let mut frame = vec![0u8; len];
-        frame[12..14].copy_from_slice(&[0x08, 0x06]);
-        frame
-    }
-
-    /// A clock that moves 1 ms at every reading.
-    struct Stepping(std::sync::atomic::AtomicU64);
-
-    impl Clock for Stepping {
-        fn now(&self) -> Timestamp {
-            Timestamp::from_nanos(self.0.fetch_add(1_000_000, Ordering::Relaxed))
-        }
-    }
-
-    /// 20 full frames into a 1 Mbit/s class (12.1 ms each), the loop stopped 5 ms (real time)
-    /// later with `drain`; returns (frames sent on outside, the loop's report).
-    fn stop_with_drain(drain: &str) -> (usize, LoopReport) {
-        let text = format!(
-            "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ndrain = \"{drain}\"\n\
-             [default]\nrate = \"1mbit\"\n"
-        );
-        let (config, metrics, mut pool, mut engine) = loop_parts(&text);
-        let mut inside = MemoryPort::new(MemoryPortConfig::default());
-        let mut outside = MemoryPort::new(MemoryPortConfig::default());
-        let frame = non_ip_frame(1514);
-        for _ in 0..20 {
-            inside.inject(&frame).unwrap();
-        }
-        let clock = Stepping(std::sync::atomic::AtomicU64::new(1_000_000_000));
-        let ports = (&mut inside, &mut outside);
-        let report = run_stopped_after(
-            5,
-            &config,
-            ports,
-            &mut pool,
-            (&mut engine, &metrics),
-            &clock,
-        );
-        engine.invariants();
-        assert_eq!(pool.in_use(), 0);
-        (outside.discard_sent(), report)
-    }
-
-    #[test]
-    fn a_stop_sends_what_is_queued_within_the_drain_time_and_counts_the_rest() {
-        let (sent, report) = stop_with_drain("10s");
-        assert_eq!((sent, report.queued_at_stop), (20, 0), "{report:?}");
-        let (sent, report) = stop_with_drain("0s");
-        assert!(report.queued_at_stop > 0, "{report:?}");
-        assert_eq!(sent as u64 + report.queued_at_stop, 20, "{report:?}");
-        assert_eq!(report.engine.discarded_at_stop, report.queued_at_stop);
-    }
-
-    #[test]
-    fn the_loop_reports_the_time_it_slept_within_its_running_time() {
-        // Frames 12.1 ms apart on a clock that moves 1 ms per reading: the loop sleeps
-        // between them, so it was neither always busy nor always asleep.
-        let (_, report) = stop_with_drain("10s");
-        assert!(report.slept_ns > 0, "{report:?}");
-        assert!(report.slept_ns <= report.running_ns, "{report:?}");
-        assert!(
-            report.busy_pct() > 0.0 && report.busy_pct() < 100.0,
-            "{report:?}"
-        );
-        assert_eq!(LoopReport::default().busy_pct(), 0.0);
-    }
-
-    /// A memory port whose one frame arrives when the shared flag is set (by a hook), while the
-    /// loop is already spinning idle.
-    struct LateFrame {
-        port: MemoryPort,
-        arrived: std::rc::Rc<std::cell::Cell<bool>>,
-        frame: Option<Vec<u8>>,
-    }
-
-    impl PacketPort for LateFrame {
-        fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
-            if self.arrived.get() {
-                if let Some(f) = self.frame.take() {
-                    self.port.inject(&f).unwrap();
-                }
-            }
-            self.port.recv(pool, out)
-        }
-        fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
-            self.port.send(pool, ids)
-        }
-        fn counters(&mut self) -> PortCounters {
-            self.port.counters()
-        }
-        fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-            None
-        }
-    }
-
-    impl SendPieces for LateFrame {
-        fn send_pieces(
-            &mut self,
-            pieces: &[metronome_io::TxPiece<'_>],
-        ) -> Result<usize, PortError> {
-            self.port.send_pieces(pieces)
-        }
-    }
-
-    impl Reopen for LateFrame {
-        fn reopen(&mut self) -> Result<PortCounters, PortError> {
-            self.port.reopen()
-        }
-    }
-
-    /// Counts the loop's iterations: the frame arrives at the 100th, the loop stops at the
-    /// 100 000th.
-    struct Iterations {
-        n: u64,
-        arrived: std::rc::Rc<std::cell::Cell<bool>>,
-        stop: Arc<AtomicBool>,
-    }
-
-    impl LoopHook for Iterations {
-        fn poll(&mut self, _engine: &mut Engine, _now: Timestamp) -> Option<bool> {
-            self.n += 1;
-            self.arrived.set(self.n >= 100);
-            if self.n >= 100_000 {
-                self.stop.store(true, Ordering::Relaxed);
-            }
-            None
-        }
-    }
-
-    #[test]
-    fn a_busy_polling_loop_reads_a_frame_that_arrives_while_it_spins() {
-        // The clock stands still, so only the spin itself can make the loop read again.
-        let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\nbusy_poll = true\n";
-        let (config, metrics, mut pool, mut engine) = loop_parts(text);
-        let arrived = std::rc::Rc::new(std::cell::Cell::new(false));
-        let mut inside = LateFrame {
-            port: MemoryPort::new(MemoryPortConfig::default()),
-            arrived: arrived.clone(),
-            frame: Some(non_ip_frame(60)),
-        };
-        let mut outside = MemoryPort::new(MemoryPortConfig::default());
-        let control = Control::default();
-        let mut hook = Iterations {
-            n: 0,
-            arrived,
-            stop: control.stop.clone(),
-        };
-        let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
-        let options = LoopOptions::from_config(&config);
-        assert!(options.busy_poll);
-        let mut back = FramePool::new(64, 2048);
-        let pools = Pools {
-            shaped: &mut pool,
-            reverse: &mut back,
-        };
-        let report = run_loop(
-            &mut inside,
-            &mut outside,
-            pools,
-            &mut engine,
-            &clock,
-            &metrics,
-            &options,
-            &control.stop,
-            &mut hook,
-        )
-        .unwrap();
-        assert_eq!(outside.discard_sent(), 1, "{report:?}");
-        assert_eq!(pool.in_use(), 0);
-        // Ready to sleep without the kernel's default 50 µs slack should a reload ask for it.
-        assert_eq!(nix::sys::prctl::get_timerslack(), Ok(1));
-    }
-
-    #[test]
-    fn a_round_reads_again_only_the_ports_that_may_have_frames() {
-        let r = |inside, outside| Readable { inside, outside };
-        let io = |read, full, sent| RoundIo { read, full, sent };
-        let none = Readable::NONE;
-        // Both read, nothing full, nothing sent: the next round waits for ppoll.
-        let round = io(Readable::BOTH, none, none);
-        assert_eq!(Readable::BOTH.after_round(&round), none);
-        // Sent on outside: its answer is read next; a full inside batch is read again.
-        let round = io(Readable::BOTH, r(true, false), r(false, true));
-        assert_eq!(Readable::BOTH.after_round(&round), Readable::BOTH);
-        let round = io(Readable::BOTH, none, r(true, false));
-        assert_eq!(Readable::BOTH.after_round(&round), r(true, false));
-        // A readable port this round did not read (no room, link down) stays readable.
-        let round = io(r(false, true), none, none);
-        assert_eq!(Readable::BOTH.after_round(&round), r(true, false));
-        assert_eq!(r(false, true).after_round(&round), none);
-    }
-
-    #[test]
-    fn the_loop_wakes_never_before_the_next_departure_and_at_most_the_slack_after_it() {
-        let now = Timestamp::from_nanos(1_000_000_000);
-        let max = Duration::from_nanos(MAX_SLEEP.as_nanos() as u64);
-        for slack_us in [0, 1, 50, 100, 1_000, 60_000] {
-            let slack = Duration::from_micros(slack_us);
-            for ahead_ns in [
-                0,
-                1,
-                999,
-                170_000,
-                10_000_000,
-                49_999_999,
-                50_000_000,
-                3_000_000_000,
-            ] {
-                let due = now + Duration::from_nanos(ahead_ns);
-                let sleep = wake_after(Some(due), slack, now);
-                let wake = now + Duration::from_nanos(sleep.as_nanos() as u64);
-                // Never before the departure, unless MAX_SLEEP wakes the loop earlier (it then
-                // sleeps again); never more than the slack after it.
-                assert!(wake >= due || wake == now + max, "{slack_us} {ahead_ns}");
-                assert!(wake <= due.saturating_add(slack), "{slack_us} {ahead_ns}");
-                assert!(sleep <= MAX_SLEEP);
-            }
-            // Already due: at most the slack, minus what has passed since.
-            let past = Timestamp::from_nanos(now.as_nanos() - 30_000);
-            let sleep = wake_after(Some(past), slack, now);
-            let over = Duration::from_nanos(sleep.as_nanos() as u64);
-            assert!(
-                now + over <= past.saturating_add(slack).max(now),
-                "{slack_us}"
-            );
-            assert_eq!(wake_after(None, slack, now), MAX_SLEEP);
-        }
-        assert_eq!(
-            wake_after(Some(now + Duration::from_micros(170)), Duration::ZERO, now),
-            StdDuration::from_micros(170)
-        );
-    }
-
-    #[test]
-    fn sleep_is_bounded_and_zero_when_due() {
-        let now = Timestamp::from_nanos(1_000);
-        assert_eq!(sleep_time(None, now), MAX_SLEEP);
-        assert_eq!(sleep_time(Some(now), now), StdDuration::ZERO);
-        let later = now + Duration::from_micros(30);
-        assert_eq!(sleep_time(Some(later), now), StdDuration::from_micros(30));
-        let far = now + Duration::from_secs(3);
-        assert_eq!(sleep_time(Some(far), now), MAX_SLEEP);
-    }
-
-    #[test]
-    fn the_loop_forwards_both_ways_and_stops() {
-        let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n";
-        let (config, metrics, mut pool, mut engine) = loop_parts(text);
-        let mut inside = MemoryPort::new(MemoryPortConfig::default());
-        let mut outside = MemoryPort::new(MemoryPortConfig::default());
-        let arp = non_ip_frame(60);
-        inside.inject(&arp).unwrap();
-        outside.inject(&arp).unwrap();
-        let clock = ManualClock::new(Timestamp::from_nanos(1));
-        let ports = (&mut inside, &mut outside);
-        let report = run_stopped_after(
-            20,
-            &config,
-            ports,
-            &mut pool,
-            (&mut engine, &metrics),
-            &clock,
-        );
-        assert_eq!(outside.pop_sent().unwrap(), arp);
-        assert_eq!(inside.pop_sent().unwrap(), arp);
-        assert_eq!((report.engine.received, report.passed_back), (1, 1));
-        assert_eq!(pool.in_use(), 0);
-    }
-}
+mod tests;

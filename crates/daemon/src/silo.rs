@@ -18,7 +18,7 @@
 //! per-core Timestampers"): for every class with a `rate`, an [`Allocator`] on the calling
 //! thread (the coordinator, which otherwise only waits) keeps one
 //! [`metronome_core::nba::Nba`] and one [`RateExchange`]. Each silo publishes its class's
-//! cumulative stamped bytes at most every [`DEMAND_PUBLISH`] ([`SiloLink::poll`]); every
+//! cumulative stamped bytes at most every [`DEMAND_PUBLISH`] ([`SiloExchange::poll`]); every
 //! `[daemon] nba_period` (100 ms by default, the paper's "≈ 100 ms") the allocator reads them,
 //! water-fills the aggregate over the measured demands and publishes each silo's rate with a new
 //! epoch. A silo looks at its rate cells at the top of every loop iteration (a few atomic loads)
@@ -29,7 +29,7 @@
 //!
 //! **Reload** (SIGHUP) goes to the coordinator, which validates the file once, refuses changes
 //! that need a restart, rescales or adds the allocators of changed classes, then hands the
-//! configuration to every silo ([`SiloLink`]), which reloads its engine and re-applies its shares
+//! configuration to every silo ([`SiloExchange`]), which reloads its engine and re-applies its shares
 //! (the engine's reload puts the classes' whole rates back). Reading, validating and logging the
 //! file is the single loop's path too ([`Reloader`]). These hand-offs take a mutex, on the reload
 //! path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
@@ -216,12 +216,12 @@ struct ReloadBox {
     config: Option<(Config, Vec<LimitCell>)>,
 }
 
-/// A silo's link to the coordinator: its rate cells, its demand publishing, its reload inbox.
+/// A silo's exchange with the coordinator: its rate cells, its demand publishing, its reload inbox.
 /// The silo loop's [`LoopHook`]: polled at the top of every iteration.
 #[derive(Debug)]
-pub struct SiloLink {
+pub struct SiloExchange {
     silo: usize,
-    classes: Vec<LinkedClass>,
+    classes: Vec<ExchangedClass>,
     next_publish: Timestamp,
     reload: Arc<AtomicBool>,
     inbox: Arc<Mutex<ReloadBox>>,
@@ -231,7 +231,7 @@ pub struct SiloLink {
 }
 
 #[derive(Debug)]
-struct LinkedClass {
+struct ExchangedClass {
     /// Engine class state index; `None` if the engine has no such class.
     index: Option<usize>,
     exchange: Arc<RateExchange>,
@@ -240,11 +240,16 @@ struct LinkedClass {
     rate_gauge: NbaRateGauge,
 }
 
-impl SiloLink {
-    /// The link of silo number `silo`, whose engine is `engine`, to the limits `cells`
+impl SiloExchange {
+    /// The exchange of silo number `silo`, whose engine is `engine`, to the limits `cells`
     /// ([`Allocator::cells`]); `metrics` is the silo's ([`Metrics::for_silo`]).
-    pub fn new(silo: usize, cells: &[LimitCell], engine: &Engine, metrics: Metrics) -> SiloLink {
-        let mut link = SiloLink {
+    pub fn new(
+        silo: usize,
+        cells: &[LimitCell],
+        engine: &Engine,
+        metrics: Metrics,
+    ) -> SiloExchange {
+        let mut exchange = SiloExchange {
             silo,
             classes: Vec::new(),
             next_publish: Timestamp::ZERO,
@@ -253,14 +258,14 @@ impl SiloLink {
             metrics,
             refused_rates: 0,
         };
-        link.relink(cells, engine);
-        link
+        exchange.rebind(cells, engine);
+        exchange
     }
 
-    fn relink(&mut self, cells: &[LimitCell], engine: &Engine) {
+    fn rebind(&mut self, cells: &[LimitCell], engine: &Engine) {
         self.classes = cells
             .iter()
-            .map(|c| LinkedClass {
+            .map(|c| ExchangedClass {
                 index: engine.class_index(&c.class),
                 exchange: c.exchange.clone(),
                 epoch: 0,
@@ -309,13 +314,13 @@ impl SiloLink {
             tracing::info!(silo = self.silo, "reloaded");
         }
         // The engine put whole rates back: re-apply every share (epochs forgotten).
-        self.relink(&cells, engine);
+        self.rebind(&cells, engine);
     }
 }
 
-impl LoopHook for SiloLink {
+impl LoopHook for SiloExchange {
     fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool> {
-        SiloLink::poll(self, engine, now);
+        SiloExchange::poll(self, engine, now);
         None // silos keep their `busy_poll` until a restart
     }
 }
@@ -423,15 +428,15 @@ where
         let mut back = reverse_pool(config);
         let seed = crate::flow_seed::FlowSeed::draw();
         let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
-        let mut link = SiloLink::new(silo, &allocator.cells(), &engine, metrics.clone());
-        inboxes.push((link.reload.clone(), link.inbox.clone()));
+        let mut exchange = SiloExchange::new(silo, &allocator.cells(), &engine, metrics.clone());
+        inboxes.push((exchange.reload.clone(), exchange.inbox.clone()));
         let thread = std::thread::Builder::new()
             .name(format!("silo-{silo}"))
             .spawn(move || {
                 // Set on every way out, a panic included: one silo down stops all.
                 let _stop_all = StopOnExit(&silo_stop);
                 let pinned = pin(silo);
-                // Reloads come through the link, from the coordinator.
+                // Reloads come through the exchange, from the coordinator.
                 let report = run_loop(
                     &mut inside,
                     &mut outside,
@@ -444,12 +449,12 @@ where
                     &metrics,
                     &options,
                     &silo_stop,
-                    &mut link,
+                    &mut exchange,
                 )?;
                 Ok(SiloReport {
                     report,
                     pinned,
-                    refused_rates: link.refused_rates,
+                    refused_rates: exchange.refused_rates,
                 })
             })
             .map_err(|e| PortError::Io {

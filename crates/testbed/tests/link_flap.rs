@@ -61,8 +61,8 @@ const UNDER: f64 = 0.40;
 /// The class's limit, bit/s.
 const TARGET_BPS: f64 = 100e6;
 /// Forwarding resumes within this of the link coming back after a flap: the daemon probes a
-/// down link every 10 ms (`link::LINK_POLL`), takes it back once seen up for 20 ms
-/// (`link::LINK_SETTLE`), and then sends what it held at once (due when the link went down);
+/// down link every 10 ms (`carrier::CARRIER_POLL`), takes it back once seen up for 20 ms
+/// (`carrier::CARRIER_SETTLE`), and then sends what it held at once (due when the link went down);
 /// the receiver's counter is sampled every 20 ms. 100 ms, the bound the daemon is built to.
 /// Measured in the runs of [`TOLERANCE`] and [`OVER`]: 21 to 53 ms in 52 of 54 flaps, 118 and
 /// 347 ms in two (load average 4 to 6: the senders or the sampler starved), which a retry

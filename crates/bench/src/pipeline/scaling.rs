@@ -6,7 +6,7 @@
 //! does) running the benchmark's engine [`Rig`] on its own in-memory ports, pool and traffic: the
 //! same [`super::workload_frames`] at [`super::OFFERED_BPS`] in its own simulated time. Like the
 //! daemon's silos, the two-silo run counts into one registry made by [`Metrics::with_silos`]
-//! (each silo its own series) and polls a [`metronome_daemon::silo::SiloLink`] every step (rate cells read,
+//! (each silo its own series) and polls a [`metronome_daemon::silo::SiloExchange`] every step (rate cells read,
 //! demand published every simulated millisecond); its classes' aggregate rates are doubled and
 //! split by the allocator, so that each silo shapes exactly what the one silo shapes. The
 //! one-silo run is the single loop (no link, [`Metrics::new`]).
@@ -90,7 +90,7 @@ fn rigs(silos: usize, batch: usize) -> Vec<Rig> {
             let m = metrics.for_silo(silo);
             let mut rig = Rig::with_metrics(&config, &frames, batch, Stage::Engine, m.clone());
             if silos > 1 {
-                rig.link(silo, &allocator.cells(), m);
+                rig.join_silo(silo, &allocator.cells(), m);
             }
             rig.warm_up(config.wheel.horizon);
             rig

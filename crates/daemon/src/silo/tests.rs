@@ -1,5 +1,5 @@
 //! Silo tests: the allocator's publishing, and two silos' engines sharing one aggregate limit in
-//! simulated time through the real [`SiloLink`] and [`Allocator`] (deterministic, no threads).
+//! simulated time through the real [`SiloExchange`] and [`Allocator`] (deterministic, no threads).
 
 use super::*;
 use etherparse::PacketBuilder;
@@ -56,11 +56,11 @@ fn the_allocator_starts_with_an_equal_split_and_water_fills() {
     assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 100_000_000);
 }
 
-/// One simulated silo: engine, pool, link and an offered load of `offered_bps` over `flows`.
+/// One simulated silo: engine, pool, exchange and an offered load of `offered_bps` over `flows`.
 struct SimSilo {
     engine: Engine,
     pool: FramePool,
-    link: SiloLink,
+    exchange: SiloExchange,
     frames: Vec<Vec<u8>>,
     offered_bps: u64,
     credit_bits: u64,
@@ -79,14 +79,14 @@ impl SimSilo {
         let pool = FramePool::new(16_384, DEFAULT_SLOT_SIZE);
         let metrics = metrics.for_silo(silo);
         let engine = Engine::new(config, pool.capacity(), metrics.clone());
-        let link = SiloLink::new(silo, cells, &engine, metrics);
+        let exchange = SiloExchange::new(silo, cells, &engine, metrics);
         let frames = (0..flows)
             .map(|f| tcp_frame(40_000 + f, 5201, silo as u8))
             .collect();
         SimSilo {
             engine,
             pool,
-            link,
+            exchange,
             frames,
             offered_bps: 0,
             credit_bits: 0,
@@ -97,7 +97,7 @@ impl SimSilo {
 
     /// One step of `dt` ending at `now`.
     fn step(&mut self, now: Timestamp, dt: Duration) {
-        self.link.poll(&mut self.engine, now);
+        self.exchange.poll(&mut self.engine, now);
         self.credit_bits += self.offered_bps * dt.as_nanos() / 1_000_000_000;
         let mut rx = Vec::new();
         while self.credit_bits >= 1514 * 8 {
@@ -157,7 +157,7 @@ fn two_silos(offered: [u64; 2]) -> [f64; 2] {
     for s in &silos {
         s.engine.invariants();
         assert_eq!(s.engine.counters().dropped(), 0);
-        assert_eq!(s.link.refused_rates, 0);
+        assert_eq!(s.exchange.refused_rates, 0);
     }
     let secs = 1.0; // steps 5 000..15 000 of 100 us
     [0, 1].map(|i| (silos[i].released_bytes - at_half[i]) as f64 * 8.0 / secs)
@@ -223,15 +223,15 @@ fn a_reload_goes_through_the_coordinator_to_every_silo() {
     let mut engines: Vec<Engine> = (0..2)
         .map(|i| Engine::new(&running, 64, metrics.for_silo(i)))
         .collect();
-    let mut links: Vec<SiloLink> = (0..2)
-        .map(|i| SiloLink::new(i, &allocator.cells(), &engines[i], metrics.for_silo(i)))
+    let mut exchanges: Vec<SiloExchange> = (0..2)
+        .map(|i| SiloExchange::new(i, &allocator.cells(), &engines[i], metrics.for_silo(i)))
         .collect();
-    let inboxes: Vec<Inbox> = links
+    let inboxes: Vec<Inbox> = exchanges
         .iter()
         .map(|l| (l.reload.clone(), l.inbox.clone()))
         .collect();
     let now = Timestamp::from_nanos(1);
-    for (l, e) in links.iter_mut().zip(&mut engines) {
+    for (l, e) in exchanges.iter_mut().zip(&mut engines) {
         l.poll(e, now);
     }
     assert_eq!(
@@ -242,7 +242,7 @@ fn a_reload_goes_through_the_coordinator_to_every_silo() {
     // A live change: the allocator rescales, each silo reloads its engine and re-applies.
     std::fs::write(&path, text("300mbit")).unwrap();
     reload_silos(&mut reloader, &mut allocator, &inboxes);
-    for (l, e) in links.iter_mut().zip(&mut engines) {
+    for (l, e) in exchanges.iter_mut().zip(&mut engines) {
         l.poll(e, now);
         assert_eq!(e.config().classes[0].policy.rate, Some(Rate::mbps(300)));
         assert_eq!(l.refused_rates, 0);

@@ -1,19 +1,21 @@
 //! The shaped direction across an outage of the outside link, in simulated time: the engine
-//! driven as the loop drives it (its time the link's [`Link::shaping_time`], its release
-//! [`release_outbound`]), one tick per millisecond, each frame tagged with its sequence number.
+//! driven as the loop drives it (its time the link's [`Carrier::shaping_time`], its release
+//! [`crate::run::release_shaped`]), one tick per millisecond, each frame tagged with its sequence number.
 //! An outage within the grace shifts every later departure by its length and drops nothing;
 //! one beyond it drops what fell due past the grace and shifts the rest by the grace; in
 //! neither does a class send more than its rate and its burst after the link's return.
 
 use super::*;
 use crate::config::Config;
+use crate::engine::Engine;
+use metronome_io::FramePool;
 use metronome_io::{PacketPort, RxFrame};
 
 /// The default class's rate: one 1514-byte frame per millisecond.
 const RATE: &str = "12112kbit";
 const FRAME: usize = 1514;
-/// The link goes down at this tick, is up again at `UP` less [`LINK_SETTLE`], and the loop
-/// resumes at `UP` (probed every `LINK_POLL`).
+/// The link goes down at this tick, is up again at `UP` less [`CARRIER_SETTLE`], and the loop
+/// resumes at `UP` (probed every `CARRIER_POLL`).
 const DOWN: u64 = 250;
 const UP: u64 = 400;
 /// Frames are offered at twice the rate from tick 0.
@@ -85,7 +87,7 @@ fn run(s: &Scenario) -> Outcome {
     let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
     let mut inside = metronome_io::MemoryPort::new(Default::default());
     let grace = config.daemon.link_down_grace;
-    let mut link = Link::new("out0", Some((7, true)), grace, &metrics);
+    let mut link = Carrier::new("out0", Some((7, true)), grace, &metrics);
     let mut frame = vec![0u8; FRAME];
     frame[12..14].copy_from_slice(&[0x08, 0x06]); // non-IP: the default class takes it
     let t0 = Timestamp::from_nanos(1_000_000_000);
@@ -99,7 +101,7 @@ fn run(s: &Scenario) -> Outcome {
         if s.outage && ms == DOWN {
             assert!(link.on_error(now, &down()));
         }
-        let back = ms + LINK_SETTLE.as_nanos() / 1_000_000 >= UP;
+        let back = ms + CARRIER_SETTLE.as_nanos() / 1_000_000 >= UP;
         link.poll(now, |_| Some((7, !outage || back)));
         assert_eq!(link.is_up(), !outage, "tick {ms}");
         if ms < s.offer_until {
@@ -115,7 +117,7 @@ fn run(s: &Scenario) -> Outcome {
             }
         }
         out.clear();
-        release_outbound(&mut engine, &mut pool, &mut link, now, &mut out, 64);
+        crate::run::release_shaped(&mut engine, &mut pool, &mut link, now, &mut out, 64);
         assert!(out.is_empty() || !outage, "sent at tick {ms}, link down");
         for &id in &out {
             let tag = pool.frame(id)[14..18].try_into().unwrap();

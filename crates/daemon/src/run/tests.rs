@@ -1,0 +1,327 @@
+//! The loop between memory ports: forwarding, stop and drain, sleeping and busy polling.
+
+use super::*;
+use crate::pieces::SendPieces;
+use crate::ports::Reopen;
+use metronome_core::{Duration, ManualClock};
+use metronome_io::PortCounters;
+use metronome_io::{MemoryPort, MemoryPortConfig};
+
+/// Runs the loop between two memory ports until a thread sets the stop flag after `ms`
+/// milliseconds (memory ports have no descriptor: an idle loop sleeps, so the stop comes from
+/// outside), with no hook.
+fn run_stopped_after<C: Clock>(
+    ms: u64,
+    config: &Config,
+    (inside, outside): (&mut MemoryPort, &mut MemoryPort),
+    pool: &mut FramePool,
+    (engine, metrics): (&mut Engine, &Metrics),
+    clock: &C,
+) -> LoopReport {
+    let control = Control::default();
+    let stop = control.stop.clone();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(StdDuration::from_millis(ms));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let options = LoopOptions::from_config(config);
+    let mut back = FramePool::new(256, 2048);
+    let pools = Pools {
+        shaped: pool,
+        reverse: &mut back,
+    };
+    let report = run_loop(
+        inside,
+        outside,
+        pools,
+        engine,
+        clock,
+        metrics,
+        &options,
+        &control.stop,
+        &mut (),
+    )
+    .unwrap();
+    stopper.join().unwrap();
+    assert_eq!(
+        back.in_use(),
+        0,
+        "the reverse direction's pool holds nothing at stop"
+    );
+    report
+}
+
+/// A loop's world for `text`: its configuration, metrics, a pool of 256 slots and the
+/// engine.
+fn loop_parts(text: &str) -> (Config, Metrics, FramePool, Engine) {
+    let config = Config::from_toml_str(text, "t.toml").unwrap();
+    let metrics = Metrics::new();
+    let pool = FramePool::new(256, 2048);
+    let engine = Engine::new(&config, pool.capacity(), metrics.clone());
+    (config, metrics, pool, engine)
+}
+
+/// A `len`-byte ARP frame: non-IP, so the default class takes it.
+fn non_ip_frame(len: usize) -> Vec<u8> {
+    let mut frame = vec![0u8; len];
+    frame[12..14].copy_from_slice(&[0x08, 0x06]);
+    frame
+}
+
+/// A clock that moves 1 ms at every reading.
+struct Stepping(std::sync::atomic::AtomicU64);
+
+impl Clock for Stepping {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_nanos(self.0.fetch_add(1_000_000, Ordering::Relaxed))
+    }
+}
+
+/// 20 full frames into a 1 Mbit/s class (12.1 ms each), the loop stopped 5 ms (real time)
+/// later with `drain`; returns (frames sent on outside, the loop's report).
+fn stop_with_drain(drain: &str) -> (usize, LoopReport) {
+    let text = format!(
+        "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ndrain = \"{drain}\"\n\
+         [default]\nrate = \"1mbit\"\n"
+    );
+    let (config, metrics, mut pool, mut engine) = loop_parts(&text);
+    let mut inside = MemoryPort::new(MemoryPortConfig::default());
+    let mut outside = MemoryPort::new(MemoryPortConfig::default());
+    let frame = non_ip_frame(1514);
+    for _ in 0..20 {
+        inside.inject(&frame).unwrap();
+    }
+    let clock = Stepping(std::sync::atomic::AtomicU64::new(1_000_000_000));
+    let ports = (&mut inside, &mut outside);
+    let report = run_stopped_after(
+        5,
+        &config,
+        ports,
+        &mut pool,
+        (&mut engine, &metrics),
+        &clock,
+    );
+    engine.invariants();
+    assert_eq!(pool.in_use(), 0);
+    (outside.discard_sent(), report)
+}
+
+#[test]
+fn a_stop_sends_what_is_queued_within_the_drain_time_and_counts_the_rest() {
+    let (sent, report) = stop_with_drain("10s");
+    assert_eq!((sent, report.queued_at_stop), (20, 0), "{report:?}");
+    let (sent, report) = stop_with_drain("0s");
+    assert!(report.queued_at_stop > 0, "{report:?}");
+    assert_eq!(sent as u64 + report.queued_at_stop, 20, "{report:?}");
+    assert_eq!(report.engine.discarded_at_stop, report.queued_at_stop);
+}
+
+#[test]
+fn the_loop_reports_the_time_it_slept_within_its_running_time() {
+    // Frames 12.1 ms apart on a clock that moves 1 ms per reading: the loop sleeps
+    // between them, so it was neither always busy nor always asleep.
+    let (_, report) = stop_with_drain("10s");
+    assert!(report.slept_ns > 0, "{report:?}");
+    assert!(report.slept_ns <= report.running_ns, "{report:?}");
+    assert!(
+        report.busy_pct() > 0.0 && report.busy_pct() < 100.0,
+        "{report:?}"
+    );
+    assert_eq!(LoopReport::default().busy_pct(), 0.0);
+}
+
+/// A memory port whose one frame arrives when the shared flag is set (by a hook), while the
+/// loop is already spinning idle.
+struct LateFrame {
+    port: MemoryPort,
+    arrived: std::rc::Rc<std::cell::Cell<bool>>,
+    frame: Option<Vec<u8>>,
+}
+
+impl PacketPort for LateFrame {
+    fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
+        if self.arrived.get() {
+            if let Some(f) = self.frame.take() {
+                self.port.inject(&f).unwrap();
+            }
+        }
+        self.port.recv(pool, out)
+    }
+    fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
+        self.port.send(pool, ids)
+    }
+    fn counters(&mut self) -> PortCounters {
+        self.port.counters()
+    }
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+}
+
+impl SendPieces for LateFrame {
+    fn send_pieces(&mut self, pieces: &[metronome_io::TxPiece<'_>]) -> Result<usize, PortError> {
+        self.port.send_pieces(pieces)
+    }
+}
+
+impl Reopen for LateFrame {
+    fn reopen(&mut self) -> Result<PortCounters, PortError> {
+        self.port.reopen()
+    }
+}
+
+/// Counts the loop's iterations: the frame arrives at the 100th, the loop stops at the
+/// 100 000th.
+struct Iterations {
+    n: u64,
+    arrived: std::rc::Rc<std::cell::Cell<bool>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LoopHook for Iterations {
+    fn poll(&mut self, _engine: &mut Engine, _now: Timestamp) -> Option<bool> {
+        self.n += 1;
+        self.arrived.set(self.n >= 100);
+        if self.n >= 100_000 {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        None
+    }
+}
+
+#[test]
+fn a_busy_polling_loop_reads_a_frame_that_arrives_while_it_spins() {
+    // The clock stands still, so only the spin itself can make the loop read again.
+    let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\nbusy_poll = true\n";
+    let (config, metrics, mut pool, mut engine) = loop_parts(text);
+    let arrived = std::rc::Rc::new(std::cell::Cell::new(false));
+    let mut inside = LateFrame {
+        port: MemoryPort::new(MemoryPortConfig::default()),
+        arrived: arrived.clone(),
+        frame: Some(non_ip_frame(60)),
+    };
+    let mut outside = MemoryPort::new(MemoryPortConfig::default());
+    let control = Control::default();
+    let mut hook = Iterations {
+        n: 0,
+        arrived,
+        stop: control.stop.clone(),
+    };
+    let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
+    let options = LoopOptions::from_config(&config);
+    assert!(options.busy_poll);
+    let mut back = FramePool::new(64, 2048);
+    let pools = Pools {
+        shaped: &mut pool,
+        reverse: &mut back,
+    };
+    let report = run_loop(
+        &mut inside,
+        &mut outside,
+        pools,
+        &mut engine,
+        &clock,
+        &metrics,
+        &options,
+        &control.stop,
+        &mut hook,
+    )
+    .unwrap();
+    assert_eq!(outside.discard_sent(), 1, "{report:?}");
+    assert_eq!(pool.in_use(), 0);
+    // Ready to sleep without the kernel's default 50 µs slack should a reload ask for it.
+    assert_eq!(nix::sys::prctl::get_timerslack(), Ok(1));
+}
+
+#[test]
+fn a_round_reads_again_only_the_ports_that_may_have_frames() {
+    use side::next_may_read;
+    // (was readable, read, full, sent) -> read again without a ppoll.
+    // Read, nothing full, nothing sent: the next round waits for ppoll.
+    assert!(!next_may_read(true, true, false, false));
+    // Sent on it: the far end's answer is read next; a full batch is read again.
+    assert!(next_may_read(true, true, false, true));
+    assert!(next_may_read(true, true, true, false));
+    assert!(next_may_read(false, false, false, true));
+    // A readable port this round did not read (no room, link down) stays readable; one that
+    // was not readable and was not read stays so.
+    assert!(next_may_read(true, false, false, false));
+    assert!(!next_may_read(false, false, false, false));
+}
+
+#[test]
+fn the_loop_wakes_never_before_the_next_departure_and_at_most_the_slack_after_it() {
+    let now = Timestamp::from_nanos(1_000_000_000);
+    let max = Duration::from_nanos(MAX_SLEEP.as_nanos() as u64);
+    for slack_us in [0, 1, 50, 100, 1_000, 60_000] {
+        let slack = Duration::from_micros(slack_us);
+        for ahead_ns in [
+            0,
+            1,
+            999,
+            170_000,
+            10_000_000,
+            49_999_999,
+            50_000_000,
+            3_000_000_000,
+        ] {
+            let due = now + Duration::from_nanos(ahead_ns);
+            let sleep = wake_after(Some(due), slack, now);
+            let wake = now + Duration::from_nanos(sleep.as_nanos() as u64);
+            // Never before the departure, unless MAX_SLEEP wakes the loop earlier (it then
+            // sleeps again); never more than the slack after it.
+            assert!(wake >= due || wake == now + max, "{slack_us} {ahead_ns}");
+            assert!(wake <= due.saturating_add(slack), "{slack_us} {ahead_ns}");
+            assert!(sleep <= MAX_SLEEP);
+        }
+        // Already due: at most the slack, minus what has passed since.
+        let past = Timestamp::from_nanos(now.as_nanos() - 30_000);
+        let sleep = wake_after(Some(past), slack, now);
+        let over = Duration::from_nanos(sleep.as_nanos() as u64);
+        assert!(
+            now + over <= past.saturating_add(slack).max(now),
+            "{slack_us}"
+        );
+        assert_eq!(wake_after(None, slack, now), MAX_SLEEP);
+    }
+    assert_eq!(
+        wake_after(Some(now + Duration::from_micros(170)), Duration::ZERO, now),
+        StdDuration::from_micros(170)
+    );
+}
+
+#[test]
+fn sleep_is_bounded_and_zero_when_due() {
+    let now = Timestamp::from_nanos(1_000);
+    assert_eq!(sleep_time(None, now), MAX_SLEEP);
+    assert_eq!(sleep_time(Some(now), now), StdDuration::ZERO);
+    let later = now + Duration::from_micros(30);
+    assert_eq!(sleep_time(Some(later), now), StdDuration::from_micros(30));
+    let far = now + Duration::from_secs(3);
+    assert_eq!(sleep_time(Some(far), now), MAX_SLEEP);
+}
+
+#[test]
+fn the_loop_forwards_both_ways_and_stops() {
+    let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n";
+    let (config, metrics, mut pool, mut engine) = loop_parts(text);
+    let mut inside = MemoryPort::new(MemoryPortConfig::default());
+    let mut outside = MemoryPort::new(MemoryPortConfig::default());
+    let arp = non_ip_frame(60);
+    inside.inject(&arp).unwrap();
+    outside.inject(&arp).unwrap();
+    let clock = ManualClock::new(Timestamp::from_nanos(1));
+    let ports = (&mut inside, &mut outside);
+    let report = run_stopped_after(
+        20,
+        &config,
+        ports,
+        &mut pool,
+        (&mut engine, &metrics),
+        &clock,
+    );
+    assert_eq!(outside.pop_sent().unwrap(), arp);
+    assert_eq!(inside.pop_sent().unwrap(), arp);
+    assert_eq!((report.engine.received, report.passed_back), (1, 1));
+    assert_eq!(pool.in_use(), 0);
+}
