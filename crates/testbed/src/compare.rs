@@ -73,7 +73,7 @@ pub mod link_sharing;
 pub mod measure;
 
 use crate::forwarder::ForwarderMode;
-use crate::netns::{LinkCounters, QdiscSpec, TopoError, Topology};
+use crate::netns::{InterfaceCounters, QdiscSpec, TopoError, Topology};
 pub use crate::offloads::OffloadMode;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use measure::{cpu_pct_per_gbit, jain_index, mean, mean_abs_deviation_pct, MachineCpu, ThreadCpu};
@@ -730,7 +730,7 @@ fn measure_run(
     let mut group = FlowGroup::tcp("bulk", port, flows);
     group.max_bytes_per_flow = volume_cap(target, duration);
     let plan = TrafficPlan::new(topo.receiver_addr, vec![group], duration);
-    let mut counters = topo.receiver.link_counters(&topo.receiver_if)?;
+    let mut counters = topo.receiver.interface_counters(&topo.receiver_if)?;
     let mut machine = MachineCpu::open().map_err(TopoError::Io)?;
     let traffic = spawn_traffic(topo, plan);
 
@@ -808,7 +808,7 @@ fn measure_windows(
     topo: &Topology,
     options: &CompareOptions,
     active: &mut ActiveShaper,
-    (counters, machine): (&mut LinkCounters, &mut MachineCpu),
+    (counters, machine): (&mut InterfaceCounters, &mut MachineCpu),
     first: Instant,
     probe_port: u16,
 ) -> Result<Measured, CompareError> {
@@ -818,7 +818,7 @@ fn measure_windows(
     let probe = spawn_traffic(topo, probe_plan);
     let cpu0 = (machine.read().map_err(TopoError::Io)?, active.cpu_ns());
     let mut sampler = measure::WindowSampler::default();
-    let wire = |c: &mut LinkCounters| -> Result<u64, CompareError> {
+    let wire = |c: &mut InterfaceCounters| -> Result<u64, CompareError> {
         let l = c.read()?;
         Ok(measure::wire_bytes(l.rx_bytes, l.rx_packets))
     };

@@ -431,7 +431,7 @@ pub fn sample_link(
     every: Duration,
     stop: &AtomicBool,
 ) -> Result<Vec<(Duration, u64)>, TopoError> {
-    let mut counters = ns.link_counters(iface)?;
+    let mut counters = ns.interface_counters(iface)?;
     let mut samples = Vec::new();
     loop {
         let done = stop.load(Ordering::Acquire);

@@ -25,7 +25,7 @@
 //! namespace still sees the host's interfaces there. `/proc/self/net/dev` follows the thread
 //! group leader's namespace. `/proc/thread-self/net/dev` follows the calling thread's namespace,
 //! and a file descriptor opened there keeps reporting *that* namespace when re-read (after a
-//! rewind) from any other thread. [`LinkCounters`] therefore opens it once inside the namespace
+//! rewind) from any other thread. [`InterfaceCounters`] therefore opens it once inside the namespace
 //! and re-reads it from the caller's thread: no process spawn and no thread per sample.
 //!
 //! Offloads: the topology keeps the host's default offloads (on veth: TSO, GSO and checksum
@@ -166,9 +166,9 @@ impl Namespace {
 
     /// Opens the rx/tx counters of `iface` in this namespace (see the module docs for why
     /// `/proc/thread-self/net/dev` and not sysfs).
-    pub fn link_counters(&self, iface: &str) -> Result<LinkCounters, TopoError> {
+    pub fn interface_counters(&self, iface: &str) -> Result<InterfaceCounters, TopoError> {
         let file = self.run(|| File::open("/proc/thread-self/net/dev"))??;
-        let mut counters = LinkCounters {
+        let mut counters = InterfaceCounters {
             file,
             ns: self.name.clone(),
             iface: iface.to_owned(),
@@ -181,7 +181,7 @@ impl Namespace {
 
 /// One sample of an interface's counters (as in `/proc/net/dev`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkStats {
+pub struct InterfaceStats {
     /// Bytes received (Ethernet frames without FCS).
     pub rx_bytes: u64,
     /// Packets received.
@@ -198,16 +198,16 @@ pub struct LinkStats {
 
 /// A reader of one interface's counters in one namespace, re-readable from any thread.
 #[derive(Debug)]
-pub struct LinkCounters {
+pub struct InterfaceCounters {
     file: File,
     ns: String,
     iface: String,
     buf: String,
 }
 
-impl LinkCounters {
+impl InterfaceCounters {
     /// Reads the current counters (one `lseek` and one `read` of a few hundred bytes).
-    pub fn read(&mut self) -> Result<LinkStats, TopoError> {
+    pub fn read(&mut self) -> Result<InterfaceStats, TopoError> {
         self.file.rewind()?;
         self.buf.clear();
         self.file.read_to_string(&mut self.buf)?;
@@ -221,7 +221,7 @@ impl LinkCounters {
 /// Finds `iface` in the text of `/proc/net/dev` (two header lines, then
 /// `name: rx_bytes rx_packets errs drop fifo frame compressed multicast tx_bytes tx_packets errs
 /// drop ...`).
-pub fn parse_net_dev(text: &str, iface: &str) -> Option<LinkStats> {
+pub fn parse_net_dev(text: &str, iface: &str) -> Option<InterfaceStats> {
     text.lines().skip(2).find_map(|line| {
         let (name, rest) = line.split_once(':')?;
         if name.trim() != iface {
@@ -231,7 +231,7 @@ pub fn parse_net_dev(text: &str, iface: &str) -> Option<LinkStats> {
             .split_whitespace()
             .map(|v| v.parse().ok())
             .collect::<Option<_>>()?;
-        (f.len() >= 12).then(|| LinkStats {
+        (f.len() >= 12).then(|| InterfaceStats {
             rx_bytes: f[0],
             rx_packets: f[1],
             rx_dropped: f[3],

@@ -14,7 +14,7 @@
 //! itself at the deadline: writers stop writing, readers stop reading (unread data is discarded
 //! with the socket), every thread is joined, and the first error is returned. Goodput here is TCP
 //! payload; the on-the-wire rate of `compare` comes from interface counters
-//! ([`crate::netns::LinkCounters`]).
+//! ([`crate::netns::InterfaceCounters`]).
 
 mod flows;
 

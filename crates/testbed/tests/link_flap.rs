@@ -26,7 +26,7 @@ use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::run::{Control, LoopReport};
 use metronome_io::Offload;
-use metronome_testbed::netns::{LinkCounters, Namespace, TopoError, Topology};
+use metronome_testbed::netns::{InterfaceCounters, Namespace, TopoError, Topology};
 use metronome_testbed::shaper::{spawn_shaper, spawn_silos, ShaperThread, SilosThread};
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
@@ -89,14 +89,14 @@ const SLACK: u64 = 500;
 /// The frames a host's veth sent over a run, across its re-creation (which restarts its
 /// counters).
 struct TxCount {
-    counters: LinkCounters,
+    counters: InterfaceCounters,
     base: u64,
     carried: u64,
 }
 
 impl TxCount {
     fn new(ns: &Namespace, iface: &str) -> TxCount {
-        let mut counters = ns.link_counters(iface).unwrap();
+        let mut counters = ns.interface_counters(iface).unwrap();
         let base = counters.read().unwrap().tx_packets;
         TxCount {
             counters,

@@ -690,7 +690,7 @@ fn drive(
         plan.window = SAMPLE;
         plans.push((half, plan));
     }
-    let mut counters = topo.receiver.link_counters(&topo.receiver_if)?;
+    let mut counters = topo.receiver.interface_counters(&topo.receiver_if)?;
     let base_bytes = counters.read()?.rx_bytes;
     let threads: Vec<(bool, TrafficThread)> = plans
         .into_iter()

@@ -115,7 +115,7 @@ fn topology_carries_traffic_through_a_bridge_and_cleans_up() {
     topo.bridge_shaper().expect("bridge");
     let mut rx = topo
         .receiver
-        .link_counters(&topo.receiver_if)
+        .interface_counters(&topo.receiver_if)
         .expect("counters");
     let before = rx.read().expect("read");
     let groups = vec![FlowGroup::tcp("bulk", 5201, 4)];

@@ -37,7 +37,7 @@ pub fn topology(prefix: &str, test: &str) -> Option<Topology> {
 /// returns the traffic report and the `(elapsed,
 /// rx_bytes, rx_packets)` samples.
 pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<Sample>) {
-    let mut counters = topo.receiver.link_counters(&topo.receiver_if).unwrap();
+    let mut counters = topo.receiver.interface_counters(&topo.receiver_if).unwrap();
     let (sender, receiver) = (topo.sender.clone(), topo.receiver.clone());
     let traffic =
         std::thread::spawn(move || trafficgen::run(&plan, Some(&sender), Some(&receiver)));
