@@ -12,14 +12,14 @@ use prometheus_client::registry::Registry;
 /// `metronome_metrics_http_refused_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Refusal {
-    /// `431`: the head exceeded [`HttpLimits::max_head_bytes`].
+    /// `431`: the head exceeded [`super::HttpLimits::max_head_bytes`].
     TooLarge,
     /// `413`: the request declared a body.
     Body,
     /// A read, a write or the connection's deadline ran out (`408` if the head was not complete).
     Timeout,
-    /// `503`: [`HttpLimits::max_connections`] were being served already (or no thread could be
-    /// started for the connection).
+    /// `503`: [`super::HttpLimits::max_connections`] were being served already (or no thread
+    /// could be started for the connection).
     Busy,
     /// `400`: a malformed head, or a connection closed in the middle of its head.
     BadRequest,
