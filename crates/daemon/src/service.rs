@@ -31,6 +31,8 @@ use crate::reload::{FileReload, Reloader};
 use crate::run::{run_loop, Control, LoopOptions, LoopReport, Pools};
 use crate::silo::{panic_message, run_silos_on, SiloReport};
 use metronome_io::{AfPacketPort, MonotonicClock, PortError};
+use std::ffi::OsStr;
+use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -94,18 +96,32 @@ impl DaemonError {
     }
 }
 
-/// Installs the global `tracing` subscriber: human-readable lines or one JSON object per line,
-/// filtered by `RUST_LOG` (default `info`). A second call changes nothing.
+/// Installs the global `tracing` subscriber on standard error: human-readable lines or one JSON
+/// object per line, filtered by `RUST_LOG` (default `info`), with ANSI colour only where
+/// [`log_ansi`] allows it. A second call changes nothing.
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = log_ansi(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// Whether log lines may carry ANSI colour and styles: only when standard error, where they go,
+/// is a terminal (a file, a pipe or the journal would keep the escape sequences as text), and
+/// not when `NO_COLOR` is set to a non-empty value (<https://no-color.org>: set and not empty
+/// turns colour off; set but empty counts as unset). `no_color` is the variable's value, if set.
+pub fn log_ansi(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
 }
 
 /// Runs the shaping loop for `config` on the calling thread until `control.stop` is set;
@@ -347,6 +363,24 @@ pub fn log_report(r: &LoopReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        fn set(v: &str) -> Option<&OsStr> {
+            Some(OsStr::new(v))
+        }
+        assert!(log_ansi(true, None));
+        // NO_COLOR set to an empty value counts as unset (no-color.org).
+        assert!(log_ansi(true, set("")));
+        assert!(!log_ansi(true, set("1")));
+        assert!(
+            !log_ansi(true, set("0")),
+            "any non-empty value turns colour off"
+        );
+        for no_color in [None, set(""), set("1")] {
+            assert!(!log_ansi(false, no_color), "not a terminal: {no_color:?}");
+        }
+    }
 
     #[test]
     fn a_missing_interface_is_named_and_exits_2() {

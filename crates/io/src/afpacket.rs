@@ -27,8 +27,8 @@
 //!   `PACKET_QDISC_BYPASS` (the frame goes straight to the driver: Metronome is the qdisc), fed by
 //!   `sendmmsg` batches of up to 64 frames. Chosen over a TPACKET TX ring: the frames are in pool
 //!   slots already, so a TX ring would add a second copy into its slots plus status-word handling
-//!   and a `send` kick, for a gain (fewer syscalls) `sendmmsg` batching mostly gets too; the issue's
-//!   reference forwarder is `sendmmsg` with batches of 64.
+//!   and a `send` kick, for a gain (fewer syscalls) `sendmmsg` batching mostly gets too;
+//!   the forwarder the daemon's throughput is measured against is `sendmmsg` with batches of 64.
 //!   A `vnet_hdr` port with the bypass has a second TX socket without it, for GSO frames the
 //!   device cannot take whole: the bypass path drops a frame the kernel must segment in
 //!   software (see `Tx`); they are counted in `tx_gso_software`.
@@ -82,7 +82,7 @@ const ETH_P_8021Q: u16 = 0x8100;
 const MAC_ADDRS_LEN: usize = 12;
 /// Smallest ring block: one 4 KiB page (packet_mmap.rst: a block is a multiple of PAGE_SIZE).
 const MIN_BLOCK_SIZE: u32 = 4096;
-/// Frames per `recvmmsg` call in [`RxMode::Mmsg`]: the batch of the reference forwarder.
+/// Frames per `recvmmsg` call in [`RxMode::Mmsg`]: as many as one `sendmmsg` call takes (64).
 pub const RECV_BATCH: usize = SEND_BATCH;
 
 /// Ring layout and socket options of an [`AfPacketPort`].

@@ -1,11 +1,13 @@
 //! Turning an interface's offloads on or off with the ethtool ioctl, as `ethtool -K IF tso off`
 //! does, for machines without the `ethtool` program.
 //!
-//! Issue 4 measures forwarding "with TSO, GSO and GRO off on all four veths" so that every frame is
-//! one MTU; checksum offload off makes the end hosts compute full TCP checksums, which a forwarder
-//! that does not complete partial checksums (`metronome_daemon::forwarder`) needs. The legacy per-feature
-//! commands are used (uapi `linux/ethtool.h`); the kernel maps them onto its feature flags and
-//! turns dependent features off too (no TSO without checksum offload).
+//! The throughput ceiling is measured with TSO, GSO and GRO off on all four veths of the testbed
+//! (`Topology::offloads_off` in `crates/testbed/src/netns.rs`) so that every frame is one MTU;
+//! checksum offload off makes the end hosts compute full TCP checksums, which a forwarder that
+//! does not complete partial checksums (the testbed's plain forwarder,
+//! `crates/testbed/src/forwarder.rs`) needs. The legacy per-feature commands are used (uapi
+//! `linux/ethtool.h`); the kernel maps them onto its feature flags and turns dependent features
+//! off too (no TSO without checksum offload).
 
 use crate::port::PortError;
 use crate::sys;

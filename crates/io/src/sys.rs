@@ -14,7 +14,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Most frames handed to one `sendmmsg` call (the batch of the reference forwarder).
+/// Most frames handed to one `sendmmsg` call, 64: the batch of the plain `recvmmsg`/`sendmmsg`
+/// forwarder the daemon's throughput is measured against (`crates/testbed/src/forwarder.rs`;
+/// docs/results/daemon.md, "Throughput ceiling").
 pub(crate) const SEND_BATCH: usize = 64;
 
 /// Offset of the `sockaddr_ll` after a `tpacket3_hdr`: `TPACKET_ALIGN(sizeof(tpacket3_hdr))`.

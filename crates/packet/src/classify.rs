@@ -1,6 +1,6 @@
 //! Classification: configured rules map an IP packet to a traffic class; first match wins.
 //!
-//! Issue 4 ("Classification"): classes match on destination prefix, source prefix, DSCP,
+//! What a configuration can say: classes match on destination prefix, source prefix, DSCP,
 //! protocol and port; first match wins; a default class; non-IP frames pass unshaped.
 //!
 //! A [`ClassRule`] is a conjunction of optional fields; an absent field matches anything, so

@@ -367,7 +367,7 @@ fn scrape_each_second(topo: &Topology, addr: SocketAddr) -> Vec<Scrape> {
 }
 
 /// The reason of `metronome_metrics_http_refused_total` a refusal's status code stands for
-/// (`crates/daemon/src/metrics/http.rs`, `Refusal::status`).
+/// (`crates/daemon/src/metrics/http/refusal.rs`, `Refusal::status`).
 fn reason_of(code: u16) -> Option<&'static str> {
     Some(match code {
         431 => "too_large",

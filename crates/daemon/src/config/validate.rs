@@ -7,35 +7,36 @@
 //! at most its horizon and its slot count and pool are bounded; bursts hold at least one MTU;
 //! a class with neither `rate` nor `pacing` sets no `burst`, `horizon_policy` or `backpressure`
 //! (they would have no effect).
+//!
+//! A class and its policy are checked in [`class`], its match in [`matcher`]; the interfaces, the
+//! wheel, the daemon section and the scalars every section uses (rates, durations, bounded
+//! integers) here.
 
 use super::error::{ConfigError, ErrorKind, ErrorSite};
 use super::raw::{
-    RawAckPer, RawAckShaping, RawBackpressure, RawBackpressureMode, RawClass, RawConfig, RawDaemon,
-    RawHorizonPolicy, RawInterfaces, RawLogFormat, RawMatch, RawQueue, RawWheel, Scalar,
+    RawConfig, RawDaemon, RawHorizonPolicy, RawInterfaces, RawLogFormat, RawWheel, Scalar,
 };
 use super::{
-    AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces,
-    LogFormat, Match, QueueLimit, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
+    ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
     DEFAULT_GSO_SLOTS, DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN,
-    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK,
-    MAX_ACK_SHAPING_FLOWS, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS,
-    MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_POOL_SHARE, MAX_QUEUE_PACKETS, MAX_WHEEL_SLOTS,
+    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK, MAX_BATCH_SIZE,
+    MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_POOL_SHARE,
+    MAX_WHEEL_SLOTS,
 };
 use crate::units::parse_duration;
-use ipnet::IpNet;
 use metronome_core::{Duration, HorizonPolicy, Rate, TimingWheelConfig};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use toml::Spanned;
+
+mod class;
+mod matcher;
 
 type Result<T> = core::result::Result<T, ConfigError>;
 
 /// Longest user name in bytes: 32, `useradd`'s limit (`LOGIN_NAME_MAX` of glibc allows more,
 /// but no name `useradd` makes is longer).
 const MAX_USER_NAME: usize = 32;
-
-/// Longest class name in bytes (it becomes a metrics label and a log field).
-const MAX_CLASS_NAME: usize = 64;
 
 /// Parses `text` and validates it.
 pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
@@ -313,185 +314,6 @@ impl Validator<'_> {
         Ok(name.clone())
     }
 
-    fn class(
-        &self,
-        spanned: &Spanned<RawClass>,
-        path: &str,
-        mtu: u32,
-        link: Option<&super::LinkConfig>,
-    ) -> Result<ClassConfig> {
-        let raw = spanned.get_ref();
-        let Some(name) = &raw.name else {
-            return Err(self.invalid(
-                spanned.span(),
-                path,
-                "missing field `name`: every class needs a unique name".to_string(),
-            ));
-        };
-        let n = name.get_ref();
-        let plain = n
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
-        if n.is_empty() || n.len() > MAX_CLASS_NAME || !plain {
-            return Err(self.invalid(
-                name.span(),
-                &format!("{path}.name"),
-                format!("{n:?} is not a class name (1 to {MAX_CLASS_NAME} of A-Z a-z 0-9 _ - .)"),
-            ));
-        }
-        if n == "default" {
-            return Err(self.invalid(
-                name.span(),
-                &format!("{path}.name"),
-                "\"default\" is reserved: configure the default class in [default]".to_string(),
-            ));
-        }
-        let matcher = match &raw.matcher {
-            Some(m) => self.matcher(m.get_ref(), &format!("{path}.match"))?,
-            None => Match::default(),
-        };
-        Ok(ClassConfig {
-            name: n.clone(),
-            matcher,
-            policy: self.policy(raw, path, mtu, link)?,
-            line: super::error::line_of(self.site.text, name.span().start),
-        })
-    }
-
-    fn default_class(
-        &self,
-        spanned: &Spanned<RawClass>,
-        mtu: u32,
-        link: Option<&super::LinkConfig>,
-    ) -> Result<ClassPolicy> {
-        let raw = spanned.get_ref();
-        if let Some(name) = &raw.name {
-            return Err(self.invalid(
-                name.span(),
-                "default.name",
-                "the default class is named \"default\"; it takes no name".to_string(),
-            ));
-        }
-        if let Some(m) = &raw.matcher {
-            return Err(self.invalid(
-                m.span(),
-                "default.match",
-                "the default class takes what no class matched; it takes no match".to_string(),
-            ));
-        }
-        self.policy(raw, "default", mtu, link)
-    }
-
-    fn policy(
-        &self,
-        raw: &RawClass,
-        path: &str,
-        mtu: u32,
-        link: Option<&super::LinkConfig>,
-    ) -> Result<ClassPolicy> {
-        let rate = raw
-            .rate
-            .as_ref()
-            .map(|r| self.rate(r, &format!("{path}.rate")))
-            .transpose()?;
-        let pacing = raw
-            .pacing
-            .as_ref()
-            .map(|r| self.rate(r, &format!("{path}.pacing")))
-            .transpose()?;
-        let mut policy = ClassPolicy::unshaped(mtu);
-        policy.rate = rate;
-        policy.pacing = pacing;
-        policy.link = self.class_link(raw, path, link)?;
-        if !policy.is_shaped() {
-            let idle = [
-                ("burst", raw.burst.as_ref().map(|b| b.span())),
-                (
-                    "horizon_policy",
-                    raw.horizon_policy.as_ref().map(|h| h.span()),
-                ),
-                ("backpressure", raw.backpressure.as_ref().map(|b| b.span())),
-                ("gso_burst", raw.gso_burst.as_ref().map(|b| b.span())),
-                ("fair", raw.fair.as_ref().map(|b| b.span())),
-                ("queue", raw.queue.as_ref().map(|q| q.span())),
-            ];
-            if let Some((field, Some(span))) = idle.into_iter().find(|(_, s)| s.is_some()) {
-                return Err(self.invalid(
-                    span,
-                    &format!("{path}.{field}"),
-                    "has no effect on an unshaped class: set `rate` or `pacing`".to_string(),
-                ));
-            }
-        }
-        if let Some(b) = &raw.burst {
-            policy.burst = self.burst(b, &format!("{path}.burst"), mtu)?;
-        }
-        if let Some(g) = &raw.gso_burst {
-            policy.gso_burst = self.positive_duration(g, &format!("{path}.gso_burst"))?;
-        }
-        policy.horizon_policy = raw
-            .horizon_policy
-            .as_ref()
-            .map(|h| horizon_policy(*h.get_ref()));
-        if let Some(bp) = &raw.backpressure {
-            policy.backpressure =
-                self.backpressure(bp.get_ref(), &format!("{path}.backpressure"))?;
-        }
-        if let Some(fair) = &raw.fair {
-            if *fair.get_ref() && policy.rate.is_none() {
-                return Err(self.invalid(
-                    fair.span(),
-                    &format!("{path}.fair"),
-                    "fair queueing shares the class's `rate` among its flows: set `rate`"
-                        .to_string(),
-                ));
-            }
-            policy.fair = *fair.get_ref();
-        }
-        if let Some(q) = &raw.queue {
-            policy.queue = self.queue(q.get_ref(), &format!("{path}.queue"))?;
-        }
-        if let Some(a) = &raw.ack_shaping {
-            policy.ack_shaping =
-                Some(self.ack_shaping(a.get_ref(), &format!("{path}.ack_shaping"))?);
-        }
-        Ok(policy)
-    }
-
-    fn queue(&self, raw: &RawQueue, path: &str) -> Result<QueueLimit> {
-        let packets = match &raw.packets {
-            Some(p) => {
-                Some(self.int_in(p, &format!("{path}.packets"), 1, MAX_QUEUE_PACKETS)? as u64)
-            }
-            None => None,
-        };
-        let bytes = match &raw.bytes {
-            Some(b) => Some(self.size(b, &format!("{path}.bytes"))?),
-            None => None,
-        };
-        Ok(QueueLimit { packets, bytes })
-    }
-
-    fn ack_shaping(&self, raw: &RawAckShaping, path: &str) -> Result<AckShapingPolicy> {
-        let flows = match &raw.flows {
-            Some(f) => self.int_in(
-                f,
-                &format!("{path}.flows"),
-                1,
-                i64::from(MAX_ACK_SHAPING_FLOWS),
-            )? as u32,
-            None => DEFAULT_ACK_SHAPING_FLOWS,
-        };
-        Ok(AckShapingPolicy {
-            rate: self.rate(&raw.rate, &format!("{path}.rate"))?,
-            per_flow: matches!(
-                raw.per.as_ref().map(|p| *p.get_ref()),
-                Some(RawAckPer::Flow)
-            ),
-            flows,
-        })
-    }
-
     pub(super) fn rate(&self, raw: &Spanned<Scalar>, field: &str) -> Result<Rate> {
         let rate = match raw.get_ref() {
             Scalar::Text(t) => t.parse::<Rate>().map_err(|error| {
@@ -523,221 +345,6 @@ impl Validator<'_> {
             ));
         }
         Ok(rate)
-    }
-
-    fn burst(&self, raw: &Spanned<Scalar>, field: &str, mtu: u32) -> Result<u32> {
-        let bytes = self.size(raw, field)?;
-        if bytes < u64::from(mtu) {
-            return Err(self.site.at(
-                raw.span(),
-                field,
-                ErrorKind::BurstBelowMtu {
-                    burst: bytes,
-                    mtu: u64::from(mtu),
-                },
-            ));
-        }
-        u32::try_from(bytes).map_err(|_| {
-            self.invalid(
-                raw.span(),
-                field,
-                format!("burst of {bytes} bytes is above 4 GiB"),
-            )
-        })
-    }
-
-    fn backpressure(&self, raw: &RawBackpressure, path: &str) -> Result<Backpressure> {
-        let mode = *raw.mode.get_ref();
-        let (wants_threshold, wants_limit) = match mode {
-            RawBackpressureMode::None => (false, false),
-            RawBackpressureMode::Ecn => (true, false),
-            RawBackpressureMode::Drop => (false, true),
-        };
-        if let (Some(t), false) = (&raw.threshold, wants_threshold) {
-            return Err(self.invalid(
-                t.span(),
-                &format!("{path}.threshold"),
-                "only mode = \"ecn\" takes a threshold".to_string(),
-            ));
-        }
-        if let (Some(l), false) = (&raw.limit, wants_limit) {
-            return Err(self.invalid(
-                l.span(),
-                &format!("{path}.limit"),
-                "only mode = \"drop\" takes a limit".to_string(),
-            ));
-        }
-        match mode {
-            RawBackpressureMode::None => Ok(Backpressure::None),
-            RawBackpressureMode::Ecn => match &raw.threshold {
-                Some(t) => Ok(Backpressure::Ecn {
-                    threshold: self.positive_duration(t, &format!("{path}.threshold"))?,
-                }),
-                None => Err(self.invalid(
-                    raw.mode.span(),
-                    &format!("{path}.threshold"),
-                    "mode = \"ecn\" needs a threshold of queued delay, e.g. \"500us\"".to_string(),
-                )),
-            },
-            RawBackpressureMode::Drop => match &raw.limit {
-                Some(l) => Ok(Backpressure::Drop {
-                    limit: self.int_in(l, &format!("{path}.limit"), 1, i64::from(u32::MAX))? as u32,
-                }),
-                None => Err(self.invalid(
-                    raw.mode.span(),
-                    &format!("{path}.limit"),
-                    "mode = \"drop\" needs a limit of queued packets per flow, e.g. 100"
-                        .to_string(),
-                )),
-            },
-        }
-    }
-
-    fn matcher(&self, raw: &RawMatch, path: &str) -> Result<Match> {
-        let dst = raw
-            .dst
-            .as_ref()
-            .map(|p| self.prefix(p, &format!("{path}.dst")))
-            .transpose()?;
-        let src = raw
-            .src
-            .as_ref()
-            .map(|p| self.prefix(p, &format!("{path}.src")))
-            .transpose()?;
-        if let (Some(d), Some(s), Some(raw_src)) = (dst, src, &raw.src) {
-            if matches!(d, IpNet::V4(_)) != matches!(s, IpNet::V4(_)) {
-                return Err(self.invalid(
-                    raw_src.span(),
-                    &format!("{path}.src"),
-                    format!("{s} and dst {d} are of different IP versions: nothing would match"),
-                ));
-            }
-        }
-        let dscp = match &raw.dscp {
-            Some(d) if (0..=63).contains(d.get_ref()) => Some(*d.get_ref() as u8),
-            Some(d) => {
-                return Err(self.site.at(
-                    d.span(),
-                    &format!("{path}.dscp"),
-                    ErrorKind::Dscp(i128::from(*d.get_ref())),
-                ))
-            }
-            None => None,
-        };
-        let protocol = raw
-            .protocol
-            .as_ref()
-            .map(|p| self.protocol(p, &format!("{path}.protocol")))
-            .transpose()?;
-        let mut ports = [None, None];
-        for (slot, (name, raw_port)) in ports
-            .iter_mut()
-            .zip([("dst_port", &raw.dst_port), ("src_port", &raw.src_port)])
-        {
-            let Some(p) = raw_port else { continue };
-            let field = format!("{path}.{name}");
-            if let Some(proto @ (1 | 58)) = protocol {
-                let which = if proto == 1 { "icmp" } else { "icmpv6" };
-                return Err(self.invalid(
-                    p.span(),
-                    &field,
-                    format!("protocol {which} has no ports"),
-                ));
-            }
-            *slot = Some(self.port_range(p, &field)?);
-        }
-        Ok(Match {
-            dst,
-            src,
-            dscp,
-            protocol,
-            dst_port: ports[0],
-            src_port: ports[1],
-        })
-    }
-
-    fn prefix(&self, raw: &Spanned<String>, field: &str) -> Result<IpNet> {
-        let text = raw.get_ref().trim();
-        let err = |reason: String| {
-            self.site.at(
-                raw.span(),
-                field,
-                ErrorKind::Prefix {
-                    value: raw.get_ref().clone(),
-                    reason,
-                },
-            )
-        };
-        let net = match text.parse::<IpNet>() {
-            Ok(n) => n,
-            Err(_) => match text.parse::<IpAddr>() {
-                Ok(addr) => IpNet::from(addr),
-                Err(_) => {
-                    return Err(err(
-                        "expected an address with a prefix length, e.g. \"10.0.0.0/8\"".to_string(),
-                    ))
-                }
-            },
-        };
-        if net.trunc() != net {
-            return Err(err(format!(
-                "host bits are set; the network is {}",
-                net.trunc()
-            )));
-        }
-        Ok(net)
-    }
-
-    fn protocol(&self, raw: &Spanned<Scalar>, field: &str) -> Result<u8> {
-        let err = |text: String| self.site.at(raw.span(), field, ErrorKind::Protocol(text));
-        match raw.get_ref() {
-            Scalar::Int(n) => u8::try_from(*n).map_err(|_| err(n.to_string())),
-            Scalar::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
-                "tcp" => Ok(6),
-                "udp" => Ok(17),
-                "icmp" => Ok(1),
-                "icmpv6" | "ipv6-icmp" => Ok(58),
-                other => other.parse::<u8>().map_err(|_| err(t.clone())),
-            },
-        }
-    }
-
-    fn port_range(&self, raw: &Spanned<Scalar>, field: &str) -> Result<(u16, u16)> {
-        let err = |value: String, reason: &str| {
-            self.site.at(
-                raw.span(),
-                field,
-                ErrorKind::Port {
-                    value,
-                    reason: reason.to_string(),
-                },
-            )
-        };
-        const RANGE: &str = "expected a port 0..=65535 or a range \"first-last\"";
-        let (first, last) = match raw.get_ref() {
-            Scalar::Int(n) => {
-                let p = u16::try_from(*n).map_err(|_| err(n.to_string(), RANGE))?;
-                (p, p)
-            }
-            Scalar::Text(t) => {
-                let port = |s: &str| s.trim().parse::<u16>().map_err(|_| err(t.clone(), RANGE));
-                match t.split_once('-') {
-                    Some((a, b)) => (port(a)?, port(b)?),
-                    None => {
-                        let p = port(t)?;
-                        (p, p)
-                    }
-                }
-            }
-        };
-        if first > last {
-            return Err(self.site.at(
-                raw.span(),
-                field,
-                ErrorKind::PortRangeReversed { first, last },
-            ));
-        }
-        Ok((first, last))
     }
 
     /// A duration (`"200ms"`, `"1.5s"`), zero allowed; its error names `field` at its span.
