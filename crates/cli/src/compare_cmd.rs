@@ -595,7 +595,7 @@ mod tests {
     }
 
     #[test]
-    fn json_has_exactly_the_issue_fields_and_round_trips() {
+    fn json_has_exactly_the_documented_fields_and_round_trips() {
         let report = RunReport {
             row: Row {
                 shaper: Shaper::Htb,

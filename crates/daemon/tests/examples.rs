@@ -29,7 +29,7 @@ fn every_example_validates() {
 }
 
 #[test]
-fn demo_is_the_issue_scenario() {
+fn demo_is_sixteen_bulk_flows_at_200_mbit_beside_a_paced_class() {
     let c = Config::load(examples_dir().join("demo.toml")).expect("demo validates");
     assert_eq!(c.classes.len(), 2);
     let bulk = &c.classes[0];

@@ -899,7 +899,7 @@ mod tests {
     }
 
     #[test]
-    fn options_cover_the_issue_grid() {
+    fn options_cover_the_full_grid() {
         let full = CompareOptions::full();
         assert_eq!(
             full.targets_bps.len() * full.flows.len() * full.shapers.len(),
