@@ -8,9 +8,8 @@
 //! - `batching.svg`: packets released per dequeue call against the number of destinations at equal
 //!   rates (log2 axis), one line per structure.
 //!
-//! Text is laid out with the bundled DejaVu Sans (`assets/DejaVuSans.ttf`, licence in
-//! `assets/README.md`) registered through plotters' `ab_glyph` support, so plotting never reads the
-//! system's fonts or fontconfig.
+//! The style (bundled font, sizes, palette, axes, the line chart) is `metronome_plot`'s, the same as
+//! `metronome lab`'s plots.
 //!
 //! Values an axis cannot show are handled visibly, never by a panic: counts of zero sit at the floor of
 //! their log axis (1), negative costs at zero, and rows whose plotted value is NaN or infinite have no
@@ -21,42 +20,21 @@ use std::error::Error;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
+use metronome_plot::{
+    draw_lines, format_number, linear_range, min_max, si, DrawError, FontError, LineChart, LogSpan,
+    Series, AXIS_DESC_PX, CANVAS, FONT, LABEL_PX, MARGIN_PX, OKABE_ITO, SUBTITLE_PX, TITLE_PX,
+    X_LABEL_AREA_PX,
+};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use plotters::style::FontStyle;
 
 use crate::report::{BatchingRow, MemoryRow, Report, ResultRow};
 
-/// The bundled font file (DejaVu Sans 2.37, Bitstream Vera licence; see `assets/README.md`).
-static FONT_BYTES: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-/// Family name every text style here uses, and the name the bundled font is registered under.
-const FONT: &str = "sans-serif";
-
-/// Canvas of the line plots, pixels (width, height); chosen to read at page width.
-const CANVAS: (u32, u32) = (960, 600);
 /// Height of the memory plot per row, pixels; chosen so a bar and its label stay legible.
 const MEMORY_ROW_PX: u32 = 30;
 /// Height of the memory plot around its rows (title, subtitle, x axis), pixels.
 const MEMORY_FRAME_PX: u32 = 170;
-/// Title text size, pixels (plotters writes `size / 1.24` as the SVG `font-size`).
-const TITLE_PX: u32 = 26;
-/// Subtitle (machine, left-out rows), pixels.
-const SUBTITLE_PX: u32 = 16;
-/// Tick labels and legend entries, pixels.
-const LABEL_PX: u32 = 15;
-/// Axis descriptions, pixels.
-const AXIS_DESC_PX: u32 = 17;
-/// Margin around each chart, pixels.
-const MARGIN_PX: u32 = 16;
-/// Width of the y tick label area of the line plots, pixels (fits tick labels such as `12.5k` at `LABEL_PX`).
-const Y_LABEL_AREA_PX: u32 = 70;
-/// Height of the x tick label area, pixels (tick labels plus the axis description).
-const X_LABEL_AREA_PX: u32 = 50;
-
-/// Headroom above the largest value on a linear axis: 10 % keeps the top point off the frame.
-const LINEAR_HEADROOM: f64 = 1.1;
 
 const NS_PER_PACKET_FILE: &str = "ns_per_packet.svg";
 const MEMORY_FILE: &str = "memory.svg";
@@ -66,7 +44,7 @@ const BATCHING_FILE: &str = "batching.svg";
 #[derive(Debug)]
 pub enum PlotError {
     /// The bundled font could not be parsed by `ab_glyph`.
-    Font,
+    Font(FontError),
     /// The output directory could not be created.
     Io {
         /// The directory.
@@ -86,7 +64,7 @@ pub enum PlotError {
 impl fmt::Display for PlotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Font => write!(f, "the bundled font DejaVuSans.ttf could not be parsed"),
+            Self::Font(e) => write!(f, "{e}"),
             Self::Io { path, source } => write!(f, "cannot create {}: {source}", path.display()),
             Self::Draw { path, message } => write!(f, "cannot draw {}: {message}", path.display()),
         }
@@ -97,24 +75,15 @@ impl Error for PlotError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
             Self::Io { source, .. } => Some(source),
-            Self::Font | Self::Draw { .. } => None,
+            Self::Font(e) => Some(e),
+            Self::Draw { .. } => None,
         }
     }
 }
 
-/// Registers the bundled DejaVu Sans as plotters' `sans-serif` family, once per process.
-///
-/// [`write_plots`] calls it; call it yourself only to draw with plotters elsewhere. Later calls return
-/// the first call's outcome.
-pub fn register_font() -> Result<(), PlotError> {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let registered = *REGISTERED.get_or_init(|| {
-        plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()
-    });
-    if registered {
-        Ok(())
-    } else {
-        Err(PlotError::Font)
+impl From<FontError> for PlotError {
+    fn from(e: FontError) -> Self {
+        Self::Font(e)
     }
 }
 
@@ -124,7 +93,7 @@ pub fn register_font() -> Result<(), PlotError> {
 /// A plot whose section has no plottable row is skipped (no file, no error); an existing file of that
 /// name is left as it was.
 pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
-    register_font()?;
+    metronome_plot::register_font()?;
     std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
         path: dir.to_path_buf(),
         source,
@@ -133,17 +102,17 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
 
     let cost = cost_lines(&report.results);
     if !cost.lines.is_empty() {
-        let chart = LineChart {
+        let plot = LinePlot {
             title: "Steady-state cost per packet (Carousel Table 1)",
             subtitle: subtitle(&report.machine, cost.left_out),
             x_desc: "Resident packets (log scale)",
             y_desc: "ns per packet (enqueue + dequeue, median)",
             log_base: 10.0,
-            x_format: format_count,
+            x_format: format_number,
             light_lines: 10,
         };
         written.push(write_one(dir, NS_PER_PACKET_FILE, |path| {
-            draw_lines(path, &chart, &cost)
+            draw_line_plot(path, &plot, &cost)
         })?);
     }
 
@@ -156,7 +125,7 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
 
     let batching = batching_lines(&report.batching);
     if !batching.lines.is_empty() {
-        let chart = LineChart {
+        let plot = LinePlot {
             title: "Packets released per dequeue call",
             subtitle: subtitle(&report.machine, batching.left_out),
             x_desc: "Destinations at equal rates (log2 scale)",
@@ -166,14 +135,14 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
             light_lines: 1,
         };
         written.push(write_one(dir, BATCHING_FILE, |path| {
-            draw_lines(path, &chart, &batching)
+            draw_line_plot(path, &plot, &batching)
         })?);
     }
     Ok(written)
 }
 
 /// Plotters' error type for everything drawn on the SVG backend.
-type DrawResult = Result<(), DrawingAreaErrorKind<io::Error>>;
+type DrawResult = Result<(), DrawError>;
 
 /// Runs `draw` on `dir/name` and names the file in its error.
 fn write_one(
@@ -268,7 +237,7 @@ fn batching_lines(rows: &[BatchingRow]) -> Lines<'_> {
 }
 
 /// What differs between the two line plots.
-struct LineChart {
+struct LinePlot {
     title: &'static str,
     subtitle: String,
     x_desc: &'static str,
@@ -276,52 +245,31 @@ struct LineChart {
     /// Base of the log x axis; ticks sit on its powers.
     log_base: f64,
     x_format: fn(f64) -> String,
-    /// Light grid lines between two labelled ones (plotters' default is 10; log2 axes look cluttered
-    /// with them, and on a log10 axis fewer than 10 suppress the 2..9 lines of log paper).
+    /// Light grid lines between two labelled ones (see [`LineChart::light_lines`]).
     light_lines: usize,
 }
 
 /// A log-x, linear-y plot with one line (and its points) per structure and a legend.
-fn draw_lines(path: &Path, chart: &LineChart, lines: &Lines<'_>) -> DrawResult {
-    let root = SVGBackend::new(path, CANVAS).into_drawing_area();
-    root.fill(&WHITE)?;
-    let root = root.titled(chart.title, (FONT, TITLE_PX))?;
-
+fn draw_line_plot(path: &Path, plot: &LinePlot, lines: &Lines<'_>) -> DrawResult {
     let (x_lo, x_hi) = min_max(lines.points().map(|p| p.0));
-    let x = LogSpan::covering(x_lo, x_hi, chart.log_base);
-    let y_top = linear_top(lines.points().map(|p| p.1).fold(0.0, f64::max));
-    let mut ctx = ChartBuilder::on(&root)
-        .caption(&chart.subtitle, (FONT, SUBTITLE_PX))
-        .margin(MARGIN_PX)
-        .x_label_area_size(X_LABEL_AREA_PX)
-        .y_label_area_size(Y_LABEL_AREA_PX)
-        .build_cartesian_2d(x.coord(), 0.0..y_top)?;
-    ctx.configure_mesh()
-        .x_desc(chart.x_desc)
-        .y_desc(chart.y_desc)
-        .x_labels(x.ticks())
-        .x_label_formatter(&|v| (chart.x_format)(*v))
-        .y_label_formatter(&|v| format_count(*v))
-        .max_light_lines(chart.light_lines)
-        .label_style((FONT, LABEL_PX))
-        .axis_desc_style((FONT, AXIS_DESC_PX))
-        .draw()?;
-
-    for line in &lines.lines {
-        let style = structure_color(line.name).stroke_width(2);
-        ctx.draw_series(LineSeries::new(line.points.iter().copied(), style))?
-            .label(line.name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        let dot = structure_color(line.name).filled();
-        ctx.draw_series(line.points.iter().map(|&p| Circle::new(p, 4, dot)))?;
-    }
-    ctx.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, LABEL_PX))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()
+    let x = LogSpan::covering(x_lo, x_hi, plot.log_base);
+    let y_top = lines.points().map(|p| p.1).fold(0.0, f64::max);
+    let chart = LineChart {
+        title: plot.title,
+        subtitle: &plot.subtitle,
+        x_desc: plot.x_desc,
+        y_desc: plot.y_desc,
+        x_format: &plot.x_format,
+        y_format: &format_number,
+        x_labels: Some(x.ticks()),
+        light_lines: Some(plot.light_lines),
+    };
+    let series = lines.lines.iter().map(|line| Series {
+        label: line.name,
+        color: structure_color(line.name),
+        points: &line.points,
+    });
+    draw_lines(path, &chart, series, x.coord(), linear_range(0.0, y_top))
 }
 
 /// Horizontal bars of bytes (log axis), one per row, first row on top, value written after the bar
@@ -390,74 +338,6 @@ fn category_label(labels: &[String], v: f64) -> String {
     labels.get(from_top).cloned().unwrap_or_default()
 }
 
-/// A log axis from the power of `base` at or below the smallest value to the one at or above the
-/// largest, at least one step wide.
-struct LogSpan {
-    lo: f64,
-    hi: f64,
-    base: f64,
-    steps: usize,
-}
-
-impl LogSpan {
-    /// `lo` and `hi` are clamped to at least 1 (and NaN to 1), so the span is never empty or negative.
-    fn covering(lo: f64, hi: f64, base: f64) -> Self {
-        let log = |v: f64| {
-            let e = v.max(1.0).log(base);
-            // log10(1000) is 2.9999999999999996: snap near-integers so exact powers stay bounds.
-            if (e - e.round()).abs() < 1e-9 {
-                e.round()
-            } else {
-                e
-            }
-        };
-        let e_lo = log(lo).floor();
-        let e_hi = log(hi).ceil().max(e_lo + 1.0);
-        Self {
-            lo: base.powf(e_lo),
-            hi: base.powf(e_hi),
-            base,
-            steps: (e_hi - e_lo) as usize,
-        }
-    }
-
-    fn coord(&self) -> LogCoord<f64> {
-        (self.lo..self.hi).log_scale().base(self.base).into()
-    }
-
-    /// Tick count asking plotters for exactly the powers of the base (one per step, plus both ends).
-    fn ticks(&self) -> usize {
-        self.steps + 1
-    }
-}
-
-/// Smallest and largest of `values` (ignoring NaN); `(1, 1)` for none.
-fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-        (lo.min(v), hi.max(v))
-    });
-    if lo <= hi {
-        (lo, hi)
-    } else {
-        (1.0, 1.0)
-    }
-}
-
-/// Top of a linear axis from zero: the largest value plus headroom, 1 if there is nothing above zero.
-fn linear_top(max: f64) -> f64 {
-    if max.is_finite() && max > 0.0 {
-        max * LINEAR_HEADROOM
-    } else {
-        1.0
-    }
-}
-
-/// `30000000` → `30M`: three significant figures with an SI prefix.
-fn format_count(v: f64) -> String {
-    let (number, prefix) = si(v);
-    format!("{number}{prefix}")
-}
-
 /// `4194304` → `4.19 MB`: decimal (SI) units, matching the decade ticks of the bytes axis.
 fn format_bytes(v: f64) -> String {
     let (number, prefix) = si(v);
@@ -469,46 +349,20 @@ fn format_integer(v: f64) -> String {
     format!("{v:.0}")
 }
 
-/// Splits `v` into a number of at most three significant figures and an SI prefix.
-fn si(v: f64) -> (String, &'static str) {
-    const PREFIXES: [(f64, &str); 4] = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
-    let (scaled, prefix) = PREFIXES
-        .iter()
-        .find(|(scale, _)| v.abs() >= *scale)
-        .map_or((v, ""), |&(scale, prefix)| (v / scale, prefix));
-    let decimals = if scaled.abs() >= 100.0 {
-        0
-    } else if scaled.abs() >= 10.0 {
-        1
-    } else {
-        2
-    };
-    let text = format!("{scaled:.decimals$}");
-    let text = if text.contains('.') {
-        text.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        &text
-    };
-    (text.to_string(), prefix)
-}
-
-/// A fixed color per structure so it looks the same in every plot and every report: the Okabe–Ito
-/// palette (distinguishable with the common color-vision deficiencies). Unknown names get one of the
-/// remaining colors by a stable hash (FNV-1a) of the name.
+/// A fixed color per structure so it looks the same in every plot and every report, from the
+/// Okabe–Ito palette ([`OKABE_ITO`]). Unknown names get one of the remaining colors by a stable hash
+/// (FNV-1a) of the name.
 fn structure_color(name: &str) -> RGBColor {
     match name {
-        "timing_wheel" => RGBColor(0, 114, 178),
-        "timing_wheel_list" => RGBColor(86, 180, 233),
-        "mltw" => RGBColor(0, 158, 115),
-        "binary_heap" => RGBColor(213, 94, 0),
-        "fq_tree" => RGBColor(230, 159, 0),
-        "token_bucket_rr" => RGBColor(204, 121, 167),
+        "timing_wheel" => OKABE_ITO[0],
+        "timing_wheel_list" => OKABE_ITO[5],
+        "mltw" => OKABE_ITO[2],
+        "binary_heap" => OKABE_ITO[1],
+        "fq_tree" => OKABE_ITO[3],
+        "token_bucket_rr" => OKABE_ITO[4],
         other => {
-            const OTHERS: [RGBColor; 3] = [
-                RGBColor(0, 0, 0),
-                RGBColor(160, 140, 0),
-                RGBColor(120, 120, 120),
-            ];
+            const OTHERS: [RGBColor; 3] =
+                [OKABE_ITO[6], RGBColor(160, 140, 0), RGBColor(120, 120, 120)];
             let hash = other.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
             });
@@ -635,25 +489,7 @@ mod tests {
     }
 
     #[test]
-    fn font_registration_is_idempotent() {
-        register_font().expect("first registration");
-        register_font().expect("second registration");
-    }
-
-    #[test]
-    fn log_span_covers_the_data_in_whole_powers() {
-        let span = LogSpan::covering(1_000.0, 3e7, 10.0);
-        assert_eq!((span.lo, span.hi, span.steps), (1e3, 1e8, 5));
-        let span = LogSpan::covering(0.0, f64::NAN, 2.0);
-        assert_eq!((span.lo, span.hi, span.steps), (1.0, 2.0, 1));
-        let span = LogSpan::covering(64.0, 64.0, 2.0);
-        assert_eq!((span.lo, span.hi), (64.0, 128.0));
-    }
-
-    #[test]
     fn labels_are_short() {
-        assert_eq!(format_count(30_000_000.0), "30M");
-        assert_eq!(format_count(1_000.0), "1k");
         assert_eq!(format_bytes(4_194_304.0), "4.19 MB");
         assert_eq!(format_bytes(512.0), "512 B");
     }

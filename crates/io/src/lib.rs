@@ -16,6 +16,7 @@
 //! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.
 //! * [`offload`]: turning an interface's offloads (TSO, GSO, GRO, checksum) on or off, as
 //!   `ethtool -K` does.
+//! * [`thread_cpu`]: [`ThreadCpu`], the on-CPU time of one thread (`/proc/thread-self/schedstat`).
 //!
 //! All `unsafe` code (libc calls, the ring mapping) lives in one private module, `sys`.
 //!
@@ -46,6 +47,7 @@ pub mod memory_port;
 pub mod offload;
 pub mod port;
 mod sys;
+pub mod thread_cpu;
 
 pub use afpacket::{AfPacketConfig, AfPacketPort, Fanout, RxMode, TxPiece, RECV_BATCH};
 pub use clock::MonotonicClock;
@@ -53,3 +55,4 @@ pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE, JU
 pub use memory_port::{MemoryPort, MemoryPortConfig};
 pub use offload::Offload;
 pub use port::{wait_readable, PacketPort, PortCounters, PortError, RxFrame};
+pub use thread_cpu::ThreadCpu;

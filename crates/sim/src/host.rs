@@ -171,7 +171,7 @@ pub struct Flow {
     pub started: bool,
     /// A `SourceWake` event is pending at this time.
     pub wake_at: Option<Timestamp>,
-    /// The flow is in the engine's ready list.
+    /// The flow is in the event loop's ready list.
     pub ready: bool,
     /// The receiver.
     pub rx: Receiver,

@@ -41,8 +41,8 @@
 #![warn(missing_docs)]
 
 mod daemon_shaper;
-mod engine;
 pub mod event;
+mod event_loop;
 pub mod flows;
 pub mod host;
 pub mod incast;
@@ -66,7 +66,7 @@ pub use scenario::{
 pub fn run(scenario: &Scenario) -> Result<SimReport, ScenarioError> {
     scenario.validate()?;
     let wall = std::time::Instant::now();
-    let mut sim = engine::Sim::new(scenario)?;
+    let mut sim = event_loop::Sim::new(scenario)?;
     sim.run();
     Ok(sim.report(wall.elapsed()))
 }

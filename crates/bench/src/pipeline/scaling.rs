@@ -24,7 +24,7 @@ use super::{workload_config, workload_frames, Rig, Stage};
 use metronome_daemon::config::Config;
 use metronome_daemon::metrics::Metrics;
 use metronome_daemon::silo::{pin, Allocator};
-use metronome_testbed::compare::measure::ThreadCpu;
+use metronome_io::ThreadCpu;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 

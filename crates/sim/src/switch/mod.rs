@@ -34,7 +34,7 @@
 //! `(time, sequence)`; the only wall-clock figure is [`SwitchReport::wall_ns`].
 
 mod daemon_port;
-mod engine;
+mod event_loop;
 mod events;
 pub mod workload;
 
@@ -223,7 +223,7 @@ impl SwitchScenario {
         }
     }
 
-    /// Checks the parameters the engine relies on (the port checks its own).
+    /// Checks the parameters the event loop relies on (the port checks its own).
     pub fn validate(&self) -> Result<(), SwitchError> {
         if self.line_rate_bps == 0 {
             return Err(bad("line_rate_bps", "must be positive"));
@@ -383,7 +383,7 @@ pub struct SwitchReport {
 pub fn run(sc: &SwitchScenario) -> Result<SwitchReport, SwitchError> {
     sc.validate()?;
     let wall = std::time::Instant::now();
-    let mut sim = engine::SwitchSim::new(sc)?;
+    let mut sim = event_loop::SwitchSim::new(sc)?;
     sim.run();
     let mut report = sim.report();
     report.wall_ns = wall.elapsed().as_nanos() as u64;
