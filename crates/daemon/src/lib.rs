@@ -41,7 +41,6 @@ pub mod flow_table;
 pub mod link;
 pub mod metrics;
 pub mod notify;
-pub mod pieces;
 pub mod ports;
 pub mod privileges;
 pub mod refused;

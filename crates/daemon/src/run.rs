@@ -40,7 +40,7 @@
 //! `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
 //! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
 //! running; when its
-//! interface came back with a new index the port is opened again by name ([`Reopen`]) and its
+//! interface came back with a new index the port is opened again by name ([`PacketPort::reopen`]) and its
 //! frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
@@ -48,8 +48,7 @@ use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
 use crate::link::{probe_interface, Link, LinkEvent};
 use crate::metrics::Metrics;
-use crate::pieces::{Cuts, SendPieces};
-use crate::ports::{add_counters, Reopen};
+use crate::ports::add_counters;
 use crate::refused::{RefusalLog, Refusals};
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
@@ -131,7 +130,7 @@ pub struct LoopReport {
     /// Frames a port refused with an error (freed, logged).
     pub tx_failed: u64,
     /// Super-frames cut into pieces, pieces sent and failed.
-    pub cuts: crate::pieces::CutCounters,
+    pub cuts: metronome_io::CutCounters,
     /// Frames waiting to be sent on `outside` when its link came back after an outage longer
     /// than `daemon.link_down_grace`, dropped ([`crate::link`]; the wheel's entries dropped for
     /// an outage are the engine's `dropped_link_down`).
@@ -203,14 +202,12 @@ impl TxQueue {
     }
 
     /// Sends what is pending as one batch; keeps what the port did not take, and everything
-    /// while the port's link is down (sent when it returns, [`crate::link`]). With `cuts` the
-    /// batch may hold pieces of cut super-frames (the shaped direction); without, plain frames
-    /// of the reverse direction's pool.
-    fn flush<P: PacketPort + SendPieces>(
+    /// while the port's link is down (sent when it returns, [`crate::link`]). The batch may
+    /// hold pieces of cut super-frames (the shaped direction), which the port sends itself.
+    fn flush<P: PacketPort>(
         &mut self,
         port: &mut P,
         pool: &mut FramePool,
-        mut cuts: Option<&mut Cuts>,
         metrics: &Metrics,
         link: &mut Link,
         now: Timestamp,
@@ -218,10 +215,7 @@ impl TxQueue {
         if self.ids.is_empty() || !link.is_up() {
             return;
         }
-        let sent = match cuts.as_deref_mut() {
-            Some(c) => c.send(port, pool, &self.ids),
-            None => port.send(pool, &self.ids),
-        };
+        let sent = port.send(pool, &self.ids);
         match sent {
             Err(e) if link.on_error(now, &e) => {}
             Ok(n) => {
@@ -232,27 +226,22 @@ impl TxQueue {
             }
             Err(e) => {
                 tracing::error!(error = %e, frames = self.ids.len(), "transmit failed, frames freed");
-                self.free_all(pool, cuts);
+                self.free_all(pool);
             }
         }
     }
 
     /// Frees what is pending without counting it as a transmit failure (the caller counts it).
-    fn discard(&mut self, pool: &mut FramePool, cuts: Option<&mut Cuts>) -> u64 {
-        let n = self.free_all(pool, cuts);
+    fn discard(&mut self, pool: &mut FramePool) -> u64 {
+        let n = self.free_all(pool);
         self.tx_failed -= n;
         n
     }
 
-    fn free_all(&mut self, pool: &mut FramePool, mut cuts: Option<&mut Cuts>) -> u64 {
+    fn free_all(&mut self, pool: &mut FramePool) -> u64 {
         let n = self.ids.len() as u64;
         for &id in &self.ids {
-            match cuts.as_deref_mut() {
-                Some(c) => c.finish(pool, id),
-                None => {
-                    pool.free(id);
-                }
-            }
+            pool.free_entry(id);
         }
         self.ids.clear();
         self.tx_failed += n;
@@ -263,12 +252,7 @@ impl TxQueue {
 /// Runs the loop until `stop` is set, calling `hook` at the top of every iteration. See the
 /// module docs.
 #[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
-pub fn run_loop<
-    I: PacketPort + SendPieces + Reopen,
-    O: PacketPort + SendPieces + Reopen,
-    C: Clock,
-    H: LoopHook,
->(
+pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     inside: &mut I,
     outside: &mut O,
     pools: Pools<'_>,
@@ -331,12 +315,12 @@ pub fn run_loop<
         // Back after an outage longer than the grace: what waited in the transmit batch is
         // dropped and counted (`crate::link`).
         if out_link.returned().is_some_and(|d| d > grace) {
-            let n = to_outside.discard(pool, Some(engine.cuts_mut()));
+            let n = to_outside.discard(pool);
             out_link.count_dropped(n);
             dropped_out += n;
         }
         if in_link.returned().is_some_and(|d| d > grace) {
-            let n = to_inside.discard(back, None);
+            let n = to_inside.discard(back);
             in_link.count_dropped(n);
             dropped_in += n;
         }
@@ -389,9 +373,8 @@ pub fn run_loop<
         let live = |q: &TxQueue, l: &Link| if l.is_up() { q.ids.len() } else { 0 };
         let pending_before = live(&to_outside, &out_link) + live(&to_inside, &in_link);
         let queued = (to_inside.ids.len(), to_outside.ids.len());
-        let cuts = Some(engine.cuts_mut());
-        to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
-        to_inside.flush(inside, back, None, metrics, &mut in_link, now);
+        to_outside.flush(outside, pool, metrics, &mut out_link, now);
+        to_inside.flush(inside, back, metrics, &mut in_link, now);
         round.sent.inside = to_inside.ids.len() < queued.0;
         round.sent.outside = to_outside.ids.len() < queued.1;
         readable = readable.after_round(&round);
@@ -406,7 +389,7 @@ pub fn run_loop<
                 metrics.rx_ring_drops(drops - last_ring_drops);
                 last_ring_drops = drops;
             }
-            refusals.observe(Refusals::of(&ci, &co, &engine.cut_counters()), metrics);
+            refusals.observe(Refusals::of(&ci, &co, &pool.cut_counters()), metrics);
         }
         if work > 0 || pending < pending_before {
             continue;
@@ -461,9 +444,8 @@ pub fn run_loop<
         let room = (2 * batch).saturating_sub(to_outside.ids.len());
         let t = out_link.shaping_time(now);
         engine.release(t, pool, &mut to_outside.ids, room);
-        let cuts = Some(engine.cuts_mut());
-        to_outside.flush(outside, pool, cuts, metrics, &mut out_link, now);
-        to_inside.flush(inside, back, None, metrics, &mut in_link, now);
+        to_outside.flush(outside, pool, metrics, &mut out_link, now);
+        to_inside.flush(inside, back, metrics, &mut in_link, now);
         let left = engine.queued() + to_outside.ids.len() + to_inside.ids.len();
         let over = now >= drain_end || std::time::Instant::now() >= wall_end;
         if left == 0 || over || !(in_link.is_up() && out_link.is_up()) {
@@ -481,8 +463,7 @@ pub fn run_loop<
         std::thread::sleep(sleep);
     }
     let queued_at_stop = engine.drain_all(pool);
-    let pending_at_stop =
-        to_outside.free_all(pool, Some(engine.cuts_mut())) + to_inside.free_all(back, None);
+    let pending_at_stop = to_outside.free_all(pool) + to_inside.free_all(back);
     Ok(LoopReport {
         engine: engine.counters(),
         inside: add_counters(inside.counters(), in_retired),
@@ -491,7 +472,7 @@ pub fn run_loop<
         queued_at_stop,
         pending_at_stop,
         tx_failed: to_outside.tx_failed + to_inside.tx_failed - pending_at_stop,
-        cuts: engine.cut_counters(),
+        cuts: pool.cut_counters(),
         link_down_dropped_outside: dropped_out,
         link_down_dropped_inside: dropped_in,
         running_ns,
@@ -502,7 +483,7 @@ pub fn run_loop<
 /// Opens `port` again after its interface came back with a new index; its closed socket's
 /// counters go to `retired`. When the interface is gone again the link stays down (probed as
 /// before); any other error ends the loop.
-fn reopen<P: Reopen>(
+fn reopen<P: PacketPort>(
     port: &mut P,
     link: &mut Link,
     retired: &mut PortCounters,
@@ -807,18 +788,6 @@ mod tests {
         fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
             None
         }
-    }
-
-    impl SendPieces for LateFrame {
-        fn send_pieces(
-            &mut self,
-            pieces: &[metronome_io::TxPiece<'_>],
-        ) -> Result<usize, PortError> {
-            self.port.send_pieces(pieces)
-        }
-    }
-
-    impl Reopen for LateFrame {
         fn reopen(&mut self) -> Result<PortCounters, PortError> {
             self.port.reopen()
         }

@@ -2,7 +2,9 @@
 
 use super::*;
 use etherparse::PacketBuilder;
-use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort};
+use metronome_core::FlowId;
+use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
+use metronome_packet::{parse, Parsed, Verdict};
 
 mod bounds;
 mod fair;
