@@ -346,7 +346,8 @@ impl Engine {
         (self.flows.occupied(), self.flows.evictions)
     }
 
-    /// Checks the accounting identities (CONTRIBUTING.md §10, §11); panics with the counters if broken.
+    /// Checks the accounting identities (CONTRIBUTING.md §10, §11); panics with the counters if
+    /// broken.
     pub fn invariants(&self) {
         let c = &self.counters;
         assert_eq!(

@@ -43,7 +43,8 @@ pub(super) struct ClassState {
     pub(super) queued_bytes: u64,
     /// Of `queued`: entries whose frame is in a large pool slot.
     pub(super) queued_large: u64,
-    /// The class's `queue` bounds in force, frames and wire bytes ([`QueueLimit::bounds`]).
+    /// The class's `queue` bounds in force, frames and wire bytes
+    /// ([`crate::config::QueueLimit::bounds`]).
     pub(super) bound: (u64, u64),
     /// Bytes of this class accepted into the wheel, cumulative: the silo's demand that the
     /// NIC-level bandwidth allocator reads (Carousel §5.3, "byte count" samples).

@@ -21,13 +21,14 @@
 //!   (counted). The port is built with [`NonEctPolicy::Drop`] and is told "ECN-capable" for the
 //!   packets of `pass` classes, so that it never drops them and a mark request on a not-ECT packet
 //!   is counted here.
-//! * **Super-frames** are charged their wire bytes: by the link clock (`slot_wire`, or a piece's
-//!   length) and by the port's DWRR deficits, buffer and marking thresholds (their `PacketRef`
-//!   length). A `PacketRef` length stops at 65 535 bytes, so the engine cuts a super-frame of a
-//!   class on the link above it into pieces of equal segments within it (`cut_segments`): a TSO
-//!   sender's 64 KiB frames (44 segments, 66 616 wire bytes) would otherwise be charged 3 % short,
-//!   and a class of one fast flow, whose frames are the longest, would take that much more of
-//!   the link than classes of many slower flows.
+//! * **Super-frames** are charged their wire bytes: by the link clock (the frame's wire bytes
+//!   kept with its slot, `super::slots`, or a piece's length) and by the port's DWRR deficits,
+//!   buffer and marking thresholds (their `PacketRef` length). A `PacketRef` length stops at
+//!   65 535 bytes, so the engine cuts a super-frame of a class on the link above it into pieces
+//!   of equal segments within it (`cut_segments`): a TSO sender's 64 KiB frames (44 segments,
+//!   66 616 wire bytes) would otherwise be charged 3 % short, and a class of one fast flow, whose
+//!   frames are the longest, would take that much more of the link than classes of many slower
+//!   flows.
 //! * **Reload** ([`LinkStage::configure`]) rebuilds the port for the new weights, priorities,
 //!   rate and marking, and moves every queued packet over in its queue's order; packets of a class
 //!   that left the link leave at the next release. Nothing queued is lost.

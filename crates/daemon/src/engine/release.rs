@@ -21,12 +21,12 @@ use metronome_io::piece::decode;
 use metronome_io::FramePool;
 
 impl Engine {
-    /// Moves up to `max` packets due at `now` (at most [`crate::config::MAX_BATCH_SIZE`]) onto `out`, as one
-    /// transmit batch; returns how many. Observes each one's lateness (`now - EDT`). Fair
-    /// classes with credit at `now` are pulled first, and again while what they pull is due
-    /// and the batch has room ([`fair`]). Packets of classes on the `[link]` go from the wheel
-    /// into the link ([`link`]), which marks them in `pool` or drops them (freeing their
-    /// slots), and leave when the link is free.
+    /// Moves up to `max` packets due at `now` (at most [`crate::config::MAX_BATCH_SIZE`]) onto
+    /// `out`, as one transmit batch; returns how many. Observes each one's lateness
+    /// (`now - EDT`). Fair classes with credit at `now` are pulled first, and again while what
+    /// they pull is due and the batch has room ([`super::fair`]). Packets of classes on the
+    /// `[link]` go from the wheel into the link ([`super::link`]), which marks them in `pool` or
+    /// drops them (freeing their slots), and leave when the link is free.
     pub fn release(
         &mut self,
         now: Timestamp,
