@@ -51,7 +51,7 @@ fn vnet(gso_type: GsoType, hdr_len: usize, csum_offset: u16) -> VnetHdr {
 
 /// A TCP super-frame of `segments` full segments (payload byte `i` is `i % 251`), and its
 /// virtio-net header as a local TSO sender hands it over.
-fn superframe(segments: usize) -> (Vec<u8>, VnetHdr) {
+pub(super) fn superframe(segments: usize) -> (Vec<u8>, VnetHdr) {
     superframe_to(5201, segments)
 }
 
