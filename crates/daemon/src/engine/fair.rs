@@ -305,7 +305,7 @@ impl Engine {
         let pkt = PacketRef::new(id, FlowId(e), class, len16);
         if let Err(rejected) = self.wheel.enqueue(now, now, pkt) {
             // Not expected (the wheel's room was checked): counted as a drop, as a refused pull.
-            self.fair_orphan(pool, id, index, reject_reason(rejected.reason));
+            self.fair_refused(pool, id, index, reject_reason(rejected.reason));
             return true;
         }
         if let Some(b) = self.fair.sparse_bytes.get_mut(index) {

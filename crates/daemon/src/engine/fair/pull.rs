@@ -104,7 +104,7 @@ impl Engine {
                     wire: u64::from(dq.len),
                 };
                 if let Err(reason) = self.queue_pieces(pool, &c.sf, run) {
-                    self.fair_orphan(pool, id, index, reason);
+                    self.fair_refused(pool, id, index, reason);
                 }
                 return true;
             }
@@ -132,14 +132,14 @@ impl Engine {
                     self.flows.add_queued(e);
                 }
             }
-            Err(rejected) => self.fair_orphan(pool, id, index, reject_reason(rejected.reason)),
+            Err(rejected) => self.fair_refused(pool, id, index, reject_reason(rejected.reason)),
         }
         true
     }
 
     /// A pulled frame the wheel refused (not expected: a pull checks the wheel's room first):
     /// counted as a drop, its slot freed.
-    pub(super) fn fair_orphan(
+    pub(super) fn fair_refused(
         &mut self,
         pool: &mut FramePool,
         id: u32,
