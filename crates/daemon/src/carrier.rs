@@ -47,7 +47,7 @@
 //! transition and resumes.
 //! An interface that came back with another index, or that was seen absent meanwhile (deleted
 //! and re-created), cannot be used by the bound socket: [`CarrierEvent::Replaced`]; the loop opens
-//! the port again by name (`ports::Reopen`, the silos rejoining one fanout group; on the inside
+//! the port again by name (`PacketPort::reopen`, the silos rejoining one fanout group; on the inside
 //! interface GRO is switched on again, `ports::enable_gro`, as at start) and calls
 //! [`Carrier::reopened`], which counts it in `metronome_link_reopened_total{interface}`, logs it
 //! once and resumes. A reopening that fails because the interface went away again leaves the

@@ -41,7 +41,6 @@ pub mod flow_seed;
 pub mod flow_table;
 pub mod metrics;
 pub mod notify;
-pub mod pieces;
 pub mod ports;
 pub mod privileges;
 pub mod refused;

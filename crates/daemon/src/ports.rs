@@ -2,8 +2,8 @@
 //! [`open_silo_ports`] for silos (every silo's receive sockets in one `PACKET_FANOUT_HASH` group
 //! per interface, so all packets of a flow reach the same silo, Carousel §5.3),
 //! [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
-//! [`enable_gro`], which switches GRO on on the inside interface, and [`Reopen`], which opens a
-//! port again by name when its interface was deleted and re-created (`crate::carrier`).
+//! and [`enable_gro`], which switches GRO on on the inside interface. A port whose interface was
+//! deleted and re-created is opened again by name with `PacketPort::reopen` (`crate::carrier`).
 //!
 //! With `daemon.vnet_hdr` (the default) both ports are opened with `PACKET_VNET_HDR`: the
 //! host's GSO/GRO super-frames arrive whole, up to 64 KiB, with their virtio-net header, and
@@ -14,10 +14,9 @@
 
 use crate::config::Config;
 use metronome_io::{
-    AfPacketConfig, AfPacketPort, Fanout, FramePool, MemoryPort, Offload, PacketPort, PortCounters,
-    PortError, DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE,
+    AfPacketConfig, AfPacketPort, Fanout, FramePool, Offload, PortCounters, PortError,
+    DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE,
 };
-use std::sync::{Mutex, PoisonError};
 
 /// Frame pool slots: 65 536 frames of [`metronome_io::DEFAULT_SLOT_SIZE`] bytes (128 MiB), or the
 /// wheel's `pool_packets` when smaller. At 200 Mbit/s this holds 3.9 s of full-size frames, more
@@ -67,99 +66,6 @@ fn port_config(vnet_hdr: bool, fanout: Option<Fanout>) -> AfPacketConfig {
         vnet_hdr,
         ..AfPacketConfig::default()
     }
-}
-
-/// A port the loop can open again by name: its interface was deleted and re-created with a new
-/// index, so sockets bound to the old one neither receive nor send (`crate::carrier`).
-pub trait Reopen {
-    /// Opens the port again on the interface of the same name with the same options and
-    /// replaces `self` with it; returns the closed socket's final counters (the loop adds them
-    /// to its totals). A silo's port joins the fanout group its sibling silos use on the new
-    /// interface ([`rejoin_group`]). On error `self` is unchanged.
-    fn reopen(&mut self) -> Result<PortCounters, PortError>;
-}
-
-impl Reopen for AfPacketPort {
-    fn reopen(&mut self) -> Result<PortCounters, PortError> {
-        let ifname = self.ifname().to_owned();
-        let vnet_hdr = self.vnet_hdr();
-        let open = |fanout| AfPacketPort::open(&ifname, &port_config(vnet_hdr, fanout));
-        let new = match self.fanout_group() {
-            None => open(None)?,
-            Some(old) => {
-                let index = nix::net::if_::if_nametoindex(ifname.as_str()).map_err(|_| {
-                    PortError::NoSuchInterface {
-                        ifname: ifname.clone(),
-                    }
-                })?;
-                rejoin_group(old, index, |f| open(Some(f)))?
-            }
-        };
-        let mut old = std::mem::replace(self, new);
-        Ok(old.counters())
-    }
-}
-
-/// A memory port has no interface to come back: reopening it fails.
-impl Reopen for MemoryPort {
-    fn reopen(&mut self) -> Result<PortCounters, PortError> {
-        Err(PortError::NoSuchInterface {
-            ifname: "memory".into(),
-        })
-    }
-}
-
-/// One fanout group made by a reopening: the silos whose first group was `root` join `group`
-/// on the interface of index `index`.
-#[derive(Clone, Copy, Debug)]
-struct Rejoined {
-    root: u16,
-    index: u32,
-    group: u16,
-}
-
-/// Every group made by a reopening in this process (one entry per re-created interface and
-/// silo set: a few bytes each, on the cold path). Group ids are unique per host
-/// (`PACKET_FANOUT_FLAG_UNIQUEID`), so a root names one daemon's set of silos on one interface.
-static REJOINED: Mutex<Vec<Rejoined>> = Mutex::new(Vec::new());
-
-/// Opens a port (with `open`) in the fanout group that replaces group `old` on the interface of
-/// index `index`: the first silo to reopen creates it ([`Fanout::NewGroup`]), the others join
-/// it, so the kernel's flow hash spreads the new interface's packets over every silo again. The
-/// old group cannot be joined: its members were bound to the deleted device.
-pub fn rejoin_group(
-    old: u16,
-    index: u32,
-    open: impl FnOnce(Fanout) -> Result<AfPacketPort, PortError>,
-) -> Result<AfPacketPort, PortError> {
-    let mut table = REJOINED.lock().unwrap_or_else(PoisonError::into_inner);
-    rejoin_in(&mut table, old, index, open, AfPacketPort::fanout_group)
-}
-
-/// [`rejoin_group`] over `table`, for any port whose group `group` reads.
-fn rejoin_in<P>(
-    table: &mut Vec<Rejoined>,
-    old: u16,
-    index: u32,
-    open: impl FnOnce(Fanout) -> Result<P, PortError>,
-    group: impl Fn(&P) -> Option<u16>,
-) -> Result<P, PortError> {
-    let root = table
-        .iter()
-        .find(|r| r.group == old)
-        .map_or(old, |r| r.root);
-    if let Some(r) = table.iter().find(|r| r.root == root && r.index == index) {
-        return open(Fanout::Join(r.group));
-    }
-    let port = open(Fanout::NewGroup)?;
-    if let Some(g) = group(&port) {
-        table.push(Rejoined {
-            root,
-            index,
-            group: g,
-        });
-    }
-    Ok(port)
 }
 
 /// `a` plus `b`, field by field: the counters of a port and of the sockets it replaced.
@@ -247,43 +153,6 @@ pub fn enable_gro(config: &Config) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Opens a fake port: a new group gets the next id from `next`, a join keeps its id.
-    fn open_fake(next: &mut u16) -> impl FnMut(Fanout) -> Result<u16, PortError> + '_ {
-        move |f| {
-            Ok(match f {
-                Fanout::NewGroup => {
-                    *next += 1;
-                    *next
-                }
-                Fanout::Join(g) => g,
-            })
-        }
-    }
-
-    #[test]
-    fn the_silos_of_a_recreated_interface_rejoin_one_new_group() {
-        let mut table = Vec::new();
-        let mut next = 100;
-        let mut rejoin = |old, index| {
-            rejoin_in(&mut table, old, index, open_fake(&mut next), |g| Some(*g)).unwrap()
-        };
-        // Two silos in group 7; the interface comes back as index 5: the first silo makes a
-        // new group, the second joins it, not the old one (bound to the deleted device).
-        let a = rejoin(7, 5);
-        assert_ne!(a, 7);
-        assert_eq!(rejoin(7, 5), a);
-        // Re-created again (index 6), the silos reopening in the other order: one group again.
-        let b = rejoin(a, 6);
-        assert_ne!(b, a);
-        assert_eq!(rejoin(a, 6), b);
-        // A silo that missed the intermediate interface (still in group 7) joins that group too.
-        assert_eq!(rejoin(7, 6), b);
-        // Another daemon's silos (group 9) on an interface of the same index get their own.
-        let c = rejoin(9, 6);
-        assert!(c != b && c != a);
-        assert_eq!(rejoin(9, 6), c);
-    }
 
     #[test]
     fn counters_add_field_by_field() {

@@ -3,7 +3,7 @@
 //! `PR_SET_NO_NEW_PRIVS`, and with `[daemon] user` switches to that user, keeping those two.
 //!
 //! Why these two (capabilities(7)): **CAP_NET_RAW** creates AF_PACKET sockets, which the loop
-//! does again when an interface is deleted and re-created (`crate::ports::Reopen`);
+//! does again when an interface is deleted and re-created (`metronome_io::PacketPort::reopen`);
 //! **CAP_NET_ADMIN** lets those sockets take their receive buffer beyond `net.core.rmem_max`
 //! (`SO_RCVBUFFORCE`, `metronome_io::AfPacketPort::open`) and switches GRO on
 //! (`crate::ports::enable_gro`, the `SIOCETHTOOL` ioctl). Nothing else the loop does needs one:

@@ -6,7 +6,7 @@
 //! happens, and listed in the daemon's `stopped` line ([`Refusals::of`]).
 
 use crate::metrics::Metrics;
-use crate::pieces::CutCounters;
+use metronome_io::CutCounters;
 use metronome_io::PortCounters;
 
 /// Number of reasons in [`Refusals`].

@@ -40,7 +40,7 @@
 //! `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
 //! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
 //! running; when its
-//! interface came back with a new index the port is opened again by name ([`Reopen`]) and its
+//! interface came back with a new index the port is opened again by name (`PacketPort::reopen`) and its
 //! frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
@@ -48,8 +48,6 @@ use crate::carrier::Carrier;
 use crate::config::Config;
 use crate::engine::{Engine, EngineCounters};
 use crate::metrics::Metrics;
-use crate::pieces::SendPieces;
-use crate::ports::Reopen;
 use crate::refused::{RefusalLog, Refusals};
 use metronome_core::{Clock, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
@@ -136,7 +134,7 @@ pub struct LoopReport {
     /// Frames a port refused with an error (freed, logged).
     pub tx_failed: u64,
     /// Super-frames cut into pieces, pieces sent and failed.
-    pub cuts: crate::pieces::CutCounters,
+    pub cuts: metronome_io::CutCounters,
     /// Frames waiting to be sent on `outside` when its link came back after an outage longer
     /// than `daemon.link_down_grace`, dropped ([`crate::carrier`]; the wheel's entries dropped for
     /// an outage are the engine's `dropped_link_down`).
@@ -196,12 +194,7 @@ impl LoopOptions {
 /// Runs the loop until `stop` is set, calling `hook` at the top of every iteration. See the
 /// module docs.
 #[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
-pub fn run_loop<
-    I: PacketPort + SendPieces + Reopen,
-    O: PacketPort + SendPieces + Reopen,
-    C: Clock,
-    H: LoopHook,
->(
+pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     inside: &mut I,
     outside: &mut O,
     pools: Pools<'_>,
@@ -233,11 +226,11 @@ pub fn run_loop<
         if let Some(b) = hook.poll(engine, now) {
             busy_poll = b;
         }
-        if inn.watch_carrier(now, None)? {
+        if inn.watch_carrier(now)? {
             // A re-created interface has the kernel's default offloads: GRO as at start.
             crate::ports::enable_gro(engine.config());
         }
-        out.watch_carrier(now, Some(engine.cuts_mut()))?;
+        out.watch_carrier(now)?;
         if now.saturating_since(checked) >= UNREAD_MAX {
             (inn.may_read, out.may_read) = (true, true);
         }
@@ -247,12 +240,12 @@ pub fn run_loop<
         let (work, rx_back) = move_frames(engine, &mut inn, &mut out, &mut rx, now, batch)?;
         passed_back += rx_back;
         let before = inn.live() + out.live();
-        out.flush(Some(engine.cuts_mut()), metrics, now);
-        inn.flush(None, metrics, now);
+        out.flush(metrics, now);
+        inn.flush(metrics, now);
         inn.end_round();
         out.end_round();
         let pending = inn.live() + out.live();
-        watch.observe(now, &mut inn, &mut out, engine, metrics);
+        watch.observe(now, &mut inn, &mut out, metrics);
         if work > 0 || pending < before {
             continue;
         }
@@ -277,7 +270,7 @@ pub fn run_loop<
     crate::notify::notify("STOPPING=1");
     drain(engine, &mut inn, &mut out, clock, options, metrics);
     let queued_at_stop = engine.drain_all(out.pool);
-    let pending_at_stop = out.free_all(Some(engine.cuts_mut())) + inn.free_all(None);
+    let pending_at_stop = out.free_all() + inn.free_all();
     Ok(LoopReport {
         engine: engine.counters(),
         inside: inn.counters(),
@@ -286,7 +279,7 @@ pub fn run_loop<
         queued_at_stop,
         pending_at_stop,
         tx_failed: out.tx_failed + inn.tx_failed - pending_at_stop,
-        cuts: engine.cut_counters(),
+        cuts: out.pool.cut_counters(),
         link_down_dropped_outside: out.dropped,
         link_down_dropped_inside: inn.dropped,
         running_ns,
@@ -308,8 +301,8 @@ fn move_frames<I, O>(
     batch: usize,
 ) -> Result<(usize, u64), PortError>
 where
-    I: PacketPort + SendPieces + Reopen,
-    O: PacketPort + SendPieces + Reopen,
+    I: PacketPort,
+    O: PacketPort,
 {
     let t = out.carrier.shaping_time(now);
     let mut work = 0;
@@ -394,8 +387,8 @@ fn drain<I, O, C: Clock>(
     options: &LoopOptions,
     metrics: &Metrics,
 ) where
-    I: PacketPort + SendPieces + Reopen,
-    O: PacketPort + SendPieces + Reopen,
+    I: PacketPort,
+    O: PacketPort,
 {
     let drain_ns = u64::try_from(options.drain.as_nanos()).unwrap_or(u64::MAX);
     let drain_end = clock
@@ -407,8 +400,8 @@ fn drain<I, O, C: Clock>(
         let room = out.room();
         let t = out.carrier.shaping_time(now);
         engine.release(t, out.pool, &mut out.tx, room);
-        out.flush(Some(engine.cuts_mut()), metrics, now);
-        inn.flush(None, metrics, now);
+        out.flush(metrics, now);
+        inn.flush(metrics, now);
         let left = engine.queued() + out.tx.len() + inn.tx.len();
         let over = now >= drain_end || std::time::Instant::now() >= wall_end;
         if left == 0 || over || !(inn.carrier.is_up() && out.carrier.is_up()) {
@@ -439,11 +432,10 @@ impl PortWatch {
         now: Timestamp,
         inn: &mut Side<'_, I>,
         out: &mut Side<'_, O>,
-        engine: &Engine,
         metrics: &Metrics,
     ) where
-        I: PacketPort + SendPieces + Reopen,
-        O: PacketPort + SendPieces + Reopen,
+        I: PacketPort,
+        O: PacketPort,
     {
         if now < self.next {
             return;
@@ -455,7 +447,7 @@ impl PortWatch {
             metrics.rx_ring_drops(drops - self.ring_drops);
             self.ring_drops = drops;
         }
-        let cuts = engine.cut_counters();
+        let cuts = out.pool.cut_counters();
         self.refusals
             .observe(Refusals::of(&ci, &co, &cuts), metrics);
     }

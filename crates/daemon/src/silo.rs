@@ -43,8 +43,7 @@
 use crate::config::{Config, DEFAULT_NBA_PERIOD};
 use crate::engine::Engine;
 use crate::metrics::{Metrics, NbaRateGauge};
-use crate::pieces::SendPieces;
-use crate::ports::{frame_pool, open_silo_ports, reverse_pool, Reopen};
+use crate::ports::{frame_pool, open_silo_ports, reverse_pool};
 use crate::reload::{install, Reloader};
 use crate::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use metronome_core::nba::{Nba, NbaConfig};
@@ -404,7 +403,7 @@ pub fn run_silos_on<P>(
     control: &Control,
 ) -> Result<Vec<SiloReport>, PortError>
 where
-    P: PacketPort + SendPieces + Reopen + Send + 'static,
+    P: PacketPort + Send + 'static,
 {
     let n = ports.len();
     let _stop_on_unwind = StopOnUnwind(&control.stop);

@@ -64,15 +64,17 @@
 //!   [`RxFrame::csum_not_ready`] set.
 
 use crate::frame_pool::{FramePool, StoreError};
-use crate::port::{PacketPort, PortCounters, PortError, RxFrame};
+use crate::piece::{self, PieceScratch, PieceSink, TxPiece};
+use crate::port::{PacketPort, PortCapabilities, PortCounters, PortError, RxFrame};
 use crate::sys::{self, RxRing, MSG_PARTS, SEND_BATCH};
 use metronome_packet::VNET_HDR_LEN;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+mod reopen;
 mod vnet;
 
-pub use vnet::TxPiece;
+pub use reopen::rejoin_group;
 
 /// `ETH_P_ALL`: every protocol (linux/if_ether.h).
 const ETH_P_ALL: u16 = 0x0003;
@@ -198,6 +200,8 @@ impl AfPacketConfig {
 /// A [`PacketPort`] on one Linux interface through AF_PACKET: TPACKET_V3 RX ring, `sendmmsg` TX.
 pub struct AfPacketPort {
     ifname: String,
+    /// The options it was opened with ([`PacketPort::reopen`] opens it again with them).
+    config: AfPacketConfig,
     rx_fd: OwnedFd,
     tx: Tx,
     /// The ring, in [`RxMode::Ring`]; `None` receives with `recvmmsg`.
@@ -208,6 +212,8 @@ pub struct AfPacketPort {
     vnet: Option<vnet::VnetRx>,
     /// Messages the next `recvmmsg` asks for ([`next_recv_want`]).
     rx_want: usize,
+    /// Headers of the pieces of one send ([`crate::piece`]).
+    scratch: PieceScratch,
 }
 
 impl std::fmt::Debug for AfPacketPort {
@@ -294,6 +300,7 @@ impl AfPacketPort {
 
         Ok(AfPacketPort {
             ifname: ifname.to_string(),
+            config: *config,
             rx_fd,
             tx: Tx {
                 gso_via_soft: soft.is_some() && !tso,
@@ -305,6 +312,7 @@ impl AfPacketPort {
             fanout_group,
             vnet: config.vnet_hdr.then(vnet::VnetRx::new),
             rx_want: RECV_BATCH,
+            scratch: PieceScratch::default(),
         })
     }
 
@@ -688,14 +696,13 @@ impl PacketPort for AfPacketPort {
     }
 
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
-        let vnet = self.vnet.is_some();
-        send_batches(&mut self.tx, vnet, &mut self.counters, pool, ids).map_err(|source| {
-            PortError::Io {
-                op: "sendmmsg",
-                ifname: self.ifname.clone(),
-                source,
-            }
-        })
+        if !pool.has_cuts() {
+            return self.send_frames(pool, ids);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let sent = piece::send_entries(self, &mut scratch, pool, ids);
+        self.scratch = scratch;
+        sent
     }
 
     fn counters(&mut self) -> PortCounters {
@@ -710,6 +717,35 @@ impl PacketPort for AfPacketPort {
 
     fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.rx_fd.as_fd())
+    }
+
+    fn capabilities(&self) -> PortCapabilities {
+        PortCapabilities {
+            vnet_hdr: self.vnet.is_some(),
+            reopen: true,
+        }
+    }
+
+    /// See the `reopen` module.
+    fn reopen(&mut self) -> Result<PortCounters, PortError> {
+        self.open_again()
+    }
+}
+
+impl PieceSink for AfPacketPort {
+    fn send_frames(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
+        let vnet = self.vnet.is_some();
+        send_batches(&mut self.tx, vnet, &mut self.counters, pool, ids).map_err(|source| {
+            PortError::Io {
+                op: "sendmmsg",
+                ifname: self.ifname.clone(),
+                source,
+            }
+        })
+    }
+
+    fn send_pieces(&mut self, pieces: &[TxPiece<'_>]) -> Result<usize, PortError> {
+        AfPacketPort::send_pieces(self, pieces)
     }
 }
 

@@ -22,7 +22,12 @@
 //! slot is refused with [`StoreError::NoLargeSlot`] (a port counts it in `rx_no_large_slot`);
 //! small frames never take large slots, so bulk traffic cannot starve ACKs. The pool is owned by the caller, not by a port, so a bump in the wire can receive on
 //! one port and transmit the same slot on the other.
+//!
+//! A slot also carries the cut of its super-frame when a shaper sends it as pieces
+//! ([`crate::piece`]: [`FramePool::set_cut`], [`FramePool::free_entry`]), with the pool's
+//! [`CutCounters`].
 
+use crate::piece::{decode, CutCounters, SlotCut};
 use metronome_packet::VnetHdr;
 
 /// Default slot size in bytes: a 1500-byte MTU frame plus Ethernet and 802.1Q headers, rounded up
@@ -80,6 +85,11 @@ pub struct FramePool {
     lens: Vec<u32>,
     /// Virtio-net header of each slot ([`VnetHdr::NONE`] when free).
     vnet: Vec<VnetHdr>,
+    /// Cut of each slot's super-frame ([`SlotCut::default`] when not cut or free).
+    cuts: Vec<SlotCut>,
+    /// Slots with a cut: while 0, sends and frees skip `cuts`.
+    cut_slots: u32,
+    cut_counters: CutCounters,
     /// True for allocated slots: catches double frees and use of free slots.
     in_use: Vec<bool>,
     /// Free small slot ids, a LIFO stack.
@@ -117,6 +127,9 @@ impl FramePool {
             bytes: vec![0; total],
             lens: vec![0; n],
             vnet: vec![VnetHdr::NONE; n],
+            cuts: vec![SlotCut::default(); n],
+            cut_slots: 0,
+            cut_counters: CutCounters::default(),
             in_use: vec![false; n],
             // Reversed so that the lowest id is handed out first.
             free: (0..small).rev().collect(),
@@ -240,6 +253,10 @@ impl FramePool {
             self.in_use[id as usize] = false;
             self.lens[id as usize] = 0;
             self.vnet[id as usize] = VnetHdr::NONE;
+            if self.cut_slots > 0 && self.cuts[id as usize] != SlotCut::default() {
+                self.cuts[id as usize] = SlotCut::default();
+                self.cut_slots -= 1;
+            }
             if id < self.small {
                 self.free.push(id);
             } else {
@@ -247,6 +264,85 @@ impl FramePool {
             }
         }
         ok
+    }
+
+    /// Records that the super-frame in allocated slot `slot` is cut into `pieces` pieces of
+    /// `max_segments` segments (at most [`crate::piece::MAX_PIECES`]), its entries
+    /// [`crate::piece::encode`]`(slot, k)`; counted in `frames_cut`. Ignored for a free slot,
+    /// an id out of range or `max_segments` 0.
+    pub fn set_cut(&mut self, slot: u32, max_segments: u32, pieces: u32) {
+        if !self.is_allocated(slot) || max_segments == 0 {
+            return;
+        }
+        let cut = &mut self.cuts[slot as usize];
+        if *cut == SlotCut::default() {
+            self.cut_slots += 1;
+        }
+        *cut = SlotCut {
+            max_segments: max_segments.min(u32::from(u16::MAX)) as u16,
+            outstanding: pieces.min(u32::from(u16::MAX)) as u16,
+        };
+        self.cut_counters.frames_cut += 1;
+    }
+
+    /// Lowers the pieces outstanding of the cut slot `slot` to `pieces` (the rest were never
+    /// queued).
+    pub fn truncate_cut(&mut self, slot: u32, pieces: u32) {
+        if let Some(c) = self.cuts.get_mut(slot as usize) {
+            if c.max_segments > 0 {
+                c.outstanding = c.outstanding.min(pieces.min(u32::from(u16::MAX)) as u16);
+            }
+        }
+    }
+
+    /// The cut of the slot of entry `id` (a slot or piece id), `None` when its frame is not cut.
+    pub fn cut(&self, id: u32) -> Option<SlotCut> {
+        if self.cut_slots == 0 {
+            return None;
+        }
+        let (slot, _) = decode(id);
+        self.cuts
+            .get(slot as usize)
+            .copied()
+            .filter(|c| c.max_segments > 0)
+    }
+
+    /// True if entry `id` is a piece of a cut frame.
+    pub fn is_piece(&self, id: u32) -> bool {
+        self.cut(id).is_some()
+    }
+
+    /// True if some slot holds a cut frame (a send without any takes ids as slots).
+    pub fn has_cuts(&self) -> bool {
+        self.cut_slots > 0
+    }
+
+    /// Entry `id` is done with (sent or discarded): a frame's slot is freed at once, a cut
+    /// frame's after its last piece. Returns whether a slot was freed.
+    pub fn free_entry(&mut self, id: u32) -> bool {
+        let (slot, _) = decode(id);
+        if self.cut_slots > 0 {
+            if let Some(c) = self.cuts.get_mut(slot as usize) {
+                if c.max_segments > 0 {
+                    c.outstanding = c.outstanding.saturating_sub(1);
+                    if c.outstanding > 0 {
+                        return false;
+                    }
+                }
+            }
+        }
+        self.free(slot)
+    }
+
+    /// Counters of the cutting.
+    pub fn cut_counters(&self) -> CutCounters {
+        self.cut_counters
+    }
+
+    /// Counts pieces a port sent and pieces it dropped for headers it could not write.
+    pub(crate) fn count_pieces(&mut self, sent: u64, failed: u64) {
+        self.cut_counters.pieces_sent += sent;
+        self.cut_counters.pieces_failed += failed;
     }
 
     /// True if slot `id` is allocated.
@@ -364,9 +460,20 @@ impl FramePool {
                 );
                 assert_eq!(self.lens[id as usize], 0, "free slot {id} has a length");
                 assert_eq!(self.vnet[id as usize], VnetHdr::NONE, "free slot {id}");
+                assert_eq!(
+                    self.cuts[id as usize],
+                    SlotCut::default(),
+                    "free slot {id} cut"
+                );
                 on_list[id as usize] = true;
             }
         }
+        let cut = self
+            .cuts
+            .iter()
+            .filter(|c| **c != SlotCut::default())
+            .count();
+        assert_eq!(cut, self.cut_slots as usize, "slots with a cut");
         for (id, (&used, &listed)) in self.in_use.iter().zip(&on_list).enumerate() {
             assert!(used != listed, "slot {id} neither free nor allocated");
         }
@@ -523,6 +630,35 @@ mod tests {
             }
             assert_eq!(pool.in_use(), model.iter().flatten().count());
         }
+        pool.invariants();
+    }
+
+    #[test]
+    fn a_cut_slot_is_freed_after_its_last_piece() {
+        use crate::piece::encode;
+        let mut pool = FramePool::new(4, 128);
+        let plain = pool.store(b"plain").unwrap();
+        let cut = pool.store(b"super").unwrap();
+        assert!(!pool.has_cuts() && !pool.is_piece(cut));
+        pool.set_cut(cut, 2, 3);
+        assert!(pool.has_cuts() && pool.is_piece(encode(cut, 2)) && !pool.is_piece(plain));
+        assert_eq!(pool.cut_counters().frames_cut, 1);
+        pool.invariants();
+        // Only two of the three pieces were queued.
+        pool.truncate_cut(cut, 2);
+        assert!(!pool.free_entry(encode(cut, 1)));
+        assert!(pool.is_allocated(cut));
+        assert!(pool.free_entry(encode(cut, 0)));
+        assert!(!pool.is_allocated(cut) && !pool.has_cuts());
+        // A plain frame's entry frees its slot at once.
+        assert!(pool.free_entry(plain));
+        assert_eq!(pool.in_use(), 0);
+        pool.invariants();
+        // A cut slot freed whole (a drop) leaves no cut behind.
+        let again = pool.store(b"again").unwrap();
+        pool.set_cut(again, 2, 5);
+        assert!(pool.free(again));
+        assert!(!pool.has_cuts());
         pool.invariants();
     }
 

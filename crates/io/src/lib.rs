@@ -13,6 +13,8 @@
 //!   memory-mapped RX ring, and `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst);
 //!   with [`AfPacketConfig::vnet_hdr`], GSO/GRO super-frames with their virtio-net header, and
 //!   [`AfPacketPort::send_pieces`] for pieces cut from them.
+//! * [`piece`]: super-frames cut into pieces, the cut kept with the pool slot
+//!   ([`FramePool::set_cut`]) and the pieces sent by the port itself ([`PacketPort::send`]).
 //! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.
 //! * [`offload`]: turning an interface's offloads (TSO, GSO, GRO, checksum) on or off, as
 //!   `ethtool -K` does.
@@ -45,14 +47,16 @@ pub mod clock;
 pub mod frame_pool;
 pub mod memory_port;
 pub mod offload;
+pub mod piece;
 pub mod port;
 mod sys;
 pub mod thread_cpu;
 
-pub use afpacket::{AfPacketConfig, AfPacketPort, Fanout, RxMode, TxPiece, RECV_BATCH};
+pub use afpacket::{rejoin_group, AfPacketConfig, AfPacketPort, Fanout, RxMode, RECV_BATCH};
 pub use clock::MonotonicClock;
 pub use frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE, JUMBO_SLOT_SIZE};
 pub use memory_port::{MemoryPort, MemoryPortConfig};
 pub use offload::Offload;
-pub use port::{wait_readable, PacketPort, PortCounters, PortError, RxFrame};
+pub use piece::{CutCounters, SlotCut, TxPiece};
+pub use port::{wait_readable, PacketPort, PortCapabilities, PortCounters, PortError, RxFrame};
 pub use thread_cpu::ThreadCpu;

@@ -10,6 +10,7 @@
 //! behaves like a busy device: `send` stops early and counts `tx_busy`.
 
 use crate::frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE};
+use crate::piece::{self, PieceScratch, PieceSink, TxPiece};
 use crate::port::{PacketPort, PortCounters, PortError, RxFrame};
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
@@ -53,6 +54,8 @@ pub struct MemoryPort {
     tx_capacity: usize,
     keep_sent: bool,
     counters: PortCounters,
+    /// Headers of the pieces of one send ([`crate::piece`]).
+    scratch: PieceScratch,
 }
 
 impl std::fmt::Debug for MemoryPort {
@@ -78,6 +81,7 @@ impl MemoryPort {
             tx_capacity: cap,
             keep_sent: config.keep_sent,
             counters: PortCounters::default(),
+            scratch: PieceScratch::default(),
         }
     }
 
@@ -198,6 +202,34 @@ impl PacketPort for MemoryPort {
     }
 
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
+        if !pool.has_cuts() {
+            return self.send_frames(pool, ids);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let sent = piece::send_entries(self, &mut scratch, pool, ids);
+        self.scratch = scratch;
+        sent
+    }
+
+    fn counters(&mut self) -> PortCounters {
+        self.counters
+    }
+
+    fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// A memory port has no interface to come back: reopening it fails as for a deleted one.
+    fn reopen(&mut self) -> Result<PortCounters, PortError> {
+        Err(PortError::NoSuchInterface {
+            ifname: "memory".into(),
+        })
+    }
+}
+
+/// The memory port sends a piece as one frame: headers then payload, copied into its TX queue.
+impl PieceSink for MemoryPort {
+    fn send_frames(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
         let mut done = 0;
         for &id in ids {
             let len = pool.len(id);
@@ -228,12 +260,39 @@ impl PacketPort for MemoryPort {
         Ok(done)
     }
 
-    fn counters(&mut self) -> PortCounters {
-        self.counters
-    }
-
-    fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
-        None
+    fn send_pieces(&mut self, pieces: &[TxPiece<'_>]) -> Result<usize, PortError> {
+        let mut done = 0;
+        for p in pieces {
+            let len = p.headers.len() + p.payload.len();
+            if self.keep_sent {
+                if self.tx.len() >= self.tx_capacity {
+                    self.counters.tx_busy += 1;
+                    break;
+                }
+                match self.store.alloc_for(len) {
+                    Ok(copy) => {
+                        let slot = self.store.slot_mut(copy);
+                        slot[..p.headers.len()].copy_from_slice(p.headers);
+                        slot[p.headers.len()..len].copy_from_slice(p.payload);
+                        self.store.set_len(copy, len);
+                        self.tx.push_back(copy);
+                    }
+                    Err(StoreError::Exhausted | StoreError::NoLargeSlot { .. }) => {
+                        self.counters.tx_busy += 1;
+                        break;
+                    }
+                    Err(StoreError::Oversize { .. }) => {
+                        self.counters.tx_errors += 1;
+                        done += 1;
+                        continue;
+                    }
+                }
+            }
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += len as u64;
+            done += 1;
+        }
+        Ok(done)
     }
 }
 
@@ -316,6 +375,13 @@ mod tests {
         assert_eq!(p.recv(&mut small, &mut out).unwrap(), 0);
         assert_eq!(p.counters().rx_oversize, 1);
         assert_eq!(p.rx_queued(), 0);
+    }
+
+    #[test]
+    fn a_reopen_fails_as_for_a_deleted_interface() {
+        let mut p = port(2);
+        assert!(matches!(p.reopen(), Err(PortError::NoSuchInterface { .. })));
+        assert_eq!(p.capabilities(), crate::PortCapabilities::default());
     }
 
     #[test]

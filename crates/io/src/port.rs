@@ -114,6 +114,12 @@ pub enum PortError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The port cannot do this (a [`PacketPort::reopen`] of a port without an interface).
+    #[error("{op} is not supported by this port")]
+    Unsupported {
+        /// The operation asked for.
+        op: &'static str,
+    },
     /// Any other system call failure.
     #[error("{op} on {ifname} failed: {source}")]
     Io {
@@ -126,6 +132,18 @@ pub enum PortError {
     },
 }
 
+/// What a port can do beyond receiving and sending frames ([`PacketPort::capabilities`]), as
+/// smoltcp's `phy::DeviceCapabilities` describes a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCapabilities {
+    /// Frames carry a virtio-net header ([`FramePool::vnet`]): GSO super-frames arrive whole
+    /// and leave whole or as pieces ([`crate::piece`]), with `NEEDS_CSUM` completed by the
+    /// kernel or the device.
+    pub vnet_hdr: bool,
+    /// [`PacketPort::reopen`] opens the port again on its interface by name.
+    pub reopen: bool,
+}
+
 /// A source and sink of Ethernet frames: the I/O seam of the daemon loop.
 pub trait PacketPort {
     /// Receives up to `out.len()` frames: copies each into a fresh slot of `pool` and writes an
@@ -135,11 +153,14 @@ pub trait PacketPort {
     /// must drop (oversize, truncated) are counted in [`PortCounters`]. Never blocks.
     fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError>;
 
-    /// Transmits the frames in slots `ids` of `pool`, in order, and frees each slot it consumes.
-    /// Returns how many leading ids were consumed (sent, or refused for good and counted in
-    /// `tx_errors`); `ids[n..]` stay allocated and owned by the caller, to retry later — that
-    /// only happens when the device is busy (counted in `tx_busy`). On `Err` no id was
-    /// consumed. Never blocks.
+    /// Transmits the entries `ids` of `pool`, in order: frames (a slot id) and pieces of cut
+    /// super-frames (a piece id, [`crate::piece`]: the port writes the piece's headers into its
+    /// own scratch and sends them with a slice of the pooled frame), and frees what it consumes
+    /// ([`FramePool::free_entry`]: a cut frame's slot after its last piece). Returns how many
+    /// leading ids were consumed (sent, or refused for good and counted in `tx_errors` or the
+    /// pool's `pieces_failed`); `ids[n..]` stay allocated and owned by the caller, to retry
+    /// later — that only happens when the device is busy (counted in `tx_busy`). On `Err` no id
+    /// was consumed. Never blocks.
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError>;
 
     /// The port's cumulative counters. Takes `&mut self` because reading the kernel's
@@ -149,6 +170,20 @@ pub trait PacketPort {
     /// A file descriptor that polls readable when [`PacketPort::recv`] has frames, for poll(2)
     /// or epoll; `None` for ports that are never waited on (the in-memory port).
     fn poll_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// What the port can do beyond receiving and sending frames; by default nothing.
+    fn capabilities(&self) -> PortCapabilities {
+        PortCapabilities::default()
+    }
+
+    /// Opens the port again on the interface of the same name with the same options (its
+    /// interface was deleted and re-created with a new index, so a socket bound to the old one
+    /// neither receives nor sends) and replaces `self` with it; returns the closed port's final
+    /// counters (the caller adds them to its totals). On error `self` is unchanged. By default
+    /// [`PortError::Unsupported`]; [`PortCapabilities::reopen`] says whether a port can.
+    fn reopen(&mut self) -> Result<PortCounters, PortError> {
+        Err(PortError::Unsupported { op: "reopen" })
+    }
 }
 
 /// Sleeps until `fd` is readable or `timeout` passes (rounded up to whole milliseconds, the unit

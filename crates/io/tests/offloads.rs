@@ -147,14 +147,16 @@ struct Seen {
 }
 
 /// Moves frames `a -> b` and `b -> a` until `stop`; frames the device refused as busy wait in
-/// `pending` and go first next time. With `cut = Some(n)`, TCP super-frames going `a -> b` are
-/// cut into pieces of at most `n` segments and sent with `send_pieces` (headers from a scratch
-/// buffer, payload straight from the pool slot).
+/// `pending` and go first next time. With `cut = Some(Cut::Direct(n))`, TCP super-frames going
+/// `a -> b` are cut into pieces of at most `n` segments and sent with `send_pieces` (headers from
+/// a scratch buffer, payload straight from the pool slot); with `Cut::Pool(n)` the cut is
+/// recorded with the slot (`FramePool::set_cut`) and the piece ids go to `PacketPort::send`, which
+/// writes their headers itself and frees the slot after the last piece.
 fn forward(
     a: &mut AfPacketPort,
     b: &mut AfPacketPort,
     stop: &AtomicBool,
-    cut: Option<u32>,
+    cut: Option<Cut>,
 ) -> Seen {
     let mut pool = FramePool::with_large(2048, DEFAULT_SLOT_SIZE, 64, GSO_SLOT_SIZE);
     let mut seen = Seen::default();
@@ -185,9 +187,16 @@ fn forward(
                     seen.csum_start_checked += 1;
                 }
                 match cut.filter(|_| dir == 0 && hdr.is_gso()) {
-                    Some(max) => {
+                    Some(Cut::Direct(max)) => {
                         seen.pieces += send_cut(tx, pool.frame(f.id), &hdr, max);
                         pool.free(f.id);
+                    }
+                    Some(Cut::Pool(max)) => {
+                        let sf = SuperFrame::parse(pool.frame(f.id), &hdr).expect("TCP");
+                        let count = sf.pieces(max);
+                        pool.set_cut(f.id, max, count);
+                        pend.extend((0..count).map(|k| metronome_io::piece::encode(f.id, k)));
+                        seen.pieces += u64::from(count);
                     }
                     None => pend.push(f.id),
                 }
@@ -202,7 +211,7 @@ fn forward(
     }
     for ids in &pending {
         for &id in ids {
-            pool.free(id);
+            pool.free_entry(id);
         }
     }
     // Every slot a receive took (the large slots it borrowed included) is back.
@@ -228,6 +237,16 @@ fn check_csum_start(frame: &[u8], hdr: &VnetHdr) {
         (l4, 16),
         "{hdr:?}"
     );
+}
+
+/// How the forwarder cuts super-frames ([`forward`]).
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Into pieces of at most this many segments, sent with `send_pieces`.
+    Direct(u32),
+    /// Into pieces of at most this many segments, recorded with the slot and sent by
+    /// `PacketPort::send`.
+    Pool(u32),
 }
 
 /// Cuts the super-frame `frame` into pieces of at most `max` segments and sends them all
@@ -271,7 +290,17 @@ fn tcp_super_frames_cross_two_vnet_hdr_ports_intact() {
 /// checksums completed by the kernel from the pieces' pseudo-header sums).
 #[test]
 fn tcp_super_frames_cut_into_pieces_arrive_intact() {
-    let Some(seen) = transfer_through_forwarder(Sender::Tso, Some(3)) else {
+    let Some(seen) = transfer_through_forwarder(Sender::Tso, Some(Cut::Direct(3))) else {
+        return;
+    };
+    assert!(seen.pieces > seen.tcp4_super_frames, "{seen:?}");
+}
+
+/// The same with the cut kept by the pool and the pieces sent by `PacketPort::send` itself (the
+/// daemon's way): the transfer arrives intact and every slot is freed after its last piece.
+#[test]
+fn pieces_sent_by_the_port_from_the_pool_arrive_intact() {
+    let Some(seen) = transfer_through_forwarder(Sender::Tso, Some(Cut::Pool(3))) else {
         return;
     };
     assert!(seen.pieces > seen.tcp4_super_frames, "{seen:?}");
@@ -420,7 +449,7 @@ enum Sender {
 /// Runs the 4 MiB transfer through the forwarder (cutting super-frames as `cut` says), checks
 /// the transfer and the ports' counters, and returns what the forwarder saw; `None` without
 /// the privilege to build the topology.
-fn transfer_through_forwarder(source: Sender, cut: Option<u32>) -> Option<Seen> {
+fn transfer_through_forwarder(source: Sender, cut: Option<Cut>) -> Option<Seen> {
     let t = Topology::create()?;
     let tso = source == Sender::Tso;
     let s0 = t.s0.clone();

@@ -122,7 +122,7 @@ fn run(s: &Scenario) -> Outcome {
         for &id in &out {
             let tag = pool.frame(id)[14..18].try_into().unwrap();
             sent.push((ms, u32::from_be_bytes(tag)));
-            engine.cuts_mut().finish(&mut pool, id);
+            pool.free_entry(id);
         }
         engine.invariants();
         assert_eq!(pool.in_use(), engine.queued());

@@ -1,79 +1,36 @@
 //! Fair queueing inside a rate-limited class (`fair = true`): the engine's part of
 //! [`metronome_core::fair_queue`] (Carousel §5.1's aggregate timestamps, NicPic §3's on-demand
-//! pulls with fair sharing, FlowBundler §IV's per-flow buckets).
+//! pulls with fair sharing, FlowBundler §IV's per-flow buckets). ARCHITECTURE.md ("The engine")
+//! says why each rule is there.
 //!
-//! A packet of a fair class is **not stamped on arrival**. After classification and the flow
-//! table, it joins its flow's queue in the class's [`FairQueue`] (the flow is its flow-table
-//! entry; a packet with no entry goes to the class's overflow flow, counted under
-//! `fair_overflow`). The class's aggregate policy still decides *when* the class may send its
-//! next bytes: whenever it has credit (its earliest departure for a full frame,
-//! `PolicyStack::peek`, is not after `now`), [`Engine::fair_pull`] asks deficit round robin
-//! *which* flow's packet leaves — deficit round robin with rounds, a flow that comes back with
-//! credit left in the current round first, so a sparse flow below its share waits for no
-//! backlogged flow, not the class's whole backlog — and stamps it with the usual [`PolicyStack`]
-//! (aggregate and, when the class paces, the flow's own pacing policy). Its EDT is normally due
-//! at once; a flow's pacing may put it later, and then it waits in the wheel while the class
-//! goes on with other flows. [`Engine::next_due`] includes each backlogged fair class's next
-//! credit time, so the loop wakes for it (CONTRIBUTING.md §3).
-//!
-//! **Sparse packets leave at once.** Right after a pull the aggregate holds the class for the
-//! pulled packet's wire time at the class's rate (a piece of up to `gso_burst`, about 1 ms at
-//! 100 Mbit/s), so a sparse flow's packet arriving then would wait for it, however empty its own
-//! queue. [`Engine::fair_send_sparse`] sends such a packet at once instead: a frame of at most
-//! one quantum, of a flow with nothing in the fair queue or the wheel and credit left in the
-//! class's round ([`FairQueue::charge_sparse`], so deficit round robin's bound per round holds
-//! for it). Its bytes are charged to the aggregate, so the class's next pull moves later by its
-//! wire time and the class's rate over any window longer than a piece is unchanged. At most
-//! one quantum (one full frame) of such bytes per pull: a sparse packet that would pass it is
-//! queued until the class's next pull, so at any moment the class is at most one frame ahead of
-//! what its aggregate alone would send, however many sparse flows there are (`fq_codel` and
-//! `fq` serve a new flow first; here it also skips the class's wait). Counted in
-//! `fair_sparse_early`.
-//!
-//! **Stamping time.** A pulled packet is stamped as of the moment its class's fair queue last
-//! became non-empty (the arrival of the packet that found it empty), not of the pull nor of its
-//! own arrival: a loop that pulls late still gives the aggregate its full rate (the bytes of a
-//! backlogged class follow each other at exactly the rate, from the aggregate's last timestamp),
-//! also when the packet chosen arrived after others of the class (its flow was owed its share: a
-//! stamp as of its own arrival would skip the time the class waited with older packets queued),
-//! and an idle class's first packet gets its arrival time, as a FIFO class's does. The wheel is given the
-//! real `now`.
-//!
-//! **Backpressure per flow.** `drop` counts the flow's packets in the fair queue and the wheel
-//! against its `limit`, as for a FIFO class. `ecn` looks at the flow's *own* queueing delay: the
-//! sojourn of the packet at the head of its flow's queue when this one arrives
-//! ([`FairQueue::flow_sojourn`]); above `threshold` the arriving packet is marked CE. A sparse
-//! flow, whose queue is empty, is never marked; a bulk flow with a standing queue is.
-//! A packet waiting in the fair queue has no EDT yet, so the horizon cannot refuse it; instead
-//! the class sheds from its **fattest flow** (the flow with the most bytes queued, from the head,
-//! as `fq_codel` does) when the frame pool's small or large slots are nearly all in use, or,
-//! under `horizon_policy = "reject"`, when the class's queued bytes would take longer than the
-//! horizon at its rate. Refusing the arriving packet instead would hit a sparse flow as hard as
-//! a bulk one, and a full pool refuses every arriving frame before the engine sees it. Counted
-//! in `fair_dropped_fattest`.
-//!
-//! **Super-frames** are one unit of the fair queue (charged their wire bytes); when one is
-//! pulled it is cut into pieces ([`crate::pieces`]) and every piece is stamped and put in the
-//! wheel then. So a packet of another flow can wait behind the whole super-frame, at most its
-//! wire time at the class's rate (the kernel sizes a TSO burst to about 1 ms of the flow's
-//! pacing rate; `gso_burst` bounds a piece, not the frame).
-//!
-//! **Accounting** (CONTRIBUTING.md §11). A frame in a fair queue is counted under
-//! `fair_enqueued`, then `fair_pulled` (into the wheel, where it counts as `enqueued`) or
-//! `fair_discarded_at_stop` or `fair_dropped_fattest`; a sparse packet sent at once goes straight
-//! into the wheel (`enqueued`), counted in `fair_sparse_early` and not in `fair_enqueued`.
-//! [`Engine::invariants`] checks
-//! `received = forwarded + enqueued frames + dropped + fair queued + fair discarded at stop`
-//! (`dropped` includes `fair_dropped_fattest`) and
-//! `fair_enqueued = fair_pulled + fair_discarded_at_stop + fair_dropped_fattest + fair queued`.
-//! A pull needs room in the wheel for all its entries; without it the class waits for the next
-//! release (the wheel is not empty), so nothing is dropped at a pull.
-//!
-//! **Reload.** `fair` may change live. Packets already in a class's fair queue stay there and are
-//! pulled by deficit round robin until it is empty, whatever the class's new `fair`; packets in
-//! the wheel leave at their EDT. With `fair = false` new packets are stamped on arrival.
+//! * **Enqueue, no stamp** ([`Engine::fair_enqueue`]): a packet of a fair class joins its flow's
+//!   queue (its flow-table entry; none: the class's overflow flow, `fair_overflow`). A
+//!   super-frame is one unit, its cut kept with its slot until it is pulled
+//!   ([`super::slots::Slots::hold`]).
+//! * **Pull** (module `pull`, [`Engine::fair_pull`]): whenever the class's aggregate has credit
+//!   for a full frame, deficit round robin with rounds picks the flow; the packet is stamped
+//!   (aggregate and the flow's pacing) as of the time the class's queue last became non-empty,
+//!   and put in the wheel (a super-frame as its pieces, [`super::cut`]); a pull needs room in the
+//!   wheel. [`Engine::next_due`] includes each backlogged class's next credit time.
+//! * **Sparse flows** ([`Engine::fair_send_sparse`]): a frame of at most one quantum, of a flow
+//!   with nothing queued and credit left in the class's round, leaves at once, charged to the
+//!   aggregate; at most one quantum of such bytes per pull (`fair_sparse_early`).
+//! * **Backpressure per flow:** `drop` counts the flow's packets in the fair queue and the wheel;
+//!   `ecn` marks on the flow's own sojourn ([`FairQueue::flow_sojourn`]).
+//! * **Shed from the fattest flow** ([`Engine::fair_shed`], `fair_dropped_fattest`) when the
+//!   pool's small or large slots are nearly all in use, the class is past its `queue` bounds, or
+//!   under `horizon_policy = "reject"` its bytes would outlast the horizon.
+//! * **Accounting** (CONTRIBUTING.md §11): `fair_enqueued = fair_pulled + fair_discarded_at_stop +
+//!   fair_dropped_fattest + fair queued` ([`Engine::invariants`]); a frame the wheel refuses at a
+//!   pull (not expected) is a counted drop, its slot freed there.
+//! * **Reload:** `fair` may change live; packets already in a class's fair queue are pulled until
+//!   it is empty, packets in the wheel leave at their EDT.
 
-use super::{clamp_u32, cut_segments, Engine, NO_ENTRY};
+mod pull;
+
+use super::cut::cut_segments;
+use super::slots::PendingCut;
+use super::{clamp_u32, reject_reason, Engine};
 use crate::config::{Backpressure, Config};
 use crate::flow_table::FLOW_TABLE_CAPACITY;
 use crate::metrics::{DropReason, FairClassMetrics};
@@ -86,10 +43,6 @@ use metronome_packet::{Parsed, SuperFrame};
 
 /// Most packets one [`Engine::fair_pull`] takes from one class: a transmit batch.
 const PULL_BATCH: usize = crate::config::MAX_BATCH_SIZE;
-
-/// `slot_step` of a pool slot whose super-frame waits in a fair queue with a cut in
-/// `Fair::cuts` (a real step is a piece's spacing in ns, far below this).
-const PENDING_CUT: u64 = u64::MAX;
 
 /// A fair class sheds from its fattest flow when fewer than 1/`POOL_RESERVE` of the frame
 /// pool's small slots are free: the receive path then still finds slots for the
@@ -122,12 +75,19 @@ enum Pressure {
     Bound,
 }
 
-/// A super-frame's cut, kept while it waits in a fair queue.
+/// A frame of a fair class, classified and past its flow limit ([`Engine::fair_enqueue`]).
 #[derive(Clone, Copy, Debug)]
-struct PendingCut {
-    sf: SuperFrame,
-    max_segments: u32,
-    pieces: u32,
+pub(super) struct FairArrival {
+    /// Its pool slot.
+    pub id: u32,
+    /// Its class state index.
+    pub index: usize,
+    /// Its flow-table entry.
+    pub entry: Option<u32>,
+    /// The bytes it charges its class.
+    pub wire: u64,
+    /// Its walked headers, for a GSO super-frame.
+    pub superframe: Option<SuperFrame>,
 }
 
 /// The engine's fair-queueing state: empty (nothing allocated) until a class is fair.
@@ -136,8 +96,6 @@ pub(super) struct Fair {
     queue: Option<FairQueue>,
     /// Class state indices that are fair or still hold packets in the fair queue.
     active: Vec<u16>,
-    /// The cut of each pool slot's super-frame waiting in a fair queue.
-    cuts: Vec<Option<PendingCut>>,
     /// Packets of each class (by state index) that went to the overflow flow.
     overflowed: Vec<u64>,
     /// Per class (by state index): when its fair queue last went from empty to holding a
@@ -149,8 +107,6 @@ pub(super) struct Fair {
     pool_slots: usize,
     /// Packets the wheel holds at most (its node pool's guarantee).
     wheel_packets: usize,
-    /// Pulled frames the wheel refused, to free at the next call that holds the pool.
-    orphans: Vec<u32>,
     /// Per class (by state index): bytes of sparse packets sent at once
     /// ([`Engine::fair_send_sparse`]) since the class's last pull, at most one quantum.
     sparse_bytes: Vec<u32>,
@@ -187,7 +143,6 @@ impl Engine {
                 quantum,
             })
             .ok();
-            f.cuts = vec![None; f.pool_slots];
         }
         let Some(q) = f.queue.as_mut() else {
             return;
@@ -210,31 +165,38 @@ impl Engine {
         }
     }
 
-    /// Queues a packet of fair class `index` (slot `id`, `len` wire bytes) in its flow's queue,
-    /// after the flow-limit check; marks it CE when its flow's own queueing delay is above the
-    /// `ecn` threshold. Called by `Engine::shape` instead of stamping; the next
-    /// [`Engine::release`] pulls it (the loop releases after every receive).
+    /// Queues packet `p` of a fair class in its flow's queue, after the flow-limit check; marks
+    /// it CE when its flow's own queueing delay is above the `ecn` threshold. Called by
+    /// `Engine::shape` instead of stamping; the next [`Engine::release`] pulls it (the loop
+    /// releases after every receive).
     pub(super) fn fair_enqueue(
         &mut self,
         now: Timestamp,
         pool: &mut FramePool,
-        (id, index, entry): (u32, usize, Option<u32>),
-        (len, superframe): (u64, Option<SuperFrame>),
+        p: FairArrival,
         parsed: &Parsed,
     ) {
+        let FairArrival {
+            id,
+            index,
+            entry,
+            wire: len,
+            superframe,
+        } = p;
         let policy = self.classes[index].policy;
         if self.fair.queue.is_none() {
             // Not reachable: a fair class allocates the queue when installed.
-            return self.drop(pool, id, index, DropReason::QueueFull);
+            return self.drop_frame(pool, id, index, DropReason::QueueFull);
         }
         let class = ClassId(index as u16);
-        if superframe.is_none() && self.fair_send_sparse(now, (id, index, entry), len) {
+        if superframe.is_none() && self.fair_send_sparse(now, pool, &p) {
             return;
         }
         let Some(q) = self.fair.queue.as_mut() else {
-            return self.drop(pool, id, index, DropReason::QueueFull);
+            return self.drop_frame(pool, id, index, DropReason::QueueFull);
         };
-        let flow_index = entry.unwrap_or(NO_ENTRY);
+        // No entry: the queue's own "no flow" index (the overflow flow).
+        let flow_index = entry.unwrap_or(u32::MAX);
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if q.flow_sojourn(flow_index, now) > threshold {
                 self.mark_ecn(pool, id, index, parsed);
@@ -259,19 +221,12 @@ impl Engine {
                     }
                 }
             }
-            Err(_) => return self.drop(pool, id, index, DropReason::QueueFull),
+            Err(_) => return self.drop_frame(pool, id, index, DropReason::QueueFull),
         }
         self.counters.fair_enqueued += 1;
         self.classes[index].stamped_bytes += len;
         if let Some(e) = entry {
             self.flows.add_queued(e);
-        }
-        let i = id as usize;
-        if let Some(slot) = self.slot_entry.get_mut(i) {
-            *slot = entry.unwrap_or(NO_ENTRY);
-        }
-        if let Some(slot) = self.slot_wire.get_mut(i) {
-            *slot = clamp_u32(len);
         }
         let cut = superframe.and_then(|sf| {
             let max_segments = cut_segments(&sf, &policy);
@@ -282,18 +237,11 @@ impl Engine {
                 pieces,
             })
         });
-        // Only a frame to cut touches `cuts`; its mark is in `slot_step`, which the pull writes
-        // anyway (CONTRIBUTING.md §5: one cache line less per packet).
-        if let (Some(cut), Some(slot)) = (cut, self.fair.cuts.get_mut(i)) {
-            *slot = Some(cut);
-            if let Some(step) = self.slot_step.get_mut(i) {
-                *step = PENDING_CUT;
-            }
-        }
+        self.slots.hold(id, len, entry, cut);
         self.fair_shed(now, pool, index);
     }
 
-    /// Sends packet `id` (`len` wire bytes, one frame) of fair class `index` at once when its flow
+    /// Sends packet `p` (one frame) of a fair class at once when its flow
     /// is sparse and the class's aggregate would otherwise hold it: the flow has no packet in the
     /// fair queue or the wheel, has credit left in the class's round
     /// ([`FairQueue::charge_sparse`]), its own pacing (if any) lets it go now, the frame is at
@@ -304,13 +252,9 @@ impl Engine {
     /// allows at any moment.
     /// It enters the wheel due at `now`, counted in `fair_sparse_early` (not in `fair_enqueued`).
     /// Returns false, changing nothing, when it must be queued.
-    fn fair_send_sparse(
-        &mut self,
-        now: Timestamp,
-        (id, index, entry): (u32, usize, Option<u32>),
-        len: u64,
-    ) -> bool {
-        let Some(e) = entry else {
+    fn fair_send_sparse(&mut self, now: Timestamp, pool: &mut FramePool, p: &FairArrival) -> bool {
+        let (id, index, len) = (p.id, p.index, p.wire);
+        let Some(e) = p.entry else {
             return false;
         };
         let Some(q) = self.fair.queue.as_ref() else {
@@ -361,14 +305,14 @@ impl Engine {
         let pkt = PacketRef::new(id, FlowId(e), class, len16);
         if let Err(rejected) = self.wheel.enqueue(now, now, pkt) {
             // Not expected (the wheel's room was checked): counted as a drop, as a refused pull.
-            self.fair_orphan(id, index, super::reject_reason(rejected.reason));
+            self.fair_refused(pool, id, index, reject_reason(rejected.reason));
             return true;
         }
         if let Some(b) = self.fair.sparse_bytes.get_mut(index) {
             *b += len32;
         }
         self.counters.fair_sparse_early += 1;
-        self.book_whole(id, index, now, len, Some(e));
+        self.book_whole(pool, id, index, now, len, Some(e));
         if let Some(Some(m)) = self.fair.metrics.get(index) {
             m.sparse_early();
         }
@@ -446,216 +390,13 @@ impl Engine {
 
     /// Frees a frame [`Engine::fair_shed`] took out of a fair queue, and counts it.
     fn fair_free_dropped(&mut self, pool: &mut FramePool, id: u32, index: usize) {
-        let i = id as usize;
-        if let Some(&e) = self.slot_entry.get(i) {
-            if e != NO_ENTRY {
-                self.flows.remove_queued(e);
-            }
-        }
-        if let Some(c) = self.fair.cuts.get_mut(i) {
-            *c = None;
-        }
-        if let Some(step) = self.slot_step.get_mut(i) {
-            *step = 0;
+        if let Some(e) = self.slots.discard_held(pool, id) {
+            self.flows.remove_queued(e);
         }
         self.counters.fair_dropped_fattest += 1;
         if let Some(state) = self.classes.get(index) {
             state.metrics.dropped(DropReason::QueueFull);
         }
-        pool.free(id);
-    }
-
-    /// Pulls, from every backlogged fair class whose aggregate has credit at `now`, the packets
-    /// deficit round robin picks, stamps them and puts them in the wheel (at most
-    /// [`PULL_BATCH`] a class per call). Returns how many frames it pulled.
-    pub(super) fn fair_pull(&mut self, now: Timestamp) -> usize {
-        let mut pulled = 0;
-        for k in 0..self.fair.active.len() {
-            let index = usize::from(self.fair.active[k]);
-            for _ in 0..PULL_BATCH {
-                if !self.fair_pull_one(now, index) {
-                    break;
-                }
-                pulled += 1;
-            }
-        }
-        pulled
-    }
-
-    /// Pulls one packet of class `index` if it has one and its aggregate has credit at `now`
-    /// and the wheel has room for it.
-    fn fair_pull_one(&mut self, now: Timestamp, index: usize) -> bool {
-        let Some(q) = self.fair.queue.as_mut() else {
-            return false;
-        };
-        let class = ClassId(index as u16);
-        if q.class_packets(class) == 0 {
-            return false;
-        }
-        let Some(state) = self.classes.get(index) else {
-            return false;
-        };
-        let (aggregate_id, policy) = (state.aggregate, state.policy);
-        let aggregate = PolicyStack::new(aggregate_id, None);
-        if aggregate.peek(&self.stamper, now, now, q.quantum()) > now {
-            return false;
-        }
-        // Room for one entry at least, so that the pull cannot fail.
-        if self.wheel.len() >= self.fair.wheel_packets {
-            return false;
-        }
-        let Some(dq) = q.dequeue(now, class) else {
-            return false;
-        };
-        self.counters.fair_pulled += 1;
-        if let Some(b) = self.fair.sparse_bytes.get_mut(index) {
-            *b = 0;
-        }
-        let id = dq.id;
-        let i = id as usize;
-        let entry = self.slot_entry.get(i).copied().unwrap_or(NO_ENTRY);
-        if entry != NO_ENTRY {
-            self.flows.remove_queued(entry);
-        }
-        let pacing = match (policy.pacing, entry) {
-            (Some(rate), e) if e != NO_ENTRY => {
-                self.flows
-                    .pacing_policy(e, &mut self.stamper, rate, policy.burst)
-            }
-            _ => None,
-        };
-        let policies = PolicyStack::new(aggregate_id, pacing);
-        // As of when the class's queue last became non-empty: no later than any queued packet's
-        // arrival, so a packet that arrived late but leaves first (its flow was owed its share)
-        // does not skip the time the class was backlogged.
-        let busy_since = self.fair.busy_since.get(index).copied().unwrap_or(now);
-        let at = busy_since.min(dq.enqueued_at).min(now);
-        let cut = match self.slot_step.get(i) {
-            Some(&PENDING_CUT) => self.fair.cuts.get_mut(i).and_then(Option::take),
-            _ => None,
-        };
-        let flow = FlowId(if entry == NO_ENTRY { dq.flow } else { entry });
-        if let Some(c) = cut {
-            let room = self.fair.wheel_packets.saturating_sub(self.wheel.len());
-            if room >= c.pieces as usize {
-                let r = self.queue_pieces(
-                    (now, at),
-                    (id, flow, index),
-                    &c.sf,
-                    (c.max_segments, c.pieces),
-                    policies,
-                    entry,
-                );
-                if let Err(reason) = r {
-                    self.fair_orphan(id, index, reason);
-                }
-                return true;
-            }
-            // No room for every piece: sent whole (the wheel has room for one entry).
-        }
-        let len = dq.len;
-        let edt = policies
-            .stamp(&mut self.stamper, at, at, len)
-            .min(now.saturating_add(self.max_delay));
-        let len16 = u16::try_from(len).unwrap_or(u16::MAX);
-        let pkt = PacketRef::new(id, flow, class, len16);
-        match self.wheel.enqueue(now, edt, pkt) {
-            Ok(()) => {
-                self.counters.enqueued += 1;
-                self.count_queued(index, id, u64::from(len));
-                if let Some(slot) = self.slot_edt.get_mut(i) {
-                    *slot = edt;
-                }
-                if let Some(slot) = self.slot_step.get_mut(i) {
-                    *slot = 0;
-                }
-                if entry != NO_ENTRY {
-                    self.flows.add_queued(entry);
-                }
-            }
-            Err(rejected) => self.fair_orphan(id, index, super::reject_reason(rejected.reason)),
-        }
-        true
-    }
-
-    /// A pulled frame the wheel refused (not expected: a pull checks the wheel's room first):
-    /// counted as a drop now, its slot freed at the next call that holds the pool.
-    fn fair_orphan(&mut self, id: u32, index: usize, reason: DropReason) {
-        match reason {
-            DropReason::Horizon => self.counters.dropped_horizon += 1,
-            _ => self.counters.dropped_pool += 1,
-        }
-        if let Some(state) = self.classes.get(index) {
-            state.metrics.dropped(reason);
-        }
-        self.fair.orphans.push(id);
-    }
-
-    /// Frees the slots of [`Engine::fair_orphan`]s.
-    pub(super) fn fair_free_orphans(&mut self, pool: &mut FramePool) {
-        for id in self.fair.orphans.drain(..) {
-            pool.free(id);
-        }
-    }
-
-    /// When the next fair class gets credit for its next packet: the earliest over backlogged
-    /// fair classes (`None` when none is backlogged, all are paused, or the wheel is full).
-    pub(super) fn fair_next_due(&self) -> Option<Timestamp> {
-        let q = self.fair.queue.as_ref()?;
-        if self.wheel.len() >= self.fair.wheel_packets {
-            // No pull can happen before the wheel releases something: its own deadline wakes
-            // the loop (a class's past credit time here would make it spin).
-            return None;
-        }
-        let mut due: Option<Timestamp> = None;
-        for &index in &self.fair.active {
-            if q.class_packets(ClassId(index)) == 0 {
-                continue;
-            }
-            let Some(state) = self.classes.get(usize::from(index)) else {
-                continue;
-            };
-            let t = PolicyStack::new(state.aggregate, None).peek(
-                &self.stamper,
-                Timestamp::ZERO,
-                Timestamp::ZERO,
-                q.quantum(),
-            );
-            if t != Timestamp::MAX {
-                due = Some(due.map_or(t, |d| d.min(t)));
-            }
-        }
-        due
-    }
-
-    /// Frees every frame still in a fair queue at shutdown, counted under
-    /// `fair_discarded_at_stop`. Returns how many.
-    pub(super) fn fair_drain_all(&mut self, pool: &mut FramePool) -> u64 {
-        self.fair_free_orphans(pool);
-        let Some(q) = self.fair.queue.as_mut() else {
-            return 0;
-        };
-        let mut total = 0;
-        for index in 0..q.classes() {
-            while let Some(dq) = q.dequeue(Timestamp::MAX, ClassId(index as u16)) {
-                let i = dq.id as usize;
-                if let Some(&e) = self.slot_entry.get(i) {
-                    if e != NO_ENTRY {
-                        self.flows.remove_queued(e);
-                    }
-                }
-                if let Some(c) = self.fair.cuts.get_mut(i) {
-                    *c = None;
-                }
-                if let Some(step) = self.slot_step.get_mut(i) {
-                    *step = 0;
-                }
-                pool.free(dq.id);
-                total += 1;
-            }
-        }
-        self.counters.fair_discarded_at_stop += total;
-        total
     }
 
     /// Publishes each fair class's flows with packets waiting and its queued packets, wheel and
@@ -686,9 +427,9 @@ impl Engine {
         (u64::from(q.class_packets(class)), q.class_bytes(class))
     }
 
-    /// Frames in fair queues plus pulled frames waiting to be freed.
+    /// Frames in fair queues.
     pub(super) fn fair_held(&self) -> u64 {
-        self.fair.len() + self.fair.orphans.len() as u64
+        self.fair.len()
     }
 
     /// Flows of class `name` with packets in its fair queue (0 when not fair or unknown).

@@ -3,10 +3,10 @@
 //! original byte stream, slots freed after the last piece, counters.
 
 use super::*;
-use crate::pieces::Cuts;
 use etherparse::PacketBuilder;
-use metronome_io::{MemoryPort, MemoryPortConfig, GSO_SLOT_SIZE};
+use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort, RxFrame, GSO_SLOT_SIZE};
 use metronome_packet::gso::{GsoType, FLAG_NEEDS_CSUM};
+use metronome_packet::VnetHdr;
 
 /// Maximum segment size of the test super-frames.
 const MSS: usize = 1448;
@@ -51,7 +51,7 @@ fn vnet(gso_type: GsoType, hdr_len: usize, csum_offset: u16) -> VnetHdr {
 
 /// A TCP super-frame of `segments` full segments (payload byte `i` is `i % 251`), and its
 /// virtio-net header as a local TSO sender hands it over.
-fn superframe(segments: usize) -> (Vec<u8>, VnetHdr) {
+pub(super) fn superframe(segments: usize) -> (Vec<u8>, VnetHdr) {
     superframe_to(5201, segments)
 }
 
@@ -114,9 +114,7 @@ impl Rig {
     }
 
     fn transmit(&mut self, ids: &[u32]) {
-        let mut cuts = std::mem::replace(self.engine.cuts_mut(), Cuts::new(0));
-        let n = cuts.send(&mut self.outside, &mut self.pool, ids).unwrap();
-        *self.engine.cuts_mut() = cuts;
+        let n = self.outside.send(&mut self.pool, ids).unwrap();
         assert_eq!(n, ids.len());
         while let Some(f) = self.outside.pop_sent() {
             self.sent.push((self.now, f));
@@ -158,7 +156,7 @@ impl Rig {
         self.receive(&[(frame.clone(), hdr)]);
         let c = self.engine.counters();
         assert_eq!((c.superframes, c.enqueued, c.pieces_extra), (2, 6, 4));
-        assert_eq!(self.engine.cut_counters().frames_cut, 1);
+        assert_eq!(self.pool.cut_counters().frames_cut, 1);
         self.run_until_empty(Duration::from_micros(1));
         assert_eq!(self.pieces().len(), 5);
         frame
@@ -232,7 +230,7 @@ fn a_long_superframe_is_cut_into_pieces_spaced_at_the_class_rate_that_reassemble
     assert_eq!(stream, frame[HEADERS..], "pieces reassemble to the payload");
     // Pieces leave one piece's wire time apart at the class rate.
     rig.assert_gaps(at_rate(wire(8), 100_000_000));
-    let cuts = rig.engine.cut_counters();
+    let cuts = rig.pool.cut_counters();
     assert_eq!((cuts.pieces_sent, cuts.pieces_failed), (5, 0));
     assert_eq!(
         rig.pool.in_use(),
@@ -334,7 +332,7 @@ fn a_long_udp_superframe_is_cut_into_pieces_of_whole_datagrams_that_reassemble()
     }
     assert_eq!(stream, frame[42..], "pieces reassemble to the payload");
     rig.assert_gaps(at_rate(8 * (42 + MSS) as u64, 100_000_000));
-    let cuts = rig.engine.cut_counters();
+    let cuts = rig.pool.cut_counters();
     assert_eq!((cuts.pieces_sent, cuts.pieces_failed), (5, 0));
     assert_eq!(rig.pool.in_use(), 0);
     rig.engine.invariants();
@@ -359,7 +357,7 @@ fn a_superframe_in_a_fair_class_is_cut_when_pulled_and_its_pieces_keep_the_rate(
     // The first frame was pulled at once (the bucket was full); the second waits its turn.
     assert_eq!(rig.engine.class_fair_queued("bulk"), 1);
     rig.run_until_empty(Duration::from_micros(1));
-    assert_eq!(rig.engine.cut_counters().frames_cut, 1);
+    assert_eq!(rig.pool.cut_counters().frames_cut, 1);
     let pieces = rig.pieces();
     assert_eq!(pieces.len(), 5);
     let mut stream = Vec::new();

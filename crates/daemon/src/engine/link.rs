@@ -21,13 +21,14 @@
 //!   (counted). The port is built with [`NonEctPolicy::Drop`] and is told "ECN-capable" for the
 //!   packets of `pass` classes, so that it never drops them and a mark request on a not-ECT packet
 //!   is counted here.
-//! * **Super-frames** are charged their wire bytes: by the link clock (`slot_wire`, or a piece's
-//!   length) and by the port's DWRR deficits, buffer and marking thresholds (their `PacketRef`
-//!   length). A `PacketRef` length stops at 65 535 bytes, so the engine cuts a super-frame of a
-//!   class on the link above it into pieces of equal segments within it (`cut_segments`): a TSO
-//!   sender's 64 KiB frames (44 segments, 66 616 wire bytes) would otherwise be charged 3 % short,
-//!   and a class of one fast flow, whose frames are the longest, would take that much more of
-//!   the link than classes of many slower flows.
+//! * **Super-frames** are charged their wire bytes: by the link clock (the frame's wire bytes
+//!   kept with its slot, `super::slots`, or a piece's length) and by the port's DWRR deficits,
+//!   buffer and marking thresholds (their `PacketRef` length). A `PacketRef` length stops at
+//!   65 535 bytes, so the engine cuts a super-frame of a class on the link above it into pieces
+//!   of equal segments within it (`cut_segments`): a TSO sender's 64 KiB frames (44 segments,
+//!   66 616 wire bytes) would otherwise be charged 3 % short, and a class of one fast flow, whose
+//!   frames are the longest, would take that much more of the link than classes of many slower
+//!   flows.
 //! * **Reload** ([`LinkStage::configure`]) rebuilds the port for the new weights, priorities,
 //!   rate and marking, and moves every queued packet over in its queue's order; packets of a class
 //!   that left the link leave at the next release. Nothing queued is lost.
@@ -35,19 +36,22 @@
 //! Accounting: every packet the wheel hands to the stage is queued in the port, dropped under a
 //! named reason ([`LinkCounters`]) or released; [`LinkStage::invariants`] checks it.
 
-use crate::config::{ClassLink, LinkConfig, LinkScheduler};
+use crate::config::{ClassLink, LinkConfig};
 use crate::metrics::link::{LinkClassMetrics, LinkClassSnapshot, LinkPortMetrics};
-use metronome_core::mq_port::{MqPortConfig, QueueConfig, Scheduling};
 use metronome_core::{
-    ClassId, Duration, MqCounters, MqPort, MqRejectReason, NonEctPolicy, PacketRef, Rate, Timestamp,
+    ClassId, Duration, MqCounters, MqRejectReason, NonEctPolicy, PacketRef, Timestamp,
 };
 use metronome_packet::{mark_ce, parse, Ecn, EcnMark};
 
+mod clock;
 #[cfg(test)]
 mod clock_tests;
 mod nicpic_queues;
+mod sched;
 
+pub use clock::LinkClock;
 pub use nicpic_queues::NicPicQueues;
+use sched::{build_sched, queue_order, Sched};
 
 /// Shortest time between two publications of the link's series, ns: 10 ms. A scrape (seconds
 /// apart) and `metronome stats`' 500 ms interval see values at most this stale, and the per-class
@@ -56,70 +60,6 @@ const PUBLISH_PERIOD_NS: u64 = 10_000_000;
 
 /// No port queue for a class.
 const NO_QUEUE: u16 = u16::MAX;
-
-/// The link's departure clock. See the module docs.
-#[derive(Clone, Copy, Debug)]
-pub struct LinkClock {
-    rate: Rate,
-    /// When the link is free, in nanoseconds with [`Rate::FRAC_BITS`] fractional bits.
-    free_fp: u128,
-    /// The catch-up allowance in the same unit.
-    catch_up_fp: u128,
-    burst_bytes: u64,
-}
-
-impl LinkClock {
-    /// A link of `rate` that may send `burst_bytes` back to back to catch up, free at 0.
-    pub fn new(rate: Rate, burst_bytes: u64) -> LinkClock {
-        LinkClock {
-            rate,
-            free_fp: 0,
-            catch_up_fp: rate.transmit_time_fp(burst_bytes),
-            burst_bytes,
-        }
-    }
-
-    /// When the link is free (rounded up to the nanosecond).
-    pub fn free_at(&self) -> Timestamp {
-        let ns = self.free_fp.div_ceil(1 << Rate::FRAC_BITS);
-        Timestamp::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
-    }
-
-    /// True when a packet may start at `now`.
-    pub fn ready(&self, now: Timestamp) -> bool {
-        self.free_at() <= now
-    }
-
-    /// The link was idle until `now` (its queue was empty): it is free from `now` at the latest.
-    pub fn wake(&mut self, now: Timestamp) {
-        self.free_fp = self.free_fp.max(fp(now));
-    }
-
-    /// Stamps the departure of `wire_bytes` at `now` (the link must be [`LinkClock::ready`]):
-    /// the later of when the link is free and `now` minus the catch-up allowance. Returns the
-    /// departure; the link is then busy for `wire_bytes / rate`.
-    pub fn send(&mut self, now: Timestamp, wire_bytes: u64) -> Timestamp {
-        let start = self.free_fp.max(fp(now).saturating_sub(self.catch_up_fp));
-        self.free_fp = start + self.rate.transmit_time_fp(wire_bytes);
-        Timestamp::from_nanos(u64::try_from(start >> Rate::FRAC_BITS).unwrap_or(u64::MAX))
-    }
-
-    /// Changes the rate from the next departure on (the current one keeps its end).
-    pub fn set_rate(&mut self, rate: Rate, burst_bytes: u64) {
-        self.rate = rate;
-        self.burst_bytes = burst_bytes;
-        self.catch_up_fp = rate.transmit_time_fp(burst_bytes);
-    }
-
-    /// The link's rate.
-    pub fn rate(&self) -> Rate {
-        self.rate
-    }
-}
-
-fn fp(t: Timestamp) -> u128 {
-    u128::from(t.as_nanos()) << Rate::FRAC_BITS
-}
 
 /// The stage's own counters, cumulative. Every packet handed to [`LinkStage::enqueue`] is in
 /// the port, in `dropped_*`, or in `dequeued` (or discarded at stop by the engine).
@@ -224,143 +164,6 @@ impl std::fmt::Debug for LinkStage {
             .field("counters", &self.counters)
             .finish_non_exhaustive()
     }
-}
-
-/// The link's queues and scheduler: the DWRR/WRR port, or NicPic's.
-enum Sched {
-    Mq(Box<MqPort>),
-    NicPic(Box<NicPicQueues>),
-}
-
-impl Sched {
-    fn enqueue(
-        &mut self,
-        now: Timestamp,
-        pkt: PacketRef,
-        ect: bool,
-    ) -> Result<bool, MqRejectReason> {
-        match self {
-            Sched::Mq(p) => p
-                .enqueue(now, pkt, ect)
-                .map(|e| e.marked)
-                .map_err(|r| r.reason),
-            Sched::NicPic(n) => n.enqueue(now, pkt, ect),
-        }
-    }
-
-    /// The next packet and its queue: the port's head when the link clock says the link is
-    /// free, NicPic's pull (its own link clock) otherwise.
-    fn dequeue(&mut self, now: Timestamp) -> Option<(PacketRef, usize)> {
-        match self {
-            Sched::Mq(p) => p.dequeue(now).map(|d| (d.pkt, d.queue)),
-            Sched::NicPic(n) => n.dequeue(now),
-        }
-    }
-
-    fn take_all(&mut self, out: &mut Vec<(PacketRef, usize)>) {
-        match self {
-            Sched::Mq(p) => {
-                while let Some(d) = p.dequeue(Timestamp::MAX) {
-                    out.push((d.pkt, d.queue));
-                }
-            }
-            Sched::NicPic(n) => n.take_all(out),
-        }
-    }
-
-    fn total_packets(&self) -> usize {
-        match self {
-            Sched::Mq(p) => p.total_packets(),
-            Sched::NicPic(n) => n.total_packets(),
-        }
-    }
-
-    fn total_bytes(&self) -> u64 {
-        match self {
-            Sched::Mq(p) => p.total_bytes(),
-            Sched::NicPic(n) => n.total_bytes(),
-        }
-    }
-
-    fn queue(&self, q: usize) -> (u64, u64) {
-        match self {
-            Sched::Mq(p) => (p.queue_packets(q) as u64, p.queue_bytes(q)),
-            Sched::NicPic(n) => n.queue(q),
-        }
-    }
-
-    fn threshold_bytes(&self, q: usize) -> u64 {
-        match self {
-            Sched::Mq(p) => p.threshold_bytes(q),
-            Sched::NicPic(n) => n.threshold_bytes(q),
-        }
-    }
-
-    fn invariants(&self) {
-        match self {
-            Sched::Mq(p) => p.invariants(),
-            Sched::NicPic(n) => n.invariants(),
-        }
-    }
-}
-
-/// The queues of `config` for `members` (class state index, its place), in queue order.
-fn build_sched(config: &LinkConfig, members: &[(usize, ClassLink)]) -> Sched {
-    if config.scheduler == LinkScheduler::NicPic {
-        let weights: Vec<u32> = members.iter().map(|(_, l)| l.weight).collect();
-        return Sched::NicPic(Box::new(NicPicQueues::new(config, &weights)));
-    }
-    Sched::Mq(Box::new(build_port(config, members)))
-}
-
-/// The port of `config` for `members` (class state index, its place), in queue order.
-fn build_port(config: &LinkConfig, members: &[(usize, ClassLink)]) -> MqPort {
-    let queues: Vec<QueueConfig> = members
-        .iter()
-        .map(|(_, l)| QueueConfig {
-            quantum_bytes: config
-                .quantum_bytes
-                .saturating_mul(l.weight.max(1))
-                .max(config.max_frame_bytes),
-            strict_priority: l.priority.is_some(),
-        })
-        .collect();
-    let port_config = MqPortConfig {
-        line_rate: config.rate,
-        buffer_bytes: config.buffer_bytes,
-        scheduling: match config.scheduler {
-            LinkScheduler::Wrr => Scheduling::Wrr,
-            LinkScheduler::Dwrr | LinkScheduler::NicPic => Scheduling::Dwrr,
-        },
-        queues: if queues.is_empty() {
-            vec![QueueConfig::weighted(config.max_frame_bytes)]
-        } else {
-            queues
-        },
-        marking: config.core_marking(),
-        mtu_bytes: config.max_frame_bytes,
-        non_ect: NonEctPolicy::Drop,
-    };
-    match MqPort::new(port_config.clone()) {
-        Ok(port) => port,
-        // Validation bounds every field the port checks; should it still refuse, the link runs
-        // without marking rather than not at all.
-        Err(_) => MqPort::new(MqPortConfig {
-            marking: metronome_core::Marking::None,
-            ..port_config
-        })
-        .unwrap_or_else(|e| panic!("link port refused a validated configuration: {e}")),
-    }
-}
-
-/// The classes on the link in queue order: the priority classes by priority then by
-/// configuration order, then the weighted ones in configuration order.
-fn queue_order(classes: &[(usize, ClassLink)]) -> Vec<(usize, ClassLink)> {
-    let mut members: Vec<(usize, ClassLink)> =
-        classes.iter().copied().filter(|(_, l)| l.on_link).collect();
-    // Stable: configuration order within a priority and among the weighted classes.
-    members.sort_by_key(|(_, l)| l.priority.map_or(u16::MAX, u16::from));
-    members
 }
 
 impl LinkStage {
@@ -731,7 +534,7 @@ impl super::Engine {
         pkt: PacketRef,
     ) {
         let Some(link) = &mut self.link else { return };
-        let (slot, _) = super::pieces::decode(pkt.id);
+        let (slot, _) = metronome_io::piece::decode(pkt.id);
         let Err(drop) = link.enqueue(now, pkt, pool.frame_mut(slot)) else {
             return;
         };
@@ -756,8 +559,8 @@ impl super::Engine {
         let mut sent = 0;
         while sent < room {
             let Some(link) = &mut self.link else { break };
-            let (cuts, slot_wire) = (&self.cuts, &self.slot_wire);
-            let Some(pkt) = link.dequeue(now, |p| super::wire_of(cuts, slot_wire, p)) else {
+            let slots = &self.slots;
+            let Some(pkt) = link.dequeue(now, |p| slots.wire(p)) else {
                 break;
             };
             let edt = self.depart(now, pkt, out);

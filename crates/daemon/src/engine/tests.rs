@@ -2,13 +2,16 @@
 
 use super::*;
 use etherparse::PacketBuilder;
-use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort};
+use metronome_core::FlowId;
+use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
+use metronome_packet::{parse, Parsed, Verdict};
 
 mod bounds;
 mod fair;
 mod flow_seed;
 mod flow_table_full;
 mod link;
+mod slots;
 mod unclassified;
 
 const BASE: &str = r#"

@@ -27,7 +27,7 @@ pub enum DropReason {
     /// Not ECN-capable above the link's marking threshold, under `non_ect = "drop"`.
     LinkNotEct,
     /// Queued while the outside link was down and more than `daemon.link_down_grace` past its
-    /// EDT ([`crate::link`]).
+    /// EDT ([`crate::carrier`]).
     LinkDown,
 }
 

@@ -15,8 +15,7 @@
 
 use crate::carrier::{probe_interface, Carrier, CarrierEvent};
 use crate::metrics::Metrics;
-use crate::pieces::{Cuts, SendPieces};
-use crate::ports::{add_counters, Reopen};
+use crate::ports::add_counters;
 use metronome_core::{Duration, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
 
@@ -45,7 +44,7 @@ pub(super) struct Side<'a, P> {
     round: (bool, bool, bool),
 }
 
-impl<'a, P: PacketPort + SendPieces + Reopen> Side<'a, P> {
+impl<'a, P: PacketPort> Side<'a, P> {
     /// The side of `port`, interface `name`, whose sent frames live in `pool`; `batch` is the
     /// receive batch and `grace` `daemon.link_down_grace`.
     pub fn new(
@@ -88,11 +87,7 @@ impl<'a, P: PacketPort + SendPieces + Reopen> Side<'a, P> {
     /// (counted) the batch that waited for a return after an outage longer than the grace.
     /// Returns true when the port was opened again and works; an error other than the link's
     /// ends the loop.
-    pub fn watch_carrier(
-        &mut self,
-        now: Timestamp,
-        cuts: Option<&mut Cuts>,
-    ) -> Result<bool, PortError> {
+    pub fn watch_carrier(&mut self, now: Timestamp) -> Result<bool, PortError> {
         let mut reopened = false;
         if self.carrier.poll(now, probe_interface) == CarrierEvent::Replaced {
             match self.port.reopen() {
@@ -110,7 +105,7 @@ impl<'a, P: PacketPort + SendPieces + Reopen> Side<'a, P> {
             .returned()
             .is_some_and(|d| d > self.carrier.grace())
         {
-            let n = self.discard(cuts);
+            let n = self.discard();
             self.carrier.count_dropped(n);
             self.dropped += n;
         }
@@ -142,14 +137,11 @@ impl<'a, P: PacketPort + SendPieces + Reopen> Side<'a, P> {
     /// Sends the batch; keeps what the port did not take, and everything while the carrier is
     /// down (sent when it returns, [`crate::carrier`]). A port error other than the link's
     /// frees the batch (logged, counted in `tx_failed`).
-    pub fn flush(&mut self, mut cuts: Option<&mut Cuts>, metrics: &Metrics, now: Timestamp) {
+    pub fn flush(&mut self, metrics: &Metrics, now: Timestamp) {
         if self.tx.is_empty() || !self.carrier.is_up() {
             return;
         }
-        let sent = match cuts.as_deref_mut() {
-            Some(c) => c.send(self.port, self.pool, &self.tx),
-            None => self.port.send(self.pool, &self.tx),
-        };
+        let sent = self.port.send(self.pool, &self.tx);
         let waiting = self.tx.len();
         match sent {
             Err(e) if self.carrier.on_error(now, &e) => {}
@@ -161,7 +153,7 @@ impl<'a, P: PacketPort + SendPieces + Reopen> Side<'a, P> {
             }
             Err(e) => {
                 tracing::error!(error = %e, frames = self.tx.len(), "transmit failed, frames freed");
-                self.free_all(cuts);
+                self.free_all();
             }
         }
         self.round.2 |= self.tx.len() < waiting;
@@ -180,22 +172,17 @@ impl<'a, P: PacketPort + SendPieces + Reopen> Side<'a, P> {
     }
 
     /// Frees the batch without counting it as a transmit failure (the caller counts it).
-    pub fn discard(&mut self, cuts: Option<&mut Cuts>) -> u64 {
-        let n = self.free_all(cuts);
+    pub fn discard(&mut self) -> u64 {
+        let n = self.free_all();
         self.tx_failed -= n;
         n
     }
 
     /// Frees the batch, counted in `tx_failed`.
-    pub fn free_all(&mut self, mut cuts: Option<&mut Cuts>) -> u64 {
+    pub fn free_all(&mut self) -> u64 {
         let n = self.tx.len() as u64;
         for &id in &self.tx {
-            match cuts.as_deref_mut() {
-                Some(c) => c.finish(self.pool, id),
-                None => {
-                    self.pool.free(id);
-                }
-            }
+            self.pool.free_entry(id);
         }
         self.tx.clear();
         self.tx_failed += n;

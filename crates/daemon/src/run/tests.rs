@@ -1,8 +1,6 @@
 //! The loop between memory ports: forwarding, stop and drain, sleeping and busy polling.
 
 use super::*;
-use crate::pieces::SendPieces;
-use crate::ports::Reopen;
 use metronome_core::{Duration, ManualClock};
 use metronome_io::PortCounters;
 use metronome_io::{MemoryPort, MemoryPortConfig};
@@ -156,15 +154,6 @@ impl PacketPort for LateFrame {
     fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
-}
-
-impl SendPieces for LateFrame {
-    fn send_pieces(&mut self, pieces: &[metronome_io::TxPiece<'_>]) -> Result<usize, PortError> {
-        self.port.send_pieces(pieces)
-    }
-}
-
-impl Reopen for LateFrame {
     fn reopen(&mut self) -> Result<PortCounters, PortError> {
         self.port.reopen()
     }

@@ -297,15 +297,6 @@ impl PacketPort for FailingPort {
     fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
-}
-
-impl SendPieces for FailingPort {
-    fn send_pieces(&mut self, pieces: &[metronome_io::TxPiece<'_>]) -> Result<usize, PortError> {
-        Ok(pieces.len())
-    }
-}
-
-impl Reopen for FailingPort {
     fn reopen(&mut self) -> Result<metronome_io::PortCounters, PortError> {
         Ok(metronome_io::PortCounters::default())
     }

@@ -38,6 +38,7 @@
 
 use super::{alloc_batch, insert_vlan, os_error, stripped_vlan, AfPacketPort, RECV_BATCH};
 use crate::frame_pool::{FramePool, GSO_SLOT_SIZE};
+use crate::piece::TxPiece;
 use crate::port::{PortError, RxFrame};
 use crate::sys::{self, MSG_PARTS, SEND_BATCH};
 use metronome_packet::{link_layer, VnetHdr, MAX_IP_PACKET_BYTES, VNET_HDR_LEN};
@@ -68,19 +69,6 @@ impl VnetRx {
             superframes: false,
         }
     }
-}
-
-/// One piece to send with [`AfPacketPort::send_pieces`]: the message is `vnet`'s 10 bytes, then
-/// `headers`, then `payload` (gathered by the kernel: the payload is not copied in user space).
-#[derive(Clone, Copy, Debug)]
-pub struct TxPiece<'a> {
-    /// The virtio-net header (from [`metronome_packet::Piece::vnet`]).
-    pub vnet: VnetHdr,
-    /// Ethernet through TCP headers (the scratch buffer [`metronome_packet::SuperFrame::piece`]
-    /// wrote).
-    pub headers: &'a [u8],
-    /// The payload (a slice of the pooled super-frame).
-    pub payload: &'a [u8],
 }
 
 impl AfPacketPort {
