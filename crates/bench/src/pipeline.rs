@@ -29,11 +29,11 @@
 
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};
-use metronome_daemon::config::{Config, MAX_BATCH_SIZE};
-use metronome_daemon::engine::Engine;
-use metronome_daemon::flow_table::{FlowTable, Lookup};
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::silo::{LimitCell, SiloExchange};
+use metronome_daemon::datapath::engine::Engine;
+use metronome_daemon::datapath::flow_table::{FlowTable, Lookup};
+use metronome_daemon::driver::silo::{LimitCell, SiloExchange};
+use metronome_daemon::ops::config::{Config, MAX_BATCH_SIZE};
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;

@@ -95,7 +95,7 @@ pub struct CompareArgs {
 
 /// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
 fn parse_duration(text: &str) -> Result<metronome_core::Duration, String> {
-    metronome_daemon::units::parse_duration(text).map_err(|e| e.to_string())
+    metronome_daemon::ops::units::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// Width of one shaper's block, without the daemon column.
@@ -346,7 +346,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     if let (Some(file), Some(dir)) = (&args.replot, &args.plot) {
         return replot(file, dir);
     }
-    metronome_daemon::service::init_logging(Default::default());
+    metronome_daemon::ops::service::init_logging(Default::default());
     if args.link_sharing {
         let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
         let modes = (args.offloads, args.json);

@@ -39,7 +39,7 @@ pub struct DemoArgs {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    metronome_daemon::units::parse_duration(s)
+    metronome_daemon::ops::units::parse_duration(s)
         .map(|d| Duration::from_nanos(d.as_nanos()))
         .map_err(|e| e.to_string())
 }
@@ -58,7 +58,7 @@ fn to_json(report: &DemoReport) -> serde_json::Result<String> {
 
 /// Runs the demo.
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
-    metronome_daemon::service::init_logging(Default::default());
+    metronome_daemon::ops::service::init_logging(Default::default());
     let machine = metronome_bench::machine::describe();
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
     let out: &mut dyn Write = if args.json { &mut stderr } else { &mut stdout };

@@ -1,6 +1,6 @@
-//! `metronome run --config FILE [--cores N]`: the shaping daemon (`metronome_daemon::service::run_daemon`).
+//! `metronome run --config FILE [--cores N]`: the shaping daemon (`metronome_daemon::ops::service::run_daemon`).
 //!
-//! Exit status (`metronome_daemon::service`'s module docs have the table): 0 after a clean stop
+//! Exit status (`metronome_daemon::ops::service`'s module docs have the table): 0 after a clean stop
 //! (SIGINT or SIGTERM); 2 for a start-up error a restart cannot fix: a bad configuration (the
 //! message names the file, line and field), a missing interface or capability, a metrics
 //! address in use, a bad `[daemon] user` (each named in the message); 3 for a failure once the
@@ -26,7 +26,7 @@ pub struct RunArgs {
 /// Runs the daemon until SIGINT or SIGTERM; on error prints it on one line and exits the
 /// process with its status (`DaemonError::exit_code`).
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    match metronome_daemon::service::run_daemon(&args.config, args.cores.map(usize::from)) {
+    match metronome_daemon::ops::service::run_daemon(&args.config, args.cores.map(usize::from)) {
         Ok(_) => Ok(()),
         Err(e) => {
             eprintln!("metronome run: {e}");

@@ -1,8 +1,8 @@
 //! `metronome stats [--addr 127.0.0.1:9187]`: reads a running daemon's metrics endpoint twice,
 //! half a second apart, and prints tc -s-like lines per class (rates from the difference;
-//! `metronome_daemon::metrics::fetch_and_format`).
+//! `metronome_daemon::ops::metrics::fetch_and_format`).
 //!
-//! The reads are bounded (`metronome_daemon::metrics::scrape`): 2 s to connect and per read,
+//! The reads are bounded (`metronome_daemon::ops::metrics::scrape`): 2 s to connect and per read,
 //! 10 s per scrape, 64 MiB per response; whatever listens on the address cannot make the
 //! command hang or exhaust memory.
 //!
@@ -10,7 +10,7 @@
 //! answers more than 64 MiB or answers an error (the message names the address).
 
 use clap::Args;
-use metronome_daemon::config::DEFAULT_METRICS_LISTEN;
+use metronome_daemon::ops::config::DEFAULT_METRICS_LISTEN;
 use std::net::SocketAddr;
 
 /// Options of `metronome stats`.
@@ -23,7 +23,7 @@ pub struct StatsArgs {
 
 /// Prints the per-class lines.
 pub fn run(args: StatsArgs) -> anyhow::Result<()> {
-    match metronome_daemon::metrics::fetch_and_format(args.addr) {
+    match metronome_daemon::ops::metrics::fetch_and_format(args.addr) {
         Ok(text) => {
             print!("{text}");
             Ok(())

@@ -1,5 +1,5 @@
 //! The daemon's log lines carry no ANSI escape sequence when standard error is not a terminal
-//! (`metronome_daemon::service::log_ansi`). `metronome run` is started with its standard error
+//! (`metronome_daemon::ops::service::log_ansi`). `metronome run` is started with its standard error
 //! on a pipe and a configuration that makes it log a warning before it fails to open its
 //! (missing) interfaces: a `[link]` with `--cores 2`, which it answers with "--cores ignored".
 //! Needs no privilege: without CAP_NET_RAW the ports fail to open just the same, exit status 2.

@@ -1,4 +1,4 @@
-//! `metronome run` as a real process with real privileges (crates/daemon/src/privileges.rs): the
+//! `metronome run` as a real process with real privileges (crates/daemon/src/os/privileges.rs): the
 //! built binary runs as root in the shaper namespace of a bump-in-the-wire topology
 //! (`ip netns exec`, which execs it in place: the pid is the daemon's), opens its ports on the
 //! veths, and once it has sent `READY=1` to a `NOTIFY_SOCKET` of the test's, every one of its

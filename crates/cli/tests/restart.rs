@@ -30,7 +30,7 @@
 mod common;
 
 use common::Daemon;
-use metronome_daemon::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
+use metronome_daemon::ops::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
 use metronome_testbed::compare::measure::WIRE_PER_PAYLOAD;
 use metronome_testbed::flood::{self, frames, per_second_bps, shifted, Tap, TapReport};
 use metronome_testbed::netns::{self, TopoError, Topology};

@@ -2,7 +2,7 @@
 //! the scenario `metronome demo` runs.
 
 use metronome_core::{ClassId, Rate};
-use metronome_daemon::config::{Backpressure, Config};
+use metronome_daemon::ops::config::{Backpressure, Config};
 use std::path::PathBuf;
 
 fn examples_dir() -> PathBuf {
@@ -84,7 +84,7 @@ fn silos_example_runs_two_silos_under_one_limit() {
 
 #[test]
 fn link_sharing_puts_every_class_but_management_on_the_link() {
-    use metronome_daemon::config::{LinkMarkingRule, LinkScheduler};
+    use metronome_daemon::ops::config::{LinkMarkingRule, LinkScheduler};
     let c = Config::load(examples_dir().join("link-sharing.toml")).expect("validates");
     let link = c.link.expect("a [link]");
     assert_eq!(link.rate, Rate::gbps(1));

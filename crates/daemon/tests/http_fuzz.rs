@@ -1,5 +1,5 @@
 //! Fuzz tests of the metrics endpoint's request parser
-//! (`metronome_daemon::metrics::http::parse_request`), with bolero, over the committed corpus
+//! (`metronome_daemon::ops::metrics::http::parse_request`), with bolero, over the committed corpus
 //! `crates/daemon/corpus/http/`.
 //!
 //! Under `cargo test` (stable) bolero's test engine feeds each target a few thousand random
@@ -22,7 +22,7 @@
 //! limit, its target is visible ASCII, and one byte less of it is incomplete.
 
 use bolero::{check, generator::TypeGenerator};
-use metronome_daemon::metrics::http::{
+use metronome_daemon::ops::metrics::http::{
     parse_request, Method, Request, RequestError, MAX_HEAD_BYTES,
 };
 use std::path::{Path, PathBuf};

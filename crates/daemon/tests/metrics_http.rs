@@ -1,5 +1,5 @@
 //! The metrics endpoint against hostile local clients, on 127.0.0.1 with port 0
-//! (`crates/daemon/src/metrics/http.rs`): a declared huge body, a stalled and a trickling
+//! (`crates/daemon/src/ops/metrics/http.rs`): a declared huge body, a stalled and a trickling
 //! request, an oversized head, a thousand idle connections, wrong methods and paths; after each,
 //! the server still answers a scrape and the refusal is counted under its reason. Then the
 //! bounds of `metronome stats`' scrape against servers that answer too much or too slowly.
@@ -7,8 +7,8 @@
 //! No assertion is on speed. Waits are bounded by generous guards (a read timeout of
 //! [`GUARD`], a polling loop of at most [`GUARD`]) that only turn a hang into a failure.
 
-use metronome_daemon::metrics::MetricsServer;
-use metronome_daemon::metrics::{scrape, scrape_bounded, HttpLimits, Metrics, MetricsError};
+use metronome_daemon::ops::metrics::MetricsServer;
+use metronome_daemon::ops::metrics::{scrape, scrape_bounded, HttpLimits, Metrics, MetricsError};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};

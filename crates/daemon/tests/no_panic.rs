@@ -2,7 +2,7 @@
 //! with bytes replaced, inserted or removed (every such text either validates or gives an
 //! error that names the file).
 
-use metronome_daemon::config::Config;
+use metronome_daemon::ops::config::Config;
 use proptest::prelude::*;
 
 const DEMO: &str = include_str!("../../../examples/demo.toml");

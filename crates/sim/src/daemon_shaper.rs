@@ -21,8 +21,8 @@
 
 use crate::scenario::{DaemonBackpressure, ScenarioError, ShaperSpec};
 use metronome_core::{PacketRef, Timestamp};
-use metronome_daemon::engine::Engine;
-use metronome_daemon::metrics::Metrics;
+use metronome_daemon::datapath::engine::Engine;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_daemon::Config;
 use metronome_io::{FramePool, RxFrame};
 use metronome_packet::build::{write_tcp_frame, TcpFrame, TCP_FRAME_HEADERS};

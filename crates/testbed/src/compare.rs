@@ -4,7 +4,7 @@
 //! One [`Topology::bump_in_the_wire`] serves every run. For each target rate and flow count, the
 //! shapers take turns on the shaper namespace:
 //!
-//! * **metronome**: the daemon's loop ([`metronome_daemon::service::run_with`]) on AF_PACKET ports on
+//! * **metronome**: the daemon's loop ([`metronome_daemon::ops::service::run_with`]) on AF_PACKET ports on
 //!   `in0`/`out0`, with a one-class configuration ([`metronome_config`]): all TCP to the
 //!   receiver limited to the target as an aggregate, the default burst (one frame), `ecn`
 //!   backpressure at 1 ms of queued delay (the sender negotiates ECN, as in the demo), and a hard
@@ -77,10 +77,10 @@ use crate::netns::{InterfaceCounters, QdiscSpec, TopoError, Topology};
 pub use crate::offloads::OffloadMode;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use measure::{cpu_pct_per_gbit, jain_index, mean, mean_abs_deviation_pct, MachineCpu};
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
-use metronome_daemon::service::run_with;
+use metronome_daemon::driver::run::Control;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
+use metronome_daemon::ops::service::run_with;
 use metronome_io::ThreadCpu;
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -186,7 +186,7 @@ pub struct CompareOptions {
     /// The veths' offloads: the host's (super-frames) or off (one-MTU frames).
     pub offloads: OffloadMode,
     /// Shaper silos of the daemon runs (`[daemon] cores`): 1 runs the single loop, more run
-    /// [`metronome_daemon::silo::run_silos`], one thread per silo with the flows hashed among
+    /// [`metronome_daemon::driver::silo::run_silos`], one thread per silo with the flows hashed among
     /// them (their CPU is then not reported: [`Row::daemon_cpu_pct`] is `None`).
     pub daemon_cores: usize,
     /// Give the daemon a core of its own, as a bump in the wire between separate hosts has:
@@ -603,12 +603,14 @@ fn start_shaper(
                     run_with(&config, None, &Metrics::new(), &c)
                 } else {
                     let metrics = Metrics::with_silos(cores);
-                    metronome_daemon::silo::run_silos(&config, None, &metrics, &c).map(|silos| {
-                        for s in &silos {
-                            metronome_daemon::service::log_report(&s.report);
-                        }
-                        metronome_daemon::run::LoopReport::default()
-                    })
+                    metronome_daemon::driver::silo::run_silos(&config, None, &metrics, &c).map(
+                        |silos| {
+                            for s in &silos {
+                                metronome_daemon::ops::service::log_report(&s.report);
+                            }
+                            metronome_daemon::driver::run::LoopReport::default()
+                        },
+                    )
                 };
                 if result.is_err() {
                     c.stop.store(true, Ordering::Relaxed);
@@ -653,7 +655,7 @@ impl ActiveShaper {
                     .join()
                     .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
                 if cores == 1 {
-                    metronome_daemon::service::log_report(&report);
+                    metronome_daemon::ops::service::log_report(&report);
                 }
                 Ok(())
             }

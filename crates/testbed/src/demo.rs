@@ -28,9 +28,9 @@ use crate::netns::{TopoError, Topology};
 pub use crate::offloads::OffloadMode;
 use crate::shaper::spawn_shaper;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, Transport};
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
+use metronome_daemon::driver::run::Control;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -330,7 +330,7 @@ pub fn run_real(
 /// The demo in the simulator (no privilege needed). See the module docs for what it models.
 pub fn run_simulated(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>, DemoError> {
     use metronome_core::HorizonPolicy;
-    use metronome_daemon::config::Backpressure;
+    use metronome_daemon::ops::config::Backpressure;
     use metronome_sim::{DaemonBackpressure, Scenario, ShaperSpec};
     let config = demo_config();
     let mut rows = Vec::new();

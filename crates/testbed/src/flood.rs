@@ -30,11 +30,11 @@ use crate::netns::{Namespace, TopoError};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport, Transport};
 use frames::{Rng, Spoof};
 use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
-use metronome_daemon::config::Config;
-use metronome_daemon::engine::Engine;
-use metronome_daemon::metrics::{Metrics, MetricsServer};
-use metronome_daemon::ports::{enable_gro, frame_pool, open_ports, reverse_pool};
-use metronome_daemon::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use metronome_daemon::datapath::engine::Engine;
+use metronome_daemon::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::{Metrics, MetricsServer};
+use metronome_daemon::os::ports::{enable_gro, frame_pool, open_ports, reverse_pool};
 use metronome_io::{
     wait_readable, AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PacketPort,
     PortCounters, PortError, RxFrame,
@@ -82,7 +82,7 @@ pub enum FloodError {
     ThreadPanicked,
     /// The metrics endpoint could not be served.
     #[error(transparent)]
-    Metrics(#[from] metronome_daemon::metrics::MetricsError),
+    Metrics(#[from] metronome_daemon::ops::metrics::MetricsError),
 }
 
 /// The cumulative value of `series` (time, bytes; times ascending) at `t`, interpolated
@@ -467,7 +467,7 @@ pub fn serve_metrics(ns: &Namespace, metrics: &Metrics) -> Result<MetricsServer,
 pub type CheckedThread = JoinHandle<Result<Result<CheckedReport, PortError>, TopoError>>;
 
 /// Runs the daemon's loop for `config` on a new thread inside `ns` the way
-/// [`metronome_daemon::service::run_with`] does (its ports, GRO, frame pool, engine and loop
+/// [`metronome_daemon::ops::service::run_with`] does (its ports, GRO, frame pool, engine and loop
 /// options), without reloads, with a hook that calls [`Engine::invariants`] every
 /// `check_every`; at the end the invariants are checked once more. Set `control.stop` and join
 /// the handle for the report. A loop that fails to start sets `control.stop`.
@@ -499,7 +499,7 @@ fn checked_loop(
     let mut pool = frame_pool(config);
     let mut back = reverse_pool(config);
     // A seed drawn as the daemon draws it: the spoofed flows cannot be aimed at a bucket.
-    let seed = metronome_daemon::flow_seed::FlowSeed::draw();
+    let seed = metronome_daemon::datapath::flow_seed::FlowSeed::draw();
     let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
     let clock = MonotonicClock::new();
     let mut hook = InvariantsHook {

@@ -33,7 +33,7 @@ use std::time::Duration;
 /// Longest idle sleep: bounds how late a stop is noticed (10 ms).
 pub const IDLE_SLEEP: Duration = Duration::from_millis(10);
 /// Wait before retrying frames the device refused as busy: 20 µs, as the daemon's loop
-/// (`metronome_daemon::run::TX_RETRY`).
+/// (`metronome_daemon::driver::run::TX_RETRY`).
 const TX_RETRY: Duration = Duration::from_micros(20);
 /// The ports: `recvmmsg` receive, the daemon's defaults otherwise.
 const PLAIN: AfPacketConfig = AfPacketConfig {

@@ -57,7 +57,7 @@ impl OffloadMode {
     /// Sets the daemon's `config` up for this mode: with [`OffloadMode::Off`] the daemon leaves
     /// GRO off on its inside interface (`[daemon] gro = false`), so it sees one frame per MTU as
     /// the veths do.
-    pub fn configure(self, config: &mut metronome_daemon::config::Config) {
+    pub fn configure(self, config: &mut metronome_daemon::ops::config::Config) {
         if self == OffloadMode::Off {
             config.daemon.gro = false;
         }

@@ -1,15 +1,15 @@
-//! The daemon on a topology: [`spawn_shaper`] runs [`metronome_daemon::service::run_with`] (the
-//! single loop) and [`spawn_silos`] runs [`metronome_daemon::silo::run_silos`] on a new thread
+//! The daemon on a topology: [`spawn_shaper`] runs [`metronome_daemon::ops::service::run_with`] (the
+//! single loop) and [`spawn_silos`] runs [`metronome_daemon::driver::silo::run_silos`] on a new thread
 //! inside a network namespace, so that the AF_PACKET ports open on that namespace's interfaces
 //! (`in0` / `out0` of a [`crate::netns::Topology`]). `metronome demo`, `metronome compare` and
 //! the integration tests use them.
 
 use crate::netns::{Namespace, TopoError};
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::{Control, LoopReport};
-use metronome_daemon::service::run_with;
-use metronome_daemon::silo::{run_silos, SiloReport};
+use metronome_daemon::driver::run::{Control, LoopReport};
+use metronome_daemon::driver::silo::{run_silos, SiloReport};
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
+use metronome_daemon::ops::service::run_with;
 use metronome_io::PortError;
 use std::path::Path;
 use std::sync::atomic::Ordering;

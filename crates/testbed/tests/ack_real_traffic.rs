@@ -13,9 +13,9 @@
 
 mod common;
 
-use metronome_daemon::config::{fixture, Config};
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::LoopReport;
+use metronome_daemon::driver::run::LoopReport;
+use metronome_daemon::ops::config::{fixture, Config};
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_testbed::netns::Topology;
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::time::Duration;

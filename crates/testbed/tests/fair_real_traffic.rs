@@ -13,8 +13,8 @@
 
 mod common;
 
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_testbed::netns::{QdiscSpec, Topology};
 use metronome_testbed::trafficgen::{FlowGroup, ProbeReport, TrafficPlan};
 use std::time::Duration;

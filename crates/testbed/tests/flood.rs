@@ -28,10 +28,10 @@
 
 mod common;
 
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
+use metronome_daemon::driver::run::Control;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_testbed::flood::frames::{self, Spoof, SpoofProtocol};
 use metronome_testbed::flood::{
     self, per_second_bps, shifted, CheckedReport, Classify, RawFlood, RawKind, RawReport, Tap,

@@ -19,8 +19,8 @@
 
 mod common;
 
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
+use metronome_daemon::driver::run::Control;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_io::{AfPacketConfig, AfPacketPort, FramePool, PacketPort};
 use metronome_testbed::netns::{Namespace, Topology};
 use metronome_testbed::shaper::spawn_shaper;

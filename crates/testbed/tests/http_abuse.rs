@@ -1,7 +1,7 @@
 //! The metrics endpoint attacked while the daemon shapes: real kernel TCP (4 flows) into a class
 //! `tcp` limited to 211 Mbit/s, beside a default class limited to 50 Mbit/s, through the daemon's
 //! loop, while its metrics endpoint (`Metrics::serve` on 127.0.0.1 in the shaper's namespace,
-//! `crates/daemon/src/metrics/http.rs`, default bounds) is attacked from that namespace for
+//! `crates/daemon/src/ops/metrics/http.rs`, default bounds) is attacked from that namespace for
 //! [`ABUSE_FOR`], after a warm-up, by:
 //!
 //! * a request declaring `Content-Length: 900000000000` every [`BURST_EVERY`];
@@ -26,10 +26,10 @@
 
 mod common;
 
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
-use metronome_daemon::metrics::{Metrics, MetricsError};
-use metronome_daemon::run::Control;
+use metronome_daemon::driver::run::Control;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
+use metronome_daemon::ops::metrics::{Metrics, MetricsError};
 use metronome_testbed::flood::{self, per_second_bps, shifted, CheckedReport};
 use metronome_testbed::netns::Topology;
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan, TrafficReport};
@@ -367,7 +367,7 @@ fn scrape_each_second(topo: &Topology, addr: SocketAddr) -> Vec<Scrape> {
 }
 
 /// The reason of `metronome_metrics_http_refused_total` a refusal's status code stands for
-/// (`crates/daemon/src/metrics/http/refusal.rs`, `Refusal::status`).
+/// (`crates/daemon/src/ops/metrics/http/refusal.rs`, `Refusal::status`).
 fn reason_of(code: u16) -> Option<&'static str> {
     Some(match code {
         431 => "too_large",

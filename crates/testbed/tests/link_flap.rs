@@ -22,9 +22,9 @@
 
 mod common;
 
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::{Control, LoopReport};
+use metronome_daemon::driver::run::{Control, LoopReport};
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_io::Offload;
 use metronome_testbed::netns::{InterfaceCounters, Namespace, TopoError, Topology};
 use metronome_testbed::shaper::{spawn_shaper, spawn_silos, ShaperThread, SilosThread};

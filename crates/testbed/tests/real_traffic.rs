@@ -9,8 +9,8 @@
 
 mod common;
 
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_testbed::netns::Topology;
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::time::Duration;

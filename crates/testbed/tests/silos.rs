@@ -15,9 +15,9 @@
 //! names) is removed on every path, panics included (its `Drop`).
 mod common;
 
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
+use metronome_daemon::driver::run::Control;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_testbed::netns::Topology;
 use metronome_testbed::shaper::spawn_silos;
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};

@@ -35,12 +35,12 @@
 mod common;
 
 use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
-use metronome_daemon::config::Config;
-use metronome_daemon::engine::Engine;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::ports::{frame_pool, open_ports, reverse_pool};
-use metronome_daemon::reload::{FileReload, Reloader};
-use metronome_daemon::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use metronome_daemon::datapath::engine::Engine;
+use metronome_daemon::driver::reload::{FileReload, Reloader};
+use metronome_daemon::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
+use metronome_daemon::os::ports::{frame_pool, open_ports, reverse_pool};
 use metronome_io::{AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PacketPort};
 use metronome_testbed::netns::Topology;
 use std::net::Ipv4Addr;

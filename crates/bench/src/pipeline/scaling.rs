@@ -6,7 +6,7 @@
 //! does) running the benchmark's engine [`Rig`] on its own in-memory ports, pool and traffic: the
 //! same [`super::workload_frames`] at [`super::OFFERED_BPS`] in its own simulated time. Like the
 //! daemon's silos, the two-silo run counts into one registry made by [`Metrics::with_silos`]
-//! (each silo its own series) and polls a [`metronome_daemon::silo::SiloExchange`] every step (rate cells read,
+//! (each silo its own series) and polls a [`metronome_daemon::driver::silo::SiloExchange`] every step (rate cells read,
 //! demand published every simulated millisecond); its classes' aggregate rates are doubled and
 //! split by the allocator, so that each silo shapes exactly what the one silo shapes. The
 //! one-silo run is the single loop (no link, [`Metrics::new`]).
@@ -21,9 +21,9 @@
 //! ratio two silos would reach with two whole cores.
 
 use super::{workload_config, workload_frames, Rig, Stage};
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::silo::{pin, Allocator};
+use metronome_daemon::driver::silo::{pin, Allocator};
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_io::ThreadCpu;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;

@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{RateExchange, Timestamp};
-use metronome_daemon::silo;
+use metronome_daemon::driver::silo;
 use metronome_daemon::Config;
 
 use super::rows::round;

@@ -2,7 +2,7 @@
 //! becomes a real Ethernet + IPv4 + TCP frame in a [`FramePool`] slot, [`Engine::receive`]
 //! classifies it into the class of its service (one `[[class]]` per service, on a `[link]` of
 //! the port's rate, buffer, quantum and marking), and [`Engine::release`] moves it through the
-//! wheel into the link (`metronome_daemon::engine::link`), which marks CE in the frame, drops
+//! wheel into the link (`metronome_daemon::datapath::engine::link`), which marks CE in the frame, drops
 //! when the buffer is full, and sends when its link clock says the link is free. The code that
 //! shares a link in `metronome run` is the port, in simulated time.
 //!
@@ -19,8 +19,8 @@
 use super::SwitchScenario;
 use metronome_core::mq_port::MAX_QUEUES;
 use metronome_core::Timestamp;
-use metronome_daemon::engine::Engine;
-use metronome_daemon::metrics::Metrics;
+use metronome_daemon::datapath::engine::Engine;
+use metronome_daemon::ops::metrics::Metrics;
 use metronome_daemon::Config;
 use metronome_io::{FramePool, RxFrame};
 use metronome_packet::build::{write_tcp_frame, TcpFrame};

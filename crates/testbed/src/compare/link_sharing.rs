@@ -42,9 +42,9 @@ use super::measure;
 use super::{CompareError, OffloadMode, START_POLL, START_TIMEOUT};
 use crate::netns::{run_command, TopoError, Topology};
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
-use metronome_daemon::config::Config;
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::Control;
+use metronome_daemon::driver::run::Control;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -530,7 +530,7 @@ impl Active {
                 let report = thread
                     .join()
                     .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
-                metronome_daemon::service::log_report(&report);
+                metronome_daemon::ops::service::log_report(&report);
                 Ok(())
             }
             Active::Htb => {
@@ -940,7 +940,7 @@ mod tests {
         assert!(per_run * runs as u32 <= Duration::from_secs(60));
     }
 
-    use metronome_daemon::config::LinkMarkingRule;
+    use metronome_daemon::ops::config::LinkMarkingRule;
 
     #[test]
     fn the_daemon_config_of_every_scenario_is_valid() {

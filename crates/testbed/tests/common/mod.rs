@@ -5,9 +5,9 @@
 
 pub mod garbage;
 
-use metronome_daemon::config::{fixture, Config};
-use metronome_daemon::metrics::Metrics;
-use metronome_daemon::run::{Control, LoopReport};
+use metronome_daemon::driver::run::{Control, LoopReport};
+use metronome_daemon::ops::config::{fixture, Config};
+use metronome_daemon::ops::metrics::Metrics;
 pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
 use metronome_testbed::netns::{self, TopoError, Topology};
 use metronome_testbed::shaper::spawn_shaper;
@@ -178,7 +178,7 @@ pub fn assert_every_frame_accounted(l: &LoopReport, who: &str) {
 /// The frames the loop's ports refused on receive, each under its named counter (they never
 /// reached the engine): `(reason, frames)` with a non-zero count.
 pub fn refused(l: &LoopReport) -> Vec<(&'static str, u64)> {
-    metronome_daemon::refused::Refusals::of(&l.inside, &l.outside, &l.cuts)
+    metronome_daemon::ops::refused::Refusals::of(&l.inside, &l.outside, &l.cuts)
         .by_reason()
         .into_iter()
         .filter(|(_, n)| *n > 0)

@@ -1,0 +1,277 @@
+//! Classes: what the engine keeps per class, and the live reload of the class set.
+//!
+//! * **States by name.** A class's state (its policies, counts, metrics) is indexed by a state
+//!   index stable across reloads while the class keeps its name; `PacketRef::class` holds it, and
+//!   the configuration's class ids map to it (`class_map`).
+//! * **Reload** ([`Engine::reload`]): an existing class keeps its aggregate and pacing policies
+//!   (`Timestamper::set_rate`, so no burst is granted) and its queued packets leave at their
+//!   EDT; a new classifier, hashing flows with the engine's seed ([`crate::datapath::flow_seed`], so live
+//!   flows keep their ids), takes the next packet. Changes that need a restart
+//!   (`ReloadPlan::restart_required`) are refused, the running configuration kept.
+//! * **Admission** ([`Engine::admit`]): a class holds at most its `queue` bounds and its share of
+//!   the frame pool (the dynamic threshold of shared-buffer switches).
+//! * **Counts**: entries and wire bytes each class holds in the wheel and on the link, by pool
+//!   size class ([`Engine::count_queued`], [`Engine::count_left`]).
+
+use super::{link, Engine, ReloadError};
+use crate::ops::config::{ClassPolicy, Config, ReloadPlan, ETHERNET_HEADER};
+use crate::ops::metrics::{ClassMetrics, DropReason};
+use metronome_core::timestamp::{PolicyId, PolicyKind};
+use metronome_core::{HorizonPolicy, PacketRef};
+use metronome_io::piece::decode;
+use metronome_io::FramePool;
+
+/// Name of the class state of packets no class matches (as in `Config::class_name`).
+const DEFAULT_CLASS_NAME: &str = "default";
+
+/// What the engine keeps per class. Indexed by a *state* index that is stable across reloads
+/// (a class keeps its state while it keeps its name); `PacketRef::class` holds that index.
+#[derive(Debug)]
+pub(super) struct ClassState {
+    pub(super) name: String,
+    pub(super) policy: ClassPolicy,
+    pub(super) horizon_policy: HorizonPolicy,
+    /// The class's aggregate rate policy, when it has a rate.
+    pub(super) aggregate: Option<PolicyId>,
+    pub(super) metrics: ClassMetrics,
+    /// Packets and bytes sent since the last [`Engine::publish_gauges`], added to `metrics`
+    /// there (once per batch, not per packet).
+    pub(super) unpublished: (u64, u64),
+    /// Packets of this class in the wheel.
+    pub(super) queued: u64,
+    /// Wire bytes of the class's entries in the wheel and on the link.
+    pub(super) queued_bytes: u64,
+    /// Of `queued`: entries whose frame is in a large pool slot.
+    pub(super) queued_large: u64,
+    /// The class's `queue` bounds in force, frames and wire bytes
+    /// ([`crate::ops::config::QueueLimit::bounds`]).
+    pub(super) bound: (u64, u64),
+    /// Bytes of this class accepted into the wheel, cumulative: the silo's demand that the
+    /// NIC-level bandwidth allocator reads (Carousel §5.3, "byte count" samples).
+    pub(super) stamped_bytes: u64,
+}
+
+impl ClassState {
+    /// Takes one entry of `wire` bytes, in a large slot or not, off the class's counts.
+    pub(super) fn left(&mut self, wire: u64, large: bool) {
+        self.queued = self.queued.saturating_sub(1);
+        self.queued_bytes = self.queued_bytes.saturating_sub(wire);
+        self.queued_large = self.queued_large.saturating_sub(u64::from(large));
+    }
+}
+
+impl Engine {
+    /// Maps every class of `config` to a state, creating or updating states by name.
+    pub(super) fn install_classes(&mut self, config: &Config) -> Result<(), ReloadError> {
+        let mut wanted: Vec<(&str, ClassPolicy)> = vec![(DEFAULT_CLASS_NAME, config.default_class)];
+        wanted.extend(config.classes.iter().map(|c| (c.name.as_str(), c.policy)));
+        let new_names = wanted
+            .iter()
+            .filter(|(n, _)| !self.classes.iter().any(|s| s.name == *n))
+            .count();
+        if self.classes.len() + new_names > usize::from(u16::MAX) {
+            return Err(ReloadError::TooManyClasses);
+        }
+        let mut map = Vec::with_capacity(wanted.len());
+        for (name, policy) in wanted {
+            let index = match self.classes.iter().position(|s| s.name == name) {
+                Some(i) => i,
+                None => {
+                    self.classes.push(ClassState {
+                        name: name.to_owned(),
+                        policy: ClassPolicy::unshaped(config.interfaces.mtu),
+                        horizon_policy: config.wheel.horizon_policy,
+                        aggregate: None,
+                        metrics: self.metrics.class(name),
+                        unpublished: (0, 0),
+                        queued: 0,
+                        queued_bytes: 0,
+                        queued_large: 0,
+                        bound: (u64::MAX, u64::MAX),
+                        stamped_bytes: 0,
+                    });
+                    self.classes.len() - 1
+                }
+            };
+            self.apply_policy(index, policy, config);
+            map.push(index as u16); // < u16::MAX: checked above
+        }
+        self.configure_link(config, &map);
+        self.class_map = map;
+        self.flows.set_classes(self.classes.len());
+        self.classifier = config.classifier_seeded(self.flow_seed.flow_hash());
+        Ok(())
+    }
+
+    /// Builds or reconfigures the link stage for `config`, whose classes have the state indices
+    /// `map` (default first).
+    fn configure_link(&mut self, config: &Config, map: &[u16]) {
+        let Some(link_config) = &config.link else {
+            self.link = None;
+            return;
+        };
+        let policies =
+            std::iter::once(&config.default_class).chain(config.classes.iter().map(|c| &c.policy));
+        let members: Vec<_> = map
+            .iter()
+            .zip(policies)
+            .map(|(&state, policy)| (usize::from(state), policy.link))
+            .collect();
+        let stage = match &mut self.link {
+            Some(stage) => {
+                stage.configure(link_config, &members);
+                stage
+            }
+            None => {
+                let mut stage = link::LinkStage::new(link_config, &members);
+                stage.set_port_metrics(self.metrics.link_port());
+                self.link.insert(stage)
+            }
+        };
+        for (state, l) in members {
+            if l.on_link {
+                stage.set_class_metrics(state, self.metrics.link_class(&self.classes[state].name));
+            }
+        }
+    }
+
+    fn apply_policy(&mut self, index: usize, policy: ClassPolicy, config: &Config) {
+        let wheel_horizon = config.wheel.horizon_policy;
+        let frame = config.interfaces.mtu.saturating_add(ETHERNET_HEADER);
+        let state = &mut self.classes[index];
+        state.bound = policy
+            .queue
+            .bounds(policy.rate, config.wheel.horizon, frame);
+        state.aggregate = match (policy.rate, state.aggregate) {
+            (Some(rate), Some(p)) => {
+                let _ = self.stamper.set_rate(p, rate);
+                let _ = self.stamper.set_burst(p, policy.burst);
+                Some(p)
+            }
+            (Some(rate), None) => Some(self.stamper.add_policy(
+                PolicyKind::Aggregate,
+                rate,
+                policy.burst,
+            )),
+            (None, _) => None,
+        };
+        if let Some(pacing) = policy.pacing {
+            self.flows
+                .set_class_pacing(index as u32, &mut self.stamper, pacing, policy.burst);
+        }
+        state.policy = policy;
+        state.horizon_policy = policy.horizon_policy.unwrap_or(wheel_horizon);
+    }
+
+    /// Applies `new`'s classes, rates and default policy live (SIGHUP). Queued packets stay and
+    /// leave at their EDT. Returns what changed; refuses (changing nothing) when a change needs a
+    /// restart.
+    pub fn reload(&mut self, new: &Config) -> Result<ReloadPlan, ReloadError> {
+        let plan = self.config.diff(new);
+        if plan.needs_restart() {
+            return Err(ReloadError::RestartRequired(plan));
+        }
+        self.install_classes(new)?;
+        self.fair_configure(new);
+        self.acks.reload(new);
+        self.config = new.clone();
+        Ok(plan)
+    }
+
+    /// Counts an entry of class `index` into the wheel: its frame in pool slot `slot`, `wire`
+    /// bytes (the class's `queued`, `queued_bytes`, `queued_large`).
+    pub(super) fn count_queued(&mut self, index: usize, slot: u32, wire: u64) {
+        let large = slot >= self.large_from;
+        if let Some(state) = self.classes.get_mut(index) {
+            state.queued += 1;
+            state.queued_bytes += wire;
+            state.queued_large += u64::from(large);
+        }
+    }
+
+    /// Takes entry `pkt` (`wire` bytes) off its class's counts when it leaves the wheel or the
+    /// link, discarded or dropped ([`Engine::depart`] counts a sent one).
+    pub(super) fn count_left(&mut self, pkt: PacketRef, wire: u64) {
+        let (slot, _) = decode(pkt.id);
+        let large = slot >= self.large_from;
+        if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+            state.left(wire, large);
+        }
+    }
+
+    /// Frames and wire bytes class `index` holds waiting, what its `queue` bounds count: its
+    /// entries in the wheel and on the link, and its frames in the fair queue.
+    pub(super) fn class_held(&self, index: usize) -> (u64, u64) {
+        let (fair_packets, fair_bytes) = self.fair_class_load(index);
+        self.classes.get(index).map_or((0, 0), |s| {
+            (s.queued + fair_packets, s.queued_bytes + fair_bytes)
+        })
+    }
+
+    /// Whether class `index` may take one more frame, in pool slot `id`, of `len` wire bytes:
+    /// within its `queue` bounds (frames and bytes waiting in its fair queue, the wheel and on
+    /// the link; [`DropReason::QueueFull`]) and within its share of the frame pool
+    /// ([`DropReason::PoolShare`]): the class holds fewer slots of the frame's size class than
+    /// `daemon.pool_share` (α) times the slots still free. A class alone can take most of the
+    /// pool; with N classes over their share each holds at most `α / (1 + N α)` of it, and the
+    /// rest stays free for the others and for the receive path (the dynamic threshold of
+    /// shared-buffer switches, `crate::ops::config::DEFAULT_POOL_SHARE`). α = 0: no share.
+    pub(super) fn admit(
+        &self,
+        pool: &FramePool,
+        index: usize,
+        id: u32,
+        len: u64,
+    ) -> Result<(), DropReason> {
+        let Some(s) = self.classes.get(index) else {
+            return Ok(());
+        };
+        let (packets, bytes) = self.class_held(index);
+        if packets >= s.bound.0 || bytes.saturating_add(len) > s.bound.1 {
+            return Err(DropReason::QueueFull);
+        }
+        let share = u64::from(self.config.daemon.pool_share);
+        if share == 0 {
+            return Ok(());
+        }
+        let (held, free) = if id >= self.large_from {
+            (s.queued_large, pool.available_large())
+        } else {
+            (s.queued - s.queued_large, pool.available_small())
+        };
+        if held >= share.saturating_mul(free as u64) {
+            return Err(DropReason::PoolShare);
+        }
+        Ok(())
+    }
+
+    /// Packets of class `name` waiting in the wheel or on the link (0 for an unknown name).
+    pub fn class_queued(&self, name: &str) -> u64 {
+        self.classes
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0, |s| s.queued)
+    }
+
+    /// The state index of class `name` (stable across reloads while the name stays), for
+    /// [`Engine::set_class_rate`] and [`Engine::class_stamped_bytes`].
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|s| s.name == name)
+    }
+
+    /// Bytes of class `index` accepted into the wheel so far (0 for an unknown index).
+    pub fn class_stamped_bytes(&self, index: usize) -> u64 {
+        self.classes.get(index).map_or(0, |s| s.stamped_bytes)
+    }
+
+    /// Sets the rate of class `index`'s aggregate policy to `rate` from the next packet on, as a
+    /// silo's share of the class's `rate` (Carousel §5.3); no burst is granted
+    /// (`Timestamper::set_rate`). The configuration keeps the class's whole rate, which a reload
+    /// puts back. Returns false when the class has no aggregate policy.
+    pub fn set_class_rate(&mut self, index: usize, rate: metronome_core::Rate) -> bool {
+        match self.classes.get(index).and_then(|s| s.aggregate) {
+            Some(p) => self.stamper.set_rate(p, rate).is_ok(),
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! The daemon's loop (`metronome run`): a shaping bump in the wire between two ports.
+//!
+//! Carousel §5 runs its shaper inside a busy-polling software NIC: each iteration takes a batch of
+//! packets, timestamps them into the timing wheel and hands whatever the wheel says is due to the
+//! NIC. [`run_loop`] does the same between two [`PacketPort`]s sharing one [`FramePool`]:
+//!
+//! 0. call the loop's [`LoopHook`]: the single loop's reloads (`reload::FileReload`), a
+//!    silo's rate and demand exchange and reloads (`silo::SiloExchange`), or nothing (`()`);
+//! 1. receive a batch on `inside`, classify / stamp / queue it ([`Engine::receive`]); frames that
+//!    are not shaped join the outgoing batch at once;
+//! 2. receive a batch on `outside` and pass it to `inside` unshaped (checksums completed,
+//!    [`Engine::pass_through`]), except the TCP ACKs of classes with `ack_shaping`, rewritten or
+//!    suppressed ([`Engine::shape_acks`]); add the ACKs that ACK shaping generates now
+//!    ([`Engine::generate_acks`], due at [`Engine::next_due`] like the wheel's packets);
+//! 3. release everything due from the wheel ([`Engine::release`]) and send it together with the
+//!    unshaped frames as **one** `send` batch per tick (inter-flow batching, FlowBundler §IV-A);
+//! 4. when nothing happened, sleep in `ppoll(2)` on both ports' descriptors until the wheel's
+//!    `next_due` plus `[daemon] timer_slack` ([`wake_after`]: frames due within the slack leave
+//!    in one batch, none before its EDT) or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per
+//!    packet), unless `busy_poll` keeps spinning (Carousel's mode; lowest lateness, one core at
+//!    100 %). The thread's kernel timer slack is set to 1 ns so that the kernel does not round
+//!    the sleep up by its default 50 µs: the loop's own slack is the only one.
+//!    A round asks a port for frames only when it may have some: after a `ppoll` that
+//!    reported it readable, after a receive that filled its batch, or after the previous round
+//!    sent on it (the far end's answer is then already queued, see `side::next_may_read`);
+//!    otherwise at least every [`UNREAD_MAX`] while the loop is busy. At 1 Gbit/s with
+//!    super-frames most wake-ups are for one due frame, and a `recvmmsg` that finds nothing
+//!    costs about as much as the frame's own work: the loop's cycle per frame is one `ppoll`,
+//!    the send, the receive of the answer on that port, its send on the other port and the
+//!    receive of the answer there. A round that did work is followed by another (no sleep
+//!    before ACK shaping's generated ACKs); a round that did nothing goes to `ppoll`, which
+//!    returns at once for frames that arrived meanwhile.
+//!
+//! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
+//! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
+//! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
+//! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
+//! left alone until its link is back ([`crate::driver::carrier`]): its frames wait. During an outage of
+//! `outside` the engine's time (the link's [`Carrier::shaping_time`]) stands still for at most
+//! `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
+//! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
+//! running; when its
+//! interface came back with a new index the port is opened again by name (`PacketPort::reopen`) and its
+//! frames leave on the new socket. The loop stops when its `stop` flag
+//! ([`Control::stop`]) is set.
+
+use crate::datapath::engine::{Engine, EngineCounters};
+use crate::driver::carrier::Carrier;
+use crate::ops::config::Config;
+use crate::ops::metrics::Metrics;
+use crate::ops::refused::{RefusalLog, Refusals};
+use metronome_core::{Clock, Timestamp};
+use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+mod side;
+mod wait;
+
+use side::Side;
+use wait::{sleep_time, wait, wake_after};
+
+/// Longest sleep when idle: bounds how late a stop or reload request is noticed (50 ms).
+pub const MAX_SLEEP: StdDuration = StdDuration::from_millis(50);
+/// Wait before retrying a transmit batch the device refused as busy: 20 µs, about 250 full
+/// frames at 100 Gbit/s or two at 1 Gbit/s.
+pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
+/// Shortest sleep while a port's link is down (1 ms): frames due for that port cannot leave,
+/// so the loop must not spin on them.
+const LINK_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
+/// Longest time a port goes without a receive or a `ppoll` while every round finds work: the
+/// loop asks a port for frames only when it may have some (`side::next_may_read`), so
+/// frames that arrive from elsewhere while the loop is busy wait at most this long. 200 µs:
+/// longer than the few rounds after a wake-up at 1 Gbit/s (each send runs the far end's
+/// stack in this thread, tens of µs for a super-frame), and 250 KB at 10 Gbit/s, far below a
+/// socket's receive buffer (16 MiB).
+const UNREAD_MAX: metronome_core::Duration = metronome_core::Duration::from_micros(200);
+/// How often the ports' kernel counters (RX ring drops) are read: every 100 ms (a
+/// `getsockopt`, too costly per iteration).
+const COUNTER_PERIOD_NS: u64 = 100_000_000;
+
+/// The loop's two frame pools. The shaped direction's frames (received on `inside`, held by
+/// the engine, sent on `outside`) and the reverse direction's (received on `outside`, passed
+/// or ACK-shaped, sent on `inside`) live in pools of their own, so that however much the
+/// shaped classes hold, the ACKs that clock their senders always find a slot
+/// (`crate::os::ports::reverse_pool`).
+pub struct Pools<'a> {
+    /// The shaped direction's pool.
+    pub shaped: &'a mut FramePool,
+    /// The reverse direction's pool.
+    pub reverse: &'a mut FramePool,
+}
+
+/// Requests to a running daemon, shared with signal handlers and other threads.
+#[derive(Clone, Debug, Default)]
+pub struct Control {
+    /// Set to stop the loop or every silo (SIGINT, SIGTERM, or the caller).
+    pub stop: Arc<AtomicBool>,
+    /// Set to reload the configuration file (SIGHUP); whoever reloads clears it (the single
+    /// loop's `reload::FileReload`, or the silos' coordinator).
+    pub reload: Arc<AtomicBool>,
+}
+
+/// What a loop does at the top of every iteration besides moving frames (see the module docs).
+pub trait LoopHook {
+    /// Called at the top of every iteration, `now` being the iteration's time. Returns the new
+    /// `busy_poll` when a reload changed it.
+    fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool>;
+}
+
+/// No hook: a loop without reloads or other silos.
+impl LoopHook for () {
+    fn poll(&mut self, _engine: &mut Engine, _now: Timestamp) -> Option<bool> {
+        None
+    }
+}
+
+/// What a loop did, returned when it stops.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoopReport {
+    /// The engine's counters (inside -> outside direction).
+    pub engine: EngineCounters,
+    /// Counters of the inside port.
+    pub inside: PortCounters,
+    /// Counters of the outside port.
+    pub outside: PortCounters,
+    /// Frames passed from outside to inside.
+    pub passed_back: u64,
+    /// Packets still queued in the wheel when the loop stopped (their slots are freed).
+    pub queued_at_stop: u64,
+    /// Frames still waiting for a busy transmit when the loop stopped (freed).
+    pub pending_at_stop: u64,
+    /// Frames a port refused with an error (freed, logged).
+    pub tx_failed: u64,
+    /// Super-frames cut into pieces, pieces sent and failed.
+    pub cuts: metronome_io::CutCounters,
+    /// Frames waiting to be sent on `outside` when its link came back after an outage longer
+    /// than `daemon.link_down_grace`, dropped ([`crate::driver::carrier`]; the wheel's entries dropped for
+    /// an outage are the engine's `dropped_link_down`).
+    pub link_down_dropped_outside: u64,
+    /// The same for `inside` (frames passed back and generated ACKs).
+    pub link_down_dropped_inside: u64,
+    /// Nanoseconds the loop ran, from its start until it was asked to stop (the drain after
+    /// the stop is not in it).
+    pub running_ns: u64,
+    /// Of `running_ns`: nanoseconds it slept in `ppoll` waiting for frames or a due time
+    /// (`metronome_loop_sleep_nanoseconds_total`).
+    pub slept_ns: u64,
+}
+
+impl LoopReport {
+    /// Percent of its running time the loop was busy (did not sleep): near 100 when the loop,
+    /// not the traffic, sets the rate. 0 for a loop that did not run.
+    pub fn busy_pct(&self) -> f64 {
+        if self.running_ns == 0 {
+            return 0.0;
+        }
+        let busy = self.running_ns.saturating_sub(self.slept_ns);
+        100.0 * busy as f64 / self.running_ns as f64
+    }
+}
+
+/// Options of [`run_loop`].
+#[derive(Clone, Copy, Debug)]
+pub struct LoopOptions {
+    /// Frames per receive and transmit batch.
+    pub batch_size: usize,
+    /// Spin instead of sleeping when idle (a reload may change it, see [`LoopHook::poll`]).
+    pub busy_poll: bool,
+    /// On stop, how long queued packets are still sent at their EDT (`[daemon] drain`).
+    pub drain: StdDuration,
+    /// While a link is down, how far past its EDT a frame queued for it is kept
+    /// (`[daemon] link_down_grace`, [`crate::driver::carrier`]).
+    pub link_down_grace: metronome_core::Duration,
+    /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
+    /// timer_slack`, [`wake_after`]).
+    pub timer_slack: metronome_core::Duration,
+}
+
+impl LoopOptions {
+    /// The options `config` asks for.
+    pub fn from_config(config: &Config) -> LoopOptions {
+        LoopOptions {
+            batch_size: config.daemon.batch_size.max(1),
+            busy_poll: config.daemon.busy_poll,
+            drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
+            link_down_grace: config.daemon.link_down_grace,
+            timer_slack: config.daemon.timer_slack,
+        }
+    }
+}
+
+/// Runs the loop until `stop` is set, calling `hook` at the top of every iteration. See the
+/// module docs.
+#[allow(clippy::too_many_arguments)] // the loop's whole world, passed once at start-up
+pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
+    inside: &mut I,
+    outside: &mut O,
+    pools: Pools<'_>,
+    engine: &mut Engine,
+    clock: &C,
+    metrics: &Metrics,
+    options: &LoopOptions,
+    stop: &AtomicBool,
+    hook: &mut H,
+) -> Result<LoopReport, PortError> {
+    let batch = options
+        .batch_size
+        .clamp(1, crate::ops::config::MAX_BATCH_SIZE);
+    let names = engine.config().interfaces.clone();
+    let grace = options.link_down_grace;
+    // Each side sends from the pool of the direction that ends on it.
+    let mut inn = Side::new(inside, pools.reverse, &names.inside, batch, grace, metrics);
+    let mut out = Side::new(outside, pools.shaped, &names.outside, batch, grace, metrics);
+    let mut rx = vec![RxFrame::default(); batch];
+    let mut busy_poll = options.busy_poll;
+    let mut watch = PortWatch::default();
+    let started = clock.now();
+    // When both ports were last read or polled (see UNREAD_MAX).
+    let mut checked = started;
+    let (mut slept_ns, mut passed_back) = (0u64, 0u64);
+    // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)). Also when the
+    // loop starts busy polling: a reload may make it sleep.
+    let _ = nix::sys::prctl::set_timerslack(1);
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now();
+        if let Some(b) = hook.poll(engine, now) {
+            busy_poll = b;
+        }
+        if inn.watch_carrier(now)? {
+            // A re-created interface has the kernel's default offloads: GRO as at start.
+            crate::os::ports::enable_gro(engine.config());
+        }
+        out.watch_carrier(now)?;
+        if now.saturating_since(checked) >= UNREAD_MAX {
+            (inn.may_read, out.may_read) = (true, true);
+        }
+        if inn.may_read && out.may_read {
+            checked = now;
+        }
+        let (work, rx_back) = move_frames(engine, &mut inn, &mut out, &mut rx, now, batch)?;
+        passed_back += rx_back;
+        let before = inn.live() + out.live();
+        out.flush(metrics, now);
+        inn.flush(metrics, now);
+        inn.end_round();
+        out.end_round();
+        let pending = inn.live() + out.live();
+        watch.observe(now, &mut inn, &mut out, metrics);
+        if work > 0 || pending < before {
+            continue;
+        }
+        if busy_poll {
+            // The spin stands for the `ppoll` it replaces: the next round asks both ports.
+            (inn.may_read, out.may_read) = (true, true);
+            std::hint::spin_loop();
+            continue;
+        }
+        let timeout = idle_timeout(engine, &inn, &out, pending > 0, options, clock.now());
+        if timeout.is_zero() {
+            continue;
+        }
+        let before = clock.now();
+        (inn.may_read, out.may_read) = wait(&*inn.port, &*out.port, timeout);
+        checked = clock.now();
+        let slept = checked.saturating_since(before).as_nanos();
+        slept_ns += slept;
+        metrics.loop_slept_ns(slept);
+    }
+    let running_ns = clock.now().saturating_since(started).as_nanos();
+    crate::os::notify::notify("STOPPING=1");
+    drain(engine, &mut inn, &mut out, clock, options, metrics);
+    let queued_at_stop = engine.drain_all(out.pool);
+    let pending_at_stop = out.free_all() + inn.free_all();
+    Ok(LoopReport {
+        engine: engine.counters(),
+        inside: inn.counters(),
+        outside: out.counters(),
+        passed_back,
+        queued_at_stop,
+        pending_at_stop,
+        tx_failed: out.tx_failed + inn.tx_failed - pending_at_stop,
+        cuts: out.pool.cut_counters(),
+        link_down_dropped_outside: out.dropped,
+        link_down_dropped_inside: inn.dropped,
+        running_ns,
+        slept_ns: slept_ns.min(running_ns),
+    })
+}
+
+/// One round's frames at wall time `now`, the engine's time being the outside carrier's
+/// shaping time at `now` (the same for every engine call of the round): inside -> engine
+/// (shaped, or passed at once), outside -> inside (passed, ACKs shaped), ACK shaping's
+/// generated ACKs, and the wheel's release. Returns the frames that moved and, of them, those
+/// received on `outside`.
+fn move_frames<I, O>(
+    engine: &mut Engine,
+    inn: &mut Side<'_, I>,
+    out: &mut Side<'_, O>,
+    rx: &mut [RxFrame],
+    now: Timestamp,
+    batch: usize,
+) -> Result<(usize, u64), PortError>
+where
+    I: PacketPort,
+    O: PacketPort,
+{
+    let t = out.carrier.shaping_time(now);
+    let mut work = 0;
+    // Inside -> engine, only when the outgoing batch has room for what may pass at once.
+    if let Some(n) = inn.recv(out.tx.len() < batch, out.pool, rx, now)? {
+        engine.receive(t, out.pool, &rx[..n], &mut out.tx);
+        work += n;
+    }
+    let mut back = 0;
+    if let Some(n) = out.recv(inn.tx.len() < batch, inn.pool, rx, now)? {
+        let from = inn.tx.len();
+        engine.pass_through(inn.pool, &rx[..n], &mut inn.tx);
+        engine.shape_acks(t, inn.pool, &mut inn.tx, from);
+        back = n as u64;
+        work += n;
+    }
+    let room = inn.room();
+    work += engine.generate_acks(t, inn.pool, &mut inn.tx, room);
+    let room = out.room();
+    work += release_shaped(engine, out.pool, &mut out.carrier, now, &mut out.tx, room);
+    Ok((work, back))
+}
+
+/// The release of shaped frames for the outside port, whose carrier is `carrier`, at wall
+/// time `now`: while the link is up, [`Engine::release`] of what is due at its shaping time
+/// ([`Carrier::shaping_time`]) into `out` (at most `room`); while it is down, nothing: the
+/// frames keep their place and EDT in the wheel, and once the outage outlasts the grace,
+/// every entry that falls due is dropped ([`Engine::expire`]) and counted with
+/// [`Carrier::count_dropped`] ([`crate::driver::carrier`]). Returns how many frames were released.
+pub(crate) fn release_shaped(
+    engine: &mut Engine,
+    pool: &mut FramePool,
+    carrier: &mut Carrier,
+    now: Timestamp,
+    out: &mut Vec<u32>,
+    room: usize,
+) -> usize {
+    let t = carrier.shaping_time(now);
+    if carrier.is_up() {
+        return engine.release(t, pool, out, room);
+    }
+    if carrier.outlasted_grace(now) {
+        carrier.count_dropped(engine.expire(t, metronome_core::Duration::ZERO, pool));
+    }
+    0
+}
+
+/// How long the loop sleeps at wall time `now` after a round that did nothing: [`TX_RETRY`]
+/// when frames wait for a busy device; with both carriers up until the wheel's next departure
+/// plus the slack ([`wake_after`]); with one down until what is due, the carrier's next probe
+/// or [`LINK_DOWN_WAKE`], whichever is later, never spinning (while the outside carrier is
+/// down the engine's clock stands still, or past the grace drops what falls due: its probes
+/// wake the loop).
+fn idle_timeout<I, O>(
+    engine: &Engine,
+    inn: &Side<'_, I>,
+    out: &Side<'_, O>,
+    pending: bool,
+    options: &LoopOptions,
+    now: Timestamp,
+) -> StdDuration {
+    let due = engine.next_due().map(|t| out.carrier.wall_time(t));
+    if pending {
+        TX_RETRY
+    } else if inn.carrier.is_up() && out.carrier.is_up() {
+        wake_after(due, options.timer_slack, now)
+    } else {
+        let due = due.filter(|_| out.carrier.is_up());
+        let due = [due, inn.carrier.next_probe(), out.carrier.next_probe()];
+        sleep_time(due.into_iter().flatten().min(), now).max(LINK_DOWN_WAKE)
+    }
+}
+
+/// Stopping: nothing more is received; what is queued still leaves at its EDT for at most
+/// `drain` (also in wall time, should `clock` be a test's that does not move), or until a
+/// carrier is down; the caller then discards the rest and counts it (`discarded_at_stop`).
+fn drain<I, O, C: Clock>(
+    engine: &mut Engine,
+    inn: &mut Side<'_, I>,
+    out: &mut Side<'_, O>,
+    clock: &C,
+    options: &LoopOptions,
+    metrics: &Metrics,
+) where
+    I: PacketPort,
+    O: PacketPort,
+{
+    let drain_ns = u64::try_from(options.drain.as_nanos()).unwrap_or(u64::MAX);
+    let drain_end = clock
+        .now()
+        .saturating_add(metronome_core::Duration::from_nanos(drain_ns));
+    let wall_end = std::time::Instant::now() + options.drain;
+    loop {
+        let now = clock.now();
+        let room = out.room();
+        let t = out.carrier.shaping_time(now);
+        engine.release(t, out.pool, &mut out.tx, room);
+        out.flush(metrics, now);
+        inn.flush(metrics, now);
+        let left = engine.queued() + out.tx.len() + inn.tx.len();
+        let over = now >= drain_end || std::time::Instant::now() >= wall_end;
+        if left == 0 || over || !(inn.carrier.is_up() && out.carrier.is_up()) {
+            return;
+        }
+        let sleep = if !out.tx.is_empty() || !inn.tx.is_empty() {
+            TX_RETRY
+        } else {
+            let next = engine.next_due().map(|t| out.carrier.wall_time(t));
+            sleep_time(Some(next.map_or(drain_end, |t| t.min(drain_end))), now)
+        };
+        std::thread::sleep(sleep);
+    }
+}
+
+/// The ports' kernel counters, read every [`COUNTER_PERIOD_NS`]: RX ring drops into their
+/// metric, refusals logged ([`crate::ops::refused`]).
+#[derive(Default)]
+struct PortWatch {
+    next: Timestamp,
+    ring_drops: u64,
+    refusals: RefusalLog,
+}
+
+impl PortWatch {
+    fn observe<I, O>(
+        &mut self,
+        now: Timestamp,
+        inn: &mut Side<'_, I>,
+        out: &mut Side<'_, O>,
+        metrics: &Metrics,
+    ) where
+        I: PacketPort,
+        O: PacketPort,
+    {
+        if now < self.next {
+            return;
+        }
+        self.next = now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
+        let (ci, co) = (inn.counters(), out.counters());
+        let drops = ci.rx_ring_drops + co.rx_ring_drops;
+        if drops > self.ring_drops {
+            metrics.rx_ring_drops(drops - self.ring_drops);
+            self.ring_drops = drops;
+        }
+        let cuts = out.pool.cut_counters();
+        self.refusals
+            .observe(Refusals::of(&ci, &co, &cuts), metrics);
+    }
+}
+
+#[cfg(test)]
+mod tests;

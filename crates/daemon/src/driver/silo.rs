@@ -1,0 +1,575 @@
+//! Per-core shaper silos (`[daemon] cores = N`, `metronome run --cores N`): Carousel §5.3,
+//! "Scaling Carousel with multiple cores".
+//!
+//! "It is easy to scale Carousel by using independent Timing Wheels, one per CPU. For our
+//! approach, each TCP connection is hashed to a single Timing Wheel." Here each **silo** is one
+//! thread with its own [`Engine`] (classifier, timestamper, flow table, timing wheel), its own
+//! [`metronome_io::FramePool`] and its own pair of AF_PACKET ports; the kernel does the hashing: every silo's
+//! inside RX socket is in one `PACKET_FANOUT_HASH` group and every outside RX socket in another
+//! ([`metronome_io::Fanout`]), so all packets of a flow reach the same silo, and each silo sends
+//! on TX sockets of its own. Nothing is shared on the data path: no lock, no shared counter
+//! (each silo counts into its own metric series, [`Metrics::for_silo`]), and no packet crosses
+//! cores — the reverse direction is fanned out by the same hash, so the silo-to-silo SPSC ring
+//! (`metronome_core::spsc`) is not needed by this design. Each silo thread is pinned to one CPU
+//! of the process's affinity mask when there are enough; otherwise it runs unpinned and says so
+//! ([`SiloReport::pinned`], a log line), never failing.
+//!
+//! **Aggregate limits that span cores** (Carousel §5.3, "NBA" and "Communication between NBA and
+//! per-core Timestampers"): for every class with a `rate`, an [`Allocator`] on the calling
+//! thread (the coordinator, which otherwise only waits) keeps one
+//! [`metronome_core::nba::Nba`] and one [`RateExchange`]. Each silo publishes its class's
+//! cumulative stamped bytes at most every [`DEMAND_PUBLISH`] ([`SiloExchange::poll`]); every
+//! `[daemon] nba_period` (100 ms by default, the paper's "≈ 100 ms") the allocator reads them,
+//! water-fills the aggregate over the measured demands and publishes each silo's rate with a new
+//! epoch. A silo looks at its rate cells at the top of every loop iteration (a few atomic loads)
+//! and, when the epoch moved, sets its class's aggregate policy to its share
+//! ([`Engine::set_class_rate`]): the rate applies from the next packet. Per-flow pacing needs no
+//! exchange, a flow living on one silo. Before the silos start, each one's rate is the equal
+//! split, so the first period cannot exceed the aggregate.
+//!
+//! **Reload** (SIGHUP) goes to the coordinator, which validates the file once, refuses changes
+//! that need a restart, rescales or adds the allocators of changed classes, then hands the
+//! configuration to every silo ([`SiloExchange`]), which reloads its engine and re-applies its shares
+//! (the engine's reload puts the classes' whole rates back). Reading, validating and logging the
+//! file is the single loop's path too ([`Reloader`]). These hand-offs take a mutex, on the reload
+//! path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
+//!
+//! **Failure**: a silo whose loop stops on an error or panics sets the shared stop flag, so every
+//! silo stops; [`run_silos_on`] then returns the error or continues the panic on the calling
+//! thread. The daemon never goes on shaping with part of its silos.
+//!
+//! With `cores = 1` none of this runs: `service::run_with` runs the single loop.
+
+use crate::datapath::engine::Engine;
+use crate::driver::reload::{install, Reloader};
+use crate::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use crate::ops::config::{Config, DEFAULT_NBA_PERIOD};
+use crate::ops::metrics::{Metrics, NbaRateGauge};
+use crate::os::ports::{frame_pool, open_silo_ports, reverse_pool};
+use metronome_core::nba::{Nba, NbaConfig};
+use metronome_core::rate_exchange::RateExchange;
+use metronome_core::{Clock, Duration, Rate, Timestamp};
+use metronome_io::{MonotonicClock, PacketPort, PortError};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// How often a silo publishes its demand: every 1 ms at most (ours: a hundredth of the default
+/// allocator period, so a period's measurement is at most 1 % stale, at the cost of one
+/// sequence-locked store pair per class per millisecond).
+pub const DEMAND_PUBLISH: Duration = Duration::from_millis(1);
+/// Longest coordinator sleep: bounds how late it notices a stop, a reload or a failed silo
+/// (50 ms, as the loop's [`crate::driver::run::MAX_SLEEP`]).
+const COORDINATOR_SLEEP: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// One class's cross-core limit as the silos see it: its name and its exchange.
+#[derive(Clone, Debug)]
+pub struct LimitCell {
+    /// The class name (`"default"` for the default class).
+    pub class: String,
+    /// Demands in, rates out.
+    pub exchange: Arc<RateExchange>,
+}
+
+/// One allocator per class with an aggregate `rate` (see the module docs).
+#[derive(Debug)]
+struct Limit {
+    class: String,
+    nba: Nba,
+    exchange: Arc<RateExchange>,
+    /// Epoch of the last rates published (ours: bumped on every publish, including the initial
+    /// split and reload rescales, so it never goes back).
+    epoch: u64,
+}
+
+impl Limit {
+    fn publish(&mut self) {
+        self.epoch += 1;
+        for (core, &rate) in self.nba.rates().iter().enumerate() {
+            self.exchange.publish_rate(core, rate, self.epoch);
+        }
+    }
+}
+
+/// The coordinator's side of the NIC-level bandwidth allocation: every class with an aggregate
+/// rate, its [`Nba`] and its [`RateExchange`].
+#[derive(Debug)]
+pub struct Allocator {
+    cores: usize,
+    period: Duration,
+    limits: Vec<Limit>,
+}
+
+/// The classes of `config` with an aggregate rate, `(name, rate)`, the default class included.
+fn limited_classes(config: &Config) -> Vec<(String, Rate)> {
+    let default = config.default_class.rate.map(|r| ("default".to_owned(), r));
+    let classes = config
+        .classes
+        .iter()
+        .filter_map(|c| c.policy.rate.map(|r| (c.name.clone(), r)));
+    default.into_iter().chain(classes).collect()
+}
+
+impl Allocator {
+    /// Allocators for `config`'s limited classes over `cores` silos, rates published as the
+    /// equal split (epoch 1).
+    pub fn new(config: &Config, cores: usize) -> Allocator {
+        let period = if config.daemon.nba_period == Duration::ZERO {
+            DEFAULT_NBA_PERIOD
+        } else {
+            config.daemon.nba_period
+        };
+        let mut a = Allocator {
+            cores: cores.max(1),
+            period,
+            limits: Vec::new(),
+        };
+        a.apply(config);
+        a
+    }
+
+    /// Makes the limits match `config`: rescales kept classes (`Nba::set_aggregate`), adds new
+    /// ones, forgets removed ones; publishes every limit's rates.
+    pub fn apply(&mut self, config: &Config) {
+        let wanted = limited_classes(config);
+        self.limits
+            .retain(|l| wanted.iter().any(|(n, _)| *n == l.class));
+        for (name, rate) in wanted {
+            match self.limits.iter_mut().find(|l| l.class == name) {
+                Some(l) => l.nba.set_aggregate(rate),
+                None => {
+                    let cfg = NbaConfig {
+                        period: self.period,
+                        ..NbaConfig::new(rate, self.cores)
+                    };
+                    // `cores` >= 1, a positive period and the default fractions: valid.
+                    let Ok(nba) = Nba::new(cfg) else { continue };
+                    self.limits.push(Limit {
+                        class: name,
+                        nba,
+                        exchange: Arc::new(RateExchange::new(self.cores)),
+                        epoch: 0,
+                    });
+                }
+            }
+        }
+        for l in &mut self.limits {
+            l.publish();
+        }
+    }
+
+    /// What the silos need: each limit's class and exchange.
+    pub fn cells(&self) -> Vec<LimitCell> {
+        self.limits
+            .iter()
+            .map(|l| LimitCell {
+                class: l.class.clone(),
+                exchange: l.exchange.clone(),
+            })
+            .collect()
+    }
+
+    /// Reads every silo's demand, runs each allocator whose period has passed and publishes its
+    /// rates. Returns when the next update is due.
+    pub fn step(&mut self, now: Timestamp) -> Timestamp {
+        let mut next = now.saturating_add(self.period);
+        for l in &mut self.limits {
+            for core in 0..self.cores {
+                let (bytes, at) = l.exchange.read_demand(core);
+                if at > Timestamp::ZERO {
+                    l.nba.record_demand(core, bytes, at);
+                }
+            }
+            if l.nba.update(now).is_some() {
+                l.publish();
+            }
+            next = next.min(l.nba.next_update().max(now));
+        }
+        next
+    }
+
+    /// The rates in force for class `class`, one per silo (`None` if it has no limit).
+    pub fn rates(&self, class: &str) -> Option<&[Rate]> {
+        self.limits
+            .iter()
+            .find(|l| l.class == class)
+            .map(|l| l.nba.rates())
+    }
+}
+
+/// The rate silo `silo` takes from `exchange` when its epoch differs from `applied`, the epoch it
+/// took last (which it then becomes). `None` when nothing new was published, or when a publish
+/// overlapped the read: the silo looks again at its next iteration.
+pub fn fresh_rate(exchange: &RateExchange, silo: usize, applied: &mut u64) -> Option<Rate> {
+    let (rate, epoch) = exchange.try_read_rate(silo)?;
+    if epoch == *applied {
+        return None;
+    }
+    *applied = epoch;
+    Some(rate)
+}
+
+/// What the coordinator hands a silo on reload.
+#[derive(Debug, Default)]
+struct ReloadBox {
+    config: Option<(Config, Vec<LimitCell>)>,
+}
+
+/// A silo's exchange with the coordinator: its rate cells, its demand publishing, its reload inbox.
+/// The silo loop's [`LoopHook`]: polled at the top of every iteration.
+#[derive(Debug)]
+pub struct SiloExchange {
+    silo: usize,
+    classes: Vec<ExchangedClass>,
+    next_publish: Timestamp,
+    reload: Arc<AtomicBool>,
+    inbox: Arc<Mutex<ReloadBox>>,
+    metrics: Metrics,
+    /// Shares the engine refused (class without an aggregate policy, or a zero rate).
+    pub refused_rates: u64,
+}
+
+#[derive(Debug)]
+struct ExchangedClass {
+    /// Engine class state index; `None` if the engine has no such class.
+    index: Option<usize>,
+    exchange: Arc<RateExchange>,
+    /// Epoch applied last (0: none yet).
+    epoch: u64,
+    rate_gauge: NbaRateGauge,
+}
+
+impl SiloExchange {
+    /// The exchange of silo number `silo`, whose engine is `engine`, to the limits `cells`
+    /// ([`Allocator::cells`]); `metrics` is the silo's ([`Metrics::for_silo`]).
+    pub fn new(
+        silo: usize,
+        cells: &[LimitCell],
+        engine: &Engine,
+        metrics: Metrics,
+    ) -> SiloExchange {
+        let mut exchange = SiloExchange {
+            silo,
+            classes: Vec::new(),
+            next_publish: Timestamp::ZERO,
+            reload: Arc::new(AtomicBool::new(false)),
+            inbox: Arc::new(Mutex::new(ReloadBox::default())),
+            metrics,
+            refused_rates: 0,
+        };
+        exchange.rebind(cells, engine);
+        exchange
+    }
+
+    fn rebind(&mut self, cells: &[LimitCell], engine: &Engine) {
+        self.classes = cells
+            .iter()
+            .map(|c| ExchangedClass {
+                index: engine.class_index(&c.class),
+                exchange: c.exchange.clone(),
+                epoch: 0,
+                rate_gauge: self.metrics.nba_rate(&c.class),
+            })
+            .collect();
+    }
+
+    /// Applies a pending reload, any new rate, and publishes the demand when due.
+    pub fn poll(&mut self, engine: &mut Engine, now: Timestamp) {
+        if self.reload.load(Ordering::Acquire) {
+            self.take_reload(engine);
+        }
+        for c in &mut self.classes {
+            let Some(index) = c.index else { continue };
+            let Some(rate) = fresh_rate(&c.exchange, self.silo, &mut c.epoch) else {
+                continue;
+            };
+            if rate.bps() > 0 && engine.set_class_rate(index, rate) {
+                c.rate_gauge.set(rate.bps());
+            } else {
+                self.refused_rates += 1;
+            }
+        }
+        if now >= self.next_publish {
+            self.next_publish = now.saturating_add(DEMAND_PUBLISH);
+            for c in &self.classes {
+                if let Some(index) = c.index {
+                    let bytes = engine.class_stamped_bytes(index);
+                    c.exchange.publish_demand(self.silo, bytes, now);
+                }
+            }
+        }
+    }
+
+    fn take_reload(&mut self, engine: &mut Engine) {
+        self.reload.store(false, Ordering::Release);
+        let taken = self
+            .inbox
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .config
+            .take();
+        let Some((config, cells)) = taken else { return };
+        if install(engine, &config) {
+            tracing::info!(silo = self.silo, "reloaded");
+        }
+        // The engine put whole rates back: re-apply every share (epochs forgotten).
+        self.rebind(&cells, engine);
+    }
+}
+
+impl LoopHook for SiloExchange {
+    fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool> {
+        SiloExchange::poll(self, engine, now);
+        None // silos keep their `busy_poll` until a restart
+    }
+}
+
+/// What one silo did.
+#[derive(Clone, Copy, Debug)]
+pub struct SiloReport {
+    /// The silo's loop counters.
+    pub report: LoopReport,
+    /// The CPU the silo's thread was pinned to, `None` if it was not.
+    pub pinned: Option<usize>,
+    /// Allocator shares the engine refused.
+    pub refused_rates: u64,
+}
+
+/// Pins the calling thread to the `silo`-th CPU of the process's affinity mask; `None` (with a
+/// warning) when there are fewer CPUs than silos or the kernel refuses.
+pub fn pin(silo: usize) -> Option<usize> {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let allowed = match sched_getaffinity(Pid::from_raw(0)) {
+        Ok(set) => (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect::<Vec<_>>(),
+        Err(e) => {
+            tracing::warn!(silo, error = %e, "silo not pinned: reading the affinity mask failed");
+            return None;
+        }
+    };
+    let Some(&cpu) = allowed.get(silo) else {
+        tracing::warn!(
+            silo,
+            cpus = allowed.len(),
+            "silo not pinned: more silos than CPUs in the affinity mask"
+        );
+        return None;
+    };
+    let mut set = CpuSet::new();
+    if set.set(cpu).is_err() {
+        return None;
+    }
+    match sched_setaffinity(Pid::from_raw(0), &set) {
+        Ok(()) => Some(cpu),
+        Err(e) => {
+            tracing::warn!(silo, cpu, error = %e, "silo not pinned: sched_setaffinity failed");
+            None
+        }
+    }
+}
+
+/// Runs `config.daemon.cores` silos (at least 2; see the module docs) until `control.stop` is
+/// set; the calling thread coordinates. `metrics` must have been made by
+/// [`Metrics::with_silos`] with as many silos. `config_path`: the file a reload re-reads. Opens
+/// the ports, switches GRO on, sends `READY=1`, then [`run_silos_on`].
+pub fn run_silos(
+    config: &Config,
+    config_path: Option<&Path>,
+    metrics: &Metrics,
+    control: &Control,
+) -> Result<Vec<SiloReport>, PortError> {
+    let ports = open_silo_ports(config, config.daemon.cores.max(1))?;
+    crate::os::ports::enable_gro(config);
+    crate::os::notify::notify("READY=1");
+    run_silos_on(ports, config, config_path, metrics, control)
+}
+
+/// Runs one silo on each pair of `ports` (inside, outside) until `control.stop` is set; the
+/// calling thread coordinates (see [`run_silos`]).
+///
+/// One silo that stops stops them all: its loop's error, or its panic, sets `control.stop`
+/// (the coordinator notices a finished silo within [`COORDINATOR_SLEEP`]). Once every silo is
+/// joined, the first error is returned; a panic goes on unwinding on the calling thread
+/// (`std::panic::resume_unwind`, its message prefixed with the silo's number), so that no
+/// caller takes a partly shaping run for a clean stop. A panic of the coordinator itself sets
+/// `control.stop` too, on its way out.
+pub fn run_silos_on<P>(
+    ports: Vec<(P, P)>,
+    config: &Config,
+    config_path: Option<&Path>,
+    metrics: &Metrics,
+    control: &Control,
+) -> Result<Vec<SiloReport>, PortError>
+where
+    P: PacketPort + Send + 'static,
+{
+    let n = ports.len();
+    let _stop_on_unwind = StopOnUnwind(&control.stop);
+    let clock = MonotonicClock::new();
+    let mut allocator = Allocator::new(config, n);
+    let options = LoopOptions::from_config(config);
+    tracing::info!(
+        inside = %config.interfaces.inside,
+        outside = %config.interfaces.outside,
+        silos = n,
+        limits = allocator.limits.len(),
+        nba_period = %allocator.period,
+        "shaping on silos"
+    );
+    let mut inboxes = Vec::with_capacity(n);
+    let mut threads = Vec::with_capacity(n);
+    for (silo, (mut inside, mut outside)) in ports.into_iter().enumerate() {
+        let silo_stop = control.stop.clone();
+        let metrics = metrics.for_silo(silo);
+        let mut pool = frame_pool(config);
+        let mut back = reverse_pool(config);
+        let seed = crate::datapath::flow_seed::FlowSeed::draw();
+        let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
+        let mut exchange = SiloExchange::new(silo, &allocator.cells(), &engine, metrics.clone());
+        inboxes.push((exchange.reload.clone(), exchange.inbox.clone()));
+        let thread = std::thread::Builder::new()
+            .name(format!("silo-{silo}"))
+            .spawn(move || {
+                // Set on every way out, a panic included: one silo down stops all.
+                let _stop_all = StopOnExit(&silo_stop);
+                let pinned = pin(silo);
+                // Reloads come through the exchange, from the coordinator.
+                let report = run_loop(
+                    &mut inside,
+                    &mut outside,
+                    Pools {
+                        shaped: &mut pool,
+                        reverse: &mut back,
+                    },
+                    &mut engine,
+                    &clock,
+                    &metrics,
+                    &options,
+                    &silo_stop,
+                    &mut exchange,
+                )?;
+                Ok(SiloReport {
+                    report,
+                    pinned,
+                    refused_rates: exchange.refused_rates,
+                })
+            })
+            .map_err(|e| PortError::Io {
+                op: "spawn",
+                ifname: config.interfaces.inside.clone(),
+                source: e,
+            });
+        match thread {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                // Stop the silos already running before reporting.
+                control.stop.store(true, Ordering::Relaxed);
+                join_all(threads)?;
+                return Err(e);
+            }
+        }
+    }
+    let mut reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
+    while !control.stop.load(Ordering::Relaxed) {
+        if control.reload.swap(false, Ordering::Relaxed) {
+            if let Some(reloader) = reloader.as_mut() {
+                reload_silos(reloader, &mut allocator, &inboxes);
+            }
+        }
+        let now = clock.now();
+        let next = allocator.step(now);
+        if threads.iter().any(|t| t.is_finished()) {
+            control.stop.store(true, Ordering::Relaxed);
+        }
+        let wait = std::time::Duration::from_nanos(next.saturating_since(now).as_nanos());
+        std::thread::sleep(wait.min(COORDINATOR_SLEEP));
+    }
+    join_all(threads)
+}
+
+/// A silo thread: its report, or the error its loop stopped on.
+type SiloThread = std::thread::JoinHandle<Result<SiloReport, PortError>>;
+
+/// Joins every silo (all of them, whatever the first one gives): their reports, else the first
+/// error; the first panic goes on unwinding here once all are joined.
+fn join_all(threads: Vec<SiloThread>) -> Result<Vec<SiloReport>, PortError> {
+    let mut reports = Vec::with_capacity(threads.len());
+    let mut first_error = None;
+    let mut first_panic = None;
+    for (silo, t) in threads.into_iter().enumerate() {
+        match t.join() {
+            Ok(Ok(r)) => reports.push(r),
+            Ok(Err(e)) => first_error = first_error.or(Some(e)),
+            Err(payload) => first_panic = first_panic.or(Some((silo, payload))),
+        }
+    }
+    if let Some((silo, payload)) = first_panic {
+        let message = format!("silo {silo} panicked: {}", panic_message(&*payload));
+        tracing::error!(silo, "{message}; every silo stopped");
+        std::panic::resume_unwind(Box::new(message));
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(reports),
+    }
+}
+
+/// The message of a panic's payload (`panic!` gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(s), _) => (*s).to_owned(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => "a panic without a message".to_owned(),
+    }
+}
+
+/// Sets the flag when dropped: a silo's way out, however it leaves.
+struct StopOnExit<'a>(&'a AtomicBool);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sets the flag when dropped while unwinding: the coordinator's panic stops its silos.
+struct StopOnUnwind<'a>(&'a AtomicBool);
+
+impl Drop for StopOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+type Inbox = (Arc<AtomicBool>, Arc<Mutex<ReloadBox>>);
+
+/// Reloads the file once ([`Reloader::reload`]: validated, refused if it needs a restart),
+/// updates the allocators and hands the configuration to every silo.
+fn reload_silos(reloader: &mut Reloader, allocator: &mut Allocator, inboxes: &[Inbox]) {
+    reloader.reload(|new, plan| {
+        if let Some(b) = plan.busy_poll {
+            tracing::warn!(
+                busy_poll = b,
+                "busy_poll changes need a restart with silos; kept"
+            );
+        }
+        allocator.apply(new);
+        let cells = allocator.cells();
+        for (flag, inbox) in inboxes {
+            inbox.lock().unwrap_or_else(PoisonError::into_inner).config =
+                Some((new.clone(), cells.clone()));
+            flag.store(true, Ordering::Release);
+        }
+        true
+    });
+}
+
+#[cfg(test)]
+mod tests;

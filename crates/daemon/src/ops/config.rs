@@ -1,0 +1,541 @@
+//! The daemon's configuration (`metronome run --config FILE`): a TOML file, validated at
+//! start-up into core types, with errors that name the field and the line.
+//!
+//! The daemon is a bump in the wire between two interfaces: frames received on
+//! [`Interfaces::inside`] are classified, stamped with an Earliest Departure Time by their class's
+//! policies (Carousel §5.1.1) and leave on [`Interfaces::outside`] from the timing wheel
+//! ([`Config::wheel`], Carousel §5.1.2); frames received on `outside` pass to `inside` unshaped.
+//! Classes are tried in file order and the first whose `match` fits takes the packet
+//! (first match wins, like `tc` filters by priority); the rest goes to the default class, unshaped unless
+//! `[default]` says otherwise. `docs/config.md` documents every field.
+//!
+//! ```
+//! use metronome_daemon::ops::config::Config;
+//! let text = r#"
+//! [interfaces]
+//! inside = "veth-in"
+//! outside = "veth-out"
+//!
+//! [[class]]
+//! name = "bulk"
+//! match = { protocol = "tcp", dst_port = "5201-5216" }
+//! rate = "200mbit"
+//! "#;
+//! let config = Config::from_toml_str(text, "inline.toml").unwrap();
+//! assert_eq!(config.classes[0].policy.rate, Some(metronome_core::Rate::mbps(200)));
+//!
+//! let err = Config::from_toml_str(&text.replace("200mbit", "200mbitz"), "inline.toml");
+//! assert!(err.unwrap_err().to_string().starts_with("inline.toml:9: class[0].rate: unknown unit"));
+//! ```
+//!
+//! Submodules: [`error`] (the error type and its format), [`reload`] (what a SIGHUP changes).
+
+// A `ConfigError` (file, line, field, message) is built at most once per start-up or reload;
+// its size on this cold path costs nothing, so it is not boxed.
+#![allow(clippy::result_large_err)]
+
+pub mod error;
+pub mod fixture;
+pub mod link;
+#[cfg(test)]
+mod link_tests;
+mod raw;
+pub mod reload;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+pub use error::{ConfigError, ErrorKind};
+pub use link::{ClassLink, LinkConfig, LinkMarking, LinkMarkingRule, LinkScheduler};
+pub use reload::{ClassChange, FieldChange, ReloadPlan};
+
+use core::fmt;
+use ipnet::IpNet;
+use metronome_core::{ClassId, Duration, HorizonPolicy, Rate, TimingWheelConfig};
+use metronome_packet::{ClassRule, Classifier};
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// Default metrics address: loopback only (the endpoint is unauthenticated); 9187 is
+/// unassigned in the Prometheus exporter port list.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9187";
+/// Default packets per receive or transmit batch: the reference `recvmmsg`/`sendmmsg` forwarder's batch.
+pub const DEFAULT_BATCH_SIZE: usize = 64;
+/// Largest batch accepted, in packets: a sanity bound (FlowBundler's BESS pipeline moves 32).
+pub const MAX_BATCH_SIZE: usize = 1024;
+/// Default MTU in bytes: Ethernet's.
+pub const DEFAULT_MTU: u32 = 1500;
+/// Bytes of an Ethernet header without VLAN tag: a full frame is `mtu + ETHERNET_HEADER`.
+pub const ETHERNET_HEADER: u32 = 14;
+/// Most wheel slots accepted: 2^27 slots of 8-byte heads is 1 GiB (the README's memory table
+/// measures 8.13 MB for 2^20 slots, 2 µs x 2 s).
+pub const MAX_WHEEL_SLOTS: usize = 1 << 27;
+/// Most pool packets accepted: the pool is preallocated at start-up and 2^28 packets take about
+/// 3.4 GB at the README's measured 12.8 bytes per packet.
+pub const MAX_POOL_PACKETS: usize = 1 << 28;
+/// Most frames a class's `queue.packets` may name: the largest frame pool
+/// ([`MAX_POOL_PACKETS`]).
+pub const MAX_QUEUE_PACKETS: i64 = 1 << 28;
+/// Default `daemon.pool_share`: 4, the dynamic threshold of shared-buffer switches (Choudhury
+/// and Hahne, "Dynamic queue length thresholds for shared-memory packet switches", 1998),
+/// whose α is usually 1 to 8. With 4 a class alone may take 80 % of the frame pool, two
+/// flooding classes 44 % each, leaving at least 11 % free for every other class and the
+/// receive path.
+pub const DEFAULT_POOL_SHARE: u32 = 4;
+/// Largest `daemon.pool_share`: 64 (a class alone may then take 98.5 % of the pool).
+pub const MAX_POOL_SHARE: i64 = 64;
+/// The daemon's `wheel.horizon_policy` when the file sets none: `reject`, as `sch_fq` drops
+/// beyond its horizon by default. Under `clamp` a class that stays over its rate for longer
+/// than the horizon would leave at its arrival rate, a horizon late: its limit would not hold.
+pub const DEFAULT_HORIZON_POLICY: HorizonPolicy = HorizonPolicy::Reject;
+/// Longest interface name in bytes: `IFNAMSIZ` (16) minus the terminating NUL.
+pub const MAX_INTERFACE_NAME: usize = 15;
+/// Most shaper silos (`[daemon] cores`): a sanity bound, well above the cores of one host's
+/// NIC queues; each silo takes a thread, two AF_PACKET sockets with 16 MiB rings and a pool.
+pub const MAX_CORES: usize = 256;
+/// Default period of the NIC-level bandwidth allocator: Carousel §5.3, "we currently use
+/// ≈ 100 ms".
+pub const DEFAULT_NBA_PERIOD: Duration = Duration::from_millis(100);
+/// Default large (super-frame) slots of the frame pool: 256 of
+/// [`metronome_io::GSO_SLOT_SIZE`] bytes, 16.0 MiB; 256 super-frames of 64 KiB are 134 ms at
+/// 1 Gbit/s, 13 ms at 10 Gbit/s.
+pub const DEFAULT_GSO_SLOTS: u32 = 256;
+/// Most large slots `daemon.gso_slots` may ask for: 4096 (256.5 MiB).
+pub const MAX_GSO_SLOTS: u32 = 4096;
+/// Default `gso_burst` of a class: 1 ms at its rate, the bound the kernel's
+/// `tcp_tso_autosize` (net/ipv4/tcp_output.c) puts on a sender's super-frames.
+pub const DEFAULT_GSO_BURST: Duration = Duration::from_millis(1);
+/// Longest time a stopping daemon keeps sending what is queued at its EDT: 200 ms (a
+/// supervisor's stop timeout is seconds; a wheel holding more than 200 ms of traffic is
+/// discarded and counted).
+pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
+/// How long an outage of the outside link stops the shaping clock, so how late a frame queued
+/// for it may still leave when it returns (`crate::driver::carrier`): 1 s. Above the sub-second flaps a
+/// link sees (a carrier blip, an interface set down and up, a veth or bridge reconfigured;
+/// the 0.5 s flaps of the real-traffic tests), which then lose nothing: what was queued leaves
+/// at its class's rate when the link returns, and TCP senders resume on its ACKs instead of
+/// their backed-off retransmission timers (measured: `docs/config.md`, "Links going down and
+/// coming back"). Not longer, because a frame sent later than that is mostly stale: by then a
+/// TCP sender has mostly sent again what was in flight (Linux's minimum retransmission timeout
+/// is 200 ms, `TCP_RTO_MIN`, and its initial one 1 s, `TCP_TIMEOUT_INIT`, RFC 6298 §2.1).
+pub const DEFAULT_LINK_DOWN_GRACE: Duration = Duration::from_secs(1);
+/// How long after the next departure the idle loop may sleep: 200 µs, so that frames due
+/// within it leave in one batch (one wake-up and one `sendmmsg` for two super-frames or more at
+/// 1 Gbit/s, where they are about 170 µs apart). A frame never leaves before its EDT. 200 µs is
+/// a fifth of the default `gso_burst` (a burst the shaper already lets one super-frame make,
+/// the kernel's `tcp_tso_autosize` bound); the rate over any window longer than it is
+/// unchanged, as each frame's EDT comes from its class's rate, not from when the previous one
+/// left. The daemon thread's CPU per Gbit/s with 0, 100, 200 and 400 µs is in
+/// docs/results/daemon.md (`metronome compare --target 1gbit --flows 16`).
+pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(200);
+/// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
+pub const MAX_CLASSES: usize = u16::MAX as usize;
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file the configuration came from (for messages).
+    pub source_name: String,
+    /// `[interfaces]`: where packets come from and go to.
+    pub interfaces: Interfaces,
+    /// `[wheel]`: the timing wheel's geometry and horizon policy, ready for
+    /// [`metronome_core::TimingWheel::new`].
+    pub wheel: TimingWheelConfig,
+    /// `[daemon]`: the loop, the metrics endpoint and logs.
+    pub daemon: DaemonConfig,
+    /// `[[class]]` in file order: the first that matches a packet takes it.
+    pub classes: Vec<ClassConfig>,
+    /// `[default]`: the policy of packets no class matches (unshaped unless configured).
+    pub default_class: ClassPolicy,
+    /// `[link]`: the link the classes share ([`link`]); `None`: each class on its own.
+    pub link: Option<LinkConfig>,
+}
+
+/// `[interfaces]`: the two sides of the bump in the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interfaces {
+    /// Frames received here are shaped and sent on [`Interfaces::outside`].
+    pub inside: String,
+    /// Frames received here pass unshaped to [`Interfaces::inside`].
+    pub outside: String,
+    /// The largest IP packet in bytes; bursts must hold at least one. Default [`DEFAULT_MTU`].
+    pub mtu: u32,
+}
+
+/// Output format of the daemon's structured logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[daemon]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// Keep polling when idle (lowest lateness, one core at 100 %) instead of sleeping until the
+    /// wheel's next due time. Default false.
+    pub busy_poll: bool,
+    /// Packets per receive and transmit batch. Default [`DEFAULT_BATCH_SIZE`].
+    pub batch_size: usize,
+    /// Address of the Prometheus text endpoint. Default [`DEFAULT_METRICS_LISTEN`].
+    pub metrics_listen: SocketAddr,
+    /// Log format. Default text.
+    pub log_format: LogFormat,
+    /// Shaper silos (Carousel §5.3): one thread, engine and pair of fanout sockets each. Default 1.
+    pub cores: usize,
+    /// How often the NIC-level bandwidth allocator redistributes each class's aggregate `rate`
+    /// among the silos (only with `cores > 1`). Default [`DEFAULT_NBA_PERIOD`].
+    pub nba_period: Duration,
+    /// Open both ports with `PACKET_VNET_HDR`: receive the host's GSO/GRO super-frames whole
+    /// (up to 64 KiB) and send them with their virtio-net header. Default true.
+    pub vnet_hdr: bool,
+    /// Large slots of the frame pool for super-frames (only with `vnet_hdr`). Default
+    /// [`DEFAULT_GSO_SLOTS`], at most [`MAX_GSO_SLOTS`].
+    pub gso_slots: u32,
+    /// Switch GRO on on the inside interface at start (`ethtool -K IF gro on`), so that MTU
+    /// senders' frames reach the daemon as super-frames too. Left on at exit. Default true.
+    pub gro: bool,
+    /// What happens to malformed frames ([`crate::datapath::unclassified`]). Default: charged to the
+    /// default class.
+    pub malformed: crate::datapath::unclassified::Unclassified,
+    /// What happens to non-IP frames ([`crate::datapath::unclassified`]). Default: charged to the default
+    /// class.
+    pub non_ip: crate::datapath::unclassified::Unclassified,
+    /// On stop, how long queued packets are still sent at their EDT before the rest is
+    /// discarded and counted (`discarded_at_stop`). Default [`DEFAULT_DRAIN`].
+    pub drain: Duration,
+    /// The longest an outage of the outside link stops the shaping clock: what is queued for a
+    /// down link leaves within its EDT plus this, or is dropped and counted ([`crate::driver::carrier`]).
+    /// Default [`DEFAULT_LINK_DOWN_GRACE`].
+    pub link_down_grace: Duration,
+    /// How long after the wheel's next departure the idle loop may sleep, so that frames due
+    /// close together leave in one batch: a frame leaves at or after its EDT and, the
+    /// machine's own wake-up latency aside, at most this much after it. `"0s"`: wake for each
+    /// departure. Default [`DEFAULT_TIMER_SLACK`].
+    pub timer_slack: Duration,
+    /// The user the daemon switches to once its ports are open, keeping only CAP_NET_RAW and
+    /// CAP_NET_ADMIN ([`crate::os::privileges`]); `None`: it stays the user it was started as.
+    /// Resolved (`getpwnam`) at start-up, not here. Default `None`.
+    pub user: Option<String>,
+    /// A class may hold at most this many times the frame pool's free slots
+    /// (`crate::datapath::engine`'s admission); 0: no share, only the classes' `queue` bounds. Default
+    /// [`DEFAULT_POOL_SHARE`].
+    pub pool_share: u32,
+}
+
+/// One `[[class]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassConfig {
+    /// Unique name, used in metrics and logs.
+    pub name: String,
+    /// The packets it takes (all fields must match; an empty match takes everything).
+    pub matcher: Match,
+    /// What is done to them.
+    pub policy: ClassPolicy,
+    /// The line of the class's `name` in the file (for messages).
+    pub line: usize,
+}
+
+/// A class's `match`: every field present must match; absent fields match anything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Match {
+    /// Destination prefix.
+    pub dst: Option<IpNet>,
+    /// Source prefix.
+    pub src: Option<IpNet>,
+    /// DSCP, 0..=63.
+    pub dscp: Option<u8>,
+    /// IP protocol number (`tcp` = 6, `udp` = 17, `icmp` = 1, `icmpv6` = 58).
+    pub protocol: Option<u8>,
+    /// Destination ports, inclusive `(first, last)`.
+    pub dst_port: Option<(u16, u16)>,
+    /// Source ports, inclusive `(first, last)`.
+    pub src_port: Option<(u16, u16)>,
+}
+
+/// What a class does to its packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassPolicy {
+    /// Aggregate rate limit shared by all the class's flows; `None`: no aggregate limit.
+    pub rate: Option<Rate>,
+    /// Per-flow pacing rate; `None`: flows are not paced individually.
+    pub pacing: Option<Rate>,
+    /// Bytes that may leave back to back after an idle period (the policies' bucket depth,
+    /// `metronome_core::timestamp`). Default one full frame, `mtu + 14`.
+    pub burst: u32,
+    /// Longest a super-frame may take to leave at the class's rate (or its flow's pacing
+    /// rate) before it is cut into pieces, each with its own EDT (NicPic §3's per-class
+    /// offset). A piece has at least two segments. Default [`DEFAULT_GSO_BURST`].
+    pub gso_burst: Duration,
+    /// Override of the wheel's horizon policy for this class; `None`: the wheel's.
+    pub horizon_policy: Option<HorizonPolicy>,
+    /// What happens when the class's flows queue too much.
+    pub backpressure: Backpressure,
+    /// Receiver-side ACK shaping of the class's TCP flows in the reverse direction (Carousel §6,
+    /// `ack_shaping`); `None`: ACKs pass unchanged.
+    pub ack_shaping: Option<AckShapingPolicy>,
+    /// Fair queueing among the class's flows (`fair = true`): packets wait in per-flow queues
+    /// and, each time the class's aggregate may send, deficit round robin picks the flow whose
+    /// packet leaves, new flows first (`metronome_core::fair_queue`); backpressure looks at the
+    /// flow's own queueing delay. `false`: the class is one FIFO, every packet stamped on
+    /// arrival. Only with `rate`.
+    pub fair: bool,
+    /// Its place on the `[link]` ([`ClassLink::OFF`] without one).
+    pub link: ClassLink,
+    /// The most the class may hold waiting (`queue`); unset fields take their defaults
+    /// ([`QueueLimit::bounds`]).
+    pub queue: QueueLimit,
+}
+
+/// A class's `queue = { packets = N, bytes = SIZE }`: the most frames and wire bytes the class
+/// may hold waiting (in its fair queue, the wheel and the link's queue together). A frame that
+/// would take the class past either bound is dropped from that class and counted under
+/// `queue_full` (a fair class sheds from its fattest flow instead), so one class's backlog
+/// cannot take another's buffer (HTB's one leaf queue per class, `sch_fq`'s `limit`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueLimit {
+    /// Most frames waiting; `None`: the default of [`QueueLimit::bounds`].
+    pub packets: Option<u64>,
+    /// Most wire bytes waiting; `None`: the default of [`QueueLimit::bounds`].
+    pub bytes: Option<u64>,
+}
+
+/// Fewest frames a class's default `queue.packets` allows: 64, one receive batch.
+pub const MIN_QUEUE_PACKETS: u64 = 64;
+
+impl QueueLimit {
+    /// The bounds in force, `(packets, bytes)`, for a class of aggregate rate `rate` on a wheel
+    /// of horizon `horizon` whose full frames have `frame_bytes` bytes. By default `bytes` is
+    /// what the class sends in one horizon at its rate (no frame it holds could leave later
+    /// than the horizon, whatever the horizon policy), and `packets` as many full frames, at
+    /// least [`MIN_QUEUE_PACKETS`]: a class that sends small frames holds fewer bytes. Without
+    /// a rate (pacing only) neither has a default (`u64::MAX`): the frame pool's share bounds
+    /// such a class (`crate::datapath::engine`).
+    pub fn bounds(&self, rate: Option<Rate>, horizon: Duration, frame_bytes: u32) -> (u64, u64) {
+        let default_bytes = rate.map(|r| r.bytes_in(horizon));
+        let bytes = self.bytes.or(default_bytes).unwrap_or(u64::MAX);
+        let default_packets = default_bytes.map(|b| {
+            b.div_ceil(u64::from(frame_bytes.max(1)))
+                .max(MIN_QUEUE_PACKETS)
+        });
+        let packets = self.packets.or(default_packets).unwrap_or(u64::MAX);
+        (packets, bytes)
+    }
+}
+
+impl fmt::Display for QueueLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.packets {
+            Some(p) => write!(f, "{p} packets")?,
+            None => write!(f, "default packets")?,
+        }
+        match self.bytes {
+            Some(b) => write!(f, ", {b} bytes"),
+            None => write!(f, ", default bytes"),
+        }
+    }
+}
+
+/// Default flows one class's ACK shaper tracks: 4096 (80-byte core slot plus a 160-byte header
+/// template each, about 1 MB per class).
+pub const DEFAULT_ACK_SHAPING_FLOWS: u32 = 4096;
+/// Most flows one class's ACK shaper may track: 2^20 (about 250 MB per class).
+pub const MAX_ACK_SHAPING_FLOWS: u32 = 1 << 20;
+
+/// A class's `ack_shaping`: the rate at which the ACKs of its TCP flows are released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckShapingPolicy {
+    /// The rate: shared by the class's active flows, or each flow's when `per_flow`.
+    pub rate: Rate,
+    /// `rate` applies to each flow (`per = "flow"`) rather than to the class (`per = "class"`).
+    pub per_flow: bool,
+    /// Most flows tracked; ACKs of further flows pass unchanged (counted).
+    pub flows: u32,
+}
+
+impl fmt::Display for AckShapingPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per = if self.per_flow { "flow" } else { "class" };
+        write!(f, "{} per {per}, {} flows", self.rate, self.flows)
+    }
+}
+
+impl ClassPolicy {
+    /// The policy of a class with nothing configured: unshaped, burst of one full frame.
+    pub fn unshaped(mtu: u32) -> Self {
+        ClassPolicy {
+            rate: None,
+            pacing: None,
+            burst: mtu.saturating_add(ETHERNET_HEADER),
+            gso_burst: DEFAULT_GSO_BURST,
+            horizon_policy: None,
+            backpressure: Backpressure::None,
+            ack_shaping: None,
+            fair: false,
+            link: ClassLink::OFF,
+            queue: QueueLimit::default(),
+        }
+    }
+
+    /// True if the class has a rate or a pacing rate (its packets get a later EDT than `now`).
+    pub fn is_shaped(&self) -> bool {
+        self.rate.is_some() || self.pacing.is_some()
+    }
+
+    /// The horizon policy that applies to the class: its override, else the wheel's.
+    pub fn effective_horizon_policy(&self, wheel: &TimingWheelConfig) -> HorizonPolicy {
+        self.horizon_policy.unwrap_or(wheel.horizon_policy)
+    }
+}
+
+/// What a class does when its flows queue too much (`backpressure.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backpressure {
+    /// Nothing: packets wait as long as their EDT says.
+    #[default]
+    None,
+    /// Set CE on ECN-capable packets of a flow whose queued delay exceeds `threshold`.
+    Ecn {
+        /// Queued delay (EDT minus now) above which packets are marked.
+        threshold: Duration,
+    },
+    /// Drop (and count) a flow's packets beyond `limit` queued packets.
+    Drop {
+        /// Packets a flow may have queued.
+        limit: u32,
+    },
+}
+
+impl fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backpressure::None => write!(f, "none"),
+            Backpressure::Ecn { threshold } => write!(f, "ecn above {threshold}"),
+            Backpressure::Drop { limit } => write!(f, "drop beyond {limit} packets per flow"),
+        }
+    }
+}
+
+impl Match {
+    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields).
+    pub fn to_rule(&self) -> ClassRule {
+        ClassRule {
+            dst: self.dst,
+            src: self.src,
+            dscp: self.dscp,
+            protocol: self.protocol,
+            dst_port: self.dst_port,
+            src_port: self.src_port,
+        }
+    }
+}
+
+impl fmt::Display for Match {
+    /// `dst 10.0.0.0/8 protocol 6 dst_port 5201-5216`, or `any`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(p) = self.dst {
+            parts.push(format!("dst {p}"));
+        }
+        if let Some(p) = self.src {
+            parts.push(format!("src {p}"));
+        }
+        if let Some(d) = self.dscp {
+            parts.push(format!("dscp {d}"));
+        }
+        if let Some(p) = self.protocol {
+            parts.push(format!("protocol {p}"));
+        }
+        for (name, range) in [("dst_port", self.dst_port), ("src_port", self.src_port)] {
+            match range {
+                Some((a, b)) if a == b => parts.push(format!("{name} {a}")),
+                Some((a, b)) => parts.push(format!("{name} {a}-{b}")),
+                None => {}
+            }
+        }
+        if parts.is_empty() {
+            write!(f, "any")
+        } else {
+            write!(f, "{}", parts.join(" "))
+        }
+    }
+}
+
+impl Config {
+    /// The class id of packets no class matches.
+    pub const DEFAULT_CLASS: ClassId = ClassId(0);
+
+    /// Parses and validates `text`; `source_name` names it in errors (usually its path).
+    pub fn from_toml_str(text: &str, source_name: &str) -> Result<Config, ConfigError> {
+        validate::parse(text, source_name)
+    }
+
+    /// Reads and validates the file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::from_toml_str(&text, &name),
+            Err(e) => Err(ConfigError {
+                source_name: name,
+                line: None,
+                field: String::new(),
+                kind: ErrorKind::Io(e.to_string()),
+            }),
+        }
+    }
+
+    /// The class id of `classes[index]`: classes are numbered from 1 in file order, 0 being
+    /// [`Config::DEFAULT_CLASS`]. Validation caps the classes at [`MAX_CLASSES`].
+    pub fn class_id(index: usize) -> ClassId {
+        ClassId(u16::try_from(index + 1).unwrap_or(u16::MAX))
+    }
+
+    /// The policy of class `id` ([`Config::DEFAULT_CLASS`] gives the default class's).
+    pub fn policy(&self, id: ClassId) -> Option<&ClassPolicy> {
+        match usize::from(id.0) {
+            0 => Some(&self.default_class),
+            i => self.classes.get(i - 1).map(|c| &c.policy),
+        }
+    }
+
+    /// The name of class `id` (`"default"` for [`Config::DEFAULT_CLASS`]).
+    pub fn class_name(&self, id: ClassId) -> Option<&str> {
+        match usize::from(id.0) {
+            0 => Some("default"),
+            i => self.classes.get(i - 1).map(|c| c.name.as_str()),
+        }
+    }
+
+    /// The classifier's rules in file order, class `i` as [`Config::class_id`]`(i)`.
+    pub fn class_rules(&self) -> Vec<(ClassRule, ClassId)> {
+        self.classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.matcher.to_rule(), Self::class_id(i)))
+            .collect()
+    }
+
+    /// A classifier for these classes (first match wins), falling back to
+    /// [`Config::DEFAULT_CLASS`], hashing flows with the public
+    /// [`metronome_packet::DEFAULT_FLOW_SEED`]: for tests, the simulator and the benchmarks. The
+    /// daemon's engine uses [`Config::classifier_seeded`] with the seed it drew at start-up
+    /// ([`crate::datapath::flow_seed`]).
+    pub fn classifier(&self) -> Classifier {
+        Classifier::new(self.class_rules(), Self::DEFAULT_CLASS)
+    }
+
+    /// [`Config::classifier`] hashing flows with `flow_seed` (a reload passes the running
+    /// engine's seed, so live flows keep their ids).
+    pub fn classifier_seeded(&self, flow_seed: u64) -> Classifier {
+        self.classifier().with_flow_seed(flow_seed)
+    }
+
+    /// What changes if the daemon running `self` reloads `new` (SIGHUP).
+    pub fn diff(&self, new: &Config) -> ReloadPlan {
+        reload::plan(self, new)
+    }
+}

@@ -1,0 +1,159 @@
+//! Validation of a class's `match`: prefixes without host bits, DSCP in 0..=63, protocols by
+//! name or number, port ranges that are not reversed and ports asked only of TCP and UDP.
+
+use super::{Result, Validator};
+use crate::ops::config::error::ErrorKind;
+use crate::ops::config::raw::{RawMatch, Scalar};
+use crate::ops::config::Match;
+use ipnet::IpNet;
+use std::net::IpAddr;
+use toml::Spanned;
+
+impl Validator<'_> {
+    pub(super) fn matcher(&self, raw: &RawMatch, path: &str) -> Result<Match> {
+        let dst = raw
+            .dst
+            .as_ref()
+            .map(|p| self.prefix(p, &format!("{path}.dst")))
+            .transpose()?;
+        let src = raw
+            .src
+            .as_ref()
+            .map(|p| self.prefix(p, &format!("{path}.src")))
+            .transpose()?;
+        if let (Some(d), Some(s), Some(raw_src)) = (dst, src, &raw.src) {
+            if matches!(d, IpNet::V4(_)) != matches!(s, IpNet::V4(_)) {
+                return Err(self.invalid(
+                    raw_src.span(),
+                    &format!("{path}.src"),
+                    format!("{s} and dst {d} are of different IP versions: nothing would match"),
+                ));
+            }
+        }
+        let dscp = match &raw.dscp {
+            Some(d) if (0..=63).contains(d.get_ref()) => Some(*d.get_ref() as u8),
+            Some(d) => {
+                return Err(self.site.at(
+                    d.span(),
+                    &format!("{path}.dscp"),
+                    ErrorKind::Dscp(i128::from(*d.get_ref())),
+                ))
+            }
+            None => None,
+        };
+        let protocol = raw
+            .protocol
+            .as_ref()
+            .map(|p| self.protocol(p, &format!("{path}.protocol")))
+            .transpose()?;
+        let mut ports = [None, None];
+        for (slot, (name, raw_port)) in ports
+            .iter_mut()
+            .zip([("dst_port", &raw.dst_port), ("src_port", &raw.src_port)])
+        {
+            let Some(p) = raw_port else { continue };
+            let field = format!("{path}.{name}");
+            if let Some(proto @ (1 | 58)) = protocol {
+                let which = if proto == 1 { "icmp" } else { "icmpv6" };
+                return Err(self.invalid(
+                    p.span(),
+                    &field,
+                    format!("protocol {which} has no ports"),
+                ));
+            }
+            *slot = Some(self.port_range(p, &field)?);
+        }
+        Ok(Match {
+            dst,
+            src,
+            dscp,
+            protocol,
+            dst_port: ports[0],
+            src_port: ports[1],
+        })
+    }
+
+    fn prefix(&self, raw: &Spanned<String>, field: &str) -> Result<IpNet> {
+        let text = raw.get_ref().trim();
+        let err = |reason: String| {
+            self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::Prefix {
+                    value: raw.get_ref().clone(),
+                    reason,
+                },
+            )
+        };
+        let net = match text.parse::<IpNet>() {
+            Ok(n) => n,
+            Err(_) => match text.parse::<IpAddr>() {
+                Ok(addr) => IpNet::from(addr),
+                Err(_) => {
+                    return Err(err(
+                        "expected an address with a prefix length, e.g. \"10.0.0.0/8\"".to_string(),
+                    ))
+                }
+            },
+        };
+        if net.trunc() != net {
+            return Err(err(format!(
+                "host bits are set; the network is {}",
+                net.trunc()
+            )));
+        }
+        Ok(net)
+    }
+
+    fn protocol(&self, raw: &Spanned<Scalar>, field: &str) -> Result<u8> {
+        let err = |text: String| self.site.at(raw.span(), field, ErrorKind::Protocol(text));
+        match raw.get_ref() {
+            Scalar::Int(n) => u8::try_from(*n).map_err(|_| err(n.to_string())),
+            Scalar::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
+                "tcp" => Ok(6),
+                "udp" => Ok(17),
+                "icmp" => Ok(1),
+                "icmpv6" | "ipv6-icmp" => Ok(58),
+                other => other.parse::<u8>().map_err(|_| err(t.clone())),
+            },
+        }
+    }
+
+    fn port_range(&self, raw: &Spanned<Scalar>, field: &str) -> Result<(u16, u16)> {
+        let err = |value: String, reason: &str| {
+            self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::Port {
+                    value,
+                    reason: reason.to_string(),
+                },
+            )
+        };
+        const RANGE: &str = "expected a port 0..=65535 or a range \"first-last\"";
+        let (first, last) = match raw.get_ref() {
+            Scalar::Int(n) => {
+                let p = u16::try_from(*n).map_err(|_| err(n.to_string(), RANGE))?;
+                (p, p)
+            }
+            Scalar::Text(t) => {
+                let port = |s: &str| s.trim().parse::<u16>().map_err(|_| err(t.clone(), RANGE));
+                match t.split_once('-') {
+                    Some((a, b)) => (port(a)?, port(b)?),
+                    None => {
+                        let p = port(t)?;
+                        (p, p)
+                    }
+                }
+            }
+        };
+        if first > last {
+            return Err(self.site.at(
+                raw.span(),
+                field,
+                ErrorKind::PortRangeReversed { first, last },
+            ));
+        }
+        Ok((first, last))
+    }
+}

@@ -1,0 +1,458 @@
+//! The daemon's Prometheus text endpoint: per class bytes, packets,
+//! drops by reason, ECN marks and not-ECT fallbacks, queued packets; wheel occupancy; a lateness
+//! histogram of actual against scheduled departure; TX batch sizes; RX ring drops; malformed
+//! frames by reason; pass-through traffic. Served by [`http`], a small HTTP/1.1 server on
+//! `std::net` that bounds what a client can make it hold (head size, no request body, read and
+//! write timeouts, a deadline per connection, a cap on connections) and counts what it refuses
+//! (`metronome_metrics_http_refused_total{reason}`); its accepting thread and its connection
+//! threads are none of the shaping threads. On loopback unless configured otherwise
+//! ([`crate::ops::config::DEFAULT_METRICS_LISTEN`]; `metronome run` warns about any other address).
+//!
+//! The registry and the text encoding are `prometheus-client`'s (OpenMetrics text, which
+//! Prometheus scrapes natively). The hot path never touches the registry: the daemon asks once,
+//! at start-up and after each reload, for one [`ClassMetrics`] per class (a bundle of shared
+//! atomics), and per packet or batch it does relaxed atomic adds only. Histograms are this
+//! module's [`Pow2Histogram`] (atomic power-of-two buckets, O(1) index from a leading-zeros
+//! count) rather than `prometheus-client`'s `Histogram`, which takes a lock per observation.
+//! Malformed frames are counted through a label lookup (a read lock and a hash) because they
+//! are rare and their reasons belong to the parser crate.
+//!
+//! **Silos** (`[daemon] cores > 1`, Carousel §5.3): every silo counts into series of its own,
+//! so that no cache line is shared between cores on the data path. Every series then carries a
+//! `silo` label (`metronome_class_bytes_total{class="bulk",silo="1"}`,
+//! `metronome_wheel_occupancy_packets{silo="0"}`); the names stay those of one silo, and a sum by
+//! `class` (or over `silo`) gives the daemon's total. With one silo there is no `silo` label and
+//! the series are those of a daemon without silos. [`Metrics::with_silos`] builds the registry,
+//! [`Metrics::for_silo`] the handle a silo counts through. `metronome_nba_rate_bps{class,silo}`
+//! is the share of a class's aggregate rate the NIC-level bandwidth allocator gave each silo.
+//!
+//! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
+
+mod class;
+mod histogram;
+pub mod http;
+mod labels;
+pub mod link;
+mod server;
+mod silo_series;
+pub mod stats;
+
+pub use class::{ClassMetrics, DropReason, FairClassMetrics, NbaRateGauge};
+pub use histogram::{
+    HistogramTally, Pow2Histogram, BATCH_BUCKETS, LATENESS_BASE_NS, LATENESS_BUCKETS,
+};
+pub use http::HttpLimits;
+pub use server::MetricsServer;
+pub use stats::{fetch_and_format, format_stats, scrape, scrape_bounded, MetricsError};
+
+use labels::{
+    ClassLabel, ClassOutcomeLabel, ClassReasonLabel, InterfaceLabel, KindActionLabel, ReasonLabel,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use silo_series::{register_silo_families, register_silo_series, SiloSeries};
+use std::sync::Arc;
+
+/// Prefix of every metric name.
+pub const PREFIX: &str = "metronome";
+
+struct Inner {
+    registry: Registry,
+    bytes: Family<ClassLabel, Counter>,
+    packets: Family<ClassLabel, Counter>,
+    drops: Family<ClassReasonLabel, Counter>,
+    ecn_marked: Family<ClassLabel, Counter>,
+    ecn_not_ect: Family<ClassLabel, Counter>,
+    queued: Family<ClassLabel, Gauge>,
+    flow_table_overflow: Family<ClassLabel, Counter>,
+    fair_flows: Family<ClassLabel, Gauge>,
+    fair_overflow: Family<ClassLabel, Counter>,
+    fair_sparse_early: Family<ClassLabel, Counter>,
+    nba_rate: Family<ClassLabel, Gauge>,
+    malformed: Family<ReasonLabel, Counter>,
+    refused: Family<ReasonLabel, Counter>,
+    unclassified: Family<KindActionLabel, Counter>,
+    link_down: Family<InterfaceLabel, Counter>,
+    link_reopened: Family<InterfaceLabel, Counter>,
+    link_down_dropped: Family<InterfaceLabel, Counter>,
+    ack_shaping: Family<ClassOutcomeLabel, Counter>,
+    link: link::LinkFamilies,
+    http_refused: http::RefusalCounters,
+    /// One entry per silo.
+    silos: Vec<SiloSeries>,
+}
+
+/// The daemon's metrics: a cheap, clonable handle to the registry and to the series of one
+/// silo (silo 0 unless made by [`Metrics::for_silo`]).
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+    silo: usize,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// An empty registry with every metric family registered, for one silo (no `silo` label).
+    pub fn new() -> Self {
+        Self::with_silos(1)
+    }
+
+    /// An empty registry for `silos` silos (at least 1): with more than one, every series has a
+    /// `silo` label (see the module docs).
+    pub fn with_silos(silos: usize) -> Self {
+        let n = silos.max(1);
+        let mut registry = Registry::with_prefix(PREFIX);
+        let mut inner = Inner {
+            bytes: Family::default(),
+            packets: Family::default(),
+            drops: Family::default(),
+            ecn_marked: Family::default(),
+            ecn_not_ect: Family::default(),
+            queued: Family::default(),
+            flow_table_overflow: Family::default(),
+            fair_flows: Family::default(),
+            fair_overflow: Family::default(),
+            fair_sparse_early: Family::default(),
+            nba_rate: Family::default(),
+            malformed: Family::default(),
+            refused: Family::default(),
+            unclassified: Family::default(),
+            link_down: Family::default(),
+            link_reopened: Family::default(),
+            link_down_dropped: Family::default(),
+            ack_shaping: Family::default(),
+            link: link::LinkFamilies::default(),
+            http_refused: http::RefusalCounters::default(),
+            silos: Vec::with_capacity(n),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "class_bytes",
+            "Bytes transmitted per class",
+            inner.bytes.clone(),
+        );
+        r.register(
+            "class_packets",
+            "Packets transmitted per class",
+            inner.packets.clone(),
+        );
+        r.register(
+            "class_drops",
+            "Packets dropped per class and reason",
+            inner.drops.clone(),
+        );
+        r.register(
+            "class_ecn_marks",
+            "Packets marked CE per class",
+            inner.ecn_marked.clone(),
+        );
+        let not_ect = "Packets due for a CE mark that were not ECN-capable, per class";
+        r.register("class_ecn_not_ect", not_ect, inner.ecn_not_ect.clone());
+        r.register(
+            "class_queued_packets",
+            "Packets queued per class",
+            inner.queued.clone(),
+        );
+        let overflow = "Packets whose flow found its flow-table bucket full of active flows, \
+                        paced and limited together under the class's overflow entry";
+        r.register(
+            "class_flow_table_overflow",
+            overflow,
+            inner.flow_table_overflow.clone(),
+        );
+        r.register(
+            "class_fair_flows",
+            "Flows with packets waiting in a fair class's flow queues",
+            inner.fair_flows.clone(),
+        );
+        let overflow = "Packets of a fair class that found no flow-table entry and waited in \
+                        the class's overflow flow";
+        r.register("class_fair_overflow", overflow, inner.fair_overflow.clone());
+        let sparse = "Packets of a sparse flow of a fair class sent at once, ahead of the \
+                      class's next pull, their bytes charged to its rate";
+        r.register(
+            "class_fair_sparse_early",
+            sparse,
+            inner.fair_sparse_early.clone(),
+        );
+        let nba = "Share of the class's aggregate rate given to each silo by the NIC-level \
+                   bandwidth allocator, bit/s";
+        r.register("nba_rate_bps", nba, inner.nba_rate.clone());
+        r.register(
+            "malformed_frames",
+            "Malformed frames by reason",
+            inner.malformed.clone(),
+        );
+        r.register(
+            "rx_refused_frames",
+            "Frames the daemon could not take, by reason (oversize, no_large_slot, \
+             gso_truncated, vnet_error, piece_failed)",
+            inner.refused.clone(),
+        );
+        let unclassified = "Malformed and non-IP frames by the action `[daemon] malformed` or \
+                            `non_ip` took: charged to the default class, passed or dropped";
+        r.register(
+            "unclassified_frames",
+            unclassified,
+            inner.unclassified.clone(),
+        );
+        let link_down = "Transitions of an interface's link to down (ENETDOWN, ENXIO, gone)";
+        r.register("link_down", link_down, inner.link_down.clone());
+        let reopened =
+            "Times an interface came back with a new index and its sockets were reopened";
+        r.register("link_reopened", reopened, inner.link_reopened.clone());
+        let expired = "Frames that waited for an interface's down link longer than \
+                       daemon.link_down_grace past their departure time, dropped";
+        r.register(
+            "link_down_dropped",
+            expired,
+            inner.link_down_dropped.clone(),
+        );
+        let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
+        r.register("ack_shaping", acks, inner.ack_shaping.clone());
+        inner.link.register(r);
+        inner.http_refused.register(r);
+        inner.silos = if n == 1 {
+            let one = SiloSeries::new();
+            register_silo_series(r, &one);
+            vec![one]
+        } else {
+            register_silo_families(r, n)
+        };
+        Metrics {
+            inner: Arc::new(Inner { registry, ..inner }),
+            silo: 0,
+        }
+    }
+
+    /// The handle silo `silo` counts through (same registry; its own series). Panics if
+    /// `silo` is not below the registry's silo count (a start-up bug).
+    pub fn for_silo(&self, silo: usize) -> Metrics {
+        assert!(
+            silo < self.inner.silos.len(),
+            "silo {silo} of {}",
+            self.inner.silos.len()
+        );
+        Metrics {
+            inner: self.inner.clone(),
+            silo,
+        }
+    }
+
+    /// Silos the registry has series for.
+    pub fn silos(&self) -> usize {
+        self.inner.silos.len()
+    }
+
+    /// The `silo` label value of this handle's series (`None` with one silo).
+    fn silo_label(&self) -> Option<u16> {
+        (self.inner.silos.len() > 1).then_some(self.silo as u16)
+    }
+
+    fn series(&self) -> &SiloSeries {
+        &self.inner.silos[self.silo]
+    }
+
+    /// The counters of class `name` (created at zero, or the existing ones after a reload, so
+    /// series continue). Call at start-up and after reloads, not per packet.
+    pub fn class(&self, name: &str) -> ClassMetrics {
+        let i = &self.inner;
+        let silo = self.silo_label();
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo,
+        };
+        let drop_of = |reason: DropReason| {
+            let label = ClassReasonLabel {
+                class: name.to_owned(),
+                reason: reason.label(),
+                silo,
+            };
+            i.drops.get_or_create(&label).clone()
+        };
+        ClassMetrics {
+            bytes: i.bytes.get_or_create(&l).clone(),
+            packets: i.packets.get_or_create(&l).clone(),
+            drops: DropReason::ALL.map(drop_of),
+            ecn_marked: i.ecn_marked.get_or_create(&l).clone(),
+            ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
+            queued: i.queued.get_or_create(&l).clone(),
+            flow_table_overflow: i.flow_table_overflow.get_or_create(&l).clone(),
+        }
+    }
+
+    /// The shared link's series of class `name` ([`link`]); call at start-up and after
+    /// reloads, not per packet.
+    pub fn link_class(&self, name: &str) -> link::LinkClassMetrics {
+        self.inner.link.class(name)
+    }
+
+    /// The shared link's own series ([`link`]).
+    pub fn link_port(&self) -> link::LinkPortMetrics {
+        self.inner.link.port()
+    }
+
+    /// The fair-queueing series of class `name` (created at zero, or the existing ones after a
+    /// reload); only fair classes ask for them. Not per packet.
+    pub fn fair_class(&self, name: &str) -> FairClassMetrics {
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        FairClassMetrics {
+            flows: self.inner.fair_flows.get_or_create(&l).clone(),
+            overflow: self.inner.fair_overflow.get_or_create(&l).clone(),
+            sparse_early: self.inner.fair_sparse_early.get_or_create(&l).clone(),
+        }
+    }
+
+    /// The ACK-shaping counter of class `name` for `outcome` (see `ack_shaping`), shared
+    /// by the silos; call at start-up and after reloads, not per packet.
+    pub fn ack_shaping_counter(&self, name: &str, outcome: &'static str) -> Counter {
+        let label = ClassOutcomeLabel {
+            class: name.to_owned(),
+            outcome,
+        };
+        self.inner.ack_shaping.get_or_create(&label).clone()
+    }
+
+    /// The gauge of this silo's share of class `name`'s aggregate rate; the series appears
+    /// when first asked for (only classes with a cross-silo limit have one).
+    pub fn nba_rate(&self, name: &str) -> NbaRateGauge {
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        NbaRateGauge(self.inner.nba_rate.get_or_create(&l).clone())
+    }
+
+    /// Sets the number of packets in the timing wheel.
+    pub fn set_wheel_occupancy(&self, packets: u64) {
+        let v = i64::try_from(packets).unwrap_or(i64::MAX);
+        self.series().wheel_occupancy.set(v);
+    }
+
+    /// Records one departure `ns` nanoseconds after its scheduled time (0 if on time or early).
+    pub fn observe_lateness_ns(&self, ns: u64) {
+        self.series().lateness.0.observe(ns);
+    }
+
+    /// An empty tally for this silo's lateness histogram, to merge with
+    /// [`Metrics::merge_lateness`].
+    pub fn lateness_tally(&self) -> HistogramTally {
+        self.series().lateness.0.tally()
+    }
+
+    /// Adds (and empties) a tally made by [`Metrics::lateness_tally`].
+    pub fn merge_lateness(&self, tally: &mut HistogramTally) {
+        self.series().lateness.0.merge(tally);
+    }
+
+    /// Records one transmit batch of `packets` packets.
+    pub fn observe_tx_batch(&self, packets: u64) {
+        self.series().tx_batch.0.observe(packets);
+    }
+
+    /// Adds `frames` to the RX ring drop counter (from `tp_drops` of TPACKET_V3 block headers or
+    /// `PACKET_STATISTICS`).
+    pub fn rx_ring_drops(&self, frames: u64) {
+        self.series().rx_ring_drops.inc_by(frames);
+    }
+
+    /// Adds `ns` nanoseconds the loop slept waiting for frames or a due time
+    /// (`metronome_loop_sleep_nanoseconds_total`): one minus its rate in seconds per second is
+    /// the share of a core the loop is busy, 1 when the loop is the bottleneck.
+    pub fn loop_slept_ns(&self, ns: u64) {
+        self.series().loop_sleep_ns.inc_by(ns);
+    }
+
+    /// The counter of frames of `kind` (`malformed`, `non_ip`) that met `action` (`default`,
+    /// `pass`, `drop`): the engine takes it once at start-up and increments it per frame.
+    pub fn unclassified_counter(&self, kind: &str, action: &str) -> Counter {
+        let label = KindActionLabel {
+            kind: kind.to_owned(),
+            action: action.to_owned(),
+        };
+        self.inner.unclassified.get_or_create(&label).clone()
+    }
+
+    /// The counter of link-down transitions of `interface` (`metronome_link_down_total`).
+    pub fn link_down_counter(&self, interface: &str) -> Counter {
+        let label = InterfaceLabel {
+            interface: interface.to_owned(),
+        };
+        self.inner.link_down.get_or_create(&label).clone()
+    }
+
+    /// The counter of socket reopenings on `interface` after it came back with a new index
+    /// (`metronome_link_reopened_total`).
+    pub fn link_reopened_counter(&self, interface: &str) -> Counter {
+        let label = InterfaceLabel {
+            interface: interface.to_owned(),
+        };
+        self.inner.link_reopened.get_or_create(&label).clone()
+    }
+
+    /// The counter of frames dropped because they waited for `interface`'s down link longer
+    /// than `daemon.link_down_grace` (`metronome_link_down_dropped_total`).
+    pub fn link_down_dropped_counter(&self, interface: &str) -> Counter {
+        let label = InterfaceLabel {
+            interface: interface.to_owned(),
+        };
+        self.inner.link_down_dropped.get_or_create(&label).clone()
+    }
+
+    /// Counts one malformed frame for `reason` (cold path: a label lookup).
+    pub fn malformed(&self, reason: &str) {
+        let label = ReasonLabel {
+            reason: reason.to_owned(),
+        };
+        self.inner.malformed.get_or_create(&label).inc();
+    }
+
+    /// Adds `frames` refused frames under `reason` (cold path: a label lookup; see
+    /// [`crate::ops::refused`]).
+    pub fn rx_refused(&self, reason: &str, frames: u64) {
+        let label = ReasonLabel {
+            reason: reason.to_owned(),
+        };
+        self.inner.refused.get_or_create(&label).inc_by(frames);
+    }
+
+    /// Counts `packets` packets of `bytes` bytes forwarded without shaping.
+    pub fn pass_through(&self, packets: u64, bytes: u64) {
+        let series = self.series();
+        series.pass_through_packets.inc_by(packets);
+        series.pass_through_bytes.inc_by(bytes);
+    }
+
+    /// This silo's lateness histogram (for tests and end-of-run summaries).
+    pub fn lateness(&self) -> &Pow2Histogram {
+        &self.series().lateness.0
+    }
+
+    /// The whole registry in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail: fmt::Write for String is infallible.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+//! The daemon's AF_PACKET ports and frame pool size: [`open_ports`] for the single loop,
+//! [`open_silo_ports`] for silos (every silo's receive sockets in one `PACKET_FANOUT_HASH` group
+//! per interface, so all packets of a flow reach the same silo, Carousel §5.3),
+//! [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
+//! and [`enable_gro`], which switches GRO on on the inside interface. A port whose interface was
+//! deleted and re-created is opened again by name with `PacketPort::reopen` (`crate::driver::carrier`).
+//!
+//! With `daemon.vnet_hdr` (the default) both ports are opened with `PACKET_VNET_HDR`: the
+//! host's GSO/GRO super-frames arrive whole, up to 64 KiB, with their virtio-net header, and
+//! leave with it (the kernel or the device segments them and completes their checksums). The
+//! pool then has two size classes: [`frame_slots`] small slots of
+//! [`metronome_io::DEFAULT_SLOT_SIZE`] bytes and `daemon.gso_slots` large slots of
+//! [`metronome_io::GSO_SLOT_SIZE`] bytes (`FramePool::with_large`).
+
+use crate::ops::config::Config;
+use metronome_io::{
+    AfPacketConfig, AfPacketPort, Fanout, FramePool, Offload, PortCounters, PortError,
+    DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE,
+};
+
+/// Frame pool slots: 65 536 frames of [`metronome_io::DEFAULT_SLOT_SIZE`] bytes (128 MiB), or the
+/// wheel's `pool_packets` when smaller. At 200 Mbit/s this holds 3.9 s of full-size frames, more
+/// than the default 2 s horizon.
+pub const DEFAULT_FRAME_SLOTS: u32 = 65_536;
+
+/// Frame pool slots for `config` (see [`DEFAULT_FRAME_SLOTS`]).
+pub fn frame_slots(config: &Config) -> u32 {
+    let wanted = u32::try_from(config.wheel.pool_packets).unwrap_or(u32::MAX);
+    wanted.clamp(1024, DEFAULT_FRAME_SLOTS)
+}
+
+/// Opens the inside and outside ports of `config` in the calling thread's namespace.
+pub fn open_ports(config: &Config) -> Result<(AfPacketPort, AfPacketPort), PortError> {
+    let af = port_config(config.daemon.vnet_hdr, None);
+    let inside = AfPacketPort::open(&config.interfaces.inside, &af)?;
+    let outside = AfPacketPort::open(&config.interfaces.outside, &af)?;
+    Ok((inside, outside))
+}
+
+/// The two ports of each of `n` silos: inside and outside RX sockets fanned out by flow hash.
+pub fn open_silo_ports(
+    config: &Config,
+    n: usize,
+) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
+    let mut ports: Vec<(AfPacketPort, AfPacketPort)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (fanout_in, fanout_out) = match ports.first() {
+            None => (Fanout::NewGroup, Fanout::NewGroup),
+            Some((i, o)) => (
+                Fanout::Join(i.fanout_group().unwrap_or_default()),
+                Fanout::Join(o.fanout_group().unwrap_or_default()),
+            ),
+        };
+        let af = |fanout| port_config(config.daemon.vnet_hdr, Some(fanout));
+        let inside = AfPacketPort::open(&config.interfaces.inside, &af(fanout_in))?;
+        let outside = AfPacketPort::open(&config.interfaces.outside, &af(fanout_out))?;
+        ports.push((inside, outside));
+    }
+    Ok(ports)
+}
+
+/// The socket options of the daemon's ports: the defaults, `vnet_hdr` and `fanout`.
+fn port_config(vnet_hdr: bool, fanout: Option<Fanout>) -> AfPacketConfig {
+    AfPacketConfig {
+        fanout,
+        vnet_hdr,
+        ..AfPacketConfig::default()
+    }
+}
+
+/// `a` plus `b`, field by field: the counters of a port and of the sockets it replaced.
+pub fn add_counters(a: PortCounters, b: PortCounters) -> PortCounters {
+    PortCounters {
+        rx_packets: a.rx_packets + b.rx_packets,
+        rx_bytes: a.rx_bytes + b.rx_bytes,
+        rx_ring_drops: a.rx_ring_drops + b.rx_ring_drops,
+        rx_ring_freezes: a.rx_ring_freezes + b.rx_ring_freezes,
+        rx_oversize: a.rx_oversize + b.rx_oversize,
+        rx_no_large_slot: a.rx_no_large_slot + b.rx_no_large_slot,
+        rx_gso_truncated: a.rx_gso_truncated + b.rx_gso_truncated,
+        rx_vnet_errors: a.rx_vnet_errors + b.rx_vnet_errors,
+        rx_truncated: a.rx_truncated + b.rx_truncated,
+        rx_ring_errors: a.rx_ring_errors + b.rx_ring_errors,
+        tx_packets: a.tx_packets + b.tx_packets,
+        tx_bytes: a.tx_bytes + b.tx_bytes,
+        tx_errors: a.tx_errors + b.tx_errors,
+        tx_busy: a.tx_busy + b.tx_busy,
+        tx_gso_software: a.tx_gso_software + b.tx_gso_software,
+    }
+}
+
+/// Small slots of the reverse direction's pool (frames received on `outside`, sent on `inside`):
+/// 4096 frames of [`metronome_io::DEFAULT_SLOT_SIZE`] bytes (8 MiB). A frame of that direction
+/// is held from its receive to its transmit in the same round (or while ACK shaping withholds
+/// it), so a loop holds at most a few transmit batches (2 × 64) of them; the rest is headroom.
+pub const REVERSE_FRAME_SLOTS: u32 = 4096;
+/// Large slots of the reverse direction's pool, for super-frames of data sent back (64, 4 MiB):
+/// like its small slots, held for one round.
+pub const REVERSE_GSO_SLOTS: u32 = 64;
+
+/// The reverse direction's pool of one loop ([`crate::driver::run::Pools`]): [`REVERSE_FRAME_SLOTS`]
+/// small slots, plus [`REVERSE_GSO_SLOTS`] large ones when the ports carry virtio-net headers.
+/// Apart from the shaped direction's pool, so that no class's backlog can take the slots of the
+/// ACKs that clock its senders.
+pub fn reverse_pool(config: &Config) -> FramePool {
+    if config.daemon.vnet_hdr {
+        let large = REVERSE_GSO_SLOTS.min(config.daemon.gso_slots.max(1));
+        FramePool::with_large(REVERSE_FRAME_SLOTS, DEFAULT_SLOT_SIZE, large, GSO_SLOT_SIZE)
+    } else {
+        FramePool::new(REVERSE_FRAME_SLOTS, DEFAULT_SLOT_SIZE)
+    }
+}
+
+/// The frame pool of one loop: [`frame_slots`] small slots, plus `daemon.gso_slots` large ones
+/// when the ports carry virtio-net headers.
+pub fn frame_pool(config: &Config) -> FramePool {
+    if config.daemon.vnet_hdr {
+        FramePool::with_large(
+            frame_slots(config),
+            DEFAULT_SLOT_SIZE,
+            config.daemon.gso_slots,
+            GSO_SLOT_SIZE,
+        )
+    } else {
+        FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE)
+    }
+}
+
+/// With `daemon.gro` (the default) switches GRO on on the inside interface, so that the frames
+/// of senders without segmentation offload reach the daemon as super-frames too; logs what it
+/// did. GRO is left on when the daemon stops: it is the kernel's default for most devices and
+/// changes nothing a receiver sees. A failure is logged and the daemon runs without it.
+pub fn enable_gro(config: &Config) {
+    if !config.daemon.gro || !config.daemon.vnet_hdr {
+        return;
+    }
+    let ifname = &config.interfaces.inside;
+    let before = Offload::Gro.get(ifname).unwrap_or(false);
+    if before {
+        tracing::info!(interface = %ifname, "GRO already on");
+        return;
+    }
+    match Offload::Gro
+        .set(ifname, true)
+        .and_then(|()| Offload::Gro.get(ifname))
+    {
+        Ok(true) => tracing::info!(interface = %ifname, "GRO switched on (left on at exit)"),
+        Ok(false) => tracing::warn!(interface = %ifname, "GRO could not be switched on"),
+        Err(e) => tracing::warn!(interface = %ifname, error = %e, "switching GRO on failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_add_field_by_field() {
+        let a = PortCounters {
+            rx_packets: 3,
+            tx_packets: 4,
+            tx_errors: 1,
+            ..PortCounters::default()
+        };
+        let b = PortCounters {
+            rx_packets: 10,
+            rx_ring_drops: 2,
+            tx_packets: 20,
+            ..PortCounters::default()
+        };
+        let sum = add_counters(a, b);
+        assert_eq!(
+            (
+                sum.rx_packets,
+                sum.rx_ring_drops,
+                sum.tx_packets,
+                sum.tx_errors
+            ),
+            (13, 2, 24, 1)
+        );
+    }
+}
