@@ -10,12 +10,17 @@ use metronome_io::{MemoryPort, MemoryPortConfig};
 /// outside), with no hook.
 fn run_stopped_after<C: Clock>(
     ms: u64,
-    config: &Config,
-    (inside, outside): (&mut MemoryPort, &mut MemoryPort),
-    pool: &mut FramePool,
-    (engine, metrics): (&mut Engine, &Metrics),
+    parts: &mut Parts,
+    inside: &mut MemoryPort,
+    outside: &mut MemoryPort,
     clock: &C,
 ) -> LoopReport {
+    let Parts {
+        config,
+        metrics,
+        pool,
+        engine,
+    } = parts;
     let control = Control::default();
     let stop = control.stop.clone();
     let stopper = std::thread::spawn(move || {
@@ -49,14 +54,26 @@ fn run_stopped_after<C: Clock>(
     report
 }
 
-/// A loop's world for `text`: its configuration, metrics, a pool of 256 slots and the
-/// engine.
-fn loop_parts(text: &str) -> (Config, Metrics, FramePool, Engine) {
+/// A loop's world: its configuration, metrics, the shaped direction's pool and the engine.
+struct Parts {
+    config: Config,
+    metrics: Metrics,
+    pool: FramePool,
+    engine: Engine,
+}
+
+/// The loop's world for `text`, with a pool of 256 slots.
+fn loop_parts(text: &str) -> Parts {
     let config = Config::from_toml_str(text, "t.toml").unwrap();
     let metrics = Metrics::new();
     let pool = FramePool::new(256, 2048);
     let engine = Engine::new(&config, pool.capacity(), metrics.clone());
-    (config, metrics, pool, engine)
+    Parts {
+        config,
+        metrics,
+        pool,
+        engine,
+    }
 }
 
 /// A `len`-byte ARP frame: non-IP, so the default class takes it.
@@ -82,7 +99,7 @@ fn stop_with_drain(drain: &str) -> (usize, LoopReport) {
         "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ndrain = \"{drain}\"\n\
          [default]\nrate = \"1mbit\"\n"
     );
-    let (config, metrics, mut pool, mut engine) = loop_parts(&text);
+    let mut parts = loop_parts(&text);
     let mut inside = MemoryPort::new(MemoryPortConfig::default());
     let mut outside = MemoryPort::new(MemoryPortConfig::default());
     let frame = non_ip_frame(1514);
@@ -90,17 +107,9 @@ fn stop_with_drain(drain: &str) -> (usize, LoopReport) {
         inside.inject(&frame).unwrap();
     }
     let clock = Stepping(std::sync::atomic::AtomicU64::new(1_000_000_000));
-    let ports = (&mut inside, &mut outside);
-    let report = run_stopped_after(
-        5,
-        &config,
-        ports,
-        &mut pool,
-        (&mut engine, &metrics),
-        &clock,
-    );
-    engine.invariants();
-    assert_eq!(pool.in_use(), 0);
+    let report = run_stopped_after(5, &mut parts, &mut inside, &mut outside, &clock);
+    parts.engine.invariants();
+    assert_eq!(parts.pool.in_use(), 0);
     (outside.discard_sent(), report)
 }
 
@@ -182,7 +191,12 @@ impl LoopHook for Iterations {
 fn a_busy_polling_loop_reads_a_frame_that_arrives_while_it_spins() {
     // The clock stands still, so only the spin itself can make the loop read again.
     let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\nbusy_poll = true\n";
-    let (config, metrics, mut pool, mut engine) = loop_parts(text);
+    let Parts {
+        config,
+        metrics,
+        mut pool,
+        mut engine,
+    } = loop_parts(text);
     let arrived = std::rc::Rc::new(std::cell::Cell::new(false));
     let mut inside = LateFrame {
         port: MemoryPort::new(MemoryPortConfig::default()),
@@ -293,24 +307,16 @@ fn sleep_is_bounded_and_zero_when_due() {
 #[test]
 fn the_loop_forwards_both_ways_and_stops() {
     let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n";
-    let (config, metrics, mut pool, mut engine) = loop_parts(text);
+    let mut parts = loop_parts(text);
     let mut inside = MemoryPort::new(MemoryPortConfig::default());
     let mut outside = MemoryPort::new(MemoryPortConfig::default());
     let arp = non_ip_frame(60);
     inside.inject(&arp).unwrap();
     outside.inject(&arp).unwrap();
     let clock = ManualClock::new(Timestamp::from_nanos(1));
-    let ports = (&mut inside, &mut outside);
-    let report = run_stopped_after(
-        20,
-        &config,
-        ports,
-        &mut pool,
-        (&mut engine, &metrics),
-        &clock,
-    );
+    let report = run_stopped_after(20, &mut parts, &mut inside, &mut outside, &clock);
     assert_eq!(outside.pop_sent().unwrap(), arp);
     assert_eq!(inside.pop_sent().unwrap(), arp);
     assert_eq!((report.engine.received, report.passed_back), (1, 1));
-    assert_eq!(pool.in_use(), 0);
+    assert_eq!(parts.pool.in_use(), 0);
 }

@@ -515,7 +515,8 @@ fn daemon_duration_field(
     key: &str,
     get: fn(&Config) -> Duration,
     default: Duration,
-    (sample, sample_value): (&str, Duration),
+    sample: &str,
+    sample_value: Duration,
 ) {
     let c = parse("").unwrap();
     let field = format!("daemon.{key}");
@@ -540,7 +541,8 @@ fn link_down_grace_defaults_parses_and_needs_a_restart() {
         "link_down_grace",
         |c| c.daemon.link_down_grace,
         DEFAULT_LINK_DOWN_GRACE,
-        ("1.5s", Duration::from_millis(1500)),
+        "1.5s",
+        Duration::from_millis(1500),
     );
 }
 
@@ -550,7 +552,8 @@ fn timer_slack_defaults_parses_and_needs_a_restart() {
         "timer_slack",
         |c| c.daemon.timer_slack,
         DEFAULT_TIMER_SLACK,
-        ("250us", Duration::from_micros(250)),
+        "250us",
+        Duration::from_micros(250),
     );
 }
 

@@ -27,7 +27,7 @@ pub(super) fn serve_connection(mut stream: TcpStream, shared: &Shared, id: u64) 
     }
     let _ = stream.set_nodelay(true);
     let head_read = || shared.answering(id);
-    let (response, refusal) = match read_head(&mut stream, (metrics, limits), deadline, head_read) {
+    let (response, refusal) = match read_head(&mut stream, metrics, limits, deadline, head_read) {
         HeadOutcome::Answer(response, refusal) => (response, refusal),
         HeadOutcome::Gone(refusal) => return refusal,
         HeadOutcome::TimedOut => {
@@ -64,7 +64,8 @@ enum HeadOutcome {
 /// `idle` only.
 fn read_head(
     stream: &mut TcpStream,
-    (metrics, limits): (&Metrics, &HttpLimits),
+    metrics: &Metrics,
+    limits: &HttpLimits,
     deadline: Instant,
     head_read: impl FnOnce(),
 ) -> HeadOutcome {
