@@ -696,13 +696,7 @@ impl PacketPort for AfPacketPort {
     }
 
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
-        if !pool.has_cuts() {
-            return self.send_frames(pool, ids);
-        }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let sent = piece::send_entries(self, &mut scratch, pool, ids);
-        self.scratch = scratch;
-        sent
+        piece::send(self, pool, ids)
     }
 
     fn counters(&mut self) -> PortCounters {
@@ -733,6 +727,10 @@ impl PacketPort for AfPacketPort {
 }
 
 impl PieceSink for AfPacketPort {
+    fn scratch(&mut self) -> &mut PieceScratch {
+        &mut self.scratch
+    }
+
     fn send_frames(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
         let vnet = self.vnet.is_some();
         send_batches(&mut self.tx, vnet, &mut self.counters, pool, ids).map_err(|source| {

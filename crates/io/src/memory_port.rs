@@ -202,13 +202,7 @@ impl PacketPort for MemoryPort {
     }
 
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
-        if !pool.has_cuts() {
-            return self.send_frames(pool, ids);
-        }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let sent = piece::send_entries(self, &mut scratch, pool, ids);
-        self.scratch = scratch;
-        sent
+        piece::send(self, pool, ids)
     }
 
     fn counters(&mut self) -> PortCounters {
@@ -229,6 +223,10 @@ impl PacketPort for MemoryPort {
 
 /// The memory port sends a piece as one frame: headers then payload, copied into its TX queue.
 impl PieceSink for MemoryPort {
+    fn scratch(&mut self) -> &mut PieceScratch {
+        &mut self.scratch
+    }
+
     fn send_frames(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
         let mut done = 0;
         for &id in ids {

@@ -96,6 +96,24 @@ pub(crate) trait PieceSink {
     /// Sends pieces in order; returns how many leading ones were consumed (sent or refused for
     /// good), the rest not sent because the port was busy.
     fn send_pieces(&mut self, pieces: &[TxPiece<'_>]) -> Result<usize, PortError>;
+    /// The port's scratch for the headers of the pieces of one send.
+    fn scratch(&mut self) -> &mut PieceScratch;
+}
+
+/// A port's [`crate::PacketPort::send`]: its plain send while no slot of `pool` is cut, else
+/// [`send_entries`] with the port's scratch.
+pub(crate) fn send<S: PieceSink>(
+    sink: &mut S,
+    pool: &mut FramePool,
+    ids: &[u32],
+) -> Result<usize, PortError> {
+    if !pool.has_cuts() {
+        return sink.send_frames(pool, ids);
+    }
+    let mut scratch = std::mem::take(sink.scratch());
+    let sent = send_entries(sink, &mut scratch, pool, ids);
+    *sink.scratch() = scratch;
+    sent
 }
 
 /// [`crate::PacketPort::send`] of `ids`, frames and pieces, in order: runs of frames with
