@@ -68,7 +68,7 @@ pub const MAX_SLEEP: StdDuration = StdDuration::from_millis(50);
 pub const TX_RETRY: StdDuration = StdDuration::from_micros(20);
 /// Shortest sleep while a port's link is down (1 ms): frames due for that port cannot leave,
 /// so the loop must not spin on them.
-const LINK_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
+const CARRIER_DOWN_WAKE: StdDuration = StdDuration::from_millis(1);
 /// Longest time a port goes without a receive or a `ppoll` while every round finds work: the
 /// loop asks a port for frames only when it may have some (`side::next_may_read`), so
 /// frames that arrive from elsewhere while the loop is busy wait at most this long. 200 µs:
@@ -355,7 +355,7 @@ pub(crate) fn release_shaped(
 /// How long the loop sleeps at wall time `now` after a round that did nothing: [`TX_RETRY`]
 /// when frames wait for a busy device; with both carriers up until the wheel's next departure
 /// plus the slack ([`wake_after`]); with one down until what is due, the carrier's next probe
-/// or [`LINK_DOWN_WAKE`], whichever is later, never spinning (while the outside carrier is
+/// or [`CARRIER_DOWN_WAKE`], whichever is later, never spinning (while the outside carrier is
 /// down the engine's clock stands still, or past the grace drops what falls due: its probes
 /// wake the loop).
 fn idle_timeout<I, O>(
@@ -374,7 +374,7 @@ fn idle_timeout<I, O>(
     } else {
         let due = due.filter(|_| out.carrier.is_up());
         let due = [due, inn.carrier.next_probe(), out.carrier.next_probe()];
-        sleep_time(due.into_iter().flatten().min(), now).max(LINK_DOWN_WAKE)
+        sleep_time(due.into_iter().flatten().min(), now).max(CARRIER_DOWN_WAKE)
     }
 }
 
