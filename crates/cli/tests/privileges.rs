@@ -49,8 +49,8 @@ fn start(topo: &Topology, dir: &Path, daemon_keys: &str) -> Daemon {
         topo.shaper_in, topo.shaper_out
     );
     std::fs::write(&config, text).unwrap();
-    let files = (&*dir.join("notify.sock"), &*dir.join("stderr.log"));
-    common::start_daemon(topo, &config, files, "", READY_WITHIN)
+    let (socket, stderr) = (dir.join("notify.sock"), dir.join("stderr.log"));
+    common::start_daemon(topo, &config, &socket, &stderr, "", READY_WITHIN)
 }
 
 /// The fields of a `/proc/.../status` file that matter here.

@@ -134,7 +134,7 @@ fn write_config(topo: &Topology, dir: &Path) -> PathBuf {
 fn start(topo: &Topology, dir: &Path, config: &Path, label: &str) -> Daemon {
     let socket = dir.join(format!("{label}.notify"));
     let stderr = dir.join(format!("{label}.log"));
-    common::start_daemon(topo, config, (&socket, &stderr), label, GUARD)
+    common::start_daemon(topo, config, &socket, &stderr, label, GUARD)
 }
 
 /// One scrape of the endpoint in `topo`'s shaper namespace, the scraper giving up after

@@ -56,7 +56,8 @@ impl Daemon {
 pub fn start_daemon(
     topo: &Topology,
     config: &Path,
-    (socket, stderr): (&Path, &Path),
+    socket: &Path,
+    stderr: &Path,
     label: &str,
     within: Duration,
 ) -> Daemon {
