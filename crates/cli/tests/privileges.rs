@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// CAP_NET_ADMIN (12) and CAP_NET_RAW (13), as `/proc/PID/status` shows a set: a hex mask.
 const KEPT_MASK: u64 = (1 << 12) | (1 << 13);
 /// What a loop logs when it has opened a port again on a re-created interface
-/// (crates/daemon/src/link.rs).
+/// (crates/daemon/src/driver/carrier.rs).
 const REOPENED: &str = "interface re-created; sockets reopened; resuming";
 /// The longest the daemon may take to send `READY=1`, or to reopen its ports: a bound against
 /// hanging on a broken run, not a measurement (either takes well under a second).
