@@ -221,11 +221,10 @@ pub struct TbfConfig {
 
 /// A tbf-like shaper: one FIFO of fixed capacity released by a token bucket (zD §5.1's TBF).
 ///
-/// Tokens start full and refill at `rate` up to `burst`, in
-/// [`TOKEN_UNITS_PER_BYTE`](crate::token_bucket_rr::TOKEN_UNITS_PER_BYTE) units (exact). The send
-/// rule is [`crate::token_bucket_rr`]'s: the head leaves when the rate is above zero and the tokens
-/// cover `min(len, burst)`, and then costs `len`, so a packet larger than the burst leaves with a
-/// debt instead of being refused as Linux tbf does. EDTs are ignored.
+/// Tokens start full and refill at `rate` up to `burst`, in [`TOKEN_UNITS_PER_BYTE`](crate::token_bucket_rr::TOKEN_UNITS_PER_BYTE) units (exact).
+/// The send rule is [`crate::token_bucket_rr`]'s: the head leaves when the rate is above zero and
+/// the tokens cover `min(len, burst)`, and then costs `len`, so a packet larger than the burst
+/// leaves with a debt instead of being refused as Linux tbf does. EDTs are ignored.
 #[derive(Clone, Debug)]
 pub struct TbfBuffer {
     q: BoundedFifo,
@@ -467,12 +466,12 @@ enum PauseCause {
 /// use metronome_core::zd::{ZdVerdict, Overflow, Pfifo, ScheduledBuffer, Zd, ZdConfig};
 /// use metronome_core::{ClassId, FlowId, PacketRef, Timestamp};
 ///
-/// let mut zd = Zd::new(Pfifo::new(1, Overflow::HandBack), ZdConfig { flows: 4,
-/// ..Default::default() }); let t = Timestamp::ZERO;
+/// let mut zd = Zd::new(Pfifo::new(1, Overflow::HandBack), ZdConfig { flows: 4, ..Default::default() });
+/// let t = Timestamp::ZERO;
 /// let p = |id, f| PacketRef::new(id, FlowId(f), ClassId(0), 1500);
 /// assert_eq!(zd.offer(t, t, p(1, 0)), ZdVerdict::Enqueued);
-/// assert_eq!(zd.offer(t, t, p(2, 1)), ZdVerdict::Paused(p(2, 1))); // full: flow 1 keeps its
-/// packet let (mut out, mut resumed) = ([PacketRef::default(); 4], Vec::new());
+/// assert_eq!(zd.offer(t, t, p(2, 1)), ZdVerdict::Paused(p(2, 1))); // full: flow 1 keeps its packet
+/// let (mut out, mut resumed) = ([PacketRef::default(); 4], Vec::new());
 /// assert_eq!(zd.dequeue(t, &mut out, &mut resumed), 1);
 /// assert_eq!(resumed, vec![FlowId(1)]); // the departure resumed flow 1
 /// assert_eq!(zd.offer(t, t, p(2, 1)), ZdVerdict::Enqueued);

@@ -7,8 +7,7 @@
 //! title = "Rate conformance vs slot granularity"
 //! paper = "Carousel §7.1.3, Fig. 16"
 //! description = "..."
-//! keys = ["granularity_ns"]             # columns that identify a row; [[paper]] rows match on
-//! them
+//! keys = ["granularity_ns"]             # columns that identify a row; [[paper]] rows match on them
 //!
 //! [columns]                             # every output column -> what it means (required)
 //! granularity_ns = "Slot granularity, ns"

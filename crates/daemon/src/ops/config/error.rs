@@ -6,8 +6,7 @@
 //! document root (`class[1].rate`, class indexes counting from 0 in file order):
 //!
 //! ```text
-//! examples/demo.toml:14: class[1].rate: unknown unit "mbitz" in "100mbitz" (tc units: bit, kbit,
-//! ...)
+//! examples/demo.toml:14: class[1].rate: unknown unit "mbitz" in "100mbitz" (tc units: bit, kbit, ...)
 //! ```
 //!
 //! Errors found by the TOML parser or by serde (syntax, unknown fields, wrong types, missing

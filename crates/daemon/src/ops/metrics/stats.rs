@@ -385,8 +385,7 @@ fn format_ns(ns: f64) -> String {
 ///
 /// ```text
 /// link: rate 1.0Gbit sent 123456 bytes rate 987.6Mbit round 1.2ms
-///   class a: sent 30864 bytes 21 pkt rate 246.9Mbit share 25.0% backlog 45420b 30p marked 4
-///   not-ect 0 threshold 15000b delay max 2.1ms
+///   class a: sent 30864 bytes 21 pkt rate 246.9Mbit share 25.0% backlog 45420b 30p marked 4 not-ect 0 threshold 15000b delay max 2.1ms
 /// ```
 fn format_link(before: &LinkLine, now: &LinkLine, secs: f64, out: &mut String) {
     // The rate gauge is registered always and stays 0 without a `[link]`.
@@ -438,9 +437,8 @@ fn format_link(before: &LinkLine, now: &LinkLine, secs: f64, out: &mut String) {
 ///
 /// ```text
 /// class A: sent 123456 bytes 789 pkt (dropped 0, ecn marked 3) rate 199.8Mbit queued 12
-/// class B: sent 98765 bytes 65 pkt (dropped 0, ecn marked 0) rate 99.9Mbit queued 40 fair flows 16
-/// (overflow 0) wheel: occupancy 40 pkt, lateness p99 <= 16us; rx ring drops 0, malformed 0,
-/// pass-through 12 pkt
+/// class B: sent 98765 bytes 65 pkt (dropped 0, ecn marked 0) rate 99.9Mbit queued 40 fair flows 16 (overflow 0)
+/// wheel: occupancy 40 pkt, lateness p99 <= 16us; rx ring drops 0, malformed 0, pass-through 12 pkt
 /// ```
 pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
     let (before, now) = (summarise(first), summarise(second));
