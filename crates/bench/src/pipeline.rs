@@ -18,8 +18,9 @@
 //! To make the end-to-end number explainable the same run measures cumulative **stages**
 //! ([`Stage`]) built from the same pieces the engine uses: port I/O alone; then parse and
 //! classify added; then timestamping (flow table, aggregate and pacing policies); then
-//! timing-wheel enqueue and dequeue; and the full engine (which adds backpressure checks, per-slot bookkeeping and metrics). The
-//! difference between consecutive stages is the cost of what the later one adds.
+//! timing-wheel enqueue and dequeue; and the full engine (which adds backpressure checks, per-slot
+//! bookkeeping and metrics). The difference between consecutive stages is the cost of what the
+//! later one adds.
 //!
 //! A last row, [`Stage::FairEngine`], runs the same engine on the same workload with both
 //! aggregate-limited classes `fair = true` ([`fair_workload_config`]): packets wait in per-flow

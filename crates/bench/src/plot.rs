@@ -1,20 +1,21 @@
 //! SVG plots of a bench [`Report`], one per report section.
 //!
 //! - `ns_per_packet.svg`: the steady-state cost of one enqueue plus one dequeue (median of the
-//!   repetitions, linear axis from zero) against the packets resident in the structure (log axis), one
-//!   line per structure: the steady-state measurement of Carousel Table 1 (see [`crate::steady`]).
-//! - `memory.svg`: bytes of each fixed configuration with no packet queued, one horizontal bar per row
-//!   labelled `structure config`, on a log axis (the footprints span several decades).
+//!   repetitions, linear axis from zero) against the packets resident in the structure (log axis),
+//!   one line per structure: the steady-state measurement of Carousel Table 1 (see
+//!   [`crate::steady`]).
+//! - `memory.svg`: bytes of each fixed configuration with no packet queued, one horizontal bar per
+//!   row labelled `structure config`, on a log axis (the footprints span several decades).
 //! - `batching.svg`: packets released per dequeue call against the number of destinations at equal
 //!   rates (log2 axis), one line per structure.
 //!
-//! The style (bundled font, sizes, palette, axes, the line chart) is `metronome_plot`'s, the same as
-//! `metronome lab`'s plots.
+//! The style (bundled font, sizes, palette, axes, the line chart) is `metronome_plot`'s, the same
+//! as `metronome lab`'s plots.
 //!
-//! Values an axis cannot show are handled visibly, never by a panic: counts of zero sit at the floor of
-//! their log axis (1), negative costs at zero, and rows whose plotted value is NaN or infinite have no
-//! position, so they are left out and the plot's subtitle says how many. A section with no plottable
-//! row writes no file; [`write_plots`] returns the paths it did write.
+//! Values an axis cannot show are handled visibly, never by a panic: counts of zero sit at the
+//! floor of their log axis (1), negative costs at zero, and rows whose plotted value is NaN or
+//! infinite have no position, so they are left out and the plot's subtitle says how many. A section
+//! with no plottable row writes no file; [`write_plots`] returns the paths it did write.
 
 use std::error::Error;
 use std::fmt;
@@ -87,11 +88,11 @@ impl From<FontError> for PlotError {
     }
 }
 
-/// Writes `ns_per_packet.svg`, `memory.svg` and `batching.svg` for `report` into `dir`, creating `dir`
-/// if needed, and returns the paths written, in that order.
+/// Writes `ns_per_packet.svg`, `memory.svg` and `batching.svg` for `report` into `dir`, creating
+/// `dir` if needed, and returns the paths written, in that order.
 ///
-/// A plot whose section has no plottable row is skipped (no file, no error); an existing file of that
-/// name is left as it was.
+/// A plot whose section has no plottable row is skipped (no file, no error); an existing file of
+/// that name is left as it was.
 pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
     metronome_plot::register_font()?;
     std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
@@ -187,8 +188,8 @@ struct Lines<'a> {
 }
 
 impl<'a> Lines<'a> {
-    /// Groups `(structure, x, y)` by structure. x (a count) is clamped to the log-axis floor 1, y to
-    /// zero from below; a row with a non-finite y is counted in `left_out` instead.
+    /// Groups `(structure, x, y)` by structure. x (a count) is clamped to the log-axis floor 1, y
+    /// to zero from below; a row with a non-finite y is counted in `left_out` instead.
     fn collect(rows: impl IntoIterator<Item = (&'a str, f64, f64)>) -> Self {
         let mut lines: Vec<Line<'a>> = Vec::new();
         let mut left_out = 0;
@@ -328,7 +329,8 @@ fn draw_memory(path: &Path, subtitle: &str, rows: &[MemoryRow]) -> DrawResult {
     root.present()
 }
 
-/// The label of the row at integer position `v` (row i sits at `labels.len() - 1 - i`), else nothing.
+/// The label of the row at integer position `v` (row i sits at `labels.len() - 1 - i`), else
+/// nothing.
 fn category_label(labels: &[String], v: f64) -> String {
     let position = v.round();
     if (v - position).abs() > 1e-6 || position < 0.0 {
@@ -350,8 +352,8 @@ fn format_integer(v: f64) -> String {
 }
 
 /// A fixed color per structure so it looks the same in every plot and every report, from the
-/// Okabe–Ito palette ([`OKABE_ITO`]). Unknown names get one of the remaining colors by a stable hash
-/// (FNV-1a) of the name.
+/// Okabe–Ito palette ([`OKABE_ITO`]). Unknown names get one of the remaining colors by a stable
+/// hash (FNV-1a) of the name.
 fn structure_color(name: &str) -> RGBColor {
     match name {
         "timing_wheel" => OKABE_ITO[0],

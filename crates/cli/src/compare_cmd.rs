@@ -74,7 +74,8 @@ pub struct CompareArgs {
     /// daemon passing everything, and the daemon shaping, three times in turn.
     #[arg(long, conflicts_with = "quick")]
     ceiling: bool,
-    /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into DIR.
+    /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into
+    /// DIR.
     #[arg(long, value_name = "DIR")]
     plot: Option<std::path::PathBuf>,
     /// Do not run: read the rows of a saved `--json` output and draw them (needs `--plot`).

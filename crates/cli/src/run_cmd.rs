@@ -1,7 +1,8 @@
-//! `metronome run --config FILE [--cores N]`: the shaping daemon (`metronome_daemon::ops::service::run_daemon`).
+//! `metronome run --config FILE [--cores N]`: the shaping daemon
+//! (`metronome_daemon::ops::service::run_daemon`).
 //!
-//! Exit status (`metronome_daemon::ops::service`'s module docs have the table): 0 after a clean stop
-//! (SIGINT or SIGTERM); 2 for a start-up error a restart cannot fix: a bad configuration (the
+//! Exit status (`metronome_daemon::ops::service`'s module docs have the table): 0 after a clean
+//! stop (SIGINT or SIGTERM); 2 for a start-up error a restart cannot fix: a bad configuration (the
 //! message names the file, line and field), a missing interface or capability, a metrics
 //! address in use, a bad `[daemon] user` (each named in the message); 3 for a failure once the
 //! daemon was shaping (a port error, a panic of any of its threads), after every loop stopped;

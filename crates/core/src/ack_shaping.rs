@@ -35,10 +35,10 @@
 //!   a SACK block above a held-back ACK may make a sender with real losses retransmit early.
 //!
 //! Memory: a preallocated table of `capacity` flows (80 bytes each plus two 4-byte index buckets,
-//! so the index stays at most half full); an ACK of a flow that finds the table full passes unchanged and is counted
-//! (`table_full`). Flows fully acknowledged and idle for `idle_timeout` are expired lazily. The
-//! generated-ACK order is an intrusive list sorted by due time, so [`AckShaper::next_due`] is O(1)
-//! and nothing allocates after construction.
+//! so the index stays at most half full); an ACK of a flow that finds the table full passes
+//! unchanged and is counted (`table_full`). Flows fully acknowledged and idle for `idle_timeout`
+//! are expired lazily. The generated-ACK order is an intrusive list sorted by due time, so
+//! [`AckShaper::next_due`] is O(1) and nothing allocates after construction.
 
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp};

@@ -21,8 +21,8 @@
 //! a caller-supplied sink (`Vec::with_capacity` avoids growth).
 //!
 //! Departure from the paper: a flow index beyond the tracker's capacity is *untracked* (no limit,
-//! counted in `untracked`) rather than refused, since the shaper's job is to shape it, not to police
-//! the source's table size.
+//! counted in `untracked`) rather than refused, since the shaper's job is to shape it, not to
+//! police the source's table size.
 
 use crate::packet::{FlowId, PacketRef};
 use crate::queue::{EdtQueue, QueueCounters, Rejected};

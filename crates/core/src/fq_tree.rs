@@ -24,13 +24,13 @@
 //! * A flow's packets leave in FIFO order, as in `sch_fq`: a packet whose EDT is earlier than its
 //!   flow's head waits behind the head. Flows whose heads share an EDT leave in flow-index order
 //!   (the tree's tie-break), not in arrival order; within a flow the order is always FIFO.
-//! * Garbage collection: `sch_fq` detaches an empty flow and frees it after 3 s (`FQ_GC_AGE`). Here a
-//!   flow is collected the moment it empties: its map entry is removed and its slab slot goes on a
-//!   free list. The slot keeps its FIFO's buffer, which the next flow to take the slot reuses, so
+//! * Garbage collection: `sch_fq` detaches an empty flow and frees it after 3 s (`FQ_GC_AGE`). Here
+//!   a flow is collected the moment it empties: its map entry is removed and its slab slot goes on
+//!   a free list. The slot keeps its FIFO's buffer, which the next flow to take the slot reuses, so
 //!   steady-state traffic does not allocate for flows; memory is the high-water mark of
 //!   simultaneously backlogged flows.
-//! * Limits are optional ([`FqTree::with_limits`]); the defaults of `sch_fq` are given as constants.
-//!   A packet over a limit is handed back with [`RejectReason::Full`].
+//! * Limits are optional ([`FqTree::with_limits`]); the defaults of `sch_fq` are given as
+//!   constants. A packet over a limit is handed back with [`RejectReason::Full`].
 //! * Release when the head's `edt <= now`; no granularity, no horizon.
 
 use crate::packet::{FlowId, PacketRef};

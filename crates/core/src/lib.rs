@@ -21,8 +21,8 @@
 //! * [`nba`], [`rate_exchange`]: the NIC-level bandwidth allocator that splits an aggregate limit
 //!   across per-core shapers, and the lock-free cells they exchange usage and rates through
 //!   (Carousel §5.3); [`spsc`]: the lock-free ring that hands packets between cores. Their loom
-//!   model tests run with `RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib loom`
-//!   (`cargo test --workspace` runs the other tests).
+//!   model tests run with `RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib
+//!   loom` (`cargo test --workspace` runs the other tests).
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!

@@ -8,8 +8,8 @@
 //! * [`Marking::PerPort`]: the port's total bytes against `K` (§2.3); breaks weighted sharing.
 //! * [`Marking::MqEcn`]: `K_i = min(quantum_i / T_round, C) x RTT x lambda` (§3.2, Equation 5),
 //!   `T_round` sampled whenever a weighted queue finishes its turn and smoothed with
-//!   `T_round = beta x T_round + (1 - beta) x T_sample` (§3.3.1, Equation 6); after `T_idle` of port
-//!   idleness `T_round` decays as if a sample of 0 arrived (§3.3.1), once per whole `T_idle`
+//!   `T_round = beta x T_round + (1 - beta) x T_sample` (§3.3.1, Equation 6); after `T_idle` of
+//!   port idleness `T_round` decays as if a sample of 0 arrived (§3.3.1), once per whole `T_idle`
 //!   elapsed. The sampling itself lives in [`crate::mq_port`], which owns the turns.
 //! * [`Marking::Red`]: any of the above with RED's two thresholds and maximum probability, scaled
 //!   as §3.3.2 "Probabilistic Marking" says: `K_i,min = K_min x s_i`, `K_i,max = K_max x s_i`,
@@ -28,9 +28,9 @@
 //!   [`Marking::PerPort`]) holds more than `K` bytes with it, as the authors' code does (ns-2
 //!   `queue/dwrr.cc`: `byteLength() > thresh` after `enque`; Linux `sch_dwrr`: `len_bytes >
 //!   ecn_thresh_bytes` after adding the packet).
-//! * Before the first sample `T_round` is unknown and the threshold is the standard one (`s_i = 1`);
-//!   the first sample initialises the average instead of being blended with zero. §3.2 notes that
-//!   an under-estimated `T_round` cures itself, and Equation 5's cap keeps `K_i <= K`.
+//! * Before the first sample `T_round` is unknown and the threshold is the standard one (`s_i =
+//!   1`); the first sample initialises the average instead of being blended with zero. §3.2 notes
+//!   that an under-estimated `T_round` cures itself, and Equation 5's cap keeps `K_i <= K`.
 //! * RED's probability between the thresholds is the linear `p_b` alone, without the count-based
 //!   spacing of Floyd & Jacobson's `p_a`: what switch ECN/RED profiles (and DCQCN's) configure.
 //! * The core has no RNG source: RED's coin is a SplitMix64 generator stored in the port, seeded

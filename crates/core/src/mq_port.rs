@@ -25,9 +25,9 @@
 //! construction for `buffer_bytes / MIN_PACKET_BYTES` packets plus one spare node per queue, so
 //! every queue may hold the whole buffer and nothing allocates after `new`. Each queue keeps its
 //! head packet outside the pool (the pool has no peek) and the rest in a pool list. A packet that
-//! would take the port past `buffer_bytes` is handed back ([`MqRejectReason::BufferFull`]; drop-tail,
-//! "completely shared by all the queues in a first-in-first-serve bias", §5.1). Packets shorter
-//! than [`MIN_PACKET_BYTES`] can exhaust the pool first; they are handed back the same way.
+//! would take the port past `buffer_bytes` is handed back ([`MqRejectReason::BufferFull`];
+//! drop-tail, "completely shared by all the queues in a first-in-first-serve bias", §5.1). Packets
+//! shorter than [`MIN_PACKET_BYTES`] can exhaust the pool first; they are handed back the same way.
 //!
 //! Time: `now` never goes backwards; an earlier `now` is treated as the latest one seen. The port
 //! is idle from the end of the last departure's transmission (`now + len / C` at the dequeue that

@@ -33,8 +33,8 @@
 //!   kept and [`NbaCounters::stale_cores`] counts it.
 //!
 //! The margin of satisfied cores is the price of knowing who is satisfied: when demands sum to
-//! exactly the aggregate, a core at its cap receives up to `headroom` × the others' demand less than
-//! it could use (1 % of the aggregate when satisfied cores ask for half of it).
+//! exactly the aggregate, a core at its cap receives up to `headroom` × the others' demand less
+//! than it could use (1 % of the aggregate when satisfied cores ask for half of it).
 //!
 //! ## Departures from the paper
 //!

@@ -39,8 +39,9 @@
 //! (up to one granularity, see below); the link serialises them.
 //!
 //! Tags live in a calendar queue of `buckets` buckets of `granularity` virtual nanoseconds each:
-//! an intrusive doubly linked FIFO per bucket and an [`OccupancyBitmap`] to find the first non-empty
-//! bucket, so every operation is O(1) plus a few word scans, independent of the number of classes.
+//! an intrusive doubly linked FIFO per bucket and an [`OccupancyBitmap`] to find the first
+//! non-empty bucket, so every operation is O(1) plus a few word scans, independent of the number of
+//! classes.
 //!
 //! # Where this departs from the paper, and why
 //!
@@ -439,8 +440,8 @@ impl NicPic {
     }
 
     /// The doorbell (NicPic §3.1): class `class` has a head segment of `segment_len` bytes to
-    /// send, from offset 0. RejectedSegment, with nothing changed, when the class is unknown or already
-    /// backlogged, or the length is 0 or beyond [`MAX_SEGMENT_BYTES`].
+    /// send, from offset 0. RejectedSegment, with nothing changed, when the class is unknown or
+    /// already backlogged, or the length is 0 or beyond [`MAX_SEGMENT_BYTES`].
     pub fn backlog(
         &mut self,
         now: Timestamp,

@@ -17,13 +17,14 @@
 //! (head/tail, 8 bytes per bucket), and an [`OccupancyBitmap`] to find the first non-empty bucket
 //! in a few word scans. A flow's bucket is `slot mod buckets`, where `slot` is its EDT rounded down
 //! to the granularity ([`SlotClock::slot_of`], the one time-to-slot conversion). The queue keeps
-//! every key inside one window of `buckets` consecutive slots starting at `lo` (a lower bound of the
-//! keys present), so ring order from `lo` is key order and pops are exact. Departures from an exact
-//! priority queue, and why (bounded memory, O(1) pause):
+//! every key inside one window of `buckets` consecutive slots starting at `lo` (a lower bound of
+//! the keys present), so ring order from `lo` is key order and pops are exact. Departures from an
+//! exact priority queue, and why (bounded memory, O(1) pause):
 //! * A key more than a window later than `lo` is clamped to the window's last slot
 //!   (`clamped_late`).
 //! * A key earlier than `lo` moves `lo` back when the window still covers every key present;
-//!   otherwise it is clamped up to `lo` (`clamped_early`) and resumes after the flows already there.
+//!   otherwise it is clamped up to `lo` (`clamped_early`) and resumes after the flows already
+//!   there.
 //!
 //! `pause` and `pop` are O(1) plus a bitmap scan; `remove` walks one bucket (FIFO: the whole
 //! queue), as it serves a flow going away, not the data path. Nothing allocates after construction.

@@ -99,8 +99,8 @@ pub trait EdtQueue {
 
     /// Moves packets due at `now` into `out`, earliest slot first and FIFO within a slot, and
     /// returns how many, `n`, it wrote to `out[..n]` (entries past `n` may be overwritten with
-    /// stale references and are not meaningful). It stops when `out` is full; packets still due stay queued and
-    /// the next call returns them first.
+    /// stale references and are not meaningful). It stops when `out` is full; packets still due
+    /// stay queued and the next call returns them first.
     fn dequeue(&mut self, now: Timestamp, out: &mut [PacketRef]) -> usize;
 
     /// The earliest instant at which `dequeue` would return a packet, or `None` exactly when

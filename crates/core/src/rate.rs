@@ -2,9 +2,9 @@
 //!
 //! Carousel §5.1.1 advances a policy's timestamp by `len / R` per packet. Dividing on every packet
 //! is avoided: a [`Rate`] carries the nanoseconds per byte in 40.24 fixed point, computed once when
-//! the rate is set, so [`Rate::transmit_time`] is one widening multiply and a shift. The fixed point
-//! keeps the relative error below 2^-24 x (ns per byte)^-1 per byte: at 400 Gbit/s (0.02 ns per
-//! byte) that is 3 parts per million, far below any measurement the lab makes.
+//! the rate is set, so [`Rate::transmit_time`] is one widening multiply and a shift. The fixed
+//! point keeps the relative error below 2^-24 x (ns per byte)^-1 per byte: at 400 Gbit/s (0.02 ns
+//! per byte) that is 3 parts per million, far below any measurement the lab makes.
 //!
 //! Rates are written as tc(8) writes them ([`Rate::from_str`](core::str::FromStr)): `100mbit`,
 //! `1.5gbit`, `10gibit`, `125mbps` (bytes per second, as in tc), a bare number being bit/s.

@@ -35,9 +35,9 @@
 //! [`PolicyStack`] is the composition a shaper uses per packet: the class's aggregate policy and
 //! the flow's pacing policy, peeked and checked before the packet is accepted, then committed.
 //!
-//! As in Carousel each policy advances its own timestamp, independently of the others; consolidation
-//! only takes the maximum. A burst smaller than the packet is treated as one packet, so a packet
-//! is never held beyond what a full bucket allows.
+//! As in Carousel each policy advances its own timestamp, independently of the others;
+//! consolidation only takes the maximum. A burst smaller than the packet is treated as one packet,
+//! so a packet is never held beyond what a full bucket allows.
 
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp};

@@ -3,12 +3,12 @@
 //!
 //! Carousel §2 (Figure 1, "pre-filtering with multiple token bucket queues") describes it: a
 //! classifier divides packets into queues, one per traffic aggregate; each queue has a token bucket
-//! that is "re-filled according to a target rate and capped by a maximum burst" (§2.1); "a scheduler
-//! services queues in round-robin order" (§2). HTB (§2.2) buffers packets waiting for tokens
-//! instead of dropping them, as here. Carousel §3 attributes the architecture's CPU cost to "the
-//! need to poll queues", linear in the number of queues; this module keeps that cost visible. It is
-//! a baseline: `metronome bench` measures it side by side with the timing wheel, in the manner of
-//! Carousel Table 1.
+//! that is "re-filled according to a target rate and capped by a maximum burst" (§2.1); "a
+//! scheduler services queues in round-robin order" (§2). HTB (§2.2) buffers packets waiting for
+//! tokens instead of dropping them, as here. Carousel §3 attributes the architecture's CPU cost to
+//! "the need to poll queues", linear in the number of queues; this module keeps that cost visible.
+//! It is a baseline: `metronome bench` measures it side by side with the timing wheel, in the
+//! manner of Carousel Table 1.
 //!
 //! Behaviour:
 //! * The class is the packet's [`ClassId`], an index into the classes given to
@@ -20,10 +20,10 @@
 //!   the time elapsed since its previous refill, and capped at its burst. Tokens are counted in
 //!   units of 1/8e9 byte ([`TOKEN_UNITS_PER_BYTE`]), so a refill of `elapsed_ns * bits_per_second`
 //!   units is exact: no rate is lost to rounding however long the run.
-//! * **Send rule:** the head packet of `len` bytes leaves when `tokens >= min(len, burst)`, and then
-//!   costs its full `len`. A packet larger than the burst therefore leaves once the bucket is full
-//!   and drives the tokens negative (a debt, as HTB's tokens go negative), so nothing waits forever
-//!   and the long-run rate stays exact. Bytes released by `t` are at most
+//! * **Send rule:** the head packet of `len` bytes leaves when `tokens >= min(len, burst)`, and
+//!   then costs its full `len`. A packet larger than the burst therefore leaves once the bucket is
+//!   full and drives the tokens negative (a debt, as HTB's tokens go negative), so nothing waits
+//!   forever and the long-run rate stays exact. Bytes released by `t` are at most
 //!   `burst + rate * t`, plus `len - burst` for one packet when packets exceed the burst.
 //! * A burst of 0 bytes is raised to 1 byte.
 //! * `dequeue` visits each backlogged class at most once per call, in round-robin order, and

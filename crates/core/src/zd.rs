@@ -221,10 +221,11 @@ pub struct TbfConfig {
 
 /// A tbf-like shaper: one FIFO of fixed capacity released by a token bucket (zD §5.1's TBF).
 ///
-/// Tokens start full and refill at `rate` up to `burst`, in [`TOKEN_UNITS_PER_BYTE`](crate::token_bucket_rr::TOKEN_UNITS_PER_BYTE) units (exact).
-/// The send rule is [`crate::token_bucket_rr`]'s: the head leaves when the rate is above zero and
-/// the tokens cover `min(len, burst)`, and then costs `len`, so a packet larger than the burst
-/// leaves with a debt instead of being refused as Linux tbf does. EDTs are ignored.
+/// Tokens start full and refill at `rate` up to `burst`, in
+/// [`TOKEN_UNITS_PER_BYTE`](crate::token_bucket_rr::TOKEN_UNITS_PER_BYTE) units (exact). The send
+/// rule is [`crate::token_bucket_rr`]'s: the head leaves when the rate is above zero and the tokens
+/// cover `min(len, burst)`, and then costs `len`, so a packet larger than the burst leaves with a
+/// debt instead of being refused as Linux tbf does. EDTs are ignored.
 #[derive(Clone, Debug)]
 pub struct TbfBuffer {
     q: BoundedFifo,

@@ -20,8 +20,9 @@
 //! TCP transfer are still small (ACKs, MTU frames), so many [`DEFAULT_SLOT_SIZE`] slots and a
 //! bounded number of [`GSO_SLOT_SIZE`] slots hold them. A super-frame that finds no free large
 //! slot is refused with [`StoreError::NoLargeSlot`] (a port counts it in `rx_no_large_slot`);
-//! small frames never take large slots, so bulk traffic cannot starve ACKs. The pool is owned by the caller, not by a port, so a bump in the wire can receive on
-//! one port and transmit the same slot on the other.
+//! small frames never take large slots, so bulk traffic cannot starve ACKs. The pool is owned by
+//! the caller, not by a port, so a bump in the wire can receive on one port and transmit the same
+//! slot on the other.
 //!
 //! A slot also carries the cut of its super-frame when a shaper sends it as pieces
 //! ([`crate::piece`]: [`FramePool::set_cut`], [`FramePool::free_entry`]), with the pool's

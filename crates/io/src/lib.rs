@@ -10,9 +10,10 @@
 //!   super-frames), each slot with its virtio-net header; the shaper queues their `u32` ids as
 //!   `PacketRef::id`.
 //! * [`afpacket`]: [`AfPacketPort`], Linux AF_PACKET with `recvmmsg` batches or a TPACKET_V3
-//!   memory-mapped RX ring, and `sendmmsg` TX (packet(7), Documentation/networking/packet_mmap.rst);
-//!   with [`AfPacketConfig::vnet_hdr`], GSO/GRO super-frames with their virtio-net header, and
-//!   [`AfPacketPort::send_pieces`] for pieces cut from them.
+//!   memory-mapped RX ring, and `sendmmsg` TX (packet(7),
+//!   Documentation/networking/packet_mmap.rst); with [`AfPacketConfig::vnet_hdr`], GSO/GRO
+//!   super-frames with their virtio-net header, and [`AfPacketPort::send_pieces`] for pieces cut
+//!   from them.
 //! * [`piece`]: super-frames cut into pieces, the cut kept with the pool slot
 //!   ([`FramePool::set_cut`]) and the pieces sent by the port itself ([`PacketPort::send`]).
 //! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.

@@ -2,8 +2,8 @@
 //! in-memory benchmark and, later, the simulator.
 //!
 //! The RX queue is filled by [`MemoryPort::inject`] (or, for benchmarks, replays a fixed set of
-//! template frames forever, [`MemoryPort::set_replay`]); the TX queue collects what the engine sent,
-//! read back with [`MemoryPort::pop_sent`], or is discarded after counting
+//! template frames forever, [`MemoryPort::set_replay`]); the TX queue collects what the engine
+//! sent, read back with [`MemoryPort::pop_sent`], or is discarded after counting
 //! ([`MemoryPortConfig::keep_sent`] = false). Both queues store bytes in a private
 //! [`FramePool`], so steady-state operation allocates nothing; `recv` copies into the caller's pool
 //! exactly as the AF_PACKET port does, so benchmarks pay the same per-packet copy. A full TX queue

@@ -34,7 +34,8 @@ pub const MAX_PIECES: u32 = 1 << (32 - PIECE_SHIFT);
 /// IPv4 with options (60), TCP with options (60), rounded up.
 pub const HEADER_SCRATCH: usize = 160;
 /// Pieces whose headers one send prepares at a time: twice the daemon's largest transmit batch
-/// (`metronome_daemon::ops::config::MAX_BATCH_SIZE`, 1024), so a batch is never split for its pieces.
+/// (`metronome_daemon::ops::config::MAX_BATCH_SIZE`, 1024), so a batch is never split for its
+/// pieces.
 pub const PIECE_BATCH: usize = 2048;
 
 /// The entry id of piece `piece` of the frame in `slot`.

@@ -3,8 +3,8 @@
 //!
 //! References: packet(7); the kernel's Documentation/networking/packet_mmap.rst ("TPACKET_V3
 //! example"); uapi `linux/if_packet.h` for the block and frame headers (via `libc`). No maintained
-//! crate wraps TPACKET_V3 (CONTRIBUTING.md, Dependencies), so the ring walk is written here, with every
-//! offset the kernel hands us checked against the block before it is dereferenced.
+//! crate wraps TPACKET_V3 (CONTRIBUTING.md, Dependencies), so the ring walk is written here, with
+//! every offset the kernel hands us checked against the block before it is dereferenced.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;

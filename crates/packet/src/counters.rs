@@ -1,11 +1,12 @@
 //! Counters of parse verdicts, malformed reasons and ECN outcomes, for the daemon to export.
 //!
 //! CONTRIBUTING.md §11: nothing is dropped silently, every drop, mark and fallback has a named
-//! counter, so every packet the daemon did not forward is in one. [`ParseCounters`] counts each [`Verdict`] and each [`Malformed`] reason
-//! under its [`Malformed::name`]; [`EcnCounters`] counts each [`EcnMark`]. Both are plain `u64`
-//! fields owned by one core (no atomics on the hot path); the exporter sums the per-core copies
-//! with `merge`. [`ParseCounters::iter`] lists `(name, value)` pairs without allocating, in a
-//! fixed order, ready for Prometheus labels (`reason="bad_ihl"`).
+//! counter, so every packet the daemon did not forward is in one. [`ParseCounters`] counts each
+//! [`Verdict`] and each [`Malformed`] reason under its [`Malformed::name`]; [`EcnCounters`] counts
+//! each [`EcnMark`]. Both are plain `u64` fields owned by one core (no atomics on the hot path);
+//! the exporter sums the per-core copies with `merge`. [`ParseCounters::iter`] lists `(name,
+//! value)` pairs without allocating, in a fixed order, ready for Prometheus labels
+//! (`reason="bad_ihl"`).
 
 use crate::classify::Verdict;
 use crate::ecn::EcnMark;

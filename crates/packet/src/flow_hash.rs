@@ -17,10 +17,11 @@
 //! collide, or share the low bits that pick a bucket of the daemon's flow table, and so crowd a
 //! victim flow's per-flow state. The seed is therefore a secret in the daemon: `metronome run`
 //! draws one from the OS random source at every start and keeps it across reloads
-//! (`metronome_daemon::datapath::flow_seed`, passed in through [`crate::Classifier::with_flow_seed`]).
-//! [`DEFAULT_FLOW_SEED`] is public and is the seed of [`crate::Classifier::new`]: tests, the
-//! simulator, the lab and the benchmarks use it for reproducible ids. The hash is directional:
-//! `(a, b, ...)` and `(b, a, ...)` are different flows, as the shaper only sees one direction.
+//! (`metronome_daemon::datapath::flow_seed`, passed in through
+//! [`crate::Classifier::with_flow_seed`]). [`DEFAULT_FLOW_SEED`] is public and is the seed of
+//! [`crate::Classifier::new`]: tests, the simulator, the lab and the benchmarks use it for
+//! reproducible ids. The hash is directional: `(a, b, ...)` and `(b, a, ...)` are different flows,
+//! as the shaper only sees one direction.
 
 use crate::frame::FiveTuple;
 use core::net::IpAddr;

@@ -4,9 +4,9 @@
 //! With TSO/GSO on at a sender (or GRO at the ingress interface) an AF_PACKET socket receives TCP
 //! frames of up to 64 KiB whose transport checksum is still to be computed (`CHECKSUM_PARTIAL`).
 //! With `PACKET_VNET_HDR` (packet(7)) every frame is preceded by a `struct virtio_net_hdr`
-//! (uapi `linux/virtio_net.h`, virtio 1.x spec §5.1.6 "Device Operation") that says so: [`VnetHdr`].
-//! Sent back with the same header, the kernel segments the frame only where a device needs it and
-//! completes the checksum.
+//! (uapi `linux/virtio_net.h`, virtio 1.x spec §5.1.6 "Device Operation") that says so:
+//! [`VnetHdr`]. Sent back with the same header, the kernel segments the frame only where a device
+//! needs it and completes the checksum.
 //!
 //! * [`VnetHdr`]: the 10-byte header, [`VnetHdr::parse`] / [`VnetHdr::to_bytes`], with a named
 //!   [`VnetError`] for anything the kernel would not produce. Byte order: the packet socket

@@ -234,7 +234,8 @@ impl LogSpan {
         (self.lo..self.hi).log_scale().base(self.base).into()
     }
 
-    /// Tick count asking plotters for exactly the powers of the base (one per step, plus both ends).
+    /// Tick count asking plotters for exactly the powers of the base (one per step, plus both
+    /// ends).
     pub fn ticks(&self) -> usize {
         self.steps + 1
     }

@@ -271,9 +271,9 @@ impl Shaper {
     /// Offers `pkt` (its descriptor id, flow and length in bytes) at `now`. The simulator's own
     /// EDT shapers stamp it with the latest of its policies (Carousel §5.1.1); a refused packet is
     /// never stamped, so a drop does not consume the aggregate's rate. The daemon's engine does
-    /// the same inside [`metronome_daemon::datapath::engine::Engine::receive`]. Without zD a full shaper (or
-    /// a refusal by the structure) drops the packet physically; under zD the flow may be paused
-    /// (zD Algorithm 1 `ProcessFlow`).
+    /// the same inside [`metronome_daemon::datapath::engine::Engine::receive`]. Without zD a full
+    /// shaper (or a refusal by the structure) drops the packet physically; under zD the flow may be
+    /// paused (zD Algorithm 1 `ProcessFlow`).
     #[inline]
     pub fn offer(&mut self, now: Timestamp, pkt: PacketRef) -> Verdict {
         self.counters.operations += 1;

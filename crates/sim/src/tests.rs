@@ -1,6 +1,7 @@
 //! Whole-system tests: deterministic simulation runs as ordinary `cargo test`s
-//! (CONTRIBUTING.md §14), each asserting on what Carousel §7.1 and zD §6 measure. Durations are short (a few hundred
-//! simulated milliseconds at 1 Gbit/s) so the suite stays fast in debug builds.
+//! (CONTRIBUTING.md §14), each asserting on what Carousel §7.1 and zD §6 measure. Durations are
+//! short (a few hundred simulated milliseconds at 1 Gbit/s) so the suite stays fast in debug
+//! builds.
 
 use crate::*;
 

@@ -4,8 +4,8 @@
 //! One [`Topology::bump_in_the_wire`] serves every run. For each target rate and flow count, the
 //! shapers take turns on the shaper namespace:
 //!
-//! * **metronome**: the daemon's loop ([`metronome_daemon::ops::service::run_with`]) on AF_PACKET ports on
-//!   `in0`/`out0`, with a one-class configuration ([`metronome_config`]): all TCP to the
+//! * **metronome**: the daemon's loop ([`metronome_daemon::ops::service::run_with`]) on AF_PACKET
+//!   ports on `in0`/`out0`, with a one-class configuration ([`metronome_config`]): all TCP to the
 //!   receiver limited to the target as an aggregate, the default burst (one frame), `ecn`
 //!   backpressure at 1 ms of queued delay (the sender negotiates ECN, as in the demo), and a hard
 //!   limit: a 250 ms horizon with `horizon_policy = "reject"` (Carousel §5.1.2: dropping beyond
@@ -58,16 +58,16 @@
 //! [`CompareOptions::measure`]; the achieved rate is the windows' mean (bits on the wire,
 //! Ethernet header included), the deviation their mean absolute deviation from the target
 //! (Carousel §7.1.1), the p99 RTT of a probe connection opened when the windows start (so the
-//! warm-up's slow-start queue is not in it; `None` when no ping was answered), and `cpu_pct`: the **whole machine's** kernel time
-//! (system, irq, softirq) plus this process's user time over the windows ([`MachineCpu`]), in
-//! percent of one CPU, per Gbit/s achieved. The kernel shapers work in softirq context that no
-//! thread can be charged for, so only a machine-wide figure compares the three; it includes the
-//! traffic generator's own TCP work, the same for all shapers, and leaves out the user time of
-//! unrelated processes. For the daemon (metronome and pass-through runs) the daemon thread's own
-//! CPU per Gbit/s is reported besides ([`Row::daemon_cpu_pct`], from that thread's `schedstat`:
-//! the loop's user and kernel time, its `recvmmsg`/`sendmmsg` included, and nothing else).
-//! The bulk connections' fairness is [`Row::jain_bulk`]: Jain's index of the bytes each bulk
-//! connection delivered to the receiver over its whole run ([`measure::jain_index`]).
+//! warm-up's slow-start queue is not in it; `None` when no ping was answered), and `cpu_pct`: the
+//! **whole machine's** kernel time (system, irq, softirq) plus this process's user time over the
+//! windows ([`MachineCpu`]), in percent of one CPU, per Gbit/s achieved. The kernel shapers work in
+//! softirq context that no thread can be charged for, so only a machine-wide figure compares the
+//! three; it includes the traffic generator's own TCP work, the same for all shapers, and leaves
+//! out the user time of unrelated processes. For the daemon (metronome and pass-through runs) the
+//! daemon thread's own CPU per Gbit/s is reported besides ([`Row::daemon_cpu_pct`], from that
+//! thread's `schedstat`: the loop's user and kernel time, its `recvmmsg`/`sendmmsg` included, and
+//! nothing else). The bulk connections' fairness is [`Row::jain_bulk`]: Jain's index of the bytes
+//! each bulk connection delivered to the receiver over its whole run ([`measure::jain_index`]).
 
 pub mod link_sharing;
 pub mod measure;
@@ -186,8 +186,8 @@ pub struct CompareOptions {
     /// The veths' offloads: the host's (super-frames) or off (one-MTU frames).
     pub offloads: OffloadMode,
     /// Shaper silos of the daemon runs (`[daemon] cores`): 1 runs the single loop, more run
-    /// [`metronome_daemon::driver::silo::run_silos`], one thread per silo with the flows hashed among
-    /// them (their CPU is then not reported: [`Row::daemon_cpu_pct`] is `None`).
+    /// [`metronome_daemon::driver::silo::run_silos`], one thread per silo with the flows hashed
+    /// among them (their CPU is then not reported: [`Row::daemon_cpu_pct`] is `None`).
     pub daemon_cores: usize,
     /// Give the daemon a core of its own, as a bump in the wire between separate hosts has:
     /// its loop pinned to CPU 0, the end hosts' veth receive steered to the other CPUs

@@ -12,8 +12,8 @@
 //! qdisc on `out0` ([`Topology::install_qdisc`]).
 //!
 //! Everything is created with `ip`/`tc` from iproute2 (shelling out to `ip` in test fixtures keeps
-//! netlink code out of the project). Namespace names carry the process id and a per-process sequence
-//! number, so concurrent runs never collide; the interface names are fixed (`snd0`, `in0`,
+//! netlink code out of the project). Namespace names carry the process id and a per-process
+//! sequence number, so concurrent runs never collide; the interface names are fixed (`snd0`, `in0`,
 //! `out0`, `rcv0`) because each lives alone in its own private namespace, which keeps them
 //! short (<= 15 bytes, `IFNAMSIZ` - 1) and lets configs name them. Cleanup: [`Topology`]'s
 //! `Drop` deletes the namespaces (which deletes the veths), also while unwinding from a panic;
@@ -25,8 +25,8 @@
 //! namespace still sees the host's interfaces there. `/proc/self/net/dev` follows the thread
 //! group leader's namespace. `/proc/thread-self/net/dev` follows the calling thread's namespace,
 //! and a file descriptor opened there keeps reporting *that* namespace when re-read (after a
-//! rewind) from any other thread. [`InterfaceCounters`] therefore opens it once inside the namespace
-//! and re-reads it from the caller's thread: no process spawn and no thread per sample.
+//! rewind) from any other thread. [`InterfaceCounters`] therefore opens it once inside the
+//! namespace and re-reads it from the caller's thread: no process spawn and no thread per sample.
 //!
 //! Offloads: the topology keeps the host's default offloads (on veth: TSO, GSO and checksum
 //! offload on, so TCP hands its interface super-frames of up to 64 KiB), the way users run.
@@ -257,7 +257,8 @@ pub enum QdiscSpec {
     Tbf {
         /// Rate in bits per second.
         rate_bps: u64,
-        /// Bucket size in bytes; [`QdiscSpec::tbf`] picks 1 ms of rate, at least 2 MTU-sized frames.
+        /// Bucket size in bytes; [`QdiscSpec::tbf`] picks 1 ms of rate, at least 2 MTU-sized
+        /// frames.
         burst_bytes: u32,
         /// Maximum queueing delay in microseconds (`tc ... latency`).
         latency_us: u32,
@@ -637,7 +638,8 @@ impl Topology {
             "root",
         ];
         match process::run("tc", &args) {
-            // "No such file or directory" / "Cannot delete qdisc with handle of zero": none to remove.
+            // "No such file or directory" / "Cannot delete qdisc with handle of zero": none to
+            // remove.
             Err(TopoError::Command { .. }) => Ok(()),
             other => other.map(drop),
         }

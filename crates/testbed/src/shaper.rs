@@ -1,8 +1,8 @@
-//! The daemon on a topology: [`spawn_shaper`] runs [`metronome_daemon::ops::service::run_with`] (the
-//! single loop) and [`spawn_silos`] runs [`metronome_daemon::driver::silo::run_silos`] on a new thread
-//! inside a network namespace, so that the AF_PACKET ports open on that namespace's interfaces
-//! (`in0` / `out0` of a [`crate::netns::Topology`]). `metronome demo`, `metronome compare` and
-//! the integration tests use them.
+//! The daemon on a topology: [`spawn_shaper`] runs [`metronome_daemon::ops::service::run_with`]
+//! (the single loop) and [`spawn_silos`] runs [`metronome_daemon::driver::silo::run_silos`] on a
+//! new thread inside a network namespace, so that the AF_PACKET ports open on that namespace's
+//! interfaces (`in0` / `out0` of a [`crate::netns::Topology`]). `metronome demo`, `metronome
+//! compare` and the integration tests use them.
 
 use crate::netns::{Namespace, TopoError};
 use metronome_daemon::driver::run::{Control, LoopReport};

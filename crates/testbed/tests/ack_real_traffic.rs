@@ -6,9 +6,9 @@
 //! senders' windows grow to the receiver's window first, see `metronome_core::ack_shaping`;
 //! before the last 0.3 s; its bytes less one set of headers per packet it counted) at most
 //! `OVER` above and `UNDER` below 100 Mbit/s in one attempt (the bounds and their measured
-//! spread are at the constants), that the daemon rewrote, suppressed and generated ACKs and dropped no data
-//! frame, and that every frame of both directions is accounted for, the suppressed ACKs being
-//! exactly the reverse frames not sent. Skips,
+//! spread are at the constants), that the daemon rewrote, suppressed and generated ACKs and dropped
+//! no data frame, and that every frame of both directions is accounted for, the suppressed ACKs
+//! being exactly the reverse frames not sent. Skips,
 //! saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
 
 mod common;

@@ -77,8 +77,9 @@ fn shaped_run(topo: &Topology) -> f64 {
     control.stop.store(true, Ordering::Relaxed);
     let reports = silos.join().unwrap().unwrap().unwrap();
 
-    // The rate on the wire: payload on the receiver's veth with every full segment's headers (a veth counts a
-    // super-frame's headers once, `common::wire_of_payload`); the veth's count is printed.
+    // The rate on the wire: payload on the receiver's veth with every full segment's headers (a
+    // veth counts a super-frame's headers once, `common::wire_of_payload`); the veth's count is
+    // printed.
     let veth = common::wire_bps(&samples, WARMUP, RUN.saturating_sub(COOLDOWN));
     println!("the receiver's veth counted {:.2} Mbit/s", veth / 1e6);
     let achieved = common::wire_of_payload(common::payload_bps(

@@ -9,8 +9,8 @@
 //! never go backwards, and a pending flow's due time is clamped up to the tail's when a rate
 //! change shortened the interval (it is then at most one interval late).
 //!
-//! Layout: the slot (80 bytes, checked at compile time) holds the sequence state read on every ACK first,
-//! then the list links. Nothing allocates after [`FlowTable::new`].
+//! Layout: the slot (80 bytes, checked at compile time) holds the sequence state read on every ACK
+//! first, then the list links. Nothing allocates after [`FlowTable::new`].
 
 use crate::time::{Duration, Timestamp};
 

@@ -57,7 +57,8 @@ fn rewrites_to_the_rate_and_suppresses_would_be_duplicates() {
 fn credit_is_capped_at_one_burst() {
     let mut s = shaper(4);
     s.on_ack(us(0), 1, 0, SegmentKind::PureAck);
-    // Idle for 0.999 s (under the idle timeout), then 100 000 bytes arrive: only the 1500-byte burst is acknowledged at once.
+    // Idle for 0.999 s (under the idle timeout), then 100 000 bytes arrive: only the 1500-byte
+    // burst is acknowledged at once.
     let d = s.on_ack(us(999_000), 1, 100_000, SegmentKind::PureAck);
     assert_eq!(d.action, AckAction::Rewrite(1500));
     s.invariants();
@@ -86,7 +87,8 @@ fn sequence_numbers_wrap() {
     s.on_ack(us(0), 9, isn, SegmentKind::PureAck);
     let d = s.on_ack(us(1500), 9, isn.wrapping_add(5000), SegmentKind::PureAck);
     assert_eq!(d.action, AckAction::Rewrite(500)); // isn + 1500, past the wrap
-                                                   // An older (reordered) ACK never moves the acknowledgement back.
+                                                   // An older (reordered) ACK never moves the
+                                                   // acknowledgement back.
     let d = s.on_ack(us(1500), 9, isn.wrapping_add(10), SegmentKind::Carrying);
     assert_eq!(d.action, AckAction::Rewrite(500));
     assert_eq!(s.counters().stale, 1);

@@ -18,7 +18,8 @@ pub struct MqQueueCounters {
     pub buffer_drops: u64,
     /// Non-ECN-capable packets over the threshold handed back ([`crate::NonEctPolicy::Drop`]).
     pub non_ect_drops: u64,
-    /// Non-ECN-capable packets over the threshold accepted unmarked ([`crate::NonEctPolicy::Pass`]).
+    /// Non-ECN-capable packets over the threshold accepted unmarked
+    /// ([`crate::NonEctPolicy::Pass`]).
     pub non_ect_passes: u64,
     /// Turns of service finished by a weighted queue (each gives one `T_round` sample under
     /// MQ-ECN); 0 for strict-priority queues, which have no turns.

@@ -22,8 +22,8 @@
 //! Rates are TCP sequence bytes (goodput), not wire bytes like a class's `rate`; the
 //! generated-ACK step is one `interfaces.mtu`, the burst two ([`DAEMON_BURST_MTUS`]). Flows are
 //! keyed by a 64-bit SipHash of the 5-tuple under the engine's secret keys
-//! ([`crate::datapath::flow_seed::FlowSeed::ack_keys`], drawn from the OS at every daemon start and kept
-//! across reloads): a sender who cannot learn the keys cannot compute tuples whose keys share
+//! ([`crate::datapath::flow_seed::FlowSeed::ack_keys`], drawn from the OS at every daemon start and
+//! kept across reloads): a sender who cannot learn the keys cannot compute tuples whose keys share
 //! an index position of the core's table with a victim flow (open addressing with linear
 //! probing, `metronome_core::ack_shaping`) or equal a victim's key, and a collision between two
 //! live flows has probability about n² / 2^65. Tests use fixed keys

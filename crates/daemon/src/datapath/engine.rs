@@ -114,7 +114,8 @@ pub struct EngineCounters {
     /// Packets still queued when the loop stopped, freed by [`Engine::drain_all`].
     pub discarded_at_stop: u64,
     /// Wheel entries dropped while the outside link was down, for falling due after the
-    /// outage had outlasted `daemon.link_down_grace` ([`Engine::expire`], [`crate::driver::carrier`]).
+    /// outage had outlasted `daemon.link_down_grace` ([`Engine::expire`],
+    /// [`crate::driver::carrier`]).
     pub dropped_link_down: u64,
     /// Frames whose TCP/UDP checksum was completed (both directions).
     pub checksums_fixed: u64,
@@ -244,8 +245,8 @@ impl Engine {
         Self::seeded(config, pool_slots, metrics, FlowSeed::FIXED)
     }
 
-    /// [`Engine::new`] hashing flows with `seed` ([`crate::datapath::flow_seed`]: the daemon draws one at
-    /// start-up), kept across reloads.
+    /// [`Engine::new`] hashing flows with `seed` ([`crate::datapath::flow_seed`]: the daemon draws
+    /// one at start-up), kept across reloads.
     pub fn seeded(config: &Config, pool_slots: usize, metrics: Metrics, seed: FlowSeed) -> Engine {
         let wheel_config = TimingWheelConfig {
             pool_packets: config.wheel.pool_packets.min(pool_slots.max(1)),

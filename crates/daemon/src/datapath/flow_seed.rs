@@ -1,23 +1,24 @@
 //! The secret that keys the daemon's flow hashing, drawn from the OS at every start.
 //!
 //! Per-flow state is found by hashing the 5-tuple: the classifier's [`metronome_packet::flow_id`]
-//! selects a flow's bucket in the [`crate::datapath::flow_table`] (four ways, then the class's overflow
-//! entry), and ACK shaping keys its flows by a SipHash of the tuple ([`crate::datapath::ack_shaping`]).
-//! Neither hash is cryptographic in the sense of hiding its key from someone who sees many
-//! outputs, but both are useless to a sender who does not know the key: with a known seed, a
-//! sender could compute tuples that land in a victim flow's bucket and fill it, and the victim's
-//! packets would share the class's overflow entry with them. So `metronome run` draws a
-//! [`FlowSeed`] from the OS random source ([`FlowSeed::draw`], the `getrandom` crate: the
-//! `getrandom(2)` system call) when it starts, and hands it to every engine it builds
-//! (`crate::datapath::engine::Engine::seeded`). The engine keeps it for its whole life: a SIGHUP reload
-//! rebuilds the classifier with the same seed, so live flows keep their [`metronome_core::FlowId`]
-//! and their state. With silos (`cores > 1`) each silo draws its own seed when it is built: the
-//! kernel's `PACKET_FANOUT_HASH` (its own per-boot secret) decides which silo sees a flow, and a
-//! silo's tables are its own, so nothing needs the silos to agree on flow ids.
+//! selects a flow's bucket in the [`crate::datapath::flow_table`] (four ways, then the class's
+//! overflow entry), and ACK shaping keys its flows by a SipHash of the tuple
+//! ([`crate::datapath::ack_shaping`]). Neither hash is cryptographic in the sense of hiding its key
+//! from someone who sees many outputs, but both are useless to a sender who does not know the key:
+//! with a known seed, a sender could compute tuples that land in a victim flow's bucket and fill
+//! it, and the victim's packets would share the class's overflow entry with them. So `metronome
+//! run` draws a [`FlowSeed`] from the OS random source ([`FlowSeed::draw`], the `getrandom` crate:
+//! the `getrandom(2)` system call) when it starts, and hands it to every engine it builds
+//! (`crate::datapath::engine::Engine::seeded`). The engine keeps it for its whole life: a SIGHUP
+//! reload rebuilds the classifier with the same seed, so live flows keep their
+//! [`metronome_core::FlowId`] and their state. With silos (`cores > 1`) each silo draws its own
+//! seed when it is built: the kernel's `PACKET_FANOUT_HASH` (its own per-boot secret) decides which
+//! silo sees a flow, and a silo's tables are its own, so nothing needs the silos to agree on flow
+//! ids.
 //!
 //! Tests, the simulator, the lab and the benchmarks build engines with [`FlowSeed::FIXED`]
-//! (`crate::datapath::engine::Engine::new`), so flow ids and the outputs that depend on them are the same in
-//! every run.
+//! (`crate::datapath::engine::Engine::new`), so flow ids and the outputs that depend on them are
+//! the same in every run.
 
 use metronome_packet::DEFAULT_FLOW_SEED;
 

@@ -4,10 +4,10 @@
 //! in the [`Timestamper`] (Carousel §5.1.1, "per-flow pacing" policies stacked under the class's
 //! aggregate policy) and how many of its packets wait in the wheel (for the `drop` backpressure
 //! mode and for eviction). Flows come and go, so the table is bounded: [`FLOW_TABLE_BUCKETS`]
-//! buckets of [`FLOW_TABLE_WAYS`] entries, [`FLOW_TABLE_CAPACITY`] flows in all. A flow is placed in
-//! the bucket its 32-bit flow hash selects, the class mixed in. The flow hash is keyed by a
-//! secret the daemon draws from the OS at every start ([`crate::datapath::flow_seed`]), so a sender cannot
-//! compute which tuples share a victim flow's bucket; the class mix needs no key of its own.
+//! buckets of [`FLOW_TABLE_WAYS`] entries, [`FLOW_TABLE_CAPACITY`] flows in all. A flow is placed
+//! in the bucket its 32-bit flow hash selects, the class mixed in. The flow hash is keyed by a
+//! secret the daemon draws from the OS at every start ([`crate::datapath::flow_seed`]), so a sender
+//! cannot compute which tuples share a victim flow's bucket; the class mix needs no key of its own.
 //! When the bucket is full, an **idle** entry is evicted: one with no packet queued whose pacing
 //! policy has no backlog (its last timestamp is not in the future), so evicting it loses no state
 //! a future packet could need — a returning flow gets the same treatment as a new one, a burst's
@@ -41,8 +41,9 @@ use metronome_core::{FlowId, Rate, Timestamp};
 
 /// Entries per bucket: four 12-byte entries fit one 64-byte cache line.
 pub const FLOW_TABLE_WAYS: usize = 4;
-/// Buckets: 16 384, so [`FLOW_TABLE_CAPACITY`] is 65 536 flows — above `metronome compare`'s largest
-/// flow count (256 flows) and Carousel's 10 000-flow experiments (§7.1.1), in 768 KiB of entries plus 512 KiB of policy ids.
+/// Buckets: 16 384, so [`FLOW_TABLE_CAPACITY`] is 65 536 flows — above `metronome compare`'s
+/// largest flow count (256 flows) and Carousel's 10 000-flow experiments (§7.1.1), in 768 KiB of
+/// entries plus 512 KiB of policy ids.
 pub const FLOW_TABLE_BUCKETS: usize = 16_384;
 /// Flows tracked at once (buckets × ways).
 pub const FLOW_TABLE_CAPACITY: usize = FLOW_TABLE_BUCKETS * FLOW_TABLE_WAYS;

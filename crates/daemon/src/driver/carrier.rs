@@ -41,14 +41,14 @@
 //! the link's rate on the return. Frames the other port receives while the transmit batch is
 //! full wait in its ring, whose overflow the kernel counts (`rx_ring_drops`).
 //!
-//! Every [`CARRIER_POLL`] the loop probes the interface by name ([`probe_interface`]: its ifindex and
-//! whether it is up with carrier); when it has been up again for [`CARRIER_SETTLE`] with the same
-//! index, the AF_PACKET socket (bound to that index) works again, and the loop logs the
+//! Every [`CARRIER_POLL`] the loop probes the interface by name ([`probe_interface`]: its ifindex
+//! and whether it is up with carrier); when it has been up again for [`CARRIER_SETTLE`] with the
+//! same index, the AF_PACKET socket (bound to that index) works again, and the loop logs the
 //! transition and resumes.
 //! An interface that came back with another index, or that was seen absent meanwhile (deleted
 //! and re-created), cannot be used by the bound socket: [`CarrierEvent::Replaced`]; the loop opens
-//! the port again by name (`PacketPort::reopen`, the silos rejoining one fanout group; on the inside
-//! interface GRO is switched on again, `ports::enable_gro`, as at start) and calls
+//! the port again by name (`PacketPort::reopen`, the silos rejoining one fanout group; on the
+//! inside interface GRO is switched on again, `ports::enable_gro`, as at start) and calls
 //! [`Carrier::reopened`], which counts it in `metronome_link_reopened_total{interface}`, logs it
 //! once and resumes. A reopening that fails because the interface went away again leaves the
 //! link down and probed every `CARRIER_POLL`.
@@ -291,7 +291,8 @@ impl Carrier {
 
     /// The engine's time at wall time `now` (see the module docs): `now` minus
     /// [`Carrier::paused`], never earlier than a shaping time handed out before. The loop passes
-    /// the outside link's shaping time to every [`crate::datapath::engine::Engine`] call that takes a time.
+    /// the outside link's shaping time to every [`crate::datapath::engine::Engine`] call that takes
+    /// a time.
     pub fn shaping_time(&mut self, now: Timestamp) -> Timestamp {
         let t = now.saturating_sub(self.paused(now));
         self.shaping = self.shaping.max(t);

@@ -35,13 +35,13 @@
 //! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
 //! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
 //! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
-//! left alone until its link is back ([`crate::driver::carrier`]): its frames wait. During an outage of
-//! `outside` the engine's time (the link's [`Carrier::shaping_time`]) stands still for at most
-//! `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
+//! left alone until its link is back ([`crate::driver::carrier`]): its frames wait. During an
+//! outage of `outside` the engine's time (the link's [`Carrier::shaping_time`]) stands still for at
+//! most `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
 //! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
 //! running; when its
-//! interface came back with a new index the port is opened again by name (`PacketPort::reopen`) and its
-//! frames leave on the new socket. The loop stops when its `stop` flag
+//! interface came back with a new index the port is opened again by name (`PacketPort::reopen`) and
+//! its frames leave on the new socket. The loop stops when its `stop` flag
 //! ([`Control::stop`]) is set.
 
 use crate::datapath::engine::{Engine, EngineCounters};
@@ -136,8 +136,8 @@ pub struct LoopReport {
     /// Super-frames cut into pieces, pieces sent and failed.
     pub cuts: metronome_io::CutCounters,
     /// Frames waiting to be sent on `outside` when its link came back after an outage longer
-    /// than `daemon.link_down_grace`, dropped ([`crate::driver::carrier`]; the wheel's entries dropped for
-    /// an outage are the engine's `dropped_link_down`).
+    /// than `daemon.link_down_grace`, dropped ([`crate::driver::carrier`]; the wheel's entries
+    /// dropped for an outage are the engine's `dropped_link_down`).
     pub link_down_dropped_outside: u64,
     /// The same for `inside` (frames passed back and generated ACKs).
     pub link_down_dropped_inside: u64,

@@ -4,14 +4,14 @@
 //! "It is easy to scale Carousel by using independent Timing Wheels, one per CPU. For our
 //! approach, each TCP connection is hashed to a single Timing Wheel." Here each **silo** is one
 //! thread with its own [`Engine`] (classifier, timestamper, flow table, timing wheel), its own
-//! [`metronome_io::FramePool`] and its own pair of AF_PACKET ports; the kernel does the hashing: every silo's
-//! inside RX socket is in one `PACKET_FANOUT_HASH` group and every outside RX socket in another
-//! ([`metronome_io::Fanout`]), so all packets of a flow reach the same silo, and each silo sends
-//! on TX sockets of its own. Nothing is shared on the data path: no lock, no shared counter
-//! (each silo counts into its own metric series, [`Metrics::for_silo`]), and no packet crosses
-//! cores — the reverse direction is fanned out by the same hash, so the silo-to-silo SPSC ring
-//! (`metronome_core::spsc`) is not needed by this design. Each silo thread is pinned to one CPU
-//! of the process's affinity mask when there are enough; otherwise it runs unpinned and says so
+//! [`metronome_io::FramePool`] and its own pair of AF_PACKET ports; the kernel does the hashing:
+//! every silo's inside RX socket is in one `PACKET_FANOUT_HASH` group and every outside RX socket
+//! in another ([`metronome_io::Fanout`]), so all packets of a flow reach the same silo, and each
+//! silo sends on TX sockets of its own. Nothing is shared on the data path: no lock, no shared
+//! counter (each silo counts into its own metric series, [`Metrics::for_silo`]), and no packet
+//! crosses cores — the reverse direction is fanned out by the same hash, so the silo-to-silo SPSC
+//! ring (`metronome_core::spsc`) is not needed by this design. Each silo thread is pinned to one
+//! CPU of the process's affinity mask when there are enough; otherwise it runs unpinned and says so
 //! ([`SiloReport::pinned`], a log line), never failing.
 //!
 //! **Aggregate limits that span cores** (Carousel §5.3, "NBA" and "Communication between NBA and
@@ -29,10 +29,10 @@
 //!
 //! **Reload** (SIGHUP) goes to the coordinator, which validates the file once, refuses changes
 //! that need a restart, rescales or adds the allocators of changed classes, then hands the
-//! configuration to every silo ([`SiloExchange`]), which reloads its engine and re-applies its shares
-//! (the engine's reload puts the classes' whole rates back). Reading, validating and logging the
-//! file is the single loop's path too ([`Reloader`]). These hand-offs take a mutex, on the reload
-//! path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
+//! configuration to every silo ([`SiloExchange`]), which reloads its engine and re-applies its
+//! shares (the engine's reload puts the classes' whole rates back). Reading, validating and logging
+//! the file is the single loop's path too ([`Reloader`]). These hand-offs take a mutex, on the
+//! reload path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
 //!
 //! **Failure**: a silo whose loop stops on an error or panics sets the shared stop flag, so every
 //! silo stops; [`run_silos_on`] then returns the error or continues the panic on the calling

@@ -6,8 +6,8 @@
 //! policies (Carousel §5.1.1) and leave on [`Interfaces::outside`] from the timing wheel
 //! ([`Config::wheel`], Carousel §5.1.2); frames received on `outside` pass to `inside` unshaped.
 //! Classes are tried in file order and the first whose `match` fits takes the packet
-//! (first match wins, like `tc` filters by priority); the rest goes to the default class, unshaped unless
-//! `[default]` says otherwise. `docs/config.md` documents every field.
+//! (first match wins, like `tc` filters by priority); the rest goes to the default class, unshaped
+//! unless `[default]` says otherwise. `docs/config.md` documents every field.
 //!
 //! ```
 //! use metronome_daemon::ops::config::Config;
@@ -59,7 +59,8 @@ use std::path::Path;
 /// Default metrics address: loopback only (the endpoint is unauthenticated); 9187 is
 /// unassigned in the Prometheus exporter port list.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9187";
-/// Default packets per receive or transmit batch: the reference `recvmmsg`/`sendmmsg` forwarder's batch.
+/// Default packets per receive or transmit batch: the reference `recvmmsg`/`sendmmsg` forwarder's
+/// batch.
 pub const DEFAULT_BATCH_SIZE: usize = 64;
 /// Largest batch accepted, in packets: a sanity bound (FlowBundler's BESS pipeline moves 32).
 pub const MAX_BATCH_SIZE: usize = 1024;
@@ -110,8 +111,8 @@ pub const DEFAULT_GSO_BURST: Duration = Duration::from_millis(1);
 /// discarded and counted).
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 /// How long an outage of the outside link stops the shaping clock, so how late a frame queued
-/// for it may still leave when it returns (`crate::driver::carrier`): 1 s. Above the sub-second flaps a
-/// link sees (a carrier blip, an interface set down and up, a veth or bridge reconfigured;
+/// for it may still leave when it returns (`crate::driver::carrier`): 1 s. Above the sub-second
+/// flaps a link sees (a carrier blip, an interface set down and up, a veth or bridge reconfigured;
 /// the 0.5 s flaps of the real-traffic tests), which then lose nothing: what was queued leaves
 /// at its class's rate when the link returns, and TCP senders resume on its ACKs instead of
 /// their backed-off retransmission timers (measured: `docs/config.md`, "Links going down and
@@ -198,18 +199,18 @@ pub struct DaemonConfig {
     /// Switch GRO on on the inside interface at start (`ethtool -K IF gro on`), so that MTU
     /// senders' frames reach the daemon as super-frames too. Left on at exit. Default true.
     pub gro: bool,
-    /// What happens to malformed frames ([`crate::datapath::unclassified`]). Default: charged to the
-    /// default class.
+    /// What happens to malformed frames ([`crate::datapath::unclassified`]). Default: charged to
+    /// the default class.
     pub malformed: crate::datapath::unclassified::Unclassified,
-    /// What happens to non-IP frames ([`crate::datapath::unclassified`]). Default: charged to the default
-    /// class.
+    /// What happens to non-IP frames ([`crate::datapath::unclassified`]). Default: charged to the
+    /// default class.
     pub non_ip: crate::datapath::unclassified::Unclassified,
     /// On stop, how long queued packets are still sent at their EDT before the rest is
     /// discarded and counted (`discarded_at_stop`). Default [`DEFAULT_DRAIN`].
     pub drain: Duration,
     /// The longest an outage of the outside link stops the shaping clock: what is queued for a
-    /// down link leaves within its EDT plus this, or is dropped and counted ([`crate::driver::carrier`]).
-    /// Default [`DEFAULT_LINK_DOWN_GRACE`].
+    /// down link leaves within its EDT plus this, or is dropped and counted
+    /// ([`crate::driver::carrier`]). Default [`DEFAULT_LINK_DOWN_GRACE`].
     pub link_down_grace: Duration,
     /// How long after the wheel's next departure the idle loop may sleep, so that frames due
     /// close together leave in one batch: a frame leaves at or after its EDT and, the
@@ -221,8 +222,8 @@ pub struct DaemonConfig {
     /// Resolved (`getpwnam`) at start-up, not here. Default `None`.
     pub user: Option<String>,
     /// A class may hold at most this many times the frame pool's free slots
-    /// (`crate::datapath::engine`'s admission); 0: no share, only the classes' `queue` bounds. Default
-    /// [`DEFAULT_POOL_SHARE`].
+    /// (`crate::datapath::engine`'s admission); 0: no share, only the classes' `queue` bounds.
+    /// Default [`DEFAULT_POOL_SHARE`].
     pub pool_share: u32,
 }
 

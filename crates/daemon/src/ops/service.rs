@@ -1,7 +1,7 @@
 //! The entry point of `metronome run --config FILE [--cores N]` ([`run_daemon`]): load and
 //! validate the configuration, install the logging and the signal handlers, open AF_PACKET ports
-//! on the two interfaces, drop privileges ([`crate::os::privileges`]), start the metrics endpoint and
-//! run the loop until SIGINT or SIGTERM; SIGHUP re-reads the file.
+//! on the two interfaces, drop privileges ([`crate::os::privileges`]), start the metrics endpoint
+//! and run the loop until SIGINT or SIGTERM; SIGHUP re-reads the file.
 //!
 //! The privileges are dropped once every port is open and GRO is set up, while the daemon still
 //! has one thread: capabilities belong to threads, so the metrics endpoint's threads and the

@@ -3,7 +3,8 @@
 //! per interface, so all packets of a flow reach the same silo, Carousel §5.3),
 //! [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
 //! and [`enable_gro`], which switches GRO on on the inside interface. A port whose interface was
-//! deleted and re-created is opened again by name with `PacketPort::reopen` (`crate::driver::carrier`).
+//! deleted and re-created is opened again by name with `PacketPort::reopen`
+//! (`crate::driver::carrier`).
 //!
 //! With `daemon.vnet_hdr` (the default) both ports are opened with `PACKET_VNET_HDR`: the
 //! host's GSO/GRO super-frames arrive whole, up to 64 KiB, with their virtio-net header, and
@@ -98,10 +99,10 @@ pub const REVERSE_FRAME_SLOTS: u32 = 4096;
 /// like its small slots, held for one round.
 pub const REVERSE_GSO_SLOTS: u32 = 64;
 
-/// The reverse direction's pool of one loop ([`crate::driver::run::Pools`]): [`REVERSE_FRAME_SLOTS`]
-/// small slots, plus [`REVERSE_GSO_SLOTS`] large ones when the ports carry virtio-net headers.
-/// Apart from the shaped direction's pool, so that no class's backlog can take the slots of the
-/// ACKs that clock its senders.
+/// The reverse direction's pool of one loop ([`crate::driver::run::Pools`]):
+/// [`REVERSE_FRAME_SLOTS`] small slots, plus [`REVERSE_GSO_SLOTS`] large ones when the ports carry
+/// virtio-net headers. Apart from the shaped direction's pool, so that no class's backlog can take
+/// the slots of the ACKs that clock its senders.
 pub fn reverse_pool(config: &Config) -> FramePool {
     if config.daemon.vnet_hdr {
         let large = REVERSE_GSO_SLOTS.min(config.daemon.gso_slots.max(1));

@@ -25,9 +25,9 @@
 //! `GSO_SLOT_SIZE` bytes and sets `MSG_TRUNC`. They are dropped and counted in
 //! `rx_gso_truncated`, and so is a frame that arrives whole but whose IP packet is longer than
 //! [`MAX_IP_PACKET_BYTES`] (BIG TCP; its IPv4 total length is 0). A GRO frame of a full-size
-//! IP packet (up to 65 549 bytes untagged) is a super-frame like any other. A frame whose GSO type virtio cannot express fails the receive with
-//! `EINVAL` (`virtio_net_hdr_from_skb`), the frame already consumed: counted in
-//! `rx_vnet_errors`.
+//! IP packet (up to 65 549 bytes untagged) is a super-frame like any other. A frame whose GSO type
+//! virtio cannot express fails the receive with `EINVAL` (`virtio_net_hdr_from_skb`), the frame
+//! already consumed: counted in `rx_vnet_errors`.
 //!
 //! **VLAN.** The kernel strips an 802.1Q tag into the auxiliary data before packet taps see the
 //! frame, and its `csum_start` counts from the untagged frame; re-inserting the tag moves the

@@ -5,7 +5,8 @@
 //! seeded from the point (runs are deterministic), never prints, and returns only columns its plan
 //! documents in `[columns]` (the runner rejects any other). To add one:
 //!
-//! 1. write `src/experiments/<name>.rs` with `pub fn run(point: &Point) -> Result<Vec<Row>, LabError>`;
+//! 1. write `src/experiments/<name>.rs` with `pub fn run(point: &Point) -> Result<Vec<Row>,
+//!    LabError>`;
 //! 2. add `mod <name>;` below and an [`Experiment`] entry to [`REGISTRY`];
 //! 3. write `lab/plans/<name>.toml` and list it in [`crate::plans::EMBEDDED`].
 //!

@@ -26,12 +26,12 @@
 //! Measured: `gap_cv` is, per class, the standard deviation of the gaps between consecutive
 //! frames' start times divided by the ideal gap (`mtu × 8 / rate`), averaged over classes;
 //! `gap_cv_p99` is its 99th percentile over classes. The first `warmup_frames` frames of every
-//! class are skipped; `achieved_bps` counts from the end of the start window plus the warm-up. Each class sends at least `gaps_per_class` gaps
-//! and the run lasts long enough for `min_frames` frames in all.
-//! `ns_per_packet` is the wall time of the event loop (scheduler calls plus the few operations of
-//! the driver: refilling the sources, the link's clock, appending each frame's class and time to a
-//! preallocated log) divided by frames sent, the least over `repeats` runs (fewer once 2 s of
-//! wall time are spent): the only
+//! class are skipped; `achieved_bps` counts from the end of the start window plus the warm-up. Each
+//! class sends at least `gaps_per_class` gaps and the run lasts long enough for `min_frames` frames
+//! in all. `ns_per_packet` is the wall time of the event loop (scheduler calls plus the few
+//! operations of the driver: refilling the sources, the link's clock, appending each frame's class
+//! and time to a preallocated log) divided by frames sent, the least over `repeats` runs (fewer
+//! once 2 s of wall time are spent): the only
 //! non-deterministic column. Gap statistics are computed after the clock stops.
 //!
 //! Departures from the paper, and why: no kernel, no CPU contention, no NIC batching, no 500 ns

@@ -12,13 +12,13 @@
 //! * `flows` flows share one class's aggregate rate-limit policy of `target_bps`, burst one
 //!   packet (Carousel §5.1.1). Every packet is `packet_bytes` long on the wire.
 //! * Each flow keeps `packets_per_flow` packets in the shaper and hands it the next one when one of
-//!   its packets has left the NIC: the bound that Deferred Completions (Carousel §5.2) or TSQ put on
-//!   a flow. The packet is stamped at that instant and enqueued in a wheel of `granularity_ns`
+//!   its packets has left the NIC: the bound that Deferred Completions (Carousel §5.2) or TSQ put
+//!   on a flow. The packet is stamped at that instant and enqueued in a wheel of `granularity_ns`
 //!   slots and `horizon_ms` horizon; a packet whose delay would reach the horizon is dropped
 //!   (`horizon_policy = "reject"`, never clamped), which ends the run with an error.
 //! * The NIC polls the wheel every `granularity_ns` (Carousel §5.1.2: the wheel is visited once
-//!   per slot, g_min = 1 / f_max), on the grid of multiples of the granularity, skipping polls while
-//!   the wheel is empty, and sends what it gets back to back at `line_rate_bps`.
+//!   per slot, g_min = 1 / f_max), on the grid of multiples of the granularity, skipping polls
+//!   while the wheel is empty, and sends what it gets back to back at `line_rate_bps`.
 //! * Bytes count in the 100 ms window (`window_ms`) in which their transmission ends; the
 //!   deviation is the mean over the `duration_ms / window_ms` windows of |achieved − target|,
 //!   in percent of the target.

@@ -13,12 +13,12 @@
 //! * `tsq_pfifo_<N>`: TCP Small Queues (at most `tsq_limit` packets per flow between the socket
 //!   and the NIC's transmit completion) over a pfifo of `N` packets; a full pfifo drops the packet
 //!   (a physical drop, a network loss to TCP).
-//! * `zd`: zD (§4) over a pfifo of `zd_pfifo_slots` packets: a flow whose probe finds the pfifo full
-//!   is paused (a virtual drop) and resumed in FIFO order when a packet leaves.
+//! * `zd`: zD (§4) over a pfifo of `zd_pfifo_slots` packets: a flow whose probe finds the pfifo
+//!   full is paused (a virtual drop) and resumed in FIFO order when a packet leaves.
 //!
 //! The RTT columns are the simulator's per-segment delivery latency
-//! ([`metronome_sim::SimReport::delivery_latency`]): time from a segment's first transmission to the
-//! ACK that covers it, so they include the host's buffer (the 8k pfifo's bufferbloat) and
+//! ([`metronome_sim::SimReport::delivery_latency`]): time from a segment's first transmission to
+//! the ACK that covers it, so they include the host's buffer (the 8k pfifo's bufferbloat) and
 //! retransmission and RTO stalls (the seconds-long tails of Figure 12). The echoed-timestamp RTT,
 //! which hides those stalls, is kept as `echo_rtt_*` for comparison. The `flow_rtt_*` columns are
 //! percentiles over flows of each flow's worst delivery latency

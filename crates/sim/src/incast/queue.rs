@@ -1,6 +1,7 @@
 //! The incast run's events in one binary heap ([`TimedQueue`] without delay lines), popped in
 //! `(time, sequence)` order so that two events at the same instant fire in the order they were
-//! scheduled (deterministic runs, CONTRIBUTING.md §14). The heap keeps its capacity: the steady state does not allocate.
+//! scheduled (deterministic runs, CONTRIBUTING.md §14). The heap keeps its capacity: the steady
+//! state does not allocate.
 
 use crate::event::{Ack, TimedQueue};
 

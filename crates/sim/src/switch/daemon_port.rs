@@ -2,9 +2,9 @@
 //! becomes a real Ethernet + IPv4 + TCP frame in a [`FramePool`] slot, [`Engine::receive`]
 //! classifies it into the class of its service (one `[[class]]` per service, on a `[link]` of
 //! the port's rate, buffer, quantum and marking), and [`Engine::release`] moves it through the
-//! wheel into the link (`metronome_daemon::datapath::engine::link`), which marks CE in the frame, drops
-//! when the buffer is full, and sends when its link clock says the link is free. The code that
-//! shares a link in `metronome run` is the port, in simulated time.
+//! wheel into the link (`metronome_daemon::datapath::engine::link`), which marks CE in the frame,
+//! drops when the buffer is full, and sends when its link clock says the link is free. The code
+//! that shares a link in `metronome run` is the port, in simulated time.
 //!
 //! The scenario's port has no ceilings: the classes are unshaped, so a packet's EDT is its
 //! arrival and it joins the link's queue as it reaches the switch. Each arrival is followed by a

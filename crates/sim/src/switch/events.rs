@@ -2,7 +2,8 @@
 //! port transmissions, the end) go through a binary heap; packets and ACKs travel three FIFO
 //! delay lines (host -> switch, switch -> receiver, receiver -> sender), each of constant delay
 //! and entered in time order ([`TimedQueue`], as in [`crate::event`]). Everything pops in
-//! `(time, sequence)` order. All containers keep their capacity, so the steady state does not allocate.
+//! `(time, sequence)` order. All containers keep their capacity, so the steady state does not
+//! allocate.
 
 use crate::event::{Ack, TimedQueue};
 

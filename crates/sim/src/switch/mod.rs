@@ -13,12 +13,13 @@
 //!   flow completion times.
 //!
 //! Topology and timing: every host has a NIC of rate `C` that serialises its flows' packets in
-//! FIFO order, each flow keeping at most two packets there (TCP Small Queues); a packet then takes a propagation
-//! delay to the switch, waits in the port, is serialised at `C` and propagates to the receiver,
-//! whose ACK returns to the sender over an uncongested path (ACKs do not queue). The propagation
-//! delays are set so that an MTU packet on an idle path has an RTT of exactly `base_rtt_ns`
-//! (two serialisations of one MTU included): a quarter of the rest on each forward hop, half on
-//! the way back. MQ-ECN's testbed measures "∼250µs" base RTT end to end, the same quantity.
+//! FIFO order, each flow keeping at most two packets there (TCP Small Queues); a packet then takes
+//! a propagation delay to the switch, waits in the port, is serialised at `C` and propagates to the
+//! receiver, whose ACK returns to the sender over an uncongested path (ACKs do not queue). The
+//! propagation delays are set so that an MTU packet on an idle path has an RTT of exactly
+//! `base_rtt_ns` (two serialisations of one MTU included): a quarter of the rest on each forward
+//! hop, half on the way back. MQ-ECN's testbed measures "∼250µs" base RTT end to end, the same
+//! quantity.
 //!
 //! Departures from the paper, and why: the testbed's switch is a server with a token-bucket rate
 //! limiter at 99.5 % of line rate (§4.2); here the port serialises at exactly `C`. Flows are not

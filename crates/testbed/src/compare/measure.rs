@@ -167,7 +167,8 @@ impl CpuTimes {
 /// second field (`comm`, in parentheses) may hold spaces.
 pub fn parse_utime(stat: &str) -> Option<u64> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
-    // After `comm`: state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime(14).
+    // After `comm`: state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+    // utime(14).
     after_comm.split_whitespace().nth(11)?.parse().ok()
 }
 

@@ -5,8 +5,8 @@
 //!   the configuration's class ids map to it (`class_map`).
 //! * **Reload** ([`Engine::reload`]): an existing class keeps its aggregate and pacing policies
 //!   (`Timestamper::set_rate`, so no burst is granted) and its queued packets leave at their
-//!   EDT; a new classifier, hashing flows with the engine's seed ([`crate::datapath::flow_seed`], so live
-//!   flows keep their ids), takes the next packet. Changes that need a restart
+//!   EDT; a new classifier, hashing flows with the engine's seed ([`crate::datapath::flow_seed`],
+//!   so live flows keep their ids), takes the next packet. Changes that need a restart
 //!   (`ReloadPlan::restart_required`) are refused, the running configuration kept.
 //! * **Admission** ([`Engine::admit`]): a class holds at most its `queue` bounds and its share of
 //!   the frame pool (the dynamic threshold of shared-buffer switches).

@@ -1,7 +1,8 @@
 //! The shared link (`[link]`, [`crate::ops::config::link`]): packets of the classes on it leave the
 //! timing wheel at their class's ceiling EDT (Carousel §5.1, as every class) into a multi-queue
-//! port ([`metronome_core::MqPort`]: DWRR or WRR across the weighted classes under a strict-priority tier, one
-//! shared buffer, MQ-ECN §4.2), which a link clock drains at the link's rate.
+//! port ([`metronome_core::MqPort`]: DWRR or WRR across the weighted classes under a
+//! strict-priority tier, one shared buffer, MQ-ECN §4.2), which a link clock drains at the link's
+//! rate.
 //!
 //! * **Composition.** The wheel holds a packet until its class's ceiling allows it; the port
 //!   holds it until the link is free and the scheduler picks its class. So a class never exceeds

@@ -5,8 +5,8 @@
 //!    gets its TCP/UDP checksum computed ([`metronome_packet::fix_l4_checksum`]).
 //! 2. **Classify** ([`metronome_packet::parse`], [`metronome_packet::Classifier`]): an unshaped
 //!    class's frame is forwarded at once; non-IP and malformed frames get the action of
-//!    `[daemon] non_ip` / `malformed` ([`crate::datapath::unclassified`]), by default charged to the
-//!    default class.
+//!    `[daemon] non_ip` / `malformed` ([`crate::datapath::unclassified`]), by default charged to
+//!    the default class.
 //! 3. **Admit** ([`Engine::admit`]) before the flow table: within the class's `queue` bounds
 //!    (`queue_full`) and its share of the frame pool (`pool_share`); a fair class sheds from its
 //!    fattest flow instead ([`super::fair`]). Then backpressure: `drop` past the flow's `limit`
@@ -14,8 +14,8 @@
 //!    not-ECT packet is queued unmarked and counted under `ecn_not_ect`), a `reject` horizon
 //!    drops a packet whose delay would reach it (`horizon`).
 //! 4. **Stamp**: the EDT is the latest of the class's aggregate policy and, when the class
-//!    paces, the flow's own ([`crate::datapath::flow_table`]; a flow with no room there is paced under its
-//!    class's overflow entry, counted under `flow_table_full`); clamped to the horizon.
+//!    paces, the flow's own ([`crate::datapath::flow_table`]; a flow with no room there is paced
+//!    under its class's overflow entry, counted under `flow_table_full`); clamped to the horizon.
 //! 5. **Queue** in the timing wheel, booked with its slot ([`super::slots`]); a super-frame
 //!    beyond its class's `gso_burst` is cut into pieces first ([`super::cut`]). A wheel
 //!    rejection is a counted drop, its slot freed.

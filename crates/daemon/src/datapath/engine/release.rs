@@ -174,8 +174,8 @@ impl Engine {
     /// more than `grace` past, to the wheel's granularity) without sending it: its slot is freed,
     /// and it is counted under `dropped_link_down` and its class's `link_down` drops. The loop
     /// calls it, with a `grace` of zero, while the outside link has been down longer than
-    /// `daemon.link_down_grace` ([`crate::driver::carrier`]); entries due later stay in the wheel with
-    /// their EDT. Returns how many entries it dropped. One entry per dequeue, so that nothing
+    /// `daemon.link_down_grace` ([`crate::driver::carrier`]); entries due later stay in the wheel
+    /// with their EDT. Returns how many entries it dropped. One entry per dequeue, so that nothing
     /// due within the grace leaves the wheel.
     pub fn expire(&mut self, now: Timestamp, grace: Duration, pool: &mut FramePool) -> u64 {
         let width = self.config.wheel.granularity;

@@ -1,8 +1,8 @@
 //! The shaped direction across an outage of the outside link, in simulated time: the engine
 //! driven as the loop drives it (its time the link's [`Carrier::shaping_time`], its release
-//! [`crate::driver::run::release_shaped`]), one tick per millisecond, each frame tagged with its sequence number.
-//! An outage within the grace shifts every later departure by its length and drops nothing;
-//! one beyond it drops what fell due past the grace and shifts the rest by the grace; in
+//! [`crate::driver::run::release_shaped`]), one tick per millisecond, each frame tagged with its
+//! sequence number. An outage within the grace shifts every later departure by its length and drops
+//! nothing; one beyond it drops what fell due past the grace and shifts the rest by the grace; in
 //! neither does a class send more than its rate and its burst after the link's return.
 
 use super::*;

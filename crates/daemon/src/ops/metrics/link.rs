@@ -1,7 +1,7 @@
-//! The shared link's series ([`crate::datapath::engine::link`]), like `tc -s class show` gives for an HTB
-//! hierarchy: per class its bytes and packets on the link (its share), the bytes and packets in
-//! its queue, the link's CE marks and not-ECT fallbacks, its queue's current marking threshold and
-//! the delay from its EDT to its departure; for the link its rate, its bytes, and MQ-ECN's
+//! The shared link's series ([`crate::datapath::engine::link`]), like `tc -s class show` gives for
+//! an HTB hierarchy: per class its bytes and packets on the link (its share), the bytes and packets
+//! in its queue, the link's CE marks and not-ECT fallbacks, its queue's current marking threshold
+//! and the delay from its EDT to its departure; for the link its rate, its bytes, and MQ-ECN's
 //! measured round time (MQ-ECN §3.3.1). A link is drained by one silo (validation refuses a
 //! `[link]` with `daemon.cores > 1`), so the series carry no `silo` label.
 //!

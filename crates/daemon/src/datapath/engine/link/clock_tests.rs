@@ -79,7 +79,8 @@ fn a_late_loop_catches_up_by_at_most_the_burst() {
     let mut clock = LinkClock::new(Rate::mbps(100), 3000);
     clock.wake(Timestamp::ZERO);
     clock.send(Timestamp::ZERO, 1500); // busy until 120 µs
-                                       // The loop wakes 10 ms late: the next departure is stamped 3000 bytes (240 µs) back.
+                                       // The loop wakes 10 ms late: the next departure is stamped
+                                       // 3000 bytes (240 µs) back.
     let late = Timestamp::from_nanos(10_000_000);
     assert_eq!(clock.send(late, 1500).as_nanos(), 10_000_000 - 240_000);
     assert_eq!(clock.send(late, 1500).as_nanos(), 10_000_000 - 120_000);

@@ -1,5 +1,5 @@
-//! The daemon's engines hash flows with a seed drawn at start-up ([`crate::datapath::flow_seed`]), kept
-//! across reloads.
+//! The daemon's engines hash flows with a seed drawn at start-up ([`crate::datapath::flow_seed`]),
+//! kept across reloads.
 
 use super::*;
 

@@ -1,6 +1,7 @@
 //! A flow whose bucket of the flow table is full of active flows is still paced and limited:
-//! its packets go to the class's overflow entry ([`crate::datapath::flow_table`]). The flows are crafted to
-//! share one bucket under [`metronome_packet::DEFAULT_FLOW_SEED`], the seed of `Engine::new`.
+//! its packets go to the class's overflow entry ([`crate::datapath::flow_table`]). The flows are
+//! crafted to share one bucket under [`metronome_packet::DEFAULT_FLOW_SEED`], the seed of
+//! `Engine::new`.
 
 use super::*;
 use crate::datapath::flow_table::{FLOW_TABLE_BUCKETS, FLOW_TABLE_WAYS};

@@ -73,8 +73,8 @@ fn garbage_alongside_tcp_stays_within_the_sum_of_the_limits() {
         .saturating_since(t0)
         .as_secs_f64();
     let garbage_bits = (300 * FULL * 8) as f64;
-    // The garbage left at the default class's rate: 300 frames at 50 Mbit/s take 72.7 ms (less one frame of burst); the TCP frames
-    // finish earlier at 100 Mbit/s.
+    // The garbage left at the default class's rate: 300 frames at 50 Mbit/s take 72.7 ms (less one
+    // frame of burst); the TCP frames finish earlier at 100 Mbit/s.
     let want = (garbage_bits - (FULL * 8) as f64) / 50e6;
     assert!(
         (elapsed / want - 1.0).abs() < 0.001,
