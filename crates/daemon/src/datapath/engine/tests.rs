@@ -67,6 +67,16 @@ struct Rig {
 }
 
 impl Rig {
+    /// The value of the metrics' series `series` (its name and labels), 0 when absent.
+    fn series(&self, series: &str) -> u64 {
+        let key = format!("{series} ");
+        let text = self.engine.metrics.encode();
+        text.lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     fn new(text: &str) -> Rig {
         let pool = FramePool::new(4096, 2048);
         Rig {

@@ -41,12 +41,9 @@ fn departures(rig: &Rig, t0: Timestamp, src_port: u16) -> Vec<u64> {
 
 /// The class's `metronome_class_flow_table_overflow_total`.
 fn overflow_metric(rig: &Rig, class: &str) -> u64 {
-    let key = format!("metronome_class_flow_table_overflow_total{{class=\"{class}\"}} ");
-    let text = rig.engine.metrics.encode();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key.as_str()))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    rig.series(&format!(
+        "metronome_class_flow_table_overflow_total{{class=\"{class}\"}}"
+    ))
 }
 
 /// Class `paced` (state 2 of `BASE`) paces each flow at 12 Mbit/s and has no aggregate rate. Four

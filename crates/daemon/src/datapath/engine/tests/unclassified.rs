@@ -24,13 +24,9 @@ fn garbage(i: usize) -> Vec<u8> {
 }
 
 fn encoded(rig: &Rig, kind: &str, action: &str) -> u64 {
-    let key =
-        format!("metronome_unclassified_frames_total{{kind=\"{kind}\",action=\"{action}\"}} ");
-    let text = rig.engine.metrics.encode();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key.as_str()))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    rig.series(&format!(
+        "metronome_unclassified_frames_total{{kind=\"{kind}\",action=\"{action}\"}}"
+    ))
 }
 
 #[test]
