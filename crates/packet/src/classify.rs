@@ -10,15 +10,44 @@
 //! families. A port range never matches a packet without ports (ICMP, a later fragment, a first
 //! fragment cut before its transport header), even if the range contains 0.
 //!
-//! The scan is linear, rule by rule, in configuration order: for the tens of rules a shaper
-//! configuration holds, a handful of compares per rule beats any index (a prefix trie or a
-//! tuple-space search, as in Open vSwitch, pays off from hundreds of rules). The scan reads
-//! only the rule slice and the parsed packet: no allocation.
+//! How a packet finds its rule ([`Classifier::class_of`]), with the same result as trying the
+//! rules one by one in configuration order:
+//!
+//! * Up to 16 rules (`LINEAR_MAX_RULES`), a linear scan: for the few rules most shaper
+//!   configurations hold, a handful of compares per rule costs less than hashing a key.
+//! * Above it, a tuple-space search, as in Open vSwitch's classifier: the rules are grouped by
+//!   their shape (destination prefix family and length or none, source prefix family and
+//!   length or none, DSCP present, protocol present). Each shape holds a hash map from the
+//!   masked key (destination, source, DSCP, protocol; absent fields as 0) to its rules in
+//!   configuration order, each with its port ranges. A packet costs one key and one lookup per
+//!   shape, whatever the number of rules; in a shape the first rule whose port ranges match
+//!   wins, and across shapes the smallest rule index wins.
+//! * Shapes are visited in the order of their first rule, and the search stops at the first
+//!   shape whose first rule comes after the best match found: a configuration whose early
+//!   rules match most traffic pays for few shapes.
+//! * The maps use the standard library's `HashMap` with its default, randomly keyed SipHash
+//!   ([`std::collections::hash_map::RandomState`]): the keys come from the packets of untrusted
+//!   senders, who must not be able to compute colliding addresses that turn a lookup into a
+//!   scan.
+//! * Unsatisfiable rules ([`ClassRule::is_unsatisfiable`]) match nothing and are left out of
+//!   the index; [`Classifier::rules`] still returns every rule, in order.
+//!
+//! Classifying reads only the classifier and the parsed packet: no allocation. The index is
+//! built once, in [`Classifier::new`].
 
 use crate::flow_hash::{flow_id, DEFAULT_FLOW_SEED};
 use crate::frame::{IpPacket, Malformed, Parsed};
 use ipnet::IpNet;
 use metronome_core::{ClassId, FlowId, PacketRef};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// Number of rules up to which [`Classifier::class_of`] scans the rules linearly instead of
+/// searching the index (rules). At this size a scan is a few tens of compares, in the order of
+/// the cost of hashing one key, so the index could not be faster; above it, the scan grows
+/// with every rule while the index does not.
+const LINEAR_MAX_RULES: usize = 16;
 
 /// One classification rule: every present field must match. `Default` matches all IP packets.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -96,11 +125,24 @@ impl Verdict {
 }
 
 /// Ordered rules, a default class and the flow-hash seed.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Classifier {
     rules: Vec<(ClassRule, ClassId)>,
+    /// The tuple-space index of `rules`; `None` up to [`LINEAR_MAX_RULES`] rules.
+    index: Option<TupleSpace>,
     default: ClassId,
     flow_seed: u64,
+}
+
+impl fmt::Debug for Classifier {
+    /// The rules, the default class and the seed; the index is derived from the rules.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Classifier")
+            .field("rules", &self.rules)
+            .field("default", &self.default)
+            .field("flow_seed", &self.flow_seed)
+            .finish()
+    }
 }
 
 impl Classifier {
@@ -108,8 +150,10 @@ impl Classifier {
     /// public [`DEFAULT_FLOW_SEED`] (reproducible ids for tests and simulations; see
     /// [`Classifier::with_flow_seed`]).
     pub fn new(rules: Vec<(ClassRule, ClassId)>, default: ClassId) -> Self {
+        let index = (rules.len() > LINEAR_MAX_RULES).then(|| TupleSpace::new(&rules));
         Classifier {
             rules,
+            index,
             default,
             flow_seed: DEFAULT_FLOW_SEED,
         }
@@ -123,7 +167,8 @@ impl Classifier {
         self
     }
 
-    /// The verdict for a parsed frame. Allocation-free; linear in the number of rules.
+    /// The verdict for a parsed frame. Allocation-free; beyond a few rules its cost does not grow
+    /// with the number of rules (see the module documentation).
     #[inline]
     pub fn classify(&self, parsed: &Parsed) -> Verdict {
         match parsed {
@@ -140,10 +185,15 @@ impl Classifier {
     /// The class of an IP packet: the first matching rule's, else the default.
     #[inline]
     pub fn class_of(&self, ip: &IpPacket) -> ClassId {
-        self.rules
-            .iter()
-            .find(|(rule, _)| rule.matches(ip))
-            .map_or(self.default, |&(_, class)| class)
+        let found = match &self.index {
+            Some(index) => index.find(ip),
+            None => self
+                .rules
+                .iter()
+                .find(|(rule, _)| rule.matches(ip))
+                .map(|&(_, class)| class),
+        };
+        found.unwrap_or(self.default)
     }
 
     /// The rules, in matching order.
@@ -159,5 +209,209 @@ impl Classifier {
     /// The flow-hash seed.
     pub fn flow_seed(&self) -> u64 {
         self.flow_seed
+    }
+}
+
+/// The shape of a rule's address prefix: which family and how many bits, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PrefixShape {
+    /// No prefix: any address of either family.
+    Any,
+    /// An IPv4 prefix of this length (0..=32).
+    V4(u8),
+    /// An IPv6 prefix of this length (0..=128).
+    V6(u8),
+}
+
+impl PrefixShape {
+    fn of(net: Option<IpNet>) -> Self {
+        match net {
+            None => PrefixShape::Any,
+            Some(IpNet::V4(n)) => PrefixShape::V4(n.prefix_len()),
+            Some(IpNet::V6(n)) => PrefixShape::V6(n.prefix_len()),
+        }
+    }
+
+    /// The address's bits under this shape's mask, as the key part; 0 for `Any`; `None` when the
+    /// address is of the other family, which no rule of this shape matches.
+    #[inline]
+    fn masked(self, addr: IpAddr) -> Option<u128> {
+        match (self, addr) {
+            (PrefixShape::Any, _) => Some(0),
+            (PrefixShape::V4(len), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                Some(u128::from(u32::from(a) & mask))
+            }
+            (PrefixShape::V6(len), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                Some(u128::from(a) & mask)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Which fields of a rule are present, and the prefix lengths: the rules of one shape differ
+/// only in the values of those fields and in their port ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Shape {
+    dst: PrefixShape,
+    src: PrefixShape,
+    dscp: bool,
+    protocol: bool,
+}
+
+impl Shape {
+    fn of(rule: &ClassRule) -> Self {
+        Shape {
+            dst: PrefixShape::of(rule.dst),
+            src: PrefixShape::of(rule.src),
+            dscp: rule.dscp.is_some(),
+            protocol: rule.protocol.is_some(),
+        }
+    }
+
+    /// The packet's key under this shape; `None` when an address family rules the shape out.
+    #[inline]
+    fn key(self, ip: &IpPacket) -> Option<Key> {
+        Some(Key {
+            dst: self.dst.masked(ip.tuple.dst)?,
+            src: self.src.masked(ip.tuple.src)?,
+            dscp: if self.dscp { ip.dscp } else { 0 },
+            protocol: if self.protocol { ip.tuple.protocol } else { 0 },
+        })
+    }
+}
+
+/// The fields a shape compares exactly, masked; absent fields are 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    dst: u128,
+    src: u128,
+    dscp: u8,
+    protocol: u8,
+}
+
+impl Key {
+    /// The key of a satisfiable rule of `shape`: the same value [`Shape::key`] gives every
+    /// packet the rule's prefixes, DSCP and protocol match.
+    fn of_rule(rule: &ClassRule, shape: Shape) -> Self {
+        let network = |net: Option<IpNet>, part: PrefixShape| {
+            net.and_then(|n| part.masked(n.network())).unwrap_or(0)
+        };
+        Key {
+            dst: network(rule.dst, shape.dst),
+            src: network(rule.src, shape.src),
+            dscp: rule.dscp.unwrap_or(0),
+            protocol: rule.protocol.unwrap_or(0),
+        }
+    }
+}
+
+/// A rule in its shape's map: what is left to compare once the key matched.
+#[derive(Clone, Debug)]
+struct Entry {
+    /// Position of the rule in the configuration.
+    index: usize,
+    dst_port: Option<(u16, u16)>,
+    src_port: Option<(u16, u16)>,
+    class: ClassId,
+}
+
+impl Entry {
+    /// Whether the packet's ports satisfy the rule's ranges, as in [`ClassRule::matches`].
+    #[inline]
+    fn ports_match(&self, ip: &IpPacket) -> bool {
+        let t = &ip.tuple;
+        self.dst_port
+            .is_none_or(|(lo, hi)| ip.has_ports && (lo..=hi).contains(&t.dst_port))
+            && self
+                .src_port
+                .is_none_or(|(lo, hi)| ip.has_ports && (lo..=hi).contains(&t.src_port))
+    }
+}
+
+/// The rules of one shape.
+#[derive(Clone, Debug)]
+struct ShapeTable {
+    shape: Shape,
+    /// The smallest rule index of the shape.
+    first: usize,
+    /// Rules by key, each list in configuration order. A list ends at its first rule without
+    /// port ranges: the rules after it could never be the first match.
+    rules: HashMap<Key, Vec<Entry>>,
+}
+
+/// The tuple-space index: shapes in increasing order of their first rule.
+#[derive(Clone, Debug)]
+struct TupleSpace {
+    tables: Vec<ShapeTable>,
+}
+
+impl TupleSpace {
+    fn new(rules: &[(ClassRule, ClassId)]) -> Self {
+        let mut tables: Vec<ShapeTable> = Vec::new();
+        let mut table_of: HashMap<Shape, usize> = HashMap::new();
+        for (index, (rule, class)) in rules.iter().enumerate() {
+            if rule.is_unsatisfiable() {
+                continue;
+            }
+            let shape = Shape::of(rule);
+            // Rules come in increasing index order, so a shape's table is created at its
+            // smallest index and the tables are in increasing order of `first`.
+            let t = *table_of.entry(shape).or_insert_with(|| {
+                tables.push(ShapeTable {
+                    shape,
+                    first: index,
+                    rules: HashMap::new(),
+                });
+                tables.len() - 1
+            });
+            let list = tables[t]
+                .rules
+                .entry(Key::of_rule(rule, shape))
+                .or_default();
+            let shadowed = list
+                .last()
+                .is_some_and(|e| e.dst_port.is_none() && e.src_port.is_none());
+            if !shadowed {
+                list.push(Entry {
+                    index,
+                    dst_port: rule.dst_port,
+                    src_port: rule.src_port,
+                    class: *class,
+                });
+            }
+        }
+        for table in &mut tables {
+            table.rules.shrink_to_fit();
+            for list in table.rules.values_mut() {
+                list.shrink_to_fit();
+            }
+        }
+        TupleSpace { tables }
+    }
+
+    /// The class of the first rule, in configuration order, that matches `ip`.
+    #[inline]
+    fn find(&self, ip: &IpPacket) -> Option<ClassId> {
+        let mut best: Option<&Entry> = None;
+        for table in &self.tables {
+            if best.is_some_and(|b| b.index < table.first) {
+                break;
+            }
+            let Some(key) = table.shape.key(ip) else {
+                continue;
+            };
+            let Some(list) = table.rules.get(&key) else {
+                continue;
+            };
+            if let Some(e) = list.iter().find(|e| e.ports_match(ip)) {
+                if best.is_none_or(|b| e.index < b.index) {
+                    best = Some(e);
+                }
+            }
+        }
+        best.map(|e| e.class)
     }
 }

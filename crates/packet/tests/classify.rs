@@ -1,10 +1,13 @@
-//! Classifier tests: every rule field, first match, default class, families, fragments, VLANs.
+//! Classifier tests: every rule field, first match, default class, families, fragments, VLANs,
+//! and the rule index against a linear first-match scan (large and random rule sets).
 
 mod common;
 
 use common::*;
 use metronome_core::{ClassId, FlowId};
-use metronome_packet::{parse, ClassRule, Classifier, Malformed, Verdict};
+use metronome_packet::{parse, ClassRule, Classifier, IpPacket, Malformed, Parsed, Verdict};
+use proptest::prelude::*;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const DEFAULT: ClassId = ClassId(0);
 
@@ -325,4 +328,304 @@ fn flows_follow_the_five_tuple_and_the_seed() {
     assert_eq!(usize::from(len), a_longer.len());
     let r = c.classify(&parse(&a_longer)).packet_ref(77).unwrap();
     assert_eq!((r.id, r.flow, r.class, r.len), (77, flow, class, len));
+}
+
+// The rule index: large and random rule sets against a linear first-match scan.
+
+/// The reference model: the first rule, in order, that matches; else the default.
+fn first_match(rules: &[(ClassRule, ClassId)], default: ClassId, ip: &IpPacket) -> ClassId {
+    rules
+        .iter()
+        .find(|(rule, _)| rule.matches(ip))
+        .map_or(default, |&(_, class)| class)
+}
+
+fn ip_of(frame: &[u8]) -> IpPacket {
+    match parse(frame) {
+        Parsed::Ip(ip) => ip,
+        other => panic!("expected an IP packet, got {other:?}"),
+    }
+}
+
+#[test]
+fn ten_thousand_host_rules_each_packet_finds_its_own() {
+    let host = |i: u32| (Ipv4Addr::from(0x0a00_0000 | i)).octets();
+    let rules: Vec<_> = (0..10_000u32)
+        .map(|i| {
+            let dst = IpAddr::from(host(i));
+            let rule = ClassRule {
+                dst: Some(ipnet::IpNet::new(dst, 32).unwrap()),
+                ..Default::default()
+            };
+            (rule, ClassId(1 + i as u16))
+        })
+        .collect();
+    let c = Classifier::new(rules, DEFAULT);
+    assert_eq!(c.rules().len(), 10_000);
+    for i in 0..10_000u32 {
+        let frame = tcp4([192, 0, 2, 1], host(i), 1000, 80);
+        assert_eq!(class(&c, &frame), ClassId(1 + i as u16), "rule {i}");
+    }
+    assert_eq!(class(&c, &tcp4([1, 1, 1, 1], host(10_000), 1, 2)), DEFAULT);
+    assert_eq!(
+        class(&c, &v6(ip6(1), ip6(2), L4::Tcp, 1, 2, 0)),
+        DEFAULT,
+        "an IPv6 packet never matches an IPv4 prefix"
+    );
+}
+
+#[test]
+fn first_match_wins_across_rules_of_different_shapes() {
+    // Enough rules of their own shapes, matching none of the packets below, that the classifier
+    // searches its index rather than scanning.
+    let mut rules: Vec<(ClassRule, ClassId)> = (0..24u8)
+        .map(|i| {
+            let rule = ClassRule {
+                dst: net(&format!("172.16.{i}.0/{}", 24 + i % 8)),
+                protocol: (i % 2 == 0).then_some(6),
+                ..Default::default()
+            };
+            (rule, ClassId(100 + u16::from(i)))
+        })
+        .collect();
+    let mut push = |rule: ClassRule, class: u16| rules.push((rule, ClassId(class)));
+    // 24: the most specific rule comes first for HTTPS to 10.1/16 from 192.168/16.
+    push(
+        ClassRule {
+            dst: net("10.1.0.0/16"),
+            src: net("192.168.0.0/16"),
+            protocol: Some(6),
+            dst_port: Some((443, 443)),
+            ..Default::default()
+        },
+        1,
+    );
+    // 25: any source in 192.168/16.
+    push(
+        ClassRule {
+            src: net("192.168.0.0/16"),
+            ..Default::default()
+        },
+        2,
+    );
+    // 26: DSCP 46 anywhere; shadowed by 25 for sources in 192.168/16.
+    push(
+        ClassRule {
+            dscp: Some(46),
+            ..Default::default()
+        },
+        3,
+    );
+    // 27: the shape of the fillers (destination /24, TCP): found in the first shape visited,
+    // yet later than 25 and 26.
+    push(
+        ClassRule {
+            dst: net("10.1.2.0/24"),
+            protocol: Some(6),
+            ..Default::default()
+        },
+        4,
+    );
+    // 28: an unsatisfiable rule that would match everything else.
+    push(
+        ClassRule {
+            dst_port: Some((9, 8)),
+            ..Default::default()
+        },
+        5,
+    );
+    // 29: everything in 10/8.
+    push(
+        ClassRule {
+            dst: net("10.0.0.0/8"),
+            ..Default::default()
+        },
+        6,
+    );
+    let c = Classifier::new(rules.clone(), DEFAULT);
+    let udp = |src, dst, tos| v4(src, dst, L4::Udp, 5, 443, tos);
+    let cases = [
+        (tcp4([192, 168, 1, 1], [10, 1, 2, 3], 5, 443), 1),
+        (tcp4([192, 168, 1, 1], [10, 1, 2, 3], 5, 80), 2),
+        (udp([192, 168, 1, 1], [10, 1, 2, 3], 46 << 2), 2),
+        (udp([192, 0, 2, 1], [10, 1, 2, 3], 46 << 2), 3),
+        (tcp4([192, 0, 2, 1], [10, 1, 2, 3], 5, 443), 4),
+        (udp([192, 0, 2, 1], [10, 1, 2, 3], 0), 6),
+        (tcp4([192, 0, 2, 1], [10, 9, 2, 3], 5, 443), 6),
+        (tcp4([192, 0, 2, 1], [11, 1, 2, 3], 5, 443), 0),
+        (tcp4([172, 16, 3, 1], [172, 16, 3, 1], 5, 443), 103),
+    ];
+    for (frame, expected) in &cases {
+        let ip = ip_of(frame);
+        assert_eq!(class(&c, frame), ClassId(*expected), "{ip:?}");
+        assert_eq!(first_match(&rules, DEFAULT, &ip), ClassId(*expected));
+    }
+}
+
+/// An address of a random case: one of a few bases of the family, its low `128 - keep` bits
+/// (IPv6) or `32 - keep` bits (IPv4) replaced by noise, so that packets and prefixes land close
+/// to one another.
+#[derive(Clone, Copy, Debug)]
+struct Addr {
+    base: usize,
+    keep: u32,
+    noise: u128,
+}
+
+/// Few bases, close to each other, so that prefixes of one base contain addresses of another.
+const V4_BASES: [u32; 3] = [0x0a01_0200, 0x0a01_0300, 0xc0a8_0001];
+const V6_BASES: [u128; 3] = [
+    0x2001_0db8_0000_0000_0000_0000_0000_0100,
+    0x2001_0db8_0000_0001_0000_0000_0000_0100,
+    0xfd00_0000_0000_0000_0000_0000_0000_0001,
+];
+
+impl Addr {
+    fn v4(self) -> Ipv4Addr {
+        let keep_mask = u32::MAX.checked_shl(32 - self.keep.min(32)).unwrap_or(0);
+        Ipv4Addr::from((V4_BASES[self.base] & keep_mask) | (self.noise as u32 & !keep_mask))
+    }
+
+    fn v6(self) -> Ipv6Addr {
+        let keep_mask = u128::MAX.checked_shl(128 - self.keep).unwrap_or(0);
+        Ipv6Addr::from((V6_BASES[self.base] & keep_mask) | (self.noise & !keep_mask))
+    }
+}
+
+fn addr() -> impl Strategy<Value = Addr> {
+    // Mostly the exact base or noise in its last bits; sometimes anything.
+    let keep = prop_oneof![3 => Just(128u32), 4 => 100u32..=128, 2 => 0u32..=128];
+    (0..V4_BASES.len(), keep, any::<u128>()).prop_map(|(base, keep, noise)| Addr {
+        base,
+        keep,
+        noise,
+    })
+}
+
+/// A prefix of either family: an address and a length, /0 and full length included.
+fn prefix() -> impl Strategy<Value = ipnet::IpNet> {
+    let len = prop_oneof![1 => Just(0u8), 2 => Just(u8::MAX), 6 => 0u8..=128];
+    (any::<bool>(), addr(), len).prop_map(|(v6, a, len)| {
+        if v6 {
+            let len = if len == u8::MAX { 128 } else { len.min(128) };
+            ipnet::IpNet::new(IpAddr::V6(a.v6()), len).unwrap()
+        } else {
+            let len = if len == u8::MAX { 32 } else { len % 33 };
+            ipnet::IpNet::new(IpAddr::V4(a.v4()), len).unwrap()
+        }
+    })
+}
+
+/// A port range over few ports, so that packets hit them; sometimes empty (unsatisfiable).
+fn ports() -> impl Strategy<Value = Option<(u16, u16)>> {
+    prop_oneof![3 => Just(None), 2 => (0u16..6, 0u16..6).prop_map(Some), 1 => Just(Some((0, u16::MAX)))]
+}
+
+fn rule() -> impl Strategy<Value = ClassRule> {
+    let dscp =
+        prop_oneof![3 => Just(None), 3 => (0u8..3).prop_map(Some), 1 => (0u8..=70).prop_map(Some)];
+    let protocol = prop_oneof![2 => Just(None), 1 => prop::sample::select(vec![1u8, 6, 17, 58]).prop_map(Some)];
+    let dst = prop_oneof![1 => Just(None), 2 => prefix().prop_map(Some)];
+    let src = prop_oneof![2 => Just(None), 1 => prefix().prop_map(Some)];
+    (dst, src, dscp, protocol, ports(), ports()).prop_map(
+        |(dst, src, dscp, protocol, dst_port, src_port)| ClassRule {
+            dst,
+            src,
+            dscp,
+            protocol,
+            dst_port,
+            src_port,
+        },
+    )
+}
+
+/// Rules with some duplicates: an entry `Err(k)` repeats the earlier rule `k` modulo its index.
+fn rules() -> impl Strategy<Value = Vec<(ClassRule, ClassId)>> {
+    let entry = prop_oneof![8 => rule().prop_map(Ok), 1 => any::<usize>().prop_map(Err)];
+    prop::collection::vec(entry, 0..=200).prop_map(|entries| {
+        let mut rules: Vec<(ClassRule, ClassId)> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.into_iter().enumerate() {
+            let rule = match entry {
+                Ok(rule) => rule,
+                Err(k) if i > 0 => rules[k % i].0.clone(),
+                Err(_) => ClassRule::default(),
+            };
+            rules.push((rule, ClassId(1 + i as u16)));
+        }
+        rules
+    })
+}
+
+/// A packet of either family near the bases: TCP or UDP with ports, ICMP or an IPv4 later
+/// fragment without.
+#[derive(Clone, Debug)]
+struct Packet {
+    v6: bool,
+    src: Addr,
+    dst: Addr,
+    l4: u8,
+    sport: u16,
+    dport: u16,
+    dscp: u8,
+}
+
+impl Packet {
+    fn frame(&self) -> Vec<u8> {
+        let l4 = [L4::Tcp, L4::Udp, L4::Icmp, L4::Tcp][usize::from(self.l4)];
+        let tos = self.dscp << 2;
+        if self.v6 {
+            let (src, dst) = (self.src.v6().octets(), self.dst.v6().octets());
+            v6(src, dst, l4, self.sport, self.dport, tos)
+        } else {
+            let (src, dst) = (self.src.v4().octets(), self.dst.v4().octets());
+            let frame = v4_len(src, dst, l4, self.sport, self.dport, tos, 64);
+            if self.l4 == 3 {
+                fragment_v4(&frame, 5, false, 40)
+            } else {
+                frame
+            }
+        }
+    }
+}
+
+fn packet() -> impl Strategy<Value = Packet> {
+    let dscp = prop_oneof![3 => 0u8..3, 1 => 0u8..64];
+    (
+        any::<bool>(),
+        addr(),
+        addr(),
+        0u8..4,
+        0u16..7,
+        0u16..7,
+        dscp,
+    )
+        .prop_map(|(v6, src, dst, l4, sport, dport, dscp)| Packet {
+            v6,
+            src,
+            dst,
+            l4,
+            sport,
+            dport,
+            dscp,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The classifier gives every packet the class of the first matching rule, as a linear scan
+    /// does, whatever the rules: prefixes of both families and every length, DSCP, protocol,
+    /// port ranges, overlaps, duplicates and unsatisfiable rules.
+    #[test]
+    fn the_classifier_agrees_with_a_linear_first_match_scan(
+        rules in rules(),
+        packets in prop::collection::vec(packet(), 64),
+    ) {
+        let c = Classifier::new(rules.clone(), DEFAULT);
+        prop_assert_eq!(c.rules(), &rules[..]);
+        for p in &packets {
+            let ip = ip_of(&p.frame());
+            prop_assert_eq!(c.class_of(&ip), first_match(&rules, DEFAULT, &ip), "{:?}", ip);
+        }
+    }
 }
