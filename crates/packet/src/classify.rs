@@ -22,6 +22,8 @@
 //!   configuration order, each with its port ranges. A packet costs one key and one lookup per
 //!   shape, whatever the number of rules; in a shape the first rule whose port ranges match
 //!   wins, and across shapes the smallest rule index wins.
+//! * A shape with few keys (`FEW_KEYS`) compares them in turn instead of hashing: a
+//!   configuration of many shapes with a few rules each costs about what scanning it would.
 //! * Shapes are visited in the order of their first rule, and the search stops at the first
 //!   shape whose first rule comes after the best match found: a configuration whose early
 //!   rules match most traffic pays for few shapes.
@@ -331,15 +333,50 @@ impl Entry {
     }
 }
 
+/// Number of distinct keys up to which a shape keeps its keys in a list compared one by one
+/// (keys): comparing a few keys costs less than hashing one, so a configuration of many shapes
+/// with few rules each costs about what a linear scan of its rules costs. Above it, a hash map.
+const FEW_KEYS: usize = 8;
+
+/// The rules of one shape by key, each list in configuration order. A list ends at its first
+/// rule without port ranges: the rules after it could never be the first match.
+#[derive(Clone, Debug)]
+enum Keyed {
+    /// Up to [`FEW_KEYS`] keys, compared in turn.
+    Few(Vec<(Key, Vec<Entry>)>),
+    /// More keys, hashed.
+    Many(HashMap<Key, Vec<Entry>>),
+}
+
+impl Keyed {
+    fn new(mut rules: HashMap<Key, Vec<Entry>>) -> Self {
+        for list in rules.values_mut() {
+            list.shrink_to_fit();
+        }
+        if rules.len() <= FEW_KEYS {
+            Keyed::Few(rules.into_iter().collect())
+        } else {
+            rules.shrink_to_fit();
+            Keyed::Many(rules)
+        }
+    }
+
+    #[inline]
+    fn get(&self, key: &Key) -> Option<&[Entry]> {
+        match self {
+            Keyed::Few(list) => list.iter().find(|(k, _)| k == key).map(|(_, e)| &e[..]),
+            Keyed::Many(map) => map.get(key).map(|e| &e[..]),
+        }
+    }
+}
+
 /// The rules of one shape.
 #[derive(Clone, Debug)]
 struct ShapeTable {
     shape: Shape,
     /// The smallest rule index of the shape.
     first: usize,
-    /// Rules by key, each list in configuration order. A list ends at its first rule without
-    /// port ranges: the rules after it could never be the first match.
-    rules: HashMap<Key, Vec<Entry>>,
+    rules: Keyed,
 }
 
 /// The tuple-space index: shapes in increasing order of their first rule.
@@ -350,7 +387,7 @@ struct TupleSpace {
 
 impl TupleSpace {
     fn new(rules: &[(ClassRule, ClassId)]) -> Self {
-        let mut tables: Vec<ShapeTable> = Vec::new();
+        let mut tables: Vec<(Shape, usize, HashMap<Key, Vec<Entry>>)> = Vec::new();
         let mut table_of: HashMap<Shape, usize> = HashMap::new();
         for (index, (rule, class)) in rules.iter().enumerate() {
             if rule.is_unsatisfiable() {
@@ -360,17 +397,10 @@ impl TupleSpace {
             // Rules come in increasing index order, so a shape's table is created at its
             // smallest index and the tables are in increasing order of `first`.
             let t = *table_of.entry(shape).or_insert_with(|| {
-                tables.push(ShapeTable {
-                    shape,
-                    first: index,
-                    rules: HashMap::new(),
-                });
+                tables.push((shape, index, HashMap::new()));
                 tables.len() - 1
             });
-            let list = tables[t]
-                .rules
-                .entry(Key::of_rule(rule, shape))
-                .or_default();
+            let list = tables[t].2.entry(Key::of_rule(rule, shape)).or_default();
             let shadowed = list
                 .last()
                 .is_some_and(|e| e.dst_port.is_none() && e.src_port.is_none());
@@ -383,12 +413,14 @@ impl TupleSpace {
                 });
             }
         }
-        for table in &mut tables {
-            table.rules.shrink_to_fit();
-            for list in table.rules.values_mut() {
-                list.shrink_to_fit();
-            }
-        }
+        let tables = tables
+            .into_iter()
+            .map(|(shape, first, rules)| ShapeTable {
+                shape,
+                first,
+                rules: Keyed::new(rules),
+            })
+            .collect();
         TupleSpace { tables }
     }
 

@@ -539,9 +539,27 @@ fn rule() -> impl Strategy<Value = ClassRule> {
     )
 }
 
+/// A host rule: a full-length destination prefix, sometimes a port range. Many of them share a
+/// shape, with more keys than a shape compares one by one.
+fn host_rule() -> impl Strategy<Value = ClassRule> {
+    (any::<bool>(), addr(), ports()).prop_map(|(v6, a, dst_port)| ClassRule {
+        dst: Some(if v6 {
+            ipnet::IpNet::new(IpAddr::V6(a.v6()), 128).unwrap()
+        } else {
+            ipnet::IpNet::new(IpAddr::V4(a.v4()), 32).unwrap()
+        }),
+        dst_port,
+        ..Default::default()
+    })
+}
+
 /// Rules with some duplicates: an entry `Err(k)` repeats the earlier rule `k` modulo its index.
 fn rules() -> impl Strategy<Value = Vec<(ClassRule, ClassId)>> {
-    let entry = prop_oneof![8 => rule().prop_map(Ok), 1 => any::<usize>().prop_map(Err)];
+    let entry = prop_oneof![
+        6 => rule().prop_map(Ok),
+        3 => host_rule().prop_map(Ok),
+        1 => any::<usize>().prop_map(Err),
+    ];
     prop::collection::vec(entry, 0..=200).prop_map(|entries| {
         let mut rules: Vec<(ClassRule, ClassId)> = Vec::with_capacity(entries.len());
         for (i, entry) in entries.into_iter().enumerate() {
