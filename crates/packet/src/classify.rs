@@ -47,8 +47,8 @@ use std::net::IpAddr;
 
 /// Number of rules up to which [`Classifier::class_of`] scans the rules linearly instead of
 /// searching the index (rules). At this size a scan is a few tens of compares, in the order of
-/// the cost of hashing one key, so the index could not be faster; above it, the scan grows
-/// with every rule while the index does not.
+/// the cost of hashing one key, so the index would not be faster, and it would be slower for
+/// rules of many shapes; above it, the scan grows with every rule while the index does not.
 const LINEAR_MAX_RULES: usize = 16;
 
 /// One classification rule: every present field must match. `Default` matches all IP packets.

@@ -23,8 +23,8 @@
 //!   ([`SuperFrame::piece`]) with headers in a scratch buffer and payload left in place.
 //!
 //! No I/O, no clock reads, no allocation per packet: [`parse`] borrows the frame and returns a
-//! `Copy` value; [`Classifier::classify`] scans a slice of rules. Nothing panics on any input
-//! (fuzzed with bolero, `tests/fuzz.rs`, seeds in `corpus/`).
+//! `Copy` value; [`Classifier::classify`] reads its rules and their index. Nothing panics on
+//! any input (fuzzed with bolero, `tests/fuzz.rs`, seeds in `corpus/`).
 //!
 //! ```
 //! use metronome_packet::{parse, mark_ce, ClassRule, Classifier, EcnMark, Verdict};

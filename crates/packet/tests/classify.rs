@@ -518,13 +518,18 @@ fn prefix() -> impl Strategy<Value = ipnet::IpNet> {
 
 /// A port range over few ports, so that packets hit them; sometimes empty (unsatisfiable).
 fn ports() -> impl Strategy<Value = Option<(u16, u16)>> {
-    prop_oneof![3 => Just(None), 2 => (0u16..6, 0u16..6).prop_map(Some), 1 => Just(Some((0, u16::MAX)))]
+    prop_oneof![
+        3 => Just(None),
+        2 => (0u16..6, 0u16..6).prop_map(Some),
+        1 => Just(Some((0, u16::MAX))),
+    ]
 }
 
 fn rule() -> impl Strategy<Value = ClassRule> {
     let dscp =
         prop_oneof![3 => Just(None), 3 => (0u8..3).prop_map(Some), 1 => (0u8..=70).prop_map(Some)];
-    let protocol = prop_oneof![2 => Just(None), 1 => prop::sample::select(vec![1u8, 6, 17, 58]).prop_map(Some)];
+    let protocols = prop::sample::select(vec![1u8, 6, 17, 58]);
+    let protocol = prop_oneof![2 => Just(None), 1 => protocols.prop_map(Some)];
     let dst = prop_oneof![1 => Just(None), 2 => prefix().prop_map(Some)];
     let src = prop_oneof![2 => Just(None), 1 => prefix().prop_map(Some)];
     (dst, src, dscp, protocol, ports(), ports()).prop_map(
