@@ -187,15 +187,14 @@ impl Classifier {
     /// The class of an IP packet: the first matching rule's, else the default.
     #[inline]
     pub fn class_of(&self, ip: &IpPacket) -> ClassId {
-        let found = match &self.index {
-            Some(index) => index.find(ip),
+        match &self.index {
             None => self
                 .rules
                 .iter()
                 .find(|(rule, _)| rule.matches(ip))
-                .map(|&(_, class)| class),
-        };
-        found.unwrap_or(self.default)
+                .map_or(self.default, |&(_, class)| class),
+            Some(index) => index.find(ip).unwrap_or(self.default),
+        }
     }
 
     /// The rules, in matching order.
@@ -424,8 +423,10 @@ impl TupleSpace {
         TupleSpace { tables }
     }
 
-    /// The class of the first rule, in configuration order, that matches `ip`.
-    #[inline]
+    /// The class of the first rule, in configuration order, that matches `ip`. Kept out of line
+    /// so that [`Classifier::class_of`], inlined into the per-packet path, stays as small as the
+    /// linear scan alone for configurations of few rules.
+    #[inline(never)]
     fn find(&self, ip: &IpPacket) -> Option<ClassId> {
         let mut best: Option<&Entry> = None;
         for table in &self.tables {
