@@ -14,9 +14,8 @@
 
 mod common;
 
-use common::Daemon;
-use metronome_testbed::netns::{self, TopoError, Topology};
-use std::os::unix::fs::PermissionsExt;
+use common::{Daemon, Scratch};
+use metronome_testbed::netns::{self, Topology};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -29,15 +28,6 @@ const REOPENED: &str = "interface re-created; sockets reopened; resuming";
 /// The longest the daemon may take to send `READY=1`, or to reopen its ports: a bound against
 /// hanging on a broken run, not a measurement (either takes well under a second).
 const READY_WITHIN: Duration = Duration::from_secs(60);
-
-/// A fresh directory for one run's files, searchable by every user (the daemon may be nobody).
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mtr-priv-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
 
 /// Starts `metronome run` on `topo`'s shaper with `daemon_keys` under `[daemon]`; returns it
 /// once it has sent `READY=1` to the notify socket in `dir`.
@@ -158,14 +148,7 @@ fn topology(test: &str) -> Option<Topology> {
         );
         return None;
     }
-    match Topology::bump_in_the_wire("mtr-pv") {
-        Ok(topo) => Some(topo),
-        Err(e @ TopoError::MissingPrivilege(_)) => {
-            netns::skip_unprivileged(test, &e);
-            None
-        }
-        Err(e) => panic!("building the topology failed: {e}"),
-    }
+    netns::bump_in_the_wire_or_skip("mtr-pv", test)
 }
 
 #[test]
@@ -173,12 +156,12 @@ fn as_root_the_daemon_keeps_only_net_raw_and_net_admin() {
     let Some(topo) = topology("as_root_the_daemon_keeps_only_net_raw_and_net_admin") else {
         return;
     };
-    let dir = scratch("root");
-    let daemon = start(&topo, &dir, "");
+    let scratch = Scratch::new("priv-root");
+    let dir = &scratch.0;
+    let daemon = start(&topo, dir, "");
     // The loop and the metrics endpoint's threads.
     assert!(assert_least_privilege(&daemon, 0) >= 2);
     stop(daemon);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -191,8 +174,9 @@ fn with_a_user_every_silo_runs_as_that_user_with_the_two_capabilities() {
         netns::skip_unprivileged(test, &"no user `nobody` in /etc/passwd");
         return;
     };
-    let dir = scratch("nobody");
-    let mut daemon = start(&topo, &dir, "user = \"nobody\"\ncores = 2\n");
+    let scratch = Scratch::new("priv-nobody");
+    let dir = &scratch.0;
+    let mut daemon = start(&topo, dir, "user = \"nobody\"\ncores = 2\n");
     // READY=1 comes before the silos' threads start: wait for both.
     let started = Instant::now();
     while !silo_threads_running(&daemon, 2) {
@@ -226,7 +210,6 @@ fn with_a_user_every_silo_runs_as_that_user_with_the_two_capabilities() {
     }
     assert_least_privilege(&daemon, nobody);
     stop(daemon);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The uid of `name` from `/etc/passwd` (`None` if it has no line there).

@@ -29,11 +29,11 @@
 
 mod common;
 
-use common::Daemon;
+use common::{Daemon, Scratch};
 use metronome_daemon::ops::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
 use metronome_testbed::compare::measure::WIRE_PER_PAYLOAD;
 use metronome_testbed::flood::{self, frames, per_second_bps, shifted, Tap, TapReport};
-use metronome_testbed::netns::{self, TopoError, Topology};
+use metronome_testbed::netns::{self, Topology};
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan, TrafficReport};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -82,38 +82,6 @@ const SCRAPE_WITHIN: Duration = Duration::from_secs(1);
 /// The longest the daemon may take to send `READY=1`, or to exit after SIGTERM: a bound against
 /// hanging on a broken run, not a measurement (either takes well under a second).
 const GUARD: Duration = Duration::from_secs(30);
-
-/// A directory of the test's own, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("mtr-restart-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Builds a bump-in-the-wire topology, or `None` (printing why `test` is skipped) without
-/// CAP_NET_ADMIN; a skip panics when the privileged tests are required
-/// (`netns::skip_unprivileged`).
-fn topology(prefix: &str, test: &str) -> Option<Topology> {
-    match Topology::bump_in_the_wire(prefix) {
-        Ok(topo) => Some(topo),
-        Err(e @ TopoError::MissingPrivilege(_)) => {
-            netns::skip_unprivileged(test, &e);
-            None
-        }
-        Err(e) => panic!("building the topology failed: {e}"),
-    }
-}
 
 /// Writes the configuration into `dir`; returns its path.
 fn write_config(topo: &Topology, dir: &Path) -> PathBuf {
@@ -200,9 +168,9 @@ struct Run {
 
 /// Kills the daemon under TCP and starts it again, on a fresh topology; `None` when skipped.
 fn run(name: &str) -> Option<Run> {
-    let topo = topology("mtr-rs", name)?;
+    let topo = netns::bump_in_the_wire_or_skip("mtr-rs", name)?;
     topo.one_mtu_segments().unwrap();
-    let scratch = Scratch::new(name);
+    let scratch = Scratch::new(&format!("restart-{name}"));
     let config = write_config(&topo, &scratch.0);
     let mut old = start(&topo, &scratch.0, &config, "old");
     // A connection the endpoint closed first: in TIME_WAIT on the endpoint's port at the kill.

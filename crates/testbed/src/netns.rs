@@ -709,6 +709,20 @@ pub fn skip_unprivileged(test: &str, why: &dyn std::fmt::Display) {
     eprintln!("skipping {test}: {why}");
 }
 
+/// [`Topology::bump_in_the_wire`] with namespaces named `prefix`-..., or `None` after saying why
+/// privileged test `test` is skipped (no CAP_NET_ADMIN, [`skip_unprivileged`]: a panic when the
+/// privileged tests are required). Any other failure to build it panics.
+pub fn bump_in_the_wire_or_skip(prefix: &str, test: &str) -> Option<Topology> {
+    match Topology::bump_in_the_wire(prefix) {
+        Ok(topo) => Some(topo),
+        Err(e @ TopoError::MissingPrivilege(_)) => {
+            skip_unprivileged(test, &e);
+            None
+        }
+        Err(e) => panic!("building the topology failed: {e}"),
+    }
+}
+
 /// Whether a namespace named `name` exists.
 pub fn namespace_exists(name: &str) -> bool {
     Path::new(NETNS_RUN_DIR).join(name).exists()

@@ -10,6 +10,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// A fresh directory for one test's files, searchable by every user (the daemon may have
+/// switched to another), removed when dropped (also when the test fails).
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// `mtr-NAME-PID` in the temporary directory, emptied first.
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("mtr-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A running `metronome run`; killed when dropped while it still runs.
 pub struct Daemon {
     pub child: Child,

@@ -9,7 +9,7 @@ use metronome_daemon::driver::run::{Control, LoopReport};
 use metronome_daemon::ops::config::{fixture, Config};
 use metronome_daemon::ops::metrics::Metrics;
 pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
-use metronome_testbed::netns::{self, TopoError, Topology};
+use metronome_testbed::netns::{TopoError, Topology};
 use metronome_testbed::shaper::spawn_shaper;
 use metronome_testbed::trafficgen::{self, TrafficPlan, TrafficReport};
 use std::sync::atomic::Ordering;
@@ -18,19 +18,7 @@ use std::time::{Duration, Instant};
 /// How often the receiver's rx byte counter is read while traffic runs.
 const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
-/// Builds a bump-in-the-wire topology with namespaces named `prefix`-..., or `None` (printing
-/// why `test` is skipped) without CAP_NET_ADMIN; a skip panics when `.ci/run` requires the
-/// privileged tests to run (`netns::skip_unprivileged`).
-pub fn topology(prefix: &str, test: &str) -> Option<Topology> {
-    match Topology::bump_in_the_wire(prefix) {
-        Ok(topo) => Some(topo),
-        Err(e @ TopoError::MissingPrivilege(_)) => {
-            netns::skip_unprivileged(test, &e);
-            None
-        }
-        Err(e) => panic!("building the topology failed: {e}"),
-    }
-}
+pub use metronome_testbed::netns::bump_in_the_wire_or_skip as topology;
 
 /// Runs `plan` from the sender to the receiver of `topo`, reading the receiver's rx byte
 /// and packet counters every 20 ms meanwhile (no sample while the receiver's veth is deleted);
