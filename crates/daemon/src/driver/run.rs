@@ -280,7 +280,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         passed_back,
         queued_at_stop,
         pending_at_stop,
-        tx_failed: out.tx_failed + inn.tx_failed - pending_at_stop,
+        tx_failed: out.tx_failed + inn.tx_failed,
         cuts: out.pool.cut_counters(),
         link_down_dropped_outside: out.dropped,
         link_down_dropped_inside: inn.dropped,

@@ -33,8 +33,7 @@ pub(super) struct Side<'a, P> {
     tx_max: usize,
     /// Counters of the sockets a reopening closed, added to the port's own.
     retired: PortCounters,
-    /// Frames freed because the port refused them with an error (or freed at stop, taken off
-    /// again by [`Side::discard`]).
+    /// Frames freed because the port refused them with an error.
     pub tx_failed: u64,
     /// Frames of the batch dropped for having waited beyond the grace for the carrier.
     pub dropped: u64,
@@ -105,7 +104,7 @@ impl<'a, P: PacketPort> Side<'a, P> {
             .returned()
             .is_some_and(|d| d > self.carrier.grace())
         {
-            let n = self.discard();
+            let n = self.free_all();
             self.carrier.count_dropped(n);
             self.dropped += n;
         }
@@ -153,7 +152,7 @@ impl<'a, P: PacketPort> Side<'a, P> {
             }
             Err(e) => {
                 tracing::error!(error = %e, frames = self.tx.len(), "transmit failed, frames freed");
-                self.free_all();
+                self.tx_failed += self.free_all();
             }
         }
         self.round.2 |= self.tx.len() < waiting;
@@ -171,21 +170,13 @@ impl<'a, P: PacketPort> Side<'a, P> {
         add_counters(self.port.counters(), self.retired)
     }
 
-    /// Frees the batch without counting it as a transmit failure (the caller counts it).
-    pub fn discard(&mut self) -> u64 {
-        let n = self.free_all();
-        self.tx_failed -= n;
-        n
-    }
-
-    /// Frees the batch, counted in `tx_failed`.
+    /// Frees the batch; returns how many frames it held (the caller counts them).
     pub fn free_all(&mut self) -> u64 {
         let n = self.tx.len() as u64;
         for &id in &self.tx {
             self.pool.free_entry(id);
         }
         self.tx.clear();
-        self.tx_failed += n;
         n
     }
 }
