@@ -421,7 +421,7 @@ impl fmt::Display for Backpressure {
 }
 
 impl Match {
-    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields).
+    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields; any origin).
     pub fn to_rule(&self) -> ClassRule {
         ClassRule {
             dst: self.dst,
@@ -430,6 +430,7 @@ impl Match {
             protocol: self.protocol,
             dst_port: self.dst_port,
             src_port: self.src_port,
+            origin: None,
         }
     }
 }
