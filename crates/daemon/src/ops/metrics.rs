@@ -200,7 +200,7 @@ impl Metrics {
         r.register(
             "rx_refused_frames",
             "Frames the daemon could not take, by reason (oversize, no_large_slot, \
-             gso_truncated, vnet_error, piece_failed)",
+             gso_truncated, vnet_error, piece_failed, untagged)",
             inner.refused.clone(),
         );
         let unclassified = "Malformed and non-IP frames by the action `[daemon] malformed` or \

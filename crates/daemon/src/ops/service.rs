@@ -355,6 +355,7 @@ pub fn log_report(r: &LoopReport) {
         gso_truncated = refused.gso_truncated,
         vnet_error = refused.vnet_error,
         piece_failed = refused.piece_failed,
+        untagged = refused.untagged,
         busy_pct = format_args!("{:.1}", r.busy_pct()),
         "stopped"
     );

@@ -82,6 +82,7 @@ pub fn add_counters(a: PortCounters, b: PortCounters) -> PortCounters {
         rx_vnet_errors: a.rx_vnet_errors + b.rx_vnet_errors,
         rx_truncated: a.rx_truncated + b.rx_truncated,
         rx_ring_errors: a.rx_ring_errors + b.rx_ring_errors,
+        rx_untagged: a.rx_untagged + b.rx_untagged,
         tx_packets: a.tx_packets + b.tx_packets,
         tx_bytes: a.tx_bytes + b.tx_bytes,
         tx_errors: a.tx_errors + b.tx_errors,
