@@ -162,12 +162,14 @@ mod tests {
             rx_packets: 3,
             tx_packets: 4,
             tx_errors: 1,
+            rx_untagged: 1,
             ..PortCounters::default()
         };
         let b = PortCounters {
             rx_packets: 10,
             rx_ring_drops: 2,
             tx_packets: 20,
+            rx_untagged: 5,
             ..PortCounters::default()
         };
         let sum = add_counters(a, b);
@@ -180,5 +182,6 @@ mod tests {
             ),
             (13, 2, 24, 1)
         );
+        assert_eq!(sum.rx_untagged, 6);
     }
 }
