@@ -421,7 +421,8 @@ impl fmt::Display for Backpressure {
 }
 
 impl Match {
-    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields; any origin).
+    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields; any
+    /// origin).
     pub fn to_rule(&self) -> ClassRule {
         ClassRule {
             dst: self.dst,
