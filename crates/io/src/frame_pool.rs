@@ -475,8 +475,8 @@ impl FramePool {
     }
 
     /// Checks the pool's invariants (CONTRIBUTING.md §10): every slot is either free (exactly
-    /// once on its class's free list, length 0, no header, origin 0) or allocated, and every length fits
-    /// its slot.
+    /// once on its class's free list, length 0, no header, origin 0) or allocated, and every
+    /// length fits its slot.
     pub fn invariants(&self) {
         let mut on_list = vec![false; self.capacity()];
         for (list, large) in [(&self.free, false), (&self.free_large, true)] {
