@@ -60,6 +60,42 @@ pub fn open_silo_ports(
     Ok(ports)
 }
 
+/// Attach mode's ports, one pair per attached interface: `(capture, uplink)` names give the
+/// capture veth end the loop receives on (frames carry their origin tag, `origin_tags`) and the
+/// attached interface it sends on (transmit only, `PACKET_QDISC_BYPASS`: its transmit does not
+/// pass the egress hook again). Neither is made promiscuous.
+pub fn open_attached_ports(
+    config: &Config,
+    pairs: &[(&str, &str)],
+) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
+    let base = AfPacketConfig {
+        vnet_hdr: config.daemon.vnet_hdr,
+        promiscuous: false,
+        ..AfPacketConfig::default()
+    };
+    pairs
+        .iter()
+        .map(|(capture, uplink)| {
+            let capture = AfPacketPort::open(
+                capture,
+                &AfPacketConfig {
+                    origin_tags: true,
+                    ..base
+                },
+            )?;
+            let uplink = AfPacketPort::open(
+                uplink,
+                &AfPacketConfig {
+                    receive: false,
+                    qdisc_bypass: true,
+                    ..base
+                },
+            )?;
+            Ok((capture, uplink))
+        })
+        .collect()
+}
+
 /// The socket options of the daemon's ports: the defaults, `vnet_hdr` and `fanout`.
 fn port_config(vnet_hdr: bool, fanout: Option<Fanout>) -> AfPacketConfig {
     AfPacketConfig {
