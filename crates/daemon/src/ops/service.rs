@@ -164,8 +164,8 @@ pub fn run_on(
     });
     let mut hook = FileReload::new(control.reload.clone(), reloader);
     tracing::info!(
-        inside = %config.interfaces.inside,
-        outside = %config.interfaces.outside,
+        inside = %inside.ifname(),
+        outside = %outside.ifname(),
         classes = config.classes.len(),
         frame_slots = pool.capacity(),
         busy_poll = options.busy_poll,
