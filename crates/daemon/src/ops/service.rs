@@ -341,6 +341,7 @@ const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(20)
 const WATCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Starts the attach-mode watcher thread ([`watch_attachment`]).
+#[allow(clippy::result_large_err)] // see `DaemonError`
 fn spawn_watcher(
     attachment: Attachment,
     quit: Arc<AtomicBool>,
