@@ -350,11 +350,7 @@ fn spawn_watcher(
     std::thread::Builder::new()
         .name("attach".to_string())
         .spawn(move || watch_attachment(attachment, &quit, &control))
-        .map_err(|e| {
-            DaemonError::Signals(std::io::Error::other(format!(
-                "spawning the attach watcher: {e}"
-            )))
-        })
+        .map_err(|e| AttachError::Watcher(e.to_string()).into())
 }
 
 /// Attach mode's watcher: follows interfaces and reloads ([`Attachment::refresh`],

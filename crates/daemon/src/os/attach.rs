@@ -71,6 +71,9 @@ pub enum AttachError {
     /// Loading the programs failed (no CAP_BPF, or a kernel without tcx).
     #[error("attach: loading the BPF programs failed: {0}")]
     Load(String),
+    /// The thread that follows interfaces could not be started.
+    #[error("attach: starting the watcher thread failed: {0}")]
+    Watcher(String),
     /// Attaching a program to an interface failed.
     #[error("attach: {ifname}: {reason}")]
     Interface {
