@@ -544,3 +544,21 @@ where
         .ok_or_else(|| AttachError::Load(format!("no map {name}")))?;
     M::try_from(m).map_err(|e| AttachError::Load(format!("{name}: {e}")))
 }
+
+/// The names of the tcx programs attached at `ifname`'s egress (`egress`) or ingress, in the
+/// order they run: what an operator (and the tests) check to see whether Metronome's hooks are
+/// there (`capture`, `stamp`, `discard`). Asks the kernel (`BPF_PROG_QUERY`) in the calling
+/// thread's network namespace.
+pub fn tcx_programs(ifname: &str, egress: bool) -> Result<Vec<String>, String> {
+    let direction = if egress {
+        TcAttachType::Egress
+    } else {
+        TcAttachType::Ingress
+    };
+    let (_, programs) = SchedClassifier::query_tcx(ifname, direction)
+        .map_err(|e| format!("{ifname}: querying its tcx programs: {e}"))?;
+    Ok(programs
+        .iter()
+        .map(|p| p.name_as_str().unwrap_or("?").to_string())
+        .collect())
+}
