@@ -1,5 +1,5 @@
 //! `metronome compare [--quick] [--offloads host|off] [--json]`
-//! (`--link-sharing`: [`crate::compare_link`]): Metronome (its class as one FIFO, and in the
+//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]): Metronome (its class as one FIFO, and in the
 //! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
 //! topology with the same kernel TCP traffic, at
 //! 100 Mbit/s, 500 Mbit/s, 1, 2, 5 and 10 Gbit/s with 1, 16 and 256 flows (`--quick`:
@@ -92,6 +92,15 @@ pub struct CompareArgs {
     /// thresholds), microseconds.
     #[arg(long, value_name = "US", requires = "link_sharing")]
     link_rtt_us: Option<u64>,
+    /// The daemon attached in place to a host's uplink instead (`[interfaces] attach`): the
+    /// host's own TCP at 100 Mbit/s, 1 and 10 Gbit/s with 16 and 256 flows (metronome,
+    /// metronome-fair, HTB and TBF on the uplink), then 8 workloads of 4 TCP flows limited to
+    /// 100 Mbit/s each (metronome classes by `from`, HTB with u32 source filters, the bandwidth
+    /// plugin's IFB+TBF). With `--quick`: 100 Mbit/s and 1 Gbit/s with 16 flows, and the
+    /// workloads. The veths keep the host's offloads.
+    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "plot", "replot", "offloads",
+          "daemon_cores", "busy_poll", "timer_slack"])]
+    attach: bool,
 }
 
 /// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
@@ -348,6 +357,15 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         return replot(file, dir);
     }
     metronome_daemon::ops::service::init_logging(Default::default());
+    if args.attach {
+        if args.flows.contains(&0) {
+            eprintln!("metronome compare: --flows: a flow count must be at least 1");
+            std::process::exit(2);
+        }
+        let targets = args.target.iter().map(|r| r.bps()).collect();
+        let grid = (targets, args.flows.clone());
+        return crate::compare_attach::run(args.quick, grid, args.isolate_daemon, args.json);
+    }
     if args.link_sharing {
         let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
         let modes = (args.offloads, args.json);
