@@ -1,4 +1,4 @@
-//! `metronome compare [--quick] [--offloads host|off] [--json]`
+//! `metronome compare [--quick] [--offloads host|off] [--attach] [--json]`
 //! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]): Metronome (its class as one FIFO, and in the
 //! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
 //! topology with the same kernel TCP traffic, at
