@@ -277,6 +277,8 @@ mod tests {
         let text = format_workloads(&rows);
         assert!(text.contains("workloads: 2 x 4 TCP flows"), "{text}");
         assert_eq!(text.lines().filter(|l| l.starts_with("hv")).count(), 2);
-        assert!(text.contains("htb-u32: 2 workloads measured, mean 100.50 Mbit/s, largest error from the limit +2.00 %"), "{text}");
+        let summary = "htb-u32: 2 workloads measured, mean 100.50 Mbit/s, largest error from the \
+                       limit +2.00 %";
+        assert!(text.contains(summary), "{text}");
     }
 }

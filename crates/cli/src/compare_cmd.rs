@@ -1,5 +1,6 @@
 //! `metronome compare [--quick] [--offloads host|off] [--attach] [--json]`
-//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]): Metronome (its class as one FIFO, and in the
+//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]):
+//! Metronome (its class as one FIFO, and in the
 //! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
 //! topology with the same kernel TCP traffic, at
 //! 100 Mbit/s, 500 Mbit/s, 1, 2, 5 and 10 Gbit/s with 1, 16 and 256 flows (`--quick`:

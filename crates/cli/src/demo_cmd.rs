@@ -1,7 +1,8 @@
-//! `metronome demo [--duration 10s] [--offloads host|off] [--attach] [--json]`: with CAP_NET_ADMIN, real
-//! kernel TCP through the daemon on a throwaway sender/shaper/receiver topology, live per-class
-//! rates and a conformance table (`metronome_testbed::demo::run_real`); without it, one line
-//! saying so and the same scenario in the simulator (`metronome_testbed::demo::run_simulated`).
+//! `metronome demo [--duration 10s] [--offloads host|off] [--attach] [--json]`: with
+//! CAP_NET_ADMIN, real kernel TCP through the daemon on a throwaway sender/shaper/receiver
+//! topology, live per-class rates and a conformance table (`metronome_testbed::demo::run_real`);
+//! without it, one line saying so and the same scenario in the simulator
+//! (`metronome_testbed::demo::run_simulated`).
 //! Everything it creates is removed at the end, on an error and on Ctrl-C
 //! (`metronome_testbed::netns::cleanup_on_signals`).
 //!

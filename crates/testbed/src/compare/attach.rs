@@ -277,7 +277,8 @@ pub fn workload_config_text(topo: &AttachTopology, rate_bps: u64) -> String {
     for (i, w) in topo.workloads.iter().enumerate() {
         text += &format!(
             "\n[[class]]\nname = \"w{i}\"\nmatch = {{ from = \"{}\" }}\nrate = {rate_bps}\n\
-             horizon_policy = \"reject\"\nbackpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n",
+             horizon_policy = \"reject\"\n\
+             backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n",
             w.host_if
         );
     }

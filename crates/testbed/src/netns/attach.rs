@@ -3,10 +3,10 @@
 //! (`[interfaces] attach`) instead of sitting as a bump in the wire between two.
 //!
 //! ```text
-//!  workload ns w<i>                 host ns                                receiver ns
-//!  eth0 10.79.x.(10+i)/24 <-> hv<i> ─┐
-//!                                    br0 10.79.x.1/24 ─ forward ─ up0 10.78.x.1/24 <-> rcv0 10.78.x.2/24
-//!                     (the host's own TCP leaves through up0 too)
+//!  workload ns w<i>            host ns                           receiver ns
+//!  eth0 10.79.x.(10+i) <-> hv<i> ─┐
+//!                               br0 10.79.x.1 ─ forward ─ up0 10.78.x.1 <-> rcv0 10.78.x.2
+//!                  (the host's own TCP leaves through up0 too; all prefixes /24)
 //! ```
 //!
 //! * The host namespace holds the uplink `up0` (its peer `rcv0` is in the receiver namespace,
