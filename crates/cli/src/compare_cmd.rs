@@ -488,6 +488,41 @@ mod tests {
     }
 
     #[test]
+    fn attach_takes_the_grid_and_the_steering_but_no_other_mode() {
+        let a = Cli::try_parse_from([
+            "compare",
+            "--attach",
+            "--quick",
+            "--json",
+            "--target",
+            "100mbit",
+            "--flows",
+            "16",
+            "--isolate-daemon",
+        ])
+        .unwrap()
+        .compare;
+        assert!(a.attach && a.quick && a.json && a.isolate_daemon);
+        assert_eq!(a.flows, [16]);
+        assert_eq!(
+            a.target.iter().map(|r| r.bps()).collect::<Vec<_>>(),
+            [100_000_000]
+        );
+        for other in [
+            &["--ceiling"][..],
+            &["--link-sharing"],
+            &["--offloads", "off"],
+            &["--daemon-cores", "2"],
+            &["--busy-poll"],
+            &["--plot", "dir"],
+        ] {
+            let mut args = vec!["compare", "--attach"];
+            args.extend_from_slice(other);
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
     fn link_sharing_takes_scenarios_and_a_link_rtt_and_nothing_of_the_grid() {
         use metronome_testbed::compare::link_sharing::Scenario;
         let a = Cli::try_parse_from([
