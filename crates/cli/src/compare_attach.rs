@@ -1,23 +1,25 @@
 //! `metronome compare --attach [--quick] [--target RATES] [--flows N,...] [--isolate-daemon]
-//! [--json]`: the daemon attached in place to a host's uplink against the kernel's qdiscs on the
-//! same uplink (what is run and measured: `metronome_testbed::compare::attach`).
+//! [--workload-link bridge|routed] [--json]`: the daemon attached in place to a host's uplink
+//! against the kernel's qdiscs on the same uplink (what is run and measured:
+//! `metronome_testbed::compare::attach`).
 //!
 //! Output: the host part as the side-by-side table of `metronome compare`
 //! ([`crate::compare_cmd::format_table`]), a row whose shaper could not run shown as `-` and its
 //! error listed under the table; then the workload part, one line per workload with each
 //! shaper's rate and deviation, and a summary line per shaper. With `--json` exactly
-//! `{"machine", "steering", "host": [...], "workloads": [...]}` on standard output: each host row
-//! is a `metronome compare` row (`{"shaper", "target_bps", "flows", "achieved_bps", ...}`) or
-//! `{"shaper", "target_bps", "flows", "error"}`; each workload row is `{"shaper", "workload",
-//! "target_bps", "flows", "achieved_bps", "deviation_pct"}` (both `null` with an `"error"`).
-//! Progress lines go to standard error. Without CAP_NET_ADMIN: one line naming the privilege,
-//! exit status 2.
+//! `{"machine", "steering", "workload_link": "bridge"|"routed", "host": [...], "workloads":
+//! [...]}` on standard output: each host row is a `metronome compare` row (`{"shaper",
+//! "target_bps", "flows", "achieved_bps", ...}`) or `{"shaper", "target_bps", "flows",
+//! "error"}`; each workload row is `{"shaper", "workload", "target_bps", "flows",
+//! "achieved_bps", "deviation_pct"}` (both `null` with an `"error"`). Progress lines go to
+//! standard error. Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
 use crate::compare_cmd::{format_table, or_exit};
 use metronome_testbed::compare::attach::{
     self, AttachOptions, AttachReport, HostRow, WorkloadRow, WorkloadShaper,
 };
 use metronome_testbed::compare::RunReport;
+use metronome_testbed::netns::attach::WorkloadLink;
 use metronome_testbed::offloads::OffloadMode;
 use std::fmt::Write;
 
@@ -155,8 +157,7 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
 pub fn run(
     quick: bool,
     (targets_bps, flows): (Vec<u64>, Vec<usize>),
-    isolate_daemon: bool,
-    json: bool,
+    (isolate_daemon, workload_link, json): (bool, WorkloadLink, bool),
 ) -> anyhow::Result<()> {
     let mut options = if quick {
         AttachOptions::quick()
@@ -164,6 +165,7 @@ pub fn run(
         AttachOptions::full()
     };
     options.isolate_daemon = isolate_daemon;
+    options.workload_link = workload_link;
     if !targets_bps.is_empty() {
         options.targets_bps = targets_bps;
     }
@@ -178,6 +180,7 @@ pub fn run(
     } else {
         println!("metronome compare --attach on {machine}");
         println!("steering: {}", report.steering);
+        println!("workloads joined the host: {}", report.workload_link.name());
         print!("{}", format_host(&report.host));
         println!();
         print!("{}", format_workloads(&report.workloads));
@@ -246,6 +249,7 @@ mod tests {
             machine: "test".into(),
             report: AttachReport {
                 steering: "none".into(),
+                workload_link: WorkloadLink::Routed,
                 host: vec![failed(), row(Shaper::Tbf, 1e8)],
                 workloads: vec![
                     workload(WorkloadShaper::Metronome, "hv0", None),
@@ -256,6 +260,7 @@ mod tests {
         let text = serde_json::to_string(&doc).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["steering"], "none");
+        assert_eq!(v["workload_link"], "routed");
         assert!(v["host"][0]["error"].is_string(), "{text}");
         assert!(v["host"][0].get("achieved_bps").is_none(), "{text}");
         assert_eq!(v["host"][1]["shaper"], "tbf");

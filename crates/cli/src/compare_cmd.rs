@@ -102,6 +102,10 @@ pub struct CompareArgs {
     #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "plot", "replot", "offloads",
           "daemon_cores", "busy_poll", "timer_slack"])]
     attach: bool,
+    /// With `--attach`: how the workloads' veths join the host, `bridge` (enslaved to a bridge
+    /// holding their gateway) or `routed` (no bridge, a /32 route per workload).
+    #[arg(long, default_value = "bridge", requires = "attach")]
+    workload_link: metronome_testbed::netns::attach::WorkloadLink,
 }
 
 /// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
@@ -365,7 +369,8 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         }
         let targets = args.target.iter().map(|r| r.bps()).collect();
         let grid = (targets, args.flows.clone());
-        return crate::compare_attach::run(args.quick, grid, args.isolate_daemon, args.json);
+        let modes = (args.isolate_daemon, args.workload_link, args.json);
+        return crate::compare_attach::run(args.quick, grid, modes);
     }
     if args.link_sharing {
         let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
@@ -503,11 +508,23 @@ mod tests {
         .unwrap()
         .compare;
         assert!(a.attach && a.quick && a.json && a.isolate_daemon);
+        assert_eq!(
+            a.workload_link,
+            metronome_testbed::netns::attach::WorkloadLink::Bridge
+        );
         assert_eq!(a.flows, [16]);
         assert_eq!(
             a.target.iter().map(|r| r.bps()).collect::<Vec<_>>(),
             [100_000_000]
         );
+        let routed = ["compare", "--attach", "--workload-link", "routed"];
+        let a = Cli::try_parse_from(routed).unwrap().compare;
+        assert_eq!(
+            a.workload_link,
+            metronome_testbed::netns::attach::WorkloadLink::Routed
+        );
+        assert!(Cli::try_parse_from(["compare", "--workload-link", "routed"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--attach", "--workload-link", "nat"]).is_err());
         for other in [
             &["--ceiling"][..],
             &["--link-sharing"],

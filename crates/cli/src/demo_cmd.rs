@@ -25,6 +25,7 @@ use metronome_testbed::demo::attach::run_attached;
 use metronome_testbed::demo::{
     run_real, run_simulated, ClassRow, DemoError, DemoMode, DemoReport, OffloadMode,
 };
+use metronome_testbed::netns::attach::WorkloadLink;
 use metronome_testbed::netns::TopoError;
 use std::io::Write;
 use std::time::Duration;
@@ -49,6 +50,10 @@ pub struct DemoArgs {
     /// host's offloads.
     #[arg(long, conflicts_with = "offloads")]
     attach: bool,
+    /// With `--attach`: how the workloads' veths join the host, `bridge` (enslaved to a bridge
+    /// holding their gateway) or `routed` (no bridge, a /32 route per workload).
+    #[arg(long, default_value = "bridge", requires = "attach")]
+    workload_link: WorkloadLink,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -77,7 +82,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let out: &mut dyn Write = if args.json { &mut stderr } else { &mut stdout };
     let _ = writeln!(out, "metronome demo on {machine}");
     if args.attach {
-        let classes = match run_attached(args.duration, out) {
+        let classes = match run_attached(args.duration, args.workload_link, out) {
             Ok(rows) => rows,
             Err(e) => {
                 eprintln!("metronome demo --attach: {e}");

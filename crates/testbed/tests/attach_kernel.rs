@@ -9,7 +9,8 @@
 //! * Per-workload HTB (u32 source filters) and the `bandwidth` plugin's IFB+TBF, two workloads
 //!   limited to 50 and 100 Mbit/s, 4 TCP flows each at once: each within [`TOLERANCE`] of its
 //!   own limit (goodput windows scaled to the wire). Different limits, so a filter that put both
-//!   workloads in one class, or a limit applied to the wrong workload, fails.
+//!   workloads in one class, or a limit applied to the wrong workload, fails. Both with the
+//!   workloads bridged and routed (`WorkloadLink`).
 //! * Without a baseline, the host's traffic reaches the receiver well above 100 Mbit/s (so the
 //!   limits above are the baselines' doing, not the path's).
 //!
@@ -18,7 +19,7 @@
 
 use metronome_testbed::compare::attach::{run_workloads, workload_rate};
 use metronome_testbed::compare::measure::{self, WindowSampler};
-use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology};
+use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
 use metronome_testbed::netns::QdiscSpec;
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
 use std::time::{Duration, Instant};
@@ -105,9 +106,40 @@ fn workload_rates(topo: &AttachTopology, first_port: u16) -> Vec<f64> {
         .collect()
 }
 
+/// The per-workload baselines on `topo`: HTB with u32 source filters, then IFB+TBF, each
+/// workload within [`TOLERANCE`] of its own limit; `ports` for the two runs.
+fn check_per_workload_baselines(topo: &mut AttachTopology, ports: [u16; 2]) {
+    let link = topo.link.name();
+    topo.install_workload_htb(&WORKLOAD_BPS)
+        .expect("per-workload htb");
+    for (i, (rate, target)) in workload_rates(topo, ports[0])
+        .into_iter()
+        .zip(WORKLOAD_BPS)
+        .enumerate()
+    {
+        assert_near(&format!("{link}: htb-u32 workload {i}"), rate, target);
+    }
+    topo.remove_baselines().expect("remove per-workload htb");
+
+    topo.install_workload_ifb_tbf(&WORKLOAD_BPS)
+        .expect("per-workload ifb+tbf");
+    for (i, (rate, target)) in workload_rates(topo, ports[1])
+        .into_iter()
+        .zip(WORKLOAD_BPS)
+        .enumerate()
+    {
+        assert_near(&format!("{link}: ifb-tbf workload {i}"), rate, target);
+    }
+    topo.remove_baselines().expect("remove ifb+tbf");
+    // The IFBs are gone with the baselines.
+    let links = topo.host.ip(&["-o", "link", "show"]).expect("links");
+    assert!(!links.contains("ifb0"), "{links}");
+}
+
 #[test]
 fn kernel_baselines_limit_what_they_claim_on_the_attach_topology() {
-    let Some(mut topo) = attach_or_skip("mtr-tatk", WORKLOAD_BPS.len(), "attach_kernel") else {
+    let workloads = (WORKLOAD_BPS.len(), WorkloadLink::Bridge);
+    let Some(mut topo) = attach_or_skip("mtr-tatk", workloads, "attach_kernel") else {
         return;
     };
 
@@ -132,30 +164,7 @@ fn kernel_baselines_limit_what_they_claim_on_the_attach_topology() {
     assert_near("tbf root", host_rate(&topo, 21_020), TARGET_BPS);
     topo.remove_baselines().expect("remove tbf");
 
-    topo.install_workload_htb(&WORKLOAD_BPS)
-        .expect("per-workload htb");
-    for (i, (rate, target)) in workload_rates(&topo, 21_100)
-        .into_iter()
-        .zip(WORKLOAD_BPS)
-        .enumerate()
-    {
-        assert_near(&format!("htb-u32 workload {i}"), rate, target);
-    }
-    topo.remove_baselines().expect("remove per-workload htb");
-
-    topo.install_workload_ifb_tbf(&WORKLOAD_BPS)
-        .expect("per-workload ifb+tbf");
-    for (i, (rate, target)) in workload_rates(&topo, 21_200)
-        .into_iter()
-        .zip(WORKLOAD_BPS)
-        .enumerate()
-    {
-        assert_near(&format!("ifb-tbf workload {i}"), rate, target);
-    }
-    topo.remove_baselines().expect("remove ifb+tbf");
-    // The IFBs are gone with the baselines.
-    let links = topo.host.ip(&["-o", "link", "show"]).expect("links");
-    assert!(!links.contains("ifb0"), "{links}");
+    check_per_workload_baselines(&mut topo, [21_100, 21_200]);
 
     let names: Vec<String> = topo
         .namespaces()
@@ -166,4 +175,17 @@ fn kernel_baselines_limit_what_they_claim_on_the_attach_topology() {
     for n in names {
         assert!(!metronome_testbed::netns::namespace_exists(&n), "{n} left");
     }
+}
+
+#[test]
+fn per_workload_baselines_hold_with_routed_workloads() {
+    let workloads = (WORKLOAD_BPS.len(), WorkloadLink::Routed);
+    let test = "attach_kernel routed";
+    let Some(mut topo) = attach_or_skip("mtr-tatr", workloads, test) else {
+        return;
+    };
+    // No bridge: the workloads reach the receiver through their own veths.
+    let links = topo.host.ip(&["-o", "link", "show"]).expect("links");
+    assert!(!links.contains(&topo.bridge), "{links}");
+    check_per_workload_baselines(&mut topo, [21_300, 21_400]);
 }

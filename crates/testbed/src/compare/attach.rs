@@ -48,7 +48,7 @@ use super::{
     endpoint_rps_mask, measure_run, pin_to_cpu0, started, volume_cap, CompareError, Row, Shaper,
     TrafficPath, FAIR_GSO_SLOTS, TAIL,
 };
-use crate::netns::attach::AttachTopology;
+use crate::netns::attach::{AttachTopology, WorkloadLink};
 use crate::netns::{Namespace, QdiscSpec, TopoError};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 use metronome_daemon::driver::run::Control;
@@ -134,6 +134,8 @@ pub struct AttachOptions {
     pub measure: Duration,
     /// The daemon's loop on CPU 0, the end hosts' receive on the other CPUs (module docs).
     pub isolate_daemon: bool,
+    /// How the workloads' veths join the host (a bridge, or routed).
+    pub workload_link: WorkloadLink,
 }
 
 impl AttachOptions {
@@ -156,6 +158,7 @@ impl AttachOptions {
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(3),
             isolate_daemon: false,
+            workload_link: WorkloadLink::Bridge,
         }
     }
 
@@ -235,6 +238,8 @@ pub struct WorkloadRow {
 pub struct AttachReport {
     /// The CPU steering of the run, in words (see the module docs).
     pub steering: String,
+    /// How the workloads' veths joined the host.
+    pub workload_link: WorkloadLink,
     /// The host part's rows.
     pub host: Vec<HostRow>,
     /// The workload part's rows.
@@ -374,7 +379,7 @@ pub fn run(
     progress: &mut dyn Write,
 ) -> Result<AttachReport, CompareError> {
     let _ = crate::netns::remove_stale(NS_PREFIX);
-    let mut topo = AttachTopology::new(NS_PREFIX, options.workloads)?;
+    let mut topo = AttachTopology::with_link(NS_PREFIX, options.workloads, options.workload_link)?;
     topo.enable_sender_ecn();
     let steering = steer(&topo, options.isolate_daemon);
     let _ = writeln!(progress, "steering: {steering}");
@@ -402,6 +407,7 @@ pub fn run(
     topo.remove()?;
     Ok(AttachReport {
         steering,
+        workload_link: options.workload_link,
         host,
         workloads,
     })

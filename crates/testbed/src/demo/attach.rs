@@ -14,7 +14,7 @@
 //! ([`DemoError::Refused`]): nothing is measured without the daemon.
 
 use super::{class_bytes, conformance, format_table, ClassRow, DemoError, WARMUP, WINDOW};
-use crate::netns::attach::AttachTopology;
+use crate::netns::attach::{AttachTopology, WorkloadLink};
 use crate::netns::TopoError;
 use crate::shaper::spawn_shaper;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
@@ -55,9 +55,14 @@ pub fn attach_config_text(uplink: &str, from: [&str; 2], receiver: std::net::Ipv
     )
 }
 
-/// The attach demo (needs CAP_NET_ADMIN): prints live rates and the table to `out`.
-pub fn run_attached(duration: Duration, out: &mut dyn Write) -> Result<Vec<ClassRow>, DemoError> {
-    let topo = AttachTopology::new(NS_PREFIX, 2)?;
+/// The attach demo (needs CAP_NET_ADMIN), the workloads joined as `link` says: prints live
+/// rates and the table to `out`.
+pub fn run_attached(
+    duration: Duration,
+    link: WorkloadLink,
+    out: &mut dyn Write,
+) -> Result<Vec<ClassRow>, DemoError> {
+    let topo = AttachTopology::with_link(NS_PREFIX, 2, link)?;
     topo.enable_sender_ecn();
     let from = [
         topo.workloads[0].host_if.as_str(),

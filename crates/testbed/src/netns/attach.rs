@@ -15,6 +15,13 @@
 //!   1` in that namespace only), so workload traffic leaves through `up0` with its own source
 //!   address: no NAT. The receiver routes the workload subnet back via the host's uplink address.
 //! * Each workload namespace holds `eth0` with one address and a default route via the bridge.
+//! * [`WorkloadLink::Routed`] ([`AttachTopology::with_link`]) joins the workloads without a
+//!   bridge instead, as routed container networks (the containernetworking `ptp` plugin, Calico)
+//!   do: each `hv<i>` carries the gateway address as a /32 and the host routes the workload's
+//!   /32 to it. The difference matters to whoever identifies a workload by the interface its
+//!   packets entered the host through: through a bridge, the kernel receives the packet a second
+//!   time on the bridge device (`br_pass_frame_up` in `net/bridge/br_input.c`), so its input
+//!   interface (`skb->skb_iif`) is `br0` by the time it is routed; routed, it stays `hv<i>`.
 //! * Offloads stay the kernel's defaults (TSO, GSO and GRO on), the way users run.
 //!
 //! Names: namespaces are `<prefix>-<pid>-<seq>-{host,rcv,w<i>}`, unique per process and topology
@@ -73,6 +80,41 @@ pub struct Workload {
     pub addr: Ipv4Addr,
 }
 
+/// How the workloads' veths join the host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadLink {
+    /// Enslaved to the bridge `br0`, which holds the gateway address (the workloads share one
+    /// L2 segment).
+    #[default]
+    Bridge,
+    /// No bridge: each host-side veth holds the gateway address as a /32 and a /32 route leads
+    /// to its workload (a routed container network).
+    Routed,
+}
+
+impl WorkloadLink {
+    /// The name used in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadLink::Bridge => "bridge",
+            WorkloadLink::Routed => "routed",
+        }
+    }
+}
+
+impl std::str::FromStr for WorkloadLink {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "bridge" => Ok(WorkloadLink::Bridge),
+            "routed" => Ok(WorkloadLink::Routed),
+            other => Err(format!("`{other}`: expected `bridge` or `routed`")),
+        }
+    }
+}
+
 /// What [`AttachTopology::install_workload_ifb_tbf`] and
 /// [`AttachTopology::install_workload_htb`] left to remove.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,13 +138,17 @@ pub struct AttachTopology {
     pub uplink: String,
     /// The receiver's side of the uplink, `rcv0`.
     pub receiver_if: String,
-    /// The host's bridge of the workloads' veths, `br0`.
+    /// How the workloads' veths join the host.
+    pub link: WorkloadLink,
+    /// The host's bridge of the workloads' veths, `br0` ([`WorkloadLink::Bridge`]; there is no
+    /// such interface with [`WorkloadLink::Routed`]).
     pub bridge: String,
     /// The host's address on the uplink.
     pub host_addr: Ipv4Addr,
     /// The receiver's address, in the uplink subnet.
     pub receiver_addr: Ipv4Addr,
-    /// The bridge's address: the workloads' gateway.
+    /// The workloads' gateway: the bridge's address, or each host-side veth's
+    /// ([`WorkloadLink::Routed`]).
     pub gateway_addr: Ipv4Addr,
     installed: Installed,
 }
@@ -114,6 +160,18 @@ impl AttachTopology {
     /// both ways and forwarding in the host namespace; brings every link up. Offloads stay the
     /// kernel's. On any failure what was created is removed before the error is returned.
     pub fn new(prefix: &str, workloads: usize) -> Result<AttachTopology, TopoError> {
+        Self::with_link(prefix, workloads, WorkloadLink::Bridge)
+    }
+
+    /// [`AttachTopology::new`] with the workloads joined as `link` says: bridged as there, or
+    /// routed (no `br0`; `hv<i>` holds `10.79.<seq>.1/32` and the host routes
+    /// `10.79.<seq>.(10+i)/32` to it; the workload's `eth0` holds its address as a /32 with
+    /// routes to the gateway on `eth0` and by default via it).
+    pub fn with_link(
+        prefix: &str,
+        workloads: usize,
+        link: WorkloadLink,
+    ) -> Result<AttachTopology, TopoError> {
         process::check_net_admin()?;
         if workloads > MAX_WORKLOADS {
             return Err(TopoError::Io(std::io::Error::new(
@@ -139,6 +197,7 @@ impl AttachTopology {
             workloads,
             uplink: "up0".into(),
             receiver_if: "rcv0".into(),
+            link,
             bridge: "br0".into(),
             host_addr: Ipv4Addr::new(10, 78, octet, 1),
             receiver_addr: Ipv4Addr::new(10, 78, octet, 2),
@@ -188,7 +247,15 @@ impl AttachTopology {
         let host = self.host_addr.to_string();
         self.receiver
             .ip(&["route", "add", &format!("{net}/{len}"), "via", &host])?;
-        // The bridge and the workloads.
+        match self.link {
+            WorkloadLink::Bridge => self.join_bridged()?,
+            WorkloadLink::Routed => self.join_routed()?,
+        }
+        sysctl(&self.host, "net.ipv4.ip_forward=1")
+    }
+
+    fn join_bridged(&self) -> Result<(), TopoError> {
+        let cidr = |a: Ipv4Addr| format!("{a}/{PREFIX_LEN}");
         self.host.ip(&[
             "link",
             "add",
@@ -213,7 +280,30 @@ impl AttachTopology {
             w.ns.ip(&["link", "set", &w.iface, "up"])?;
             w.ns.ip(&["route", "add", "default", "via", &gateway])?;
         }
-        sysctl(&self.host, "net.ipv4.ip_forward=1")
+        Ok(())
+    }
+
+    fn join_routed(&self) -> Result<(), TopoError> {
+        let gateway = self.gateway_addr.to_string();
+        let host_route = |a: Ipv4Addr| format!("{a}/32");
+        for w in &self.workloads {
+            add_veth(&w.ns, &w.iface, &self.host, &w.host_if)?;
+            self.host.ip(&[
+                "addr",
+                "add",
+                &host_route(self.gateway_addr),
+                "dev",
+                &w.host_if,
+            ])?;
+            self.host.ip(&["link", "set", &w.host_if, "up"])?;
+            self.host
+                .ip(&["route", "add", &host_route(w.addr), "dev", &w.host_if])?;
+            w.ns.ip(&["addr", "add", &host_route(w.addr), "dev", &w.iface])?;
+            w.ns.ip(&["link", "set", &w.iface, "up"])?;
+            w.ns.ip(&["route", "add", &gateway, "dev", &w.iface])?;
+            w.ns.ip(&["route", "add", "default", "via", &gateway, "dev", &w.iface])?;
+        }
+        Ok(())
     }
 
     /// Replaces the root qdisc of the uplink with `spec` (baselines (a) and (b): HTB or TBF at
@@ -424,10 +514,14 @@ pub fn ifb_tbf_limit_bytes(rate_bps: u64, burst_bytes: u32) -> u32 {
     u32::try_from(queued + u128::from(burst_bytes)).unwrap_or(u32::MAX)
 }
 
-/// [`AttachTopology::new`] with namespaces named `prefix`-..., or `None` after saying why
+/// [`AttachTopology::with_link`] with namespaces named `prefix`-..., or `None` after saying why
 /// privileged test `test` is skipped ([`super::skip_unprivileged`]). Any other failure panics.
-pub fn attach_or_skip(prefix: &str, workloads: usize, test: &str) -> Option<AttachTopology> {
-    match AttachTopology::new(prefix, workloads) {
+pub fn attach_or_skip(
+    prefix: &str,
+    (workloads, link): (usize, WorkloadLink),
+    test: &str,
+) -> Option<AttachTopology> {
+    match AttachTopology::with_link(prefix, workloads, link) {
         Ok(topo) => Some(topo),
         Err(e @ TopoError::MissingPrivilege(_)) => {
             super::skip_unprivileged(test, &e);
