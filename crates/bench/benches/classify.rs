@@ -54,6 +54,7 @@ fn packet(dst: Ipv4Addr) -> IpPacket {
         fragment: Fragment::Whole,
         has_ports: true,
         vlan_tags: 0,
+        origin: 0,
     }
 }
 

@@ -5,8 +5,12 @@
 //!   switching GRO on.
 //! * [`privileges`]: once the ports are open, only CAP_NET_RAW and CAP_NET_ADMIN are kept, and
 //!   the daemon switches to `[daemon] user`.
+//! * [`attach`]: attach mode's BPF hooks and capture veth pairs (over [`netlink`]), and how
+//!   they fail open.
 //! * [`notify`]: systemd-style readiness, reload and stop notifications (`NOTIFY_SOCKET`).
 
+pub mod attach;
+pub mod netlink;
 pub mod notify;
 pub mod ports;
 pub mod privileges;

@@ -33,6 +33,19 @@
 //!   device cannot take whole: the bypass path drops a frame the kernel must segment in
 //!   software (see `Tx`); they are counted in `tx_gso_software`.
 //!
+//! * **Origin tags** ([`AfPacketConfig::origin_tags`], [`RxMode::Mmsg`] only): the port reads a
+//!   capture interface into which a BPF program redirects the packets of other interfaces,
+//!   after pushing an 802.1Q tag whose TCI names where each came from (the daemon's attach
+//!   mode). The kernel strips the tag into the auxiliary data as for any tagged frame; here its
+//!   TCI becomes the slot's origin tag ([`FramePool::origin`], which the classifier matches
+//!   through `metronome_packet::ClassRule::origin`) and is not re-inserted: the frame leaves
+//!   as the workload sent it. A frame without a tag is not the program's (the capture
+//!   interface's own IPv6 neighbour discovery, say): dropped and counted in `rx_untagged`.
+//! * **Transmit only** ([`AfPacketConfig::receive`] false): the RX socket is bound with protocol
+//!   0, so it receives nothing, without promiscuous membership, ring or receive buffer;
+//!   [`PacketPort::recv`] returns no frame without a system call. For a port the daemon only
+//!   sends on (in attach mode, frames arrive on another interface).
+//!
 //! * **Fanout** (per-core silos, Carousel §5.3): with [`AfPacketConfig::fanout`] set, the RX
 //!   socket joins a `PACKET_FANOUT` group of type `PACKET_FANOUT_HASH` right after `bind`: the
 //!   kernel hashes each frame's flow (`skb_get_hash`, the same for every packet of a 5-tuple) and
@@ -118,6 +131,15 @@ pub struct AfPacketConfig {
     /// buffers per port (`RECV_BATCH × GSO_SLOT_SIZE`), besides the pool's large slots.
     /// Default false.
     pub vnet_hdr: bool,
+    /// The 802.1Q tag the kernel stripped from a received frame is the frame's origin tag: its
+    /// TCI is stored as the slot's [`FramePool::origin`] and the tag is not re-inserted; a frame
+    /// that arrives without a tag is dropped and counted in `rx_untagged` (see the module docs,
+    /// "Origin tags"). Needs [`RxMode::Mmsg`]. Default false: a stripped tag is re-inserted and
+    /// every slot's origin is 0.
+    pub origin_tags: bool,
+    /// Receive frames. False opens a transmit-only port (see the module docs, "Transmit
+    /// only"); it cannot join a fanout group. Default true.
+    pub receive: bool,
 }
 
 /// How an [`AfPacketPort`] receives (see the module docs, "RX").
@@ -163,6 +185,8 @@ impl AfPacketConfig {
         fanout: None,
         rx: RxMode::Mmsg,
         vnet_hdr: false,
+        origin_tags: false,
+        receive: true,
     };
 }
 
@@ -192,6 +216,14 @@ impl AfPacketConfig {
         }
         if self.vnet_hdr && self.rx == RxMode::Ring {
             return Err("vnet_hdr needs rx = Mmsg (the TPACKET_V3 ring is not supported with it)");
+        }
+        if self.origin_tags && self.rx == RxMode::Ring {
+            return Err(
+                "origin_tags needs rx = Mmsg (the TPACKET_V3 ring is not supported with it)",
+            );
+        }
+        if !self.receive && self.fanout.is_some() {
+            return Err("fanout needs receive (a transmit-only port joins no fanout group)");
         }
         Ok(())
     }
@@ -245,6 +277,8 @@ impl AfPacketPort {
                 .map_err(io_err("PACKET_VNET_HDR"))?;
         }
         let ring = match config.rx {
+            // Transmit only: no ring, no receive buffer; bound below with protocol 0.
+            _ if !config.receive => None,
             RxMode::Ring => Some(map_ring(&rx_fd, config).map_err(io_err("PACKET_RX_RING"))?),
             RxMode::Mmsg => {
                 sys::set_packet_opt(&rx_fd, libc::PACKET_AUXDATA, &one)
@@ -258,12 +292,13 @@ impl AfPacketPort {
         };
         sys::set_packet_opt(&rx_fd, libc::PACKET_IGNORE_OUTGOING, &one)
             .map_err(io_err("PACKET_IGNORE_OUTGOING"))?;
-        sys::bind_packet(&rx_fd, ifindex, ETH_P_ALL).map_err(io_err("bind"))?;
+        let protocol = if config.receive { ETH_P_ALL } else { 0 };
+        sys::bind_packet(&rx_fd, ifindex, protocol).map_err(io_err("bind"))?;
         let fanout_group = match config.fanout {
             None => None,
             Some(f) => Some(join_fanout(&rx_fd, f).map_err(io_err("PACKET_FANOUT"))?),
         };
-        if config.promiscuous {
+        if config.promiscuous && config.receive {
             let mreq = libc::packet_mreq {
                 mr_ifindex: ifindex as i32,
                 mr_type: libc::PACKET_MR_PROMISC as u16,
@@ -310,7 +345,7 @@ impl AfPacketPort {
             ring,
             counters: PortCounters::default(),
             fanout_group,
-            vnet: config.vnet_hdr.then(vnet::VnetRx::new),
+            vnet: config.vnet_hdr.then(|| vnet::VnetRx::new(config.receive)),
             rx_want: RECV_BATCH,
             scratch: PieceScratch::default(),
         })
@@ -540,6 +575,60 @@ fn stripped_vlan(status: u32, tpid: u16, tci: u16) -> Option<(u16, u16)> {
     })
 }
 
+/// What becomes of a received frame's stripped 802.1Q tag ([`rx_tag`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RxTag {
+    /// Re-insert this tag (TPID, TCI), if any: the frame leaves as it came.
+    Reinsert(Option<(u16, u16)>),
+    /// With [`AfPacketConfig::origin_tags`]: the tag's TCI, the frame's origin tag, kept with
+    /// its slot ([`FramePool::set_origin`]) and not in the frame.
+    Origin(u16),
+    /// With [`AfPacketConfig::origin_tags`]: the frame came without a tag, so not from the
+    /// capture program; dropped, counted in `rx_untagged`.
+    Untagged,
+}
+
+/// What the stripped tag `vlan` ([`stripped_vlan`]) of a frame received on a port with or
+/// without `origin_tags` becomes.
+fn rx_tag(origin_tags: bool, vlan: Option<(u16, u16)>) -> RxTag {
+    match (origin_tags, vlan) {
+        (false, vlan) => RxTag::Reinsert(vlan),
+        (true, Some((_, tci))) => RxTag::Origin(tci),
+        (true, None) => RxTag::Untagged,
+    }
+}
+
+/// Finishes the `len`-byte frame received into slot `id` by its stripped tag: re-inserts it in
+/// place, or sets the slot's origin tag. Returns the frame's length, or `None` for a frame to
+/// drop, counted in `counters` (`rx_untagged`, or `rx_oversize` when the slot has no room for
+/// a re-inserted tag); the caller frees the slot.
+fn finish_tag(
+    pool: &mut FramePool,
+    id: u32,
+    len: usize,
+    tag: RxTag,
+    counters: &mut PortCounters,
+) -> Option<usize> {
+    match tag {
+        RxTag::Reinsert(None) => Some(len),
+        RxTag::Reinsert(Some(vlan)) => {
+            let len = insert_vlan(pool.slot_mut(id), len, vlan);
+            if len.is_none() {
+                counters.rx_oversize += 1;
+            }
+            len
+        }
+        RxTag::Origin(origin) => {
+            pool.set_origin(id, origin);
+            Some(len)
+        }
+        RxTag::Untagged => {
+            counters.rx_untagged += 1;
+            None
+        }
+    }
+}
+
 /// Re-inserts `vlan` (TPID, TCI) after the MAC addresses of the `len`-byte frame in `slot`, in
 /// place; returns the new length, or `None` if the slot has no room for the 4 bytes.
 fn insert_vlan(slot: &mut [u8], len: usize, (tpid, tci): (u16, u16)) -> Option<usize> {
@@ -613,20 +702,14 @@ impl AfPacketPort {
         for (i, &id) in ids[..want].iter().enumerate() {
             let m = &meta[i];
             let vlan = stripped_vlan(m.status, m.vlan_tpid, m.vlan_tci);
-            let len = match (i < got, m.truncated, vlan) {
-                (false, _, _) => None,
-                (true, true, _) => {
+            let tag = rx_tag(self.config.origin_tags, vlan);
+            let len = match (i < got, m.truncated) {
+                (false, _) => None,
+                (true, true) => {
                     self.counters.rx_truncated += 1;
                     None
                 }
-                (true, false, None) => Some(m.len),
-                (true, false, Some(tag)) => {
-                    let len = insert_vlan(pool.slot_mut(id), m.len, tag);
-                    if len.is_none() {
-                        self.counters.rx_oversize += 1;
-                    }
-                    len
-                }
+                (true, false) => finish_tag(pool, id, m.len, tag, &mut self.counters),
             };
             let Some(len) = len else {
                 pool.free(id);
@@ -648,6 +731,9 @@ impl AfPacketPort {
 
 impl PacketPort for AfPacketPort {
     fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
+        if !self.config.receive {
+            return Ok(0);
+        }
         if self.vnet.is_some() {
             return self.recv_vnet(pool, out);
         }
@@ -860,6 +946,132 @@ mod tests {
             ..vnet
         };
         assert!(ring.check().unwrap_err().contains("vnet_hdr"));
+        let origin = AfPacketConfig {
+            origin_tags: true,
+            ..Default::default()
+        };
+        assert_eq!(origin.check(), Ok(()));
+        assert_eq!(
+            AfPacketConfig {
+                vnet_hdr: true,
+                ..origin
+            }
+            .check(),
+            Ok(())
+        );
+        let ring = AfPacketConfig {
+            rx: RxMode::Ring,
+            ..origin
+        };
+        assert!(ring.check().unwrap_err().contains("origin_tags"));
+        let tx_only = AfPacketConfig {
+            receive: false,
+            ..Default::default()
+        };
+        assert_eq!(tx_only.check(), Ok(()));
+        let fanout = AfPacketConfig {
+            fanout: Some(Fanout::NewGroup),
+            ..tx_only
+        };
+        assert!(fanout.check().unwrap_err().contains("fanout"));
+    }
+
+    #[test]
+    fn an_origin_tag_goes_to_the_slot_and_an_untagged_frame_is_dropped() {
+        let mut pool = FramePool::new(4, 64);
+        let mut counters = PortCounters::default();
+        let frame: Vec<u8> = (1..=20).collect();
+        let tagged = stripped_vlan(libc::TP_STATUS_VLAN_VALID, 0, 7);
+        // Origin tags: the TCI is the slot's origin, the frame stays as received.
+        let id = pool.store(&frame).unwrap();
+        let tag = rx_tag(true, tagged);
+        assert_eq!(tag, RxTag::Origin(7));
+        assert_eq!(finish_tag(&mut pool, id, 20, tag, &mut counters), Some(20));
+        assert_eq!(pool.origin(id), 7);
+        assert_eq!(&pool.slot_mut(id)[..20], &frame[..]);
+        // No tag on such a port: dropped and counted, the slot's origin untouched.
+        let untagged = pool.store(&frame).unwrap();
+        let tag = rx_tag(true, stripped_vlan(0, 0, 7));
+        assert_eq!(tag, RxTag::Untagged);
+        assert_eq!(
+            finish_tag(&mut pool, untagged, 20, tag, &mut counters),
+            None
+        );
+        assert_eq!(pool.origin(untagged), 0);
+        assert_eq!(
+            counters,
+            PortCounters {
+                rx_untagged: 1,
+                ..PortCounters::default()
+            }
+        );
+        // Without origin tags a stripped tag is re-inserted and the origin stays 0.
+        let plain = pool.store(&frame).unwrap();
+        let tag = rx_tag(false, tagged);
+        assert_eq!(tag, RxTag::Reinsert(Some((ETH_P_8021Q, 7))));
+        assert_eq!(
+            finish_tag(&mut pool, plain, 20, tag, &mut counters),
+            Some(24)
+        );
+        assert_eq!(&pool.slot_mut(plain)[12..16], &[0x81, 0x00, 0x00, 0x07]);
+        assert_eq!(pool.origin(plain), 0);
+        assert_eq!(rx_tag(false, None), RxTag::Reinsert(None));
+        assert_eq!(counters.rx_untagged, 1);
+    }
+
+    #[test]
+    fn a_transmit_only_port_sends_and_receives_nothing() {
+        // Loopback, not promiscuous: a frame one port sends comes back on lo; the receiving
+        // port sees it, the transmit-only port (bound with protocol 0) does not.
+        let rx_config = AfPacketConfig {
+            promiscuous: false,
+            block_count: 2,
+            ..Default::default()
+        };
+        let mut rx = match AfPacketPort::open("lo", &rx_config) {
+            Ok(p) => p,
+            Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
+            Err(e) => panic!("{e}"),
+        };
+        let tx_config = AfPacketConfig {
+            receive: false,
+            promiscuous: true,
+            ..rx_config
+        };
+        let mut tx = AfPacketPort::open("lo", &tx_config).unwrap();
+        let mut pool = FramePool::new(64, 2048);
+        let mut out = [RxFrame::default(); 64];
+        // Whatever lo carried before this test.
+        while rx.recv(&mut pool, &mut out).unwrap() > 0 {
+            for f in &out {
+                pool.free(f.id);
+            }
+        }
+        // An IEEE 802 local experimental EtherType (0x88B5): no protocol of the host reads it.
+        let mut frame = [0u8; 60];
+        frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+        frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+        frame[14..18].copy_from_slice(b"mtio");
+        let id = pool.store(&frame).unwrap();
+        assert_eq!(tx.send(&mut pool, &[id]).unwrap(), 1);
+        assert_eq!(tx.counters().tx_packets, 1);
+        let readable =
+            crate::wait_readable(rx.poll_fd().unwrap(), std::time::Duration::from_secs(5));
+        assert!(readable.unwrap(), "the receiving port never saw the frame");
+        let n = rx.recv(&mut pool, &mut out).unwrap();
+        assert!(
+            out[..n].iter().any(|f| pool.frame(f.id) == frame),
+            "{n} frames"
+        );
+        // The transmit-only socket queued nothing (it would be readable by now), and its recv
+        // hands out nothing.
+        let fd = tx.poll_fd().unwrap();
+        assert!(!crate::wait_readable(fd, std::time::Duration::ZERO).unwrap());
+        let in_use = pool.in_use();
+        assert_eq!(tx.recv(&mut pool, &mut out).unwrap(), 0);
+        assert_eq!(pool.in_use(), in_use);
+        assert_eq!(tx.counters().rx_packets, 0);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!
 //! Layout (CONTRIBUTING.md §5): one contiguous `Vec<u8>` of `small × slot_size` bytes (slot `i`
 //! starts at `i × slot_size`) followed by `large × large_slot_size` bytes for the large class,
-//! parallel vectors of frame lengths and [`VnetHdr`]s, and one LIFO free stack per class (the
+//! parallel vectors of frame lengths, [`VnetHdr`]s and origin tags, and one LIFO free stack per
+//! class (the
 //! slot freed last is reused first, so it is likely still in cache). Allocation and release are
 //! O(1) and never allocate.
 //!
@@ -23,6 +24,12 @@
 //! small frames never take large slots, so bulk traffic cannot starve ACKs. The pool is owned by
 //! the caller, not by a port, so a bump in the wire can receive on one port and transmit the same
 //! slot on the other.
+//!
+//! A slot also carries its frame's origin tag ([`FramePool::origin`]): which workload interface
+//! or cgroup the frame came from, as an `AfPacketConfig::origin_tags` port read it from the VLAN
+//! tag its capture program pushed (0: no known origin). The classifier matches on it
+//! (`metronome_packet::ClassRule::origin`). Allocating and freeing a slot reset it to 0, so a
+//! reused slot never carries the tag of an earlier frame.
 //!
 //! A slot also carries the cut of its super-frame when a shaper sends it as pieces
 //! ([`crate::piece`]: [`FramePool::set_cut`], [`FramePool::free_entry`]), with the pool's
@@ -77,7 +84,8 @@ pub enum StoreError {
 ///
 /// Ids `0..small` are slots of [`FramePool::slot_size`] bytes, ids `small..capacity` slots of
 /// [`FramePool::large_slot_size`] bytes. [`FramePool::new`] makes a pool of one class. Every
-/// slot also holds the [`VnetHdr`] its frame was received with (or is to be sent with).
+/// slot also holds the [`VnetHdr`] its frame was received with (or is to be sent with) and its
+/// origin tag ([`FramePool::origin`]).
 pub struct FramePool {
     /// Small slots then large slots: slot `i < small` is `bytes[i*slot_size..][..slot_size]`,
     /// slot `small + j` is `bytes[small*slot_size + j*large_slot_size..][..large_slot_size]`.
@@ -86,6 +94,8 @@ pub struct FramePool {
     lens: Vec<u32>,
     /// Virtio-net header of each slot ([`VnetHdr::NONE`] when free).
     vnet: Vec<VnetHdr>,
+    /// Origin tag of each slot's frame (0 when free or of no known origin).
+    origins: Vec<u16>,
     /// Cut of each slot's super-frame ([`SlotCut::default`] when not cut or free).
     cuts: Vec<SlotCut>,
     /// Slots with a cut: while 0, sends and frees skip `cuts`.
@@ -128,6 +138,7 @@ impl FramePool {
             bytes: vec![0; total],
             lens: vec![0; n],
             vnet: vec![VnetHdr::NONE; n],
+            origins: vec![0; n],
             cuts: vec![SlotCut::default(); n],
             cut_slots: 0,
             cut_counters: CutCounters::default(),
@@ -199,16 +210,16 @@ impl FramePool {
         }
     }
 
-    /// Takes a free small slot, with frame length 0 and [`VnetHdr::NONE`], or `None` if every
-    /// small slot is in use.
+    /// Takes a free small slot, with frame length 0, [`VnetHdr::NONE`] and origin 0, or `None`
+    /// if every small slot is in use.
     pub fn alloc(&mut self) -> Option<u32> {
         let id = self.free.pop()?;
         self.take(id);
         Some(id)
     }
 
-    /// Takes a free large slot, with frame length 0 and [`VnetHdr::NONE`], or `None` if every
-    /// large slot is in use (or the pool has none).
+    /// Takes a free large slot, with frame length 0, [`VnetHdr::NONE`] and origin 0, or `None`
+    /// if every large slot is in use (or the pool has none).
     pub fn alloc_large(&mut self) -> Option<u32> {
         let id = self.free_large.pop()?;
         self.take(id);
@@ -219,6 +230,7 @@ impl FramePool {
         self.in_use[id as usize] = true;
         self.lens[id as usize] = 0;
         self.vnet[id as usize] = VnetHdr::NONE;
+        self.origins[id as usize] = 0;
     }
 
     /// Takes a free slot for a frame of `len` bytes: small if it fits one, else large. The
@@ -254,6 +266,7 @@ impl FramePool {
             self.in_use[id as usize] = false;
             self.lens[id as usize] = 0;
             self.vnet[id as usize] = VnetHdr::NONE;
+            self.origins[id as usize] = 0;
             if self.cut_slots > 0 && self.cuts[id as usize] != SlotCut::default() {
                 self.cuts[id as usize] = SlotCut::default();
                 self.cut_slots -= 1;
@@ -446,9 +459,24 @@ impl FramePool {
         }
     }
 
+    /// The origin tag of slot `id`'s frame: which workload interface or cgroup it came from, as
+    /// the receiving port tells it (see the module docs); 0 for no known origin, a free slot or
+    /// an id out of range.
+    pub fn origin(&self, id: u32) -> u16 {
+        self.origins.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// Sets the origin tag of allocated slot `id` (ignored for a free slot or an id out of
+    /// range). Allocating and freeing the slot set it back to 0.
+    pub fn set_origin(&mut self, id: u32, tag: u16) {
+        if self.is_allocated(id) {
+            self.origins[id as usize] = tag;
+        }
+    }
+
     /// Checks the pool's invariants (CONTRIBUTING.md §10): every slot is either free (exactly
-    /// once on its class's free list, length 0, no header) or allocated, and every length fits
-    /// its slot.
+    /// once on its class's free list, length 0, no header, origin 0) or allocated, and every
+    /// length fits its slot.
     pub fn invariants(&self) {
         let mut on_list = vec![false; self.capacity()];
         for (list, large) in [(&self.free, false), (&self.free_large, true)] {
@@ -461,6 +489,7 @@ impl FramePool {
                 );
                 assert_eq!(self.lens[id as usize], 0, "free slot {id} has a length");
                 assert_eq!(self.vnet[id as usize], VnetHdr::NONE, "free slot {id}");
+                assert_eq!(self.origins[id as usize], 0, "free slot {id} has an origin");
                 assert_eq!(
                     self.cuts[id as usize],
                     SlotCut::default(),
@@ -518,6 +547,35 @@ mod tests {
         assert_eq!(pool.alloc(), Some(a));
         assert_eq!(pool.frame(a), b"");
         pool.invariants();
+    }
+
+    #[test]
+    fn a_reused_slot_never_carries_an_earlier_origin() {
+        let mut pool = FramePool::with_large(2, 64, 1, 256);
+        let small = pool.store(b"from a pod").unwrap();
+        let large = pool.alloc_large().unwrap();
+        assert_eq!((pool.origin(small), pool.origin(large)), (0, 0));
+        pool.set_origin(small, 7);
+        pool.set_origin(large, u16::MAX);
+        assert_eq!((pool.origin(small), pool.origin(large)), (7, u16::MAX));
+        assert!(pool.free(small));
+        assert!(pool.free(large));
+        assert_eq!((pool.origin(small), pool.origin(large)), (0, 0));
+        pool.invariants();
+        // A free slot and an id out of range take no origin.
+        pool.set_origin(small, 3);
+        pool.set_origin(99, 3);
+        assert_eq!((pool.origin(small), pool.origin(99)), (0, 0));
+        pool.invariants();
+        // Allocated again (LIFO: the same slots), by every way of allocating, with origin 0.
+        assert_eq!(pool.alloc(), Some(small));
+        assert_eq!(pool.origin(small), 0);
+        pool.set_origin(small, 9);
+        assert!(pool.free(small));
+        assert_eq!(pool.store(b"again"), Ok(small));
+        assert_eq!(pool.origin(small), 0);
+        assert_eq!(pool.alloc_for(200), Ok(large));
+        assert_eq!(pool.origin(large), 0);
     }
 
     #[test]

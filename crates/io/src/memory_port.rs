@@ -8,6 +8,11 @@
 //! [`FramePool`], so steady-state operation allocates nothing; `recv` copies into the caller's pool
 //! exactly as the AF_PACKET port does, so benchmarks pay the same per-packet copy. A full TX queue
 //! behaves like a busy device: `send` stops early and counts `tx_busy`.
+//!
+//! A frame injected with an origin tag ([`MemoryPort::inject_with_origin`]) comes out of `recv`
+//! with that tag on its slot of the caller's pool ([`FramePool::origin`]), as an AF_PACKET port
+//! with `AfPacketConfig::origin_tags` delivers the tag it read from the frame's VLAN tag; every
+//! other frame with origin 0.
 
 use crate::frame_pool::{FramePool, StoreError, DEFAULT_SLOT_SIZE};
 use crate::piece::{self, PieceScratch, PieceSink, TxPiece};
@@ -85,12 +90,22 @@ impl MemoryPort {
         }
     }
 
-    /// Queues `frame` for `recv`. Hands back why if the RX queue is full or the frame is too long.
+    /// Queues `frame` for `recv`, of no known origin. Hands back why if the RX queue is full or
+    /// the frame is too long.
     pub fn inject(&mut self, frame: &[u8]) -> Result<(), StoreError> {
+        self.inject_with_origin(frame, 0)
+    }
+
+    /// Queues `frame` for `recv` with origin tag `origin`: `recv` sets it on the frame's slot
+    /// ([`FramePool::set_origin`]), as an AF_PACKET port with `origin_tags` sets the tag it
+    /// read from the frame's VLAN tag. Hands back why if the RX queue is full or the frame is
+    /// too long.
+    pub fn inject_with_origin(&mut self, frame: &[u8], origin: u16) -> Result<(), StoreError> {
         if self.rx.len() >= self.tx_capacity {
             return Err(StoreError::Exhausted);
         }
         let id = self.store.store(frame)?;
+        self.store.set_origin(id, origin);
         self.rx.push_back(id);
         Ok(())
     }
@@ -146,6 +161,7 @@ impl MemoryPort {
             let stored = pool.store(self.store.frame(src));
             match stored {
                 Ok(id) => {
+                    pool.set_origin(id, self.store.origin(src));
                     self.rx.pop_front();
                     self.store.free(src);
                     Ok(Some(id))
@@ -328,6 +344,30 @@ mod tests {
         let c = p.counters();
         assert_eq!((c.rx_packets, c.tx_packets, c.tx_bytes), (3, 3, 180));
         assert!(p.poll_fd().is_none());
+    }
+
+    #[test]
+    fn an_injected_origin_ends_up_on_the_frame_slot() {
+        let mut p = port(8);
+        let mut pool = FramePool::new(8, 128);
+        p.inject_with_origin(&[1; 60], 5).unwrap();
+        p.inject(&[2; 60]).unwrap();
+        p.inject_with_origin(&[3; 60], u16::MAX).unwrap();
+        let mut out = [RxFrame::default(); 3];
+        assert_eq!(p.recv(&mut pool, &mut out).unwrap(), 3);
+        let origins: Vec<u16> = out.iter().map(|f| pool.origin(f.id)).collect();
+        assert_eq!(origins, [5, 0, u16::MAX]);
+        assert_eq!(pool.frame(out[0].id), &[1u8; 60][..]);
+        // The port's own slots were freed with their tags: reused, they carry none.
+        for _ in 0..3 {
+            p.inject(&[4; 60]).unwrap();
+        }
+        for f in &out {
+            pool.free(f.id);
+        }
+        assert_eq!(p.recv(&mut pool, &mut out).unwrap(), 3);
+        assert!(out.iter().all(|f| pool.origin(f.id) == 0));
+        pool.invariants();
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub struct PortCounters {
     /// Ring entries that failed validation (offsets outside their block); the rest of the block
     /// is skipped. Should stay 0.
     pub rx_ring_errors: u64,
+    /// With `origin_tags` ([`crate::AfPacketConfig::origin_tags`]): frames that arrived without
+    /// the VLAN tag that carries their origin, so not from the capture program (the capture
+    /// interface's own traffic, such as IPv6 neighbour discovery), dropped.
+    pub rx_untagged: u64,
     /// Frames handed to [`PacketPort::send`] and accepted by the kernel (or the peer queue).
     pub tx_packets: u64,
     /// Bytes of `tx_packets`.

@@ -279,3 +279,102 @@ fn oversize_and_runt_frames_are_counted_not_fatal() {
     assert_eq!((c.tx_errors, c.tx_packets), (2, 1));
     assert_eq!(pool.in_use(), 0);
 }
+
+/// Frame `seq` of the origin-tag test from A to B: even ones with an 802.1Q tag of TCI
+/// `origin_tci(seq)` (a priority code point set, and TCI 0 for frame 0), odd ones untagged;
+/// and the frame as it should arrive, without the tag.
+fn origin_frame(seq: u32) -> (Vec<u8>, Vec<u8>) {
+    let mut body = Vec::new();
+    body.extend_from_slice(&ETHERTYPE_TEST.to_be_bytes());
+    body.extend_from_slice(
+        format!("metronome-io origin {} {seq:05} ", std::process::id()).as_bytes(),
+    );
+    while body.len() < 46 + (seq as usize * 29) % 1400 {
+        body.push((body.len() as u32 ^ seq) as u8);
+    }
+    let mut plain = [&MAC_B[..], &MAC_A[..]].concat();
+    plain.extend_from_slice(&body);
+    let mut sent = [&MAC_B[..], &MAC_A[..]].concat();
+    if seq.is_multiple_of(2) {
+        sent.extend_from_slice(&[0x81, 0x00]);
+        sent.extend_from_slice(&origin_tci(seq).to_be_bytes());
+    }
+    sent.extend_from_slice(&body);
+    (sent, plain)
+}
+
+/// The TCI of even frame `seq` of the origin-tag test.
+fn origin_tci(seq: u32) -> u16 {
+    if seq == 0 {
+        0
+    } else {
+        0x2000 | seq as u16
+    }
+}
+
+#[test]
+fn an_origin_tag_port_keeps_the_tag_as_the_slot_origin_and_drops_untagged_frames() {
+    let Some(topo) = Topology::create() else {
+        return;
+    };
+    for vnet_hdr in [false, true] {
+        let mut tx = open_port(&topo.ns_a, &topo.if_a);
+        let ifname = topo.if_b.clone();
+        let mut rx = in_netns(&topo.ns_b, move || {
+            let config = AfPacketConfig {
+                origin_tags: true,
+                vnet_hdr,
+                ..AfPacketConfig::default()
+            };
+            AfPacketPort::open(&ifname, &config).unwrap_or_else(|e| panic!("open: {e}"))
+        });
+        const N: u32 = 100;
+        let mut pool = FramePool::with_large(512, 2048, 8, metronome_io::GSO_SLOT_SIZE);
+        let ids: Vec<u32> = (0..N)
+            .map(|s| pool.store(&origin_frame(s).0).unwrap())
+            .collect();
+        let mut sent = 0;
+        let end = Instant::now() + DEADLINE;
+        while sent < ids.len() && Instant::now() < end {
+            sent += tx.send(&mut pool, &ids[sent..]).expect("send");
+        }
+        assert_eq!(sent, N as usize);
+
+        let magic = format!("metronome-io origin {} ", std::process::id()).into_bytes();
+        let mut got: Vec<(Vec<u8>, u16)> = Vec::new();
+        let mut batch = [RxFrame::default(); 64];
+        let end = Instant::now() + DEADLINE;
+        while got.len() < (N / 2) as usize && Instant::now() < end {
+            let n = rx.recv(&mut pool, &mut batch).expect("recv");
+            if n == 0 {
+                wait_readable(rx.poll_fd().unwrap(), Duration::from_millis(10)).expect("poll");
+            }
+            for f in &batch[..n] {
+                let bytes = pool.frame(f.id);
+                if bytes.windows(magic.len()).take(24).any(|w| w == magic) {
+                    got.push((bytes.to_vec(), pool.origin(f.id)));
+                }
+                pool.free(f.id);
+            }
+        }
+        assert_eq!(got.len(), (N / 2) as usize, "vnet_hdr {vnet_hdr}");
+        for (k, (frame, origin)) in got.iter().enumerate() {
+            // Only the tagged frames, in order, without their tag, with its TCI as the origin.
+            let seq = 2 * k as u32;
+            assert_eq!(
+                frame,
+                &origin_frame(seq).1,
+                "vnet_hdr {vnet_hdr} frame {seq}"
+            );
+            assert_eq!(*origin, origin_tci(seq), "vnet_hdr {vnet_hdr} frame {seq}");
+        }
+        let c = rx.counters();
+        // The untagged test frames, and any of the interface's own (IPv6 neighbour discovery).
+        assert!(
+            c.rx_untagged >= u64::from(N / 2),
+            "vnet_hdr {vnet_hdr}: {c:?}"
+        );
+        assert_eq!((c.rx_oversize, c.rx_truncated), (0, 0));
+        assert_eq!(pool.in_use(), 0);
+    }
+}

@@ -1,12 +1,18 @@
 //! Classification: configured rules map an IP packet to a traffic class; first match wins.
 //!
 //! What a configuration can say: classes match on destination prefix, source prefix, DSCP,
-//! protocol and port; first match wins; a default class; non-IP frames pass unshaped.
+//! protocol, port and origin; first match wins; a default class; non-IP frames pass unshaped.
+//!
+//! The origin is not in the frame: it is the tag the receiving port gave the packet
+//! ([`IpPacket::origin`], 0 for none; the daemon's attach mode sets it from the VLAN tag its
+//! capture program pushed, naming the workload interface or cgroup the packet came from). A
+//! rule's [`ClassRule::origin`] matches that tag exactly; `Some(0)` matches the packets of no
+//! known origin.
 //!
 //! A [`ClassRule`] is a conjunction of optional fields; an absent field matches anything, so
 //! `ClassRule::default()` matches every IP packet. Address prefixes carry their family: a rule
 //! with an IPv4 prefix never matches an IPv6 packet and vice versa (an IPv4-mapped IPv6 address
-//! is IPv6 here), while a rule without prefixes (only DSCP, protocol or ports) matches both
+//! is IPv6 here), while a rule without prefixes (only DSCP, protocol, ports or origin) matches both
 //! families. A port range never matches a packet without ports (ICMP, a later fragment, a first
 //! fragment cut before its transport header), even if the range contains 0.
 //!
@@ -17,8 +23,9 @@
 //!   configurations hold, a handful of compares per rule costs less than hashing a key.
 //! * Above it, a tuple-space search, as in Open vSwitch's classifier: the rules are grouped by
 //!   their shape (destination prefix family and length or none, source prefix family and
-//!   length or none, DSCP present, protocol present). Each shape holds a hash map from the
-//!   masked key (destination, source, DSCP, protocol; absent fields as 0) to its rules in
+//!   length or none, DSCP present, protocol present, origin present). Each shape holds a hash
+//!   map from the masked key (destination, source, DSCP, protocol, origin; absent fields as 0)
+//!   to its rules in
 //!   configuration order, each with its port ranges. A packet costs one key and one lookup per
 //!   shape, whatever the number of rules; in a shape the first rule whose port ranges match
 //!   wins, and across shapes the smallest rule index wins.
@@ -66,6 +73,8 @@ pub struct ClassRule {
     pub dst_port: Option<(u16, u16)>,
     /// Source port range, inclusive at both ends.
     pub src_port: Option<(u16, u16)>,
+    /// Origin tag, compared exactly with [`IpPacket::origin`] (0: no known origin).
+    pub origin: Option<u16>,
 }
 
 impl ClassRule {
@@ -83,6 +92,7 @@ impl ClassRule {
             && self
                 .src_port
                 .is_none_or(|(lo, hi)| ip.has_ports && (lo..=hi).contains(&t.src_port))
+            && self.origin.is_none_or(|o| o == ip.origin)
     }
 
     /// Whether the rule can never match anything: an IPv4 and an IPv6 prefix together, a DSCP
@@ -260,6 +270,7 @@ struct Shape {
     src: PrefixShape,
     dscp: bool,
     protocol: bool,
+    origin: bool,
 }
 
 impl Shape {
@@ -269,6 +280,7 @@ impl Shape {
             src: PrefixShape::of(rule.src),
             dscp: rule.dscp.is_some(),
             protocol: rule.protocol.is_some(),
+            origin: rule.origin.is_some(),
         }
     }
 
@@ -280,6 +292,7 @@ impl Shape {
             src: self.src.masked(ip.tuple.src)?,
             dscp: if self.dscp { ip.dscp } else { 0 },
             protocol: if self.protocol { ip.tuple.protocol } else { 0 },
+            origin: if self.origin { ip.origin } else { 0 },
         })
     }
 }
@@ -291,11 +304,12 @@ struct Key {
     src: u128,
     dscp: u8,
     protocol: u8,
+    origin: u16,
 }
 
 impl Key {
     /// The key of a satisfiable rule of `shape`: the same value [`Shape::key`] gives every
-    /// packet the rule's prefixes, DSCP and protocol match.
+    /// packet the rule's prefixes, DSCP, protocol and origin match.
     fn of_rule(rule: &ClassRule, shape: Shape) -> Self {
         let network = |net: Option<IpNet>, part: PrefixShape| {
             net.and_then(|n| part.masked(n.network())).unwrap_or(0)
@@ -305,6 +319,7 @@ impl Key {
             src: network(rule.src, shape.src),
             dscp: rule.dscp.unwrap_or(0),
             protocol: rule.protocol.unwrap_or(0),
+            origin: rule.origin.unwrap_or(0),
         }
     }
 }

@@ -136,6 +136,11 @@ pub struct IpPacket {
     pub has_ports: bool,
     /// VLAN tags before the IP header (0, 1 or 2).
     pub vlan_tags: u8,
+    /// Where the packet came from, as the receiving port tells it: 0 for no known origin, else
+    /// an origin tag the caller chose (the daemon's attach mode numbers the workload interfaces
+    /// or cgroups it captures from). [`parse`] sets 0, since the frame does not carry it; the
+    /// caller sets it after parsing, before classifying ([`crate::ClassRule::origin`]).
+    pub origin: u16,
 }
 
 /// A flow's 5-tuple. Ports are 0 when the packet has none.
@@ -439,6 +444,7 @@ fn ip_packet(
         fragment,
         has_ports: ports.is_some(),
         vlan_tags: link.vlan_tags,
+        origin: 0,
     }
 }
 
@@ -496,5 +502,5 @@ fn read_u16(bytes: &[u8], offset: usize) -> Option<u16> {
 }
 
 /// Size of an [`IpPacket`] in bytes (checked at compile time): small enough to return by value.
-pub const IP_PACKET_BYTES: usize = 50;
+pub const IP_PACKET_BYTES: usize = 52;
 const _: () = assert!(core::mem::size_of::<IpPacket>() == IP_PACKET_BYTES);

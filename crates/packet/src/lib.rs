@@ -8,11 +8,13 @@
 //! * [`parse`] (module [`frame`]): Ethernet II, IEEE 802.1Q / 802.1ad VLAN tags, IPv4 (IHL,
 //!   total length, fragments), IPv6 (extension headers), TCP, UDP, ICMP, ICMPv6 into a
 //!   [`Parsed`]: non-IP, an [`IpPacket`] with its [`FiveTuple`], DSCP, [`Ecn`], IP offset and
-//!   wire length, or [`Malformed`] with a named reason.
+//!   wire length, or [`Malformed`] with a named reason. The packet's origin tag
+//!   ([`IpPacket::origin`]) is not in the frame: parse sets 0 and the caller sets the tag its
+//!   port received with the frame.
 //! * [`flow_id`]: a seeded, stable 32-bit hash of the 5-tuple ([`metronome_core::FlowId`]);
 //!   the daemon keys it with a secret seed, tests with the public [`DEFAULT_FLOW_SEED`].
-//! * [`Classifier`]: ordered [`ClassRule`]s (prefixes, DSCP, protocol, port ranges), first match
-//!   wins, a default class; [`Verdict`] says shape, pass or malformed.
+//! * [`Classifier`]: ordered [`ClassRule`]s (prefixes, DSCP, protocol, port ranges, origin tag),
+//!   first match wins, a default class; [`Verdict`] says shape, pass or malformed.
 //! * [`mark_ce`]: sets CE on ECN-capable packets (RFC 3168 §5), IPv4 checksum updated
 //!   incrementally (RFC 1624).
 //! * [`ParseCounters`], [`EcnCounters`]: a named counter per verdict, reason and mark outcome.

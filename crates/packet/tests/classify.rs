@@ -1,5 +1,6 @@
 //! Classifier tests: every rule field, first match, default class, families, fragments, VLANs,
-//! and the rule index against a linear first-match scan (large and random rule sets).
+//! origin tags, and the rule index against a linear first-match scan (large and random rule
+//! sets).
 
 mod common;
 
@@ -117,6 +118,82 @@ fn protocol() {
         class(&icmp, &v4([1, 1, 1, 1], [2, 2, 2, 2], L4::Icmp, 0, 0, 0)),
         ClassId(1)
     );
+}
+
+/// The class of `frame` once its port gave it `origin`.
+fn class_from(c: &Classifier, frame: &[u8], origin: u16) -> ClassId {
+    let mut ip = ip_of(frame);
+    ip.origin = origin;
+    c.class_of(&ip)
+}
+
+#[test]
+fn parse_gives_no_origin() {
+    assert_eq!(ip_of(&tcp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2)).origin, 0);
+}
+
+#[test]
+fn an_origin_rule_matches_only_its_origin() {
+    let rule = ClassRule {
+        origin: Some(7),
+        ..Default::default()
+    };
+    // Alone (a linear scan), and behind enough rules of another shape, matching none of the
+    // packets below, that the classifier searches its index.
+    let fillers = (0..20u8).map(|i| {
+        let rule = ClassRule {
+            dst: net(&format!("172.16.{i}.0/24")),
+            ..Default::default()
+        };
+        (rule, ClassId(100 + u16::from(i)))
+    });
+    let indexed: Vec<_> = fillers.chain([(rule.clone(), ClassId(1))]).collect();
+    for c in [one_rule(rule), Classifier::new(indexed, DEFAULT)] {
+        for frame in [
+            tcp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2),
+            v6(ip6(1), ip6(2), L4::Udp, 1, 2, 0),
+        ] {
+            assert_eq!(class_from(&c, &frame, 7), ClassId(1));
+            for other in [0, 6, 8, 7 << 8, u16::MAX] {
+                assert_eq!(class_from(&c, &frame, other), DEFAULT, "origin {other}");
+            }
+        }
+    }
+    // `Some(0)` is the packets of no known origin.
+    let unknown = one_rule(ClassRule {
+        origin: Some(0),
+        ..Default::default()
+    });
+    let frame = tcp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2);
+    assert_eq!(class(&unknown, &frame), ClassId(1));
+    assert_eq!(class_from(&unknown, &frame, 3), DEFAULT);
+}
+
+#[test]
+fn an_origin_narrows_a_rule_and_the_first_match_still_wins() {
+    let pod_web = ClassRule {
+        origin: Some(5),
+        dst_port: Some((443, 443)),
+        ..Default::default()
+    };
+    let pod = ClassRule {
+        origin: Some(5),
+        ..Default::default()
+    };
+    let c = Classifier::new(
+        vec![
+            (pod_web, ClassId(1)),
+            (pod, ClassId(2)),
+            (ClassRule::default(), ClassId(3)),
+        ],
+        DEFAULT,
+    );
+    let https = tcp4([1, 1, 1, 1], [2, 2, 2, 2], 9, 443);
+    let http = tcp4([1, 1, 1, 1], [2, 2, 2, 2], 9, 80);
+    assert_eq!(class_from(&c, &https, 5), ClassId(1));
+    assert_eq!(class_from(&c, &http, 5), ClassId(2));
+    assert_eq!(class_from(&c, &https, 4), ClassId(3));
+    assert_eq!(class_from(&c, &http, 0), ClassId(3));
 }
 
 #[test]
@@ -532,28 +609,32 @@ fn rule() -> impl Strategy<Value = ClassRule> {
     let protocol = prop_oneof![2 => Just(None), 1 => protocols.prop_map(Some)];
     let dst = prop_oneof![1 => Just(None), 2 => prefix().prop_map(Some)];
     let src = prop_oneof![2 => Just(None), 1 => prefix().prop_map(Some)];
-    (dst, src, dscp, protocol, ports(), ports()).prop_map(
-        |(dst, src, dscp, protocol, dst_port, src_port)| ClassRule {
+    let origin = prop_oneof![3 => Just(None), 2 => (0u16..3).prop_map(Some)];
+    (dst, src, dscp, protocol, ports(), ports(), origin).prop_map(
+        |(dst, src, dscp, protocol, dst_port, src_port, origin)| ClassRule {
             dst,
             src,
             dscp,
             protocol,
             dst_port,
             src_port,
+            origin,
         },
     )
 }
 
-/// A host rule: a full-length destination prefix, sometimes a port range. Many of them share a
-/// shape, with more keys than a shape compares one by one.
+/// A host rule: a full-length destination prefix, sometimes a port range, sometimes an origin.
+/// Many of them share a shape, with more keys than a shape compares one by one.
 fn host_rule() -> impl Strategy<Value = ClassRule> {
-    (any::<bool>(), addr(), ports()).prop_map(|(v6, a, dst_port)| ClassRule {
+    let origin = prop_oneof![2 => Just(None), 1 => (0u16..3).prop_map(Some)];
+    (any::<bool>(), addr(), ports(), origin).prop_map(|(v6, a, dst_port, origin)| ClassRule {
         dst: Some(if v6 {
             ipnet::IpNet::new(IpAddr::V6(a.v6()), 128).unwrap()
         } else {
             ipnet::IpNet::new(IpAddr::V4(a.v4()), 32).unwrap()
         }),
         dst_port,
+        origin,
         ..Default::default()
     })
 }
@@ -580,7 +661,7 @@ fn rules() -> impl Strategy<Value = Vec<(ClassRule, ClassId)>> {
 }
 
 /// A packet of either family near the bases: TCP or UDP with ports, ICMP or an IPv4 later
-/// fragment without.
+/// fragment without; with the origin tag its port gave it (few values, so that rules hit them).
 #[derive(Clone, Debug)]
 struct Packet {
     v6: bool,
@@ -590,9 +671,17 @@ struct Packet {
     sport: u16,
     dport: u16,
     dscp: u8,
+    origin: u16,
 }
 
 impl Packet {
+    /// The parsed packet, its origin set as the daemon sets it after parsing.
+    fn ip(&self) -> IpPacket {
+        let mut ip = ip_of(&self.frame());
+        ip.origin = self.origin;
+        ip
+    }
+
     fn frame(&self) -> Vec<u8> {
         let l4 = [L4::Tcp, L4::Udp, L4::Icmp, L4::Tcp][usize::from(self.l4)];
         let tos = self.dscp << 2;
@@ -621,8 +710,9 @@ fn packet() -> impl Strategy<Value = Packet> {
         0u16..7,
         0u16..7,
         dscp,
+        0u16..3,
     )
-        .prop_map(|(v6, src, dst, l4, sport, dport, dscp)| Packet {
+        .prop_map(|(v6, src, dst, l4, sport, dport, dscp, origin)| Packet {
             v6,
             src,
             dst,
@@ -630,6 +720,7 @@ fn packet() -> impl Strategy<Value = Packet> {
             sport,
             dport,
             dscp,
+            origin,
         })
 }
 
@@ -638,7 +729,7 @@ proptest! {
 
     /// The classifier gives every packet the class of the first matching rule, as a linear scan
     /// does, whatever the rules: prefixes of both families and every length, DSCP, protocol,
-    /// port ranges, overlaps, duplicates and unsatisfiable rules.
+    /// port ranges, origin tags, overlaps, duplicates and unsatisfiable rules.
     #[test]
     fn the_classifier_agrees_with_a_linear_first_match_scan(
         rules in rules(),
@@ -647,7 +738,7 @@ proptest! {
         let c = Classifier::new(rules.clone(), DEFAULT);
         prop_assert_eq!(c.rules(), &rules[..]);
         for p in &packets {
-            let ip = ip_of(&p.frame());
+            let ip = p.ip();
             prop_assert_eq!(c.class_of(&ip), first_match(&rules, DEFAULT, &ip), "{:?}", ip);
         }
     }

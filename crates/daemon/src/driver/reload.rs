@@ -25,12 +25,24 @@ use std::sync::Arc;
 pub struct Reloader {
     path: PathBuf,
     running: Config,
+    /// Where an applied configuration is published ([`Reloader::publishing`]).
+    published: Option<Arc<std::sync::Mutex<Option<Config>>>>,
 }
 
 impl Reloader {
     /// A reloader of `path`, with `running` in force (its `[daemon] cores` is kept on reloads).
     pub fn new(path: PathBuf, running: Config) -> Reloader {
-        Reloader { path, running }
+        Reloader {
+            path,
+            running,
+            published: None,
+        }
+    }
+
+    /// Also puts every configuration it applies in `slot` (`crate::driver::run::Control::applied`).
+    pub fn publishing(mut self, slot: Arc<std::sync::Mutex<Option<Config>>>) -> Reloader {
+        self.published = Some(slot);
+        self
     }
 
     /// The configuration in force.
@@ -74,6 +86,11 @@ impl Reloader {
         }
         for line in plan.to_string().lines() {
             tracing::info!(change = line, "reloaded {}", self.path.display());
+        }
+        if let Some(slot) = &self.published {
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(new.clone());
         }
         self.running = new;
         Some(plan)

@@ -100,6 +100,9 @@ pub struct Control {
     /// Set to reload the configuration file (SIGHUP); whoever reloads clears it (the single
     /// loop's `reload::FileReload`, or the silos' coordinator).
     pub reload: Arc<AtomicBool>,
+    /// The configuration a reload put in force, for whoever else follows it (attach mode's
+    /// hooks, `crate::ops::service`); taken by them.
+    pub applied: Arc<std::sync::Mutex<Option<crate::ops::config::Config>>>,
 }
 
 /// What a loop does at the top of every iteration besides moving frames (see the module docs).

@@ -471,7 +471,9 @@ where
             }
         }
     }
-    let mut reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
+    let mut reloader = config_path.map(|p| {
+        Reloader::new(p.to_path_buf(), config.clone()).publishing(control.applied.clone())
+    });
     while !control.stop.load(Ordering::Relaxed) {
         if control.reload.swap(false, Ordering::Relaxed) {
             if let Some(reloader) = reloader.as_mut() {

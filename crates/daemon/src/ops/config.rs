@@ -53,6 +53,7 @@ use core::fmt;
 use ipnet::IpNet;
 use metronome_core::{ClassId, Duration, HorizonPolicy, Rate, TimingWheelConfig};
 use metronome_packet::{ClassRule, Classifier};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -152,13 +153,25 @@ pub struct Config {
     pub link: Option<LinkConfig>,
 }
 
-/// `[interfaces]`: the two sides of the bump in the wire.
+/// Default `[interfaces] origin_mark`: 12 bits (4 095 `from` interfaces) above the low 16 that
+/// kube-proxy (0x4000, 0x8000), flannel and Istio (0x539) use; docs/config.md lists who uses which.
+pub const DEFAULT_ORIGIN_MARK: u32 = 0x0fff_0000;
+
+/// `[interfaces]`: the two sides of the bump in the wire, or the interfaces attached to in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interfaces {
-    /// Frames received here are shaped and sent on [`Interfaces::outside`].
+    /// Frames received here are shaped and sent on [`Interfaces::outside`] (empty in attach
+    /// mode).
     pub inside: String,
-    /// Frames received here pass unshaped to [`Interfaces::inside`].
+    /// Frames received here pass unshaped to [`Interfaces::inside`] (empty in attach mode).
     pub outside: String,
+    /// Attach mode: the interfaces whose outgoing IP traffic is shaped in place
+    /// (`crate::os::attach`); empty in the bump in the wire.
+    pub attach: Vec<String>,
+    /// Attach mode: the contiguous bits of a packet's mark that carry its origin from a `from`
+    /// interface to the attached one (`crate::os::attach`); 0: the mark is left alone. Default
+    /// [`DEFAULT_ORIGIN_MARK`].
+    pub origin_mark: u32,
     /// The largest IP packet in bytes; bursts must hold at least one. Default [`DEFAULT_MTU`].
     pub mtu: u32,
 }
@@ -255,6 +268,13 @@ pub struct Match {
     pub dst_port: Option<(u16, u16)>,
     /// Source ports, inclusive `(first, last)`.
     pub src_port: Option<(u16, u16)>,
+    /// Attach mode: the interface the packet entered the host through.
+    pub from: Option<String>,
+    /// Attach mode: the cgroup v2 (path below `/sys/fs/cgroup`) of the local socket that sent it,
+    /// or one of its ancestors.
+    pub cgroup: Option<String>,
+    /// The origin tag of `from` or `cgroup` ([`Config::origins`]), set by validation.
+    pub origin: Option<u16>,
 }
 
 /// What a class does to its packets.
@@ -421,7 +441,8 @@ impl fmt::Display for Backpressure {
 }
 
 impl Match {
-    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields).
+    /// The classifier's rule for this match (`metronome_packet::ClassRule`, same fields; any
+    /// origin).
     pub fn to_rule(&self) -> ClassRule {
         ClassRule {
             dst: self.dst,
@@ -430,6 +451,7 @@ impl Match {
             protocol: self.protocol,
             dst_port: self.dst_port,
             src_port: self.src_port,
+            origin: self.origin,
         }
     }
 }
@@ -457,6 +479,12 @@ impl fmt::Display for Match {
                 None => {}
             }
         }
+        if let Some(name) = &self.from {
+            parts.push(format!("from {name}"));
+        }
+        if let Some(path) = &self.cgroup {
+            parts.push(format!("cgroup {path}"));
+        }
         if parts.is_empty() {
             write!(f, "any")
         } else {
@@ -468,6 +496,31 @@ impl fmt::Display for Match {
 impl Config {
     /// The class id of packets no class matches.
     pub const DEFAULT_CLASS: ClassId = ClassId(0);
+
+    /// Attach mode's origins: each `from` interface and each `cgroup` of the classes with its
+    /// tag (set by validation, see [`Match::origin`]).
+    pub fn origins(&self) -> (BTreeMap<String, u16>, BTreeMap<String, u16>) {
+        let mut from = BTreeMap::new();
+        let mut cgroups = BTreeMap::new();
+        for c in &self.classes {
+            let m = &c.matcher;
+            match (&m.from, &m.cgroup, m.origin) {
+                (Some(f), _, Some(tag)) => {
+                    from.insert(f.clone(), tag);
+                }
+                (None, Some(g), Some(tag)) => {
+                    cgroups.insert(g.clone(), tag);
+                }
+                _ => {}
+            }
+        }
+        (from, cgroups)
+    }
+
+    /// True in attach mode (`[interfaces] attach`).
+    pub fn is_attach(&self) -> bool {
+        !self.interfaces.attach.is_empty()
+    }
 
     /// Parses and validates `text`; `source_name` names it in errors (usually its path).
     pub fn from_toml_str(text: &str, source_name: &str) -> Result<Config, ConfigError> {

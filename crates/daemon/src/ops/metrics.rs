@@ -46,7 +46,8 @@ pub use server::MetricsServer;
 pub use stats::{fetch_and_format, format_stats, scrape, scrape_bounded, MetricsError};
 
 use labels::{
-    ClassLabel, ClassOutcomeLabel, ClassReasonLabel, InterfaceLabel, KindActionLabel, ReasonLabel,
+    ClassLabel, ClassOutcomeLabel, ClassReasonLabel, InterfaceEventLabel, InterfaceLabel,
+    KindActionLabel, ReasonLabel,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -77,6 +78,8 @@ struct Inner {
     link_down: Family<InterfaceLabel, Counter>,
     link_reopened: Family<InterfaceLabel, Counter>,
     link_down_dropped: Family<InterfaceLabel, Counter>,
+    attach_events: Family<InterfaceEventLabel, Counter>,
+    attach_packets: Family<ReasonLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     link: link::LinkFamilies,
     http_refused: http::RefusalCounters,
@@ -133,6 +136,8 @@ impl Metrics {
             link_down: Family::default(),
             link_reopened: Family::default(),
             link_down_dropped: Family::default(),
+            attach_events: Family::default(),
+            attach_packets: Family::default(),
             ack_shaping: Family::default(),
             link: link::LinkFamilies::default(),
             http_refused: http::RefusalCounters::default(),
@@ -200,7 +205,7 @@ impl Metrics {
         r.register(
             "rx_refused_frames",
             "Frames the daemon could not take, by reason (oversize, no_large_slot, \
-             gso_truncated, vnet_error, piece_failed)",
+             gso_truncated, vnet_error, piece_failed, untagged)",
             inner.refused.clone(),
         );
         let unclassified = "Malformed and non-IP frames by the action `[daemon] malformed` or \
@@ -222,6 +227,12 @@ impl Metrics {
             expired,
             inner.link_down_dropped.clone(),
         );
+        let events = "Attach mode: attached and from interfaces (and cgroups) that came, went, \
+                      were re-created, or could not be hooked";
+        r.register("attach_events", events, inner.attach_events.clone());
+        let captured = "Attach mode: packets leaving attached interfaces, by what the hook did \
+                        (captured for shaping; not_ip and tag_failed passed on unshaped)";
+        r.register("attach_packets", captured, inner.attach_packets.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
         inner.link.register(r);
@@ -414,6 +425,28 @@ impl Metrics {
             interface: interface.to_owned(),
         };
         self.inner.link_down_dropped.get_or_create(&label).clone()
+    }
+
+    /// Counts one attach-mode event of `interface` (or cgroup): `came`, `gone`, `recreated`,
+    /// `attach_failed` (`metronome_attach_events_total`).
+    pub fn attach_event(&self, interface: &str, event: &str) {
+        let label = InterfaceEventLabel {
+            interface: interface.to_owned(),
+            event: event.to_owned(),
+        };
+        self.inner.attach_events.get_or_create(&label).inc();
+    }
+
+    /// Adds `packets` to what the attach hook did with packets leaving attached interfaces:
+    /// `captured`, `not_ip` (passed on), `tag_failed` (passed on) (`metronome_attach_packets_total`).
+    pub fn attach_packets(&self, result: &str, packets: u64) {
+        let label = ReasonLabel {
+            reason: result.to_owned(),
+        };
+        self.inner
+            .attach_packets
+            .get_or_create(&label)
+            .inc_by(packets);
     }
 
     /// Counts one malformed frame for `reason` (cold path: a label lookup).

@@ -1,6 +1,7 @@
 //! Frames the daemon could not take, never silent (CONTRIBUTING.md §11): every frame a port
 //! dropped on receive (longer than the pool's largest slot, no large slot free, truncated above
-//! 64 KiB, a virtio-net header it could not read or honour) and every piece of a super-frame
+//! 64 KiB, a virtio-net header it could not read or honour, no origin tag on a port that reads
+//! one) and every piece of a super-frame
 //! whose headers could not be rewritten is counted under a named reason in
 //! `metronome_rx_refused_frames_total{reason}`, logged once per reason the first time it
 //! happens, and listed in the daemon's `stopped` line ([`Refusals::of`]).
@@ -10,7 +11,7 @@ use metronome_io::CutCounters;
 use metronome_io::PortCounters;
 
 /// Number of reasons in [`Refusals`].
-const REASONS: usize = 5;
+const REASONS: usize = 6;
 
 /// Frames refused, by reason, summed over both ports. Cumulative.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,6 +27,9 @@ pub struct Refusals {
     pub vnet_error: u64,
     /// A piece of a cut super-frame whose headers could not be rewritten when due.
     pub piece_failed: u64,
+    /// No VLAN tag carrying an origin, on a port that reads one (`rx_untagged`): not a frame
+    /// of the capture program.
+    pub untagged: u64,
 }
 
 impl Refusals {
@@ -37,6 +41,7 @@ impl Refusals {
             gso_truncated: inside.rx_gso_truncated + outside.rx_gso_truncated,
             vnet_error: inside.rx_vnet_errors + outside.rx_vnet_errors,
             piece_failed: cuts.pieces_failed,
+            untagged: inside.rx_untagged + outside.rx_untagged,
         }
     }
 
@@ -53,6 +58,7 @@ impl Refusals {
             ("gso_truncated", self.gso_truncated),
             ("vnet_error", self.vnet_error),
             ("piece_failed", self.piece_failed),
+            ("untagged", self.untagged),
         ]
     }
 }
@@ -91,6 +97,9 @@ fn hint(reason: &str) -> &'static str {
             "frames above 64 KiB (BIG TCP): ip link set IF gro_max_size 65536 gso_max_size 65536"
         }
         "vnet_error" => "a GSO type the virtio-net header cannot describe",
+        "untagged" => {
+            "frames without the origin tag on the capture interface: not from the capture program"
+        }
         _ => "a super-frame's headers could not be rewritten for a piece",
     }
 }
@@ -115,14 +124,16 @@ mod tests {
         log.observe(Refusals::of(&inside, &outside, &cuts), &metrics);
         inside.rx_no_large_slot = 5;
         inside.rx_gso_truncated = 2;
+        inside.rx_untagged = 4;
         let now = Refusals::of(&inside, &outside, &cuts);
         log.observe(now, &metrics);
-        assert_eq!(now.total(), 8);
+        assert_eq!(now.total(), 12);
         let text = metrics.encode();
         for (reason, n) in [
             ("no_large_slot", 5),
             ("vnet_error", 1),
             ("gso_truncated", 2),
+            ("untagged", 4),
         ] {
             let line = format!("metronome_rx_refused_frames_total{{reason=\"{reason}\"}} {n}");
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");

@@ -28,6 +28,8 @@ use crate::driver::run::{run_loop, Control, LoopOptions, LoopReport, Pools};
 use crate::driver::silo::{panic_message, run_silos_on, SiloReport};
 use crate::ops::config::{Config, ConfigError, LogFormat};
 use crate::ops::metrics::{Metrics, MetricsError};
+use crate::os::attach::{AttachError, Attachment};
+use crate::os::ports::open_attached_ports;
 use crate::os::ports::{enable_gro, frame_pool, open_ports, open_silo_ports, reverse_pool};
 use crate::os::privileges::{drop_privileges, PrivilegeError};
 use metronome_io::{AfPacketPort, MonotonicClock, PortError};
@@ -64,6 +66,9 @@ pub enum DaemonError {
     /// Signal handlers could not be installed.
     #[error("installing signal handlers failed: {0}")]
     Signals(std::io::Error),
+    /// Attach mode could not start (`crate::os::attach`).
+    #[error("{0}")]
+    Attach(#[from] AttachError),
     /// The daemon was shaping and failed; everything was stopped.
     #[error("{0}")]
     Runtime(#[from] RuntimeError),
@@ -89,7 +94,8 @@ impl DaemonError {
             DaemonError::Config(_)
             | DaemonError::Port(_)
             | DaemonError::Metrics(_)
-            | DaemonError::Privileges(_) => EXIT_USER_ERROR,
+            | DaemonError::Privileges(_)
+            | DaemonError::Attach(_) => EXIT_USER_ERROR,
             DaemonError::Signals(_) => EXIT_START_FAILED,
             DaemonError::Runtime(_) => EXIT_RUNTIME_FAILURE,
         }
@@ -153,7 +159,9 @@ pub fn run_on(
     let seed = crate::datapath::flow_seed::FlowSeed::draw();
     let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
     let options = LoopOptions::from_config(config);
-    let reloader = config_path.map(|p| Reloader::new(p.to_path_buf(), config.clone()));
+    let reloader = config_path.map(|p| {
+        Reloader::new(p.to_path_buf(), config.clone()).publishing(control.applied.clone())
+    });
     let mut hook = FileReload::new(control.reload.clone(), reloader);
     tracing::info!(
         inside = %config.interfaces.inside,
@@ -187,7 +195,20 @@ enum OpenPorts {
 }
 
 impl OpenPorts {
-    fn open(config: &Config) -> Result<OpenPorts, PortError> {
+    fn open(config: &Config, attachment: Option<&Attachment>) -> Result<OpenPorts, PortError> {
+        if let Some(a) = attachment {
+            let pairs: Vec<(&str, &str)> = a
+                .uplinks()
+                .iter()
+                .map(|u| (u.recv.0.as_str(), u.name.as_str()))
+                .collect();
+            let mut ports = open_attached_ports(config, &pairs)?;
+            return Ok(if ports.len() == 1 {
+                OpenPorts::Single(Box::new(ports.remove(0)))
+            } else {
+                OpenPorts::Silos(ports)
+            });
+        }
         Ok(if config.daemon.cores > 1 {
             OpenPorts::Silos(open_silo_ports(config, config.daemon.cores)?)
         } else {
@@ -227,6 +248,22 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         config.daemon.cores = n.clamp(1, crate::ops::config::MAX_CORES);
     }
     init_logging(config.daemon.log_format);
+    if config.is_attach() {
+        if config.daemon.cores > 1 {
+            tracing::warn!(
+                cores = config.daemon.cores,
+                "attach mode runs one silo per attached interface: cores ignored"
+            );
+        }
+        config.daemon.cores = config.interfaces.attach.len();
+        if config.link.is_some() && config.daemon.cores > 1 {
+            return Err(AttachError::Interface {
+                ifname: config.interfaces.attach.join(","),
+                reason: "a [link] is one port: attach to one interface with it".to_string(),
+            }
+            .into());
+        }
+    }
     if config.link.is_some() && config.daemon.cores > 1 {
         // Validation refuses `cores > 1` with a `[link]` in the file; `--cores` comes after.
         tracing::warn!(
@@ -236,16 +273,28 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         config.daemon.cores = 1;
     }
     let control = Control::default();
+    // In attach mode a stop request goes to the hooks' watcher first, which detaches the capture
+    // hooks before it stops the loops (see `watch_attachment`).
+    let quit = if config.is_attach() {
+        Arc::new(AtomicBool::new(false))
+    } else {
+        control.stop.clone()
+    };
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    for (signal, flag) in [
-        (SIGHUP, &control.reload),
-        (SIGINT, &control.stop),
-        (SIGTERM, &control.stop),
-    ] {
+    for (signal, flag) in [(SIGHUP, &control.reload), (SIGINT, &quit), (SIGTERM, &quit)] {
         signal_hook::flag::register(signal, flag.clone()).map_err(DaemonError::Signals)?;
     }
-    let ports = OpenPorts::open(&config)?;
-    enable_gro(&config);
+    let metrics = Metrics::with_silos(config.daemon.cores);
+    let mut attachment = if config.is_attach() {
+        Some(Attachment::prepare(&config, &metrics)?)
+    } else {
+        None
+    };
+    let ports = OpenPorts::open(&config, attachment.as_ref())?;
+    match attachment.as_mut() {
+        Some(a) => a.engage()?,
+        None => enable_gro(&config),
+    }
     let dropped = drop_privileges(config.daemon.user.as_deref())?;
     tracing::info!(
         uid = dropped.uid,
@@ -253,7 +302,6 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         bounding_trimmed = dropped.bounding_trimmed,
         "privileges dropped"
     );
-    let metrics = Metrics::with_silos(config.daemon.cores);
     if !is_loopback_listen(config.daemon.metrics_listen) {
         tracing::warn!(
             addr = %config.daemon.metrics_listen,
@@ -264,16 +312,83 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
     tracing::info!(addr = %server.addr(), "metrics endpoint");
     crate::os::notify::notify("READY=1");
     let panicked = stop_on_panic(control.stop.clone());
+    let watcher = match attachment {
+        Some(a) => Some(spawn_watcher(a, quit, control.clone())?),
+        None => None,
+    };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         ports.run(&config, config_path, &metrics, &control)
     }));
     control.stop.store(true, Ordering::Relaxed);
+    // The loops are done: now the hooks and capture pairs go (the watcher hands them back).
+    if let Some(w) = watcher {
+        drop(w.join());
+    }
     drop(server);
     let first_panic = panicked
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .take();
     runtime_outcome(run, first_panic)
+}
+
+/// How long the watcher lets the loops read what was captured before the capture hooks went,
+/// before it stops them: a packet redirected just before is in the capture socket within
+/// microseconds; 20 ms is far beyond.
+const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How often the watcher looks at the stop request between two refreshes.
+const WATCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Starts the attach-mode watcher thread ([`watch_attachment`]).
+fn spawn_watcher(
+    attachment: Attachment,
+    quit: Arc<AtomicBool>,
+    control: Control,
+) -> Result<std::thread::JoinHandle<Attachment>, DaemonError> {
+    std::thread::Builder::new()
+        .name("attach".to_string())
+        .spawn(move || watch_attachment(attachment, &quit, &control))
+        .map_err(|e| {
+            DaemonError::Signals(std::io::Error::other(format!(
+                "spawning the attach watcher: {e}"
+            )))
+        })
+}
+
+/// Attach mode's watcher: follows interfaces and reloads ([`Attachment::refresh`],
+/// [`Attachment::set_origins`]) until `quit` (SIGINT, SIGTERM) or a stop. On `quit` it
+/// detaches the capture hooks first, so that traffic flows unshaped while the loops drain what
+/// they hold, then stops them. Returns the attachment, dropped by the caller once the loops are
+/// done.
+fn watch_attachment(
+    mut attachment: Attachment,
+    quit: &AtomicBool,
+    control: &Control,
+) -> Attachment {
+    let mut next_refresh = std::time::Instant::now();
+    while !control.stop.load(Ordering::Relaxed) {
+        if quit.load(Ordering::Relaxed) {
+            attachment.release();
+            std::thread::sleep(RELEASE_SETTLE);
+            control.stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        let applied = control
+            .applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(config) = applied {
+            attachment.set_origins(&config);
+        }
+        if std::time::Instant::now() >= next_refresh {
+            attachment.refresh();
+            next_refresh = std::time::Instant::now() + crate::os::attach::REFRESH;
+        }
+        std::thread::sleep(WATCH_TICK);
+    }
+    attachment
 }
 
 /// What the daemon's run comes to: a loop's error or any panic is a [`RuntimeError`];
@@ -355,6 +470,7 @@ pub fn log_report(r: &LoopReport) {
         gso_truncated = refused.gso_truncated,
         vnet_error = refused.vnet_error,
         piece_failed = refused.piece_failed,
+        untagged = refused.untagged,
         busy_pct = format_args!("{:.1}", r.busy_pct()),
         "stopped"
     );

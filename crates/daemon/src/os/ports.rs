@@ -60,6 +60,42 @@ pub fn open_silo_ports(
     Ok(ports)
 }
 
+/// Attach mode's ports, one pair per attached interface: `(capture, uplink)` names give the
+/// capture veth end the loop receives on (frames carry their origin tag, `origin_tags`) and the
+/// attached interface it sends on (transmit only, `PACKET_QDISC_BYPASS`: its transmit does not
+/// pass the egress hook again). Neither is made promiscuous.
+pub fn open_attached_ports(
+    config: &Config,
+    pairs: &[(&str, &str)],
+) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
+    let base = AfPacketConfig {
+        vnet_hdr: config.daemon.vnet_hdr,
+        promiscuous: false,
+        ..AfPacketConfig::default()
+    };
+    pairs
+        .iter()
+        .map(|(capture, uplink)| {
+            let capture = AfPacketPort::open(
+                capture,
+                &AfPacketConfig {
+                    origin_tags: true,
+                    ..base
+                },
+            )?;
+            let uplink = AfPacketPort::open(
+                uplink,
+                &AfPacketConfig {
+                    receive: false,
+                    qdisc_bypass: true,
+                    ..base
+                },
+            )?;
+            Ok((capture, uplink))
+        })
+        .collect()
+}
+
 /// The socket options of the daemon's ports: the defaults, `vnet_hdr` and `fanout`.
 fn port_config(vnet_hdr: bool, fanout: Option<Fanout>) -> AfPacketConfig {
     AfPacketConfig {
@@ -82,6 +118,7 @@ pub fn add_counters(a: PortCounters, b: PortCounters) -> PortCounters {
         rx_vnet_errors: a.rx_vnet_errors + b.rx_vnet_errors,
         rx_truncated: a.rx_truncated + b.rx_truncated,
         rx_ring_errors: a.rx_ring_errors + b.rx_ring_errors,
+        rx_untagged: a.rx_untagged + b.rx_untagged,
         tx_packets: a.tx_packets + b.tx_packets,
         tx_bytes: a.tx_bytes + b.tx_bytes,
         tx_errors: a.tx_errors + b.tx_errors,
@@ -161,12 +198,14 @@ mod tests {
             rx_packets: 3,
             tx_packets: 4,
             tx_errors: 1,
+            rx_untagged: 1,
             ..PortCounters::default()
         };
         let b = PortCounters {
             rx_packets: 10,
             rx_ring_drops: 2,
             tx_packets: 20,
+            rx_untagged: 5,
             ..PortCounters::default()
         };
         let sum = add_counters(a, b);
@@ -179,5 +218,6 @@ mod tests {
             ),
             (13, 2, 24, 1)
         );
+        assert_eq!(sum.rx_untagged, 6);
     }
 }

@@ -31,12 +31,16 @@
 //!
 //! **VLAN.** The kernel strips an 802.1Q tag into the auxiliary data before packet taps see the
 //! frame, and its `csum_start` counts from the untagged frame; re-inserting the tag moves the
-//! headers 4 bytes, so `csum_start` (and a non-zero `hdr_len`) move with them.
+//! headers 4 bytes, so `csum_start` (and a non-zero `hdr_len`) move with them. With
+//! `origin_tags` the tag is the frame's origin and is not re-inserted: the header stays as it
+//! came; a frame without a tag is dropped (`rx_untagged`) before it takes a large slot.
 //!
 //! **Send.** Every message starts with a header: a slot's [`FramePool::vnet`] for
 //! [`crate::PacketPort::send`], the piece's own for [`AfPacketPort::send_pieces`].
 
-use super::{alloc_batch, insert_vlan, os_error, stripped_vlan, AfPacketPort, RECV_BATCH};
+use super::{
+    alloc_batch, finish_tag, os_error, rx_tag, stripped_vlan, AfPacketPort, RxTag, RECV_BATCH,
+};
 use crate::frame_pool::{FramePool, GSO_SLOT_SIZE};
 use crate::piece::TxPiece;
 use crate::port::{PortError, RxFrame};
@@ -63,9 +67,15 @@ pub(super) struct VnetRx {
 }
 
 impl VnetRx {
-    pub(super) fn new() -> Self {
+    /// The buffers of a port that receives (`receive`), none for a transmit-only port.
+    pub(super) fn new(receive: bool) -> Self {
+        let len = if receive {
+            RECV_BATCH * GSO_SLOT_SIZE
+        } else {
+            0
+        };
         VnetRx {
-            overflow: vec![0; RECV_BATCH * GSO_SLOT_SIZE],
+            overflow: vec![0; len],
             superframes: false,
         }
     }
@@ -178,7 +188,15 @@ impl AfPacketPort {
                 continue;
             }
             let vlan = stripped_vlan(m.status, m.vlan_tpid, m.vlan_tci);
-            let need = len + if vlan.is_some() { 4 } else { 0 };
+            let tag = rx_tag(self.config.origin_tags, vlan);
+            if tag == RxTag::Untagged {
+                // Dropped before any copy into a large slot (counted by `finish_tag`).
+                finish_tag(pool, small, len, tag, &mut self.counters);
+                pool.free(small);
+                continue;
+            }
+            let reinsert = matches!(tag, RxTag::Reinsert(Some(_)));
+            let need = len + if reinsert { 4 } else { 0 };
             saw_superframe |= need > slot_size;
             let id = if need <= slot_size {
                 small
@@ -230,25 +248,18 @@ impl AfPacketPort {
                 pool.free(small);
                 continue;
             };
-            let len = match vlan {
-                None => len,
-                Some(tag) => match insert_vlan(pool.slot_mut(id), len, tag) {
-                    Some(len) => {
-                        if hdr.needs_csum() {
-                            hdr.csum_start = hdr.csum_start.saturating_add(4);
-                        }
-                        if hdr.hdr_len != 0 {
-                            hdr.hdr_len = hdr.hdr_len.saturating_add(4);
-                        }
-                        len
-                    }
-                    None => {
-                        self.counters.rx_oversize += 1;
-                        pool.free(id);
-                        continue;
-                    }
-                },
+            let Some(len) = finish_tag(pool, id, len, tag, &mut self.counters) else {
+                pool.free(id);
+                continue;
             };
+            if reinsert {
+                if hdr.needs_csum() {
+                    hdr.csum_start = hdr.csum_start.saturating_add(4);
+                }
+                if hdr.hdr_len != 0 {
+                    hdr.hdr_len = hdr.hdr_len.saturating_add(4);
+                }
+            }
             pool.set_len(id, len);
             pool.set_vnet(id, hdr);
             self.counters.rx_packets += 1;

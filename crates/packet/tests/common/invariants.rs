@@ -55,6 +55,7 @@ pub fn check_invariants(frame: &[u8], classifier: &Classifier) -> Parsed {
             assert_eq!(version, if ip.tuple.src.is_ipv4() { 4 } else { 6 });
             assert_eq!(ip.tuple.src.is_ipv4(), ip.tuple.dst.is_ipv4());
             assert!(ip.dscp < 64);
+            assert_eq!(ip.origin, 0, "the frame does not carry an origin");
             if !ip.has_ports {
                 assert_eq!((ip.tuple.src_port, ip.tuple.dst_port), (0, 0));
             }

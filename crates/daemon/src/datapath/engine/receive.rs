@@ -3,8 +3,9 @@
 //!
 //! 1. **Checksum.** A frame received with `csum_not_ready` (a local sender's `CHECKSUM_PARTIAL`)
 //!    gets its TCP/UDP checksum computed ([`metronome_packet::fix_l4_checksum`]).
-//! 2. **Classify** ([`metronome_packet::parse`], [`metronome_packet::Classifier`]): an unshaped
-//!    class's frame is forwarded at once; non-IP and malformed frames get the action of
+//! 2. **Classify** ([`metronome_packet::parse`], [`metronome_packet::Classifier`]), with the
+//!    origin tag the receiving port gave the frame's slot ([`FramePool::origin`]; 0 for none):
+//!    an unshaped class's frame is forwarded at once; non-IP and malformed frames get the action of
 //!    `[daemon] non_ip` / `malformed` ([`crate::datapath::unclassified`]), by default charged to
 //!    the default class.
 //! 3. **Admit** ([`Engine::admit`]) before the flow table: within the class's `queue` bounds
@@ -73,8 +74,13 @@ impl Engine {
             if vnet.is_gso() {
                 self.counters.superframes += 1;
             }
+            let origin = pool.origin(rx.id);
             let frame = pool.frame_mut(rx.id);
-            let parsed = parse(frame);
+            let mut parsed = parse(frame);
+            if let Parsed::Ip(ip) = &mut parsed {
+                // The frame does not carry its origin: the port that received it told its slot.
+                ip.origin = origin;
+            }
             if rx.csum_not_ready {
                 match fix_l4_checksum(frame, &parsed) {
                     L4Checksum::Fixed => self.counters.checksums_fixed += 1,

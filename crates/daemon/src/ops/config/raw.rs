@@ -28,8 +28,10 @@ pub(crate) struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawInterfaces {
-    pub inside: Spanned<String>,
-    pub outside: Spanned<String>,
+    pub inside: Option<Spanned<String>>,
+    pub outside: Option<Spanned<String>>,
+    pub attach: Option<Spanned<Vec<Spanned<String>>>>,
+    pub origin_mark: Option<Spanned<i64>>,
     pub mtu: Option<Spanned<i64>>,
 }
 
@@ -138,6 +140,8 @@ pub(crate) struct RawMatch {
     pub protocol: Option<Spanned<Scalar>>,
     pub dst_port: Option<Spanned<Scalar>>,
     pub src_port: Option<Spanned<Scalar>>,
+    pub from: Option<Spanned<String>>,
+    pub cgroup: Option<Spanned<String>>,
 }
 
 /// A class's `backpressure` table: `{ mode = "ecn", threshold = "500us" }`,

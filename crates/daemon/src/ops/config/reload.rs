@@ -255,6 +255,14 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "interfaces.inside", &oi.inside, &ni.inside);
     compare(&mut restart, "interfaces.outside", &oi.outside, &ni.outside);
     compare(&mut restart, "interfaces.mtu", oi.mtu, ni.mtu);
+    let (oa, na) = (oi.attach.join(","), ni.attach.join(","));
+    compare(&mut restart, "interfaces.attach", oa, na);
+    compare(
+        &mut restart,
+        "interfaces.origin_mark",
+        oi.origin_mark,
+        ni.origin_mark,
+    );
     let (ow, nw) = (&old.wheel, &new.wheel);
     let (og, ng) = (ow.granularity.to_string(), nw.granularity.to_string());
     compare(&mut restart, "wheel.granularity", og, ng);

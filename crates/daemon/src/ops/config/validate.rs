@@ -19,9 +19,9 @@ use super::raw::{
 use super::{
     ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
     DEFAULT_GSO_SLOTS, DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN,
-    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK, MAX_BATCH_SIZE,
-    MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_POOL_SHARE,
-    MAX_WHEEL_SLOTS,
+    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_ORIGIN_MARK, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK,
+    MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS,
+    MAX_POOL_SHARE, MAX_WHEEL_SLOTS,
 };
 use crate::ops::units::parse_duration;
 use metronome_core::{Duration, HorizonPolicy, Rate, TimingWheelConfig};
@@ -47,7 +47,7 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
     }
     let raw: RawConfig = toml::from_str(text).map_err(|e| site.toml_error(&e, false))?;
     let v = Validator { site };
-    let interfaces = v.interfaces(raw.interfaces.get_ref())?;
+    let interfaces = v.interfaces(&raw.interfaces)?;
     let wheel = v.wheel(&raw.wheel)?;
     let daemon = v.daemon(&raw.daemon)?;
     let link = raw
@@ -81,6 +81,7 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
         lines.insert(c.name.clone(), c.line);
         classes.push(c);
     }
+    v.origins(&mut classes, &raw.classes, &interfaces)?;
     let default_class = match &raw.default_class {
         Some(d) => v.default_class(d, interfaces.mtu, link.as_ref())?,
         None => {
@@ -126,42 +127,118 @@ impl Validator<'_> {
         self.site.at(span, field, ErrorKind::Invalid(msg))
     }
 
-    fn interfaces(&self, raw: &RawInterfaces) -> Result<Interfaces> {
-        for (field, name) in [
-            ("interfaces.inside", &raw.inside),
-            ("interfaces.outside", &raw.outside),
-        ] {
-            let n = name.get_ref();
-            let bad = n.is_empty()
-                || n.len() > MAX_INTERFACE_NAME
-                || n == "."
-                || n == ".."
-                || n.chars().any(|c| c == '/' || c == ':' || c.is_whitespace());
-            if bad {
-                return Err(self.invalid(
-                    name.span(),
-                    field,
-                    format!(
-                        "{n:?} is not an interface name (1 to {MAX_INTERFACE_NAME} bytes, \
-                         no '/', ':' or whitespace)"
-                    ),
-                ));
-            }
-        }
-        if raw.inside.get_ref() == raw.outside.get_ref() {
+    pub(super) fn interface_name(&self, name: &Spanned<String>, field: &str) -> Result<()> {
+        let n = name.get_ref();
+        let bad = n.is_empty()
+            || n.len() > MAX_INTERFACE_NAME
+            || n == "."
+            || n == ".."
+            || n.chars().any(|c| c == '/' || c == ':' || c.is_whitespace());
+        if bad {
             return Err(self.invalid(
-                raw.outside.span(),
-                "interfaces.outside",
-                format!("same interface as inside ({:?})", raw.inside.get_ref()),
+                name.span(),
+                field,
+                format!(
+                    "{n:?} is not an interface name (1 to {MAX_INTERFACE_NAME} bytes, \
+                     no '/', ':' or whitespace)"
+                ),
             ));
         }
+        Ok(())
+    }
+
+    fn interfaces(&self, raw: &Spanned<RawInterfaces>) -> Result<Interfaces> {
+        let span = raw.span();
+        let raw = raw.get_ref();
         let mtu = match &raw.mtu {
             Some(m) => self.int_in(m, "interfaces.mtu", 68, 65_535)? as u32,
             None => DEFAULT_MTU,
         };
+        let origin_mark = match &raw.origin_mark {
+            Some(m) => {
+                let bits = self.int_in(m, "interfaces.origin_mark", 0, i64::from(u32::MAX))? as u32;
+                let contiguous = bits == 0
+                    || (bits >> bits.trailing_zeros()).trailing_ones() == bits.count_ones();
+                if !contiguous || bits.count_ones() > 16 {
+                    return Err(self.invalid(
+                        m.span(),
+                        "interfaces.origin_mark",
+                        format!("{bits:#x} is not 1 to 16 contiguous bits (or 0: no mark)"),
+                    ));
+                }
+                bits
+            }
+            None => DEFAULT_ORIGIN_MARK,
+        };
+        if let Some(attach) = &raw.attach {
+            if let Some(other) = raw.inside.as_ref().or(raw.outside.as_ref()) {
+                return Err(self.invalid(
+                    other.span(),
+                    "interfaces.attach",
+                    "attach (shape in place) and inside/outside (bump in the wire) exclude \
+                     each other"
+                        .to_string(),
+                ));
+            }
+            if attach.get_ref().is_empty() {
+                return Err(self.invalid(
+                    attach.span(),
+                    "interfaces.attach",
+                    "names no interface".to_string(),
+                ));
+            }
+            let mut names: Vec<String> = Vec::new();
+            for (i, name) in attach.get_ref().iter().enumerate() {
+                let field = format!("interfaces.attach[{i}]");
+                self.interface_name(name, &field)?;
+                if names.contains(name.get_ref()) {
+                    return Err(self.invalid(
+                        name.span(),
+                        &field,
+                        format!("{:?} is listed twice", name.get_ref()),
+                    ));
+                }
+                names.push(name.get_ref().clone());
+            }
+            return Ok(Interfaces {
+                inside: String::new(),
+                outside: String::new(),
+                attach: names,
+                origin_mark,
+                mtu,
+            });
+        }
+        let (Some(inside), Some(outside)) = (&raw.inside, &raw.outside) else {
+            let field = if raw.inside.is_none() {
+                "interfaces.inside"
+            } else {
+                "interfaces.outside"
+            };
+            return Err(self.invalid(
+                span,
+                field,
+                "missing: give inside and outside (bump in the wire) or attach (in place)"
+                    .to_string(),
+            ));
+        };
+        for (field, name) in [
+            ("interfaces.inside", inside),
+            ("interfaces.outside", outside),
+        ] {
+            self.interface_name(name, field)?;
+        }
+        if inside.get_ref() == outside.get_ref() {
+            return Err(self.invalid(
+                outside.span(),
+                "interfaces.outside",
+                format!("same interface as inside ({:?})", inside.get_ref()),
+            ));
+        }
         Ok(Interfaces {
-            inside: raw.inside.get_ref().clone(),
-            outside: raw.outside.get_ref().clone(),
+            inside: inside.get_ref().clone(),
+            outside: outside.get_ref().clone(),
+            attach: Vec::new(),
+            origin_mark,
             mtu,
         })
     }

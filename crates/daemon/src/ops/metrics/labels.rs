@@ -67,6 +67,12 @@ pub(super) struct InterfaceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct InterfaceEventLabel {
+    pub(super) interface: String,
+    pub(super) event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct KindActionLabel {
     pub(super) kind: String,
     pub(super) action: String,

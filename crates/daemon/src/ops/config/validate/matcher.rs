@@ -63,6 +63,28 @@ impl Validator<'_> {
             }
             *slot = Some(self.port_range(p, &field)?);
         }
+        let from = raw
+            .from
+            .as_ref()
+            .map(|name| {
+                self.interface_name(name, &format!("{path}.from"))
+                    .map(|()| name.get_ref().clone())
+            })
+            .transpose()?;
+        let cgroup = raw
+            .cgroup
+            .as_ref()
+            .map(|c| self.cgroup(c, &format!("{path}.cgroup")))
+            .transpose()?;
+        if let (Some(_), Some(c)) = (&from, &raw.cgroup) {
+            return Err(self.invalid(
+                c.span(),
+                &format!("{path}.cgroup"),
+                "a packet comes from an interface or from a local socket, not both: \
+                 use two classes"
+                    .to_string(),
+            ));
+        }
         Ok(Match {
             dst,
             src,
@@ -70,7 +92,101 @@ impl Validator<'_> {
             protocol,
             dst_port: ports[0],
             src_port: ports[1],
+            from,
+            cgroup,
+            origin: None,
         })
+    }
+
+    /// A cgroup v2 path below `/sys/fs/cgroup`: absolute, no `..`, written without the mount
+    /// point (`"/system.slice/backup.service"`).
+    fn cgroup(&self, raw: &Spanned<String>, field: &str) -> Result<String> {
+        let p = raw.get_ref();
+        let ok = p.starts_with('/')
+            && !p.starts_with("/sys/fs/cgroup")
+            && p.split('/').all(|part| part != ".." && part != ".")
+            && p.len() > 1;
+        if !ok {
+            return Err(self.invalid(
+                raw.span(),
+                field,
+                format!(
+                    "{p:?} is not a cgroup path: write it from the cgroup v2 root, \
+                     as in \"/system.slice/backup.service\""
+                ),
+            ));
+        }
+        Ok(p.trim_end_matches('/').to_string())
+    }
+
+    /// Gives each distinct `from` interface and `cgroup` of `classes` an origin tag (`from`
+    /// first, 1, 2, ... in file order, then the cgroups), refusing both outside attach mode and
+    /// more `from` interfaces than `origin_mark` can carry.
+    pub(super) fn origins(
+        &self,
+        classes: &mut [crate::ops::config::ClassConfig],
+        raw: &[Spanned<crate::ops::config::raw::RawClass>],
+        interfaces: &crate::ops::config::Interfaces,
+    ) -> Result<()> {
+        let mut from: Vec<String> = Vec::new();
+        let mut cgroups: Vec<String> = Vec::new();
+        for (i, c) in classes.iter().enumerate() {
+            let m = &c.matcher;
+            if m.from.is_none() && m.cgroup.is_none() {
+                continue;
+            }
+            let field = if m.from.is_some() { "from" } else { "cgroup" };
+            if interfaces.attach.is_empty() {
+                return Err(self.invalid(
+                    raw[i].span(),
+                    &format!("class[{i}].match.{field}"),
+                    "only in attach mode ([interfaces] attach)".to_string(),
+                ));
+            }
+            if let Some(f) = &m.from {
+                if !from.contains(f) {
+                    from.push(f.clone());
+                }
+            }
+            if let Some(g) = &m.cgroup {
+                if !cgroups.contains(g) {
+                    cgroups.push(g.clone());
+                }
+            }
+        }
+        let mark = interfaces.origin_mark;
+        let capacity = if mark == 0 {
+            usize::from(u16::MAX)
+        } else {
+            (1usize << mark.count_ones()) - 1
+        };
+        if from.len() > capacity || from.len() + cgroups.len() > usize::from(u16::MAX) {
+            let last = classes.len().saturating_sub(1);
+            return Err(self.invalid(
+                raw.get(last).map_or(0..0, |r| r.span()),
+                "interfaces.origin_mark",
+                format!(
+                    "{} from interfaces and {} cgroups: origin_mark {mark:#x} carries at most \
+                     {capacity} interfaces, and 65 535 origins in all",
+                    from.len(),
+                    cgroups.len()
+                ),
+            ));
+        }
+        for c in classes.iter_mut() {
+            let m = &mut c.matcher;
+            m.origin = if let Some(f) = &m.from {
+                from.iter().position(|x| x == f).map(|i| i as u16 + 1)
+            } else if let Some(g) = &m.cgroup {
+                cgroups
+                    .iter()
+                    .position(|x| x == g)
+                    .map(|i| (from.len() + i) as u16 + 1)
+            } else {
+                None
+            };
+        }
+        Ok(())
     }
 
     fn prefix(&self, raw: &Spanned<String>, field: &str) -> Result<IpNet> {

@@ -1,0 +1,525 @@
+//! Attach mode (`[interfaces] attach`): the daemon shapes what leaves interfaces in place, as a
+//! qdisc would, without changing an address, a route or a bridge of the host.
+//!
+//! How a packet goes (the programs are in `crates/daemon/bpf/attach.bpf.c`):
+//! 1. at the **tcx egress** hook of an attached interface (say `eth0`), the `capture` program
+//!    pushes an 802.1Q tag into the skb's metadata whose TCI is the packet's *origin tag* and
+//!    redirects it to the capture veth pair the daemon made for `eth0` (`mtc<ifindex>` ->
+//!    `mtc<ifindex>r`); ARP and other non-IP frames go on unshaped;
+//! 2. the daemon's AF_PACKET port on `mtc<ifindex>r` receives it (the kernel hands the tag over
+//!    as auxiliary data, `metronome_io::AfPacketConfig::origin_tags`), the `discard` program at
+//!    that end's ingress keeps the frame out of the host's stack;
+//! 3. the engine classifies it (origin included: `match = { from = ... }` and `cgroup`) and
+//!    stamps it; when its time comes the loop sends it out of `eth0` through an AF_PACKET socket
+//!    with `PACKET_QDISC_BYPASS`, whose transmit (`dev_direct_xmit`) does not pass the egress
+//!    hook again: no loop.
+//!
+//! Origins. A class's `from = "veth-a"` means "entered the host through `veth-a`": the `stamp`
+//! program at `veth-a`'s tcx ingress writes the interface's tag into the bits
+//! `[interfaces] origin_mark` of the packet's mark, which survives bridging and routing to the
+//! uplink, where `capture` reads it and clears those bits. With `origin_mark = 0` nothing is
+//! written and only the interface the packet arrived on (`skb->ingress_ifindex`) counts, which
+//! is right for routed veths and for bridges the uplink is a port of, but gives the bridge for
+//! traffic routed out of a bridge. `cgroup = "/system.slice/x.service"` matches the host's own
+//! packets whose socket belongs to that cgroup v2 or one below it (`bpf_skb_ancestor_cgroup_id`).
+//!
+//! Failing open. The hooks are tcx BPF links held by this process's file descriptors: when the
+//! daemon dies, however it dies, the kernel detaches them and traffic leaves unshaped at once.
+//! The capture veth pair stays behind (it carries nothing without the hook); the next start
+//! deletes and re-creates it. A clean stop ([`Attachment::release`]) detaches the capture hooks
+//! first, lets the loop read and send what was captured, then removes everything else.
+//!
+//! Interfaces come and go: [`Attachment::refresh`] (every [`REFRESH`]) re-attaches to an
+//! attached or `from` interface re-created under its name and counts what it saw
+//! (`metronome_attach_events_total{interface,event}`).
+
+use crate::ops::config::Config;
+use crate::ops::metrics::Metrics;
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::programs::tc::TcAttachOptions;
+use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
+use aya::Ebpf;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The programs, compiled by `crates/daemon/build.rs` (empty when clang was missing).
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attach.bpf.o"));
+
+/// How often [`Attachment::refresh`] looks for interfaces that came, went or were re-created.
+pub const REFRESH: Duration = Duration::from_millis(250);
+
+/// MTU of the capture veth pairs: the largest (`ETH_MAX_MTU`), so that no frame the uplink may
+/// send is refused on the way to the daemon (GSO super-frames pass whatever the MTU).
+const CAPTURE_MTU: u32 = 65_535;
+
+/// Name prefix of the capture veth pairs: `mtc<ifindex>` and `mtc<ifindex>r` (at most 14 bytes,
+/// within `IFNAMSIZ`).
+pub const CAPTURE_PREFIX: &str = "mtc";
+
+/// Why attach mode could not start: a start-up error (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The build had no clang: no BPF object.
+    #[error(
+        "attach mode is unavailable: this build has no BPF programs (clang and libbpf-dev were \
+         missing when it was built; install them and rebuild)"
+    )]
+    NoPrograms,
+    /// An attached interface does not exist.
+    #[error("[interfaces] attach: no interface {0:?}")]
+    NoSuchInterface(String),
+    /// Loading the programs failed (no CAP_BPF, or a kernel without tcx).
+    #[error("attach: loading the BPF programs failed: {0}")]
+    Load(String),
+    /// Attaching a program to an interface failed.
+    #[error("attach: {ifname}: {reason}")]
+    Interface {
+        /// The interface.
+        ifname: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// The names of an attached interface's capture pair.
+pub fn capture_names(ifindex: u32) -> (String, String) {
+    let send = format!("{CAPTURE_PREFIX}{ifindex}");
+    let recv = format!("{send}r");
+    (send, recv)
+}
+
+/// One attached interface.
+#[derive(Debug)]
+pub struct Uplink {
+    /// Its name (`[interfaces] attach`).
+    pub name: String,
+    /// Its index when it was last seen (`None`: gone).
+    ifindex: Option<u32>,
+    /// The capture hook, while attached.
+    link: Option<aya::programs::tc::SchedClassifierLinkId>,
+    /// The capture pair's sending end (the redirect's target) and its index.
+    send: (String, u32),
+    /// The capture pair's receiving end (the daemon's port) and its index.
+    pub recv: (String, u32),
+}
+
+/// An interface a class names with `from`.
+#[derive(Debug)]
+struct Origin {
+    tag: u16,
+    ifindex: Option<u32>,
+    link: Option<aya::programs::tc::SchedClassifierLinkId>,
+}
+
+/// A cgroup a class names with `cgroup`.
+#[derive(Debug)]
+struct CgroupOrigin {
+    tag: u16,
+    id: Option<u64>,
+}
+
+/// The daemon's hooks and capture pairs (see the module docs). Dropping it detaches every hook
+/// and deletes the capture pairs.
+pub struct Attachment {
+    bpf: Ebpf,
+    uplinks: Vec<Uplink>,
+    from: BTreeMap<String, Origin>,
+    cgroups: BTreeMap<String, CgroupOrigin>,
+    mark: u32,
+    /// Whether the capture hooks are wanted ([`Attachment::engage`] until
+    /// [`Attachment::release`]).
+    engaged: bool,
+    metrics: Metrics,
+    /// Packet counts of the `capture` program already exported (`COUNTERS`).
+    exported: [u64; 3],
+}
+
+impl std::fmt::Debug for Attachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attachment")
+            .field("uplinks", &self.uplinks)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The labels of the `capture` program's counters, by index (`enum counter` in the program).
+const PACKET_RESULTS: [&str; 3] = ["captured", "not_ip", "tag_failed"];
+
+fn index_of(name: &str) -> Option<u32> {
+    nix::net::if_::if_nametoindex(name).ok()
+}
+
+/// The cgroup v2 id of `path` (relative to the unified hierarchy's root): its directory's inode.
+fn cgroup_id(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let full = format!("/sys/fs/cgroup/{}", path.trim_start_matches('/'));
+    std::fs::metadata(full).ok().map(|m| m.ino())
+}
+
+impl Attachment {
+    /// Loads the programs and makes a capture pair for each attached interface; attaches no
+    /// hook yet (the daemon opens its ports first, then calls [`Attachment::engage`]).
+    pub fn prepare(config: &Config, metrics: &Metrics) -> Result<Attachment, AttachError> {
+        if OBJECT.is_empty() {
+            return Err(AttachError::NoPrograms);
+        }
+        let mut uplinks = Vec::new();
+        for name in &config.interfaces.attach {
+            let ifindex =
+                index_of(name).ok_or_else(|| AttachError::NoSuchInterface(name.clone()))?;
+            let (send, recv) = capture_names(ifindex);
+            let pair = make_pair(&send, &recv).map_err(|reason| AttachError::Interface {
+                ifname: name.clone(),
+                reason,
+            })?;
+            uplinks.push(Uplink {
+                name: name.clone(),
+                ifindex: Some(ifindex),
+                link: None,
+                send: (send, pair.0),
+                recv: (recv, pair.1),
+            });
+        }
+        let mut bpf = Ebpf::load(OBJECT).map_err(|e| AttachError::Load(e.to_string()))?;
+        for name in ["capture", "stamp", "discard"] {
+            program(&mut bpf, name)?
+                .load()
+                .map_err(|e| AttachError::Load(format!("{name}: {e}")))?;
+        }
+        let mark = config.interfaces.origin_mark;
+        {
+            let mut settings: Array<&mut MapData, u32> = map(&mut bpf, "SETTINGS")?;
+            let shift = if mark == 0 { 0 } else { mark.trailing_zeros() };
+            settings
+                .set(0, mark, 0)
+                .and_then(|()| settings.set(1, shift, 0))
+                .map_err(|e| AttachError::Load(format!("SETTINGS: {e}")))?;
+        }
+        let mut attachment = Attachment {
+            bpf,
+            uplinks,
+            from: BTreeMap::new(),
+            cgroups: BTreeMap::new(),
+            mark,
+            engaged: false,
+            metrics: metrics.clone(),
+            exported: [0; 3],
+        };
+        for i in 0..attachment.uplinks.len() {
+            let recv = attachment.uplinks[i].recv.0.clone();
+            attachment
+                .attach("discard", &recv, TcAttachType::Ingress)
+                .map_err(|reason| AttachError::Interface {
+                    ifname: recv.clone(),
+                    reason,
+                })?;
+        }
+        attachment.set_origins(config);
+        Ok(attachment)
+    }
+
+    /// The attached interfaces, in `[interfaces] attach` order.
+    pub fn uplinks(&self) -> &[Uplink] {
+        &self.uplinks
+    }
+
+    /// Attaches the capture hook of every attached interface: from here on their IP traffic goes
+    /// through the daemon.
+    pub fn engage(&mut self) -> Result<(), AttachError> {
+        self.engaged = true;
+        for i in 0..self.uplinks.len() {
+            let name = self.uplinks[i].name.clone();
+            let Some(ifindex) = self.uplinks[i].ifindex else {
+                continue;
+            };
+            self.hook_uplink(i, ifindex)
+                .map_err(|reason| AttachError::Interface {
+                    ifname: name,
+                    reason,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Points the `CAPTURE` map at uplink `i`'s pair for `ifindex` and attaches its hook.
+    fn hook_uplink(&mut self, i: usize, ifindex: u32) -> Result<(), String> {
+        let target = self.uplinks[i].send.1;
+        {
+            let mut capture: BpfHashMap<&mut MapData, u32, u32> =
+                map(&mut self.bpf, "CAPTURE").map_err(|e| e.to_string())?;
+            capture
+                .insert(ifindex, target, 0)
+                .map_err(|e| format!("CAPTURE: {e}"))?;
+        }
+        let name = self.uplinks[i].name.clone();
+        let link = self.attach("capture", &name, TcAttachType::Egress)?;
+        self.uplinks[i].link = Some(link);
+        self.uplinks[i].ifindex = Some(ifindex);
+        Ok(())
+    }
+
+    fn attach(
+        &mut self,
+        which: &str,
+        ifname: &str,
+        direction: TcAttachType,
+    ) -> Result<aya::programs::tc::SchedClassifierLinkId, String> {
+        let prog = program(&mut self.bpf, which).map_err(|e| e.to_string())?;
+        prog.attach_with_options(
+            ifname,
+            direction,
+            TcAttachOptions::TcxOrder(LinkOrder::last()),
+        )
+        .map_err(|e| format!("attaching {which}: {e}"))
+    }
+
+    fn detach(&mut self, which: &str, link: aya::programs::tc::SchedClassifierLinkId) {
+        if let Ok(prog) = program(&mut self.bpf, which) {
+            // A link whose interface is gone was detached by the kernel already.
+            let _ = prog.detach(link);
+        }
+    }
+
+    /// Takes the origins of `config`'s classes (`from`, `cgroup`) and hooks the `from`
+    /// interfaces that exist; the others are hooked by [`Attachment::refresh`] when they come.
+    pub fn set_origins(&mut self, config: &Config) {
+        let (from, cgroups) = config.origins();
+        let old: Vec<String> = self.from.keys().cloned().collect();
+        for name in old {
+            if from.get(&name) != self.from.get(&name).map(|o| &o.tag) {
+                if let Some(o) = self.from.remove(&name) {
+                    if let Some(link) = o.link {
+                        self.detach("stamp", link);
+                    }
+                    if let Some(ifindex) = o.ifindex {
+                        self.forget_if(ifindex);
+                    }
+                }
+            }
+        }
+        for (name, tag) in from {
+            self.from.entry(name).or_insert(Origin {
+                tag,
+                ifindex: None,
+                link: None,
+            });
+        }
+        let old: Vec<(String, Option<u64>)> = self
+            .cgroups
+            .iter()
+            .map(|(k, v)| (k.clone(), v.id))
+            .collect();
+        for (path, id) in old {
+            if cgroups.get(&path) != self.cgroups.get(&path).map(|c| &c.tag) {
+                self.cgroups.remove(&path);
+                if let Some(id) = id {
+                    if let Ok(mut m) =
+                        map::<BpfHashMap<&mut MapData, u64, u16>>(&mut self.bpf, "ORIGIN_CGROUP")
+                    {
+                        let _ = m.remove(&id);
+                    }
+                }
+            }
+        }
+        for (path, tag) in cgroups {
+            self.cgroups
+                .entry(path)
+                .or_insert(CgroupOrigin { tag, id: None });
+        }
+        self.refresh();
+    }
+
+    fn forget_if(&mut self, ifindex: u32) {
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u16>>(&mut self.bpf, "ORIGIN_IF") {
+            let _ = m.remove(&ifindex);
+        }
+    }
+
+    fn event(&self, interface: &str, event: &'static str) {
+        tracing::info!(interface, event, "attach");
+        self.metrics.attach_event(interface, event);
+    }
+
+    /// Looks at every attached and `from` interface and cgroup: hooks those that came or were
+    /// re-created, counts those that went; exports the capture program's counters.
+    pub fn refresh(&mut self) {
+        for i in 0..self.uplinks.len() {
+            if !self.engaged {
+                break;
+            }
+            let name = self.uplinks[i].name.clone();
+            let now = index_of(&name);
+            let was = self.uplinks[i].ifindex;
+            if now == was && (now.is_none() || self.uplinks[i].link.is_some()) {
+                continue;
+            }
+            match now {
+                None => {
+                    self.uplinks[i].ifindex = None;
+                    self.uplinks[i].link = None;
+                    self.event(&name, "gone");
+                }
+                Some(ifindex) => match self.hook_uplink(i, ifindex) {
+                    Ok(()) => self.event(&name, if was.is_some() { "recreated" } else { "came" }),
+                    Err(reason) => {
+                        tracing::warn!(interface = %name, %reason, "attach: re-attaching failed");
+                        self.event(&name, "attach_failed");
+                    }
+                },
+            }
+        }
+        let names: Vec<String> = self.from.keys().cloned().collect();
+        for name in names {
+            let now = index_of(&name);
+            let (was, tag, linked) = {
+                let o = &self.from[&name];
+                (o.ifindex, o.tag, o.link.is_some())
+            };
+            if now == was && (now.is_none() || linked || self.mark == 0) {
+                continue;
+            }
+            if let Some(old) = was {
+                self.forget_if(old);
+            }
+            let entry = self.from.get_mut(&name).expect("key from the map");
+            entry.ifindex = now;
+            entry.link = None;
+            let Some(ifindex) = now else {
+                if was.is_some() {
+                    self.event(&name, "gone");
+                }
+                continue;
+            };
+            let inserted = map::<BpfHashMap<&mut MapData, u32, u16>>(&mut self.bpf, "ORIGIN_IF")
+                .map_err(|e| e.to_string())
+                .and_then(|mut m| m.insert(ifindex, tag, 0).map_err(|e| e.to_string()));
+            let hooked = inserted.and_then(|()| {
+                if self.mark == 0 {
+                    return Ok(None);
+                }
+                self.attach("stamp", &name, TcAttachType::Ingress).map(Some)
+            });
+            match hooked {
+                Ok(link) => {
+                    self.from.get_mut(&name).expect("key from the map").link = link;
+                    self.event(&name, if was.is_some() { "recreated" } else { "came" });
+                }
+                Err(reason) => {
+                    tracing::warn!(interface = %name, %reason, "attach: hooking a from interface failed");
+                    self.event(&name, "attach_failed");
+                }
+            }
+        }
+        let paths: Vec<String> = self.cgroups.keys().cloned().collect();
+        for path in paths {
+            let now = cgroup_id(&path);
+            let (was, tag) = {
+                let c = &self.cgroups[&path];
+                (c.id, c.tag)
+            };
+            if now == was {
+                continue;
+            }
+            if let Ok(mut m) =
+                map::<BpfHashMap<&mut MapData, u64, u16>>(&mut self.bpf, "ORIGIN_CGROUP")
+            {
+                if let Some(old) = was {
+                    let _ = m.remove(&old);
+                }
+                if let Some(id) = now {
+                    let _ = m.insert(id, tag, 0);
+                }
+            }
+            self.cgroups.get_mut(&path).expect("key from the map").id = now;
+            self.event(&path, if now.is_some() { "came" } else { "gone" });
+        }
+        self.export_counters();
+    }
+
+    fn export_counters(&mut self) {
+        let Ok(counters) = map::<PerCpuArray<&mut MapData, u64>>(&mut self.bpf, "COUNTERS") else {
+            return;
+        };
+        let mut totals = [0u64; 3];
+        for (i, total) in totals.iter_mut().enumerate() {
+            if let Ok(values) = counters.get(&(i as u32), 0) {
+                *total = values.iter().sum();
+            }
+        }
+        for (i, total) in totals.iter().enumerate() {
+            let delta = total.saturating_sub(self.exported[i]);
+            if delta > 0 {
+                self.metrics.attach_packets(PACKET_RESULTS[i], delta);
+            }
+        }
+        self.exported = totals;
+    }
+
+    /// Detaches the capture hooks: from here on traffic leaves unshaped, and what was captured
+    /// is still in the daemon's sockets for the loop to read and send.
+    pub fn release(&mut self) {
+        self.engaged = false;
+        for i in 0..self.uplinks.len() {
+            if let Some(link) = self.uplinks[i].link.take() {
+                self.detach("capture", link);
+            }
+        }
+        self.export_counters();
+    }
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        self.release();
+        let stamps: Vec<_> = self
+            .from
+            .values_mut()
+            .filter_map(|o| o.link.take())
+            .collect();
+        for link in stamps {
+            self.detach("stamp", link);
+        }
+        for uplink in &self.uplinks {
+            if let Err(e) = crate::os::netlink::delete(uplink.send.1) {
+                tracing::warn!(pair = %uplink.send.0, error = %e, "attach: deleting the capture pair failed");
+            }
+        }
+    }
+}
+
+/// Makes the capture pair `send` - `recv` (deleting one left by a daemon that was killed), IPv6
+/// off on both ends (no link-local traffic of their own), both up. Returns their indexes.
+fn make_pair(send: &str, recv: &str) -> Result<(u32, u32), String> {
+    if let Some(stale) = index_of(send) {
+        crate::os::netlink::delete(stale).map_err(|e| format!("deleting the stale {send}: {e}"))?;
+    }
+    if let Some(stale) = index_of(recv) {
+        crate::os::netlink::delete(stale).map_err(|e| format!("deleting the stale {recv}: {e}"))?;
+    }
+    crate::os::netlink::create_veth(send, recv, CAPTURE_MTU)
+        .map_err(|e| format!("creating the capture pair {send}/{recv}: {e}"))?;
+    let mut indexes = [0u32; 2];
+    for (i, name) in [send, recv].into_iter().enumerate() {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+        indexes[i] = index_of(name).ok_or_else(|| format!("{name} vanished"))?;
+        crate::os::netlink::set_up(indexes[i]).map_err(|e| format!("bringing {name} up: {e}"))?;
+    }
+    Ok((indexes[0], indexes[1]))
+}
+
+fn program<'a>(bpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier, AttachError> {
+    bpf.program_mut(name)
+        .ok_or_else(|| AttachError::Load(format!("no program {name}")))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| AttachError::Load(format!("{name}: {e}")))
+}
+
+fn map<'a, M>(bpf: &'a mut Ebpf, name: &str) -> Result<M, AttachError>
+where
+    M: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let m = bpf
+        .map_mut(name)
+        .ok_or_else(|| AttachError::Load(format!("no map {name}")))?;
+    M::try_from(m).map_err(|e| AttachError::Load(format!("{name}: {e}")))
+}
