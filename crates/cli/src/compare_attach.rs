@@ -166,6 +166,8 @@ pub fn run(
     };
     options.isolate_daemon = isolate_daemon;
     options.workload_link = workload_link;
+    // The daemon rows run this very binary's `run`.
+    options.daemon_binary = std::env::current_exe().ok();
     if !targets_bps.is_empty() {
         options.targets_bps = targets_bps;
     }

@@ -82,7 +82,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let out: &mut dyn Write = if args.json { &mut stderr } else { &mut stdout };
     let _ = writeln!(out, "metronome demo on {machine}");
     if args.attach {
-        let classes = match run_attached(args.duration, args.workload_link, out) {
+        // The daemon is this very binary's `run`.
+        let binary = std::env::current_exe()?;
+        let classes = match run_attached(args.duration, (args.workload_link, &binary), out) {
             Ok(rows) => rows,
             Err(e) => {
                 eprintln!("metronome demo --attach: {e}");

@@ -31,12 +31,15 @@
 //!   after the warm-up, scaled to full segments on the wire ([`measure::WIRE_PER_PAYLOAD`]), and
 //!   the windows' mean absolute deviation from its limit.
 //!
-//! The daemon runs in-process in the host namespace ([`run_with`]) with a configuration parsed
-//! from TOML text, as `metronome run` would read it. A configuration the daemon refuses, or a
-//! loop that stops at once, gives the row an error (`error`, no figures), never a number; the
-//! kernel rows run regardless.
+//! The daemon is `metronome run --config FILE` in the host namespace, a process of its own as a
+//! user runs it ([`AttachedDaemon`], the binary in [`AttachOptions::daemon_binary`]), with the
+//! configuration checked first the way it will read it ([`daemon_config`]). A configuration the
+//! daemon refuses, a daemon that exits at start or does not answer on its metrics endpoint, or
+//! one that does not stop cleanly gives the row an error (`error`, no figures), never a number;
+//! the kernel rows run regardless. Its CPU ([`Row::daemon_cpu_pct`]) is the whole process's
+//! (user and system time of all its threads, `/proc/PID/stat`).
 //!
-//! With [`AttachOptions::isolate_daemon`] the daemon's loop is pinned to CPU 0 and the receive
+//! With [`AttachOptions::isolate_daemon`] the daemon's process is pinned to CPU 0 and the receive
 //! of the receiver's veth and of the workloads' `eth0` is steered to the other CPUs
 //! ([`super::endpoint_rps_mask`]), as `--isolate-daemon` does for the bump in the wire; the
 //! steering is stated in every report ([`AttachReport::steering`]). The host's own TCP runs
@@ -45,20 +48,19 @@
 
 use super::measure::{self, mean, mean_abs_deviation_pct};
 use super::{
-    endpoint_rps_mask, measure_run, pin_to_cpu0, started, volume_cap, CompareError, Row, Shaper,
-    TrafficPath, FAIR_GSO_SLOTS, TAIL,
+    endpoint_rps_mask, measure_run, volume_cap, CompareError, Row, Shaper, TrafficPath,
+    FAIR_GSO_SLOTS, TAIL,
 };
 use crate::netns::attach::{AttachTopology, WorkloadLink};
 use crate::netns::{Namespace, QdiscSpec, TopoError};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
-use metronome_daemon::driver::run::Control;
 use metronome_daemon::ops::config::Config;
-use metronome_daemon::ops::metrics::Metrics;
-use metronome_daemon::ops::service::run_with;
-use metronome_io::ThreadCpu;
 use std::io::Write;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// Prefix of the attach comparison's namespaces.
 pub const NS_PREFIX: &str = "mtr-att";
@@ -136,6 +138,9 @@ pub struct AttachOptions {
     pub isolate_daemon: bool,
     /// How the workloads' veths join the host (a bridge, or routed).
     pub workload_link: WorkloadLink,
+    /// The `metronome` binary whose `run` the daemon rows start (`metronome compare` passes its
+    /// own); `None`: those rows report that there is none.
+    pub daemon_binary: Option<PathBuf>,
 }
 
 impl AttachOptions {
@@ -159,6 +164,7 @@ impl AttachOptions {
             measure: Duration::from_secs(3),
             isolate_daemon: false,
             workload_link: WorkloadLink::Bridge,
+            daemon_binary: None,
         }
     }
 
@@ -297,63 +303,226 @@ pub fn daemon_config(text: &str) -> Result<Config, String> {
         .map_err(|e| format!("the daemon refused the attach configuration: {e}"))
 }
 
-/// The daemon running in the host namespace.
+/// Sequence number of the daemons' scratch directories within this process.
+static DAEMON_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// How long `metronome run` may take to attach and answer on its metrics endpoint: 10 s (it
+/// loads its BPF programs and opens its capture pairs first; well under a second on the
+/// machines this ran on).
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a stopped daemon may take to detach and exit before it is killed: 5 s.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `metronome run` in attach mode, a process in the host namespace (`ip netns exec HOST
+/// BINARY run --config FILE`, the way a user runs it), with its configuration and its standard
+/// error in a scratch directory that goes with it.
+#[derive(Debug)]
 pub struct AttachedDaemon {
-    control: Control,
-    thread: crate::shaper::ShaperThread,
-    cpu: Option<ThreadCpu>,
+    child: Child,
+    host: Namespace,
+    metrics: SocketAddr,
+    dir: PathBuf,
 }
 
 impl AttachedDaemon {
-    /// Starts the daemon's loop with `config` on a thread in `host` (pinned to CPU 0 with
-    /// `pin`). `Ok(Err(why))`: the daemon refused to run (its ports, its attachment); `Err`: the
-    /// topology failed.
+    /// Writes `text` (already parsed by [`daemon_config`] into `config`) to a scratch file and
+    /// starts `binary run --config FILE` in `host`, all its threads on CPU 0 with `pin`
+    /// (started through `taskset -c 0`). Returns once its metrics endpoint
+    /// answers; `Ok(Err(why))` when it exits before (why: the last lines of its standard error)
+    /// or does not answer within [`READY_TIMEOUT`].
     pub fn start(
         host: &Namespace,
-        config: Config,
+        binary: &Path,
+        (text, config): (&str, &Config),
         pin: bool,
     ) -> Result<Result<AttachedDaemon, String>, CompareError> {
-        let control = Control::default();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let c = control.clone();
-        let thread = host.spawn(move || {
-            if pin {
-                pin_to_cpu0();
+        let seq = DAEMON_SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mtr-attd-{}-{seq}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(TopoError::Io)?;
+        let file = dir.join("daemon.toml");
+        std::fs::write(&file, text).map_err(TopoError::Io)?;
+        let stderr = std::fs::File::create(dir.join("stderr")).map_err(TopoError::Io)?;
+        // `taskset -c 0` (util-linux) execs the rest with the affinity set, so every thread of
+        // the daemon inherits it.
+        let mut command = if pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0", "ip"]);
+            c
+        } else {
+            Command::new("ip")
+        };
+        command
+            .args(["netns", "exec", host.name()])
+            .arg(binary)
+            .arg("run")
+            .arg("--config")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let spawned = spawn_with_stop_signals(command);
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Ok(Err(format!("cannot run {}: {e}", binary.display())));
             }
-            let _ = tx.send(ThreadCpu::of_current_thread().ok());
-            let result = run_with(&config, None, &Metrics::new(), &c);
-            if result.is_err() {
-                c.stop.store(true, Ordering::Relaxed);
+        };
+        let mut daemon = AttachedDaemon {
+            child,
+            host: host.clone(),
+            metrics: config.daemon.metrics_listen,
+            dir,
+        };
+        let give_up = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                return Ok(Err(format!(
+                    "`metronome run` exited at start ({status}): {}",
+                    daemon.stderr_tail()
+                )));
             }
-            result
-        })?;
-        let cpu = rx.recv_timeout(Duration::from_secs(1)).ok().flatten();
-        match started(&control, thread) {
-            Ok(thread) => Ok(Ok(AttachedDaemon {
-                control,
-                thread,
-                cpu,
-            })),
-            Err(CompareError::Topo(e @ TopoError::ThreadPanicked(_))) => Err(e.into()),
-            Err(e) => Ok(Err(format!("the daemon did not run attached: {e}"))),
+            if daemon.metrics_text().is_ok() {
+                return Ok(Ok(daemon));
+            }
+            if Instant::now() > give_up {
+                let why = format!(
+                    "`metronome run` did not answer on {} within {READY_TIMEOUT:?}: {}",
+                    daemon.metrics,
+                    daemon.stderr_tail()
+                );
+                let _ = daemon.stop();
+                return Ok(Err(why));
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
-    /// The daemon thread's CPU time so far, nanoseconds.
-    pub fn cpu_ns(&mut self) -> Option<u64> {
-        self.cpu.as_mut().and_then(|c| c.read().ok())
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
-    /// Stops the loop and logs its report; a loop that failed while running is the error.
-    pub fn stop(self) -> Result<(), CompareError> {
-        self.control.stop.store(true, Ordering::Relaxed);
-        let report = self
-            .thread
-            .join()
-            .map_err(|_| TopoError::ThreadPanicked("attached daemon".into()))???;
-        metronome_daemon::ops::service::log_report(&report);
-        Ok(())
+    /// The daemon process's CPU time so far (user + system, all its threads), nanoseconds.
+    pub fn cpu_ns(&self) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .filter(|&h| h > 0)? as u64;
+        Some(ticks * 1_000_000_000 / hz)
     }
+
+    /// The daemon's metrics text (`GET /metrics` on its endpoint, from inside the host
+    /// namespace).
+    pub fn metrics_text(&self) -> Result<String, TopoError> {
+        let addr = self.metrics;
+        let stream = self
+            .host
+            .run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)))??;
+        http_get_metrics(stream).map_err(TopoError::Io)
+    }
+
+    /// The last lines of the daemon's standard error (its log), one line.
+    pub fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = lines[lines.len().saturating_sub(2)..].join(" / ");
+        if tail.is_empty() {
+            "no output".to_owned()
+        } else {
+            tail
+        }
+    }
+
+    /// Stops the daemon (SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]) and removes its scratch
+    /// directory. `Err(why)` when it did not exit cleanly.
+    pub fn stop(mut self) -> Result<(), String> {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let give_up = Instant::now() + STOP_TIMEOUT;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if Instant::now() > give_up => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break Err(format!(
+                        "`metronome run` did not exit within {STOP_TIMEOUT:?} of SIGTERM: killed"
+                    ));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => break Err(format!("waiting for `metronome run`: {e}")),
+            }
+        };
+        let result = match status {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!(
+                "`metronome run` exited with {s}: {}",
+                self.stderr_tail()
+            )),
+            Err(e) => Err(e),
+        };
+        match &result {
+            Ok(()) => tracing::debug!("metronome run: {}", self.stderr_tail()),
+            Err(e) => tracing::warn!("{e}"),
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        result
+    }
+}
+
+impl Drop for AttachedDaemon {
+    fn drop(&mut self) {
+        // `stop` took the child already when it ran; otherwise it must not outlive the run.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Spawns `command` from a thread of its own that does not block SIGINT and SIGTERM: a child
+/// inherits the blocked signals of the thread that starts it, and the CLI blocks them in every
+/// thread for its clean-up (`crate::netns::cleanup_on_signals`), which would leave the daemon
+/// deaf to the SIGTERM that stops it. For the few microseconds that thread lives, a SIGINT or
+/// SIGTERM sent to this process may end it without the clean-up; the next run removes what it
+/// left (`crate::netns::remove_stale`).
+fn spawn_with_stop_signals(mut command: Command) -> std::io::Result<Child> {
+    std::thread::spawn(move || {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGINT);
+        set.add(Signal::SIGTERM);
+        set.thread_unblock().map_err(std::io::Error::from)?;
+        command.spawn()
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the thread starting the daemon panicked"))?
+}
+
+/// `GET /metrics` over `stream`, returning the body of a `200` answer.
+fn http_get_metrics(mut stream: std::net::TcpStream) -> std::io::Result<String> {
+    use std::io::Read;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("metrics: no HTTP header end"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        let status = head.lines().next().unwrap_or("").to_owned();
+        return Err(std::io::Error::other(format!("metrics: {status}")));
+    }
+    Ok(body.to_owned())
 }
 
 /// Hands out the runs' destination ports.
@@ -543,27 +712,45 @@ fn host_run(
                 target,
                 shaper == Shaper::MetronomeFair,
             );
-            let config = match daemon_config(&text) {
-                Ok(c) => c,
+            let daemon = match start_daemon(topo, options, &text)? {
+                Ok(d) => d,
                 Err(e) => return Ok(failed(e)),
             };
-            let mut daemon =
-                match AttachedDaemon::start(&topo.host, config, options.isolate_daemon)? {
-                    Ok(d) => d,
-                    Err(e) => return Ok(failed(e)),
-                };
             let mut cpu = || daemon.cpu_ns();
             let measured = measure_run(&path, timing, &mut cpu, shaper, (target, flows), port);
             let stopped = daemon.stop();
             let report = measured?;
-            stopped?;
-            Ok(HostRow::Measured(report.row))
+            // A daemon that did not stop cleanly may have failed during the run: no figures.
+            Ok(match stopped {
+                Ok(()) => HostRow::Measured(report.row),
+                Err(e) => failed(e),
+            })
         }
         Shaper::Passthrough | Shaper::Forwarder => Ok(failed(format!(
             "{} is not a shaper of the attach comparison",
             shaper.name()
         ))),
     }
+}
+
+/// Parses `text` and starts `metronome run` with it in the host namespace
+/// ([`AttachOptions::daemon_binary`]); `Ok(Err(why))` when there is no binary, the daemon refuses
+/// the configuration or does not come up.
+fn start_daemon(
+    topo: &AttachTopology,
+    options: &AttachOptions,
+    text: &str,
+) -> Result<Result<AttachedDaemon, String>, CompareError> {
+    let Some(binary) = &options.daemon_binary else {
+        return Ok(Err(
+            "no `metronome` binary to run the daemon with".to_owned()
+        ));
+    };
+    let config = match daemon_config(text) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e)),
+    };
+    AttachedDaemon::start(&topo.host, binary, (text, &config), options.isolate_daemon)
 }
 
 /// Runs every workload's flows at once, each towards its own port of the receiver, for the
@@ -668,11 +855,7 @@ fn workload_run(
         WorkloadShaper::HtbU32 => topo.install_workload_htb(&rates)?,
         WorkloadShaper::IfbTbf => topo.install_workload_ifb_tbf(&rates)?,
         WorkloadShaper::Metronome => {
-            let config = match daemon_config(&workload_config_text(topo, rate)) {
-                Ok(c) => c,
-                Err(e) => return Ok(rows_with(Err(e))),
-            };
-            match AttachedDaemon::start(&topo.host, config, options.isolate_daemon)? {
+            match start_daemon(topo, options, &workload_config_text(topo, rate))? {
                 Ok(d) => daemon = Some(d),
                 Err(e) => return Ok(rows_with(Err(e))),
             }
@@ -687,10 +870,16 @@ fn workload_run(
     }
     let stopped = match daemon {
         Some(d) => d.stop(),
-        None => topo.remove_baselines().map_err(CompareError::from),
+        None => {
+            topo.remove_baselines()?;
+            Ok(())
+        }
     };
     let reports = traffic?;
-    stopped?;
+    if let Err(e) = stopped {
+        // A daemon that did not stop cleanly may have failed during the run: no figures.
+        return Ok(rows_with(Err(e)));
+    }
     let timing = (options.warmup, options.measure);
     let figures: Vec<Option<(f64, f64)>> = reports
         .iter()

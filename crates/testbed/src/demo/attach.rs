@@ -1,28 +1,27 @@
 //! `metronome demo --attach`: the daemon attached in place to a host's uplink
 //! (`[interfaces] attach`), on an [`AttachTopology`] with two workloads.
 //!
-//! The daemon's loop runs in the host namespace with [`attach_config_text`]: class `w1` (what
+//! `metronome run` runs in the host namespace (a process of its own, [`AttachedDaemon`]; the
+//! binary is the caller's) with [`attach_config_text`]: class `w1` (what
 //! entered the host from the first workload's veth, `match = { from = "hv0" }`) at
 //! [`W1_BPS`] in the fair mode, class `w2` (from `hv1`) at [`W2_BPS`], and class `host` (the
 //! rest of the TCP to the receiver: the host's own) at [`HOST_BPS`]; classes are tried in file
 //! order, so the workloads' classes come first. The traffic: 8 TCP flows from the host, 4 from
 //! each workload, all to the receiver behind the uplink, and the RTT probe from the host. Every
-//! second it prints each class's rate from the daemon's own class byte counters, at the end the
+//! second it prints each class's rate from the daemon's own class byte counters (its metrics
+//! endpoint, read from inside the host namespace), at the end the
 //! conformance table of `metronome demo` ([`super::format_table`]).
 //!
-//! A configuration the daemon refuses, or a loop that stops at once, is the error
+//! A configuration the daemon refuses, a daemon that exits at start or does not stop cleanly is
+//! the error
 //! ([`DemoError::Refused`]): nothing is measured without the daemon.
 
 use super::{class_bytes, conformance, format_table, ClassRow, DemoError, WARMUP, WINDOW};
+use crate::compare::attach::{daemon_config, AttachedDaemon};
 use crate::netns::attach::{AttachTopology, WorkloadLink};
-use crate::netns::TopoError;
-use crate::shaper::spawn_shaper;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
-use metronome_daemon::driver::run::Control;
-use metronome_daemon::ops::config::Config;
-use metronome_daemon::ops::metrics::Metrics;
 use std::io::Write;
-use std::sync::atomic::Ordering;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Prefix of the attach demo's namespaces.
@@ -59,7 +58,7 @@ pub fn attach_config_text(uplink: &str, from: [&str; 2], receiver: std::net::Ipv
 /// rates and the table to `out`.
 pub fn run_attached(
     duration: Duration,
-    link: WorkloadLink,
+    (link, binary): (WorkloadLink, &Path),
     out: &mut dyn Write,
 ) -> Result<Vec<ClassRow>, DemoError> {
     let topo = AttachTopology::with_link(NS_PREFIX, 2, link)?;
@@ -69,25 +68,16 @@ pub fn run_attached(
         topo.workloads[1].host_if.as_str(),
     ];
     let text = attach_config_text(&topo.uplink, from, topo.receiver_addr);
-    let config = Config::from_toml_str(&text, "demo-attach.toml").map_err(|e| {
-        DemoError::Refused(format!("the daemon refused the attach configuration: {e}"))
-    })?;
-    let metrics = Metrics::new();
-    let control = Control::default();
-    let shaper = spawn_shaper(&topo.host, config, metrics.clone(), control.clone())?;
-    std::thread::sleep(Duration::from_millis(100));
-    if control.stop.load(Ordering::Relaxed) || shaper.is_finished() {
-        let why = match shaper.join() {
-            Ok(Ok(Err(e))) => e.to_string(),
-            Ok(Err(e)) => e.to_string(),
-            Ok(Ok(Ok(_))) => "the daemon stopped at once".to_owned(),
-            Err(_) => "the daemon's thread panicked".to_owned(),
-        };
-        return Err(DemoError::Refused(format!(
-            "the daemon did not run attached to {}: {why}",
-            topo.uplink
-        )));
-    }
+    let config = daemon_config(&text).map_err(DemoError::Refused)?;
+    let daemon = AttachedDaemon::start(&topo.host, binary, (&text, &config), false)
+        .map_err(|e| DemoError::Refused(e.to_string()))?
+        .map_err(DemoError::Refused)?;
+    let class_bytes_now = || {
+        daemon
+            .metrics_text()
+            .map(|t| class_bytes(&t))
+            .unwrap_or_default()
+    };
     let _ = writeln!(
         out,
         "shaping real kernel TCP for {duration:?} through {} of the host (attached): host 8 flows \
@@ -122,13 +112,13 @@ pub fn run_attached(
         .collect();
     let mut windows: Vec<Vec<f64>> = vec![Vec::new(); CLASSES.len()];
     let start = Instant::now();
-    let mut last = (Instant::now(), class_bytes(&metrics.encode()));
+    let mut last = (Instant::now(), class_bytes_now());
     let mut next = start + WINDOW;
     let mut second: Vec<Vec<f64>> = Vec::new();
     while !traffic.iter().all(|t| t.is_finished()) {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         next += WINDOW;
-        let now = (Instant::now(), class_bytes(&metrics.encode()));
+        let now = (Instant::now(), class_bytes_now());
         let dt = now.0.duration_since(last.0).as_secs_f64();
         let rates: Vec<f64> = CLASSES
             .iter()
@@ -162,10 +152,8 @@ pub fn run_attached(
     for t in traffic {
         reports.push(t.join().unwrap_or(Err(TrafficError::ThreadPanicked)));
     }
-    control.stop.store(true, Ordering::Relaxed);
-    let loop_report = shaper
-        .join()
-        .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
+    let pid = daemon.pid();
+    let stopped = daemon.stop();
     let mut probe = None;
     for r in reports {
         let r = r?;
@@ -198,16 +186,12 @@ pub fn run_attached(
             let _ = writeln!(out, "probe RTT (host class): no answer");
         }
     }
-    let e = loop_report.engine;
-    let _ = writeln!(
-        out,
-        "daemon: {} frames in, {} shaped, {} passed at once, {} dropped, {} ECN-marked",
-        e.received,
-        e.released,
-        e.forwarded,
-        e.dropped(),
-        e.ecn_marked
-    );
+    match stopped {
+        Ok(()) => {
+            let _ = writeln!(out, "daemon: `metronome run` (pid {pid}) stopped cleanly");
+        }
+        Err(e) => return Err(DemoError::Refused(e)),
+    }
     topo.remove()?;
     Ok(rows)
 }
