@@ -47,6 +47,8 @@ pub fn format_host(rows: &[HostRow]) -> String {
     let mut out = String::from("the host's own TCP through the uplink\n");
     if !measured.is_empty() {
         out += &format_table(&measured, OffloadMode::Host);
+        out += "here daemon %/G is the whole `metronome run` process's CPU (user + system time of \
+                all its threads, /proc/PID/stat)\n";
     }
     for r in rows {
         if let HostRow::Failed {
