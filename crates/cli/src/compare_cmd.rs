@@ -1,5 +1,6 @@
-//! `metronome compare [--quick] [--offloads host|off] [--json]`
-//! (`--link-sharing`: [`crate::compare_link`]): Metronome (its class as one FIFO, and in the
+//! `metronome compare [--quick] [--offloads host|off] [--attach] [--json]`
+//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]):
+//! Metronome (its class as one FIFO, and in the
 //! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
 //! topology with the same kernel TCP traffic, at
 //! 100 Mbit/s, 500 Mbit/s, 1, 2, 5 and 10 Gbit/s with 1, 16 and 256 flows (`--quick`:
@@ -92,6 +93,19 @@ pub struct CompareArgs {
     /// thresholds), microseconds.
     #[arg(long, value_name = "US", requires = "link_sharing")]
     link_rtt_us: Option<u64>,
+    /// The daemon attached in place to a host's uplink instead (`[interfaces] attach`): the
+    /// host's own TCP at 100 Mbit/s, 1 and 10 Gbit/s with 16 and 256 flows (metronome,
+    /// metronome-fair, HTB and TBF on the uplink), then 8 workloads of 4 TCP flows limited to
+    /// 100 Mbit/s each (metronome classes by `from`, HTB with u32 source filters, the bandwidth
+    /// plugin's IFB+TBF). With `--quick`: 100 Mbit/s and 1 Gbit/s with 16 flows, and the
+    /// workloads. The veths keep the host's offloads.
+    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "plot", "replot", "offloads",
+          "daemon_cores", "busy_poll", "timer_slack"])]
+    attach: bool,
+    /// With `--attach`: how the workloads' veths join the host, `bridge` (enslaved to a bridge
+    /// holding their gateway) or `routed` (no bridge, a /32 route per workload).
+    #[arg(long, default_value = "bridge", requires = "attach")]
+    workload_link: metronome_testbed::netns::attach::WorkloadLink,
 }
 
 /// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
@@ -348,6 +362,16 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         return replot(file, dir);
     }
     metronome_daemon::ops::service::init_logging(Default::default());
+    if args.attach {
+        if args.flows.contains(&0) {
+            eprintln!("metronome compare: --flows: a flow count must be at least 1");
+            std::process::exit(2);
+        }
+        let targets = args.target.iter().map(|r| r.bps()).collect();
+        let grid = (targets, args.flows.clone());
+        let modes = (args.isolate_daemon, args.workload_link, args.json);
+        return crate::compare_attach::run(args.quick, grid, modes);
+    }
     if args.link_sharing {
         let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
         let modes = (args.offloads, args.json);
@@ -466,6 +490,53 @@ mod tests {
         assert!(a.quick && a.json);
         assert!(Cli::try_parse_from(["compare", "--offloads", "tso"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--quick", "--ceiling"]).is_err());
+    }
+
+    #[test]
+    fn attach_takes_the_grid_and_the_steering_but_no_other_mode() {
+        let a = Cli::try_parse_from([
+            "compare",
+            "--attach",
+            "--quick",
+            "--json",
+            "--target",
+            "100mbit",
+            "--flows",
+            "16",
+            "--isolate-daemon",
+        ])
+        .unwrap()
+        .compare;
+        assert!(a.attach && a.quick && a.json && a.isolate_daemon);
+        assert_eq!(
+            a.workload_link,
+            metronome_testbed::netns::attach::WorkloadLink::Bridge
+        );
+        assert_eq!(a.flows, [16]);
+        assert_eq!(
+            a.target.iter().map(|r| r.bps()).collect::<Vec<_>>(),
+            [100_000_000]
+        );
+        let routed = ["compare", "--attach", "--workload-link", "routed"];
+        let a = Cli::try_parse_from(routed).unwrap().compare;
+        assert_eq!(
+            a.workload_link,
+            metronome_testbed::netns::attach::WorkloadLink::Routed
+        );
+        assert!(Cli::try_parse_from(["compare", "--workload-link", "routed"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--attach", "--workload-link", "nat"]).is_err());
+        for other in [
+            &["--ceiling"][..],
+            &["--link-sharing"],
+            &["--offloads", "off"],
+            &["--daemon-cores", "2"],
+            &["--busy-poll"],
+            &["--plot", "dir"],
+        ] {
+            let mut args = vec!["compare", "--attach"];
+            args.extend_from_slice(other);
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
+        }
     }
 
     #[test]

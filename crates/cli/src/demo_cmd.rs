@@ -1,12 +1,18 @@
-//! `metronome demo [--duration 10s] [--offloads host|off] [--json]`: with CAP_NET_ADMIN, real
-//! kernel TCP through the daemon on a throwaway sender/shaper/receiver topology, live per-class
-//! rates and a conformance table (`metronome_testbed::demo::run_real`); without it, one line
-//! saying so and the same scenario in the simulator (`metronome_testbed::demo::run_simulated`).
+//! `metronome demo [--duration 10s] [--offloads host|off] [--attach] [--json]`: with
+//! CAP_NET_ADMIN, real kernel TCP through the daemon on a throwaway sender/shaper/receiver
+//! topology, live per-class rates and a conformance table (`metronome_testbed::demo::run_real`);
+//! without it, one line saying so and the same scenario in the simulator
+//! (`metronome_testbed::demo::run_simulated`).
 //! Everything it creates is removed at the end, on an error and on Ctrl-C
 //! (`metronome_testbed::netns::cleanup_on_signals`).
 //!
 //! `--offloads host` (the default) keeps the host's offloads on the veths, so the daemon shapes
 //! GSO super-frames as on a user's host; `--offloads off` gives one-MTU frames.
+//!
+//! `--attach`: the daemon attached in place to a host's uplink instead, with the host's TCP and
+//! two workloads through it (`metronome_testbed::demo::attach`); needs CAP_NET_ADMIN (exit
+//! status 2 without it), and exits with status 1 and the daemon's reason when it refuses the
+//! attach configuration. Its `--json` document is the same, with `"offloads": "host"`.
 //!
 //! `--json`: the live lines and the text table go to standard error and standard output holds
 //! one document ([`DemoReport`]): `{"mode": "real"|"simulated", "offloads": "host"|"off"|null,
@@ -15,9 +21,11 @@
 //! unshaped)}, ...]}`.
 
 use clap::Args;
+use metronome_testbed::demo::attach::run_attached;
 use metronome_testbed::demo::{
     run_real, run_simulated, ClassRow, DemoError, DemoMode, DemoReport, OffloadMode,
 };
+use metronome_testbed::netns::attach::WorkloadLink;
 use metronome_testbed::netns::TopoError;
 use std::io::Write;
 use std::time::Duration;
@@ -36,6 +44,16 @@ pub struct DemoArgs {
     /// to standard error).
     #[arg(long)]
     json: bool,
+    /// The daemon attached in place to a host's uplink instead (`[interfaces] attach`): the
+    /// host's own TCP and two workloads' through it, each its own class (the workloads' by
+    /// `from`, their host-side veth). Needs CAP_NET_ADMIN (no simulator fallback); keeps the
+    /// host's offloads.
+    #[arg(long, conflicts_with = "offloads")]
+    attach: bool,
+    /// With `--attach`: how the workloads' veths join the host, `bridge` (enslaved to a bridge
+    /// holding their gateway) or `routed` (no bridge, a /32 route per workload).
+    #[arg(long, default_value = "bridge", requires = "attach")]
+    workload_link: WorkloadLink,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -63,6 +81,24 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
     let out: &mut dyn Write = if args.json { &mut stderr } else { &mut stdout };
     let _ = writeln!(out, "metronome demo on {machine}");
+    if args.attach {
+        // The daemon is this very binary's `run`.
+        let binary = std::env::current_exe()?;
+        let classes = match run_attached(args.duration, (args.workload_link, &binary), out) {
+            Ok(rows) => rows,
+            Err(e) => {
+                eprintln!("metronome demo --attach: {e}");
+                let missing = matches!(e, DemoError::Topo(TopoError::MissingPrivilege(_)));
+                std::process::exit(if missing { 2 } else { 1 });
+            }
+        };
+        if args.json {
+            let offloads = Some(OffloadMode::Host);
+            let report = DemoReport::new(DemoMode::Real, offloads, machine, args.duration, classes);
+            println!("{}", to_json(&report)?);
+        }
+        return Ok(());
+    }
     let (mode, offloads, classes): (DemoMode, Option<OffloadMode>, Vec<ClassRow>) =
         match run_real(args.duration, args.offloads, out) {
             Ok(rows) => (DemoMode::Real, Some(args.offloads), rows),

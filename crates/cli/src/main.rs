@@ -2,6 +2,7 @@
 //! (the daemon against kernel HTB and TBF).
 
 mod bench_cmd;
+mod compare_attach;
 mod compare_cmd;
 mod compare_link;
 mod compare_plot;

@@ -69,6 +69,7 @@
 //! nothing else). The bulk connections' fairness is [`Row::jain_bulk`]: Jain's index of the bytes
 //! each bulk connection delivered to the receiver over its whole run ([`measure::jain_index`]).
 
+pub mod attach;
 pub mod link_sharing;
 pub mod measure;
 
@@ -333,7 +334,7 @@ pub fn format_rtt_us(rtt: Option<u64>) -> String {
 /// Waits for the daemon's `thread` to open its ports and map its rings (100 ms); returns the
 /// thread while its loop runs, or why the loop stopped by itself (its ports could not be
 /// opened).
-fn started(
+pub(crate) fn started(
     control: &Control,
     thread: crate::shaper::ShaperThread,
 ) -> Result<crate::shaper::ShaperThread, CompareError> {
@@ -522,7 +523,7 @@ pub fn endpoint_rps_mask(cpus: usize) -> Option<String> {
 
 /// Pins the calling thread to CPU 0 (see [`CompareOptions::isolate_daemon`]); a failure is a
 /// warning.
-fn pin_to_cpu0() {
+pub(crate) fn pin_to_cpu0() {
     let mut set = nix::sched::CpuSet::new();
     let pinned = set
         .set(0)
@@ -700,7 +701,10 @@ fn run_one(
         options.isolate_daemon,
     );
     let mut active = start_shaper(topo, shaper, target, modes, options.daemon_loop)?;
-    let measured = measure_run(topo, options, &mut active, shaper, target, flows, port);
+    let path = TrafficPath::of(topo);
+    let timing = (options.warmup, options.measure);
+    let mut cpu = || active.cpu_ns();
+    let measured = measure_run(&path, timing, &mut cpu, shaper, (target, flows), port);
     let stopped = active.stop(topo);
     let report = measured?;
     stopped?;
@@ -719,23 +723,47 @@ struct Measured {
     probe: ProbeReport,
 }
 
-/// Drives the traffic of one run through the started shaper and measures it.
-fn measure_run(
-    topo: &Topology,
-    options: &CompareOptions,
-    active: &mut ActiveShaper,
+/// Where a run's traffic goes: from `sender` to `receiver_addr` in `receiver`, measured on the
+/// receiver's `receiver_if` (the bump in the wire's `snd0` -> `rcv0`, or the attach topology's
+/// host -> `rcv0`, [`attach`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TrafficPath {
+    pub(crate) sender: crate::netns::Namespace,
+    pub(crate) receiver: crate::netns::Namespace,
+    pub(crate) receiver_if: String,
+    pub(crate) receiver_addr: std::net::Ipv4Addr,
+}
+
+impl TrafficPath {
+    fn of(topo: &Topology) -> Self {
+        TrafficPath {
+            sender: topo.sender.clone(),
+            receiver: topo.receiver.clone(),
+            receiver_if: topo.receiver_if.clone(),
+            receiver_addr: topo.receiver_addr,
+        }
+    }
+}
+
+/// Drives the traffic of one run through the started shaper and measures it: `timing` is the
+/// warm-up and the measured time; `daemon_cpu` reads the daemon thread's CPU time (ns), `None`
+/// when no daemon runs.
+pub(crate) fn measure_run(
+    path: &TrafficPath,
+    timing: (Duration, Duration),
+    daemon_cpu: &mut dyn FnMut() -> Option<u64>,
     shaper: Shaper,
-    target: u64,
-    flows: usize,
+    (target, flows): (u64, usize),
     port: u16,
 ) -> Result<RunReport, CompareError> {
-    let duration = options.warmup + options.measure + TAIL;
+    let (warmup, span) = timing;
+    let duration = warmup + span + TAIL;
     let mut group = FlowGroup::tcp("bulk", port, flows);
     group.max_bytes_per_flow = volume_cap(target, duration);
-    let plan = TrafficPlan::new(topo.receiver_addr, vec![group], duration);
-    let mut counters = topo.receiver.interface_counters(&topo.receiver_if)?;
+    let plan = TrafficPlan::new(path.receiver_addr, vec![group], duration);
+    let mut counters = path.receiver.interface_counters(&path.receiver_if)?;
     let mut machine = MachineCpu::open().map_err(TopoError::Io)?;
-    let traffic = spawn_traffic(topo, plan);
+    let traffic = spawn_traffic(path, plan);
 
     // The bulk traffic starts after every connection is accepted: wait for its first bytes.
     let base = counters.read()?.rx_bytes;
@@ -752,12 +780,11 @@ fn measure_run(
     };
     let measured = match started {
         Some(t0) => Some(measure_windows(
-            topo,
-            options,
-            active,
-            &mut counters,
-            &mut machine,
-            t0 + options.warmup,
+            path,
+            span,
+            daemon_cpu,
+            (&mut counters, &mut machine),
+            t0 + warmup,
             port + 1,
         )?),
         None => None,
@@ -801,40 +828,38 @@ pub fn answered(probe: &ProbeReport) -> Option<&ProbeReport> {
 
 type TrafficThread = std::thread::JoinHandle<Result<TrafficReport, TrafficError>>;
 
-fn spawn_traffic(topo: &Topology, plan: TrafficPlan) -> TrafficThread {
-    let (snd, rcv) = (topo.sender.clone(), topo.receiver.clone());
+fn spawn_traffic(path: &TrafficPath, plan: TrafficPlan) -> TrafficThread {
+    let (snd, rcv) = (path.sender.clone(), path.receiver.clone());
     std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)))
 }
 
 /// From `first` on: the probe (its own connection, so the warm-up's slow-start queue is not in
 /// its percentiles), the rate windows, and the CPU over them.
 fn measure_windows(
-    topo: &Topology,
-    options: &CompareOptions,
-    active: &mut ActiveShaper,
-    counters: &mut InterfaceCounters,
-    machine: &mut MachineCpu,
+    path: &TrafficPath,
+    span: Duration,
+    daemon_cpu: &mut dyn FnMut() -> Option<u64>,
+    (counters, machine): (&mut InterfaceCounters, &mut MachineCpu),
     first: Instant,
     probe_port: u16,
 ) -> Result<Measured, CompareError> {
     sleep_until(first);
-    let probe_plan =
-        TrafficPlan::new(topo.receiver_addr, Vec::new(), options.measure).with_probe(probe_port);
-    let probe = spawn_traffic(topo, probe_plan);
-    let cpu0 = (machine.read().map_err(TopoError::Io)?, active.cpu_ns());
+    let probe_plan = TrafficPlan::new(path.receiver_addr, Vec::new(), span).with_probe(probe_port);
+    let probe = spawn_traffic(path, probe_plan);
+    let cpu0 = (machine.read().map_err(TopoError::Io)?, daemon_cpu());
     let mut sampler = measure::WindowSampler::default();
     let wire = |c: &mut InterfaceCounters| -> Result<u64, CompareError> {
         let l = c.read()?;
         Ok(measure::wire_bytes(l.rx_bytes, l.rx_packets))
     };
     sampler.push(Instant::now(), wire(counters)?);
-    let n = (options.measure.as_nanos() / measure::WINDOW.as_nanos()).max(1) as u32;
+    let n = (span.as_nanos() / measure::WINDOW.as_nanos()).max(1) as u32;
     for k in 1..=n {
         sleep_until(first + measure::WINDOW * k);
         sampler.push(Instant::now(), wire(counters)?);
     }
     let elapsed = Instant::now().saturating_duration_since(first);
-    let cpu1 = (machine.read().map_err(TopoError::Io)?, active.cpu_ns());
+    let cpu1 = (machine.read().map_err(TopoError::Io)?, daemon_cpu());
     let probe = probe.join().map_err(|_| TrafficError::ThreadPanicked)??;
     let daemon_cores = match (cpu0.1, cpu1.1) {
         (Some(a), Some(b)) if !elapsed.is_zero() => {

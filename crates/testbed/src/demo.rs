@@ -23,6 +23,11 @@
 //! flows under a 200 Mbit/s aggregate; 4 flows each paced at 50 Mbit/s), each through the
 //! daemon's own engine (`ShaperSpec::Daemon`) with the class's wheel and backpressure; the
 //! unshaped traffic is not simulated.
+//!
+//! [`attach::run_attached`] (`--attach`) runs the daemon attached in place to a host's uplink
+//! instead, with the host's TCP and two workloads' through it (see [`attach`]).
+
+pub mod attach;
 
 use crate::netns::{TopoError, Topology};
 pub use crate::offloads::OffloadMode;
@@ -59,6 +64,9 @@ pub enum DemoError {
     /// The simulator refused the scenario.
     #[error("simulator: {0}")]
     Sim(#[from] metronome_sim::ScenarioError),
+    /// The daemon refused the configuration or stopped at once (`--attach`: [`attach`]).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// One line of the conformance table (a class of the JSON report).

@@ -34,6 +34,7 @@
 //! offload, TSO, GSO and GRO off on all four veths (the set-up of the MTU-frame throughput
 //! figures), [`Topology::one_mtu_segments`] makes the end hosts' TCP send one MTU per segment.
 
+pub mod attach;
 mod process;
 
 pub use process::{cleanup_on_signals, remove_stale};
@@ -275,13 +276,18 @@ impl QdiscSpec {
     /// full frame always fits; tbf rejects a bucket smaller than one frame) and 20 ms of queue
     /// (an arbitrary bound that keeps the probe RTT comparable to HTB's 1000-packet leaf).
     pub fn tbf(rate_bps: u64) -> Self {
-        let one_ms = rate_bps / 8 / 1000;
-        let burst = one_ms.clamp(2 * 1514, u64::from(u32::MAX));
         QdiscSpec::Tbf {
             rate_bps,
-            burst_bytes: u32::try_from(burst).unwrap_or(u32::MAX),
+            burst_bytes: Self::tbf_burst_bytes(rate_bps),
             latency_us: 20_000,
         }
+    }
+
+    /// The bucket of [`QdiscSpec::tbf`] at `rate_bps`, bytes: 1 ms of rate, at least 2 × 1514.
+    pub fn tbf_burst_bytes(rate_bps: u64) -> u32 {
+        let one_ms = rate_bps / 8 / 1000;
+        let burst = one_ms.clamp(2 * 1514, u64::from(u32::MAX));
+        u32::try_from(burst).unwrap_or(u32::MAX)
     }
 }
 
@@ -577,53 +583,7 @@ impl Topology {
 
     /// Replaces the root qdisc of `iface` in the shaper namespace with `spec`.
     pub fn install_qdisc(&self, iface: &str, spec: &QdiscSpec) -> Result<(), TopoError> {
-        let ns = self.shaper.name();
-        let tc = |args: &[&str]| {
-            let mut full = vec!["-n", ns];
-            full.extend_from_slice(args);
-            process::run("tc", &full).map(drop)
-        };
-        match *spec {
-            QdiscSpec::Htb {
-                rate_bps,
-                burst_bytes,
-            } => {
-                tc(&[
-                    "qdisc", "replace", "dev", iface, "root", "handle", "1:", "htb", "default",
-                    "10",
-                ])?;
-                let rate = format!("{rate_bps}bit");
-                let mut args = vec![
-                    "class", "add", "dev", iface, "parent", "1:", "classid", "1:10",
-                ];
-                args.extend_from_slice(&["htb", "rate", &rate, "ceil", &rate]);
-                let burst = burst_bytes.map(|b| b.to_string());
-                if let Some(b) = &burst {
-                    args.extend_from_slice(&["burst", b, "cburst", b]);
-                }
-                tc(&args)
-            }
-            QdiscSpec::Tbf {
-                rate_bps,
-                burst_bytes,
-                latency_us,
-            } => {
-                let (rate, burst) = (format!("{rate_bps}bit"), burst_bytes.to_string());
-                let latency = format!("{latency_us}us");
-                let args = [
-                    "qdisc", "replace", "dev", iface, "root", "tbf", "rate", &rate,
-                ];
-                let mut full = args.to_vec();
-                full.extend_from_slice(&["burst", &burst, "latency", &latency]);
-                tc(&full)
-            }
-            QdiscSpec::Pfifo { limit } => {
-                let limit = limit.to_string();
-                tc(&[
-                    "qdisc", "replace", "dev", iface, "root", "pfifo", "limit", &limit,
-                ])
-            }
-        }
+        install_root_qdisc(&self.shaper, iface, spec)
     }
 
     /// Removes the root qdisc of `iface` in the shaper namespace (back to the default).
@@ -685,6 +645,57 @@ impl Drop for Topology {
     fn drop(&mut self) {
         if let Err(e) = self.delete_all() {
             tracing::warn!("removing topology: {e}");
+        }
+    }
+}
+
+/// Replaces the root qdisc of `iface` in namespace `ns` with `spec` (the kernel baselines of the
+/// bump in the wire and of the attach topology, [`attach::AttachTopology`]).
+pub fn install_root_qdisc(ns: &Namespace, iface: &str, spec: &QdiscSpec) -> Result<(), TopoError> {
+    let ns = ns.name();
+    let tc = |args: &[&str]| {
+        let mut full = vec!["-n", ns];
+        full.extend_from_slice(args);
+        process::run("tc", &full).map(drop)
+    };
+    match *spec {
+        QdiscSpec::Htb {
+            rate_bps,
+            burst_bytes,
+        } => {
+            tc(&[
+                "qdisc", "replace", "dev", iface, "root", "handle", "1:", "htb", "default", "10",
+            ])?;
+            let rate = format!("{rate_bps}bit");
+            let mut args = vec![
+                "class", "add", "dev", iface, "parent", "1:", "classid", "1:10",
+            ];
+            args.extend_from_slice(&["htb", "rate", &rate, "ceil", &rate]);
+            let burst = burst_bytes.map(|b| b.to_string());
+            if let Some(b) = &burst {
+                args.extend_from_slice(&["burst", b, "cburst", b]);
+            }
+            tc(&args)
+        }
+        QdiscSpec::Tbf {
+            rate_bps,
+            burst_bytes,
+            latency_us,
+        } => {
+            let (rate, burst) = (format!("{rate_bps}bit"), burst_bytes.to_string());
+            let latency = format!("{latency_us}us");
+            let args = [
+                "qdisc", "replace", "dev", iface, "root", "tbf", "rate", &rate,
+            ];
+            let mut full = args.to_vec();
+            full.extend_from_slice(&["burst", &burst, "latency", &latency]);
+            tc(&full)
+        }
+        QdiscSpec::Pfifo { limit } => {
+            let limit = limit.to_string();
+            tc(&[
+                "qdisc", "replace", "dev", iface, "root", "pfifo", "limit", &limit,
+            ])
         }
     }
 }

@@ -1,0 +1,293 @@
+//! `metronome compare --attach [--quick] [--target RATES] [--flows N,...] [--isolate-daemon]
+//! [--workload-link bridge|routed] [--json]`: the daemon attached in place to a host's uplink
+//! against the kernel's qdiscs on the same uplink (what is run and measured:
+//! `metronome_testbed::compare::attach`).
+//!
+//! Output: the host part as the side-by-side table of `metronome compare`
+//! ([`crate::compare_cmd::format_table`]), a row whose shaper could not run shown as `-` and its
+//! error listed under the table; then the workload part, one line per workload with each
+//! shaper's rate and deviation, and a summary line per shaper. With `--json` exactly
+//! `{"machine", "steering", "workload_link": "bridge"|"routed", "host": [...], "workloads":
+//! [...]}` on standard output: each host row is a `metronome compare` row (`{"shaper",
+//! "target_bps", "flows", "achieved_bps", ...}`) or `{"shaper", "target_bps", "flows",
+//! "error"}`; each workload row is `{"shaper", "workload", "target_bps", "flows",
+//! "achieved_bps", "deviation_pct"}` (both `null` with an `"error"`). Progress lines go to
+//! standard error. Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
+
+use crate::compare_cmd::{format_table, or_exit};
+use metronome_testbed::compare::attach::{
+    self, AttachOptions, AttachReport, HostRow, WorkloadRow, WorkloadShaper,
+};
+use metronome_testbed::compare::RunReport;
+use metronome_testbed::netns::attach::WorkloadLink;
+use metronome_testbed::offloads::OffloadMode;
+use std::fmt::Write;
+
+/// The `--json` document.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct AttachDocument {
+    pub(crate) machine: String,
+    #[serde(flatten)]
+    pub(crate) report: AttachReport,
+}
+
+/// The host part's table and the errors of the rows that could not run.
+pub fn format_host(rows: &[HostRow]) -> String {
+    let measured: Vec<RunReport> = rows
+        .iter()
+        .filter_map(|r| match r {
+            HostRow::Measured(row) => Some(RunReport {
+                row: row.clone(),
+                windows: 0,
+                probe_samples: 0,
+            }),
+            HostRow::Failed { .. } => None,
+        })
+        .collect();
+    let mut out = String::from("the host's own TCP through the uplink\n");
+    if !measured.is_empty() {
+        out += &format_table(&measured, OffloadMode::Host);
+        out += "here daemon %/G is the whole `metronome run` process's CPU (user + system time of \
+                all its threads, /proc/PID/stat)\n";
+    }
+    for r in rows {
+        if let HostRow::Failed {
+            shaper,
+            target_bps,
+            flows,
+            error,
+        } = r
+        {
+            let _ = writeln!(
+                out,
+                "{} at {:.0} Mbit/s with {flows} flows: not measured: {error}",
+                shaper.name(),
+                *target_bps as f64 / 1e6
+            );
+        }
+    }
+    out
+}
+
+/// The workload part: one line per workload, each shaper's rate and deviation side by side, a
+/// summary line per shaper (mean rate, the largest error from the limit), and the errors.
+pub fn format_workloads(rows: &[WorkloadRow]) -> String {
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let shapers: Vec<WorkloadShaper> = WorkloadShaper::ALL
+        .into_iter()
+        .filter(|s| rows.iter().any(|r| r.shaper == *s))
+        .collect();
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if !names.contains(&r.workload.as_str()) {
+            names.push(&r.workload);
+        }
+    }
+    let mut out = format!(
+        "workloads: {} x {} TCP flows, each limited to {:.0} Mbit/s\n{:<9}",
+        names.len(),
+        first.flows,
+        first.target_bps as f64 / 1e6,
+        "workload"
+    );
+    for s in &shapers {
+        let _ = write!(out, " | {:<17}", s.name());
+    }
+    let _ = write!(out, "\n{:<9}", "");
+    for _ in &shapers {
+        let _ = write!(out, " | {:>9} {:>7}", "Mbit/s", "dev %");
+    }
+    out.push('\n');
+    let cell = |r: Option<&WorkloadRow>| match r.and_then(|r| r.achieved_bps.zip(r.deviation_pct)) {
+        Some((a, d)) => format!(" | {:>9.2} {:>7.2}", a / 1e6, d),
+        None => format!(" | {:>9} {:>7}", "-", "-"),
+    };
+    for name in &names {
+        let _ = write!(out, "{name:<9}");
+        for s in &shapers {
+            out += &cell(rows.iter().find(|r| r.shaper == *s && r.workload == *name));
+        }
+        out.push('\n');
+    }
+    for s in &shapers {
+        let measured: Vec<(f64, u64)> = rows
+            .iter()
+            .filter(|r| r.shaper == *s)
+            .filter_map(|r| r.achieved_bps.map(|a| (a, r.target_bps)))
+            .collect();
+        if measured.is_empty() {
+            continue;
+        }
+        let mean = measured.iter().map(|m| m.0).sum::<f64>() / measured.len() as f64;
+        let worst = measured
+            .iter()
+            .map(|&(a, t)| 100.0 * (a / t as f64 - 1.0))
+            .fold(0.0_f64, |w, e| if e.abs() > w.abs() { e } else { w });
+        let _ = writeln!(
+            out,
+            "{}: {} workloads measured, mean {:.2} Mbit/s, largest error from the limit {:+.2} %",
+            s.name(),
+            measured.len(),
+            mean / 1e6,
+            worst
+        );
+    }
+    let mut errors: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            r.error
+                .as_ref()
+                .map(|e| format!("{}: not measured: {e}", r.shaper.name()))
+        })
+        .collect();
+    errors.dedup();
+    for e in errors {
+        let _ = writeln!(out, "{e}");
+    }
+    out += "Mbit/s: the workload's goodput at the receiver in 100 ms windows after the warm-up, \
+            scaled to full segments on the wire; dev %: the windows' mean absolute deviation \
+            from the limit\n\
+            htb-u32: one HTB class per workload on the uplink, u32 filters on the source address; \
+            ifb-tbf: the bandwidth plugin's IFB per workload (veth ingress redirected) with a TBF \
+            holding 25 ms\n";
+    out
+}
+
+/// Runs `metronome compare --attach`.
+pub fn run(
+    quick: bool,
+    (targets_bps, flows): (Vec<u64>, Vec<usize>),
+    (isolate_daemon, workload_link, json): (bool, WorkloadLink, bool),
+) -> anyhow::Result<()> {
+    let mut options = if quick {
+        AttachOptions::quick()
+    } else {
+        AttachOptions::full()
+    };
+    options.isolate_daemon = isolate_daemon;
+    options.workload_link = workload_link;
+    // The daemon rows run this very binary's `run`.
+    options.daemon_binary = std::env::current_exe().ok();
+    if !targets_bps.is_empty() {
+        options.targets_bps = targets_bps;
+    }
+    if !flows.is_empty() {
+        options.flows = flows;
+    }
+    let report = or_exit(attach::run(&options, &mut std::io::stderr()));
+    let machine = metronome_bench::machine::describe();
+    if json {
+        let doc = AttachDocument { machine, report };
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("metronome compare --attach on {machine}");
+        println!("steering: {}", report.steering);
+        println!("workloads joined the host: {}", report.workload_link.name());
+        print!("{}", format_host(&report.host));
+        println!();
+        print!("{}", format_workloads(&report.workloads));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metronome_testbed::compare::{Row, Shaper};
+
+    fn row(shaper: Shaper, achieved: f64) -> HostRow {
+        HostRow::Measured(Row {
+            shaper,
+            target_bps: 100_000_000,
+            flows: 16,
+            achieved_bps: achieved,
+            deviation_pct: 1.5,
+            rtt_p99_us: Some(900),
+            rtt_p50_us: Some(400),
+            cpu_pct: 12.0,
+            daemon_cpu_pct: None,
+            jain_bulk: Some(0.99),
+        })
+    }
+
+    fn failed() -> HostRow {
+        HostRow::Failed {
+            shaper: Shaper::Metronome,
+            target_bps: 100_000_000,
+            flows: 16,
+            error: "the daemon refused the attach configuration: unknown field `attach`".into(),
+        }
+    }
+
+    fn workload(shaper: WorkloadShaper, name: &str, achieved: Option<f64>) -> WorkloadRow {
+        WorkloadRow {
+            shaper,
+            workload: name.into(),
+            target_bps: 100_000_000,
+            flows: 4,
+            achieved_bps: achieved,
+            deviation_pct: achieved.map(|_| 2.0),
+            error: achieved.is_none().then(|| "refused".to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_failed_host_row_shows_its_error_and_no_figure() {
+        let text = format_host(&[failed(), row(Shaper::Htb, 99_500_000.0)]);
+        assert!(text.contains("99.50"), "{text}");
+        assert!(
+            text.contains(
+                "metronome at 100 Mbit/s with 16 flows: not measured: the daemon refused"
+            ),
+            "{text}"
+        );
+        // The table has no metronome block: the failed row is not a figure.
+        assert!(!text.contains("| metronome"), "{text}");
+    }
+
+    #[test]
+    fn the_json_keeps_errors_and_figures_apart() {
+        let doc = AttachDocument {
+            machine: "test".into(),
+            report: AttachReport {
+                steering: "none".into(),
+                workload_link: WorkloadLink::Routed,
+                host: vec![failed(), row(Shaper::Tbf, 1e8)],
+                workloads: vec![
+                    workload(WorkloadShaper::Metronome, "hv0", None),
+                    workload(WorkloadShaper::IfbTbf, "hv0", Some(1e8)),
+                ],
+            },
+        };
+        let text = serde_json::to_string(&doc).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["steering"], "none");
+        assert_eq!(v["workload_link"], "routed");
+        assert!(v["host"][0]["error"].is_string(), "{text}");
+        assert!(v["host"][0].get("achieved_bps").is_none(), "{text}");
+        assert_eq!(v["host"][1]["shaper"], "tbf");
+        assert!(v["host"][1].get("error").is_none(), "{text}");
+        assert!(v["workloads"][0]["achieved_bps"].is_null(), "{text}");
+        assert_eq!(v["workloads"][1]["shaper"], "ifb-tbf");
+        let back: AttachDocument = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn the_workload_table_has_one_line_per_workload_and_a_summary_per_shaper() {
+        let rows = vec![
+            workload(WorkloadShaper::HtbU32, "hv0", Some(99e6)),
+            workload(WorkloadShaper::HtbU32, "hv1", Some(102e6)),
+            workload(WorkloadShaper::IfbTbf, "hv0", Some(100e6)),
+            workload(WorkloadShaper::IfbTbf, "hv1", Some(100e6)),
+        ];
+        let text = format_workloads(&rows);
+        assert!(text.contains("workloads: 2 x 4 TCP flows"), "{text}");
+        assert_eq!(text.lines().filter(|l| l.starts_with("hv")).count(), 2);
+        let summary = "htb-u32: 2 workloads measured, mean 100.50 Mbit/s, largest error from the \
+                       limit +2.00 %";
+        assert!(text.contains(summary), "{text}");
+    }
+}

@@ -1,0 +1,938 @@
+//! `metronome compare --attach`: the daemon attached in place to a host's uplink
+//! (`[interfaces] attach`) against the kernel's qdiscs on the same uplink, on an
+//! [`AttachTopology`] (a host, its bridged workloads, a receiver behind the uplink).
+//!
+//! Two parts, on one topology:
+//!
+//! * **The host's own TCP** ([`HostRow`]): `flows` kernel TCP connections from the host namespace
+//!   to the receiver plus the RTT probe, through the uplink, for each target rate and shaper:
+//!   * `metronome`: the daemon attached to the uplink with one class, all TCP to the receiver at
+//!     the target ([`host_config_text`]: the class of the bump-in-the-wire comparison,
+//!     [`super::metronome_config`]: ECN at 1 ms, a 250 ms horizon that rejects beyond it);
+//!   * `metronome-fair`: the same class with `fair = true` and [`super::FAIR_GSO_SLOTS`];
+//!   * `htb`: one HTB class at the target as the uplink's root ([`QdiscSpec::Htb`]);
+//!   * `tbf`: a TBF root on the uplink ([`QdiscSpec::tbf`]).
+//!
+//!   Measured exactly as the bump-in-the-wire comparison measures ([`super::measure_run`], the
+//!   same code): rate on the wire at the receiver's veth in 100 ms windows after the warm-up,
+//!   their mean absolute deviation from the target, the probe's RTT p50/p99, machine CPU per
+//!   Gbit/s and the daemon thread's own CPU per Gbit/s.
+//! * **Workloads** ([`WorkloadRow`]): [`AttachOptions::workloads`] workloads, each with
+//!   [`AttachOptions::workload_flows`] TCP connections to the receiver, each limited to
+//!   [`AttachOptions::workload_rate_bps`], all at once:
+//!   * `metronome`: the daemon attached to the uplink with one class per workload matching where
+//!     its packets entered the host, `match = { from = "hv<i>" }` ([`workload_config_text`]);
+//!   * `htb-u32`: one HTB class per workload on the uplink, u32 filters on the workloads' source
+//!     addresses ([`AttachTopology::install_workload_htb`]);
+//!   * `ifb-tbf`: the containernetworking `bandwidth` plugin's IFB and TBF per workload
+//!     ([`AttachTopology::install_workload_ifb_tbf`]).
+//!
+//!   Each workload's rate is its goodput at the receiver in the trafficgen's 100 ms windows
+//!   after the warm-up, scaled to full segments on the wire ([`measure::WIRE_PER_PAYLOAD`]), and
+//!   the windows' mean absolute deviation from its limit.
+//!
+//! The daemon is `metronome run --config FILE` in the host namespace, a process of its own as a
+//! user runs it ([`AttachedDaemon`], the binary in [`AttachOptions::daemon_binary`]), with the
+//! configuration checked first the way it will read it ([`daemon_config`]). A configuration the
+//! daemon refuses, a daemon that exits at start or does not answer on its metrics endpoint, or
+//! one that does not stop cleanly gives the row an error (`error`, no figures), never a number;
+//! the kernel rows run regardless. Its CPU ([`Row::daemon_cpu_pct`]) is the whole process's
+//! (user and system time of all its threads, `/proc/PID/stat`).
+//!
+//! With [`AttachOptions::isolate_daemon`] the daemon's process is pinned to CPU 0 and the receive
+//! of the receiver's veth and of the workloads' `eth0` is steered to the other CPUs
+//! ([`super::endpoint_rps_mask`]), as `--isolate-daemon` does for the bump in the wire; the
+//! steering is stated in every report ([`AttachReport::steering`]). The host's own TCP runs
+//! where the scheduler puts it in either case: on an attached host it shares the machine with
+//! the daemon.
+
+use super::measure::{self, mean, mean_abs_deviation_pct};
+use super::{
+    endpoint_rps_mask, measure_run, volume_cap, CompareError, Row, Shaper, TrafficPath,
+    FAIR_GSO_SLOTS, TAIL,
+};
+use crate::netns::attach::{AttachTopology, WorkloadLink};
+use crate::netns::{Namespace, QdiscSpec, TopoError};
+use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
+use metronome_daemon::ops::config::Config;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Prefix of the attach comparison's namespaces.
+pub const NS_PREFIX: &str = "mtr-att";
+/// Target rates of the host part, bits/s: 100 Mbit/s, 1 Gbit/s, 10 Gbit/s.
+pub const FULL_TARGETS_BPS: [u64; 3] = [100_000_000, 1_000_000_000, 10_000_000_000];
+/// Flow counts of the host part.
+pub const FULL_FLOWS: [usize; 2] = [16, 256];
+/// Workloads of the workload part.
+pub const WORKLOADS: usize = 8;
+/// TCP connections per workload.
+pub const WORKLOAD_FLOWS: usize = 4;
+/// Each workload's limit, bits/s: 100 Mbit/s.
+pub const WORKLOAD_RATE_BPS: u64 = 100_000_000;
+/// First destination port of the runs (each run takes ports above the previous run's, so no run
+/// meets a previous run's connections).
+const BASE_PORT: u16 = 30_000;
+/// Ports are taken from [`BASE_PORT`] up to this one and then again from the start.
+const LAST_PORT: u16 = 60_000;
+
+/// A shaper of the workload part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum WorkloadShaper {
+    /// The daemon, one class per workload matched by `from`.
+    #[serde(rename = "metronome")]
+    Metronome,
+    /// HTB on the uplink, one class per workload, u32 filters on the source address.
+    #[serde(rename = "htb-u32")]
+    HtbU32,
+    /// The `bandwidth` plugin's IFB with a TBF per workload.
+    #[serde(rename = "ifb-tbf")]
+    IfbTbf,
+}
+
+impl WorkloadShaper {
+    /// The three, in report order.
+    pub const ALL: [WorkloadShaper; 3] = [
+        WorkloadShaper::Metronome,
+        WorkloadShaper::HtbU32,
+        WorkloadShaper::IfbTbf,
+    ];
+
+    /// The name used in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadShaper::Metronome => "metronome",
+            WorkloadShaper::HtbU32 => "htb-u32",
+            WorkloadShaper::IfbTbf => "ifb-tbf",
+        }
+    }
+}
+
+/// What the attach comparison runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttachOptions {
+    /// Target rates of the host part, bits/s.
+    pub targets_bps: Vec<u64>,
+    /// Flow counts of the host part.
+    pub flows: Vec<usize>,
+    /// Shapers of the host part ([`Shaper::Metronome`], [`Shaper::MetronomeFair`],
+    /// [`Shaper::Htb`], [`Shaper::Tbf`]), run in this order for each (target, flows).
+    pub host_shapers: Vec<Shaper>,
+    /// Workloads of the workload part (0: no workload part).
+    pub workloads: usize,
+    /// TCP connections per workload.
+    pub workload_flows: usize,
+    /// Each workload's limit, bits/s.
+    pub workload_rate_bps: u64,
+    /// Shapers of the workload part, in this order.
+    pub workload_shapers: Vec<WorkloadShaper>,
+    /// Skipped after the bulk traffic starts.
+    pub warmup: Duration,
+    /// Measured after the warm-up, in 100 ms windows.
+    pub measure: Duration,
+    /// The daemon's loop on CPU 0, the end hosts' receive on the other CPUs (module docs).
+    pub isolate_daemon: bool,
+    /// How the workloads' veths join the host (a bridge, or routed).
+    pub workload_link: WorkloadLink,
+    /// The `metronome` binary whose `run` the daemon rows start (`metronome compare` passes its
+    /// own); `None`: those rows report that there is none.
+    pub daemon_binary: Option<PathBuf>,
+}
+
+impl AttachOptions {
+    /// The full grid: 3 rates × 2 flow counts × 4 shapers for the host, 8 workloads × 3 shapers;
+    /// 1 s warm-up, 3 s measured.
+    pub fn full() -> Self {
+        AttachOptions {
+            targets_bps: FULL_TARGETS_BPS.to_vec(),
+            flows: FULL_FLOWS.to_vec(),
+            host_shapers: vec![
+                Shaper::Metronome,
+                Shaper::MetronomeFair,
+                Shaper::Htb,
+                Shaper::Tbf,
+            ],
+            workloads: WORKLOADS,
+            workload_flows: WORKLOAD_FLOWS,
+            workload_rate_bps: WORKLOAD_RATE_BPS,
+            workload_shapers: WorkloadShaper::ALL.to_vec(),
+            warmup: Duration::from_secs(1),
+            measure: Duration::from_secs(3),
+            isolate_daemon: false,
+            workload_link: WorkloadLink::Bridge,
+            daemon_binary: None,
+        }
+    }
+
+    /// `--quick`: the host at 100 Mbit/s and 1 Gbit/s with 16 flows, and the 8-workload point;
+    /// 1 s warm-up, 2 s measured.
+    pub fn quick() -> Self {
+        AttachOptions {
+            targets_bps: vec![100_000_000, 1_000_000_000],
+            flows: vec![16],
+            measure: Duration::from_secs(2),
+            ..AttachOptions::full()
+        }
+    }
+}
+
+/// One run of the host part: its figures, or why it has none.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum HostRow {
+    /// The run was measured ([`Row`], as the bump-in-the-wire comparison reports it).
+    Measured(Row),
+    /// The shaper could not run (the daemon refused the configuration or stopped at once).
+    Failed {
+        /// The shaper.
+        shaper: Shaper,
+        /// Target, bits/s.
+        target_bps: u64,
+        /// Bulk connections.
+        flows: usize,
+        /// Why, in one line.
+        error: String,
+    },
+}
+
+impl HostRow {
+    /// The row's shaper.
+    pub fn shaper(&self) -> Shaper {
+        match self {
+            HostRow::Measured(r) => r.shaper,
+            HostRow::Failed { shaper, .. } => *shaper,
+        }
+    }
+
+    /// The row's (target, flows).
+    pub fn point(&self) -> (u64, usize) {
+        match self {
+            HostRow::Measured(r) => (r.target_bps, r.flows),
+            HostRow::Failed {
+                target_bps, flows, ..
+            } => (*target_bps, *flows),
+        }
+    }
+}
+
+/// One workload under one shaper of the workload part.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkloadRow {
+    /// The shaper.
+    pub shaper: WorkloadShaper,
+    /// The workload's host-side veth (`hv<i>`), which names it.
+    pub workload: String,
+    /// Its limit, bits/s.
+    pub target_bps: u64,
+    /// Its TCP connections.
+    pub flows: usize,
+    /// Mean rate on the wire over the measured windows, bits/s; `None` with `error`.
+    pub achieved_bps: Option<f64>,
+    /// Mean absolute deviation of the windows from the limit, percent; `None` with `error`.
+    pub deviation_pct: Option<f64>,
+    /// Why the shaper could not run; `None` when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `metronome compare --attach` reports.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AttachReport {
+    /// The CPU steering of the run, in words (see the module docs).
+    pub steering: String,
+    /// How the workloads' veths joined the host.
+    pub workload_link: WorkloadLink,
+    /// The host part's rows.
+    pub host: Vec<HostRow>,
+    /// The workload part's rows.
+    pub workloads: Vec<WorkloadRow>,
+}
+
+/// The daemon's configuration text for the host part: attached to `uplink`, one class of all
+/// TCP to `receiver` at `target_bps`, the class of the bump-in-the-wire comparison; with `fair`,
+/// `fair = true` and [`FAIR_GSO_SLOTS`].
+pub fn host_config_text(
+    uplink: &str,
+    receiver: std::net::Ipv4Addr,
+    target_bps: u64,
+    fair: bool,
+) -> String {
+    let (daemon, extra) = if fair {
+        (
+            format!("[daemon]\ngso_slots = {FAIR_GSO_SLOTS}\n\n"),
+            "fair = true\n",
+        )
+    } else {
+        (String::new(), "")
+    };
+    format!(
+        "[interfaces]\nattach = [\"{uplink}\"]\n\n{daemon}[wheel]\nhorizon = \"250ms\"\n\n\
+         [[class]]\nname = \"host\"\nmatch = {{ dst = \"{receiver}\", protocol = \"tcp\" }}\n\
+         rate = {target_bps}\nhorizon_policy = \"reject\"\n\
+         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n{extra}"
+    )
+}
+
+/// The daemon's configuration text for the workload part: attached to the topology's uplink, one
+/// class `w<i>` per workload, `match = { from = "hv<i>" }`, at `rate_bps` each, with the host
+/// part's horizon, horizon policy and backpressure.
+pub fn workload_config_text(topo: &AttachTopology, rate_bps: u64) -> String {
+    let mut text = format!(
+        "[interfaces]\nattach = [\"{}\"]\n\n[wheel]\nhorizon = \"250ms\"\n",
+        topo.uplink
+    );
+    for (i, w) in topo.workloads.iter().enumerate() {
+        text += &format!(
+            "\n[[class]]\nname = \"w{i}\"\nmatch = {{ from = \"{}\" }}\nrate = {rate_bps}\n\
+             horizon_policy = \"reject\"\n\
+             backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n",
+            w.host_if
+        );
+    }
+    text
+}
+
+/// Parses a configuration text as `metronome run` would, or says in one line why the daemon
+/// refuses it.
+pub fn daemon_config(text: &str) -> Result<Config, String> {
+    Config::from_toml_str(text, "compare-attach.toml")
+        .map_err(|e| format!("the daemon refused the attach configuration: {e}"))
+}
+
+/// Sequence number of the daemons' scratch directories within this process.
+static DAEMON_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// How long `metronome run` may take to attach and answer on its metrics endpoint: 10 s (it
+/// loads its BPF programs and opens its capture pairs first; well under a second on the
+/// machines this ran on).
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a stopped daemon may take to detach and exit before it is killed: 5 s.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `metronome run` in attach mode, a process in the host namespace (`ip netns exec HOST
+/// BINARY run --config FILE`, the way a user runs it), with its configuration and its standard
+/// error in a scratch directory that goes with it.
+#[derive(Debug)]
+pub struct AttachedDaemon {
+    child: Child,
+    host: Namespace,
+    metrics: SocketAddr,
+    dir: PathBuf,
+}
+
+impl AttachedDaemon {
+    /// Writes `text` (already parsed by [`daemon_config`] into `config`) to a scratch file and
+    /// starts `binary run --config FILE` in `host`, all its threads on CPU 0 with `pin`
+    /// (started through `taskset -c 0`). Returns once its metrics endpoint
+    /// answers; `Ok(Err(why))` when it exits before (why: the last lines of its standard error)
+    /// or does not answer within [`READY_TIMEOUT`].
+    pub fn start(
+        host: &Namespace,
+        binary: &Path,
+        (text, config): (&str, &Config),
+        pin: bool,
+    ) -> Result<Result<AttachedDaemon, String>, CompareError> {
+        let seq = DAEMON_SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mtr-attd-{}-{seq}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(TopoError::Io)?;
+        let file = dir.join("daemon.toml");
+        std::fs::write(&file, text).map_err(TopoError::Io)?;
+        let stderr = std::fs::File::create(dir.join("stderr")).map_err(TopoError::Io)?;
+        // `taskset -c 0` (util-linux) execs the rest with the affinity set, so every thread of
+        // the daemon inherits it.
+        let mut command = if pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0", "ip"]);
+            c
+        } else {
+            Command::new("ip")
+        };
+        command
+            .args(["netns", "exec", host.name()])
+            .arg(binary)
+            .arg("run")
+            .arg("--config")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let spawned = spawn_with_stop_signals(command);
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Ok(Err(format!("cannot run {}: {e}", binary.display())));
+            }
+        };
+        let mut daemon = AttachedDaemon {
+            child,
+            host: host.clone(),
+            metrics: config.daemon.metrics_listen,
+            dir,
+        };
+        let give_up = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                return Ok(Err(format!(
+                    "`metronome run` exited at start ({status}): {}",
+                    daemon.stderr_tail()
+                )));
+            }
+            if daemon.metrics_text().is_ok() {
+                return Ok(Ok(daemon));
+            }
+            if Instant::now() > give_up {
+                let why = format!(
+                    "`metronome run` did not answer on {} within {READY_TIMEOUT:?}: {}",
+                    daemon.metrics,
+                    daemon.stderr_tail()
+                );
+                let _ = daemon.stop();
+                return Ok(Err(why));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The daemon process's CPU time so far (user + system, all its threads), nanoseconds.
+    pub fn cpu_ns(&self) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .filter(|&h| h > 0)? as u64;
+        Some(ticks * 1_000_000_000 / hz)
+    }
+
+    /// The daemon's metrics text (`GET /metrics` on its endpoint, from inside the host
+    /// namespace).
+    pub fn metrics_text(&self) -> Result<String, TopoError> {
+        let addr = self.metrics;
+        let stream = self
+            .host
+            .run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)))??;
+        http_get_metrics(stream).map_err(TopoError::Io)
+    }
+
+    /// The last lines of the daemon's standard error (its log), one line.
+    pub fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = lines[lines.len().saturating_sub(2)..].join(" / ");
+        if tail.is_empty() {
+            "no output".to_owned()
+        } else {
+            tail
+        }
+    }
+
+    /// Stops the daemon (SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]) and removes its scratch
+    /// directory. `Err(why)` when it did not exit cleanly.
+    pub fn stop(mut self) -> Result<(), String> {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let give_up = Instant::now() + STOP_TIMEOUT;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if Instant::now() > give_up => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break Err(format!(
+                        "`metronome run` did not exit within {STOP_TIMEOUT:?} of SIGTERM: killed"
+                    ));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => break Err(format!("waiting for `metronome run`: {e}")),
+            }
+        };
+        let result = match status {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!(
+                "`metronome run` exited with {s}: {}",
+                self.stderr_tail()
+            )),
+            Err(e) => Err(e),
+        };
+        match &result {
+            Ok(()) => tracing::debug!("metronome run: {}", self.stderr_tail()),
+            Err(e) => tracing::warn!("{e}"),
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        result
+    }
+}
+
+impl Drop for AttachedDaemon {
+    fn drop(&mut self) {
+        // `stop` took the child already when it ran; otherwise it must not outlive the run.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Spawns `command` from a thread of its own that does not block SIGINT and SIGTERM: a child
+/// inherits the blocked signals of the thread that starts it, and the CLI blocks them in every
+/// thread for its clean-up (`crate::netns::cleanup_on_signals`), which would leave the daemon
+/// deaf to the SIGTERM that stops it. For the few microseconds that thread lives, a SIGINT or
+/// SIGTERM sent to this process may end it without the clean-up; the next run removes what it
+/// left (`crate::netns::remove_stale`).
+fn spawn_with_stop_signals(mut command: Command) -> std::io::Result<Child> {
+    std::thread::spawn(move || {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGINT);
+        set.add(Signal::SIGTERM);
+        set.thread_unblock().map_err(std::io::Error::from)?;
+        command.spawn()
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the thread starting the daemon panicked"))?
+}
+
+/// `GET /metrics` over `stream`, returning the body of a `200` answer.
+fn http_get_metrics(mut stream: std::net::TcpStream) -> std::io::Result<String> {
+    use std::io::Read;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("metrics: no HTTP header end"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        let status = head.lines().next().unwrap_or("").to_owned();
+        return Err(std::io::Error::other(format!("metrics: {status}")));
+    }
+    Ok(body.to_owned())
+}
+
+/// Hands out the runs' destination ports.
+struct Ports(u16);
+
+impl Ports {
+    /// `n` consecutive ports.
+    fn take(&mut self, n: u16) -> u16 {
+        if self.0.saturating_add(n) > LAST_PORT {
+            self.0 = BASE_PORT;
+        }
+        let first = self.0;
+        self.0 += n;
+        first
+    }
+}
+
+/// Runs the attach comparison: builds the topology, runs the host part and the workload part and
+/// removes everything. One progress line per run (per workload in the workload part) goes to
+/// `progress`.
+pub fn run(
+    options: &AttachOptions,
+    progress: &mut dyn Write,
+) -> Result<AttachReport, CompareError> {
+    let _ = crate::netns::remove_stale(NS_PREFIX);
+    let mut topo = AttachTopology::with_link(NS_PREFIX, options.workloads, options.workload_link)?;
+    topo.enable_sender_ecn();
+    let steering = steer(&topo, options.isolate_daemon);
+    let _ = writeln!(progress, "steering: {steering}");
+    let mut ports = Ports(BASE_PORT);
+    let mut host = Vec::new();
+    for &target in &options.targets_bps {
+        for &flows in &options.flows {
+            for &shaper in &options.host_shapers {
+                let row = host_run(&mut topo, options, shaper, (target, flows), &mut ports)?;
+                let _ = writeln!(progress, "{}", describe_host_row(&row));
+                host.push(row);
+            }
+        }
+    }
+    let mut workloads = Vec::new();
+    if options.workloads > 0 {
+        for &shaper in &options.workload_shapers {
+            let rows = workload_run(&mut topo, options, shaper, &mut ports)?;
+            for r in &rows {
+                let _ = writeln!(progress, "{}", describe_workload_row(r));
+            }
+            workloads.extend(rows);
+        }
+    }
+    topo.remove()?;
+    Ok(AttachReport {
+        steering,
+        workload_link: options.workload_link,
+        host,
+        workloads,
+    })
+}
+
+/// Applies [`AttachOptions::isolate_daemon`]'s steering; returns it in words.
+fn steer(topo: &AttachTopology, isolate: bool) -> String {
+    if !isolate {
+        return "none (the daemon and every receive run where the scheduler puts them)".into();
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match endpoint_rps_mask(cpus) {
+        Some(mask) => {
+            let failed = topo.steer_endpoint_receive(&mask);
+            let mut s = format!(
+                "daemon pinned to CPU 0; receive of the receiver's veth and the workloads' \
+                 eth0 steered to CPUs {mask} (rps_cpus); the host's own TCP unpinned"
+            );
+            if !failed.is_empty() {
+                s += &format!(" ({} steering failures, see the log)", failed.len());
+            }
+            s
+        }
+        None => "none: one CPU, the daemon cannot have a core of its own".into(),
+    }
+}
+
+/// One line for the progress output.
+pub fn describe_host_row(row: &HostRow) -> String {
+    match row {
+        HostRow::Measured(r) => format!(
+            "{:<14} {:>6.0} Mbit/s {:>3} flows: {:>8.2} Mbit/s, deviation {:>6.2} %, RTT p50 {:>6} \
+             p99 {:>6} us, machine cpu {:>6.1} %/Gbit/s{}",
+            r.shaper.name(),
+            r.target_bps as f64 / 1e6,
+            r.flows,
+            r.achieved_bps / 1e6,
+            r.deviation_pct,
+            super::format_rtt_us(r.rtt_p50_us),
+            super::format_rtt_us(r.rtt_p99_us),
+            r.cpu_pct,
+            r.daemon_cpu_pct
+                .map(|d| format!(", daemon thread {d:.1} %/Gbit/s"))
+                .unwrap_or_default()
+        ),
+        HostRow::Failed {
+            shaper,
+            target_bps,
+            flows,
+            error,
+        } => format!(
+            "{:<14} {:>6.0} Mbit/s {:>3} flows: error: {error}",
+            shaper.name(),
+            *target_bps as f64 / 1e6,
+            flows
+        ),
+    }
+}
+
+/// One line for the progress output.
+pub fn describe_workload_row(row: &WorkloadRow) -> String {
+    match (&row.error, row.achieved_bps, row.deviation_pct) {
+        (None, Some(a), Some(d)) => format!(
+            "{:<9} {:<5} {:>6.0} Mbit/s {} flows: {:>8.2} Mbit/s, deviation {:>6.2} %",
+            row.shaper.name(),
+            row.workload,
+            row.target_bps as f64 / 1e6,
+            row.flows,
+            a / 1e6,
+            d
+        ),
+        (error, _, _) => format!(
+            "{:<9} {:<5} {:>6.0} Mbit/s {} flows: error: {}",
+            row.shaper.name(),
+            row.workload,
+            row.target_bps as f64 / 1e6,
+            row.flows,
+            error.as_deref().unwrap_or("not measured")
+        ),
+    }
+}
+
+/// The traffic path of the host part: the host's own TCP to the receiver.
+fn host_path(topo: &AttachTopology) -> TrafficPath {
+    TrafficPath {
+        sender: topo.host.clone(),
+        receiver: topo.receiver.clone(),
+        receiver_if: topo.receiver_if.clone(),
+        receiver_addr: topo.receiver_addr,
+    }
+}
+
+fn host_run(
+    topo: &mut AttachTopology,
+    options: &AttachOptions,
+    shaper: Shaper,
+    (target, flows): (u64, usize),
+    ports: &mut Ports,
+) -> Result<HostRow, CompareError> {
+    let port = ports.take(2);
+    let timing = (options.warmup, options.measure);
+    let path = host_path(topo);
+    let failed = |error: String| HostRow::Failed {
+        shaper,
+        target_bps: target,
+        flows,
+        error,
+    };
+    match shaper {
+        Shaper::Htb | Shaper::Tbf => {
+            let spec = if shaper == Shaper::Htb {
+                QdiscSpec::Htb {
+                    rate_bps: target,
+                    burst_bytes: None,
+                }
+            } else {
+                QdiscSpec::tbf(target)
+            };
+            topo.install_uplink_qdisc(&spec)?;
+            let measured = measure_run(&path, timing, &mut || None, shaper, (target, flows), port);
+            if let Ok(stats) = topo.qdisc_stats() {
+                tracing::debug!("{}", stats.trim());
+            }
+            let removed = topo.remove_baselines();
+            let report = measured?;
+            removed?;
+            Ok(HostRow::Measured(report.row))
+        }
+        Shaper::Metronome | Shaper::MetronomeFair => {
+            let text = host_config_text(
+                &topo.uplink,
+                topo.receiver_addr,
+                target,
+                shaper == Shaper::MetronomeFair,
+            );
+            let daemon = match start_daemon(topo, options, &text)? {
+                Ok(d) => d,
+                Err(e) => return Ok(failed(e)),
+            };
+            let mut cpu = || daemon.cpu_ns();
+            let measured = measure_run(&path, timing, &mut cpu, shaper, (target, flows), port);
+            let stopped = daemon.stop();
+            let report = measured?;
+            // A daemon that did not stop cleanly may have failed during the run: no figures.
+            Ok(match stopped {
+                Ok(()) => HostRow::Measured(report.row),
+                Err(e) => failed(e),
+            })
+        }
+        Shaper::Passthrough | Shaper::Forwarder => Ok(failed(format!(
+            "{} is not a shaper of the attach comparison",
+            shaper.name()
+        ))),
+    }
+}
+
+/// Parses `text` and starts `metronome run` with it in the host namespace
+/// ([`AttachOptions::daemon_binary`]); `Ok(Err(why))` when there is no binary, the daemon refuses
+/// the configuration or does not come up.
+fn start_daemon(
+    topo: &AttachTopology,
+    options: &AttachOptions,
+    text: &str,
+) -> Result<Result<AttachedDaemon, String>, CompareError> {
+    let Some(binary) = &options.daemon_binary else {
+        return Ok(Err(
+            "no `metronome` binary to run the daemon with".to_owned()
+        ));
+    };
+    let config = match daemon_config(text) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e)),
+    };
+    AttachedDaemon::start(&topo.host, binary, (text, &config), options.isolate_daemon)
+}
+
+/// Runs every workload's flows at once, each towards its own port of the receiver, for the
+/// warm-up, the measured time and [`TAIL`]; returns each workload's traffic report, in order.
+pub fn run_workloads(
+    topo: &AttachTopology,
+    flows: usize,
+    first_port: u16,
+    (duration, cap): (Duration, u64),
+) -> Result<Vec<TrafficReport>, CompareError> {
+    let threads: Vec<_> = topo
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            // `i` < MAX_WORKLOADS (200), so the port stays below first_port + 200.
+            let mut group = FlowGroup::tcp(&w.host_if, first_port + i as u16, flows);
+            group.max_bytes_per_flow = cap;
+            let plan = TrafficPlan::new(topo.receiver_addr, vec![group], duration);
+            let (snd, rcv) = (w.ns.clone(), topo.receiver.clone());
+            std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)))
+        })
+        .collect();
+    let mut reports = Vec::new();
+    let mut first_error = None;
+    for t in threads {
+        match t.join().map_err(|_| TrafficError::ThreadPanicked) {
+            Ok(Ok(r)) => reports.push(r),
+            Ok(Err(e)) | Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(reports),
+    }
+}
+
+/// A workload's rate on the wire and its deviation from `target_bps` (percent) over the windows
+/// of `report`'s first group from `warmup` on, `measure` long: the goodput windows scaled to full
+/// segments on the wire ([`measure::WIRE_PER_PAYLOAD`]). `None` when no window falls in it.
+pub fn workload_rate(
+    report: &TrafficReport,
+    (warmup, span): (Duration, Duration),
+    target_bps: u64,
+) -> Option<(f64, f64)> {
+    let group = report.groups.first()?;
+    let skip = (warmup.as_nanos() / measure::WINDOW.as_nanos()) as usize;
+    let take = (span.as_nanos() / measure::WINDOW.as_nanos()).max(1) as usize;
+    let windows: Vec<f64> = group
+        .windows_bps
+        .iter()
+        .skip(skip)
+        .take(take)
+        .map(|w| w * measure::WIRE_PER_PAYLOAD)
+        .collect();
+    if windows.is_empty() {
+        return None;
+    }
+    let deviation = mean_abs_deviation_pct(&windows, target_bps as f64)?;
+    Some((mean(&windows), deviation))
+}
+
+fn workload_run(
+    topo: &mut AttachTopology,
+    options: &AttachOptions,
+    shaper: WorkloadShaper,
+    ports: &mut Ports,
+) -> Result<Vec<WorkloadRow>, CompareError> {
+    let rate = options.workload_rate_bps;
+    let names: Vec<String> = topo.workloads.iter().map(|w| w.host_if.clone()).collect();
+    // Each workload's (rate, deviation), `None` where no window was measured; or why the shaper
+    // could not run.
+    let rows_with = |result: Result<Vec<Option<(f64, f64)>>, String>| -> Vec<WorkloadRow> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let (figures, error) = match &result {
+                    Ok(figures) => match figures.get(i).copied().flatten() {
+                        Some(f) => (Some(f), None),
+                        None => (None, Some("no traffic in the measured windows".to_owned())),
+                    },
+                    Err(e) => (None, Some(e.clone())),
+                };
+                WorkloadRow {
+                    shaper,
+                    workload: name.clone(),
+                    target_bps: rate,
+                    flows: options.workload_flows,
+                    achieved_bps: figures.map(|f| f.0),
+                    deviation_pct: figures.map(|f| f.1),
+                    error,
+                }
+            })
+            .collect()
+    };
+    let rates = vec![rate; topo.workloads.len()];
+    let mut daemon = None;
+    match shaper {
+        WorkloadShaper::HtbU32 => topo.install_workload_htb(&rates)?,
+        WorkloadShaper::IfbTbf => topo.install_workload_ifb_tbf(&rates)?,
+        WorkloadShaper::Metronome => {
+            match start_daemon(topo, options, &workload_config_text(topo, rate))? {
+                Ok(d) => daemon = Some(d),
+                Err(e) => return Ok(rows_with(Err(e))),
+            }
+        }
+    }
+    let duration = options.warmup + options.measure + TAIL;
+    let first_port = ports.take(u16::try_from(topo.workloads.len()).unwrap_or(u16::MAX));
+    let cap = volume_cap(rate, duration);
+    let traffic = run_workloads(topo, options.workload_flows, first_port, (duration, cap));
+    if let Ok(stats) = topo.qdisc_stats() {
+        tracing::debug!("{}", stats.trim());
+    }
+    let stopped = match daemon {
+        Some(d) => d.stop(),
+        None => {
+            topo.remove_baselines()?;
+            Ok(())
+        }
+    };
+    let reports = traffic?;
+    if let Err(e) = stopped {
+        // A daemon that did not stop cleanly may have failed during the run: no figures.
+        return Ok(rows_with(Err(e)));
+    }
+    let timing = (options.warmup, options.measure);
+    let figures: Vec<Option<(f64, f64)>> = reports
+        .iter()
+        .map(|r| workload_rate(r, timing, rate))
+        .collect();
+    Ok(rows_with(Ok(figures)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quick_grid_is_a_subset_of_the_full_one() {
+        let (full, quick) = (AttachOptions::full(), AttachOptions::quick());
+        assert!(quick
+            .targets_bps
+            .iter()
+            .all(|t| full.targets_bps.contains(t)));
+        assert_eq!(quick.flows, [16]);
+        assert_eq!(quick.workloads, 8);
+        assert_eq!(full.flows, [16, 256]);
+        assert_eq!(
+            full.targets_bps,
+            [100_000_000, 1_000_000_000, 10_000_000_000]
+        );
+        assert_eq!(full.workload_shapers.len(), 3);
+    }
+
+    #[test]
+    fn the_host_config_names_the_uplink_and_the_rate() {
+        let text = host_config_text("up0", std::net::Ipv4Addr::new(10, 78, 0, 2), 1_000, true);
+        assert!(text.contains("attach = [\"up0\"]"), "{text}");
+        assert!(text.contains("rate = 1000\n"), "{text}");
+        assert!(text.contains("fair = true"), "{text}");
+        assert!(
+            text.contains(&format!("gso_slots = {FAIR_GSO_SLOTS}")),
+            "{text}"
+        );
+        let plain = host_config_text("up0", std::net::Ipv4Addr::new(10, 78, 0, 2), 1_000, false);
+        assert!(!plain.contains("fair"), "{plain}");
+    }
+
+    #[test]
+    fn a_refused_config_is_an_error_not_a_figure() {
+        let e = daemon_config("[interfaces]\nnonsense = 1\n").unwrap_err();
+        assert!(e.starts_with("the daemon refused"), "{e}");
+    }
+
+    #[test]
+    fn ports_wrap_before_the_last_port() {
+        let mut p = Ports(LAST_PORT - 3);
+        assert_eq!(p.take(2), LAST_PORT - 3);
+        assert_eq!(p.take(2), BASE_PORT);
+    }
+}
