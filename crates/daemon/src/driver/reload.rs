@@ -27,6 +27,8 @@ pub struct Reloader {
     running: Config,
     /// Where an applied configuration is published ([`Reloader::publishing`]).
     published: Option<Arc<std::sync::Mutex<Option<Config>>>>,
+    /// Where a change of the attached interfaces is handed over ([`Reloader::reattaching`]).
+    reattach: Option<Arc<std::sync::Mutex<Option<Config>>>>,
 }
 
 impl Reloader {
@@ -36,7 +38,16 @@ impl Reloader {
             path,
             running,
             published: None,
+            reattach: None,
         }
+    }
+
+    /// In attach mode: a file whose only restart-needing change is `[interfaces] attach` is not
+    /// refused but left in `slot` (`crate::driver::run::Control::reattach`) once every interface
+    /// it names exists; whoever runs the loops stops and re-attaches them.
+    pub fn reattaching(mut self, slot: Arc<std::sync::Mutex<Option<Config>>>) -> Reloader {
+        self.reattach = Some(slot);
+        self
     }
 
     /// Also puts every configuration it applies in `slot` (`crate::driver::run::Control::applied`).
@@ -77,6 +88,24 @@ impl Reloader {
         };
         new.daemon.cores = self.running.daemon.cores;
         let plan = self.running.diff(&new);
+        if let (Some(slot), true) = (&self.reattach, plan.only_reattach() && new.is_attach()) {
+            let missing = new
+                .interfaces
+                .attach
+                .iter()
+                .find(|name| nix::net::if_::if_nametoindex(name.as_str()).is_err());
+            if let Some(name) = missing {
+                tracing::error!(interface = %name, "reload refused: no such interface to attach to");
+                return None;
+            }
+            new.daemon.cores = new.interfaces.attach.len();
+            tracing::info!(plan = %plan, "re-attaching: the loops stop and start on the new interfaces");
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(new.clone());
+            self.running = new;
+            return Some(plan);
+        }
         if plan.needs_restart() {
             tracing::error!(plan = %plan, "reload refused");
             return None;

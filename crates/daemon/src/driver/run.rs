@@ -103,6 +103,9 @@ pub struct Control {
     /// The configuration a reload put in force, for whoever else follows it (attach mode's
     /// hooks, `crate::ops::service`); taken by them.
     pub applied: Arc<std::sync::Mutex<Option<crate::ops::config::Config>>>,
+    /// Attach mode: a reload that changes the attached interfaces leaves its configuration here;
+    /// the loops stop and start again on it (`crate::driver::attached`).
+    pub reattach: Arc<std::sync::Mutex<Option<crate::ops::config::Config>>>,
 }
 
 /// What a loop does at the top of every iteration besides moving frames (see the module docs).

@@ -473,7 +473,9 @@ where
         }
     }
     let mut reloader = config_path.map(|p| {
-        Reloader::new(p.to_path_buf(), config.clone()).publishing(control.applied.clone())
+        Reloader::new(p.to_path_buf(), config.clone())
+            .publishing(control.applied.clone())
+            .reattaching(control.reattach.clone())
     });
     while !control.stop.load(Ordering::Relaxed) {
         if control.reload.swap(false, Ordering::Relaxed) {

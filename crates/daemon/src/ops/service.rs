@@ -83,6 +83,9 @@ pub enum RuntimeError {
     /// A thread panicked (its name and message).
     #[error("stopped on a panic: {0}")]
     Panicked(String),
+    /// Attach mode: moving the hooks to a reloaded list of interfaces failed.
+    #[error("stopped: re-attaching failed: {0}")]
+    Reattach(AttachError),
 }
 
 impl DaemonError {
@@ -160,7 +163,9 @@ pub fn run_on(
     let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
     let options = LoopOptions::from_config(config);
     let reloader = config_path.map(|p| {
-        Reloader::new(p.to_path_buf(), config.clone()).publishing(control.applied.clone())
+        Reloader::new(p.to_path_buf(), config.clone())
+            .publishing(control.applied.clone())
+            .reattaching(control.reattach.clone())
     });
     let mut hook = FileReload::new(control.reload.clone(), reloader);
     tracing::info!(
@@ -189,13 +194,16 @@ pub fn run_on(
 
 /// The daemon's open ports: one pair for the single loop (boxed: a port is 272 bytes, and this
 /// lives once, at start-up), or one per silo.
-enum OpenPorts {
+pub(crate) enum OpenPorts {
     Single(Box<(AfPacketPort, AfPacketPort)>),
     Silos(Vec<(AfPacketPort, AfPacketPort)>),
 }
 
 impl OpenPorts {
-    fn open(config: &Config, attachment: Option<&Attachment>) -> Result<OpenPorts, PortError> {
+    pub(crate) fn open(
+        config: &Config,
+        attachment: Option<&Attachment>,
+    ) -> Result<OpenPorts, PortError> {
         if let Some(a) = attachment {
             let pairs: Vec<(&str, &str)> = a
                 .uplinks()
@@ -217,7 +225,7 @@ impl OpenPorts {
     }
 
     /// Runs the loop or the silos on these ports and logs their reports.
-    fn run(
+    pub(crate) fn run(
         self,
         config: &Config,
         config_path: &Path,
@@ -274,7 +282,7 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
     }
     let control = Control::default();
     // In attach mode a stop request goes to the hooks' watcher first, which detaches the capture
-    // hooks before it stops the loops (see `watch_attachment`).
+    // hooks before it stops the loops (`crate::driver::attached`).
     let quit = if config.is_attach() {
         Arc::new(AtomicBool::new(false))
     } else {
@@ -284,46 +292,20 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
     for (signal, flag) in [(SIGHUP, &control.reload), (SIGINT, &quit), (SIGTERM, &quit)] {
         signal_hook::flag::register(signal, flag.clone()).map_err(DaemonError::Signals)?;
     }
+    if config.is_attach() {
+        return crate::driver::attached::run_attached(config, config_path, &control, &quit);
+    }
+    let ports = OpenPorts::open(&config, None)?;
+    enable_gro(&config);
+    dropped_privileges(&config)?;
     let metrics = Metrics::with_silos(config.daemon.cores);
-    let mut attachment = if config.is_attach() {
-        Some(Attachment::prepare(&config, &metrics)?)
-    } else {
-        None
-    };
-    let ports = OpenPorts::open(&config, attachment.as_ref())?;
-    match attachment.as_mut() {
-        Some(a) => a.engage()?,
-        None => enable_gro(&config),
-    }
-    let dropped = drop_privileges(config.daemon.user.as_deref())?;
-    tracing::info!(
-        uid = dropped.uid,
-        kept = %crate::os::privileges::names(&dropped.kept),
-        bounding_trimmed = dropped.bounding_trimmed,
-        "privileges dropped"
-    );
-    if !is_loopback_listen(config.daemon.metrics_listen) {
-        tracing::warn!(
-            addr = %config.daemon.metrics_listen,
-            "metrics endpoint listens beyond loopback: it has no authentication"
-        );
-    }
-    let server = metrics.serve(config.daemon.metrics_listen)?;
-    tracing::info!(addr = %server.addr(), "metrics endpoint");
+    let server = serve_metrics(&config, &metrics)?;
     crate::os::notify::notify("READY=1");
     let panicked = stop_on_panic(control.stop.clone());
-    let watcher = match attachment {
-        Some(a) => Some(spawn_watcher(a, quit, control.clone())?),
-        None => None,
-    };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         ports.run(&config, config_path, &metrics, &control)
     }));
     control.stop.store(true, Ordering::Relaxed);
-    // The loops are done: now the hooks and capture pairs go (the watcher hands them back).
-    if let Some(w) = watcher {
-        drop(w.join());
-    }
     drop(server);
     let first_panic = panicked
         .lock()
@@ -332,60 +314,35 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
     runtime_outcome(run, first_panic)
 }
 
-/// How long the watcher lets the loops read what was captured before the capture hooks went,
-/// before it stops them: a packet redirected just before is in the capture socket within
-/// microseconds; 20 ms is far beyond.
-const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// How often the watcher looks at the stop request between two refreshes.
-const WATCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// Starts the attach-mode watcher thread ([`watch_attachment`]).
+/// Drops the privileges ([`drop_privileges`], `[daemon] user`) and logs what was kept.
 #[allow(clippy::result_large_err)] // see `DaemonError`
-fn spawn_watcher(
-    attachment: Attachment,
-    quit: Arc<AtomicBool>,
-    control: Control,
-) -> Result<std::thread::JoinHandle<Attachment>, DaemonError> {
-    std::thread::Builder::new()
-        .name("attach".to_string())
-        .spawn(move || watch_attachment(attachment, &quit, &control))
-        .map_err(|e| AttachError::Watcher(e.to_string()).into())
+pub(crate) fn dropped_privileges(config: &Config) -> Result<(), DaemonError> {
+    let dropped = drop_privileges(config.daemon.user.as_deref())?;
+    tracing::info!(
+        uid = dropped.uid,
+        kept = %crate::os::privileges::names(&dropped.kept),
+        bounding_trimmed = dropped.bounding_trimmed,
+        "privileges dropped"
+    );
+    Ok(())
 }
 
-/// Attach mode's watcher: follows interfaces and reloads ([`Attachment::refresh`],
-/// [`Attachment::set_origins`]) until `quit` (SIGINT, SIGTERM) or a stop. On `quit` it
-/// detaches the capture hooks first, so that traffic flows unshaped while the loops drain what
-/// they hold, then stops them. Returns the attachment, dropped by the caller once the loops are
-/// done.
-fn watch_attachment(
-    mut attachment: Attachment,
-    quit: &AtomicBool,
-    control: &Control,
-) -> Attachment {
-    let mut next_refresh = std::time::Instant::now();
-    while !control.stop.load(Ordering::Relaxed) {
-        if quit.load(Ordering::Relaxed) {
-            attachment.release();
-            std::thread::sleep(RELEASE_SETTLE);
-            control.stop.store(true, Ordering::Relaxed);
-            break;
-        }
-        let applied = control
-            .applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(config) = applied {
-            attachment.set_origins(&config);
-        }
-        if std::time::Instant::now() >= next_refresh {
-            attachment.refresh();
-            next_refresh = std::time::Instant::now() + crate::os::attach::REFRESH;
-        }
-        std::thread::sleep(WATCH_TICK);
+/// Starts the metrics endpoint of `metrics` on `daemon.metrics_listen`, warning when it is not
+/// loopback.
+#[allow(clippy::result_large_err)] // see `DaemonError`
+pub(crate) fn serve_metrics(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<crate::ops::metrics::MetricsServer, DaemonError> {
+    if !is_loopback_listen(config.daemon.metrics_listen) {
+        tracing::warn!(
+            addr = %config.daemon.metrics_listen,
+            "metrics endpoint listens beyond loopback: it has no authentication"
+        );
     }
-    attachment
+    let server = metrics.serve(config.daemon.metrics_listen)?;
+    tracing::info!(addr = %server.addr(), "metrics endpoint");
+    Ok(server)
 }
 
 /// What the daemon's run comes to: a loop's error or any panic is a [`RuntimeError`];
@@ -410,7 +367,7 @@ pub fn runtime_outcome(
 /// panic of any thread (its name, place and message) and sets `stop`: a panicking metrics or
 /// other thread stops the loops too, and the daemon exits with [`EXIT_RUNTIME_FAILURE`].
 /// Installed once per process, by [`run_daemon`], which the process ends after.
-fn stop_on_panic(stop: Arc<AtomicBool>) -> Arc<Mutex<Option<String>>> {
+pub(crate) fn stop_on_panic(stop: Arc<AtomicBool>) -> Arc<Mutex<Option<String>>> {
     let first = Arc::new(Mutex::new(None));
     let record = first.clone();
     let default = std::panic::take_hook();

@@ -234,6 +234,60 @@ impl Attachment {
         Ok(attachment)
     }
 
+    /// Follows a new list of attached interfaces (`[interfaces] attach` of `config`, after
+    /// [`Attachment::release`]): the capture pairs of interfaces no longer listed go, new ones
+    /// get theirs; the order becomes the list's. The origins follow `config` too, and the
+    /// counters go to `metrics` from here on. Call [`Attachment::engage`] afterwards.
+    pub fn retarget(&mut self, config: &Config, metrics: &Metrics) -> Result<(), AttachError> {
+        self.metrics = metrics.clone();
+        let mut kept = Vec::with_capacity(config.interfaces.attach.len());
+        let mut old = std::mem::take(&mut self.uplinks);
+        for name in &config.interfaces.attach {
+            if let Some(i) = old.iter().position(|u| &u.name == name) {
+                kept.push(old.swap_remove(i));
+                continue;
+            }
+            let ifindex =
+                index_of(name).ok_or_else(|| AttachError::NoSuchInterface(name.clone()))?;
+            let (send, recv) = capture_names(ifindex);
+            let pair = make_pair(&send, &recv).map_err(|reason| AttachError::Interface {
+                ifname: name.clone(),
+                reason,
+            })?;
+            kept.push(Uplink {
+                name: name.clone(),
+                ifindex: Some(ifindex),
+                link: None,
+                send: (send, pair.0),
+                recv: (recv.clone(), pair.1),
+            });
+            self.uplinks = kept;
+            let attached = self.attach("discard", &recv, TcAttachType::Ingress);
+            kept = std::mem::take(&mut self.uplinks);
+            attached.map_err(|reason| AttachError::Interface {
+                ifname: recv,
+                reason,
+            })?;
+            self.event(name, "attached");
+        }
+        for gone in old {
+            if let Some(ifindex) = gone.ifindex {
+                if let Ok(mut m) =
+                    map::<BpfHashMap<&mut MapData, u32, u32>>(&mut self.bpf, "CAPTURE")
+                {
+                    let _ = m.remove(&ifindex);
+                }
+            }
+            if let Err(e) = crate::os::netlink::delete(gone.send.1) {
+                tracing::warn!(pair = %gone.send.0, error = %e, "attach: deleting the capture pair failed");
+            }
+            self.event(&gone.name, "detached");
+        }
+        self.uplinks = kept;
+        self.set_origins(config);
+        Ok(())
+    }
+
     /// The attached interfaces, in `[interfaces] attach` order.
     pub fn uplinks(&self) -> &[Uplink] {
         &self.uplinks

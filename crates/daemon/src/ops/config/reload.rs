@@ -110,6 +110,16 @@ impl ReloadPlan {
     pub fn needs_restart(&self) -> bool {
         !self.restart_required.is_empty()
     }
+
+    /// True when the only change needing a restart is the list of attached interfaces, which a
+    /// daemon in attach mode applies by re-attaching in place (`crate::driver::attached`).
+    pub fn only_reattach(&self) -> bool {
+        self.needs_restart()
+            && self
+                .restart_required
+                .iter()
+                .all(|c| c.field == "interfaces.attach")
+    }
 }
 
 impl fmt::Display for ReloadPlan {

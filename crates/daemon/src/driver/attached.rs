@@ -1,0 +1,153 @@
+//! Attach mode's run (`[interfaces] attach`, [`run_attached`]): the hooks and capture pairs of
+//! [`crate::os::attach`] around the same loops as the bump in the wire, one per attached
+//! interface (one loop, or silos sharing the classes' rates).
+//!
+//! A watcher thread ([`watch`]) owns the [`Attachment`] while the loops run: every
+//! [`crate::os::attach::REFRESH`] it follows interfaces that come, go or are re-created, and
+//! takes the origins of a reloaded configuration (`Control::applied`). A stop request (SIGINT,
+//! SIGTERM: `quit`) reaches it first: it detaches the capture hooks, so traffic flows unshaped
+//! from then on, lets the loops read what was already captured ([`RELEASE_SETTLE`]), then stops
+//! them; they drain what they hold as in the bump in the wire. The attachment is dropped (every
+//! hook and capture pair removed) only once the loops are done.
+//!
+//! Re-attaching in place: a reload whose only restart-needing change is `[interfaces] attach`
+//! (`crate::driver::reload::Reloader::reattaching`) leaves the new configuration in
+//! `Control::reattach`; the watcher stops the loops the same way, then [`run_attached`] moves
+//! the attachment to the new interfaces (`Attachment::retarget`: pairs of interfaces no longer
+//! listed removed, new ones made; the programs stay loaded, so no privilege beyond the two kept
+//! is needed) and starts the loops again on the new configuration, with a fresh metrics registry
+//! (the number of silos may have changed) on the same endpoint. Between the two, traffic flows
+//! unshaped for as long as a start takes.
+
+use crate::driver::run::Control;
+use crate::ops::config::Config;
+use crate::ops::metrics::Metrics;
+use crate::ops::service::{
+    dropped_privileges, runtime_outcome, serve_metrics, stop_on_panic, DaemonError, OpenPorts,
+};
+use crate::os::attach::{AttachError, Attachment};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long the watcher lets the loops read what was captured before the capture hooks went,
+/// before it stops them: a packet redirected just before is in the capture socket within
+/// microseconds; 20 ms is far beyond.
+pub const RELEASE_SETTLE: Duration = Duration::from_millis(20);
+
+/// How often the watcher looks at the stop and re-attach requests between two refreshes.
+const WATCH_TICK: Duration = Duration::from_millis(10);
+
+/// Runs attach mode until `quit` (SIGINT, SIGTERM) or a failure: prepares the hooks, opens the
+/// ports, attaches, drops privileges (once), serves metrics, runs the loops; again on every
+/// re-attach (see the module docs). `config` has `daemon.cores` = the number of attached
+/// interfaces.
+#[allow(clippy::result_large_err)] // see `DaemonError`
+pub fn run_attached(
+    mut config: Config,
+    config_path: &Path,
+    control: &Control,
+    quit: &Arc<AtomicBool>,
+) -> Result<(), DaemonError> {
+    let mut metrics = Metrics::with_silos(config.daemon.cores);
+    let mut attachment = Attachment::prepare(&config, &metrics)?;
+    let mut first = true;
+    let panicked = stop_on_panic(control.stop.clone());
+    loop {
+        let ports = OpenPorts::open(&config, Some(&attachment));
+        let ports = match (ports, first) {
+            (Ok(p), _) => p,
+            (Err(e), true) => return Err(e.into()),
+            (Err(e), false) => return runtime_outcome(Ok(Err(e)), None),
+        };
+        attachment.engage()?;
+        if first {
+            dropped_privileges(&config)?;
+        }
+        let server = serve_metrics(&config, &metrics)?;
+        crate::os::notify::notify("READY=1");
+        first = false;
+        let watcher = spawn_watcher(attachment, quit.clone(), control.clone())?;
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ports.run(&config, config_path, &metrics, control)
+        }));
+        control.stop.store(true, Ordering::Relaxed);
+        // The loops are done: the watcher hands the attachment back.
+        let back = watcher.join();
+        drop(server);
+        let first_panic = panicked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let reattach = control
+            .reattach
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        attachment = match back {
+            Ok(a) => a,
+            // The watcher panicked: the hook recorded it and set the stop.
+            Err(payload) => return runtime_outcome(Err(payload), first_panic),
+        };
+        let new = match (run, first_panic, reattach, quit.load(Ordering::Relaxed)) {
+            (Ok(Ok(())), None, Some(new), false) => new,
+            (run, first_panic, _, _) => return runtime_outcome(run, first_panic),
+        };
+        metrics = Metrics::with_silos(new.daemon.cores);
+        if let Err(e) = attachment.retarget(&new, &metrics) {
+            tracing::error!(error = %e, "re-attaching failed");
+            return Err(crate::ops::service::RuntimeError::Reattach(e).into());
+        }
+        tracing::info!(attach = %new.interfaces.attach.join(","), "re-attached");
+        config = new;
+        control.stop.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Starts the watcher thread ([`watch`]).
+#[allow(clippy::result_large_err)] // see `DaemonError`
+fn spawn_watcher(
+    attachment: Attachment,
+    quit: Arc<AtomicBool>,
+    control: Control,
+) -> Result<std::thread::JoinHandle<Attachment>, DaemonError> {
+    std::thread::Builder::new()
+        .name("attach".to_string())
+        .spawn(move || watch(attachment, &quit, &control))
+        .map_err(|e| AttachError::Watcher(e.to_string()).into())
+}
+
+/// The watcher (see the module docs): follows interfaces and reloads until a stop; on `quit` or
+/// a re-attach request it detaches the capture hooks first, waits [`RELEASE_SETTLE`], then
+/// stops the loops. Returns the attachment.
+pub fn watch(mut attachment: Attachment, quit: &AtomicBool, control: &Control) -> Attachment {
+    let mut next_refresh = Instant::now();
+    while !control.stop.load(Ordering::Relaxed) {
+        let reattach = control
+            .reattach
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        if quit.load(Ordering::Relaxed) || reattach {
+            attachment.release();
+            std::thread::sleep(RELEASE_SETTLE);
+            control.stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        let applied = control
+            .applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(config) = applied {
+            attachment.set_origins(&config);
+        }
+        if Instant::now() >= next_refresh {
+            attachment.refresh();
+            next_refresh = Instant::now() + crate::os::attach::REFRESH;
+        }
+        std::thread::sleep(WATCH_TICK);
+    }
+    attachment
+}
