@@ -619,7 +619,7 @@ pub fn describe_host_row(row: &HostRow) -> String {
             super::format_rtt_us(r.rtt_p99_us),
             r.cpu_pct,
             r.daemon_cpu_pct
-                .map(|d| format!(", daemon thread {d:.1} %/Gbit/s"))
+                .map(|d| format!(", daemon process {d:.1} %/Gbit/s"))
                 .unwrap_or_default()
         ),
         HostRow::Failed {
