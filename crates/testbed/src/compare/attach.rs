@@ -701,9 +701,9 @@ fn host_run(
                 tracing::debug!("{}", stats.trim());
             }
             let removed = topo.remove_baselines();
-            let report = measured?;
+            let row = row_of(measured, failed)?;
             removed?;
-            Ok(HostRow::Measured(report.row))
+            Ok(row)
         }
         Shaper::Metronome | Shaper::MetronomeFair => {
             let text = host_config_text(
@@ -719,10 +719,10 @@ fn host_run(
             let mut cpu = || daemon.cpu_ns();
             let measured = measure_run(&path, timing, &mut cpu, shaper, (target, flows), port);
             let stopped = daemon.stop();
-            let report = measured?;
+            let row = row_of(measured, failed)?;
             // A daemon that did not stop cleanly may have failed during the run: no figures.
             Ok(match stopped {
-                Ok(()) => HostRow::Measured(report.row),
+                Ok(()) => row,
                 Err(e) => failed(e),
             })
         }
@@ -730,6 +730,19 @@ fn host_run(
             "{} is not a shaper of the attach comparison",
             shaper.name()
         ))),
+    }
+}
+
+/// The row of a measured run; a run whose traffic never reached the receiver is a row with that
+/// error (the grid goes on), any other failure the comparison's error.
+fn row_of(
+    measured: Result<super::RunReport, CompareError>,
+    failed: impl FnOnce(String) -> HostRow,
+) -> Result<HostRow, CompareError> {
+    match measured {
+        Ok(report) => Ok(HostRow::Measured(report.row)),
+        Err(e @ CompareError::NoTraffic { .. }) => Ok(failed(e.to_string())),
+        Err(e) => Err(e),
     }
 }
 
