@@ -13,7 +13,7 @@
 //!   * `htb`: one HTB class at the target as the uplink's root ([`QdiscSpec::Htb`]);
 //!   * `tbf`: a TBF root on the uplink ([`QdiscSpec::tbf`]).
 //!
-//!   Measured exactly as the bump-in-the-wire comparison measures ([`super::measure_run`], the
+//!   Measured exactly as the bump-in-the-wire comparison measures (`measure_run` in [`super`], the
 //!   same code): rate on the wire at the receiver's veth in 100 ms windows after the warm-up,
 //!   their mean absolute deviation from the target, the probe's RTT p50/p99, machine CPU per
 //!   Gbit/s and the daemon thread's own CPU per Gbit/s.
@@ -309,10 +309,10 @@ static DAEMON_SEQ: AtomicU32 = AtomicU32::new(0);
 /// How long `metronome run` may take to attach and answer on its metrics endpoint: 10 s (it
 /// loads its BPF programs and opens its capture pairs first; well under a second on the
 /// machines this ran on).
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a stopped daemon may take to detach and exit before it is killed: 5 s.
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `metronome run` in attach mode, a process in the host namespace (`ip netns exec HOST
 /// BINARY run --config FILE`, the way a user runs it), with its configuration and its standard
