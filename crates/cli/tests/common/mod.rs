@@ -74,8 +74,41 @@ impl Daemon {
 /// `socket` (writable by every user: the daemon may have switched to another) and its standard
 /// error in `stderr`; returns it once it has sent `READY=1`, at most `within` later. `label`
 /// names it in a failure's message.
+#[allow(dead_code)] // not every test that includes this module uses it
 pub fn start_daemon(
     topo: &Topology,
+    config: &Path,
+    socket: &Path,
+    stderr: &Path,
+    label: &str,
+    within: Duration,
+) -> Daemon {
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", topo.shaper.name()]);
+    start_daemon_with(command, config, socket, stderr, label, within)
+}
+
+/// [`start_daemon`] in the network namespace `netns` (a name under `/run/netns`), entered with
+/// `nsenter --net`, which, unlike `ip netns exec`, leaves `/sys` (and with it the cgroup
+/// hierarchy) as the host has it.
+#[allow(dead_code)] // used by the attach tests only
+pub fn start_daemon_in(
+    netns: &str,
+    config: &Path,
+    socket: &Path,
+    stderr: &Path,
+    label: &str,
+    within: Duration,
+) -> Daemon {
+    let mut command = Command::new("nsenter");
+    command.arg(format!("--net=/run/netns/{netns}"));
+    start_daemon_with(command, config, socket, stderr, label, within)
+}
+
+/// `command` (which enters a namespace and execs its arguments) running `metronome run
+/// --config CONFIG`; see [`start_daemon`].
+fn start_daemon_with(
+    mut command: Command,
     config: &Path,
     socket: &Path,
     stderr: &Path,
@@ -87,8 +120,7 @@ pub fn start_daemon(
     notify
         .set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", topo.shaper.name()])
+    let child = command
         .arg(env!("CARGO_BIN_EXE_metronome"))
         .arg("run")
         .arg("--config")

@@ -413,6 +413,7 @@ where
     tracing::info!(
         inside = %config.interfaces.inside,
         outside = %config.interfaces.outside,
+        attach = %config.interfaces.attach.join(","),
         silos = n,
         limits = allocator.limits.len(),
         nba_period = %allocator.period,

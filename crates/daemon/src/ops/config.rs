@@ -34,6 +34,8 @@
 // its size on this cold path costs nothing, so it is not boxed.
 #![allow(clippy::result_large_err)]
 
+#[cfg(test)]
+mod attach_tests;
 pub mod error;
 pub mod fixture;
 pub mod link;

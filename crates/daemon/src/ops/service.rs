@@ -164,8 +164,8 @@ pub fn run_on(
     });
     let mut hook = FileReload::new(control.reload.clone(), reloader);
     tracing::info!(
-        inside = %config.interfaces.inside,
-        outside = %config.interfaces.outside,
+        inside = %inside.ifname(),
+        outside = %outside.ifname(),
         classes = config.classes.len(),
         frame_slots = pool.capacity(),
         busy_poll = options.busy_poll,
@@ -341,6 +341,7 @@ const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(20)
 const WATCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Starts the attach-mode watcher thread ([`watch_attachment`]).
+#[allow(clippy::result_large_err)] // see `DaemonError`
 fn spawn_watcher(
     attachment: Attachment,
     quit: Arc<AtomicBool>,
@@ -349,11 +350,7 @@ fn spawn_watcher(
     std::thread::Builder::new()
         .name("attach".to_string())
         .spawn(move || watch_attachment(attachment, &quit, &control))
-        .map_err(|e| {
-            DaemonError::Signals(std::io::Error::other(format!(
-                "spawning the attach watcher: {e}"
-            )))
-        })
+        .map_err(|e| AttachError::Watcher(e.to_string()).into())
 }
 
 /// Attach mode's watcher: follows interfaces and reloads ([`Attachment::refresh`],

@@ -71,6 +71,9 @@ pub enum AttachError {
     /// Loading the programs failed (no CAP_BPF, or a kernel without tcx).
     #[error("attach: loading the BPF programs failed: {0}")]
     Load(String),
+    /// The thread that follows interfaces could not be started.
+    #[error("attach: starting the watcher thread failed: {0}")]
+    Watcher(String),
     /// Attaching a program to an interface failed.
     #[error("attach: {ifname}: {reason}")]
     Interface {
@@ -149,10 +152,23 @@ fn index_of(name: &str) -> Option<u32> {
     nix::net::if_::if_nametoindex(name).ok()
 }
 
-/// The cgroup v2 id of `path` (relative to the unified hierarchy's root): its directory's inode.
-fn cgroup_id(path: &str) -> Option<u64> {
+/// Where the cgroup v2 hierarchy is mounted: the first `cgroup2` line of `/proc/self/mounts`
+/// (`/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified` on a hybrid one), else
+/// `/sys/fs/cgroup`.
+pub fn cgroup2_root() -> String {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == "cgroup2")
+        .map_or_else(|| "/sys/fs/cgroup".to_string(), |f| f[1].to_string())
+}
+
+/// The cgroup v2 id of `path` (relative to the hierarchy's root, [`cgroup2_root`]): its
+/// directory's inode.
+fn cgroup_id(root: &str, path: &str) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    let full = format!("/sys/fs/cgroup/{}", path.trim_start_matches('/'));
+    let full = format!("{root}/{}", path.trim_start_matches('/'));
     std::fs::metadata(full).ok().map(|m| m.ino())
 }
 
@@ -411,8 +427,13 @@ impl Attachment {
             }
         }
         let paths: Vec<String> = self.cgroups.keys().cloned().collect();
+        let root = if paths.is_empty() {
+            String::new()
+        } else {
+            cgroup2_root()
+        };
         for path in paths {
-            let now = cgroup_id(&path);
+            let now = cgroup_id(&root, &path);
             let (was, tag) = {
                 let c = &self.cgroups[&path];
                 (c.id, c.tag)
@@ -522,4 +543,22 @@ where
         .map_mut(name)
         .ok_or_else(|| AttachError::Load(format!("no map {name}")))?;
     M::try_from(m).map_err(|e| AttachError::Load(format!("{name}: {e}")))
+}
+
+/// The names of the tcx programs attached at `ifname`'s egress (`egress`) or ingress, in the
+/// order they run: what an operator (and the tests) check to see whether Metronome's hooks are
+/// there (`capture`, `stamp`, `discard`). Asks the kernel (`BPF_PROG_QUERY`) in the calling
+/// thread's network namespace.
+pub fn tcx_programs(ifname: &str, egress: bool) -> Result<Vec<String>, String> {
+    let direction = if egress {
+        TcAttachType::Egress
+    } else {
+        TcAttachType::Ingress
+    };
+    let (_, programs) = SchedClassifier::query_tcx(ifname, direction)
+        .map_err(|e| format!("{ifname}: querying its tcx programs: {e}"))?;
+    Ok(programs
+        .iter()
+        .map(|p| p.name_as_str().unwrap_or("?").to_string())
+        .collect())
 }

@@ -1,0 +1,356 @@
+//! Attach mode on real traffic (`[interfaces] attach`, `crates/daemon/src/os/attach.rs`), with
+//! the built `metronome` binary in the host namespace of an attach topology (a host whose own TCP
+//! and two bridged workloads leave through the uplink `up0`,
+//! `metronome_testbed::netns::attach`):
+//!
+//! * each class holds its rate: two workloads by `from` (their veths, bridged and routed out of
+//!   the uplink), the host's own sockets in a cgroup by `cgroup`, the rest by the default class;
+//! * a clean stop leaves the uplink's qdiscs, filters, tcx programs and the host's interfaces as
+//!   they were before the start;
+//! * a SIGKILL under load leaves traffic flowing unshaped within 1 s (the hooks die with the
+//!   process), and a restart attaches once, without duplicates;
+//! * an interface that does not exist is refused at start (exit 2, named).
+
+mod common;
+
+use common::{start_daemon_in, Daemon, Scratch};
+use metronome_daemon::os::attach::tcx_programs;
+use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
+use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The classes of the test configuration: name, rate in bit/s.
+const W0_BPS: u64 = 40_000_000;
+const W1_BPS: u64 = 20_000_000;
+const JOB_BPS: u64 = 30_000_000;
+const DEFAULT_BPS: u64 = 60_000_000;
+
+/// Ports of the sinks in the receiver: the host's own flows, workload 0, workload 1, the job.
+const PORTS: [u16; 4] = [5301, 5302, 5303, 5310];
+
+/// A class's receiver goodput over its rate must lie in this range: TCP/IP and Ethernet headers
+/// take 4.4 % of a full-size frame (66 of 1514 bytes), the senders' start the rest.
+const GOODPUT_SHARE: std::ops::RangeInclusive<f64> = 0.88..=1.01;
+
+fn write_config(topo: &AttachTopology, dir: &Path, cgroup: &str) -> PathBuf {
+    let text = format!(
+        "[interfaces]\nattach = [\"{up}\"]\n\n\
+         [[class]]\nname = \"w0\"\nmatch = {{ from = \"{hv0}\" }}\nrate = \"{W0_BPS}\"\n\n\
+         [[class]]\nname = \"w1\"\nmatch = {{ from = \"{hv1}\" }}\nrate = \"{W1_BPS}\"\n\n\
+         [[class]]\nname = \"job\"\nmatch = {{ cgroup = \"{cgroup}\" }}\nrate = \"{JOB_BPS}\"\n\n\
+         [default]\nrate = \"{DEFAULT_BPS}\"\n",
+        up = topo.uplink,
+        hv0 = topo.workloads[0].host_if,
+        hv1 = topo.workloads[1].host_if,
+    );
+    let path = dir.join("attach.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn start(topo: &AttachTopology, dir: &Path, config: &Path, label: &str) -> Daemon {
+    let socket = dir.join(format!("notify-{label}"));
+    let _ = std::fs::remove_file(&socket);
+    let stderr = dir.join(format!("{label}.log"));
+    start_daemon_in(
+        topo.host.name(),
+        config,
+        &socket,
+        &stderr,
+        label,
+        Duration::from_secs(10),
+    )
+}
+
+/// Sends SIGTERM to `daemon`.
+fn terminate(daemon: &Daemon) {
+    let pid = daemon.child.id().to_string();
+    let kill = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(kill.success(), "kill -TERM {pid}");
+}
+
+fn run_in(ns: &str, program: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, program])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{program} {args:?}: {:?}", out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What a start may change and a stop must restore: the uplink's qdiscs and filters, the tcx
+/// programs of the uplink and the workloads' veths, the host namespace's interfaces.
+fn host_state(topo: &AttachTopology) -> String {
+    let ns = topo.host.name();
+    let up = topo.uplink.as_str();
+    let mut state = String::new();
+    state += &run_in(ns, "tc", &["qdisc", "show", "dev", up]);
+    state += &run_in(ns, "tc", &["filter", "show", "dev", up, "egress"]);
+    state += &run_in(ns, "tc", &["filter", "show", "dev", up, "ingress"]);
+    let links = run_in(ns, "ip", &["-o", "link", "show"]);
+    let mut names: Vec<&str> = links.lines().filter_map(|l| l.split(": ").nth(1)).collect();
+    names.sort_unstable();
+    state += &format!("links {names:?}\n");
+    state += &format!("tcx {:?}\n", tcx(topo));
+    state
+}
+
+/// The tcx programs at the uplink's egress and at each workload veth's ingress.
+fn tcx(topo: &AttachTopology) -> Vec<(String, Vec<String>)> {
+    let mut ifaces = vec![(topo.uplink.clone(), true)];
+    ifaces.extend(topo.workloads.iter().map(|w| (w.host_if.clone(), false)));
+    topo.host
+        .run(move || {
+            ifaces
+                .into_iter()
+                .map(|(i, egress)| {
+                    let progs = tcx_programs(&i, egress).unwrap();
+                    (i, progs)
+                })
+                .collect()
+        })
+        .unwrap()
+}
+
+fn capture_pairs(topo: &AttachTopology) -> usize {
+    run_in(topo.host.name(), "ip", &["-o", "link", "show"])
+        .lines()
+        .filter(|l| l.split(": ").nth(1).is_some_and(|n| n.starts_with("mtc")))
+        .count()
+}
+
+/// A cgroup v2 for the test's job, removed when dropped.
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new() -> Cgroup {
+        let root = metronome_daemon::os::attach::cgroup2_root();
+        let name = format!("mtr-attach-{}", std::process::id());
+        let dir = PathBuf::from(root).join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Cgroup(dir)
+    }
+
+    /// The path a configuration names it by (from the hierarchy's root).
+    fn config_path(&self) -> String {
+        format!("/{}", self.0.file_name().unwrap().to_string_lossy())
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Runs `iperf3 -c` for `secs` seconds from the host namespace, inside `cgroup`; its receiver
+/// goodput in bit/s.
+fn iperf3_in_cgroup(topo: &AttachTopology, cgroup: &Cgroup, port: u16, secs: u32) -> f64 {
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", topo.receiver.name(), "iperf3", "-s", "-1"])
+        .args(["-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec iperf3 -J -c {} -p {port} -t {secs}",
+        cgroup.0.display(),
+        topo.receiver_addr
+    );
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", topo.host.name()))
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    let _ = server.wait();
+    assert!(out.status.success(), "iperf3 in the cgroup: {out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+}
+
+fn plan(topo: &AttachTopology, name: &str, port: u16, secs: u64) -> TrafficPlan {
+    TrafficPlan::new(
+        topo.receiver_addr,
+        vec![FlowGroup::tcp(name, port, 4)],
+        Duration::from_secs(secs),
+    )
+}
+
+fn check_share(name: &str, goodput_bps: f64, rate_bps: u64) {
+    let share = goodput_bps / rate_bps as f64;
+    println!(
+        "{name}: {:.2} Mbit/s goodput, {share:.3} of its rate",
+        goodput_bps / 1e6
+    );
+    assert!(
+        GOODPUT_SHARE.contains(&share),
+        "{name}: {goodput_bps:.0} bit/s for a rate of {rate_bps} ({share:.3})"
+    );
+}
+
+#[test]
+fn attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill() {
+    let test = "attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill";
+    let Some(topo) = attach_or_skip("mtr-att", (2, WorkloadLink::Bridge), test) else {
+        return;
+    };
+    let dir = Scratch::new("attach");
+    let cgroup = Cgroup::new();
+    let config = write_config(&topo, &dir.0, &cgroup.config_path());
+    let before = host_state(&topo);
+
+    let daemon = start(&topo, &dir.0, &config, "first");
+    let hooks = tcx(&topo);
+    assert_eq!(hooks[0].1, ["capture"], "{hooks:?}");
+    assert!(hooks[1..].iter().all(|(_, p)| p == &["stamp"]), "{hooks:?}");
+    assert_eq!(capture_pairs(&topo), 2, "one veth pair");
+
+    // The host's own flows (default class) and both workloads at once, 4 s.
+    let senders = [
+        (topo.host.clone(), "default", PORTS[0], DEFAULT_BPS),
+        (topo.workloads[0].ns.clone(), "w0", PORTS[1], W0_BPS),
+        (topo.workloads[1].ns.clone(), "w1", PORTS[2], W1_BPS),
+    ];
+    let threads: Vec<_> = senders
+        .iter()
+        .map(|(ns, name, port, rate)| {
+            let (ns, receiver) = (ns.clone(), topo.receiver.clone());
+            let plan = plan(&topo, name, *port, 4);
+            let (name, rate) = (name.to_string(), *rate);
+            std::thread::spawn(move || {
+                let report = trafficgen::run(&plan, Some(&ns), Some(&receiver)).unwrap();
+                (name, report.groups[0].mean_bps(), rate)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (name, bps, rate) = t.join().unwrap();
+        check_share(&name, bps, rate);
+    }
+    // The host's own sockets in the cgroup: their class.
+    let job = iperf3_in_cgroup(&topo, &cgroup, PORTS[3], 3);
+    check_share("job", job, JOB_BPS);
+
+    // A clean stop restores everything.
+    terminate(&daemon);
+    let mut daemon = daemon;
+    let status = daemon.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    assert_eq!(host_state(&topo), before, "{}", daemon.log());
+    drop(daemon);
+
+    // SIGKILL under load: traffic flows again, unshaped, within 1 s.
+    let daemon = start(&topo, &dir.0, &config, "killed");
+    let mut counters = topo.receiver.interface_counters(&topo.receiver_if).unwrap();
+    let (ns, receiver) = (topo.workloads[0].ns.clone(), topo.receiver.clone());
+    let load_plan = plan(&topo, "w0", PORTS[1], 4);
+    let load = std::thread::spawn(move || trafficgen::run(&load_plan, Some(&ns), Some(&receiver)));
+    let start_at = Instant::now();
+    let mut samples: Vec<(Duration, u64)> = Vec::new();
+    let mut killed_at = None;
+    let mut daemon = daemon;
+    while start_at.elapsed() < Duration::from_millis(3800) {
+        let now = start_at.elapsed();
+        samples.push((now, counters.read().unwrap().rx_bytes));
+        if killed_at.is_none() && now >= Duration::from_millis(1500) {
+            daemon.child.kill().unwrap();
+            killed_at = Some(start_at.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    load.join().unwrap().unwrap();
+    let killed_at = killed_at.unwrap();
+    let _ = daemon.child.wait();
+    // The longest time without a received byte after the kill, and the rate in the second
+    // after the first second.
+    let after: Vec<&(Duration, u64)> = samples.iter().filter(|(t, _)| *t >= killed_at).collect();
+    let mut longest = Duration::ZERO;
+    let mut last_change = killed_at;
+    for pair in after.windows(2) {
+        if pair[1].1 > pair[0].1 {
+            last_change = pair[1].0;
+        }
+        longest = longest.max(pair[1].0 - last_change);
+    }
+    let bytes_at = |t: Duration| {
+        samples
+            .iter()
+            .find(|(at, _)| *at >= t)
+            .map_or(samples.last().unwrap().1, |s| s.1)
+    };
+    let second = Duration::from_secs(1);
+    let unshaped_bps =
+        (bytes_at(killed_at + 2 * second) - bytes_at(killed_at + second)) as f64 * 8.0;
+    println!(
+        "after SIGKILL: longest time without a received byte {longest:?}; \
+         {:.1} Mbit/s in the second after the first",
+        unshaped_bps / 1e6
+    );
+    assert!(
+        longest < second,
+        "traffic stopped for {longest:?} after the kill"
+    );
+    assert!(
+        unshaped_bps > 2.0 * W0_BPS as f64,
+        "{unshaped_bps} bit/s after the kill: still shaped or stopped"
+    );
+    let hooks = tcx(&topo);
+    assert_eq!(
+        hooks[0].1,
+        Vec::<String>::new(),
+        "the capture hook died with the daemon"
+    );
+    assert_eq!(
+        capture_pairs(&topo),
+        2,
+        "the killed daemon's pair stays behind"
+    );
+
+    // A restart replaces the pair and attaches once.
+    let mut daemon = start(&topo, &dir.0, &config, "restarted");
+    let hooks = tcx(&topo);
+    assert_eq!(hooks[0].1, ["capture"], "{hooks:?}");
+    assert!(hooks[1..].iter().all(|(_, p)| p == &["stamp"]), "{hooks:?}");
+    assert_eq!(capture_pairs(&topo), 2, "one pair after the restart");
+    terminate(&daemon);
+    let status = daemon.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    assert_eq!(host_state(&topo), before, "{}", daemon.log());
+    drop(cgroup);
+    topo.remove().unwrap();
+}
+
+#[test]
+fn an_interface_that_does_not_exist_is_refused_with_exit_2() {
+    let test = "an_interface_that_does_not_exist_is_refused_with_exit_2";
+    let Some(topo) = attach_or_skip("mtr-att2", (0, WorkloadLink::Bridge), test) else {
+        return;
+    };
+    let dir = Scratch::new("attach-refused");
+    let config = dir.0.join("missing.toml");
+    std::fs::write(&config, "[interfaces]\nattach = [\"nosuch0\"]\n").unwrap();
+    let before = host_state(&topo);
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", topo.host.name()))
+        .arg(env!("CARGO_BIN_EXE_metronome"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no interface \"nosuch0\""), "{stderr}");
+    assert_eq!(host_state(&topo), before);
+    topo.remove().unwrap();
+}
