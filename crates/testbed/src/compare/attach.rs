@@ -13,7 +13,7 @@
 //!   * `htb`: one HTB class at the target as the uplink's root ([`QdiscSpec::Htb`]);
 //!   * `tbf`: a TBF root on the uplink ([`QdiscSpec::tbf`]).
 //!
-//!   Measured exactly as the bump-in-the-wire comparison measures ([`super::measure_run`], the
+//!   Measured exactly as the bump-in-the-wire comparison measures (`measure_run` in [`super`], the
 //!   same code): rate on the wire at the receiver's veth in 100 ms windows after the warm-up,
 //!   their mean absolute deviation from the target, the probe's RTT p50/p99, machine CPU per
 //!   Gbit/s and the daemon thread's own CPU per Gbit/s.
@@ -309,10 +309,10 @@ static DAEMON_SEQ: AtomicU32 = AtomicU32::new(0);
 /// How long `metronome run` may take to attach and answer on its metrics endpoint: 10 s (it
 /// loads its BPF programs and opens its capture pairs first; well under a second on the
 /// machines this ran on).
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a stopped daemon may take to detach and exit before it is killed: 5 s.
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `metronome run` in attach mode, a process in the host namespace (`ip netns exec HOST
 /// BINARY run --config FILE`, the way a user runs it), with its configuration and its standard
@@ -619,7 +619,7 @@ pub fn describe_host_row(row: &HostRow) -> String {
             super::format_rtt_us(r.rtt_p99_us),
             r.cpu_pct,
             r.daemon_cpu_pct
-                .map(|d| format!(", daemon thread {d:.1} %/Gbit/s"))
+                .map(|d| format!(", daemon process {d:.1} %/Gbit/s"))
                 .unwrap_or_default()
         ),
         HostRow::Failed {
@@ -701,9 +701,9 @@ fn host_run(
                 tracing::debug!("{}", stats.trim());
             }
             let removed = topo.remove_baselines();
-            let report = measured?;
+            let row = row_of(measured, failed)?;
             removed?;
-            Ok(HostRow::Measured(report.row))
+            Ok(row)
         }
         Shaper::Metronome | Shaper::MetronomeFair => {
             let text = host_config_text(
@@ -719,10 +719,10 @@ fn host_run(
             let mut cpu = || daemon.cpu_ns();
             let measured = measure_run(&path, timing, &mut cpu, shaper, (target, flows), port);
             let stopped = daemon.stop();
-            let report = measured?;
+            let row = row_of(measured, failed)?;
             // A daemon that did not stop cleanly may have failed during the run: no figures.
             Ok(match stopped {
-                Ok(()) => HostRow::Measured(report.row),
+                Ok(()) => row,
                 Err(e) => failed(e),
             })
         }
@@ -730,6 +730,19 @@ fn host_run(
             "{} is not a shaper of the attach comparison",
             shaper.name()
         ))),
+    }
+}
+
+/// The row of a measured run; a run whose traffic never reached the receiver is a row with that
+/// error (the grid goes on), any other failure the comparison's error.
+fn row_of(
+    measured: Result<super::RunReport, CompareError>,
+    failed: impl FnOnce(String) -> HostRow,
+) -> Result<HostRow, CompareError> {
+    match measured {
+        Ok(report) => Ok(HostRow::Measured(report.row)),
+        Err(e @ CompareError::NoTraffic { .. }) => Ok(failed(e.to_string())),
+        Err(e) => Err(e),
     }
 }
 

@@ -64,7 +64,7 @@ const HTB_DEFAULT_MINOR: &str = "ffff";
 
 /// Rate of that default class, bits/s: 100 Gbit/s, ten times what a veth carries on the machines
 /// this runs on, so it never limits.
-const HTB_DEFAULT_BPS: u64 = 100_000_000_000;
+pub const HTB_DEFAULT_BPS: u64 = 100_000_000_000;
 
 /// One workload: a namespace with one veth whose host side is enslaved to the host's bridge.
 #[derive(Clone, Debug, PartialEq, Eq)]
