@@ -9,6 +9,7 @@
 //!   they were before the start;
 //! * a SIGKILL under load leaves traffic flowing unshaped within 1 s (the hooks die with the
 //!   process), and a restart attaches once, without duplicates;
+//! * SIGHUP adds and removes attached interfaces;
 //! * an interface that does not exist is refused at start (exit 2, named).
 
 mod common;
@@ -69,6 +70,33 @@ fn terminate(daemon: &Daemon) {
     let pid = daemon.child.id().to_string();
     let kill = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(kill.success(), "kill -TERM {pid}");
+}
+
+/// Sends SIGHUP to `daemon`.
+fn hangup(daemon: &Daemon) {
+    let pid = daemon.child.id().to_string();
+    let kill = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    assert!(kill.success(), "kill -HUP {pid}");
+}
+
+/// Polls `done` every 50 ms for at most 5 s.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what}: not within 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The tcx programs at `ifname`'s egress in the host namespace.
+fn egress_programs(topo: &AttachTopology, ifname: &str) -> Vec<String> {
+    let ifname = ifname.to_string();
+    topo.host
+        .run(move || tcx_programs(&ifname, true).unwrap())
+        .unwrap()
 }
 
 fn run_in(ns: &str, program: &str, args: &[&str]) -> String {
@@ -323,6 +351,31 @@ fn attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill() {
     assert_eq!(hooks[0].1, ["capture"], "{hooks:?}");
     assert!(hooks[1..].iter().all(|(_, p)| p == &["stamp"]), "{hooks:?}");
     assert_eq!(capture_pairs(&topo), 2, "one pair after the restart");
+
+    // SIGHUP adds an attached interface (the first workload's veth: what the host sends to it),
+    // then takes the uplink away.
+    let hv0 = topo.workloads[0].host_if.clone();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let both = text.replace(
+        &format!("attach = [\"{}\"]", topo.uplink),
+        &format!("attach = [\"{}\", \"{hv0}\"]", topo.uplink),
+    );
+    assert_ne!(both, text);
+    std::fs::write(&config, &both).unwrap();
+    hangup(&daemon);
+    wait_until("two capture pairs after adding an interface", || {
+        capture_pairs(&topo) == 4 && egress_programs(&topo, &hv0) == ["capture"]
+    });
+    std::fs::write(&config, both.replace(&format!("\"{}\", ", topo.uplink), "")).unwrap();
+    hangup(&daemon);
+    wait_until("the uplink's pair gone after removing it", || {
+        capture_pairs(&topo) == 2 && egress_programs(&topo, &topo.uplink).is_empty()
+    });
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.log()
+    );
     terminate(&daemon);
     let status = daemon.wait(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{}", daemon.log());
