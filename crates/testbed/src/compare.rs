@@ -704,7 +704,14 @@ fn run_one(
     let path = TrafficPath::of(topo);
     let timing = (options.warmup, options.measure);
     let mut cpu = || active.cpu_ns();
-    let measured = measure_run(&path, timing, &mut cpu, shaper, (target, flows), port);
+    let measured = measure_run(
+        &path,
+        timing,
+        (&mut cpu, &[]),
+        shaper,
+        (target, flows),
+        port,
+    );
     let stopped = active.stop(topo);
     let report = measured?;
     stopped?;
@@ -746,12 +753,13 @@ impl TrafficPath {
 }
 
 /// Drives the traffic of one run through the started shaper and measures it: `timing` is the
-/// warm-up and the measured time; `daemon_cpu` reads the daemon thread's CPU time (ns), `None`
-/// when no daemon runs.
+/// warm-up and the measured time; `daemon_cpu` reads the daemon's CPU time (ns), `None` when no
+/// daemon runs, and `processes` are other processes whose user time the machine's CPU counts (a
+/// daemon run as a process of its own).
 pub(crate) fn measure_run(
     path: &TrafficPath,
     timing: (Duration, Duration),
-    daemon_cpu: &mut dyn FnMut() -> Option<u64>,
+    (daemon_cpu, processes): (&mut dyn FnMut() -> Option<u64>, &[u32]),
     shaper: Shaper,
     (target, flows): (u64, usize),
     port: u16,
@@ -762,7 +770,7 @@ pub(crate) fn measure_run(
     group.max_bytes_per_flow = volume_cap(target, duration);
     let plan = TrafficPlan::new(path.receiver_addr, vec![group], duration);
     let mut counters = path.receiver.interface_counters(&path.receiver_if)?;
-    let mut machine = MachineCpu::open().map_err(TopoError::Io)?;
+    let mut machine = MachineCpu::with_processes(processes).map_err(TopoError::Io)?;
     let traffic = spawn_traffic(path, plan);
 
     // The bulk traffic starts after every connection is accepted: wait for its first bytes.

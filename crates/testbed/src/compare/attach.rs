@@ -37,7 +37,9 @@
 //! daemon refuses, a daemon that exits at start or does not answer on its metrics endpoint, or
 //! one that does not stop cleanly gives the row an error (`error`, no figures), never a number;
 //! the kernel rows run regardless. Its CPU ([`Row::daemon_cpu_pct`]) is the whole process's
-//! (user and system time of all its threads, `/proc/PID/stat`).
+//! (user and system time of all its threads, `/proc/PID/stat`); the machine's CPU of its rows
+//! counts its user time as well as the machine's kernel time (`MachineCpu::with_processes`), as
+//! the bump in the wire's counts the in-process daemon thread's.
 //!
 //! With [`AttachOptions::isolate_daemon`] the daemon's process is pinned to CPU 0 and the receive
 //! of the receiver's veth and of the workloads' `eth0` is steered to the other CPUs
@@ -696,7 +698,14 @@ fn host_run(
                 QdiscSpec::tbf(target)
             };
             topo.install_uplink_qdisc(&spec)?;
-            let measured = measure_run(&path, timing, &mut || None, shaper, (target, flows), port);
+            let measured = measure_run(
+                &path,
+                timing,
+                (&mut || None, &[]),
+                shaper,
+                (target, flows),
+                port,
+            );
             if let Ok(stats) = topo.qdisc_stats() {
                 tracing::debug!("{}", stats.trim());
             }
@@ -717,7 +726,16 @@ fn host_run(
                 Err(e) => return Ok(failed(e)),
             };
             let mut cpu = || daemon.cpu_ns();
-            let measured = measure_run(&path, timing, &mut cpu, shaper, (target, flows), port);
+            // The daemon is a process of its own: its user time counts in the machine's CPU.
+            let pids = [daemon.pid()];
+            let measured = measure_run(
+                &path,
+                timing,
+                (&mut cpu, &pids),
+                shaper,
+                (target, flows),
+                port,
+            );
             let stopped = daemon.stop();
             let row = row_of(measured, failed)?;
             // A daemon that did not stop cleanly may have failed during the run: no figures.

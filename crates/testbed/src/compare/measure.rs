@@ -172,20 +172,33 @@ pub fn parse_utime(stat: &str) -> Option<u64> {
     after_comm.split_whitespace().nth(11)?.parse().ok()
 }
 
-/// A reader of the machine's CPU times (`/proc/stat`) and this process's (`/proc/self/stat`).
+/// A reader of the machine's CPU times (`/proc/stat`) and this process's (`/proc/self/stat`),
+/// plus the user time of other processes that belong to the run (a daemon started as a process
+/// of its own, [`MachineCpu::with_processes`]).
 #[derive(Debug)]
 pub struct MachineCpu {
     file: File,
     own: File,
+    others: Vec<File>,
     buf: String,
 }
 
 impl MachineCpu {
     /// Opens `/proc/stat`.
     pub fn open() -> std::io::Result<Self> {
+        Self::with_processes(&[])
+    }
+
+    /// [`MachineCpu::open`], counting the user time of the processes `pids` too.
+    pub fn with_processes(pids: &[u32]) -> std::io::Result<Self> {
+        let others = pids
+            .iter()
+            .map(|pid| File::open(format!("/proc/{pid}/stat")))
+            .collect::<std::io::Result<Vec<File>>>()?;
         Ok(MachineCpu {
             file: File::open("/proc/stat")?,
             own: File::open("/proc/self/stat")?,
+            others,
             buf: String::with_capacity(8192),
         })
     }
@@ -201,6 +214,12 @@ impl MachineCpu {
         self.buf.clear();
         self.own.read_to_string(&mut self.buf)?;
         times.busy += parse_utime(&self.buf).ok_or_else(bad)?;
+        for other in &mut self.others {
+            other.rewind()?;
+            self.buf.clear();
+            other.read_to_string(&mut self.buf)?;
+            times.busy += parse_utime(&self.buf).ok_or_else(bad)?;
+        }
         Ok(times)
     }
 }
