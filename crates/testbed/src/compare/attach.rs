@@ -759,7 +759,11 @@ fn row_of(
 ) -> Result<HostRow, CompareError> {
     match measured {
         Ok(report) => Ok(HostRow::Measured(report.row)),
-        Err(e @ CompareError::NoTraffic { .. }) => Ok(failed(e.to_string())),
+        // A run whose traffic could not be set up (the probe's connection not accepted behind
+        // a full queue, say) is that row's error; the grid goes on.
+        Err(e @ (CompareError::NoTraffic { .. } | CompareError::Traffic(_))) => {
+            Ok(failed(e.to_string()))
+        }
         Err(e) => Err(e),
     }
 }
