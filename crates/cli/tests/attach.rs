@@ -10,6 +10,8 @@
 //! * a SIGKILL under load leaves traffic flowing unshaped within 1 s (the hooks die with the
 //!   process), and a restart attaches once, without duplicates;
 //! * SIGHUP adds and removes attached interfaces;
+//! * an attached uplink that goes down and up, or is deleted and made again, is shaped again
+//!   (counted: `metronome_link_down_total`, `metronome_attach_events_total`);
 //! * an interface that does not exist is refused at start (exit 2, named).
 
 mod common;
@@ -236,7 +238,20 @@ fn attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill() {
     let dir = Scratch::new("attach");
     let cgroup = Cgroup::new();
     let config = write_config(&topo, &dir.0, &cgroup.config_path());
+    // Someone else's tc set-up on the uplink, which must survive the daemon's start and stop.
+    let ns = topo.host.name();
+    let up = topo.uplink.as_str();
+    run_in(ns, "tc", &["qdisc", "add", "dev", up, "clsact"]);
+    let others = [
+        "filter", "add", "dev", up, "ingress", "protocol", "all", "u32", "match", "u32", "0", "0",
+    ];
+    run_in(ns, "tc", &others);
+    let others = [
+        "filter", "add", "dev", up, "egress", "protocol", "arp", "u32", "match", "u32", "0", "0",
+    ];
+    run_in(ns, "tc", &others);
     let before = host_state(&topo);
+    assert!(before.contains("u32"), "{before}");
 
     let daemon = start(&topo, &dir.0, &config, "first");
     let hooks = tcx(&topo);
@@ -405,5 +420,118 @@ fn an_interface_that_does_not_exist_is_refused_with_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no interface \"nosuch0\""), "{stderr}");
     assert_eq!(host_state(&topo), before);
+    topo.remove().unwrap();
+}
+
+/// The value of the first series of `body` that starts with `prefix` (0 when there is none).
+fn series(body: &str, prefix: &str) -> f64 {
+    body.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn scrape_host(topo: &AttachTopology) -> String {
+    topo.host
+        .run(|| metronome_daemon::ops::metrics::scrape("127.0.0.1:9187".parse().unwrap()))
+        .unwrap()
+        .unwrap()
+}
+
+/// Bit/s the receiver's uplink received over `span`.
+fn received_bps(topo: &AttachTopology, span: Duration) -> f64 {
+    let mut counters = topo.receiver.interface_counters(&topo.receiver_if).unwrap();
+    let before = counters.read().unwrap().rx_bytes;
+    std::thread::sleep(span);
+    let after = counters.read().unwrap().rx_bytes;
+    (after - before) as f64 * 8.0 / span.as_secs_f64()
+}
+
+#[test]
+fn an_attached_uplink_that_flaps_or_is_recreated_is_shaped_again() {
+    let test = "an_attached_uplink_that_flaps_or_is_recreated_is_shaped_again";
+    let Some(topo) = attach_or_skip("mtr-att3", (0, WorkloadLink::Bridge), test) else {
+        return;
+    };
+    let dir = Scratch::new("attach-flap");
+    let config = dir.0.join("flap.toml");
+    let rate = 50_000_000u64;
+    let text = format!(
+        "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{rate}\"\n",
+        topo.uplink
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut daemon = start(&topo, &dir.0, &config, "flap");
+    let (host, receiver) = (topo.host.clone(), topo.receiver.clone());
+    let load = plan(&topo, "default", PORTS[0], 6);
+    let traffic = std::thread::spawn(move || trafficgen::run(&load, Some(&host), Some(&receiver)));
+    std::thread::sleep(Duration::from_millis(1500));
+    let up = topo.uplink.clone();
+    topo.host.ip(&["link", "set", &up, "down"]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    topo.host.ip(&["link", "set", &up, "up"]).unwrap();
+    // TCP's retransmission timer brings the flows back within a second or two.
+    std::thread::sleep(Duration::from_millis(2000));
+    let after_flap = received_bps(&topo, Duration::from_millis(1500));
+    traffic.join().unwrap().unwrap();
+    let body = scrape_host(&topo);
+    let downs = series(
+        &body,
+        &format!("metronome_attach_events_total{{interface=\"{up}\",event=\"down\"}}"),
+    );
+    println!(
+        "after a 0.5 s flap: {:.1} Mbit/s on the wire; down events {downs}",
+        after_flap / 1e6
+    );
+    assert!(downs >= 1.0, "the flap was not counted:\n{body}");
+    let share = after_flap / rate as f64;
+    assert!(
+        (0.9..=1.03).contains(&share),
+        "{share:.3} of the rate after the flap"
+    );
+
+    // The uplink deleted and made again under its name (with its peer and addresses).
+    let (rcv_if, rcv_ns) = (topo.receiver_if.clone(), topo.receiver.name().to_string());
+    topo.host.ip(&["link", "del", &up]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let args = [
+        "link", "add", &up, "type", "veth", "peer", "name", &rcv_if, "netns", &rcv_ns,
+    ];
+    topo.host.ip(&args).unwrap();
+    let host_cidr = format!("{}/24", topo.host_addr);
+    topo.host
+        .ip(&["addr", "add", &host_cidr, "dev", &up])
+        .unwrap();
+    topo.host.ip(&["link", "set", &up, "up"]).unwrap();
+    let rcv_cidr = format!("{}/24", topo.receiver_addr);
+    topo.receiver
+        .ip(&["addr", "add", &rcv_cidr, "dev", &rcv_if])
+        .unwrap();
+    topo.receiver.ip(&["link", "set", &rcv_if, "up"]).unwrap();
+    wait_until("the capture hook on the re-created uplink", || {
+        egress_programs(&topo, &up) == ["capture"]
+    });
+    let (host, receiver) = (topo.host.clone(), topo.receiver.clone());
+    let again = plan(&topo, "default", PORTS[0], 3);
+    let report = trafficgen::run(&again, Some(&host), Some(&receiver)).unwrap();
+    check_share("after re-creation", report.groups[0].mean_bps(), rate);
+    let body = scrape_host(&topo);
+    let events: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("metronome_attach_events_total") && l.contains(&up))
+        .collect();
+    println!("{events:?}");
+    assert!(
+        !events.is_empty(),
+        "the re-creation was not counted:\n{body}"
+    );
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.log()
+    );
+    terminate(&daemon);
+    let status = daemon.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
     topo.remove().unwrap();
 }

@@ -341,6 +341,7 @@ impl AfPacketPort {
                 gso_via_soft: soft.is_some() && !tso,
                 fd: tx_fd,
                 soft,
+                gone: None,
             },
             ring,
             counters: PortCounters::default(),
@@ -438,6 +439,10 @@ struct Tx {
     /// `soft`. Set at open when the device has no TSO, or at the first GSO frame the bypass
     /// path refuses; it stays set for the port's life.
     gso_via_soft: bool,
+    /// The errno of the last send refused because the interface is down or gone (`ENETDOWN`,
+    /// `ENXIO`), until a transmit-only port's `recv` reports it (see [`PacketPort::recv`] of
+    /// [`AfPacketPort`]).
+    gone: Option<i32>,
 }
 
 impl Tx {
@@ -532,8 +537,15 @@ fn send_batches(
                 }
                 // The first frame of the batch was refused for good: count, free, go on.
                 Some(
-                    libc::EMSGSIZE | libc::EINVAL | libc::ENETDOWN | libc::ENXIO | libc::EFAULT,
+                    errno @ (libc::EMSGSIZE
+                    | libc::EINVAL
+                    | libc::ENETDOWN
+                    | libc::ENXIO
+                    | libc::EFAULT),
                 ) => {
+                    if matches!(errno, libc::ENETDOWN | libc::ENXIO) {
+                        tx.gone = Some(errno);
+                    }
                     counters.tx_errors += 1;
                     pool.free(batch[0]);
                     done += 1;
@@ -732,7 +744,17 @@ impl AfPacketPort {
 impl PacketPort for AfPacketPort {
     fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
         if !self.config.receive {
-            return Ok(0);
+            // Nothing to receive, but a transmit-only port's interface going down or away is
+            // seen only by its sends, which count and free the refused frame and go on: report
+            // it here, where the caller's link handling looks (the carrier errors).
+            return match self.tx.gone.take() {
+                None => Ok(0),
+                Some(errno) => Err(os_error(
+                    &self.ifname,
+                    "sendmmsg",
+                    io::Error::from_raw_os_error(errno),
+                )),
+            };
         }
         if self.vnet.is_some() {
             return self.recv_vnet(pool, out);
@@ -797,6 +819,10 @@ impl PacketPort for AfPacketPort {
 
     fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.rx_fd.as_fd())
+    }
+
+    fn interface(&self) -> Option<&str> {
+        Some(&self.ifname)
     }
 
     fn capabilities(&self) -> PortCapabilities {

@@ -175,6 +175,11 @@ pub trait PacketPort {
     /// or epoll; `None` for ports that are never waited on (the in-memory port).
     fn poll_fd(&self) -> Option<BorrowedFd<'_>>;
 
+    /// The interface the port is on, if it is on one (`None` by default: the in-memory port).
+    fn interface(&self) -> Option<&str> {
+        None
+    }
+
     /// What the port can do beyond receiving and sending frames; by default nothing.
     fn capabilities(&self) -> PortCapabilities {
         PortCapabilities::default()

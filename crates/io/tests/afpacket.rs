@@ -378,3 +378,39 @@ fn an_origin_tag_port_keeps_the_tag_as_the_slot_origin_and_drops_untagged_frames
         assert_eq!(pool.in_use(), 0);
     }
 }
+
+/// A transmit-only port (`receive = false`) learns that its interface went down only from a
+/// refused send, which frees and counts the frame; its next `recv` reports it as the carrier
+/// error the daemon's link handling looks for, once.
+#[test]
+fn a_transmit_only_port_reports_its_interface_going_down_on_the_next_recv() {
+    let Some(topo) = Topology::create() else {
+        return;
+    };
+    let ifname = topo.if_a.clone();
+    let mut tx = in_netns(&topo.ns_a, move || {
+        let config = AfPacketConfig {
+            receive: false,
+            promiscuous: false,
+            ..AfPacketConfig::default()
+        };
+        AfPacketPort::open(&ifname, &config).unwrap_or_else(|e| panic!("open: {e}"))
+    });
+    let mut pool = FramePool::new(16, 2048);
+    let mut rx = vec![RxFrame::default(); 4];
+    assert_eq!(tx.recv(&mut pool, &mut rx).expect("nothing to report"), 0);
+    ip(&["-n", &topo.ns_a, "link", "set", &topo.if_a, "down"]).unwrap();
+    let id = pool.store(&raw_frame(1)).unwrap();
+    assert_eq!(
+        tx.send(&mut pool, &[id])
+            .expect("a refused frame is consumed"),
+        1
+    );
+    assert_eq!(pool.in_use(), 0, "the refused frame is freed");
+    assert_eq!(tx.counters().tx_errors, 1);
+    let err = tx
+        .recv(&mut pool, &mut rx)
+        .expect_err("the interface went down");
+    assert!(err.to_string().contains("down"), "{err}");
+    assert_eq!(tx.recv(&mut pool, &mut rx).expect("reported once"), 0);
+}

@@ -214,11 +214,14 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     let batch = options
         .batch_size
         .clamp(1, crate::ops::config::MAX_BATCH_SIZE);
+    // The ports' own interfaces (attach mode's differ per silo), else the configuration's.
     let names = engine.config().interfaces.clone();
+    let inside_name = inside.interface().unwrap_or(&names.inside).to_owned();
+    let outside_name = outside.interface().unwrap_or(&names.outside).to_owned();
     let grace = options.link_down_grace;
     // Each side sends from the pool of the direction that ends on it.
-    let mut inn = Side::new(inside, pools.reverse, &names.inside, batch, grace, metrics);
-    let mut out = Side::new(outside, pools.shaped, &names.outside, batch, grace, metrics);
+    let mut inn = Side::new(inside, pools.reverse, &inside_name, batch, grace, metrics);
+    let mut out = Side::new(outside, pools.shaped, &outside_name, batch, grace, metrics);
     let mut rx = vec![RxFrame::default(); batch];
     let mut busy_poll = options.busy_poll;
     let mut watch = PortWatch::default();

@@ -31,7 +31,9 @@
 //!
 //! Interfaces come and go: [`Attachment::refresh`] (every [`REFRESH`]) re-attaches to an
 //! attached or `from` interface re-created under its name and counts what it saw
-//! (`metronome_attach_events_total{interface,event}`).
+//! (`metronome_attach_events_total{interface,event}`), an attached interface's link going down
+//! and up included: while it is down the host routes nothing through it, so the loop may never
+//! meet a send error to tell it.
 
 use crate::ops::config::Config;
 use crate::ops::metrics::Metrics;
@@ -39,8 +41,12 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::tc::TcAttachOptions;
 use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
 use aya::Ebpf;
+use origins::{CgroupOrigin, Origin};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+mod origins;
+pub use origins::cgroup2_root;
 
 /// The programs, compiled by `crates/daemon/build.rs` (empty when clang was missing).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attach.bpf.o"));
@@ -104,21 +110,8 @@ pub struct Uplink {
     send: (String, u32),
     /// The capture pair's receiving end (the daemon's port) and its index.
     pub recv: (String, u32),
-}
-
-/// An interface a class names with `from`.
-#[derive(Debug)]
-struct Origin {
-    tag: u16,
-    ifindex: Option<u32>,
-    link: Option<aya::programs::tc::SchedClassifierLinkId>,
-}
-
-/// A cgroup a class names with `cgroup`.
-#[derive(Debug)]
-struct CgroupOrigin {
-    tag: u16,
-    id: Option<u64>,
+    /// Whether it was up with carrier at the last refresh (`None`: not looked at yet).
+    up: Option<bool>,
 }
 
 /// The daemon's hooks and capture pairs (see the module docs). Dropping it detaches every hook
@@ -152,26 +145,6 @@ fn index_of(name: &str) -> Option<u32> {
     nix::net::if_::if_nametoindex(name).ok()
 }
 
-/// Where the cgroup v2 hierarchy is mounted: the first `cgroup2` line of `/proc/self/mounts`
-/// (`/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified` on a hybrid one), else
-/// `/sys/fs/cgroup`.
-pub fn cgroup2_root() -> String {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    mounts
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f.len() > 2 && f[2] == "cgroup2")
-        .map_or_else(|| "/sys/fs/cgroup".to_string(), |f| f[1].to_string())
-}
-
-/// The cgroup v2 id of `path` (relative to the hierarchy's root, [`cgroup2_root`]): its
-/// directory's inode.
-fn cgroup_id(root: &str, path: &str) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let full = format!("{root}/{}", path.trim_start_matches('/'));
-    std::fs::metadata(full).ok().map(|m| m.ino())
-}
-
 impl Attachment {
     /// Loads the programs and makes a capture pair for each attached interface; attaches no
     /// hook yet (the daemon opens its ports first, then calls [`Attachment::engage`]).
@@ -194,6 +167,7 @@ impl Attachment {
                 link: None,
                 send: (send, pair.0),
                 recv: (recv, pair.1),
+                up: None,
             });
         }
         let mut bpf = Ebpf::load(OBJECT).map_err(|e| AttachError::Load(e.to_string()))?;
@@ -260,6 +234,7 @@ impl Attachment {
                 link: None,
                 send: (send, pair.0),
                 recv: (recv.clone(), pair.1),
+                up: None,
             });
             self.uplinks = kept;
             let attached = self.attach("discard", &recv, TcAttachType::Ingress);
@@ -350,61 +325,6 @@ impl Attachment {
         }
     }
 
-    /// Takes the origins of `config`'s classes (`from`, `cgroup`) and hooks the `from`
-    /// interfaces that exist; the others are hooked by [`Attachment::refresh`] when they come.
-    pub fn set_origins(&mut self, config: &Config) {
-        let (from, cgroups) = config.origins();
-        let old: Vec<String> = self.from.keys().cloned().collect();
-        for name in old {
-            if from.get(&name) != self.from.get(&name).map(|o| &o.tag) {
-                if let Some(o) = self.from.remove(&name) {
-                    if let Some(link) = o.link {
-                        self.detach("stamp", link);
-                    }
-                    if let Some(ifindex) = o.ifindex {
-                        self.forget_if(ifindex);
-                    }
-                }
-            }
-        }
-        for (name, tag) in from {
-            self.from.entry(name).or_insert(Origin {
-                tag,
-                ifindex: None,
-                link: None,
-            });
-        }
-        let old: Vec<(String, Option<u64>)> = self
-            .cgroups
-            .iter()
-            .map(|(k, v)| (k.clone(), v.id))
-            .collect();
-        for (path, id) in old {
-            if cgroups.get(&path) != self.cgroups.get(&path).map(|c| &c.tag) {
-                self.cgroups.remove(&path);
-                if let Some(id) = id {
-                    if let Ok(mut m) =
-                        map::<BpfHashMap<&mut MapData, u64, u16>>(&mut self.bpf, "ORIGIN_CGROUP")
-                    {
-                        let _ = m.remove(&id);
-                    }
-                }
-            }
-        }
-        for (path, tag) in cgroups {
-            self.cgroups
-                .entry(path)
-                .or_insert(CgroupOrigin { tag, id: None });
-        }
-        self.refresh();
-    }
-
-    fn forget_if(&mut self, ifindex: u32) {
-        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u16>>(&mut self.bpf, "ORIGIN_IF") {
-            let _ = m.remove(&ifindex);
-        }
-    }
-
     fn event(&self, interface: &str, event: &'static str) {
         tracing::info!(interface, event, "attach");
         self.metrics.attach_event(interface, event);
@@ -418,6 +338,17 @@ impl Attachment {
                 break;
             }
             let name = self.uplinks[i].name.clone();
+            // Its link going down and up, as the host's own routing sees it: while it is down
+            // the host sends nothing through it, so the loop may never meet an error.
+            let up = crate::driver::carrier::probe_interface(&name).map(|(_, up)| up);
+            if let (Some(was_up), Some(up)) = (self.uplinks[i].up, up) {
+                if was_up != up {
+                    self.event(&name, if up { "up" } else { "down" });
+                }
+            }
+            if up.is_some() {
+                self.uplinks[i].up = up;
+            }
             let now = index_of(&name);
             let was = self.uplinks[i].ifindex;
             if now == was && (now.is_none() || self.uplinks[i].link.is_some()) {
@@ -438,76 +369,7 @@ impl Attachment {
                 },
             }
         }
-        let names: Vec<String> = self.from.keys().cloned().collect();
-        for name in names {
-            let now = index_of(&name);
-            let (was, tag, linked) = {
-                let o = &self.from[&name];
-                (o.ifindex, o.tag, o.link.is_some())
-            };
-            if now == was && (now.is_none() || linked || self.mark == 0) {
-                continue;
-            }
-            if let Some(old) = was {
-                self.forget_if(old);
-            }
-            let entry = self.from.get_mut(&name).expect("key from the map");
-            entry.ifindex = now;
-            entry.link = None;
-            let Some(ifindex) = now else {
-                if was.is_some() {
-                    self.event(&name, "gone");
-                }
-                continue;
-            };
-            let inserted = map::<BpfHashMap<&mut MapData, u32, u16>>(&mut self.bpf, "ORIGIN_IF")
-                .map_err(|e| e.to_string())
-                .and_then(|mut m| m.insert(ifindex, tag, 0).map_err(|e| e.to_string()));
-            let hooked = inserted.and_then(|()| {
-                if self.mark == 0 {
-                    return Ok(None);
-                }
-                self.attach("stamp", &name, TcAttachType::Ingress).map(Some)
-            });
-            match hooked {
-                Ok(link) => {
-                    self.from.get_mut(&name).expect("key from the map").link = link;
-                    self.event(&name, if was.is_some() { "recreated" } else { "came" });
-                }
-                Err(reason) => {
-                    tracing::warn!(interface = %name, %reason, "attach: hooking a from interface failed");
-                    self.event(&name, "attach_failed");
-                }
-            }
-        }
-        let paths: Vec<String> = self.cgroups.keys().cloned().collect();
-        let root = if paths.is_empty() {
-            String::new()
-        } else {
-            cgroup2_root()
-        };
-        for path in paths {
-            let now = cgroup_id(&root, &path);
-            let (was, tag) = {
-                let c = &self.cgroups[&path];
-                (c.id, c.tag)
-            };
-            if now == was {
-                continue;
-            }
-            if let Ok(mut m) =
-                map::<BpfHashMap<&mut MapData, u64, u16>>(&mut self.bpf, "ORIGIN_CGROUP")
-            {
-                if let Some(old) = was {
-                    let _ = m.remove(&old);
-                }
-                if let Some(id) = now {
-                    let _ = m.insert(id, tag, 0);
-                }
-            }
-            self.cgroups.get_mut(&path).expect("key from the map").id = now;
-            self.event(&path, if now.is_some() { "came" } else { "gone" });
-        }
+        self.refresh_origins();
         self.export_counters();
     }
 

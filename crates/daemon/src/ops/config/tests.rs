@@ -55,7 +55,8 @@ fn wrong_type_and_missing_field() {
     let err = Config::from_toml_str("[interfaces]\ninside = \"a\"\n", "t.toml").unwrap_err();
     assert_eq!(
         err.to_string(),
-        "t.toml:1: interfaces: missing field `outside`"
+        "t.toml:1: interfaces.outside: missing: give inside and outside (bump in the wire) \
+         or attach (in place)"
     );
 }
 
