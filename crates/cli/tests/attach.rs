@@ -74,6 +74,18 @@ fn terminate(daemon: &Daemon) {
     assert!(kill.success(), "kill -TERM {pid}");
 }
 
+/// Checks that `daemon` still runs, stops it with SIGTERM and checks it exits 0.
+fn stop_cleanly(daemon: &mut Daemon) {
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.log()
+    );
+    terminate(daemon);
+    let status = daemon.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+}
+
 /// Sends SIGHUP to `daemon`.
 fn hangup(daemon: &Daemon) {
     let pid = daemon.child.id().to_string();
@@ -286,10 +298,8 @@ fn attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill() {
     check_share("job", job, JOB_BPS);
 
     // A clean stop restores everything.
-    terminate(&daemon);
     let mut daemon = daemon;
-    let status = daemon.wait(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    stop_cleanly(&mut daemon);
     assert_eq!(host_state(&topo), before, "{}", daemon.log());
     drop(daemon);
 
@@ -386,14 +396,7 @@ fn attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill() {
     wait_until("the uplink's pair gone after removing it", || {
         capture_pairs(&topo) == 2 && egress_programs(&topo, &topo.uplink).is_empty()
     });
-    assert!(
-        daemon.child.try_wait().unwrap().is_none(),
-        "{}",
-        daemon.log()
-    );
-    terminate(&daemon);
-    let status = daemon.wait(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    stop_cleanly(&mut daemon);
     assert_eq!(host_state(&topo), before, "{}", daemon.log());
     drop(cgroup);
     topo.remove().unwrap();
@@ -525,13 +528,6 @@ fn an_attached_uplink_that_flaps_or_is_recreated_is_shaped_again() {
         !events.is_empty(),
         "the re-creation was not counted:\n{body}"
     );
-    assert!(
-        daemon.child.try_wait().unwrap().is_none(),
-        "{}",
-        daemon.log()
-    );
-    terminate(&daemon);
-    let status = daemon.wait(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    stop_cleanly(&mut daemon);
     topo.remove().unwrap();
 }

@@ -251,44 +251,13 @@ pub fn run_real(
     let _ = writeln!(out, "offloads: {}", offloads.describe());
     let traffic = std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)));
     let names = ["bulk", "paced", "default"];
-    let mut windows: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
-    let start = Instant::now();
-    let mut last = (Instant::now(), class_bytes(&metrics.encode()));
-    let mut next = start + WINDOW;
-    let mut second = Vec::new();
-    while !traffic.is_finished() {
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        next += WINDOW;
-        let now = (Instant::now(), class_bytes(&metrics.encode()));
-        let dt = now.0.duration_since(last.0).as_secs_f64();
-        let rates: Vec<f64> = names
-            .iter()
-            .map(|n| {
-                let get = |v: &[(String, u64)]| v.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
-                get(&now.1).saturating_sub(get(&last.1)) as f64 * 8.0 / dt
-            })
-            .collect();
-        let t = now.0.duration_since(start);
-        if t >= WARMUP && t + WINDOW <= duration {
-            for (w, r) in windows.iter_mut().zip(&rates) {
-                w.push(*r);
-            }
-        }
-        second.push(rates);
-        if second.len() == 10 {
-            let mean = |i: usize| second.iter().map(|r: &Vec<f64>| r[i]).sum::<f64>() / 10.0 / 1e6;
-            let _ = writeln!(
-                out,
-                "{:>4.0}s  bulk {:>7.1} Mbit/s  paced {:>7.1} Mbit/s  default {:>7.1} Mbit/s",
-                t.as_secs_f64(),
-                mean(0),
-                mean(1),
-                mean(2)
-            );
-            second.clear();
-        }
-        last = now;
-    }
+    let windows = sample_classes(
+        &names,
+        duration,
+        || class_bytes(&metrics.encode()),
+        || traffic.is_finished(),
+        out,
+    );
     let report = traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
     control.stop.store(true, Ordering::Relaxed);
     let loop_report = shaper
@@ -382,6 +351,52 @@ pub fn run_simulated(duration: Duration, out: &mut dyn Write) -> Result<Vec<Clas
     }
     let _ = write!(out, "{}", format_table(&rows));
     Ok(rows)
+}
+
+/// Reads the classes' byte counters (`bytes`) every [`WINDOW`] until `finished`: writes each
+/// second's mean rate of every class in `names` to `out`, and returns each class's rates (bit/s)
+/// over the windows after [`WARMUP`] that end within `duration`, for the conformance table.
+pub(crate) fn sample_classes(
+    names: &[&str],
+    duration: Duration,
+    mut bytes: impl FnMut() -> Vec<(String, u64)>,
+    mut finished: impl FnMut() -> bool,
+    out: &mut dyn Write,
+) -> Vec<Vec<f64>> {
+    let get = |v: &[(String, u64)], n: &str| v.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
+    let mut windows: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let start = Instant::now();
+    let mut last = (Instant::now(), bytes());
+    let mut next = start + WINDOW;
+    let mut second: Vec<Vec<f64>> = Vec::new();
+    while !finished() {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        next += WINDOW;
+        let now = (Instant::now(), bytes());
+        let dt = now.0.duration_since(last.0).as_secs_f64();
+        let rates: Vec<f64> = names
+            .iter()
+            .map(|n| get(&now.1, n).saturating_sub(get(&last.1, n)) as f64 * 8.0 / dt)
+            .collect();
+        let t = now.0.duration_since(start);
+        if t >= WARMUP && t + WINDOW <= duration {
+            for (w, r) in windows.iter_mut().zip(&rates) {
+                w.push(*r);
+            }
+        }
+        second.push(rates);
+        if second.len() == 10 {
+            let mut line = format!("{:>4.0}s", t.as_secs_f64());
+            for (i, name) in names.iter().enumerate() {
+                let mean = second.iter().map(|r| r[i]).sum::<f64>() / 10.0 / 1e6;
+                line.push_str(&format!("  {name} {mean:>7.1} Mbit/s"));
+            }
+            let _ = writeln!(out, "{line}");
+            second.clear();
+        }
+        last = now;
+    }
+    windows
 }
 
 #[cfg(test)]

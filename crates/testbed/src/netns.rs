@@ -353,8 +353,8 @@ impl Topology {
             add_namespace(ns.name())?;
             ns.ip(&["link", "set", "lo", "up"])?;
         }
-        self.add_veth(&self.sender, &self.sender_if, &self.shaper, &self.shaper_in)?;
-        self.add_veth(
+        add_veth(&self.sender, &self.sender_if, &self.shaper, &self.shaper_in)?;
+        add_veth(
             &self.shaper,
             &self.shaper_out,
             &self.receiver,
@@ -371,30 +371,6 @@ impl Topology {
             ns.ip(&["link", "set", iface, "up"])?;
         }
         Ok(())
-    }
-
-    fn add_veth(
-        &self,
-        a: &Namespace,
-        a_if: &str,
-        b: &Namespace,
-        b_if: &str,
-    ) -> Result<(), TopoError> {
-        let args = [
-            "link",
-            "add",
-            a_if,
-            "netns",
-            a.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            b_if,
-        ];
-        let mut full: Vec<&str> = args.to_vec();
-        full.extend_from_slice(&["netns", b.name()]);
-        process::run("ip", &full).map(drop)
     }
 
     /// The three namespaces: sender, shaper, receiver.
@@ -470,7 +446,7 @@ impl Topology {
     /// neighbour entry stays right), and sets both ends up.
     pub fn recreate_veth(&self, shaper_if: &str, mac: &str) -> Result<(), TopoError> {
         let (ns, iface, addr) = self.peer_of(shaper_if);
-        self.add_veth(&self.shaper, shaper_if, ns, iface)?;
+        add_veth(&self.shaper, shaper_if, ns, iface)?;
         if !mac.is_empty() {
             ns.ip(&["link", "set", "dev", iface, "address", mac])?;
         }
@@ -712,6 +688,30 @@ fn add_namespace(name: &str) -> Result<(), TopoError> {
 pub const REQUIRE_PRIVILEGED_ENV: &str = "METRONOME_REQUIRE_PRIVILEGED";
 
 /// Says why privileged test `test` is skipped, or panics with that reason when
+/// Creates the veth pair `a_if` (in `a`) - `b_if` (in `b`).
+pub(crate) fn add_veth(
+    a: &Namespace,
+    a_if: &str,
+    b: &Namespace,
+    b_if: &str,
+) -> Result<(), TopoError> {
+    let args = [
+        "link",
+        "add",
+        a_if,
+        "netns",
+        a.name(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_if,
+        "netns",
+        b.name(),
+    ];
+    process::run("ip", &args).map(drop)
+}
+
 /// [`REQUIRE_PRIVILEGED_ENV`] is `1`.
 pub fn skip_unprivileged(test: &str, why: &dyn std::fmt::Display) {
     if std::env::var(REQUIRE_PRIVILEGED_ENV).as_deref() == Ok("1") {

@@ -114,6 +114,27 @@ pub struct Uplink {
     up: Option<bool>,
 }
 
+impl Uplink {
+    /// The attached interface `name` with its capture pair made (none hooked yet).
+    fn new(name: &str) -> Result<Uplink, AttachError> {
+        let ifindex =
+            index_of(name).ok_or_else(|| AttachError::NoSuchInterface(name.to_string()))?;
+        let (send, recv) = capture_names(ifindex);
+        let pair = make_pair(&send, &recv).map_err(|reason| AttachError::Interface {
+            ifname: name.to_string(),
+            reason,
+        })?;
+        Ok(Uplink {
+            name: name.to_string(),
+            ifindex: Some(ifindex),
+            link: None,
+            send: (send, pair.0),
+            recv: (recv, pair.1),
+            up: None,
+        })
+    }
+}
+
 /// The daemon's hooks and capture pairs (see the module docs). Dropping it detaches every hook
 /// and deletes the capture pairs.
 pub struct Attachment {
@@ -154,21 +175,7 @@ impl Attachment {
         }
         let mut uplinks = Vec::new();
         for name in &config.interfaces.attach {
-            let ifindex =
-                index_of(name).ok_or_else(|| AttachError::NoSuchInterface(name.clone()))?;
-            let (send, recv) = capture_names(ifindex);
-            let pair = make_pair(&send, &recv).map_err(|reason| AttachError::Interface {
-                ifname: name.clone(),
-                reason,
-            })?;
-            uplinks.push(Uplink {
-                name: name.clone(),
-                ifindex: Some(ifindex),
-                link: None,
-                send: (send, pair.0),
-                recv: (recv, pair.1),
-                up: None,
-            });
+            uplinks.push(Uplink::new(name)?);
         }
         let mut bpf = Ebpf::load(OBJECT).map_err(|e| AttachError::Load(e.to_string()))?;
         for name in ["capture", "stamp", "discard"] {
@@ -221,21 +228,9 @@ impl Attachment {
                 kept.push(old.swap_remove(i));
                 continue;
             }
-            let ifindex =
-                index_of(name).ok_or_else(|| AttachError::NoSuchInterface(name.clone()))?;
-            let (send, recv) = capture_names(ifindex);
-            let pair = make_pair(&send, &recv).map_err(|reason| AttachError::Interface {
-                ifname: name.clone(),
-                reason,
-            })?;
-            kept.push(Uplink {
-                name: name.clone(),
-                ifindex: Some(ifindex),
-                link: None,
-                send: (send, pair.0),
-                recv: (recv.clone(), pair.1),
-                up: None,
-            });
+            let uplink = Uplink::new(name)?;
+            let recv = uplink.recv.0.clone();
+            kept.push(uplink);
             self.uplinks = kept;
             let attached = self.attach("discard", &recv, TcAttachType::Ingress);
             kept = std::mem::take(&mut self.uplinks);

@@ -16,13 +16,13 @@
 //! the error
 //! ([`DemoError::Refused`]): nothing is measured without the daemon.
 
-use super::{class_bytes, conformance, format_table, ClassRow, DemoError, WARMUP, WINDOW};
+use super::{class_bytes, conformance, format_table, ClassRow, DemoError};
 use crate::compare::attach::{daemon_config, AttachedDaemon};
 use crate::netns::attach::{AttachTopology, WorkloadLink};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Prefix of the attach demo's namespaces.
 pub const NS_PREFIX: &str = "mtr-dema";
@@ -110,44 +110,14 @@ pub fn run_attached(
             std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)))
         })
         .collect();
-    let mut windows: Vec<Vec<f64>> = vec![Vec::new(); CLASSES.len()];
-    let start = Instant::now();
-    let mut last = (Instant::now(), class_bytes_now());
-    let mut next = start + WINDOW;
-    let mut second: Vec<Vec<f64>> = Vec::new();
-    while !traffic.iter().all(|t| t.is_finished()) {
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        next += WINDOW;
-        let now = (Instant::now(), class_bytes_now());
-        let dt = now.0.duration_since(last.0).as_secs_f64();
-        let rates: Vec<f64> = CLASSES
-            .iter()
-            .map(|(n, _, _)| {
-                let get = |v: &[(String, u64)]| v.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
-                get(&now.1).saturating_sub(get(&last.1)) as f64 * 8.0 / dt
-            })
-            .collect();
-        let t = now.0.duration_since(start);
-        if t >= WARMUP && t + WINDOW <= duration {
-            for (w, r) in windows.iter_mut().zip(&rates) {
-                w.push(*r);
-            }
-        }
-        second.push(rates);
-        if second.len() == 10 {
-            let mean = |i: usize| second.iter().map(|r| r[i]).sum::<f64>() / 10.0 / 1e6;
-            let _ = writeln!(
-                out,
-                "{:>4.0}s  host {:>7.1} Mbit/s  w1 {:>7.1} Mbit/s  w2 {:>7.1} Mbit/s",
-                t.as_secs_f64(),
-                mean(0),
-                mean(1),
-                mean(2)
-            );
-            second.clear();
-        }
-        last = now;
-    }
+    let names: Vec<&str> = CLASSES.iter().map(|c| c.0).collect();
+    let windows = super::sample_classes(
+        &names,
+        duration,
+        class_bytes_now,
+        || traffic.iter().all(|t| t.is_finished()),
+        out,
+    );
     let mut reports: Vec<Result<TrafficReport, TrafficError>> = Vec::new();
     for t in traffic {
         reports.push(t.join().unwrap_or(Err(TrafficError::ThreadPanicked)));

@@ -40,7 +40,9 @@
 //! them all off; deleting the namespaces (on drop, also after a failure or a panic, and on
 //! SIGINT/SIGTERM through [`super::cleanup_on_signals`]) removes everything else.
 
-use super::{add_namespace, install_root_qdisc, process, Namespace, QdiscSpec, TopoError};
+use super::{
+    add_namespace, add_veth, install_root_qdisc, process, Namespace, QdiscSpec, TopoError,
+};
 use super::{NETNS_RUN_DIR, SEQUENCE};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -529,24 +531,6 @@ pub fn attach_or_skip(
         }
         Err(e) => panic!("building the attach topology failed: {e}"),
     }
-}
-
-fn add_veth(a: &Namespace, a_if: &str, b: &Namespace, b_if: &str) -> Result<(), TopoError> {
-    let args = [
-        "link",
-        "add",
-        a_if,
-        "netns",
-        a.name(),
-        "type",
-        "veth",
-        "peer",
-        "name",
-        b_if,
-        "netns",
-        b.name(),
-    ];
-    process::run("ip", &args).map(drop)
 }
 
 fn sysctl(ns: &Namespace, setting: &str) -> Result<(), TopoError> {
