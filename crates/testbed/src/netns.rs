@@ -165,6 +165,22 @@ impl Namespace {
         process::run("ip", &full)
     }
 
+    /// Adds bridge `name` without STP and without forwarding delay, so its ports forward at once.
+    pub fn add_bridge(&self, name: &str) -> Result<(), TopoError> {
+        let args = [
+            "link",
+            "add",
+            name,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ];
+        self.ip(&args).map(drop)
+    }
+
     /// Opens the rx/tx counters of `iface` in this namespace (see the module docs for why
     /// `/proc/thread-self/net/dev` and not sysfs).
     pub fn interface_counters(&self, iface: &str) -> Result<InterfaceCounters, TopoError> {
@@ -530,17 +546,7 @@ impl Topology {
             return Ok(());
         }
         let ns = &self.shaper;
-        ns.ip(&[
-            "link",
-            "add",
-            "br0",
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-        ])?;
+        ns.add_bridge("br0")?;
         self.bridged = true;
         ns.ip(&["link", "set", &self.shaper_in, "master", "br0"])?;
         ns.ip(&["link", "set", &self.shaper_out, "master", "br0"])?;

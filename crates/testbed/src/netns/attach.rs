@@ -258,17 +258,7 @@ impl AttachTopology {
 
     fn join_bridged(&self) -> Result<(), TopoError> {
         let cidr = |a: Ipv4Addr| format!("{a}/{PREFIX_LEN}");
-        self.host.ip(&[
-            "link",
-            "add",
-            &self.bridge,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-        ])?;
+        self.host.add_bridge(&self.bridge)?;
         self.host
             .ip(&["addr", "add", &cidr(self.gateway_addr), "dev", &self.bridge])?;
         self.host.ip(&["link", "set", &self.bridge, "up"])?;
