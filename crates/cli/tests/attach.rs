@@ -12,7 +12,8 @@
 //! * SIGHUP adds and removes attached interfaces;
 //! * an attached uplink that goes down and up, or is deleted and made again, is shaped again
 //!   (counted: `metronome_link_down_total`, `metronome_attach_events_total`);
-//! * an interface that does not exist is refused at start (exit 2, named).
+//! * an interface that does not exist, or that another daemon is attached to, is refused at
+//!   start (exit 2, named).
 
 mod common;
 
@@ -270,6 +271,19 @@ fn attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill() {
     assert_eq!(hooks[0].1, ["capture"], "{hooks:?}");
     assert!(hooks[1..].iter().all(|(_, p)| p == &["stamp"]), "{hooks:?}");
     assert_eq!(capture_pairs(&topo), 2, "one veth pair");
+    // A second daemon on the same interface is refused and leaves the first one's pair alone.
+    let second = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", topo.host.name()))
+        .arg(env!("CARGO_BIN_EXE_metronome"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("another metronome is attached"), "{stderr}");
+    assert_eq!(tcx(&topo), hooks, "the first daemon's hooks stay");
+    assert_eq!(capture_pairs(&topo), 2, "and its pair");
 
     // The host's own flows (default class) and both workloads at once, 4 s.
     let senders = [

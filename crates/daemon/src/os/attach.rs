@@ -119,6 +119,15 @@ impl Uplink {
     fn new(name: &str) -> Result<Uplink, AttachError> {
         let ifindex =
             index_of(name).ok_or_else(|| AttachError::NoSuchInterface(name.to_string()))?;
+        // Another daemon's capture hook: its pair must not be taken for a stale one.
+        if tcx_programs(name, true).is_ok_and(|p| p.iter().any(|n| n == "capture")) {
+            return Err(AttachError::Interface {
+                ifname: name.to_string(),
+                reason: "another metronome is attached to it (a `capture` program is at its \
+                         egress hook)"
+                    .to_string(),
+            });
+        }
         let (send, recv) = capture_names(ifindex);
         let pair = make_pair(&send, &recv).map_err(|reason| AttachError::Interface {
             ifname: name.to_string(),
