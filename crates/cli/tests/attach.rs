@@ -87,6 +87,21 @@ fn stop_cleanly(daemon: &mut Daemon) {
     assert_eq!(status.code(), Some(0), "{}", daemon.log());
 }
 
+/// Runs `metronome run --config CONFIG` in the host namespace and checks that it exits 2 at
+/// start, its error containing `why`.
+fn refused_at_start(topo: &AttachTopology, config: &Path, why: &str) {
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", topo.host.name()))
+        .arg(env!("CARGO_BIN_EXE_metronome"))
+        .args(["run", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(why), "{stderr}");
+}
+
 /// Sends SIGHUP to `daemon`.
 fn hangup(daemon: &Daemon) {
     let pid = daemon.child.id().to_string();
@@ -272,16 +287,7 @@ fn attached_classes_hold_their_rates_stop_cleanly_and_fail_open_on_sigkill() {
     assert!(hooks[1..].iter().all(|(_, p)| p == &["stamp"]), "{hooks:?}");
     assert_eq!(capture_pairs(&topo), 2, "one veth pair");
     // A second daemon on the same interface is refused and leaves the first one's pair alone.
-    let second = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", topo.host.name()))
-        .arg(env!("CARGO_BIN_EXE_metronome"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("another metronome is attached"), "{stderr}");
+    refused_at_start(&topo, &config, "another metronome is attached");
     assert_eq!(tcx(&topo), hooks, "the first daemon's hooks stay");
     assert_eq!(capture_pairs(&topo), 2, "and its pair");
 
@@ -426,16 +432,7 @@ fn an_interface_that_does_not_exist_is_refused_with_exit_2() {
     let config = dir.0.join("missing.toml");
     std::fs::write(&config, "[interfaces]\nattach = [\"nosuch0\"]\n").unwrap();
     let before = host_state(&topo);
-    let out = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", topo.host.name()))
-        .arg(env!("CARGO_BIN_EXE_metronome"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("no interface \"nosuch0\""), "{stderr}");
+    refused_at_start(&topo, &config, "no interface \"nosuch0\"");
     assert_eq!(host_state(&topo), before);
     topo.remove().unwrap();
 }
