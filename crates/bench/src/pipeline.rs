@@ -39,6 +39,7 @@ use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame}
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;
 
+pub mod classes;
 pub mod scaling;
 
 /// Flows in the workload: 1 000, a quarter per class.

@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// classify, timestamp, wheel, release) through in-memory ports, with a per-stage breakdown.
     #[arg(long)]
     daemon: bool,
+    /// With `--daemon`: instead of the breakdown, the engine's per-packet cost with this many
+    /// classes (comma-separated, each 1 to 65 535), class `i` matching one destination /32.
+    #[arg(long, value_delimiter = ',', requires = "daemon")]
+    classes: Vec<usize>,
 }
 
 /// Runs the command.
@@ -315,6 +319,9 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(r) = args.repetitions {
         opts.repetitions = r.max(1);
     }
+    if !args.classes.is_empty() {
+        return run_classes(args, &opts);
+    }
     let report = pipeline::run(&opts, |what| eprintln!("bench --daemon: {what}"));
     let machine = metronome_bench::machine::describe();
     let mut out = std::io::stdout().lock();
@@ -424,5 +431,59 @@ fn run_daemon(args: &BenchArgs) -> anyhow::Result<()> {
         "with two whole cores (thread CPU time per packet, 2 x one / two): {:.2}x",
         sc.cpu_ratio
     )?;
+    Ok(())
+}
+
+/// `metronome bench --daemon --classes N,..` ([`metronome_bench::pipeline::classes`]).
+fn run_classes(
+    args: &BenchArgs,
+    opts: &metronome_bench::pipeline::PipelineOptions,
+) -> anyhow::Result<()> {
+    use metronome_bench::pipeline::classes;
+    let max = metronome_daemon::ops::config::MAX_CLASSES;
+    if let Some(bad) = args.classes.iter().find(|&&n| n == 0 || n > max) {
+        bail!("--classes {bad}: between 1 and {max} classes");
+    }
+    let rows = classes::run(
+        &args.classes,
+        opts.batch,
+        opts.packets,
+        opts.repetitions,
+        |what| eprintln!("bench --daemon --classes: {what}"),
+    );
+    let machine = metronome_bench::machine::describe();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let doc = serde_json::json!({ "machine": machine, "classes": rows });
+        serde_json::to_writer(&mut out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "metronome bench --daemon --classes on {machine}")?;
+    writeln!(
+        out,
+        "the real Engine end to end; class i matches destination /32 number i; {} flows spread \
+         over the classes",
+        metronome_bench::pipeline::FLOWS
+    )?;
+    writeln!(
+        out,
+        "{:>8} {:>7} {:>12} {:>9} {:>10} {:>10} {:>8}",
+        "classes", "active", "ns/packet", "vs first", "parse ms", "engine ms", "dropped"
+    )?;
+    let first = rows.first().map_or(1.0, |r| r.ns_per_packet);
+    for r in &rows {
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>12.1} {:>8.2}x {:>10.1} {:>10.1} {:>8}",
+            r.classes,
+            r.active,
+            r.ns_per_packet,
+            r.ns_per_packet / first,
+            r.parse_ms,
+            r.engine_ms,
+            r.dropped
+        )?;
+    }
     Ok(())
 }

@@ -193,6 +193,12 @@ pub struct Engine {
     /// Config class id (0 = default, i + 1 = `classes[i]`) -> class state index.
     class_map: Vec<u16>,
     classes: Vec<classes::ClassState>,
+    /// Class state index by name (the states are only ever added to).
+    class_index: std::collections::HashMap<String, usize>,
+    /// Indices of the classes whose gauges or tallies changed since the last
+    /// [`Engine::publish_gauges`] (each flagged `ClassState::dirty`), so that publishing costs
+    /// what changed, not the number of classes.
+    dirty: Vec<usize>,
     stamper: Timestamper,
     wheel: TimingWheel,
     flows: FlowTable,
@@ -261,6 +267,8 @@ impl Engine {
             flow_seed: seed,
             class_map: Vec::new(),
             classes: Vec::new(),
+            class_index: std::collections::HashMap::new(),
+            dirty: Vec::new(),
             stamper: Timestamper::new(),
             wheel: TimingWheel::new(wheel_config),
             flows: FlowTable::new(),

@@ -37,6 +37,8 @@ pub(super) struct ClassState {
     /// Packets and bytes sent since the last [`Engine::publish_gauges`], added to `metrics`
     /// there (once per batch, not per packet).
     pub(super) unpublished: (u64, u64),
+    /// Listed in `Engine::dirty`: its `queued` or `unpublished` changed since the last publish.
+    pub(super) dirty: bool,
     /// Packets of this class in the wheel.
     pub(super) queued: u64,
     /// Wire bytes of the class's entries in the wheel and on the link.
@@ -67,15 +69,15 @@ impl Engine {
         wanted.extend(config.classes.iter().map(|c| (c.name.as_str(), c.policy)));
         let new_names = wanted
             .iter()
-            .filter(|(n, _)| !self.classes.iter().any(|s| s.name == *n))
+            .filter(|(n, _)| !self.class_index.contains_key(*n))
             .count();
         if self.classes.len() + new_names > usize::from(u16::MAX) {
             return Err(ReloadError::TooManyClasses);
         }
         let mut map = Vec::with_capacity(wanted.len());
         for (name, policy) in wanted {
-            let index = match self.classes.iter().position(|s| s.name == name) {
-                Some(i) => i,
+            let index = match self.class_index.get(name) {
+                Some(&i) => i,
                 None => {
                     self.classes.push(ClassState {
                         name: name.to_owned(),
@@ -84,12 +86,15 @@ impl Engine {
                         aggregate: None,
                         metrics: self.metrics.class(name),
                         unpublished: (0, 0),
+                        dirty: false,
                         queued: 0,
                         queued_bytes: 0,
                         queued_large: 0,
                         bound: (u64::MAX, u64::MAX),
                         stamped_bytes: 0,
                     });
+                    self.class_index
+                        .insert(name.to_owned(), self.classes.len() - 1);
                     self.classes.len() - 1
                 }
             };
@@ -187,6 +192,17 @@ impl Engine {
             state.queued_bytes += wire;
             state.queued_large += u64::from(large);
         }
+        self.touch(index);
+    }
+
+    /// Lists class `index` for the next [`Engine::publish_gauges`] (once).
+    pub(super) fn touch(&mut self, index: usize) {
+        if let Some(state) = self.classes.get_mut(index) {
+            if !state.dirty {
+                state.dirty = true;
+                self.dirty.push(index);
+            }
+        }
     }
 
     /// Takes entry `pkt` (`wire` bytes) off its class's counts when it leaves the wheel or the
@@ -197,6 +213,7 @@ impl Engine {
         if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
             state.left(wire, large);
         }
+        self.touch(usize::from(pkt.class.0));
     }
 
     /// Frames and wire bytes class `index` holds waiting, what its `queue` bounds count: its

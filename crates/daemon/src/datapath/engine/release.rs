@@ -98,6 +98,7 @@ impl Engine {
             state.unpublished.0 += 1;
             state.unpublished.1 += d.wire;
         }
+        self.touch(usize::from(pkt.class.0));
         out.push(pkt.id);
         self.counters.released += 1;
         d.edt
@@ -108,7 +109,11 @@ impl Engine {
     /// read-modify-write on shared metrics.
     pub(super) fn publish_gauges(&mut self) {
         self.metrics.set_wheel_occupancy(self.wheel.len() as u64);
-        for state in &mut self.classes {
+        for index in self.dirty.drain(..) {
+            let Some(state) = self.classes.get_mut(index) else {
+                continue;
+            };
+            state.dirty = false;
             state.metrics.set_queued(state.queued);
             let (packets, bytes) = std::mem::take(&mut state.unpublished);
             if packets > 0 {

@@ -576,3 +576,17 @@ fn daemon_user_is_a_plain_name_and_needs_a_restart() {
         .collect();
     assert_eq!(fields, ["daemon.user"]);
 }
+
+#[test]
+fn the_line_of_an_offset_is_the_count_of_newlines_before_it() {
+    let text = "a\n\nbc\n[x]\ny = 1\n\n";
+    let site = super::error::ErrorSite::new(text, "t.toml");
+    for offset in 0..=text.len() + 2 {
+        assert_eq!(
+            site.line(offset),
+            super::error::line_of(text, offset),
+            "offset {offset}"
+        );
+    }
+    assert_eq!(super::error::ErrorSite::new("", "t.toml").line(0), 1);
+}

@@ -40,7 +40,7 @@ const MAX_USER_NAME: usize = 32;
 
 /// Parses `text` and validates it.
 pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
-    let site = ErrorSite { text, source_name };
+    let site = ErrorSite::new(text, source_name);
     // Syntax first, so that a syntax error is reported as such and not as a schema error.
     if let Err(e) = toml::de::DeTable::parse(text) {
         return Err(site.toml_error(&e, true));

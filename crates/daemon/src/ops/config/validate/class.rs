@@ -4,7 +4,7 @@
 //! `pacing` sets no `burst`, `horizon_policy` or `backpressure`, which would have no effect.
 
 use super::{horizon_policy, Result, Validator};
-use crate::ops::config::error::{line_of, ErrorKind};
+use crate::ops::config::error::ErrorKind;
 use crate::ops::config::raw::{
     RawAckPer, RawAckShaping, RawBackpressure, RawBackpressureMode, RawClass, RawQueue, Scalar,
 };
@@ -59,7 +59,7 @@ impl Validator<'_> {
             name: n.clone(),
             matcher,
             policy: self.policy(raw, path, mtu, link)?,
-            line: line_of(self.site.text, name.span().start),
+            line: self.site.line(name.span().start),
         })
     }
 

@@ -1,0 +1,161 @@
+//! The daemon's per-packet cost against the number of classes (`metronome bench --daemon
+//! --classes N,..`): the real [`Engine`] end to end, as [`Stage::Engine`] of the breakdown, on a
+//! configuration of `N` classes, class `i` matching destination `/32` number `i` with an
+//! aggregate rate, and the [`FLOWS`] flows of the workload spread evenly over the classes (flow
+//! `f` to class `f × N / FLOWS`), so that the classifier's rules are hit from the first to the
+//! last. Each class's rate is the offered load over the classes with traffic, plus 4 %, so every
+//! class keeps up and the backlog stays steady, as in the breakdown's workload.
+//!
+//! Besides ns per packet, each row says what building the configuration and the engine took
+//! (parsing and validating the text, then `Engine::new`): the part of a daemon's start-up that
+//! grows with the classes. The ports, the pool and the wheel are the same at every `N`.
+
+use super::{Rig, Stage, FLOWS, FRAME_LEN, OFFERED_BPS};
+use metronome_core::Duration;
+use metronome_daemon::datapath::engine::Engine;
+use metronome_daemon::ops::config::Config;
+use metronome_daemon::ops::metrics::Metrics;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// One `N` of [`run`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClassesRow {
+    /// Classes in the configuration.
+    pub classes: usize,
+    /// Classes that receive traffic (at most [`FLOWS`]).
+    pub active: usize,
+    /// Median ns per packet, end to end.
+    pub ns_per_packet: f64,
+    /// Every repetition's ns per packet.
+    pub repetitions_ns: Vec<f64>,
+    /// Milliseconds to parse and validate the configuration text.
+    pub parse_ms: f64,
+    /// Milliseconds for `Engine::new` on it.
+    pub engine_ms: f64,
+    /// Packets the engine dropped in its last repetition (should be 0).
+    pub dropped: u64,
+}
+
+/// The `i`-th destination address of the workload: 10.(2 + i / 65 536).(i / 256 % 256).(i % 256).
+fn address(i: usize) -> [u8; 4] {
+    [10, 2 + (i >> 16) as u8, (i >> 8) as u8, i as u8]
+}
+
+/// The configuration text of `n` classes (see the module docs).
+pub fn config_text(n: usize) -> String {
+    let active = n.clamp(1, FLOWS);
+    let rate = OFFERED_BPS / active as u64 * 104 / 100;
+    let mut text = String::from(
+        "[interfaces]\ninside = \"bench-in\"\noutside = \"bench-out\"\n\n\
+         [wheel]\ngranularity = \"2us\"\nhorizon = \"2s\"\n",
+    );
+    for i in 0..n {
+        let [a, b, c, d] = address(i);
+        let _ = write!(
+            text,
+            "\n[[class]]\nname = \"c{i}\"\nmatch = {{ dst = \"{a}.{b}.{c}.{d}\" }}\nrate = {rate}\nburst = \"15k\"\n"
+        );
+    }
+    text
+}
+
+/// [`FLOWS`] full-size TCP frames, flow `f` to the address of class `f × n / FLOWS`.
+pub fn frames(n: usize) -> Vec<Vec<u8>> {
+    (0..FLOWS)
+        .map(|f| {
+            let class = f * n.max(1) / FLOWS;
+            let mut frame = vec![0u8; FRAME_LEN];
+            let [hh, hl] = (f as u16).to_be_bytes();
+            let spec = metronome_packet::build::TcpFrame {
+                src_ip: [10, 1, hh, hl],
+                dst_ip: address(class),
+                src_port: 40_000 + f as u16,
+                dst_port: 5_000,
+                ecn: metronome_packet::Ecn::Ect0,
+                seq: 1,
+            };
+            // FRAME_LEN holds the headers and is below the frame limit, so this cannot fail.
+            let _ = metronome_packet::build::write_tcp_frame(&mut frame, &spec);
+            frame
+        })
+        .collect()
+}
+
+/// Measures each of `counts` in turn: `packets` per repetition, `repetitions` repetitions
+/// (median), batches of `batch`. Progress goes to `progress`.
+pub fn run(
+    counts: &[usize],
+    batch: usize,
+    packets: u64,
+    repetitions: usize,
+    mut progress: impl FnMut(&str),
+) -> Vec<ClassesRow> {
+    counts
+        .iter()
+        .map(|&n| {
+            progress(&format!("{n} classes"));
+            let text = config_text(n);
+            let start = Instant::now();
+            let config = Config::from_toml_str(&text, "bench_classes.toml")
+                .expect("the generated configuration is valid");
+            let parse_ms = start.elapsed().as_secs_f64() * 1e3;
+            let start = Instant::now();
+            drop(Engine::new(&config, 1024, Metrics::new()));
+            let engine_ms = start.elapsed().as_secs_f64() * 1e3;
+            let mut rig = Rig::new(&config, &frames(n), batch, Stage::Engine);
+            rig.warm_up(Duration::from_millis(200));
+            let mut reps = Vec::with_capacity(repetitions.max(1));
+            for _ in 0..repetitions.max(1) {
+                let start = Instant::now();
+                let done = rig.steps(packets);
+                reps.push(start.elapsed().as_nanos() as f64 / done.max(1) as f64);
+            }
+            let mut sorted = reps.clone();
+            sorted.sort_by(f64::total_cmp);
+            ClassesRow {
+                classes: n,
+                active: n.clamp(1, FLOWS),
+                ns_per_packet: sorted[sorted.len() / 2],
+                repetitions_ns: reps,
+                parse_ms,
+                engine_ms,
+                dropped: rig.totals().dropped,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flow_lands_in_its_class_and_the_classes_span_the_rules() {
+        let n = 5_000;
+        let config = Config::from_toml_str(&config_text(n), "t.toml").unwrap();
+        assert_eq!(config.classes.len(), n);
+        let classifier = config.classifier();
+        let frames = frames(n);
+        let mut seen = Vec::new();
+        for (f, frame) in frames.iter().enumerate() {
+            let metronome_packet::Parsed::Ip(ip) = metronome_packet::parse(frame) else {
+                panic!("flow {f}: not an IP frame");
+            };
+            let class = classifier.class_of(&ip);
+            assert_eq!(usize::from(class.0), f * n / FLOWS + 1, "flow {f}");
+            seen.push(class);
+        }
+        assert_eq!(usize::from(seen.last().unwrap().0), n - n / FLOWS + 1);
+    }
+
+    #[test]
+    fn a_small_run_forwards_without_drops() {
+        let rows = run(&[10, 300], 64, 2_000, 1, |_| {});
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            assert_eq!(r.dropped, 0, "{r:?}");
+            assert!(r.ns_per_packet > 0.0);
+        }
+    }
+}
