@@ -54,6 +54,16 @@ pub(super) struct ClassState {
 }
 
 impl ClassState {
+    /// Lists this class, state `index`, in `dirty` for the next [`Engine::publish_gauges`]
+    /// (once).
+    #[inline]
+    pub(super) fn touch(&mut self, index: usize, dirty: &mut Vec<usize>) {
+        if !self.dirty {
+            self.dirty = true;
+            dirty.push(index);
+        }
+    }
+
     /// Takes one entry of `wire` bytes, in a large slot or not, off the class's counts.
     pub(super) fn left(&mut self, wire: u64, large: bool) {
         self.queued = self.queued.saturating_sub(1);
@@ -191,17 +201,7 @@ impl Engine {
             state.queued += 1;
             state.queued_bytes += wire;
             state.queued_large += u64::from(large);
-        }
-        self.touch(index);
-    }
-
-    /// Lists class `index` for the next [`Engine::publish_gauges`] (once).
-    pub(super) fn touch(&mut self, index: usize) {
-        if let Some(state) = self.classes.get_mut(index) {
-            if !state.dirty {
-                state.dirty = true;
-                self.dirty.push(index);
-            }
+            state.touch(index, &mut self.dirty);
         }
     }
 
@@ -210,10 +210,11 @@ impl Engine {
     pub(super) fn count_left(&mut self, pkt: PacketRef, wire: u64) {
         let (slot, _) = decode(pkt.id);
         let large = slot >= self.large_from;
-        if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+        let index = usize::from(pkt.class.0);
+        if let Some(state) = self.classes.get_mut(index) {
             state.left(wire, large);
+            state.touch(index, &mut self.dirty);
         }
-        self.touch(usize::from(pkt.class.0));
     }
 
     /// Frames and wire bytes class `index` holds waiting, what its `queue` bounds count: its

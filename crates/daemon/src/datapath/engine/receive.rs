@@ -230,7 +230,7 @@ impl Engine {
             let state = &mut self.classes[index];
             state.unpublished.0 += 1;
             state.unpublished.1 += len;
-            self.touch(index);
+            state.touch(index, &mut self.dirty);
             return self.forward(id, forward);
         }
         let (policy, horizon_policy, aggregate) =

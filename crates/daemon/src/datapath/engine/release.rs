@@ -93,12 +93,13 @@ impl Engine {
         }
         let (slot, _) = decode(pkt.id);
         let large = slot >= self.large_from;
-        if let Some(state) = self.classes.get_mut(usize::from(pkt.class.0)) {
+        let index = usize::from(pkt.class.0);
+        if let Some(state) = self.classes.get_mut(index) {
             state.left(d.wire, large);
             state.unpublished.0 += 1;
             state.unpublished.1 += d.wire;
+            state.touch(index, &mut self.dirty);
         }
-        self.touch(usize::from(pkt.class.0));
         out.push(pkt.id);
         self.counters.released += 1;
         d.edt
