@@ -8,7 +8,8 @@
 //!
 //! Besides ns per packet, each row says what building the configuration and the engine took
 //! (parsing and validating the text, then `Engine::new`): the part of a daemon's start-up that
-//! grows with the classes. The ports, the pool and the wheel are the same at every `N`.
+//! grows with the classes (the ports, the pool and the wheel are the same at every `N`); and what
+//! encoding that engine's metrics takes and weighs, the body of one scrape.
 
 use super::{Rig, Stage, FLOWS, FRAME_LEN, OFFERED_BPS};
 use metronome_core::Duration;
@@ -33,6 +34,11 @@ pub struct ClassesRow {
     pub parse_ms: f64,
     /// Milliseconds for `Engine::new` on it.
     pub engine_ms: f64,
+    /// Milliseconds to encode that engine's metrics in the Prometheus text format: what a scrape
+    /// of the metrics endpoint costs before it is sent.
+    pub encode_ms: f64,
+    /// Bytes of that text.
+    pub encode_bytes: usize,
     /// Packets the engine dropped in its last repetition (should be 0).
     pub dropped: u64,
 }
@@ -100,9 +106,14 @@ pub fn run(
             let config = Config::from_toml_str(&text, "bench_classes.toml")
                 .expect("the generated configuration is valid");
             let parse_ms = start.elapsed().as_secs_f64() * 1e3;
+            let metrics = Metrics::new();
             let start = Instant::now();
-            drop(Engine::new(&config, 1024, Metrics::new()));
+            let engine = Engine::new(&config, 1024, metrics.clone());
             let engine_ms = start.elapsed().as_secs_f64() * 1e3;
+            let start = Instant::now();
+            let text = metrics.encode();
+            let encode_ms = start.elapsed().as_secs_f64() * 1e3;
+            drop(engine);
             let mut rig = Rig::new(&config, &frames(n), batch, Stage::Engine);
             rig.warm_up(Duration::from_millis(200));
             let mut reps = Vec::with_capacity(repetitions.max(1));
@@ -120,6 +131,8 @@ pub fn run(
                 repetitions_ns: reps,
                 parse_ms,
                 engine_ms,
+                encode_ms,
+                encode_bytes: text.len(),
                 dropped: rig.totals().dropped,
             }
         })
@@ -147,6 +160,20 @@ mod tests {
             seen.push(class);
         }
         assert_eq!(usize::from(seen.last().unwrap().0), n - n / FLOWS + 1);
+    }
+
+    #[test]
+    fn the_most_classes_a_configuration_holds_all_get_their_state_and_series() {
+        let n = metronome_daemon::ops::config::MAX_CLASSES;
+        let config = Config::from_toml_str(&config_text(n), "t.toml").unwrap();
+        let metrics = Metrics::new();
+        let _engine = Engine::new(&config, 1024, metrics.clone());
+        let series = metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("metronome_class_packets_total{"))
+            .count();
+        assert_eq!(series, n + 1, "every class and the default one");
     }
 
     #[test]

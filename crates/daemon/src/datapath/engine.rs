@@ -179,7 +179,7 @@ pub enum ReloadError {
     /// More classes over the daemon's life than a `ClassId` can number.
     #[error(
         "reload refused: more than {} classes over the daemon's life",
-        u16::MAX
+        crate::ops::config::MAX_CLASSES
     )]
     TooManyClasses,
 }
@@ -289,9 +289,11 @@ impl Engine {
             link: None,
             config: config.clone(),
         };
-        // A fresh engine has no state, so this cannot run out of class ids (validation caps
-        // the classes at `MAX_CLASSES`).
-        let _ = engine.install_classes(config);
+        // A fresh engine has no state, so this does not run out of class ids: validation caps
+        // the classes at `MAX_CLASSES`, which leaves the default class its state.
+        if let Err(e) = engine.install_classes(config) {
+            tracing::error!(error = %e, "the engine could not take the configuration's classes");
+        }
         engine.fair_configure(config);
         engine
     }

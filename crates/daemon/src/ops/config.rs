@@ -132,8 +132,10 @@ pub const DEFAULT_LINK_DOWN_GRACE: Duration = Duration::from_secs(1);
 /// left. The daemon thread's CPU per Gbit/s with 0, 100, 200 and 400 µs is in
 /// docs/results/daemon.md (`metronome compare --target 1gbit --flows 16`).
 pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(200);
-/// Most classes: [`ClassId`] is a `u16` and id 0 is the default class.
-pub const MAX_CLASSES: usize = u16::MAX as usize;
+/// Most classes: 65 534. The engine numbers its class states, the default class's included, with
+/// a `u16` ([`ClassId`]) of which it keeps `u16::MAX` values, so it holds the default class and
+/// at most this many more.
+pub const MAX_CLASSES: usize = u16::MAX as usize - 1;
 
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq)]
