@@ -505,23 +505,7 @@ fn an_attached_uplink_that_flaps_or_is_recreated_is_shaped_again() {
     );
 
     // The uplink deleted and made again under its name (with its peer and addresses).
-    let (rcv_if, rcv_ns) = (topo.receiver_if.clone(), topo.receiver.name().to_string());
-    topo.host.ip(&["link", "del", &up]).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let args = [
-        "link", "add", &up, "type", "veth", "peer", "name", &rcv_if, "netns", &rcv_ns,
-    ];
-    topo.host.ip(&args).unwrap();
-    let host_cidr = format!("{}/24", topo.host_addr);
-    topo.host
-        .ip(&["addr", "add", &host_cidr, "dev", &up])
-        .unwrap();
-    topo.host.ip(&["link", "set", &up, "up"]).unwrap();
-    let rcv_cidr = format!("{}/24", topo.receiver_addr);
-    topo.receiver
-        .ip(&["addr", "add", &rcv_cidr, "dev", &rcv_if])
-        .unwrap();
-    topo.receiver.ip(&["link", "set", &rcv_if, "up"]).unwrap();
+    topo.recreate_uplink(Duration::from_millis(500)).unwrap();
     wait_until("the capture hook on the re-created uplink", || {
         egress_programs(&topo, &up) == ["capture"]
     });

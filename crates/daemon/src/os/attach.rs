@@ -151,6 +151,9 @@ pub struct Attachment {
     uplinks: Vec<Uplink>,
     from: BTreeMap<String, Origin>,
     cgroups: BTreeMap<String, CgroupOrigin>,
+    /// Where the cgroup v2 hierarchy is mounted ([`cgroup2_root`]), read once when a cgroup is
+    /// first looked up.
+    cgroup_root: Option<String>,
     mark: u32,
     /// Whether the capture hooks are wanted ([`Attachment::engage`] until
     /// [`Attachment::release`]).
@@ -206,19 +209,19 @@ impl Attachment {
             uplinks,
             from: BTreeMap::new(),
             cgroups: BTreeMap::new(),
+            cgroup_root: None,
             mark,
             engaged: false,
             metrics: metrics.clone(),
             exported: [0; 3],
         };
-        for i in 0..attachment.uplinks.len() {
-            let recv = attachment.uplinks[i].recv.0.clone();
-            attachment
-                .attach("discard", &recv, TcAttachType::Ingress)
-                .map_err(|reason| AttachError::Interface {
-                    ifname: recv.clone(),
-                    reason,
-                })?;
+        let receiving: Vec<String> = attachment
+            .uplinks
+            .iter()
+            .map(|u| u.recv.0.clone())
+            .collect();
+        for recv in receiving {
+            attachment.hook_discard(&recv)?;
         }
         attachment.set_origins(config);
         Ok(attachment)
@@ -238,15 +241,8 @@ impl Attachment {
                 continue;
             }
             let uplink = Uplink::new(name)?;
-            let recv = uplink.recv.0.clone();
+            self.hook_discard(&uplink.recv.0)?;
             kept.push(uplink);
-            self.uplinks = kept;
-            let attached = self.attach("discard", &recv, TcAttachType::Ingress);
-            kept = std::mem::take(&mut self.uplinks);
-            attached.map_err(|reason| AttachError::Interface {
-                ifname: recv,
-                reason,
-            })?;
             self.event(name, "attached");
         }
         for gone in old {
@@ -265,6 +261,17 @@ impl Attachment {
         self.uplinks = kept;
         self.set_origins(config);
         Ok(())
+    }
+
+    /// Attaches `discard` at the ingress of capture pair end `recv`, which the daemon's port
+    /// reads: nothing captured goes up the host's stack.
+    fn hook_discard(&mut self, recv: &str) -> Result<(), AttachError> {
+        self.attach("discard", recv, TcAttachType::Ingress)
+            .map(drop)
+            .map_err(|reason| AttachError::Interface {
+                ifname: recv.to_string(),
+                reason,
+            })
     }
 
     /// The attached interfaces, in `[interfaces] attach` order.

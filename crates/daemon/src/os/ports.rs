@@ -69,9 +69,8 @@ pub fn open_attached_ports(
     pairs: &[(&str, &str)],
 ) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
     let base = AfPacketConfig {
-        vnet_hdr: config.daemon.vnet_hdr,
         promiscuous: false,
-        ..AfPacketConfig::default()
+        ..port_config(config.daemon.vnet_hdr, None)
     };
     pairs
         .iter()

@@ -230,8 +230,18 @@ impl AttachTopology {
             add_namespace(ns.name())?;
             ns.ip(&["link", "set", "lo", "up"])?;
         }
+        self.make_uplink()?;
+        match self.link {
+            WorkloadLink::Bridge => self.join_bridged()?,
+            WorkloadLink::Routed => self.join_routed()?,
+        }
+        sysctl(&self.host, "net.ipv4.ip_forward=1")
+    }
+
+    /// The uplink veth `up0` - `rcv0` with its addresses, up, and the receiver's route to the
+    /// workloads through it.
+    fn make_uplink(&self) -> Result<(), TopoError> {
         let cidr = |a: Ipv4Addr| format!("{a}/{PREFIX_LEN}");
-        // The uplink.
         add_veth(&self.host, &self.uplink, &self.receiver, &self.receiver_if)?;
         self.host
             .ip(&["addr", "add", &cidr(self.host_addr), "dev", &self.uplink])?;
@@ -248,12 +258,16 @@ impl AttachTopology {
         let (net, len) = self.workload_subnet();
         let host = self.host_addr.to_string();
         self.receiver
-            .ip(&["route", "add", &format!("{net}/{len}"), "via", &host])?;
-        match self.link {
-            WorkloadLink::Bridge => self.join_bridged()?,
-            WorkloadLink::Routed => self.join_routed()?,
-        }
-        sysctl(&self.host, "net.ipv4.ip_forward=1")
+            .ip(&["route", "add", &format!("{net}/{len}"), "via", &host])
+            .map(drop)
+    }
+
+    /// Deletes the uplink (its peer goes with it), waits `gone`, and makes it again as
+    /// [`AttachTopology::new`] did: an interface that goes away and comes back under its name.
+    pub fn recreate_uplink(&self, gone: std::time::Duration) -> Result<(), TopoError> {
+        self.host.ip(&["link", "del", &self.uplink])?;
+        std::thread::sleep(gone);
+        self.make_uplink()
     }
 
     fn join_bridged(&self) -> Result<(), TopoError> {

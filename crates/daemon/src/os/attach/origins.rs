@@ -45,7 +45,8 @@ fn cgroup_id(root: &str, path: &str) -> Option<u64> {
 
 impl Attachment {
     /// Takes the origins of `config`'s classes (`from`, `cgroup`) and hooks the `from`
-    /// interfaces that exist; the others are hooked by [`Attachment::refresh`] when they come.
+    /// interfaces that exist and looks the cgroups up; the others are taken by
+    /// [`Attachment::refresh`] when they come.
     pub fn set_origins(&mut self, config: &Config) {
         let (from, cgroups) = config.origins();
         let old: Vec<String> = self.from.keys().cloned().collect();
@@ -90,7 +91,7 @@ impl Attachment {
                 .entry(path)
                 .or_insert(CgroupOrigin { tag, id: None });
         }
-        self.refresh();
+        self.refresh_origins();
     }
 
     fn forget_if(&mut self, ifindex: u32) {
@@ -145,11 +146,10 @@ impl Attachment {
             }
         }
         let paths: Vec<String> = self.cgroups.keys().cloned().collect();
-        let root = if paths.is_empty() {
-            String::new()
-        } else {
-            cgroup2_root()
-        };
+        if paths.is_empty() {
+            return;
+        }
+        let root = self.cgroup_root.get_or_insert_with(cgroup2_root).clone();
         for path in paths {
             let now = cgroup_id(&root, &path);
             let (was, tag) = {
