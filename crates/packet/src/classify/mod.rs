@@ -1,0 +1,276 @@
+//! Classification: configured rules map an IP packet to a traffic class; first match wins.
+//!
+//! What a configuration can say: classes match on destination prefix, source prefix, DSCP,
+//! protocol, port and origin; first match wins; a default class; non-IP frames pass unshaped.
+//!
+//! The origin is not in the frame: it is the tag the receiving port gave the packet
+//! ([`IpPacket::origin`], 0 for none; the daemon's attach mode sets it from the VLAN tag its
+//! capture program pushed, naming the workload interface or cgroup the packet came from). A
+//! rule's [`ClassRule::origin`] matches that tag exactly; `Some(0)` matches the packets of no
+//! known origin.
+//!
+//! A [`ClassRule`] (`rule.rs`) is a conjunction of optional fields; an absent field matches
+//! anything, so `ClassRule::default()` matches every IP packet. Address prefixes carry their
+//! family: a rule with an IPv4 prefix never matches an IPv6 packet and vice versa (an
+//! IPv4-mapped IPv6 address is IPv6 here), while a rule without prefixes (only DSCP, protocol,
+//! ports or origin) matches both families. A port range never matches a packet without ports
+//! (ICMP, a later fragment, a first fragment cut before its transport header), even if the
+//! range contains 0.
+//!
+//! Rules have an order, first-match order, and each rule a [`RuleId`] that is its place in it:
+//! [`Classifier::new`] numbers its rules 0, 1, ...; [`Classifier::push`] appends a rule after
+//! every rule present with the next id; [`Classifier::remove`] takes one out and leaves the
+//! order of the others as it was. Ids are never reused.
+//!
+//! How a packet finds its rule ([`Classifier::class_of`]), with the same result as trying the
+//! rules one by one in first-match order:
+//!
+//! * Up to 16 rules (`LINEAR_MAX_RULES`), a linear scan: for the few rules most shaper
+//!   configurations hold, a handful of compares per rule costs less than hashing a key.
+//! * Above it, a tuple-space search, as in Open vSwitch's classifier (`tuple_space.rs`): the
+//!   rules are grouped by their shape (`shape.rs`: destination prefix family and length or
+//!   none, source prefix family and length or none, DSCP present, protocol present, origin
+//!   present, destination port exact, source port exact). Each shape holds a hash map from the
+//!   masked key (destination, source, DSCP, protocol, origin, exact ports; absent fields as 0)
+//!   to its rules in first-match order (`keyed.rs`), each with its port ranges. A packet costs
+//!   one key and one lookup per shape, whatever the number of rules; in a shape the first rule
+//!   whose port ranges match wins, and across shapes the smallest rule id wins. An exact port
+//!   (`lo == hi`) is part of the key, so that 10 000 rules differing only in their port are
+//!   10 000 keys of one shape, not one list to scan; a range is compared in the key's list.
+//! * A shape with few keys (`FEW_KEYS`) compares them in turn instead of hashing: a
+//!   configuration of many shapes with a few rules each costs about what scanning it would.
+//! * Shapes are visited in the order of their first rule, and the search stops at the first
+//!   shape whose first rule comes after the best match found: a configuration whose early
+//!   rules match most traffic pays for few shapes.
+//! * The maps use the standard library's `HashMap` with its default, randomly keyed SipHash
+//!   ([`std::collections::hash_map::RandomState`]): the keys come from the packets of untrusted
+//!   senders, who must not be able to compute colliding addresses that turn a lookup into a
+//!   scan.
+//! * Unsatisfiable rules ([`ClassRule::is_unsatisfiable`]) match nothing and are left out of
+//!   the index; [`Classifier::rules`] still returns every rule, in order.
+//!
+//! Classifying reads only the classifier and the parsed packet: no allocation. The index
+//! follows each [`Classifier::push`] and [`Classifier::remove`] without a rebuild: a push is
+//! O(1) amortized, a removal costs the rules of its key (and, when it removes its shape's first
+//! rule, a move of the shape in the visiting order, at most the number of shapes). A classifier
+//! that grows past `LINEAR_MAX_RULES` by pushes builds its index then (once, from at most 17
+//! rules); one that shrinks to half of it drops the index and scans again.
+
+mod keyed;
+mod rule;
+mod rule_list;
+mod shape;
+#[cfg(test)]
+mod tests;
+mod tuple_space;
+
+pub use rule::ClassRule;
+
+use crate::flow_hash::{flow_id, DEFAULT_FLOW_SEED};
+use crate::frame::{IpPacket, Malformed, Parsed};
+use metronome_core::{ClassId, FlowId, PacketRef};
+use rule_list::RuleList;
+use std::fmt;
+use tuple_space::TupleSpace;
+
+/// Number of rules up to which [`Classifier::class_of`] scans the rules linearly instead of
+/// searching the index (rules). At this size a scan is a few tens of compares, in the order of
+/// the cost of hashing one key, so the index would not be faster, and it would be slower for
+/// rules of many shapes; above it, the scan grows with every rule while the index does not.
+/// A classifier that shrinks by removals keeps its index down to half of it (rules), so that one
+/// at the boundary does not build and drop its index on every push and remove.
+const LINEAR_MAX_RULES: usize = 16;
+
+/// A rule's handle: its place in first-match order, stable while the rule exists. A rule with a
+/// smaller id is tried first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(pub u32);
+
+/// What the shaper does with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// An IP packet: shape it in `class`, as part of `flow`, `len` bytes on the wire.
+    Shape {
+        /// The first matching rule's class, or the default class.
+        class: ClassId,
+        /// The 5-tuple hash ([`crate::flow_id`]).
+        flow: FlowId,
+        /// Bytes of the whole frame.
+        len: u16,
+    },
+    /// Not IP: forward unshaped.
+    PassNonIp,
+    /// Unreadable: the daemon forwards it unshaped or drops it, and counts it under the reason.
+    Malformed(Malformed),
+}
+
+impl Verdict {
+    /// The queue handle of a shaped packet with the caller's index `id`; `None` otherwise.
+    pub fn packet_ref(&self, id: u32) -> Option<PacketRef> {
+        match *self {
+            Verdict::Shape { class, flow, len } => Some(PacketRef::new(id, flow, class, len)),
+            _ => None,
+        }
+    }
+}
+
+/// Ordered rules, a default class and the flow-hash seed.
+#[derive(Clone)]
+pub struct Classifier {
+    rules: RuleList,
+    /// The tuple-space index of `rules`; `None` while the classifier scans its rules.
+    index: Option<TupleSpace>,
+    /// The id of the next rule pushed.
+    next_id: u32,
+    default: ClassId,
+    flow_seed: u64,
+}
+
+impl fmt::Debug for Classifier {
+    /// The rules with their ids, the default class and the seed; the index is derived from the
+    /// rules.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rules: Vec<_> = self.rules_with_ids().collect();
+        f.debug_struct("Classifier")
+            .field("rules", &rules)
+            .field("default", &self.default)
+            .field("flow_seed", &self.flow_seed)
+            .finish()
+    }
+}
+
+impl Classifier {
+    /// A classifier trying `rules` in order (ids 0, 1, ...), falling back to `default`, hashing
+    /// flows with the public [`DEFAULT_FLOW_SEED`] (reproducible ids for tests and simulations;
+    /// see [`Classifier::with_flow_seed`]).
+    pub fn new(rules: Vec<(ClassRule, ClassId)>, default: ClassId) -> Self {
+        let mut classifier = Classifier {
+            rules: RuleList::default(),
+            index: None,
+            next_id: 0,
+            default,
+            flow_seed: DEFAULT_FLOW_SEED,
+        };
+        for (rule, class) in rules {
+            classifier.push(rule, class);
+        }
+        classifier
+    }
+
+    /// The same classifier hashing flows with `seed`. The daemon passes a secret seed drawn
+    /// from the OS at start-up and keeps it across reloads, so senders cannot compute tuples
+    /// that collide with a victim flow's id or flow-table bucket ([`crate::flow_hash`]).
+    pub fn with_flow_seed(mut self, seed: u64) -> Self {
+        self.flow_seed = seed;
+        self
+    }
+
+    /// Appends `rule` after every rule present (last in first-match order) and returns its id.
+    /// O(1) amortized; the push that takes the classifier past `LINEAR_MAX_RULES` (16) rules
+    /// also builds the index from them.
+    ///
+    /// # Panics
+    /// When the classifier has handed out all 2^32 ids (4 294 967 296 pushes in its life: one
+    /// every millisecond for 49 days); a classifier made again with [`Classifier::new`] starts
+    /// from 0.
+    pub fn push(&mut self, rule: ClassRule, class: ClassId) -> RuleId {
+        let id = RuleId(self.next_id);
+        self.next_id = self
+            .next_id
+            .checked_add(1)
+            .expect("a classifier hands out at most 2^32 rule ids");
+        if let Some(index) = &mut self.index {
+            index.insert(id.0, &rule, class);
+        }
+        self.rules.push(id, (rule, class));
+        if self.index.is_none() && self.rules.len() > LINEAR_MAX_RULES {
+            let mut index = TupleSpace::default();
+            for slot in self.rules.iter() {
+                index.insert(slot.id.0, &slot.rule.0, slot.rule.1);
+            }
+            self.index = Some(index);
+        }
+        id
+    }
+
+    /// Removes rule `id` and returns whether it was there; the other rules keep their ids and
+    /// order. Costs the rules of its key, not the number of rules (see the module
+    /// documentation); at half of `LINEAR_MAX_RULES` rules left, the index is dropped.
+    pub fn remove(&mut self, id: RuleId) -> bool {
+        let Some((rule, _)) = self.rules.remove(id) else {
+            return false;
+        };
+        if self.rules.len() <= LINEAR_MAX_RULES / 2 {
+            if self.index.take().is_some() {
+                self.rules.compact();
+            }
+        } else if let Some(index) = &mut self.index {
+            let rules = &self.rules;
+            index.remove(id.0, &rule, |i| rules.contains(RuleId(i)));
+        }
+        true
+    }
+
+    /// The verdict for a parsed frame. Allocation-free; beyond a few rules its cost does not grow
+    /// with the number of rules (see the module documentation).
+    #[inline]
+    pub fn classify(&self, parsed: &Parsed) -> Verdict {
+        match parsed {
+            Parsed::Ip(ip) => Verdict::Shape {
+                class: self.class_of(ip),
+                flow: flow_id(&ip.tuple, self.flow_seed),
+                len: ip.wire_len,
+            },
+            Parsed::NonIp(_) => Verdict::PassNonIp,
+            Parsed::Malformed(reason) => Verdict::Malformed(*reason),
+        }
+    }
+
+    /// The class of an IP packet: the first matching rule's, else the default.
+    #[inline]
+    pub fn class_of(&self, ip: &IpPacket) -> ClassId {
+        match &self.index {
+            None => self
+                .rules
+                .iter()
+                .find(|slot| slot.rule.0.matches(ip))
+                .map_or(self.default, |slot| slot.rule.1),
+            Some(index) => index.find(ip).unwrap_or(self.default),
+        }
+    }
+
+    /// The rules, in first-match order.
+    pub fn rules(&self) -> impl Iterator<Item = &(ClassRule, ClassId)> + '_ {
+        self.rules.iter().map(|slot| &slot.rule)
+    }
+
+    /// The rules with their ids, in first-match order (increasing id).
+    pub fn rules_with_ids(&self) -> impl Iterator<Item = (RuleId, &(ClassRule, ClassId))> + '_ {
+        self.rules.iter().map(|slot| (slot.id, &slot.rule))
+    }
+
+    /// Rule `id` and its class, if present.
+    pub fn rule(&self, id: RuleId) -> Option<&(ClassRule, ClassId)> {
+        self.rules.get(id)
+    }
+
+    /// The number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether the classifier has no rule (every IP packet goes to the default class).
+    pub fn is_empty(&self) -> bool {
+        self.rules.len() == 0
+    }
+
+    /// The class of IP packets no rule matches.
+    pub fn default_class(&self) -> ClassId {
+        self.default
+    }
+
+    /// The flow-hash seed.
+    pub fn flow_seed(&self) -> u64 {
+        self.flow_seed
+    }
+}
