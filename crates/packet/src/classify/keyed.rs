@@ -96,6 +96,16 @@ impl Keyed {
         }
     }
 
+    /// The length of the longest list of rules of a key (tests only).
+    #[cfg(test)]
+    pub(super) fn longest_list(&self) -> usize {
+        let len = |r: &KeyRules| r.as_slice().len();
+        match self {
+            Keyed::Few(list) => list.iter().map(|(_, r)| len(r)).max().unwrap_or(0),
+            Keyed::Many(map) => map.values().map(len).max().unwrap_or(0),
+        }
+    }
+
     /// Appends `entry` to the rules of `key`; its id is above every id of the shape.
     /// O(1) amortized.
     pub(super) fn insert(&mut self, key: Key, entry: Entry) {

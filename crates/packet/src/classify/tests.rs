@@ -131,6 +131,40 @@ fn check(c: &Classifier, model: &[(RuleId, ClassRule, ClassId)], packets: &[IpPa
     }
 }
 
+/// What a configuration costs a packet: its number of shapes and its longest list of one key.
+fn shapes_and_longest_list(rules: Vec<(ClassRule, ClassId)>) -> (usize, usize) {
+    let c = Classifier::new(rules, DEFAULT);
+    c.index
+        .as_ref()
+        .expect("an index")
+        .shapes_and_longest_list()
+}
+
+#[test]
+fn exact_ports_are_keys_and_ranges_stay_in_the_lists() {
+    let udp_from = |lo: u16, hi: u16| ClassRule {
+        protocol: Some(17),
+        src_port: Some((lo, hi)),
+        ..Default::default()
+    };
+    let to = |port: u16| ClassRule {
+        dst_port: Some((port, port)),
+        ..Default::default()
+    };
+    let class = |i: u16| ClassId(i as _);
+    let exact: Vec<_> = (0..10_000u16)
+        .map(|i| (udp_from(20_001 + i, 20_001 + i), class(i)))
+        .collect();
+    assert_eq!(shapes_and_longest_list(exact.clone()), (1, 1));
+    // Exact destination ports: a shape of their own; the same port twice shares a key.
+    let mut mixed = exact;
+    mixed.extend((0..100u16).map(|i| (to(i % 50), class(i))));
+    assert_eq!(shapes_and_longest_list(mixed.clone()), (2, 2));
+    // Ranges of one protocol: one key, a list in rule order.
+    mixed.extend((0..30u16).map(|i| (udp_from(i, i + 1), class(i))));
+    assert_eq!(shapes_and_longest_list(mixed), (3, 30));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 

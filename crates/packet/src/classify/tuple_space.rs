@@ -146,6 +146,13 @@ impl TupleSpace {
         best.map(|e| e.class)
     }
 
+    /// The number of shapes and the longest list of rules of one key (tests only).
+    #[cfg(test)]
+    pub(super) fn shapes_and_longest_list(&self) -> (usize, usize) {
+        let longest = self.tables.iter().map(|t| t.rules.longest_list()).max();
+        (self.tables.len(), longest.unwrap_or(0))
+    }
+
     /// Checks the invariants the search relies on, against the live rules in order: tables in
     /// strictly increasing `first`, each `first` the smallest live id of its shape, no empty
     /// table, positions right. Panics with the broken invariant (tests only).

@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod invariants;
+pub mod rules;
 
 use etherparse::PacketBuilder;
 use metronome_packet::ipv4_header_checksum;
