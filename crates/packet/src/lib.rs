@@ -14,7 +14,8 @@
 //! * [`flow_id`]: a seeded, stable 32-bit hash of the 5-tuple ([`metronome_core::FlowId`]);
 //!   the daemon keys it with a secret seed, tests with the public [`DEFAULT_FLOW_SEED`].
 //! * [`Classifier`]: ordered [`ClassRule`]s (prefixes, DSCP, protocol, port ranges, origin tag),
-//!   first match wins, a default class; [`Verdict`] says shape, pass or malformed.
+//!   first match wins, a default class; rules pushed and removed one at a time by [`RuleId`];
+//!   [`Verdict`] says shape, pass or malformed.
 //! * [`mark_ce`]: sets CE on ECN-capable packets (RFC 3168 §5), IPv4 checksum updated
 //!   incrementally (RFC 1624).
 //! * [`ParseCounters`], [`EcnCounters`]: a named counter per verdict, reason and mark outcome.

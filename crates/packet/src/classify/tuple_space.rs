@@ -80,13 +80,12 @@ impl TupleSpace {
             return;
         };
         let table = &mut self.tables[at];
-        if !table.rules.remove(&Key::of_rule(rule, shape), id) {
-            return;
-        }
+        let was_there = table.rules.remove(&Key::of_rule(rule, shape), id);
+        debug_assert!(was_there, "rule {id} missing from its key");
         table.removed += 1;
         while table.ids.front().is_some_and(|&front| !is_live(front)) {
             table.ids.pop_front();
-            table.removed -= 1;
+            table.removed = table.removed.saturating_sub(1);
         }
         if table.removed > table.ids.len() / 2 {
             table.ids.retain(|&i| is_live(i));
