@@ -136,10 +136,18 @@ impl Verdict {
     }
 }
 
+/// A rule's handle: its place in first-match order, stable while the rule exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RuleId(pub u32);
+
 /// Ordered rules, a default class and the flow-hash seed.
 #[derive(Clone)]
 pub struct Classifier {
     rules: Vec<(ClassRule, ClassId)>,
+    /// The handle of each rule of `rules`, in the same order.
+    ids: Vec<RuleId>,
+    /// The handle the next [`Classifier::push`] gives.
+    next_id: u32,
     /// The tuple-space index of `rules`; `None` up to [`LINEAR_MAX_RULES`] rules.
     index: Option<TupleSpace>,
     default: ClassId,
@@ -163,8 +171,11 @@ impl Classifier {
     /// [`Classifier::with_flow_seed`]).
     pub fn new(rules: Vec<(ClassRule, ClassId)>, default: ClassId) -> Self {
         let index = (rules.len() > LINEAR_MAX_RULES).then(|| TupleSpace::new(&rules));
+        let n = u32::try_from(rules.len()).unwrap_or(u32::MAX);
         Classifier {
             rules,
+            ids: (0..n).map(RuleId).collect(),
+            next_id: n,
             index,
             default,
             flow_seed: DEFAULT_FLOW_SEED,
@@ -205,6 +216,33 @@ impl Classifier {
                 .map_or(self.default, |&(_, class)| class),
             Some(index) => index.find(ip).unwrap_or(self.default),
         }
+    }
+
+    /// Appends `rule` after every rule present (last in first-match order); returns its handle.
+    /// This version rebuilds the index: its cost grows with the number of rules.
+    pub fn push(&mut self, rule: ClassRule, class: ClassId) -> RuleId {
+        let id = RuleId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1);
+        self.rules.push((rule, class));
+        self.ids.push(id);
+        self.rebuild_index();
+        id
+    }
+
+    /// Removes rule `id`; returns whether it was there. This version rebuilds the index: its
+    /// cost grows with the number of rules.
+    pub fn remove(&mut self, id: RuleId) -> bool {
+        let Some(at) = self.ids.iter().position(|&i| i == id) else {
+            return false;
+        };
+        self.rules.remove(at);
+        self.ids.remove(at);
+        self.rebuild_index();
+        true
+    }
+
+    fn rebuild_index(&mut self) {
+        self.index = (self.rules.len() > LINEAR_MAX_RULES).then(|| TupleSpace::new(&self.rules));
     }
 
     /// The rules, in matching order.

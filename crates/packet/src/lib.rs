@@ -64,7 +64,7 @@ pub mod frame;
 pub mod gso;
 
 pub use checksum::{fix_l4_checksum, L4Checksum};
-pub use classify::{ClassRule, Classifier, Verdict};
+pub use classify::{ClassRule, Classifier, RuleId, Verdict};
 pub use counters::{EcnCounters, ParseCounters};
 pub use ecn::{checksum_update, ipv4_header_checksum, mark_ce, EcnMark};
 pub use flow_hash::{flow_id, DEFAULT_FLOW_SEED};
