@@ -50,7 +50,7 @@ use crate::datapath::flow_table::FlowTable;
 use crate::datapath::unclassified::{Unclassified, UnclassifiedKind};
 use crate::ops::config::{Config, ReloadPlan, MAX_BATCH_SIZE};
 use crate::ops::metrics::{DropReason, HistogramTally, Metrics};
-pub use live::LiveError;
+pub use live::{live_unsupported, LiveError};
 use metronome_core::timestamp::Timestamper;
 use metronome_core::{
     Duration, EdtQueue, PacketRef, RejectReason, Timestamp, TimingWheel, TimingWheelConfig,

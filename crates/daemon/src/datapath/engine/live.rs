@@ -23,9 +23,25 @@
 //! ([`LiveError::Unsupported`]).
 
 use super::Engine;
-use crate::ops::config::{ClassConfig, MAX_CLASSES};
+use crate::ops::config::{ClassConfig, Config, MAX_CLASSES};
 use metronome_core::timestamp::PolicyId;
 use metronome_core::ClassId;
+
+/// The first setting of `class` that a live class of `config` does not take (see the module
+/// docs), as a field name; `None` when it takes them all.
+pub fn live_unsupported(class: &ClassConfig, config: &Config) -> Option<&'static str> {
+    if config.link.is_some() {
+        Some("link")
+    } else if class.policy.ack_shaping.is_some() {
+        Some("ack_shaping")
+    } else if class.matcher.from.is_some() {
+        Some("match.from")
+    } else if class.matcher.cgroup.is_some() {
+        Some("match.cgroup")
+    } else {
+        None
+    }
+}
 
 /// What the live operations keep: the states, class ids and aggregate policies that deleted
 /// classes left free, and the deleted classes still draining.
@@ -233,19 +249,10 @@ impl Engine {
     }
 
     fn live_supported(&self, class: &ClassConfig) -> Result<(), LiveError> {
-        if self.config.link.is_some() {
-            return Err(LiveError::Unsupported("link"));
+        match live_unsupported(class, &self.config) {
+            Some(field) => Err(LiveError::Unsupported(field)),
+            None => Ok(()),
         }
-        if class.policy.ack_shaping.is_some() {
-            return Err(LiveError::Unsupported("ack_shaping"));
-        }
-        if class.matcher.from.is_some() {
-            return Err(LiveError::Unsupported("match.from"));
-        }
-        if class.matcher.cgroup.is_some() {
-            return Err(LiveError::Unsupported("match.cgroup"));
-        }
-        Ok(())
     }
 
     /// Checks the live operations' bookkeeping (CONTRIBUTING.md §10): a free state holds
