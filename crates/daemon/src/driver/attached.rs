@@ -23,8 +23,8 @@ use crate::driver::run::Control;
 use crate::ops::config::Config;
 use crate::ops::metrics::Metrics;
 use crate::ops::service::{
-    bind_control, dropped_privileges, runtime_outcome, serve_control, serve_metrics,
-    stop_on_panic, DaemonError, OpenPorts,
+    bind_control, dropped_privileges, runtime_outcome, serve_control, serve_metrics, stop_on_panic,
+    DaemonError, OpenPorts,
 };
 use crate::os::attach::{AttachError, Attachment};
 use std::path::Path;

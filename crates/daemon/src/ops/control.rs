@@ -324,9 +324,9 @@ impl Live {
         match ticket.wait(APPLY_TIMEOUT) {
             Ok(applied) => Reply {
                 ok: true,
-                applied_us: Some(
-                    applied.map_or(0, |t| t.saturating_duration_since(arrived).as_micros() as u64),
-                ),
+                applied_us: Some(applied.map_or(0, |t| {
+                    t.saturating_duration_since(arrived).as_micros() as u64
+                })),
                 loops: Some(loops),
                 name: Some(name),
                 ..Reply::default()
@@ -568,7 +568,10 @@ fn serve_connection(stream: UnixStream, live: &Live) {
         let reply = if too_long {
             Reply::refused(ReplyError::new(
                 "",
-                format!("a request is one line of at most {} bytes", protocol::MAX_REQUEST_LINE),
+                format!(
+                    "a request is one line of at most {} bytes",
+                    protocol::MAX_REQUEST_LINE
+                ),
             ))
         } else if line.trim().is_empty() {
             continue;

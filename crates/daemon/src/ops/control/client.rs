@@ -53,6 +53,14 @@ impl Client {
             path: path.to_path_buf(),
             source,
         })?;
+        // Longer than the daemon's own wait for its loops (`super::APPLY_TIMEOUT`).
+        let timeout = super::APPLY_TIMEOUT + std::time::Duration::from_secs(5);
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|source| ClientError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let writer = stream.try_clone().map_err(|source| ClientError::Io {
             path: path.to_path_buf(),
             source,

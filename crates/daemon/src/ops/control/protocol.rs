@@ -237,6 +237,22 @@ pub fn toml_table(class: &ClassObject) -> Result<toml::Table, ReplyError> {
     }
 }
 
+/// `classes` as `[[class]]` tables an operator can append to the configuration file (the key
+/// `source` left out): the API's classes are not kept across a restart.
+pub fn to_toml(classes: &[ClassObject]) -> Result<String, ReplyError> {
+    let tables = classes
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c.remove("source");
+            toml_table(&c).map(toml::Value::Table)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut doc = toml::Table::new();
+    doc.insert("class".to_owned(), toml::Value::Array(tables));
+    toml::to_string(&doc).map_err(|e| ReplyError::new("", e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +344,13 @@ mod tests {
         let shown = file_class_object(&class);
         assert_eq!(shown["match"]["protocol"], json!("udp"));
         assert_eq!(shown["rate"], json!("10mbit"));
+        // As [[class]] tables, it is a class of the file again.
+        let text = format!(
+            "[interfaces]\ninside = \"a\"\noutside = \"b\"\n{}",
+            to_toml(&[o.clone()]).unwrap()
+        );
+        let file = crate::ops::config::Config::from_toml_str(&text, "t.toml").unwrap();
+        assert_eq!(file.classes[0].matcher, class.matcher);
         // Errors name the class's field.
         let bad = |v: Value| {
             let Value::Object(o) = v else { unreachable!() };
@@ -339,6 +362,7 @@ mod tests {
             "match.dst"
         );
         assert_eq!(bad(json!({"name":"t","speed":"1mbit"})).field, "speed");
-        assert_eq!(bad(json!({"rate":"1mbit"})).field, "");
+        // A table without a name: about the whole class.
+        assert_eq!(bad(json!({"rate":"1mbit"})).field, "class");
     }
 }
