@@ -347,7 +347,7 @@ mod tests {
         // As [[class]] tables, it is a class of the file again.
         let text = format!(
             "[interfaces]\ninside = \"a\"\noutside = \"b\"\n{}",
-            to_toml(&[o.clone()]).unwrap()
+            to_toml(std::slice::from_ref(&o)).unwrap()
         );
         let file = crate::ops::config::Config::from_toml_str(&text, "t.toml").unwrap();
         assert_eq!(file.classes[0].matcher, class.matcher);
