@@ -263,4 +263,70 @@ mod tests {
         assert!(!request.load(Ordering::Relaxed));
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    /// Sends `request` to `live` from another thread while `hook` polls `engine`, as the
+    /// control thread and the loop do; returns the reply.
+    fn handled(
+        live: &Arc<Live>,
+        hook: &mut FileReload,
+        engine: &mut Engine,
+        request: serde_json::Value,
+    ) -> crate::ops::control::Reply {
+        let request = crate::ops::control::Request::parse(&request.to_string()).unwrap();
+        let sender = {
+            let live = live.clone();
+            std::thread::spawn(move || live.handle(request, std::time::Instant::now()))
+        };
+        while !sender.is_finished() {
+            hook.poll(engine, Timestamp::from_nanos(1));
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        sender.join().unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_the_api_s_classes_and_the_file_wins_a_name() {
+        let dir = std::env::temp_dir().join(format!("mtr-reload-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("single.toml");
+        std::fs::write(&path, text("100mbit", false)).unwrap();
+        let config = Config::load(&path).unwrap();
+        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let live = Live::new(&config, 1, Metrics::new()).unwrap();
+        let request = Arc::new(AtomicBool::new(false));
+        let reloader = Reloader::new(path.clone(), config).keeping(Some(live.clone()));
+        let mut hook =
+            FileReload::new(request.clone(), Some(reloader)).with_live(live.endpoint(0, 1));
+        for name in ["t1", "t2"] {
+            let class = serde_json::json!({"op":"add","class":{"name":name,
+                "match":{"protocol":"udp"},"rate":"1mbit"}});
+            assert!(handled(&live, &mut hook, &mut engine, class).ok);
+        }
+        assert!(engine.class_index("t1").is_some());
+
+        // The file now defines t1: its class wins; t2 stays, after the file's classes.
+        let file = format!(
+            "{}[[class]]\nname = \"t1\"\nrate = \"5mbit\"\n",
+            text("100mbit", false)
+        );
+        std::fs::write(&path, file).unwrap();
+        request.store(true, Ordering::Relaxed);
+        hook.poll(&mut engine, Timestamp::from_nanos(1));
+        let names: Vec<&str> = engine
+            .config()
+            .classes
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["bulk", "t1", "t2"]);
+        assert_eq!(engine.config().classes[1].policy.rate, Some(Rate::mbps(5)));
+        let del = |name: &str| serde_json::json!({"op":"del","name":name});
+        let refused = handled(&live, &mut hook, &mut engine, del("t1"));
+        assert!(refused.error.unwrap().message.contains("edit the file"));
+        // The API's t2 is still the API's, and its rule the engine's: deleted live.
+        assert!(handled(&live, &mut hook, &mut engine, del("t2")).ok);
+        assert_eq!(engine.class_index("t2"), None);
+        engine.invariants();
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
