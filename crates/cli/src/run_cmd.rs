@@ -25,18 +25,39 @@ pub struct RunArgs {
     /// Path of the control socket (`metronome class`), overriding `[daemon] control`; an
     /// empty path: no control socket.
     #[arg(long, value_name = "PATH")]
-    control: Option<PathBuf>,
+    control: Option<std::ffi::OsString>,
 }
 
 /// Runs the daemon until SIGINT or SIGTERM; on error prints it on one line and exits the
 /// process with its status (`DaemonError::exit_code`).
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let cores = args.cores.map(usize::from);
-    match metronome_daemon::ops::service::run_daemon(&args.config, cores, args.control.as_deref()) {
+    let control = args.control.map(PathBuf::from);
+    match metronome_daemon::ops::service::run_daemon(&args.config, cores, control.as_deref()) {
         Ok(_) => Ok(()),
         Err(e) => {
             eprintln!("metronome run: {e}");
             std::process::exit(e.exit_code());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapped {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn an_empty_control_path_is_taken_and_switches_the_socket_off() {
+        let w = Wrapped::try_parse_from(["run", "--config", "x.toml", "--control", ""]).unwrap();
+        assert_eq!(w.run.control.as_deref(), Some(std::ffi::OsStr::new("")));
+        let w = Wrapped::try_parse_from(["run", "--config", "x.toml"]).unwrap();
+        assert_eq!(w.run.control, None);
     }
 }

@@ -417,6 +417,28 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_policy_is_a_new_one_under_the_same_handle() {
+        let mut ts = Timestamper::new();
+        let agg = ts.add_policy(PolicyKind::Aggregate, Rate::mbps(1), MTU);
+        let now = t(1_000_000);
+        for _ in 0..10 {
+            ts.stamp(now, MTU, &[agg]);
+        }
+        assert!(ts.policy(agg).unwrap().last_timestamp() > now);
+        ts.reset_policy(agg, PolicyKind::Aggregate, Rate::mbps(500), MTU)
+            .unwrap();
+        let p = ts.policy(agg).unwrap();
+        assert_eq!((p.rate(), p.packets), (Rate::mbps(500), 0));
+        // No backlog carried over: the next packet leaves now, the one after at the new rate.
+        assert_eq!(ts.stamp(now, MTU, &[agg]), now);
+        assert_eq!(ts.stamp(now, MTU, &[agg]), t(1_024_000));
+        assert_eq!(
+            ts.reset_policy(PolicyId(9), PolicyKind::Aggregate, Rate::mbps(1), MTU),
+            Err(UnknownPolicy(PolicyId(9)))
+        );
+    }
+
+    #[test]
     fn aggregate_is_shared_by_flows() {
         let mut ts = Timestamper::new();
         let agg = ts.add_policy(PolicyKind::Aggregate, Rate::gbps(1), MTU);

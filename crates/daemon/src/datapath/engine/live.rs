@@ -14,7 +14,10 @@
 //!   already queued keep their state, its policies and its rate and leave at their EDT
 //!   (nothing queued is lost, `Engine::invariants`). Once the class holds nothing in the wheel,
 //!   its fair queue or on the link, [`Engine::reap_drained`] frees the state: its metric
-//!   series are removed, its aggregate policy and state index kept for the next class.
+//!   series are removed, its aggregate policy (reset, `Timestamper::reset_policy`) and state
+//!   index kept for the next class. The flow table's entries of the freed class are not
+//!   scanned (that would cost the table's size): they hold no packet and at most one packet's
+//!   pacing backlog, and are reclaimed as idle entries.
 //!
 //! Each operation costs O(1) in the number of classes, except what the classifier's `push` and
 //! `remove` cost, a change of `pacing` (the flow table's entries of the class are updated) and a
