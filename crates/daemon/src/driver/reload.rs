@@ -1,8 +1,9 @@
 //! SIGHUP reloads, one path for the single loop and the silos.
 //!
 //! [`Reloader::reload`] re-reads the configuration file, keeps the running silo count (`--cores`
-//! may override the file, and the count cannot change without a restart), refuses a file whose
-//! changes need a restart ([`crate::ops::config::ReloadPlan::needs_restart`]), hands the accepted
+//! may override the file, and the count cannot change without a restart) and control socket
+//! (likewise `--control`), refuses a file whose changes need a restart
+//! ([`crate::ops::config::ReloadPlan::needs_restart`]), hands the accepted
 //! configuration to the caller's `apply` and, when that succeeds, logs what changed and makes it
 //! the running configuration. Every failure is logged and leaves the running configuration in
 //! force.
@@ -101,6 +102,12 @@ impl Reloader {
             }
         };
         file.daemon.cores = self.running.daemon.cores;
+        // The socket bound at start stays (`metronome run --control` may have overridden the
+        // file's), as the silo count does.
+        if file.daemon.control != self.running.daemon.control {
+            tracing::warn!("[daemon] control takes effect at a restart; the socket stays");
+            file.daemon.control = self.running.daemon.control.clone();
+        }
         let mut new = match &self.live {
             Some(live) => live.merged(&file),
             None => file.clone(),
@@ -327,6 +334,28 @@ mod tests {
         assert!(handled(&live, &mut hook, &mut engine, del("t2")).ok);
         assert_eq!(engine.class_index("t2"), None);
         engine.invariants();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_control_socket_bound_at_start_stays_across_a_reload() {
+        let dir = std::env::temp_dir().join(format!("mtr-reload-ctl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("single.toml");
+        std::fs::write(&path, text("100mbit", false)).unwrap();
+        // `metronome run --control ""` over a file that keeps the default socket.
+        let mut config = Config::load(&path).unwrap();
+        config.daemon.control = None;
+        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let mut reloader = Reloader::new(path.clone(), config);
+        std::fs::write(&path, text("300mbit", false)).unwrap();
+        let plan = reloader.reload(|c, _| install(&mut engine, c));
+        assert!(plan.is_some(), "the reload was refused");
+        assert_eq!(reloader.running().daemon.control, None);
+        assert_eq!(
+            engine.config().classes[0].policy.rate,
+            Some(Rate::mbps(300))
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }
