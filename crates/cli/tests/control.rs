@@ -193,6 +193,7 @@ fn classes_added_changed_and_deleted_live_shape_real_traffic() {
             "40mbit",
         ],
     ));
+    print!("control: {added}");
     assert!(added.contains("class tenant added"), "{added}");
     assert!(holds(&topo, "after add", FIRST_RATE));
 
