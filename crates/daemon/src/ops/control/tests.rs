@@ -221,5 +221,17 @@ fn the_socket_is_the_owner_s_a_second_daemon_is_refused_and_a_stale_one_replaced
     let again = ControlServer::bind(&path, None).unwrap();
     drop(again);
     loops.stop();
+    // With `[daemon] user`, the socket and the directory made for it are that user's (root
+    // only: giving a file away needs CAP_CHOWN).
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let owned = dir.join("user").join("control.sock");
+        let listener = ControlServer::bind(&owned, Some((65_534, 65_534))).unwrap();
+        for p in [owned.as_path(), owned.parent().unwrap()] {
+            let m = std::fs::metadata(p).unwrap();
+            assert_eq!((m.uid(), m.gid()), (65_534, 65_534), "{}", p.display());
+        }
+        drop(listener);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
