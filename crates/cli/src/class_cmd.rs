@@ -12,7 +12,7 @@
 
 use clap::{Args, Subcommand};
 use metronome_daemon::ops::config::{Config, DEFAULT_CONTROL};
-use metronome_daemon::ops::control::{protocol, ClassObject, Client, Reply};
+use metronome_daemon::ops::control::{protocol, ClassObject, Client, Reply, Request};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -143,25 +143,21 @@ pub fn run(args: ClassArgs) -> anyhow::Result<()> {
         eprintln!("metronome class {word}: {message}");
         std::process::exit(status);
     };
-    let socket = match socket_path(&args) {
-        Ok(p) => p,
-        Err(e) => fail(2, e),
+    // The arguments first: a wrong one is the user's to fix whether a daemon runs or not.
+    let request = match &args.op {
+        ClassOp::Add(f) => f.object().map(|class| Request::Add { class }),
+        ClassOp::Change(f) => f.object().map(|class| Request::Change { class }),
+        ClassOp::Del { name } => Ok(Request::Del { name: name.clone() }),
+        ClassOp::List { .. } => Ok(Request::List),
+        ClassOp::Show { name, .. } => Ok(Request::Show { name: name.clone() }),
     };
-    let mut client = match Client::connect(&socket) {
-        Ok(c) => c,
+    let (request, socket) = match (request, socket_path(&args)) {
+        (Ok(r), Ok(s)) => (r, s),
+        (Err(e), _) | (_, Err(e)) => fail(2, e),
+    };
+    let reply = match Client::connect(&socket).and_then(|mut c| c.request(&request)) {
+        Ok(r) => r,
         Err(e) => fail(1, e.to_string()),
-    };
-    let reply = match &args.op {
-        ClassOp::Add(f) => f.object().map(|o| client.add(o)),
-        ClassOp::Change(f) => f.object().map(|o| client.change(o)),
-        ClassOp::Del { name } => Ok(client.delete(name)),
-        ClassOp::List { .. } => Ok(client.list()),
-        ClassOp::Show { name, .. } => Ok(client.show(name)),
-    };
-    let reply = match reply {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => fail(1, e.to_string()),
-        Err(e) => fail(2, e),
     };
     if let Some(e) = &reply.error {
         fail(2, e.to_string());
