@@ -186,6 +186,30 @@ impl Timestamper {
         PolicyId(self.policies.len() as u32 - 1)
     }
 
+    /// Makes policy `id` as [`Timestamper::add_policy`] would make a new one (`kind`, `rate`,
+    /// `burst`, nothing stamped yet), so that the handle of a policy its owner no longer uses can
+    /// serve a new owner: the timestamper never removes a policy, and its handles stay valid.
+    pub fn reset_policy(
+        &mut self,
+        id: PolicyId,
+        kind: PolicyKind,
+        rate: Rate,
+        burst: u32,
+    ) -> Result<(), UnknownPolicy> {
+        *self.get_mut(id)? = Policy {
+            kind,
+            rate,
+            burst,
+            tat: Timestamp::ZERO,
+            tat_frac: 0,
+            packets: 0,
+            bytes: 0,
+            delayed: 0,
+            paused: 0,
+        };
+        Ok(())
+    }
+
     /// Changes a policy's rate; it applies from the next packet stamped. Zero pauses the policy
     /// (see [`Paused`]); a rate above zero resumes it from the next packet, with what it stamped
     /// before keeping its times and at most its burst granted if it went idle.
@@ -390,6 +414,28 @@ mod tests {
         for w in edts.windows(2) {
             assert_eq!(w[1] - w[0], 24_000, "500 Mbit/s spacing of 1500 B");
         }
+    }
+
+    #[test]
+    fn a_reset_policy_is_a_new_one_under_the_same_handle() {
+        let mut ts = Timestamper::new();
+        let agg = ts.add_policy(PolicyKind::Aggregate, Rate::mbps(1), MTU);
+        let now = t(1_000_000);
+        for _ in 0..10 {
+            ts.stamp(now, MTU, &[agg]);
+        }
+        assert!(ts.policy(agg).unwrap().last_timestamp() > now);
+        ts.reset_policy(agg, PolicyKind::Aggregate, Rate::mbps(500), MTU)
+            .unwrap();
+        let p = ts.policy(agg).unwrap();
+        assert_eq!((p.rate(), p.packets), (Rate::mbps(500), 0));
+        // No backlog carried over: the next packet leaves now, the one after at the new rate.
+        assert_eq!(ts.stamp(now, MTU, &[agg]), now);
+        assert_eq!(ts.stamp(now, MTU, &[agg]), t(1_024_000));
+        assert_eq!(
+            ts.reset_policy(PolicyId(9), PolicyKind::Aggregate, Rate::mbps(1), MTU),
+            Err(UnknownPolicy(PolicyId(9)))
+        );
     }
 
     #[test]

@@ -544,3 +544,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn pushed_rules_match_after_the_others_and_removed_ones_match_nothing() {
+    use metronome_packet::RuleId;
+    // Over the linear scan's size too, where the index answers.
+    for n in [2u16, 40] {
+        let port = |i: u16| ClassRule {
+            protocol: Some(6),
+            dst_port: Some((1000 + i, 1000 + i)),
+            ..Default::default()
+        };
+        let mut c = Classifier::new((0..n).map(|i| (port(i), ClassId(i + 1))).collect(), DEFAULT);
+        let frame = |dport| tcp4([10, 0, 0, 1], [10, 0, 0, 2], 4000, dport);
+        // A pushed rule comes last: an overlapping rule before it still wins.
+        let all = ClassRule::default();
+        let pushed = c.push(all, ClassId(100));
+        assert_eq!(pushed, RuleId(u32::from(n)));
+        assert_eq!(class(&c, &frame(1000)), ClassId(1));
+        assert_eq!(class(&c, &frame(9)), ClassId(100));
+        // Removing the first rule hands its packets to the next match.
+        assert!(c.remove(RuleId(0)));
+        assert!(!c.remove(RuleId(0)));
+        assert_eq!(class(&c, &frame(1000)), ClassId(100));
+        assert!(c.remove(pushed));
+        assert_eq!(class(&c, &frame(1000)), DEFAULT);
+        assert_eq!(class(&c, &frame(1001)), ClassId(2));
+        assert_eq!(c.rules().len(), usize::from(n) - 1);
+    }
+}

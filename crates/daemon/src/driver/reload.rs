@@ -1,20 +1,25 @@
 //! SIGHUP reloads, one path for the single loop and the silos.
 //!
 //! [`Reloader::reload`] re-reads the configuration file, keeps the running silo count (`--cores`
-//! may override the file, and the count cannot change without a restart), refuses a file whose
-//! changes need a restart ([`crate::ops::config::ReloadPlan::needs_restart`]), hands the accepted
+//! may override the file, and the count cannot change without a restart) and control socket
+//! (likewise `--control`), refuses a file whose changes need a restart
+//! ([`crate::ops::config::ReloadPlan::needs_restart`]), hands the accepted
 //! configuration to the caller's `apply` and, when that succeeds, logs what changed and makes it
 //! the running configuration. Every failure is logged and leaves the running configuration in
 //! force.
 //!
 //! * The single loop ([`FileReload`], its [`LoopHook`]) applies it to its engine
-//!   ([`install`]) and takes the new `busy_poll`.
+//!   ([`install`]) and takes the new `busy_poll`; between two reloads it applies the control
+//!   socket's operations ([`LiveEndpoint`]).
+//! * With a control socket, what is installed is the file's classes then the API's
+//!   ([`Reloader::keeping`], `crate::ops::control`).
 //! * With silos the coordinator (`silo::run_silos`) applies it to its allocators and
 //!   hands it to every silo, which [`install`]s it in its own engine.
 
 use crate::datapath::engine::Engine;
 use crate::driver::run::LoopHook;
 use crate::ops::config::{Config, ReloadPlan};
+use crate::ops::control::{Live, LiveEndpoint};
 use metronome_core::Timestamp;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +34,8 @@ pub struct Reloader {
     published: Option<Arc<std::sync::Mutex<Option<Config>>>>,
     /// Where a change of the attached interfaces is handed over ([`Reloader::reattaching`]).
     reattach: Option<Arc<std::sync::Mutex<Option<Config>>>>,
+    /// The control socket's classes, kept across reloads ([`Reloader::keeping`]).
+    live: Option<Arc<Live>>,
 }
 
 impl Reloader {
@@ -39,7 +46,15 @@ impl Reloader {
             running,
             published: None,
             reattach: None,
+            live: None,
         }
+    }
+
+    /// Keeps the control socket's classes of `live` on every reload: the file's classes, then
+    /// the API's, except those whose name the file defines ([`Live::merged`], [`Live::reloaded`]).
+    pub fn keeping(mut self, live: Option<Arc<Live>>) -> Reloader {
+        self.live = live;
+        self
     }
 
     /// In attach mode: a file whose only restart-needing change is `[interfaces] attach` is not
@@ -79,14 +94,24 @@ impl Reloader {
         &mut self,
         apply: impl FnOnce(&Config, &ReloadPlan) -> bool,
     ) -> Option<ReloadPlan> {
-        let mut new = match Config::load(&self.path) {
+        let mut file = match Config::load(&self.path) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "reload failed, keeping the running configuration");
                 return None;
             }
         };
-        new.daemon.cores = self.running.daemon.cores;
+        file.daemon.cores = self.running.daemon.cores;
+        // The socket bound at start stays (`metronome run --control` may have overridden the
+        // file's), as the silo count does.
+        if file.daemon.control != self.running.daemon.control {
+            tracing::warn!("[daemon] control takes effect at a restart; the socket stays");
+            file.daemon.control = self.running.daemon.control.clone();
+        }
+        let mut new = match &self.live {
+            Some(live) => live.merged(&file),
+            None => file.clone(),
+        };
         let plan = self.running.diff(&new);
         if let (Some(slot), true) = (&self.reattach, plan.only_reattach() && new.is_attach()) {
             let missing = new
@@ -99,6 +124,9 @@ impl Reloader {
                 return None;
             }
             new.daemon.cores = new.interfaces.attach.len();
+            if let Some(live) = &self.live {
+                live.reloaded(&file);
+            }
             tracing::info!(plan = %plan, "re-attaching: the loops stop and start on the new interfaces");
             *slot
                 .lock()
@@ -112,6 +140,9 @@ impl Reloader {
         }
         if !apply(&new, &plan) {
             return None;
+        }
+        if let Some(live) = &self.live {
+            live.reloaded(&file);
         }
         for line in plan.to_string().lines() {
             tracing::info!(change = line, "reloaded {}", self.path.display());
@@ -144,17 +175,36 @@ pub fn install(engine: &mut Engine, config: &Config) -> bool {
 pub struct FileReload {
     request: Arc<AtomicBool>,
     reloader: Option<Reloader>,
+    /// The loop's end of the control socket's inbox.
+    live: Option<LiveEndpoint>,
 }
 
 impl FileReload {
     /// Reloads `reloader`'s file into the loop's engine when `request` is set.
     pub fn new(request: Arc<AtomicBool>, reloader: Option<Reloader>) -> FileReload {
-        FileReload { request, reloader }
+        FileReload {
+            request,
+            reloader,
+            live: None,
+        }
+    }
+
+    /// Also applies the control socket's operations posted to `endpoint`.
+    pub fn with_live(mut self, endpoint: Option<LiveEndpoint>) -> FileReload {
+        self.live = endpoint;
+        self
     }
 }
 
 impl LoopHook for FileReload {
+    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.live.as_ref().map(LiveEndpoint::wake_fd)
+    }
+
     fn poll(&mut self, engine: &mut Engine, _now: Timestamp) -> Option<bool> {
+        if let Some(live) = &mut self.live {
+            live.poll(engine);
+        }
         if !self.request.swap(false, Ordering::Relaxed) {
             return None;
         }
@@ -218,6 +268,94 @@ mod tests {
         request.store(true, Ordering::Relaxed);
         assert_eq!(ignoring.poll(&mut engine, now), None);
         assert!(!request.load(Ordering::Relaxed));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Sends `request` to `live` from another thread while `hook` polls `engine`, as the
+    /// control thread and the loop do; returns the reply.
+    fn handled(
+        live: &Arc<Live>,
+        hook: &mut FileReload,
+        engine: &mut Engine,
+        request: serde_json::Value,
+    ) -> crate::ops::control::Reply {
+        let request = crate::ops::control::Request::parse(&request.to_string()).unwrap();
+        let sender = {
+            let live = live.clone();
+            std::thread::spawn(move || live.handle(request, std::time::Instant::now()))
+        };
+        while !sender.is_finished() {
+            hook.poll(engine, Timestamp::from_nanos(1));
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        sender.join().unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_the_api_s_classes_and_the_file_wins_a_name() {
+        let dir = std::env::temp_dir().join(format!("mtr-reload-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("single.toml");
+        std::fs::write(&path, text("100mbit", false)).unwrap();
+        let config = Config::load(&path).unwrap();
+        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let live = Live::new(&config, 1, Metrics::new()).unwrap();
+        let request = Arc::new(AtomicBool::new(false));
+        let reloader = Reloader::new(path.clone(), config).keeping(Some(live.clone()));
+        let mut hook =
+            FileReload::new(request.clone(), Some(reloader)).with_live(live.endpoint(0, 1));
+        for name in ["t1", "t2"] {
+            let class = serde_json::json!({"op":"add","class":{"name":name,
+                "match":{"protocol":"udp"},"rate":"1mbit"}});
+            assert!(handled(&live, &mut hook, &mut engine, class).ok);
+        }
+        assert!(engine.class_index("t1").is_some());
+
+        // The file now defines t1: its class wins; t2 stays, after the file's classes.
+        let file = format!(
+            "{}[[class]]\nname = \"t1\"\nrate = \"5mbit\"\n",
+            text("100mbit", false)
+        );
+        std::fs::write(&path, file).unwrap();
+        request.store(true, Ordering::Relaxed);
+        hook.poll(&mut engine, Timestamp::from_nanos(1));
+        let names: Vec<&str> = engine
+            .config()
+            .classes
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["bulk", "t1", "t2"]);
+        assert_eq!(engine.config().classes[1].policy.rate, Some(Rate::mbps(5)));
+        let del = |name: &str| serde_json::json!({"op":"del","name":name});
+        let refused = handled(&live, &mut hook, &mut engine, del("t1"));
+        assert!(refused.error.unwrap().message.contains("edit the file"));
+        // The API's t2 is still the API's, and its rule the engine's: deleted live.
+        assert!(handled(&live, &mut hook, &mut engine, del("t2")).ok);
+        assert_eq!(engine.class_index("t2"), None);
+        engine.invariants();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_control_socket_bound_at_start_stays_across_a_reload() {
+        let dir = std::env::temp_dir().join(format!("mtr-reload-ctl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("single.toml");
+        std::fs::write(&path, text("100mbit", false)).unwrap();
+        // `metronome run --control ""` over a file that keeps the default socket.
+        let mut config = Config::load(&path).unwrap();
+        config.daemon.control = None;
+        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let mut reloader = Reloader::new(path.clone(), config);
+        std::fs::write(&path, text("300mbit", false)).unwrap();
+        let plan = reloader.reload(|c, _| install(&mut engine, c));
+        assert!(plan.is_some(), "the reload was refused");
+        assert_eq!(reloader.running().daemon.control, None);
+        assert_eq!(
+            engine.config().classes[0].policy.rate,
+            Some(Rate::mbps(300))
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

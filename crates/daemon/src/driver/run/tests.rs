@@ -320,3 +320,52 @@ fn the_loop_forwards_both_ways_and_stops() {
     assert_eq!((report.engine.received, report.passed_back), (1, 1));
     assert_eq!(parts.pool.in_use(), 0);
 }
+
+#[test]
+fn an_idle_loop_applies_the_control_socket_s_operations() {
+    let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n";
+    let config = Config::from_toml_str(text, "t.toml").unwrap();
+    let live = crate::ops::control::Live::new(&config, 1, Metrics::new()).unwrap();
+    let control = Control::default();
+    let endpoint = live.endpoint(0, 1);
+    let stop = control.stop.clone();
+    // The loop idles between memory ports (no descriptor): it sleeps in ppoll on the inbox's
+    // eventfd alone.
+    let looping = std::thread::spawn(move || {
+        let mut parts = loop_parts(text);
+        let mut hook = crate::driver::reload::FileReload::new(control.reload.clone(), None)
+            .with_live(endpoint);
+        let mut back = FramePool::new(256, 2048);
+        let options = LoopOptions::from_config(&parts.config);
+        run_loop(
+            &mut MemoryPort::new(MemoryPortConfig::default()),
+            &mut MemoryPort::new(MemoryPortConfig::default()),
+            Pools {
+                shaped: &mut parts.pool,
+                reverse: &mut back,
+            },
+            &mut parts.engine,
+            &metronome_io::MonotonicClock::new(),
+            &parts.metrics,
+            &options,
+            &control.stop,
+            &mut hook,
+        )
+        .unwrap();
+        parts.engine
+    });
+    let send = |line: &str| {
+        let request = crate::ops::control::Request::parse(line).unwrap();
+        live.handle(request, std::time::Instant::now())
+    };
+    let added = send(r#"{"op":"add","class":{"name":"t","match":{"dscp":10},"rate":"1mbit"}}"#);
+    assert!(added.ok, "{added:?}");
+    assert_eq!(added.loops, Some(1));
+    assert!(send(r#"{"op":"add","class":{"name":"u","rate":"2mbit"}}"#).ok);
+    assert!(send(r#"{"op":"del","name":"t"}"#).ok);
+    stop.store(true, Ordering::Relaxed);
+    let engine = looping.join().unwrap();
+    assert_eq!(engine.class_index("t"), None);
+    assert!(engine.class_index("u").is_some());
+    engine.invariants();
+}

@@ -334,3 +334,50 @@ fn a_panicking_silo_stops_every_silo_and_the_panic_reaches_the_caller() {
     assert!(control.stop.load(Ordering::Relaxed));
     assert!(polls.load(Ordering::Relaxed) >= 6);
 }
+
+#[test]
+fn every_silo_applies_a_live_class_and_the_allocator_shares_its_rate() {
+    let text = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[daemon]\ncores = 2\n\
+                vnet_hdr = false\n[wheel]\npool_packets = 1024\n";
+    let config = Config::from_toml_str(text, "silo.toml").unwrap();
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let port = || FailingPort {
+        polls: polls.clone(),
+        panic_after: None,
+    };
+    let ports = vec![(port(), port()), (port(), port())];
+    let metrics = Metrics::with_silos(2);
+    let mut control = Control::default();
+    let live = crate::ops::control::Live::new(&config, 2, metrics.clone()).unwrap();
+    control.live = Some(live.clone());
+    let silos = {
+        let (control, metrics) = (control.clone(), metrics.clone());
+        std::thread::spawn(move || run_silos_on(ports, &config, None, &metrics, &control))
+    };
+    let add = r#"{"op":"add","class":{"name":"t","match":{"protocol":"udp"},"rate":"200mbit"}}"#;
+    let reply = live.handle(
+        crate::ops::control::Request::parse(add).unwrap(),
+        std::time::Instant::now(),
+    );
+    assert!(reply.ok, "{reply:?}");
+    assert_eq!(reply.loops, Some(2));
+    // The coordinator gives the allocator the new limit; each silo's engine takes its share
+    // (the gauge is set only when the silo's engine has the class). A guard against hanging,
+    // not a measurement: the coordinator looks every 50 ms.
+    let gauge = |silo: usize| {
+        let head = format!("metronome_nba_rate_bps{{class=\"t\",silo=\"{silo}\"}} ");
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(head.as_str())?.trim().parse::<u64>().ok())
+    };
+    let guard = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while (gauge(0).is_none() || gauge(1).is_none()) && std::time::Instant::now() < guard {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!((gauge(0), gauge(1)), (Some(100_000_000), Some(100_000_000)));
+    control.stop.store(true, Ordering::Relaxed);
+    let reports = silos.join().unwrap().unwrap();
+    assert_eq!(reports.len(), 2);
+    assert!(reports.iter().all(|r| r.refused_rates == 0));
+}
