@@ -570,6 +570,6 @@ fn pushed_rules_match_after_the_others_and_removed_ones_match_nothing() {
         assert!(c.remove(pushed));
         assert_eq!(class(&c, &frame(1000)), DEFAULT);
         assert_eq!(class(&c, &frame(1001)), ClassId(2));
-        assert_eq!(c.rules().len(), usize::from(n) - 1);
+        assert_eq!(c.len(), usize::from(n) - 1);
     }
 }
