@@ -170,9 +170,9 @@ impl Classifier {
     /// also builds the index from them.
     ///
     /// # Panics
-    /// When the classifier has handed out all 2^32 ids (4 294 967 296 pushes in its life: one
-    /// every millisecond for 49 days); a classifier made again with [`Classifier::new`] starts
-    /// from 0.
+    /// When [`Classifier::can_push`] is false: the classifier has handed out all its ids
+    /// (4 294 967 295 pushes in its life: one every millisecond for 49 days); a classifier made
+    /// again with [`Classifier::new`] starts from 0. The daemon checks `can_push` first.
     pub fn push(&mut self, rule: ClassRule, class: ClassId) -> RuleId {
         let id = RuleId(self.next_id);
         self.next_id = self
@@ -191,6 +191,13 @@ impl Classifier {
             self.index = Some(index);
         }
         id
+    }
+
+    /// Whether [`Classifier::push`] can hand out another id: false once the classifier has
+    /// handed out 2^32 - 1 of them in its life (a classifier made again with
+    /// [`Classifier::new`] numbers from 0).
+    pub fn can_push(&self) -> bool {
+        self.next_id < u32::MAX
     }
 
     /// Removes rule `id` and returns whether it was there; the other rules keep their ids and

@@ -87,6 +87,10 @@ pub enum LiveError {
     /// More classes than a `ClassId` can number.
     #[error("more than {MAX_CLASSES} classes")]
     TooManyClasses,
+    /// The classifier has handed out every rule id it has (2^32 - 1 rules pushed since the
+    /// configuration was installed); a reload (SIGHUP) numbers the rules afresh.
+    #[error("the classifier has numbered 2^32 - 1 rules since the configuration was installed: reload (SIGHUP) to number them afresh")]
+    RuleIdsExhausted,
     /// A setting that live classes do not take (the field named).
     #[error("{0}: not for live classes; set it in a [[class]] of the file")]
     Unsupported(&'static str),
@@ -220,6 +224,9 @@ impl Engine {
 
     /// Gives state `index` a class id and `class`'s rule, last in first-match order.
     fn place_rule(&mut self, index: usize, class: &ClassConfig) -> Result<(), LiveError> {
+        if !self.classifier.can_push() {
+            return Err(LiveError::RuleIdsExhausted);
+        }
         let id = match self.live.free_ids.pop() {
             Some(id) => id,
             None => {
