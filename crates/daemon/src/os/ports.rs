@@ -213,9 +213,8 @@ mod tests {
 
     #[test]
     fn small_slots_hold_a_frame_of_the_mtu() {
-        let text = |mtu: u32| {
-            format!("[interfaces]\ninside = \"a\"\noutside = \"b\"\nmtu = {mtu}\n")
-        };
+        let text =
+            |mtu: u32| format!("[interfaces]\ninside = \"a\"\noutside = \"b\"\nmtu = {mtu}\n");
         let slot = |mtu| small_slot_size(&Config::from_toml_str(&text(mtu), "t.toml").unwrap());
         assert_eq!(slot(1500), DEFAULT_SLOT_SIZE);
         assert_eq!(slot(9000), 9088);
