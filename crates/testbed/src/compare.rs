@@ -73,6 +73,7 @@ pub mod attach;
 pub mod classes;
 pub mod link_sharing;
 pub mod measure;
+pub mod packet_rate;
 
 use crate::forwarder::ForwarderMode;
 use crate::netns::{InterfaceCounters, QdiscSpec, TopoError, Topology};
