@@ -9,7 +9,7 @@
 //! (spread linearly from the smallest rate to the largest). The shapers take turns:
 //!
 //! * **metronome**: `metronome run` on `in0`/`out0` ([`daemon_config_text`]: a `[[class]]` per
-//!   class matching its /32, `rate`, the default one-frame burst, [`QUEUE_PACKETS`] frames of
+//!   class matching its /32, `rate`, the default one-frame burst, [`queue_packets`] frames of
 //!   queue; `[interfaces] mtu` the veths' and plain frames, `vnet_hdr = false`), a process of its
 //!   own as a user runs it ([`AttachedDaemon`]);
 //! * **htb-u32**: a bridge joins `in0` and `out0`; `out0` gets HTB with a leaf per class (`rate` =
@@ -55,10 +55,23 @@ use std::time::{Duration, Instant};
 
 /// Prefix of the namespaces of `compare --classes`.
 pub const NS_PREFIX: &str = "mtr-cls";
-/// Frames of queue per class in the daemon runs (`queue = { packets = 4 }`): an overloaded class
-/// always holds one frame waiting for its departure time, a few more absorb the sender's jitter;
-/// 10 000 classes then hold at most 40 000 frames, within the daemon's 65 536-slot pool.
-pub const QUEUE_PACKETS: usize = 4;
+/// The most frames of queue a class gets in the daemon runs: 64, the daemon's least default
+/// (docs/config.md, `queue.packets`).
+pub const MAX_QUEUE_PACKETS: usize = 64;
+/// Frame-pool slots kept free of the classes' queues in the daemon runs: 4096, room for the
+/// batches in flight.
+const POOL_HEADROOM: usize = 4096;
+
+/// Frames of queue per class in the daemon runs (`queue = { packets = N }`): the daemon's frame
+/// pool ([`metronome_daemon::os::ports::DEFAULT_FRAME_SLOTS`] slots) less [`POOL_HEADROOM`],
+/// shared out among the classes, at most [`MAX_QUEUE_PACKETS`] and at least 2. An overloaded class
+/// always holds one frame waiting for its departure time; the rest carries it through the
+/// sender's stalls on a loaded machine (6 frames at 10 000 classes: 430 ms at 1 Mbit/s of
+/// 9 014-byte frames). HTB's leaves keep their default queue (the veth's 1 000 packets).
+pub fn queue_packets(classes: usize) -> usize {
+    let slots = metronome_daemon::os::ports::DEFAULT_FRAME_SLOTS as usize - POOL_HEADROOM;
+    (slots / classes.max(1)).clamp(2, MAX_QUEUE_PACKETS)
+}
 /// Traffic kept running after the measured window, so no class stops inside it.
 const TAIL: Duration = Duration::from_millis(500);
 /// The frame of the full run, bytes: an MTU of 9000 plus the Ethernet header (jumbo frames).
@@ -239,7 +252,8 @@ pub enum ClassesOutcome {
 /// The daemon's configuration text for `options` on the bump in the wire: a class per
 /// destination /32 (see the module docs).
 pub fn daemon_config_text(options: &ClassesOptions) -> String {
-    let slots = (options.classes * QUEUE_PACKETS + 4096).clamp(1024, 65_536);
+    let queue = queue_packets(options.classes);
+    let slots = (options.classes * queue + POOL_HEADROOM).clamp(1024, 65_536);
     let mut text = format!(
         "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\nmtu = {}\n\n[daemon]\nvnet_hdr = \
          false\n\n[wheel]\npool_packets = {slots}\n",
@@ -249,7 +263,7 @@ pub fn daemon_config_text(options: &ClassesOptions) -> String {
         let _ = write!(
             text,
             "\n[[class]]\nname = \"c{i}\"\nmatch = {{ dst = \"{}/32\" }}\nrate = {}\nqueue = {{ \
-             packets = {QUEUE_PACKETS} }}\n",
+             packets = {queue} }}\n",
             ClassFlows::dst(i),
             options.rate_bps(i)
         );
@@ -613,6 +627,10 @@ mod tests {
         assert_eq!(config.classes.len(), 300);
         assert_eq!(config.interfaces.mtu, 9000);
         assert!(!config.daemon.vnet_hdr);
+        assert_eq!(queue_packets(300), MAX_QUEUE_PACKETS);
+        assert_eq!(queue_packets(10_000), 6);
+        assert_eq!(queue_packets(1_000_000), 2);
+        assert!(queue_packets(10_000) * 10_000 + POOL_HEADROOM <= 65_536);
         let text = daemon_config_text(&o);
         assert!(
             text.contains("name = \"c257\"\nmatch = { dst = \"10.128.1.1/32\" }"),
