@@ -91,16 +91,25 @@ impl ClassFlows {
     }
 
     /// Writes the frame of class `i` (its `n`-th, which sets the IPv4 identification) from `src`
-    /// to `dst` MAC into `f`. The IPv4 header checksum is right; the UDP checksum is 0 ("none",
-    /// RFC 768), which the receiver accepts.
-    pub fn frame(&self, i: usize, n: u64, (dst, src): ([u8; 6], [u8; 6]), f: &mut Vec<u8>) {
-        let len = self.frame_bytes.max(MIN_FRAME);
+    /// to `dst` MAC into `f` ([`ClassFlows::write_headers`], the payload zeros).
+    pub fn frame(&self, i: usize, n: u64, macs: ([u8; 6], [u8; 6]), f: &mut Vec<u8>) {
         f.clear();
-        f.resize(len, 0);
+        f.resize(self.frame_bytes.max(MIN_FRAME), 0);
+        self.write_headers(i, n, macs, f);
+    }
+
+    /// Writes the Ethernet, IPv4 and UDP headers of class `i`'s `n`-th frame at the start of
+    /// `f`, whose length is the frame's (at least [`MIN_FRAME`]); the payload after them is left
+    /// as it is (the sender reuses its slots: nothing but the headers is written per frame). The
+    /// IPv4 header checksum is right; the UDP checksum is 0 ("none", RFC 768), which the receiver
+    /// accepts.
+    pub fn write_headers(&self, i: usize, n: u64, (dst, src): ([u8; 6], [u8; 6]), f: &mut [u8]) {
+        let len = f.len();
         f[..6].copy_from_slice(&dst);
         f[6..12].copy_from_slice(&src);
         f[12..14].copy_from_slice(&[0x08, 0x00]);
         let ip = &mut f[ETH..ETH + IPV4];
+        ip.fill(0);
         ip[0] = 0x45;
         ip[2..4].copy_from_slice(&((len - ETH) as u16).to_be_bytes());
         ip[4..6].copy_from_slice(&(n as u16).to_be_bytes());
@@ -111,10 +120,11 @@ impl ClassFlows {
         ip[16..20].copy_from_slice(&Self::dst(i).octets());
         let sum = ipv4_checksum(ip);
         ip[10..12].copy_from_slice(&sum.to_be_bytes());
-        let udp = &mut f[ETH + IPV4..];
+        let udp = &mut f[ETH + IPV4..ETH + IPV4 + 8];
         udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
         udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
         udp[4..6].copy_from_slice(&((len - ETH - IPV4) as u16).to_be_bytes());
+        udp[6..8].fill(0);
     }
 }
 
@@ -241,7 +251,7 @@ fn send(
         tx_errors: 0,
         max_lag: Duration::ZERO,
     };
-    let (mut n, mut buf) = (0u64, Vec::with_capacity(slot));
+    let (mut n, len) = (0u64, flows.frame_bytes.max(MIN_FRAME));
     let mut batch: Vec<(u32, usize)> = Vec::with_capacity(SEND_BATCH);
     let mut ids = Vec::with_capacity(SEND_BATCH);
     let classes = flows.classes.max(1);
@@ -262,10 +272,11 @@ fn send(
                 },
                 None => (n % classes as u64) as usize,
             };
-            flows.frame(class, n, macs, &mut buf);
+            let id = pool.alloc().expect("a batch fits the pool");
+            pool.set_len(id, len);
+            flows.write_headers(class, n, macs, pool.frame_mut(id));
             n += 1;
-            let id = pool.store(&buf).expect("a batch fits the pool");
-            batch.push((id, buf.len()));
+            batch.push((id, len));
         }
         if batch.is_empty() {
             std::thread::sleep(SEND_PAUSE);
