@@ -11,7 +11,8 @@
 //! "classes": [...]}`, each row a `ClassesRow` (`{"shaper", "classes", "frame_bytes",
 //! "target_bps", "offered_bps", "achieved_bps", "measured", "within_tolerance",
 //! "tolerance_pct", "deviation_mean_pct", "deviation_min_pct", "deviation_max_pct", "worst",
-//! "cpu_pct", "daemon_cpu_pct", "setup_ms", "sender_lag_ms", "receiver_missed"}`) or `{"shaper",
+//! "cpu_pct", "daemon_cpu_pct", "setup_ms", "sender_lag_ms", "receiver_missed",
+//! "daemon_socket_drops"}`) or `{"shaper",
 //! "classes", "error"}`. Output of `--packet-rate`: a line per run, then the medians per class
 //! count and their ratios, saying when the sender, not the daemon, limited; with `--json`
 //! exactly `{"machine", "packet_rate": [...]}` (`PacketRateRow`s, or `{"classes", "round",
@@ -85,9 +86,12 @@ pub fn format_classes(outcomes: &[ClassesOutcome]) -> String {
                         }
                     );
                 }
-                let daemon = r
+                let mut daemon = r
                     .daemon_cpu_pct
                     .map_or(String::new(), |d| format!(", daemon {d:.1} %/G"));
+                if let Some(d) = r.daemon_socket_drops {
+                    let _ = write!(daemon, ", {d} frames lost at the daemon's sockets");
+                }
                 let _ = writeln!(
                     out,
                     "  {:.3} Gbit/s delivered of {:.3} (offered {:.3}), {}-byte frames; cpu \
@@ -261,6 +265,7 @@ mod tests {
             setup_ms: 150,
             sender_lag_ms: 0.4,
             receiver_missed: 0,
+            daemon_socket_drops: Some(5),
         }
     }
 
@@ -278,7 +283,10 @@ mod tests {
         );
         assert!(text.contains("worst: class 17 (10.128.0.17)"), "{text}");
         assert!(text.contains("-2.500 %"), "{text}");
-        assert!(text.contains("daemon 12.0 %/G"), "{text}");
+        assert!(
+            text.contains("daemon 12.0 %/G, 5 frames lost at the daemon's sockets"),
+            "{text}"
+        );
         assert!(text.contains("htb-u32: not measured: tc -batch"), "{text}");
     }
 
@@ -317,6 +325,7 @@ mod tests {
                 daemon_cpus: 0.9,
                 daemon_ns_per_frame: ns,
                 setup_ms: 10,
+                daemon_socket_drops: Some(0),
             })
         };
         let text =

@@ -230,6 +230,11 @@ pub struct ClassesRow {
     pub sender_lag_ms: f64,
     /// Frames the receiver's counter missed (its socket's drops): the classes undercount.
     pub receiver_missed: u64,
+    /// Frames the daemon's sockets lost before it read them over the run
+    /// (`metronome_rx_ring_drops_total` at the end): a daemon that was not scheduled in time, or
+    /// could not keep up; `null` for the kernel shaper or when its metrics could not be read.
+    #[serde(default)]
+    pub daemon_socket_drops: Option<u64>,
 }
 
 /// A shaper's run: its row, or why it could not run.
@@ -417,10 +422,16 @@ fn run_one(
             let setup = started.elapsed();
             let mut cpu = || daemon.cpu_ns();
             let measured = measure(topo, options, macs, (&mut cpu, &[daemon.pid()]));
+            let drops = daemon
+                .metrics_text()
+                .ok()
+                .map(|t| metric_sum(&t, "metronome_rx_ring_drops_total"));
             let stopped = daemon.stop();
             let row = measured.map_err(|e| e.to_string()).and_then(|m| {
                 stopped?;
-                Ok(m.row(shaper, options, setup))
+                let mut row = m.row(shaper, options, setup);
+                row.daemon_socket_drops = drops;
+                Ok(row)
             });
             Ok(row)
         }
@@ -448,6 +459,17 @@ fn run_one(
             Ok(row)
         }
     }
+}
+
+/// The sum of the samples of metric `name` (any labels) in a Prometheus text.
+pub fn metric_sum(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// Writes `batch` to a scratch file and runs `tc -batch` on it in the shaper namespace.
@@ -548,6 +570,7 @@ impl Measured {
             setup_ms: setup.as_millis() as u64,
             sender_lag_ms: self.sent.max_lag.as_secs_f64() * 1e3,
             receiver_missed: self.counted.missed,
+            daemon_socket_drops: None,
         };
         let mut worst: Option<(f64, WorstClass)> = None;
         let mut abs_sum = 0.0;
@@ -709,5 +732,19 @@ mod tests {
             "no rate is worst"
         );
         assert_eq!(row.setup_ms, 7);
+    }
+
+    #[test]
+    fn a_metric_sums_over_its_labels_only() {
+        let text = "# HELP metronome_rx_ring_drops_total x\nmetronome_rx_ring_drops_total{silo=\"0\"} 3\n\
+                    metronome_rx_ring_drops_total{silo=\"1\"} 4\nmetronome_rx_ring_drops_totalx 9\n";
+        assert_eq!(metric_sum(text, "metronome_rx_ring_drops_total"), 7);
+        assert_eq!(
+            metric_sum(
+                "metronome_rx_ring_drops_total 2\n",
+                "metronome_rx_ring_drops_total"
+            ),
+            2
+        );
     }
 }

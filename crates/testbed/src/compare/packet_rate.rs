@@ -107,6 +107,10 @@ pub struct PacketRateRow {
     pub daemon_ns_per_frame: f64,
     /// From starting `metronome run` to its metrics endpoint answering, ms.
     pub setup_ms: u64,
+    /// Frames the daemon's sockets lost before it read them over the run
+    /// (`metronome_rx_ring_drops_total` at the end; `null`: its metrics could not be read).
+    #[serde(default)]
+    pub daemon_socket_drops: Option<u64>,
 }
 
 /// A run: its row, or why it could not run.
@@ -194,8 +198,14 @@ pub fn describe(outcome: &PacketRateOutcome) -> String {
     match outcome {
         PacketRateOutcome::Measured(r) => format!(
             "{} classes: delivered {:.0} frames/s of {:.0} sent, daemon {:.2} CPUs, {:.0} ns per \
-             frame",
-            r.classes, r.delivered_fps, r.sent_fps, r.daemon_cpus, r.daemon_ns_per_frame
+             frame, {} frames lost at its sockets",
+            r.classes,
+            r.delivered_fps,
+            r.sent_fps,
+            r.daemon_cpus,
+            r.daemon_ns_per_frame,
+            r.daemon_socket_drops
+                .map_or("unknown".to_owned(), |d| d.to_string())
         ),
         PacketRateOutcome::Failed { classes, error, .. } => {
             format!("{classes} classes: not measured: {error}")
@@ -222,6 +232,10 @@ fn run_one(
         .map_err(|e| e.to_string())??;
     let setup = started.elapsed();
     let measured = measure(topo, options, macs, &daemon);
+    let drops = daemon
+        .metrics_text()
+        .ok()
+        .map(|t| super::classes::metric_sum(&t, "metronome_rx_ring_drops_total"));
     let stopped = daemon.stop();
     let (sent, frames, cpu_ns) = measured.map_err(|e| e.to_string())?;
     stopped?;
@@ -239,6 +253,7 @@ fn run_one(
             f64::NAN
         },
         setup_ms: setup.as_millis() as u64,
+        daemon_socket_drops: drops,
     })
 }
 
@@ -354,6 +369,7 @@ mod tests {
                 daemon_cpus: 0.5,
                 daemon_ns_per_frame: ns,
                 setup_ms: 1,
+                daemon_socket_drops: None,
             })
         };
         let failed = PacketRateOutcome::Failed {
