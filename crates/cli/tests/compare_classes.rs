@@ -14,18 +14,28 @@
 //! CPU per frame read (how many is not asserted: a test never checks speed, CONTRIBUTING.md
 //! §15).
 //!
-//! Both check that the topology's namespaces are gone afterwards. Need CAP_NET_ADMIN; skip,
+//! The two run one after the other ([`SERIAL`]): the packet-rate flood takes a core, which would
+//! starve the per-class run's daemon of CPU on a 2-core machine. Both check that the topology's
+//! namespaces are gone afterwards. Need CAP_NET_ADMIN; skip,
 //! saying why, otherwise (a failure under `METRONOME_REQUIRE_PRIVILEGED=1`).
 
 use metronome_testbed::compare::classes::{self, ClassesOptions, ClassesOutcome, ClassesShaper};
 use metronome_testbed::compare::packet_rate::{self, PacketRateOptions, PacketRateOutcome};
 use metronome_testbed::netns;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Largest deviation of a class from its rate: 2 %, the target.
 const TOLERANCE_PCT: f64 = 2.0;
 /// Attempts of the per-class run (see the module docs).
 const ATTEMPTS: usize = 2;
+/// Held by each test while it runs: they run one after the other.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Takes [`SERIAL`] (also after a test that held it failed).
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Namespaces of this process whose names start with `prefix` that still exist.
 fn namespaces_left(prefix: &str) -> Vec<String> {
@@ -41,6 +51,7 @@ fn namespaces_left(prefix: &str) -> Vec<String> {
 
 #[test]
 fn a_thousand_classes_each_hold_their_rate() {
+    let _serial = serial();
     let options = ClassesOptions {
         classes: 1_000,
         rates_bps: (1_000_000, 2_000_000),
@@ -97,6 +108,7 @@ fn a_thousand_classes_each_hold_their_rate() {
 
 #[test]
 fn the_packet_rate_harness_measures_both_class_counts() {
+    let _serial = serial();
     let options = PacketRateOptions {
         class_counts: vec![1, 1_000],
         warmup: Duration::from_millis(500),
