@@ -301,6 +301,50 @@ fn send(
     Ok(r)
 }
 
+/// How often [`wait_forwarding`] sends its probe frame.
+const PROBE_EVERY: Duration = Duration::from_millis(10);
+
+/// Sends one frame of class 0 of `flows` every [`PROBE_EVERY`] on `iface` of `ns` until the
+/// receiver's interface counts a frame more than when it started (`rx`), at most `timeout`;
+/// returns how long that took, `None` if nothing arrived. A daemon's metrics endpoint answers
+/// before its loop forwards (it builds its engine after), so a run that must not measure the
+/// daemon's start-up waits for this.
+pub fn wait_forwarding(
+    (ns, iface): (&Namespace, &str),
+    mut rx: crate::netns::InterfaceCounters,
+    macs: ([u8; 6], [u8; 6]),
+    flows: ClassFlows,
+    timeout: Duration,
+) -> Result<Option<Duration>, FloodError> {
+    let iface = iface.to_owned();
+    ns.run(move || {
+        let config = AfPacketConfig {
+            receive: false,
+            ..AfPacketConfig::default()
+        };
+        let mut port = AfPacketPort::open(&iface, &config)?;
+        let slot = flows.frame_bytes.max(MIN_FRAME).next_multiple_of(128);
+        let mut pool = FramePool::new(1, slot);
+        let mut frame = Vec::new();
+        let before = rx.read()?.rx_packets;
+        let started = Instant::now();
+        let mut n = 0;
+        while started.elapsed() < timeout {
+            flows.frame(0, n, macs, &mut frame);
+            n += 1;
+            let id = pool.store(&frame).expect("one frame fits the pool");
+            if port.send(&mut pool, &[id])? == 0 {
+                pool.free(id);
+            }
+            std::thread::sleep(PROBE_EVERY);
+            if rx.read()?.rx_packets > before {
+                return Ok(Some(started.elapsed()));
+            }
+        }
+        Ok(None)
+    })?
+}
+
 /// What arrived of one class within a [`ClassCounter`]'s window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassArrivals {

@@ -11,7 +11,8 @@
 //! * **metronome**: `metronome run` on `in0`/`out0` ([`daemon_config_text`]: a `[[class]]` per
 //!   class matching its /32, `rate`, the default one-frame burst, [`queue_packets`] frames of
 //!   queue; `[interfaces] mtu` the veths' and plain frames, `vnet_hdr = false`), a process of its
-//!   own as a user runs it ([`AttachedDaemon`]);
+//!   own as a user runs it ([`AttachedDaemon`]), measured once it forwards a first frame
+//!   ([`wait_forwarding`]: its metrics endpoint answers before it has built its engine);
 //! * **htb-u32**: a bridge joins `in0` and `out0`; `out0` gets HTB with a leaf per class (`rate` =
 //!   `ceil` = the class's rate, `burst` = `cburst` = one frame, as the daemon's) and u32 filters
 //!   hashed on the destination address in two levels (the third octet, then the fourth: one
@@ -40,7 +41,7 @@ use super::attach::AttachedDaemon;
 use super::measure::{cpu_pct_per_gbit, MachineCpu};
 use super::CompareError;
 use crate::class_traffic::{
-    send_classes, ClassCounter, ClassFlows, CountReport, Schedule, SendReport,
+    send_classes, wait_forwarding, ClassCounter, ClassFlows, CountReport, Schedule, SendReport,
 };
 use crate::flood::frames::mac_of;
 use crate::flood::FloodError;
@@ -78,6 +79,9 @@ const TAIL: Duration = Duration::from_millis(500);
 pub const JUMBO_FRAME: usize = 9014;
 /// UDP ports of the class traffic (any: the classes match on the destination address).
 const PORTS: (u16, u16) = (40_000, 9);
+/// How long `metronome run` may take from its metrics endpoint answering to forwarding a frame
+/// (it builds its engine in between): 60 s, far more than 65 534 classes take.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One of the shapers of `compare --classes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -223,8 +227,8 @@ pub struct ClassesRow {
     /// The daemon process's own CPU (user + system), % of one CPU per Gbit/s delivered; `null`
     /// for the kernel shaper.
     pub daemon_cpu_pct: Option<f64>,
-    /// How long the shaper took to set up, ms: `metronome run` from its start to its metrics
-    /// endpoint answering, or the `tc -batch` of HTB's classes and filters.
+    /// How long the shaper took to set up, ms: `metronome run` from its start to forwarding its
+    /// first frame, or the `tc -batch` of HTB's classes and filters.
     pub setup_ms: u64,
     /// The latest a paced frame left the sender after its due time, ms.
     pub sender_lag_ms: f64,
@@ -419,6 +423,22 @@ fn run_one(
                 Ok(d) => d,
                 Err(why) => return Ok(Err(why)),
             };
+            let flows = class_flows(options, topo);
+            let rx = topo.receiver.interface_counters(&topo.receiver_if)?;
+            let probe = (&topo.sender, topo.sender_if.as_str());
+            match wait_forwarding(probe, rx, macs, flows, FORWARD_TIMEOUT) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    let _ = daemon.stop();
+                    let why =
+                        format!("`metronome run` forwarded nothing within {FORWARD_TIMEOUT:?}");
+                    return Ok(Err(why));
+                }
+                Err(e) => {
+                    let _ = daemon.stop();
+                    return Ok(Err(e.to_string()));
+                }
+            }
             let setup = started.elapsed();
             let mut cpu = || daemon.cpu_ns();
             let measured = measure(topo, options, macs, (&mut cpu, &[daemon.pid()]));
@@ -508,13 +528,7 @@ fn measure(
         origin,
         window,
     )?;
-    let flows = ClassFlows {
-        classes: options.classes,
-        src: topo.sender_addr,
-        frame_bytes: options.frame_bytes,
-        src_port: PORTS.0,
-        dst_port: PORTS.1,
-    };
+    let flows = class_flows(options, topo);
     let offered_bps = (0..options.classes)
         .map(|i| (options.rate_bps(i) as f64 * options.overload) as u64)
         .collect();
@@ -610,6 +624,17 @@ impl Measured {
             .daemon_cores
             .map(|c| cpu_pct_per_gbit(c, row.achieved_bps));
         row
+    }
+}
+
+/// The frames of `options`'s classes from the sender of `topo`.
+fn class_flows(options: &ClassesOptions, topo: &Topology) -> ClassFlows {
+    ClassFlows {
+        classes: options.classes,
+        src: topo.sender_addr,
+        frame_bytes: options.frame_bytes,
+        src_port: PORTS.0,
+        dst_port: PORTS.1,
     }
 }
 

@@ -11,7 +11,8 @@
 //! [`CLASS_RATE_BPS`], far above what arrives, so that the daemon's per-packet work (parse,
 //! classify, stamp, send), not the shaping, limits what passes.
 //!
-//! Measured after [`PacketRateOptions::warmup`], over [`PacketRateOptions::measure`]: the frames
+//! Each run starts once `metronome run` forwards a first frame
+//! ([`crate::class_traffic::wait_forwarding`]). Measured after [`PacketRateOptions::warmup`], over [`PacketRateOptions::measure`]: the frames
 //! the receiver's veth got per second (`rx_packets`), the frames the sender's socket took per
 //! second, and the daemon process's CPU (user + system time of all its threads) per delivered
 //! frame. The runs alternate ([`PacketRateOptions::rounds`] times), so that a noisy moment of the
@@ -21,7 +22,9 @@
 
 use super::attach::AttachedDaemon;
 use super::CompareError;
-use crate::class_traffic::{send_classes, ClassFlows, Schedule, SendReport, MAX_CLASSES};
+use crate::class_traffic::{
+    send_classes, wait_forwarding, ClassFlows, Schedule, SendReport, MAX_CLASSES,
+};
 use crate::flood::frames::mac_of;
 use crate::flood::FloodError;
 use crate::netns::{TopoError, Topology};
@@ -105,7 +108,7 @@ pub struct PacketRateRow {
     pub daemon_cpus: f64,
     /// The daemon's CPU time per delivered frame, ns.
     pub daemon_ns_per_frame: f64,
-    /// From starting `metronome run` to its metrics endpoint answering, ms.
+    /// From starting `metronome run` to its forwarding a first frame, ms.
     pub setup_ms: u64,
     /// Frames the daemon's sockets lost before it read them over the run
     /// (`metronome_rx_ring_drops_total` at the end; `null`: its metrics could not be read).
@@ -230,6 +233,25 @@ fn run_one(
     let started = Instant::now();
     let daemon = AttachedDaemon::start(&topo.shaper, binary, (&text, &config), false)
         .map_err(|e| e.to_string())??;
+    let rx = topo
+        .receiver
+        .interface_counters(&topo.receiver_if)
+        .map_err(|e| e.to_string())?;
+    let probe = (&topo.sender, topo.sender_if.as_str());
+    let timeout = super::classes::FORWARD_TIMEOUT;
+    match wait_forwarding(probe, rx, macs, flows(options, topo), timeout) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            let _ = daemon.stop();
+            return Err(format!(
+                "`metronome run` forwarded nothing within {timeout:?}"
+            ));
+        }
+        Err(e) => {
+            let _ = daemon.stop();
+            return Err(e.to_string());
+        }
+    }
     let setup = started.elapsed();
     let measured = measure(topo, options, macs, &daemon);
     let drops = daemon
@@ -265,13 +287,7 @@ fn measure(
     macs: ([u8; 6], [u8; 6]),
     daemon: &AttachedDaemon,
 ) -> Result<(SendReport, u64, u64), FloodError> {
-    let flows = ClassFlows {
-        classes: options.flows(),
-        src: topo.sender_addr,
-        frame_bytes: options.frame_bytes,
-        src_port: 40_000,
-        dst_port: 9,
-    };
+    let flows = flows(options, topo);
     let stop = Arc::new(AtomicBool::new(false));
     let (sender_ns, iface, flag) = (topo.sender.clone(), topo.sender_if.clone(), stop.clone());
     let duration = options.warmup + options.measure + TAIL;
@@ -302,6 +318,17 @@ fn measure(
             stderr: "the daemon's CPU time could not be read".to_owned(),
         })?;
     Ok((sent, f1.saturating_sub(f0), cpu))
+}
+
+/// The frames of a packet-rate run from the sender of `topo`.
+fn flows(options: &PacketRateOptions, topo: &Topology) -> ClassFlows {
+    ClassFlows {
+        classes: options.flows(),
+        src: topo.sender_addr,
+        frame_bytes: options.frame_bytes,
+        src_port: 40_000,
+        dst_port: 9,
+    }
 }
 
 /// The medians per class count of the measured rows: (classes, delivered frames/s, ns per
