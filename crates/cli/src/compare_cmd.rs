@@ -798,4 +798,33 @@ mod tests {
             .collect();
         assert_eq!(names, ["metronome", "metronome-fair", "htb", "tbf"]);
     }
+
+    #[test]
+    fn classes_takes_an_optional_count_rates_and_a_frame_size() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.compare);
+        let a = parse(&["compare", "--classes"]).unwrap();
+        assert_eq!(a.classes, Some(None));
+        let a = parse(&[
+            "compare",
+            "--classes",
+            "500",
+            "--class-rates",
+            "1mbit,10mbit",
+            "--frame-bytes",
+            "1514",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(a.classes, Some(Some(500)));
+        let rates: Vec<u64> = a.class_rates.iter().map(|r| r.bps()).collect();
+        assert_eq!(rates, [1_000_000, 10_000_000]);
+        assert_eq!(a.frame_bytes, Some(1514));
+        let a = parse(&["compare", "--packet-rate", "--classes", "100", "--quick"]).unwrap();
+        assert!(a.packet_rate && a.quick);
+        assert_eq!(a.classes, Some(Some(100)));
+        assert!(parse(&["compare", "--classes", "--attach"]).is_err());
+        assert!(parse(&["compare", "--class-rates", "1mbit"]).is_err());
+        assert!(parse(&["compare", "--classes", "0"]).is_err());
+        assert!(parse(&["compare", "--packet-rate", "--frame-bytes", "64"]).is_err());
+    }
 }
