@@ -1,5 +1,6 @@
 //! `metronome compare [--quick] [--offloads host|off] [--attach] [--json]`
-//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]):
+//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`];
+//! `--classes` and `--packet-rate`: [`crate::compare_classes`]):
 //! Metronome (its class as one FIFO, and in the
 //! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
 //! topology with the same kernel TCP traffic, at
@@ -106,6 +107,35 @@ pub struct CompareArgs {
     /// holding their gateway) or `routed` (no bridge, a /32 route per workload).
     #[arg(long, default_value = "bridge", requires = "attach")]
     workload_link: metronome_testbed::netns::attach::WorkloadLink,
+    /// Many classes instead: N classes (default 10 000; `--quick`: 1 000), one destination /32
+    /// each, every class over its rate with raw UDP in jumbo frames, each class's rate measured
+    /// at the receiver, through `metronome run` and kernel HTB with hashed u32 filters. With
+    /// `--packet-rate`: the large class count (default 65 534).
+    #[arg(long, value_name = "N", num_args = 0..=1,
+          value_parser = clap::value_parser!(u64).range(1..=8_388_608),
+          conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot", "target",
+          "flows"])]
+    classes: Option<Option<u64>>,
+    /// With `--classes`: the class rates, one for all or the smallest and the largest
+    /// (`1mbit,10mbit`: spread linearly over the classes).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "classes",
+        conflicts_with = "packet_rate"
+    )]
+    class_rates: Vec<metronome_core::Rate>,
+    /// With `--classes`: frame length in bytes, Ethernet header included (default 9014, an MTU
+    /// of 9000); the veths' and the daemon's MTU follow.
+    #[arg(long, value_name = "BYTES", requires = "classes", conflicts_with = "packet_rate",
+          value_parser = clap::value_parser!(u64).range(64..=65_549))]
+    frame_bytes: Option<u64>,
+    /// Packets per second instead: 64-byte UDP frames as fast as the sender goes through
+    /// `metronome run` with one class and with many (`--classes`, default 65 534), and the
+    /// daemon's CPU per frame.
+    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot",
+          "target", "flows"])]
+    packet_rate: bool,
 }
 
 /// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
@@ -362,6 +392,22 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         return replot(file, dir);
     }
     metronome_daemon::ops::service::init_logging(Default::default());
+    let classes = args
+        .classes
+        .flatten()
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if args.packet_rate {
+        return crate::compare_classes::run_packet_rate(args.quick, classes, args.json);
+    }
+    if args.classes.is_some() {
+        let choice = crate::compare_classes::ClassesChoice {
+            quick: args.quick,
+            classes,
+            rates_bps: args.class_rates.iter().map(|r| r.bps()).collect(),
+            frame_bytes: args.frame_bytes.map(|b| b as usize),
+        };
+        return crate::compare_classes::run_classes(choice, args.json);
+    }
     if args.attach {
         if args.flows.contains(&0) {
             eprintln!("metronome compare: --flows: a flow count must be at least 1");
@@ -751,5 +797,34 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["metronome", "metronome-fair", "htb", "tbf"]);
+    }
+
+    #[test]
+    fn classes_takes_an_optional_count_rates_and_a_frame_size() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.compare);
+        let a = parse(&["compare", "--classes"]).unwrap();
+        assert_eq!(a.classes, Some(None));
+        let a = parse(&[
+            "compare",
+            "--classes",
+            "500",
+            "--class-rates",
+            "1mbit,10mbit",
+            "--frame-bytes",
+            "1514",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(a.classes, Some(Some(500)));
+        let rates: Vec<u64> = a.class_rates.iter().map(|r| r.bps()).collect();
+        assert_eq!(rates, [1_000_000, 10_000_000]);
+        assert_eq!(a.frame_bytes, Some(1514));
+        let a = parse(&["compare", "--packet-rate", "--classes", "100", "--quick"]).unwrap();
+        assert!(a.packet_rate && a.quick);
+        assert_eq!(a.classes, Some(Some(100)));
+        assert!(parse(&["compare", "--classes", "--attach"]).is_err());
+        assert!(parse(&["compare", "--class-rates", "1mbit"]).is_err());
+        assert!(parse(&["compare", "--classes", "0"]).is_err());
+        assert!(parse(&["compare", "--packet-rate", "--frame-bytes", "64"]).is_err());
     }
 }

@@ -41,6 +41,11 @@
 //! `--link-sharing` ([`link_sharing`]) shares one link among weighted and priority classes
 //! through the daemon's `[link]` and through kernel HTB instead.
 //!
+//! `--classes` ([`classes`]) holds thousands of classes, each to its own rate, through
+//! `metronome run` and through kernel HTB with hashed u32 filters, measured class by class at the
+//! receiver; `--packet-rate` ([`packet_rate`]) counts small frames per second through
+//! `metronome run` with many classes against one.
+//!
 //! Offloads ([`CompareOptions::offloads`], [`OffloadMode`]): by default the veths keep the
 //! host's offloads, so the sender's TCP hands the shapers GSO super-frames, as on the hosts
 //! Metronome shapes; [`OffloadMode::Off`] gives one-MTU frames with offloads off on all four
@@ -70,8 +75,10 @@
 //! each bulk connection delivered to the receiver over its whole run ([`measure::jain_index`]).
 
 pub mod attach;
+pub mod classes;
 pub mod link_sharing;
 pub mod measure;
+pub mod packet_rate;
 
 use crate::forwarder::ForwarderMode;
 use crate::netns::{InterfaceCounters, QdiscSpec, TopoError, Topology};

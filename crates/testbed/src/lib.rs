@@ -25,12 +25,16 @@
 //! * [`flood`]: floods for the attack tests (paced UDP, raw garbage, spoofed 5-tuples), a tap
 //!   that counts what the receiver got by class, per-second rates, and the daemon's loop with
 //!   its invariants checked while it runs.
+//! * [`class_traffic`]: paced raw UDP for thousands of classes (one destination /32 each) and a
+//!   receiver that measures every class's rate from its first to its last frame
+//!   (`compare --classes`, [`compare::classes`]).
 //!
 //! Building a topology needs CAP_NET_ADMIN; without it the entry points return
 //! [`netns::TopoError::MissingPrivilege`] and the integration tests skip.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod class_traffic;
 pub mod compare;
 pub mod demo;
 pub mod flood;

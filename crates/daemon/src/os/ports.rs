@@ -12,6 +12,11 @@
 //! pool then has two size classes: [`frame_slots`] small slots of
 //! [`metronome_io::DEFAULT_SLOT_SIZE`] bytes and `daemon.gso_slots` large slots of
 //! [`metronome_io::GSO_SLOT_SIZE`] bytes (`FramePool::with_large`).
+//!
+//! A small slot holds one frame of the configured `interfaces.mtu` ([`small_slot_size`]): the
+//! default [`metronome_io::DEFAULT_SLOT_SIZE`] up to a 1500-byte MTU plus two VLAN tags, larger
+//! for jumbo frames (an MTU of 9000 on a data-centre host), so that a frame the MTU allows is
+//! never refused as `oversize` for want of a slot.
 
 use crate::ops::config::Config;
 use metronome_io::{
@@ -23,6 +28,20 @@ use metronome_io::{
 /// wheel's `pool_packets` when smaller. At 200 Mbit/s this holds 3.9 s of full-size frames, more
 /// than the default 2 s horizon.
 pub const DEFAULT_FRAME_SLOTS: u32 = 65_536;
+
+/// Ethernet header and two 802.1Q tags, bytes: what a frame of `interfaces.mtu` bytes of IP
+/// carries besides (IEEE 802.3, IEEE 802.1Q; the parser walks at most two tags).
+const FRAME_OVERHEAD: usize = 14 + 2 * 4;
+/// Small slots are rounded up to a multiple of this, bytes: two 64-byte cache lines.
+const SLOT_ALIGN: usize = 128;
+
+/// Bytes of a small slot for `config`: [`metronome_io::DEFAULT_SLOT_SIZE`], or a frame of
+/// `interfaces.mtu` plus [`FRAME_OVERHEAD`] rounded up to [`SLOT_ALIGN`] when that is larger
+/// (9 088 bytes for an MTU of 9000).
+pub fn small_slot_size(config: &Config) -> usize {
+    let mtu = usize::try_from(config.interfaces.mtu).unwrap_or(usize::MAX / 2);
+    DEFAULT_SLOT_SIZE.max((mtu + FRAME_OVERHEAD).div_ceil(SLOT_ALIGN) * SLOT_ALIGN)
+}
 
 /// Frame pool slots for `config` (see [`DEFAULT_FRAME_SLOTS`]).
 pub fn frame_slots(config: &Config) -> u32 {
@@ -142,24 +161,25 @@ pub const REVERSE_GSO_SLOTS: u32 = 64;
 pub fn reverse_pool(config: &Config) -> FramePool {
     if config.daemon.vnet_hdr {
         let large = REVERSE_GSO_SLOTS.min(config.daemon.gso_slots.max(1));
-        FramePool::with_large(REVERSE_FRAME_SLOTS, DEFAULT_SLOT_SIZE, large, GSO_SLOT_SIZE)
+        let slot = small_slot_size(config);
+        FramePool::with_large(REVERSE_FRAME_SLOTS, slot, large, GSO_SLOT_SIZE)
     } else {
-        FramePool::new(REVERSE_FRAME_SLOTS, DEFAULT_SLOT_SIZE)
+        FramePool::new(REVERSE_FRAME_SLOTS, small_slot_size(config))
     }
 }
 
-/// The frame pool of one loop: [`frame_slots`] small slots, plus `daemon.gso_slots` large ones
+/// The frame pool of one loop: [`frame_slots`] small slots of [`small_slot_size`], plus `daemon.gso_slots` large ones
 /// when the ports carry virtio-net headers.
 pub fn frame_pool(config: &Config) -> FramePool {
     if config.daemon.vnet_hdr {
         FramePool::with_large(
             frame_slots(config),
-            DEFAULT_SLOT_SIZE,
+            small_slot_size(config),
             config.daemon.gso_slots,
             GSO_SLOT_SIZE,
         )
     } else {
-        FramePool::new(frame_slots(config), DEFAULT_SLOT_SIZE)
+        FramePool::new(frame_slots(config), small_slot_size(config))
     }
 }
 
@@ -190,6 +210,20 @@ pub fn enable_gro(config: &Config) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_slots_hold_a_frame_of_the_mtu() {
+        let text =
+            |mtu: u32| format!("[interfaces]\ninside = \"a\"\noutside = \"b\"\nmtu = {mtu}\n");
+        let slot = |mtu| small_slot_size(&Config::from_toml_str(&text(mtu), "t.toml").unwrap());
+        assert_eq!(slot(1500), DEFAULT_SLOT_SIZE);
+        assert_eq!(slot(9000), 9088);
+        assert!(slot(9000) >= 9000 + 14 + 8);
+        let mut config = Config::from_toml_str(&text(9000), "t.toml").unwrap();
+        config.daemon.vnet_hdr = false;
+        let mut pool = frame_pool(&config);
+        assert!(pool.store(&vec![0u8; 9014]).is_ok());
+    }
 
     #[test]
     fn counters_add_field_by_field() {
