@@ -1,7 +1,8 @@
-//! `metronome`: one binary: `bench`, `lab`, the daemon (`run`, `stats`, `demo`) and `compare`
+//! `metronome`: one binary: `bench`, `lab`, the daemon (`run`, `stats`, `class`, `demo`) and `compare`
 //! (the daemon against kernel HTB and TBF).
 
 mod bench_cmd;
+mod class_cmd;
 mod compare_attach;
 mod compare_cmd;
 mod compare_link;
@@ -33,6 +34,8 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Print a running daemon's per-class counters and rates, like `tc -s class show`.
     Stats(stats_cmd::StatsArgs),
+    /// Add, change, delete, list or show a running daemon's classes (its control socket).
+    Class(class_cmd::ClassArgs),
     /// Build a throwaway sender/shaper/receiver topology, shape real kernel TCP through the
     /// daemon and print a conformance table (the simulator without CAP_NET_ADMIN).
     Demo(demo_cmd::DemoArgs),
@@ -56,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Command::Lab(args) => lab_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
         Command::Stats(args) => stats_cmd::run(args),
+        Command::Class(args) => class_cmd::run(args),
         Command::Demo(args) => demo_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
     }

@@ -93,7 +93,7 @@ fn refused_at_start(topo: &AttachTopology, config: &Path, why: &str) {
     let out = Command::new("nsenter")
         .arg(format!("--net=/run/netns/{}", topo.host.name()))
         .arg(env!("CARGO_BIN_EXE_metronome"))
-        .args(["run", "--config"])
+        .args(["run", "--control", "", "--config"])
         .arg(config)
         .output()
         .unwrap();

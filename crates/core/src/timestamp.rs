@@ -186,6 +186,30 @@ impl Timestamper {
         PolicyId(self.policies.len() as u32 - 1)
     }
 
+    /// Makes policy `id` as [`Timestamper::add_policy`] would make a new one (`kind`, `rate`,
+    /// `burst`, nothing stamped yet), so that the handle of a policy its owner no longer uses can
+    /// serve a new owner: the timestamper never removes a policy, and its handles stay valid.
+    pub fn reset_policy(
+        &mut self,
+        id: PolicyId,
+        kind: PolicyKind,
+        rate: Rate,
+        burst: u32,
+    ) -> Result<(), UnknownPolicy> {
+        *self.get_mut(id)? = Policy {
+            kind,
+            rate,
+            burst,
+            tat: Timestamp::ZERO,
+            tat_frac: 0,
+            packets: 0,
+            bytes: 0,
+            delayed: 0,
+            paused: 0,
+        };
+        Ok(())
+    }
+
     /// Changes a policy's rate; it applies from the next packet stamped. Zero pauses the policy
     /// (see [`Paused`]); a rate above zero resumes it from the next packet, with what it stamped
     /// before keeping its times and at most its burst granted if it went idle.

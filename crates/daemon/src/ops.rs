@@ -9,9 +9,11 @@
 //! * [`units`]: durations (`500us`) and tc-like byte sizes (`15k`); rates are parsed by the core.
 //! * [`metrics`]: the Prometheus counters, gauges and histograms, their HTTP endpoint and
 //!   `metronome stats`.
+//! * [`control`]: the control socket: classes added, changed and deleted live, and its client.
 //! * [`refused`]: frames the ports could not take, counted by reason and logged once.
 
 pub mod config;
+pub mod control;
 pub mod metrics;
 pub mod refused;
 pub mod service;

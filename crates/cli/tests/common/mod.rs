@@ -85,7 +85,32 @@ pub fn start_daemon(
 ) -> Daemon {
     let mut command = Command::new("ip");
     command.args(["netns", "exec", topo.shaper.name()]);
-    start_daemon_with(command, config, socket, stderr, label, within)
+    start_daemon_with(command, config, None, socket, stderr, label, within)
+}
+
+/// [`start_daemon`] with its control socket at `control` (the others run without one: tests
+/// run daemons side by side).
+#[allow(dead_code)] // used by the control socket's tests only
+pub fn start_daemon_controlled(
+    topo: &Topology,
+    config: &Path,
+    control: &Path,
+    socket: &Path,
+    stderr: &Path,
+    label: &str,
+    within: Duration,
+) -> Daemon {
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", topo.shaper.name()]);
+    start_daemon_with(
+        command,
+        config,
+        Some(control),
+        socket,
+        stderr,
+        label,
+        within,
+    )
 }
 
 /// [`start_daemon`] in the network namespace `netns` (a name under `/run/netns`), entered with
@@ -102,14 +127,15 @@ pub fn start_daemon_in(
 ) -> Daemon {
     let mut command = Command::new("nsenter");
     command.arg(format!("--net=/run/netns/{netns}"));
-    start_daemon_with(command, config, socket, stderr, label, within)
+    start_daemon_with(command, config, None, socket, stderr, label, within)
 }
 
 /// `command` (which enters a namespace and execs its arguments) running `metronome run
-/// --config CONFIG`; see [`start_daemon`].
+/// --config CONFIG --control CONTROL` (`""`, none, without `control`); see [`start_daemon`].
 fn start_daemon_with(
     mut command: Command,
     config: &Path,
+    control: Option<&Path>,
     socket: &Path,
     stderr: &Path,
     label: &str,
@@ -123,6 +149,8 @@ fn start_daemon_with(
     let child = command
         .arg(env!("CARGO_BIN_EXE_metronome"))
         .arg("run")
+        .arg("--control")
+        .arg(control.unwrap_or(Path::new("")))
         .arg("--config")
         .arg(config)
         .env("NOTIFY_SOCKET", socket)

@@ -15,7 +15,9 @@
 //!    the port did not take stays the caller's, freed with `FramePool::free_entry`.
 //! 3. Sleep until [`Engine::next_due`] (or a frame arrives).
 //! 4. While the outside link has been down longer than its grace, [`Engine::expire`] what fell
-//!    due. On SIGHUP, [`Engine::reload`] ([`classes`]). At stop, [`Engine::drain_all`].
+//!    due. On SIGHUP, [`Engine::reload`] ([`classes`]). At stop, [`Engine::drain_all`]. Between
+//!    two rounds, the control socket's [`Engine::add_class`], [`Engine::change_class`],
+//!    [`Engine::delete_class`] and [`Engine::reap_drained`] ([`live`]).
 //!
 //! Every slot the engine holds is freed exactly once: by the port after the entry's release,
 //! or by the engine at a drop, a discard or an expiry (through the pool, which frees a cut
@@ -28,7 +30,7 @@
 //! entries dropped while the outside link was down, [`Engine::expire`], dropped by the link and
 //! discarded at stop are on the released side).
 //!
-//! The modules: [`classes`] (classes and reload), [`receive`] (classify, admit, stamp, queue),
+//! The modules: [`classes`] (classes and reload), [`live`] (classes added, changed and deleted live), [`receive`] (classify, admit, stamp, queue),
 //! [`cut`] (super-frames cut into pieces), [`slots`] (what is kept per pool slot), [`release`]
 //! (the transmit batch, expiry, stop), [`fair`] (fair queueing inside a class), [`link`] (the
 //! shared link).
@@ -37,6 +39,7 @@ mod classes;
 mod cut;
 mod fair;
 pub mod link;
+mod live;
 mod receive;
 mod release;
 mod slots;
@@ -47,6 +50,7 @@ use crate::datapath::flow_table::FlowTable;
 use crate::datapath::unclassified::{Unclassified, UnclassifiedKind};
 use crate::ops::config::{Config, ReloadPlan, MAX_BATCH_SIZE};
 use crate::ops::metrics::{DropReason, HistogramTally, Metrics};
+pub use live::{live_unsupported, LiveError};
 use metronome_core::timestamp::Timestamper;
 use metronome_core::{
     Duration, EdtQueue, PacketRef, RejectReason, Timestamp, TimingWheel, TimingWheelConfig,
@@ -193,8 +197,10 @@ pub struct Engine {
     /// Config class id (0 = default, i + 1 = `classes[i]`) -> class state index.
     class_map: Vec<u16>,
     classes: Vec<classes::ClassState>,
-    /// Class state index by name (the states are only ever added to).
+    /// Class state index by name.
     class_index: std::collections::HashMap<String, usize>,
+    /// States, class ids and policies that deleted classes left free ([`live`]).
+    live: live::Live,
     /// Indices of the classes whose gauges or tallies changed since the last
     /// [`Engine::publish_gauges`] (each flagged `ClassState::dirty`), so that publishing costs
     /// what changed, not the number of classes.
@@ -268,6 +274,7 @@ impl Engine {
             class_map: Vec::new(),
             classes: Vec::new(),
             class_index: std::collections::HashMap::new(),
+            live: live::Live::default(),
             dirty: Vec::new(),
             stamper: Timestamper::new(),
             wheel: TimingWheel::new(wheel_config),
@@ -389,6 +396,7 @@ impl Engine {
         }
         assert!(self.flows.total_queued() <= per_class + self.fair.len());
         self.fair_invariants();
+        self.live_invariants();
     }
 }
 

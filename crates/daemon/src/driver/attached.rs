@@ -23,7 +23,8 @@ use crate::driver::run::Control;
 use crate::ops::config::Config;
 use crate::ops::metrics::Metrics;
 use crate::ops::service::{
-    dropped_privileges, runtime_outcome, serve_metrics, stop_on_panic, DaemonError, OpenPorts,
+    bind_control, dropped_privileges, runtime_outcome, serve_control, serve_metrics, stop_on_panic,
+    DaemonError, OpenPorts,
 };
 use crate::os::attach::{AttachError, Attachment};
 use std::path::Path;
@@ -47,9 +48,11 @@ const WATCH_TICK: Duration = Duration::from_millis(10);
 pub fn run_attached(
     mut config: Config,
     config_path: &Path,
-    control: &Control,
+    control: &mut Control,
     quit: &Arc<AtomicBool>,
 ) -> Result<(), DaemonError> {
+    let mut bound = None;
+    let mut _control_server = None;
     let mut metrics = Metrics::with_silos(config.daemon.cores);
     let mut attachment = Attachment::prepare(&config, &metrics)?;
     let mut first = true;
@@ -63,9 +66,17 @@ pub fn run_attached(
         };
         attachment.engage()?;
         if first {
+            bound = bind_control(&config)?;
             dropped_privileges(&config)?;
         }
         let server = serve_metrics(&config, &metrics)?;
+        if first {
+            _control_server = serve_control(bound.take(), &config, &metrics, control)?;
+        } else if let Some(live) = &control.live {
+            if let Err(e) = live.set_loops(config.daemon.cores) {
+                tracing::error!(error = %e, "the control socket's inboxes could not be remade");
+            }
+        }
         crate::os::notify::notify("READY=1");
         first = false;
         let watcher = spawn_watcher(attachment, quit.clone(), control.clone())?;

@@ -8,13 +8,17 @@
 //! force.
 //!
 //! * The single loop ([`FileReload`], its [`LoopHook`]) applies it to its engine
-//!   ([`install`]) and takes the new `busy_poll`.
+//!   ([`install`]) and takes the new `busy_poll`; between two reloads it applies the control
+//!   socket's operations ([`LiveEndpoint`]).
+//! * With a control socket, what is installed is the file's classes then the API's
+//!   ([`Reloader::keeping`], `crate::ops::control`).
 //! * With silos the coordinator (`silo::run_silos`) applies it to its allocators and
 //!   hands it to every silo, which [`install`]s it in its own engine.
 
 use crate::datapath::engine::Engine;
 use crate::driver::run::LoopHook;
 use crate::ops::config::{Config, ReloadPlan};
+use crate::ops::control::{Live, LiveEndpoint};
 use metronome_core::Timestamp;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +33,8 @@ pub struct Reloader {
     published: Option<Arc<std::sync::Mutex<Option<Config>>>>,
     /// Where a change of the attached interfaces is handed over ([`Reloader::reattaching`]).
     reattach: Option<Arc<std::sync::Mutex<Option<Config>>>>,
+    /// The control socket's classes, kept across reloads ([`Reloader::keeping`]).
+    live: Option<Arc<Live>>,
 }
 
 impl Reloader {
@@ -39,7 +45,15 @@ impl Reloader {
             running,
             published: None,
             reattach: None,
+            live: None,
         }
+    }
+
+    /// Keeps the control socket's classes of `live` on every reload: the file's classes, then
+    /// the API's, except those whose name the file defines ([`Live::merged`], [`Live::reloaded`]).
+    pub fn keeping(mut self, live: Option<Arc<Live>>) -> Reloader {
+        self.live = live;
+        self
     }
 
     /// In attach mode: a file whose only restart-needing change is `[interfaces] attach` is not
@@ -79,14 +93,18 @@ impl Reloader {
         &mut self,
         apply: impl FnOnce(&Config, &ReloadPlan) -> bool,
     ) -> Option<ReloadPlan> {
-        let mut new = match Config::load(&self.path) {
+        let mut file = match Config::load(&self.path) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "reload failed, keeping the running configuration");
                 return None;
             }
         };
-        new.daemon.cores = self.running.daemon.cores;
+        file.daemon.cores = self.running.daemon.cores;
+        let mut new = match &self.live {
+            Some(live) => live.merged(&file),
+            None => file.clone(),
+        };
         let plan = self.running.diff(&new);
         if let (Some(slot), true) = (&self.reattach, plan.only_reattach() && new.is_attach()) {
             let missing = new
@@ -99,6 +117,9 @@ impl Reloader {
                 return None;
             }
             new.daemon.cores = new.interfaces.attach.len();
+            if let Some(live) = &self.live {
+                live.reloaded(&file);
+            }
             tracing::info!(plan = %plan, "re-attaching: the loops stop and start on the new interfaces");
             *slot
                 .lock()
@@ -112,6 +133,9 @@ impl Reloader {
         }
         if !apply(&new, &plan) {
             return None;
+        }
+        if let Some(live) = &self.live {
+            live.reloaded(&file);
         }
         for line in plan.to_string().lines() {
             tracing::info!(change = line, "reloaded {}", self.path.display());
@@ -144,17 +168,36 @@ pub fn install(engine: &mut Engine, config: &Config) -> bool {
 pub struct FileReload {
     request: Arc<AtomicBool>,
     reloader: Option<Reloader>,
+    /// The loop's end of the control socket's inbox.
+    live: Option<LiveEndpoint>,
 }
 
 impl FileReload {
     /// Reloads `reloader`'s file into the loop's engine when `request` is set.
     pub fn new(request: Arc<AtomicBool>, reloader: Option<Reloader>) -> FileReload {
-        FileReload { request, reloader }
+        FileReload {
+            request,
+            reloader,
+            live: None,
+        }
+    }
+
+    /// Also applies the control socket's operations posted to `endpoint`.
+    pub fn with_live(mut self, endpoint: Option<LiveEndpoint>) -> FileReload {
+        self.live = endpoint;
+        self
     }
 }
 
 impl LoopHook for FileReload {
+    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.live.as_ref().map(LiveEndpoint::wake_fd)
+    }
+
     fn poll(&mut self, engine: &mut Engine, _now: Timestamp) -> Option<bool> {
+        if let Some(live) = &mut self.live {
+            live.poll(engine);
+        }
         if !self.request.swap(false, Ordering::Relaxed) {
             return None;
         }

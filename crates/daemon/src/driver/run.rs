@@ -6,6 +6,8 @@
 //!
 //! 0. call the loop's [`LoopHook`]: the single loop's reloads (`reload::FileReload`), a
 //!    silo's rate and demand exchange and reloads (`silo::SiloExchange`), or nothing (`()`);
+//!    both apply the control socket's operations (`crate::ops::control`), whose eventfd is in
+//!    the idle loop's `ppoll` set ([`LoopHook::wake_fd`]);
 //! 1. receive a batch on `inside`, classify / stamp / queue it ([`Engine::receive`]); frames that
 //!    are not shaped join the outgoing batch at once;
 //! 2. receive a batch on `outside` and pass it to `inside` unshaped (checksums completed,
@@ -106,6 +108,9 @@ pub struct Control {
     /// Attach mode: a reload that changes the attached interfaces leaves its configuration here;
     /// the loops stop and start again on it (`crate::driver::attached`).
     pub reattach: Arc<std::sync::Mutex<Option<crate::ops::config::Config>>>,
+    /// The control socket's classes and the loops' inboxes (`crate::ops::control`); `None`
+    /// without a control socket.
+    pub live: Option<Arc<crate::ops::control::Live>>,
 }
 
 /// What a loop does at the top of every iteration besides moving frames (see the module docs).
@@ -113,6 +118,13 @@ pub trait LoopHook {
     /// Called at the top of every iteration, `now` being the iteration's time. Returns the new
     /// `busy_poll` when a reload changed it.
     fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool>;
+
+    /// A descriptor that becomes readable when the hook has work for the loop (the control
+    /// socket's operations, `crate::ops::control::LiveEndpoint`): the idle loop's `ppoll` waits
+    /// on it too, so that it wakes at once. `None`: no such work.
+    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// No hook: a loop without reloads or other silos.
@@ -271,7 +283,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
             continue;
         }
         let before = clock.now();
-        (inn.may_read, out.may_read) = wait(&*inn.port, &*out.port, timeout);
+        (inn.may_read, out.may_read) = wait(&*inn.port, &*out.port, hook.wake_fd(), timeout);
         checked = clock.now();
         let slept = checked.saturating_since(before).as_nanos();
         slept_ns += slept;

@@ -38,12 +38,19 @@
 //! silo stops; [`run_silos_on`] then returns the error or continues the panic on the calling
 //! thread. The daemon never goes on shaping with part of its silos.
 //!
+//! **Live classes** (the control socket, `crate::ops::control`): each silo applies every
+//! operation to its engine (the reply waits for all of them); a class added or changed with a
+//! `rate` takes the equal split in each silo at once, and the coordinator gives the allocator
+//! the classes in force within [`COORDINATOR_SLEEP`], which publishes the shares as for a
+//! reload.
+//!
 //! With `cores = 1` none of this runs: `service::run_with` runs the single loop.
 
 use crate::datapath::engine::Engine;
 use crate::driver::reload::{install, Reloader};
 use crate::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use crate::ops::config::{Config, DEFAULT_NBA_PERIOD};
+use crate::ops::control::LiveEndpoint;
 use crate::ops::metrics::{Metrics, NbaRateGauge};
 use crate::os::ports::{frame_pool, open_silo_ports, reverse_pool};
 use metronome_core::nba::{Nba, NbaConfig};
@@ -209,10 +216,12 @@ pub fn fresh_rate(exchange: &RateExchange, silo: usize, applied: &mut u64) -> Op
     Some(rate)
 }
 
-/// What the coordinator hands a silo on reload.
+/// What the coordinator hands a silo on reload, or when the control socket changed the
+/// limited classes (the allocator's cells only).
 #[derive(Debug, Default)]
 struct ReloadBox {
     config: Option<(Config, Vec<LimitCell>)>,
+    cells: Option<Vec<LimitCell>>,
 }
 
 /// A silo's exchange with the coordinator: its rate cells, its demand publishing, its reload inbox.
@@ -227,6 +236,8 @@ pub struct SiloExchange {
     metrics: Metrics,
     /// Shares the engine refused (class without an aggregate policy, or a zero rate).
     pub refused_rates: u64,
+    /// The silo's end of the control socket's inbox (`crate::ops::control`).
+    live: Option<LiveEndpoint>,
 }
 
 #[derive(Debug)]
@@ -256,6 +267,7 @@ impl SiloExchange {
             inbox: Arc::new(Mutex::new(ReloadBox::default())),
             metrics,
             refused_rates: 0,
+            live: None,
         };
         exchange.rebind(cells, engine);
         exchange
@@ -273,8 +285,19 @@ impl SiloExchange {
             .collect();
     }
 
-    /// Applies a pending reload, any new rate, and publishes the demand when due.
+    /// Also applies the control socket's operations posted to `endpoint`.
+    pub fn with_live(mut self, endpoint: Option<LiveEndpoint>) -> SiloExchange {
+        self.live = endpoint;
+        self
+    }
+
+    /// Applies a pending reload, the control socket's operations, any new rate, and publishes
+    /// the demand when due.
     pub fn poll(&mut self, engine: &mut Engine, now: Timestamp) {
+        // Operations first: cells handed over after an add find its class.
+        if let Some(live) = &mut self.live {
+            live.poll(engine);
+        }
         if self.reload.load(Ordering::Acquire) {
             self.take_reload(engine);
         }
@@ -302,13 +325,17 @@ impl SiloExchange {
 
     fn take_reload(&mut self, engine: &mut Engine) {
         self.reload.store(false, Ordering::Release);
-        let taken = self
-            .inbox
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .config
-            .take();
-        let Some((config, cells)) = taken else { return };
+        let (taken, cells) = {
+            let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+            (inbox.config.take(), inbox.cells.take())
+        };
+        let Some((config, cells)) = taken else {
+            // The control socket changed the limited classes: new shares, no reload.
+            if let Some(cells) = cells {
+                self.rebind(&cells, engine);
+            }
+            return;
+        };
         if install(engine, &config) {
             tracing::info!(silo = self.silo, "reloaded");
         }
@@ -318,6 +345,10 @@ impl SiloExchange {
 }
 
 impl LoopHook for SiloExchange {
+    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.live.as_ref().map(LiveEndpoint::wake_fd)
+    }
+
     fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool> {
         SiloExchange::poll(self, engine, now);
         None // silos keep their `busy_poll` until a restart
@@ -407,6 +438,9 @@ where
 {
     let n = ports.len();
     let _stop_on_unwind = StopOnUnwind(&control.stop);
+    // With a control socket, the engines start with the API's classes too.
+    let merged = control.live.as_ref().map(|l| l.merged(config));
+    let config = merged.as_ref().unwrap_or(config);
     let clock = MonotonicClock::new();
     let mut allocator = Allocator::new(config, n);
     let options = LoopOptions::from_config(config);
@@ -428,7 +462,9 @@ where
         let mut back = reverse_pool(config);
         let seed = crate::datapath::flow_seed::FlowSeed::draw();
         let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
-        let mut exchange = SiloExchange::new(silo, &allocator.cells(), &engine, metrics.clone());
+        let endpoint = control.live.as_ref().and_then(|l| l.endpoint(silo, n));
+        let mut exchange = SiloExchange::new(silo, &allocator.cells(), &engine, metrics.clone())
+            .with_live(endpoint);
         inboxes.push((exchange.reload.clone(), exchange.inbox.clone()));
         let thread = std::thread::Builder::new()
             .name(format!("silo-{silo}"))
@@ -476,12 +512,16 @@ where
         Reloader::new(p.to_path_buf(), config.clone())
             .publishing(control.applied.clone())
             .reattaching(control.reattach.clone())
+            .keeping(control.live.clone())
     });
     while !control.stop.load(Ordering::Relaxed) {
         if control.reload.swap(false, Ordering::Relaxed) {
             if let Some(reloader) = reloader.as_mut() {
                 reload_silos(reloader, &mut allocator, &inboxes);
             }
+        }
+        if let Some(live) = control.live.as_ref().filter(|l| l.take_limits_changed()) {
+            relimit_silos(&live.current(), &mut allocator, &inboxes);
         }
         let now = clock.now();
         let next = allocator.step(now);
@@ -554,6 +594,18 @@ impl Drop for StopOnUnwind<'_> {
 }
 
 type Inbox = (Arc<AtomicBool>, Arc<Mutex<ReloadBox>>);
+
+/// The control socket changed the classes in force, now `current`: the allocator takes their
+/// limits and every silo its new cells (a silo gave an added or changed class the equal split
+/// meanwhile, `crate::ops::control::LiveEndpoint`).
+fn relimit_silos(current: &Config, allocator: &mut Allocator, inboxes: &[Inbox]) {
+    allocator.apply(current);
+    let cells = allocator.cells();
+    for (flag, inbox) in inboxes {
+        inbox.lock().unwrap_or_else(PoisonError::into_inner).cells = Some(cells.clone());
+        flag.store(true, Ordering::Release);
+    }
+}
 
 /// Reloads the file once ([`Reloader::reload`]: validated, refused if it needs a restart),
 /// updates the allocators and hands the configuration to every silo.

@@ -62,6 +62,9 @@ use std::path::Path;
 /// Default metrics address: loopback only (the endpoint is unauthenticated); 9187 is
 /// unassigned in the Prometheus exporter port list.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9187";
+/// Default path of the control socket (`[daemon] control`, `crate::ops::control`): under
+/// `/run`, the runtime directory of the Filesystem Hierarchy Standard, cleared at boot.
+pub const DEFAULT_CONTROL: &str = "/run/metronome/control.sock";
 /// Default packets per receive or transmit batch: the reference `recvmmsg`/`sendmmsg` forwarder's
 /// batch.
 pub const DEFAULT_BATCH_SIZE: usize = 64;
@@ -200,6 +203,9 @@ pub struct DaemonConfig {
     pub batch_size: usize,
     /// Address of the Prometheus text endpoint. Default [`DEFAULT_METRICS_LISTEN`].
     pub metrics_listen: SocketAddr,
+    /// Path of the control socket (`crate::ops::control`); `None` (`control = ""`): none.
+    /// Default [`DEFAULT_CONTROL`].
+    pub control: Option<std::path::PathBuf>,
     /// Log format. Default text.
     pub log_format: LogFormat,
     /// Shaper silos (Carousel §5.3): one thread, engine and pair of fanout sockets each. Default 1.
@@ -529,6 +535,22 @@ impl Config {
     /// Parses and validates `text`; `source_name` names it in errors (usually its path).
     pub fn from_toml_str(text: &str, source_name: &str) -> Result<Config, ConfigError> {
         validate::parse(text, source_name)
+    }
+
+    /// Validates `class`, the keys of one `[[class]]` table (`name`, `match`, `rate`, ...), as
+    /// a class of this configuration (its MTU and `[link]`); the error's `field` is the class's
+    /// own (`rate`, `match.dst`). The control socket's classes come this way
+    /// (`crate::ops::control`).
+    pub fn live_class(&self, class: &toml::Table) -> Result<ClassConfig, ConfigError> {
+        let mut doc = toml::Table::new();
+        doc.insert("class".to_owned(), toml::Value::Table(class.clone()));
+        let text = toml::to_string(&doc).map_err(|e| ConfigError {
+            source_name: "control".to_owned(),
+            line: None,
+            field: String::new(),
+            kind: error::ErrorKind::Invalid(e.to_string()),
+        })?;
+        validate::parse_live_class(&text, self)
     }
 
     /// Reads and validates the file at `path`.

@@ -81,6 +81,7 @@ struct Inner {
     attach_events: Family<InterfaceEventLabel, Counter>,
     attach_packets: Family<ReasonLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
+    class_changes: Family<labels::OpResultLabel, Counter>,
     link: link::LinkFamilies,
     http_refused: http::RefusalCounters,
     /// One entry per silo.
@@ -139,6 +140,7 @@ impl Metrics {
             attach_events: Family::default(),
             attach_packets: Family::default(),
             ack_shaping: Family::default(),
+            class_changes: Family::default(),
             link: link::LinkFamilies::default(),
             http_refused: http::RefusalCounters::default(),
             silos: Vec::with_capacity(n),
@@ -235,6 +237,10 @@ impl Metrics {
         r.register("attach_packets", captured, inner.attach_packets.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
+        let changes = "Requests of the control socket by op (add, change, del) and result (ok, \
+                       refused), and classes of the API dropped by a reload whose file defines \
+                       their name (op reload, result shadowed)";
+        r.register("class_changes", changes, inner.class_changes.clone());
         inner.link.register(r);
         inner.http_refused.register(r);
         inner.silos = if n == 1 {
@@ -339,6 +345,45 @@ impl Metrics {
             outcome,
         };
         self.inner.ack_shaping.get_or_create(&label).clone()
+    }
+
+    /// Removes every per-class series of class `name` of this handle's silo (a live class
+    /// deleted and drained, `crate::datapath::engine`'s `live` module); the totals stay.
+    pub fn remove_class(&self, name: &str) {
+        let i = &self.inner;
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        for family in [&i.bytes, &i.packets, &i.ecn_marked, &i.ecn_not_ect] {
+            family.remove(&l);
+        }
+        for family in [
+            &i.flow_table_overflow,
+            &i.fair_overflow,
+            &i.fair_sparse_early,
+        ] {
+            family.remove(&l);
+        }
+        i.queued.remove(&l);
+        i.fair_flows.remove(&l);
+        i.nba_rate.remove(&l);
+        for reason in DropReason::ALL {
+            i.drops.remove(&ClassReasonLabel {
+                class: name.to_owned(),
+                reason: reason.label(),
+                silo: l.silo,
+            });
+        }
+    }
+
+    /// Counts one class change of the control socket: `op` (`add`, `change`, `del`, `reload`)
+    /// and its `result` (`ok`, `refused`, `shadowed`).
+    pub fn class_change(&self, op: &'static str, result: &'static str) {
+        self.inner
+            .class_changes
+            .get_or_create(&labels::OpResultLabel { op, result })
+            .inc();
     }
 
     /// The gauge of this silo's share of class `name`'s aggregate rate; the series appears

@@ -1,7 +1,8 @@
 //! The entry point of `metronome run --config FILE [--cores N]` ([`run_daemon`]): load and
 //! validate the configuration, install the logging and the signal handlers, open AF_PACKET ports
-//! on the two interfaces, drop privileges ([`crate::os::privileges`]), start the metrics endpoint
-//! and run the loop until SIGINT or SIGTERM; SIGHUP re-reads the file.
+//! on the two interfaces, bind the control socket ([`crate::ops::control`], `[daemon] control`),
+//! drop privileges ([`crate::os::privileges`]), start the metrics endpoint and the control
+//! socket's thread, and run the loop until SIGINT or SIGTERM; SIGHUP re-reads the file.
 //!
 //! The privileges are dropped once every port is open and GRO is set up, while the daemon still
 //! has one thread: capabilities belong to threads, so the metrics endpoint's threads and the
@@ -14,7 +15,7 @@
 //! | status | meaning | restart helps |
 //! |---|---|---|
 //! | 0 | stopped by SIGINT or SIGTERM | - |
-//! | 2 | a start-up error the user must fix: a bad configuration (`FILE:LINE: FIELD: MESSAGE`), a missing interface or capability (named by [`metronome_io::PortError`]), a metrics address in use, a bad `[daemon] user` | no |
+//! | 2 | a start-up error the user must fix: a bad configuration (`FILE:LINE: FIELD: MESSAGE`), a missing interface or capability (named by [`metronome_io::PortError`]), a metrics address in use, a control socket a running daemon listens on (or that cannot be made), a bad `[daemon] user` | no |
 //! | 1 | another start-up failure (installing the signal handlers) | maybe |
 //! | 3 | a runtime failure ([`RuntimeError`]): a port error once the loop ran, a panic of the loop, of a silo or of any other thread; every loop and silo was stopped first | yes |
 //!
@@ -27,6 +28,7 @@ use crate::driver::reload::{FileReload, Reloader};
 use crate::driver::run::{run_loop, Control, LoopOptions, LoopReport, Pools};
 use crate::driver::silo::{panic_message, run_silos_on, SiloReport};
 use crate::ops::config::{Config, ConfigError, LogFormat};
+use crate::ops::control::{ControlServer, Live};
 use crate::ops::metrics::{Metrics, MetricsError};
 use crate::os::attach::{AttachError, Attachment};
 use crate::os::ports::open_attached_ports;
@@ -69,6 +71,9 @@ pub enum DaemonError {
     /// Attach mode could not start (`crate::os::attach`).
     #[error("{0}")]
     Attach(#[from] AttachError),
+    /// The control socket could not be opened, or a running daemon listens on it.
+    #[error("{0}")]
+    Control(#[from] crate::ops::control::ControlError),
     /// The daemon was shaping and failed; everything was stopped.
     #[error("{0}")]
     Runtime(#[from] RuntimeError),
@@ -98,7 +103,8 @@ impl DaemonError {
             | DaemonError::Port(_)
             | DaemonError::Metrics(_)
             | DaemonError::Privileges(_)
-            | DaemonError::Attach(_) => EXIT_USER_ERROR,
+            | DaemonError::Attach(_)
+            | DaemonError::Control(_) => EXIT_USER_ERROR,
             DaemonError::Signals(_) => EXIT_START_FAILED,
             DaemonError::Runtime(_) => EXIT_RUNTIME_FAILURE,
         }
@@ -160,14 +166,19 @@ pub fn run_on(
     let mut pool = frame_pool(config);
     let mut back = reverse_pool(config);
     let seed = crate::datapath::flow_seed::FlowSeed::draw();
+    // With a control socket, the engine starts with the API's classes too.
+    let merged = control.live.as_ref().map(|l| l.merged(config));
+    let config = merged.as_ref().unwrap_or(config);
     let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
     let options = LoopOptions::from_config(config);
     let reloader = config_path.map(|p| {
         Reloader::new(p.to_path_buf(), config.clone())
             .publishing(control.applied.clone())
             .reattaching(control.reattach.clone())
+            .keeping(control.live.clone())
     });
-    let mut hook = FileReload::new(control.reload.clone(), reloader);
+    let endpoint = control.live.as_ref().and_then(|l| l.endpoint(0, 1));
+    let mut hook = FileReload::new(control.reload.clone(), reloader).with_live(endpoint);
     tracing::info!(
         inside = %inside.ifname(),
         outside = %outside.ifname(),
@@ -247,13 +258,21 @@ impl OpenPorts {
     }
 }
 
-/// `metronome run --config FILE [--cores N]`: `cores` overrides `[daemon] cores`. See the
-/// module docs.
+/// `metronome run --config FILE [--cores N] [--control PATH]`: `cores` overrides `[daemon]
+/// cores`, `control` `[daemon] control` (an empty path: no control socket). See the module
+/// docs.
 #[allow(clippy::result_large_err)] // see `DaemonError`
-pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), DaemonError> {
+pub fn run_daemon(
+    config_path: &Path,
+    cores: Option<usize>,
+    control_path: Option<&Path>,
+) -> Result<(), DaemonError> {
     let mut config = Config::load(config_path)?;
     if let Some(n) = cores {
         config.daemon.cores = n.clamp(1, crate::ops::config::MAX_CORES);
+    }
+    if let Some(p) = control_path {
+        config.daemon.control = (!p.as_os_str().is_empty()).then(|| p.to_path_buf());
     }
     init_logging(config.daemon.log_format);
     if config.is_attach() {
@@ -280,7 +299,7 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         );
         config.daemon.cores = 1;
     }
-    let control = Control::default();
+    let mut control = Control::default();
     // In attach mode a stop request goes to the hooks' watcher first, which detaches the capture
     // hooks before it stops the loops (`crate::driver::attached`).
     let quit = if config.is_attach() {
@@ -293,13 +312,15 @@ pub fn run_daemon(config_path: &Path, cores: Option<usize>) -> Result<(), Daemon
         signal_hook::flag::register(signal, flag.clone()).map_err(DaemonError::Signals)?;
     }
     if config.is_attach() {
-        return crate::driver::attached::run_attached(config, config_path, &control, &quit);
+        return crate::driver::attached::run_attached(config, config_path, &mut control, &quit);
     }
     let ports = OpenPorts::open(&config, None)?;
     enable_gro(&config);
+    let bound = bind_control(&config)?;
     dropped_privileges(&config)?;
     let metrics = Metrics::with_silos(config.daemon.cores);
     let server = serve_metrics(&config, &metrics)?;
+    let _control_server = serve_control(bound, &config, &metrics, &mut control)?;
     crate::os::notify::notify("READY=1");
     let panicked = stop_on_panic(control.stop.clone());
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -325,6 +346,48 @@ pub(crate) fn dropped_privileges(config: &Config) -> Result<(), DaemonError> {
         "privileges dropped"
     );
     Ok(())
+}
+
+/// Binds the control socket of `daemon.control`, if any ([`ControlServer::bind`]), owned by
+/// `daemon.user` when set: called before the privileges are dropped, as the socket's directory
+/// (`/run/metronome` by default) needs root to be made.
+#[allow(clippy::result_large_err)] // see `DaemonError`
+pub(crate) fn bind_control(
+    config: &Config,
+) -> Result<Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>, DaemonError> {
+    let Some(path) = &config.daemon.control else {
+        return Ok(None);
+    };
+    // An unknown user is refused by the privilege drop that follows.
+    let owner = config.daemon.user.as_deref().and_then(|name| {
+        let user = nix::unistd::User::from_name(name).ok().flatten()?;
+        Some((user.uid.as_raw(), user.gid.as_raw()))
+    });
+    let listener = ControlServer::bind(path, owner)?;
+    Ok(Some((listener, path.clone())))
+}
+
+/// Serves the socket [`bind_control`] bound, for `config.daemon.cores` loops, and puts its
+/// model in `control` for the loops.
+#[allow(clippy::result_large_err)] // see `DaemonError`
+pub(crate) fn serve_control(
+    bound: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
+    config: &Config,
+    metrics: &Metrics,
+    control: &mut Control,
+) -> Result<Option<ControlServer>, DaemonError> {
+    let Some((listener, path)) = bound else {
+        return Ok(None);
+    };
+    let live = Live::new(config, config.daemon.cores, metrics.clone()).map_err(|source| {
+        crate::ops::control::ControlError::Io {
+            path: path.clone(),
+            op: "making the loops' eventfds",
+            source,
+        }
+    })?;
+    control.live = Some(live.clone());
+    Ok(Some(ControlServer::serve(listener, &path, live)))
 }
 
 /// Starts the metrics endpoint of `metrics` on `daemon.metrics_listen`, warning when it is not
@@ -540,7 +603,7 @@ mod tests {
             "[interfaces]\ninside = \"a\"\noutside = \"b\"\n[[class]]\nname = \"x\"\nrate = \"1zbit\"\n",
         )
         .unwrap();
-        let err = run_daemon(&path, None).unwrap_err();
+        let err = run_daemon(&path, None, None).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(
             err.to_string().contains("bad.toml:6: class[0].rate"),

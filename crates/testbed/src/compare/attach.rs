@@ -358,6 +358,8 @@ impl AttachedDaemon {
             .args(["netns", "exec", host.name()])
             .arg(binary)
             .arg("run")
+            // No control socket: comparisons run daemons side by side.
+            .args(["--control", ""])
             .arg("--config")
             .arg(&file)
             .stdin(Stdio::null())

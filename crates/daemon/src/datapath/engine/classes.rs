@@ -20,6 +20,7 @@ use metronome_core::timestamp::{PolicyId, PolicyKind};
 use metronome_core::{HorizonPolicy, PacketRef};
 use metronome_io::piece::decode;
 use metronome_io::FramePool;
+use metronome_packet::RuleId;
 
 /// Name of the class state of packets no class matches (as in `Config::class_name`).
 const DEFAULT_CLASS_NAME: &str = "default";
@@ -51,6 +52,13 @@ pub(super) struct ClassState {
     /// Bytes of this class accepted into the wheel, cumulative: the silo's demand that the
     /// NIC-level bandwidth allocator reads (Carousel §5.3, "byte count" samples).
     pub(super) stamped_bytes: u64,
+    /// The class's rule in the classifier and its configuration class id (its entry of
+    /// `Engine::class_map`); `None` for the default class, a deleted class and a class a reload
+    /// left out ([`super::live`]).
+    pub(super) rule: Option<(RuleId, u32)>,
+    /// Deleted while it still held packets: they leave at its rate, then the state is freed
+    /// ([`super::live`]).
+    pub(super) draining: bool,
 }
 
 impl ClassState {
@@ -85,32 +93,23 @@ impl Engine {
             return Err(ReloadError::TooManyClasses);
         }
         let mut map = Vec::with_capacity(wanted.len());
-        for (name, policy) in wanted {
+        for state in &mut self.classes {
+            state.rule = None;
+        }
+        for (k, (name, policy)) in wanted.into_iter().enumerate() {
             let index = match self.class_index.get(name) {
                 Some(&i) => i,
-                None => {
-                    self.classes.push(ClassState {
-                        name: name.to_owned(),
-                        policy: ClassPolicy::unshaped(config.interfaces.mtu),
-                        horizon_policy: config.wheel.horizon_policy,
-                        aggregate: None,
-                        metrics: self.metrics.class(name),
-                        unpublished: (0, 0),
-                        dirty: false,
-                        queued: 0,
-                        queued_bytes: 0,
-                        queued_large: 0,
-                        bound: (u64::MAX, u64::MAX),
-                        stamped_bytes: 0,
-                    });
-                    self.class_index
-                        .insert(name.to_owned(), self.classes.len() - 1);
-                    self.classes.len() - 1
-                }
+                None => self.new_state(name, config),
             };
-            self.apply_policy(index, policy, config);
+            self.apply_policy(index, policy, &config.wheel, config.interfaces.mtu);
+            // The classifier below numbers the rules of the configuration's classes in order.
+            let rule = k.checked_sub(1).map(|r| (RuleId(r as u32), k as u32));
+            let state = &mut self.classes[index];
+            state.rule = rule;
+            state.draining = false;
             map.push(index as u16); // < u16::MAX: checked above
         }
+        self.live.installed();
         self.configure_link(config, &map);
         self.class_map = map;
         self.flows.set_classes(self.classes.len());
@@ -150,25 +149,83 @@ impl Engine {
         }
     }
 
-    fn apply_policy(&mut self, index: usize, policy: ClassPolicy, config: &Config) {
-        let wheel_horizon = config.wheel.horizon_policy;
-        let frame = config.interfaces.mtu.saturating_add(ETHERNET_HEADER);
+    /// A state for a class `name` that has none: one a deleted class left free
+    /// ([`super::live`]), else a new one; unshaped until [`Engine::apply_policy`].
+    pub(super) fn new_state(&mut self, name: &str, config: &Config) -> usize {
+        self.new_state_with(name, config.interfaces.mtu, config.wheel.horizon_policy)
+    }
+
+    /// [`Engine::new_state`] with frames of `mtu` bytes under the wheel's `horizon_policy`.
+    pub(super) fn new_state_with(
+        &mut self,
+        name: &str,
+        mtu: u32,
+        horizon_policy: HorizonPolicy,
+    ) -> usize {
+        let state = ClassState {
+            name: name.to_owned(),
+            policy: ClassPolicy::unshaped(mtu),
+            horizon_policy,
+            aggregate: None,
+            metrics: self.metrics.class(name),
+            unpublished: (0, 0),
+            dirty: false,
+            queued: 0,
+            queued_bytes: 0,
+            queued_large: 0,
+            bound: (u64::MAX, u64::MAX),
+            stamped_bytes: 0,
+            rule: None,
+            draining: false,
+        };
+        let index = match self.live.take_free_state() {
+            Some(i) => {
+                self.classes[i] = state;
+                i
+            }
+            None => {
+                self.classes.push(state);
+                self.classes.len() - 1
+            }
+        };
+        self.class_index.insert(name.to_owned(), index);
+        index
+    }
+
+    /// Puts `policy` in force for class state `index`, under the wheel `wheel` and frames of
+    /// `mtu` bytes.
+    pub(super) fn apply_policy(
+        &mut self,
+        index: usize,
+        policy: ClassPolicy,
+        wheel: &metronome_core::TimingWheelConfig,
+        mtu: u32,
+    ) {
+        let wheel_horizon = wheel.horizon_policy;
+        let frame = mtu.saturating_add(ETHERNET_HEADER);
         let state = &mut self.classes[index];
-        state.bound = policy
-            .queue
-            .bounds(policy.rate, config.wheel.horizon, frame);
+        state.bound = policy.queue.bounds(policy.rate, wheel.horizon, frame);
         state.aggregate = match (policy.rate, state.aggregate) {
             (Some(rate), Some(p)) => {
                 let _ = self.stamper.set_rate(p, rate);
                 let _ = self.stamper.set_burst(p, policy.burst);
                 Some(p)
             }
-            (Some(rate), None) => Some(self.stamper.add_policy(
-                PolicyKind::Aggregate,
-                rate,
-                policy.burst,
-            )),
-            (None, _) => None,
+            (Some(rate), None) => Some(match self.live.take_free_policy() {
+                Some(p) => {
+                    let _ = self
+                        .stamper
+                        .reset_policy(p, PolicyKind::Aggregate, rate, policy.burst);
+                    p
+                }
+                None => self
+                    .stamper
+                    .add_policy(PolicyKind::Aggregate, rate, policy.burst),
+            }),
+            (None, old) => {
+                self.live.free_policy(old);
+                None
+            }
         };
         if let Some(pacing) = policy.pacing {
             self.flows
@@ -274,7 +331,7 @@ impl Engine {
     /// The state index of class `name` (stable across reloads while the name stays), for
     /// [`Engine::set_class_rate`] and [`Engine::class_stamped_bytes`].
     pub fn class_index(&self, name: &str) -> Option<usize> {
-        self.classes.iter().position(|s| s.name == name)
+        self.class_index.get(name).copied()
     }
 
     /// Bytes of class `index` accepted into the wheel so far (0 for an unknown index).

@@ -132,10 +132,15 @@ impl Engine {
     /// Sizes the fair queues for the installed classes (start-up and reload: allocates the first
     /// time a class is fair) and lists the classes to pull from.
     pub(super) fn fair_configure(&mut self, config: &Config) {
+        self.fair_configure_mtu(config.interfaces.mtu);
+    }
+
+    /// [`Engine::fair_configure`] for frames of `mtu` bytes.
+    pub(super) fn fair_configure_mtu(&mut self, mtu: u32) {
         let any_fair = self.classes.iter().any(|s| s.policy.fair);
         let f = &mut self.fair;
         if f.queue.is_none() && any_fair {
-            let quantum = config.interfaces.mtu.saturating_add(14).max(1);
+            let quantum = mtu.saturating_add(14).max(1);
             f.queue = FairQueue::new(FairQueueConfig {
                 packets: u32::try_from(f.pool_slots).unwrap_or(u32::MAX - 2),
                 flows: FLOW_TABLE_CAPACITY as u32,

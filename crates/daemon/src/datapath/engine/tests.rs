@@ -11,6 +11,7 @@ mod fair;
 mod flow_seed;
 mod flow_table_full;
 mod link;
+mod live;
 mod origin;
 mod slots;
 mod unclassified;

@@ -1,11 +1,13 @@
 //! The idle loop's sleep: how long ([`wake_after`]: never before the wheel's next departure,
 //! at most `timer_slack` after it, at most [`MAX_SLEEP`]) and on what ([`wait`]: `ppoll(2)` on
-//! both ports' descriptors, so that a frame arriving meanwhile wakes the loop at once).
+//! both ports' descriptors and the hook's, so that a frame arriving meanwhile, or an operation
+//! of the control socket, wakes the loop at once).
 
 use super::MAX_SLEEP;
 use metronome_core::Timestamp;
 use metronome_io::PacketPort;
 use nix::poll::{PollFd, PollFlags};
+use std::os::fd::BorrowedFd;
 use std::time::Duration as StdDuration;
 
 /// Time until `next_due`, at most [`MAX_SLEEP`]; zero when due.
@@ -30,42 +32,33 @@ pub(super) fn wake_after(
     sleep_time(next_due.map(|t| t.saturating_add(slack)), now)
 }
 
-/// Sleeps until either port is readable or `timeout` passes (ppoll(2), nanosecond timeout);
-/// returns which ports `ppoll` reported readable (or in error: the receive reports it). A port
-/// without a descriptor, or any `ppoll` failure (EINTR: a signal), counts as readable.
+/// Sleeps until either port or `wake` is readable or `timeout` passes (ppoll(2), nanosecond
+/// timeout); returns which ports `ppoll` reported readable (or in error: the receive reports
+/// it). `wake` is the loop hook's descriptor ([`super::LoopHook::wake_fd`]: the control
+/// socket's operations), which the hook reads at the top of the next round. A port without a
+/// descriptor, or any `ppoll` failure (EINTR: a signal), counts as readable.
 pub(super) fn wait<I: PacketPort, O: PacketPort>(
     inside: &I,
     outside: &O,
+    wake: Option<BorrowedFd<'_>>,
     timeout: StdDuration,
 ) -> (bool, bool) {
     let events = PollFlags::POLLIN;
     let (fd_in, fd_out) = (inside.poll_fd(), outside.poll_fd());
+    let present = [fd_in, fd_out, wake];
+    let Some(any) = present.iter().flatten().next().copied() else {
+        std::thread::sleep(timeout);
+        return (true, true);
+    };
+    // A missing descriptor's place polls one that is present again (harmless, its result
+    // unread), so the set is one array whatever is present: nothing allocated per sleep.
+    let mut fds = present.map(|fd| PollFd::new(fd.unwrap_or(any), events));
     let ts = nix::sys::time::TimeSpec::from_duration(timeout);
-    let ready = |fd: &PollFd<'_>| {
-        fd.revents().is_none_or(|r| {
+    let ok = nix::poll::ppoll(&mut fds, Some(ts), None).is_ok();
+    let ready = |k: usize| {
+        !ok || fds[k].revents().is_none_or(|r| {
             r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
         })
     };
-    match (fd_in, fd_out) {
-        (None, None) => {
-            std::thread::sleep(timeout);
-            (true, true)
-        }
-        (Some(a), Some(b)) => {
-            let mut fds = [PollFd::new(a, events), PollFd::new(b, events)];
-            match nix::poll::ppoll(&mut fds, Some(ts), None) {
-                Ok(_) => (ready(&fds[0]), ready(&fds[1])),
-                Err(_) => (true, true),
-            }
-        }
-        (Some(fd), None) | (None, Some(fd)) => {
-            let mut fds = [PollFd::new(fd, events)];
-            let ok = nix::poll::ppoll(&mut fds, Some(ts), None).is_ok();
-            let r = !ok || ready(&fds[0]);
-            (
-                r || inside.poll_fd().is_none(),
-                r || outside.poll_fd().is_none(),
-            )
-        }
-    }
+    (fd_in.is_none() || ready(0), fd_out.is_none() || ready(1))
 }

@@ -73,6 +73,7 @@ pub(crate) struct RawDaemon {
     pub timer_slack: Option<Spanned<String>>,
     pub pool_share: Option<Spanned<i64>>,
     pub user: Option<Spanned<String>>,
+    pub control: Option<Spanned<String>>,
 }
 
 /// `log_format = "text" | "json"`.
@@ -81,6 +82,13 @@ pub(crate) struct RawDaemon {
 pub(crate) enum RawLogFormat {
     Text,
     Json,
+}
+
+/// A class of the control socket (`crate::ops::control`): its `[[class]]` keys under `class`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLiveClass {
+    pub class: Spanned<RawClass>,
 }
 
 /// One `[[class]]`, or `[default]` (which must not have `name` or `match`).

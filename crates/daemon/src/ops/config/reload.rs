@@ -24,7 +24,8 @@
 //! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
 //!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` and
 //!   `daemon.link_down_grace` and `daemon.timer_slack` (read by the loop at start), `daemon.user`
-//!   (the daemon switched user once, at start-up, and cannot switch back);
+//!   (the daemon switched user once, at start-up, and cannot switch back), `daemon.control`
+//!   (the socket is bound at start-up);
 //! * `[link]` added or removed, `link.scheduler`, `link.buffer`: the link's queues and buffer.
 
 use super::{ClassConfig, ClassPolicy, Config};
@@ -327,6 +328,7 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     let (os, ns) = (od.timer_slack.to_string(), nd.timer_slack.to_string());
     compare(&mut restart, "daemon.timer_slack", os, ns);
     compare(&mut restart, "daemon.user", &od.user, &nd.user);
+    compare(&mut restart, "daemon.control", &od.control, &nd.control);
 
     let mut classes = Vec::new();
     for c in &old.classes {

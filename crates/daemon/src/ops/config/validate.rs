@@ -17,11 +17,12 @@ use super::raw::{
     RawConfig, RawDaemon, RawHorizonPolicy, RawInterfaces, RawLogFormat, RawWheel, Scalar,
 };
 use super::{
-    ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
-    DEFAULT_GSO_SLOTS, DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN,
-    DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_ORIGIN_MARK, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK,
-    MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS,
-    MAX_POOL_SHARE, MAX_WHEEL_SLOTS,
+    ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE,
+    DEFAULT_CONTROL, DEFAULT_DRAIN, DEFAULT_GSO_SLOTS, DEFAULT_HORIZON_POLICY,
+    DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD,
+    DEFAULT_ORIGIN_MARK, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK, MAX_BATCH_SIZE, MAX_CLASSES,
+    MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_POOL_SHARE,
+    MAX_WHEEL_SLOTS,
 };
 use crate::ops::units::parse_duration;
 use metronome_core::{Duration, HorizonPolicy, Rate, TimingWheelConfig};
@@ -37,6 +38,36 @@ type Result<T> = core::result::Result<T, ConfigError>;
 /// Longest user name in bytes: 32, `useradd`'s limit (`LOGIN_NAME_MAX` of glibc allows more,
 /// but no name `useradd` makes is longer).
 const MAX_USER_NAME: usize = 32;
+
+/// Longest control socket path in bytes: 107, what `sun_path` of `sockaddr_un` holds (108 bytes
+/// with its NUL, unix(7)).
+const MAX_CONTROL_PATH: usize = 107;
+
+/// Validates `text`, a `[class]` table ([`super::raw::RawLiveClass`]), as a `[[class]]` of
+/// `running` would be (its MTU and `[link]`); the error's field is the class's own
+/// (`rate`, `match.dst`).
+pub(super) fn parse_live_class(text: &str, running: &Config) -> Result<ClassConfig> {
+    let site = ErrorSite::new(text, "control");
+    let class = toml::from_str::<super::raw::RawLiveClass>(text)
+        .map_err(|e| site.toml_error(&e, false))
+        .and_then(|raw| {
+            let v = Validator { site };
+            v.class(
+                &raw.class,
+                "class",
+                running.interfaces.mtu,
+                running.link.as_ref(),
+            )
+        });
+    class.map_err(|mut e| {
+        e.field = e
+            .field
+            .strip_prefix("class.")
+            .unwrap_or(&e.field)
+            .to_string();
+        e
+    })
+}
 
 /// Parses `text` and validates it.
 pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
@@ -318,6 +349,22 @@ impl Validator<'_> {
                 .parse()
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 9187))),
         };
+        let control = match &raw.control {
+            Some(c) if c.get_ref().is_empty() => None,
+            Some(c) if c.get_ref().len() > MAX_CONTROL_PATH || c.get_ref().contains('\0') => {
+                return Err(self.invalid(
+                    c.span(),
+                    "daemon.control",
+                    format!(
+                        "{:?} is not a socket path (at most {MAX_CONTROL_PATH} bytes, no NUL; \
+                         \"\" for no control socket)",
+                        c.get_ref()
+                    ),
+                ))
+            }
+            Some(c) => Some(std::path::PathBuf::from(c.get_ref())),
+            None => Some(std::path::PathBuf::from(DEFAULT_CONTROL)),
+        };
         let log_format = match raw.log_format.as_ref().map(|f| *f.get_ref()) {
             Some(RawLogFormat::Json) => LogFormat::Json,
             Some(RawLogFormat::Text) | None => LogFormat::Text,
@@ -357,6 +404,7 @@ impl Validator<'_> {
             busy_poll: raw.busy_poll.unwrap_or(false),
             batch_size,
             metrics_listen,
+            control,
             log_format,
             cores,
             nba_period,

@@ -77,3 +77,10 @@ pub(super) struct KindActionLabel {
     pub(super) kind: String,
     pub(super) action: String,
 }
+
+/// `{op="add",result="ok"}` of the control socket's class changes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct OpResultLabel {
+    pub(super) op: &'static str,
+    pub(super) result: &'static str,
+}

@@ -1,0 +1,592 @@
+//! The control socket (`[daemon] control`): classes added, changed and deleted while the
+//! daemon shapes, without a reload. docs/config.md ("Live classes: the control socket") is the
+//! operator's page: the protocol, every op, the CLI (`metronome class`), the errors and the
+//! rules below.
+//!
+//! * **Protocol** ([`protocol`]): a Unix stream socket, one JSON object per line each way,
+//!   several requests per connection in turn. A class is the keys of a `[[class]]` table,
+//!   validated by the configuration's own checks (`Config::live_class`): an error names the
+//!   field.
+//! * **The model** ([`Live`]): the file's classes (the configuration in force, learnt from the
+//!   reloader at each SIGHUP, [`Live::merged`] / [`Live::reloaded`]) and the API's, in the order
+//!   they were added, after the file's in first-match order. The API adds, changes and deletes
+//!   its own classes only; a class of the file is changed in the file. A reload keeps the API's
+//!   classes except one whose name the file now defines: the file's wins (logged, counted as
+//!   `metronome_class_changes_total{op="reload",result="shadowed"}`). Nothing is persisted: a
+//!   restart starts from the file.
+//! * **Applying** ([`inbox`]): the control thread validates a request and updates the model
+//!   under one lock, posts the operation to every shaping loop's inbox (waking them through an
+//!   eventfd in their `ppoll` set), and replies once every loop applied it, with the time from
+//!   the request's arrival to the last loop's apply (`applied_us`). Each loop applies it between
+//!   two packets (`crate::datapath::engine`'s `live` module).
+//! * **The socket** ([`ControlServer`]): mode 0600, its directory made 0700 when missing; a
+//!   stale socket (connection refused: its daemon died) is replaced; a socket a daemon listens
+//!   on is a start error. With `[daemon] user`, it is made before the switch and given to that
+//!   user. At most [`MAX_CONNECTIONS`] connections at once, a thread each.
+//!
+//! [`Client`] is the client the CLI and the tests use.
+
+pub mod client;
+pub mod inbox;
+pub mod protocol;
+
+pub use client::{Client, ClientError};
+pub use inbox::{Inbox, LiveEndpoint, LiveOp, Ticket};
+pub use protocol::{ClassObject, Reply, ReplyError, Request};
+
+use crate::datapath::engine::LiveError;
+use crate::ops::config::{ClassConfig, Config};
+use crate::ops::metrics::Metrics;
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration as StdDuration, Instant};
+
+/// Most connections served at once (16): each holds a thread; more are answered with an error
+/// and closed. An operator's CLI and a few orchestrators need far fewer.
+pub const MAX_CONNECTIONS: usize = 16;
+/// How long a reply waits for the loops to apply an operation (5 s): a loop applies it within
+/// one round, far below this; a loop that does not (stopping) gets an error reply.
+pub const APPLY_TIMEOUT: StdDuration = StdDuration::from_secs(5);
+
+/// A class of the API: the object as the client gave it (changes merged in) and its validated
+/// form.
+#[derive(Clone, Debug)]
+struct ApiClass {
+    object: ClassObject,
+    class: ClassConfig,
+}
+
+/// The classes in force: the file's and the API's (see the module docs).
+#[derive(Debug)]
+struct Model {
+    /// The file's configuration in force (without the API's classes).
+    file: Config,
+    file_names: HashSet<String>,
+    api: Vec<ApiClass>,
+}
+
+impl Model {
+    fn new(file: Config) -> Model {
+        let file_names = file.classes.iter().map(|c| c.name.clone()).collect();
+        Model {
+            file,
+            file_names,
+            api: Vec::new(),
+        }
+    }
+
+    fn api_index(&self, name: &str) -> Option<usize> {
+        self.api.iter().position(|c| c.class.name == name)
+    }
+}
+
+/// The live classes' model and the shaping loops' inboxes, shared by the control thread, the
+/// loops and the reloader (see the module docs).
+#[derive(Debug)]
+pub struct Live {
+    model: Mutex<Model>,
+    /// Set by an operation on a class with a `rate`: the silos' allocator takes the classes in
+    /// force again ([`Live::take_limits_changed`]).
+    limits_changed: AtomicBool,
+    /// One per shaping loop; taken under the model's lock.
+    inboxes: Mutex<Vec<Arc<Inbox>>>,
+    metrics: Metrics,
+}
+
+impl Live {
+    /// The model of `file`'s classes, for `loops` shaping loops (one inbox each).
+    pub fn new(file: &Config, loops: usize, metrics: Metrics) -> std::io::Result<Arc<Live>> {
+        let live = Live {
+            model: Mutex::new(Model::new(file.clone())),
+            limits_changed: AtomicBool::new(false),
+            inboxes: Mutex::new(Vec::new()),
+            metrics,
+        };
+        live.set_loops(loops)?;
+        Ok(Arc::new(live))
+    }
+
+    /// Makes one inbox per loop for `loops` loops, replacing those there were (attach mode
+    /// starts its loops again on a re-attach, `crate::driver::attached`).
+    pub fn set_loops(&self, loops: usize) -> std::io::Result<()> {
+        let _model = self.model();
+        let inboxes = (0..loops.max(1))
+            .map(|_| Inbox::new())
+            .collect::<std::io::Result<_>>()?;
+        *self.inboxes.lock().unwrap_or_else(PoisonError::into_inner) = inboxes;
+        Ok(())
+    }
+
+    fn inboxes(&self) -> Vec<Arc<Inbox>> {
+        self.inboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn model(&self) -> std::sync::MutexGuard<'_, Model> {
+        self.model.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Loop `i`'s end of its inbox, for a loop among `silos`; `None` past the last inbox.
+    pub fn endpoint(&self, i: usize, silos: usize) -> Option<LiveEndpoint> {
+        let inbox = self.inboxes().get(i)?.clone();
+        Some(LiveEndpoint::new(inbox, silos))
+    }
+
+    /// `file` with the API's classes after its own, except those whose name `file` defines:
+    /// what a reload installs, and what a loop's engine starts from.
+    pub fn merged(&self, file: &Config) -> Config {
+        let model = self.model();
+        let mut out = file.clone();
+        let names: HashSet<&str> = file.classes.iter().map(|c| c.name.as_str()).collect();
+        out.classes.extend(
+            model
+                .api
+                .iter()
+                .filter(|c| !names.contains(c.class.name.as_str()))
+                .map(|c| c.class.clone()),
+        );
+        out
+    }
+
+    /// The classes in force: the file's, then the API's.
+    pub fn current(&self) -> Config {
+        let file = self.model().file.clone();
+        self.merged(&file)
+    }
+
+    /// Whether an operation changed a class with a `rate` since the last call (the silos'
+    /// coordinator then gives the allocator [`Live::current`]).
+    pub fn take_limits_changed(&self) -> bool {
+        self.limits_changed.swap(false, Ordering::AcqRel)
+    }
+
+    /// A reload put `file` (the file's own classes) in force: the API's classes whose name it
+    /// defines are dropped, logged and counted.
+    pub fn reloaded(&self, file: &Config) {
+        let mut model = self.model();
+        let names: HashSet<String> = file.classes.iter().map(|c| c.name.clone()).collect();
+        let before = model.api.len();
+        model.api.retain(|a| {
+            let shadowed = names.contains(&a.class.name);
+            if shadowed {
+                tracing::warn!(
+                    class = %a.class.name,
+                    "the reloaded file defines a class of the control socket: the file's wins"
+                );
+            }
+            !shadowed
+        });
+        for _ in model.api.len()..before {
+            self.metrics.class_change("reload", "shadowed");
+        }
+        model.file_names = names;
+        model.file = file.clone();
+    }
+
+    /// Handles one request arriving at `arrived`.
+    pub fn handle(&self, request: Request, arrived: Instant) -> Reply {
+        let op = request.op();
+        let reply = match request {
+            Request::List => return self.list(),
+            Request::Show { name } => return self.show(&name),
+            Request::Add { class } => self.add(class),
+            Request::Change { class } => self.change(class),
+            Request::Del { name } => self.delete(&name),
+        };
+        let reply = match reply {
+            Ok((name, ticket, undo)) => self.await_loops(name, &ticket, undo, arrived),
+            Err(e) => Reply::refused(e),
+        };
+        self.metrics
+            .class_change(op, if reply.ok { "ok" } else { "refused" });
+        reply
+    }
+
+    fn list(&self) -> Reply {
+        let model = self.model();
+        let file = model.file.classes.iter().map(|c| {
+            let mut o = protocol::file_class_object(c);
+            o.insert("source".into(), "file".into());
+            o
+        });
+        let api = model.api.iter().map(api_object);
+        Reply {
+            ok: true,
+            classes: Some(file.chain(api).collect()),
+            ..Reply::default()
+        }
+    }
+
+    fn show(&self, name: &str) -> Reply {
+        let model = self.model();
+        let class = if let Some(i) = model.api_index(name) {
+            Some(api_object(&model.api[i]))
+        } else if model.file_names.contains(name) {
+            model.file.classes.iter().find(|c| c.name == name).map(|c| {
+                let mut o = protocol::file_class_object(c);
+                o.insert("source".into(), "file".into());
+                o
+            })
+        } else {
+            None
+        };
+        match class {
+            Some(c) => Reply {
+                ok: true,
+                class: Some(c),
+                ..Reply::default()
+            },
+            None => Reply::refused(ReplyError::new("name", format!("no class {name:?}"))),
+        }
+    }
+
+    fn add(&self, object: ClassObject) -> Result<Pending, ReplyError> {
+        let mut model = self.model();
+        let name = class_name(&object)?;
+        if model.file_names.contains(&name) {
+            return Err(ReplyError::new(
+                "name",
+                format!("class {name:?} is defined in the file: edit the file and reload (SIGHUP)"),
+            ));
+        }
+        if model.api_index(&name).is_some() {
+            return Err(ReplyError::new(
+                "name",
+                format!("class {name:?} exists: change or delete it"),
+            ));
+        }
+        let class = validated(&model.file, &object)?;
+        model.api.push(ApiClass {
+            object,
+            class: class.clone(),
+        });
+        let ticket = self.post(LiveOp::Add(class));
+        Ok((name, ticket, Undo::Add))
+    }
+
+    fn change(&self, change: ClassObject) -> Result<Pending, ReplyError> {
+        let mut model = self.model();
+        let name = class_name(&change)?;
+        let Some(i) = model.api_index(&name) else {
+            return Err(not_api(&model, &name));
+        };
+        let old = model.api[i].clone();
+        let object = protocol::merged(&old.object, &change);
+        let class = validated(&model.file, &object)?;
+        let rematch = class.matcher != old.class.matcher;
+        let entry = ApiClass {
+            object,
+            class: class.clone(),
+        };
+        if rematch {
+            // A new match moves the class last in first-match order, as the engine does.
+            model.api.remove(i);
+            model.api.push(entry);
+        } else {
+            model.api[i] = entry;
+        }
+        let ticket = self.post(LiveOp::Change { class, rematch });
+        Ok((name, ticket, Undo::Change(Box::new(old))))
+    }
+
+    fn delete(&self, name: &str) -> Result<Pending, ReplyError> {
+        let mut model = self.model();
+        let Some(i) = model.api_index(name) else {
+            return Err(not_api(&model, name));
+        };
+        model.api.remove(i);
+        let ticket = self.post(LiveOp::Delete(name.to_owned()));
+        Ok((name.to_owned(), ticket, Undo::Delete))
+    }
+
+    /// Posts `op` to every loop (called under the model's lock, so that the loops see the
+    /// operations in the model's order).
+    fn post(&self, op: LiveOp) -> Arc<Ticket> {
+        self.limits_changed.store(true, Ordering::Release);
+        let inboxes = self.inboxes();
+        let ticket = Ticket::new(inboxes.len());
+        let op = Arc::new(op);
+        for inbox in &inboxes {
+            inbox.post(op.clone(), ticket.clone());
+        }
+        ticket
+    }
+
+    fn await_loops(&self, name: String, ticket: &Ticket, undo: Undo, arrived: Instant) -> Reply {
+        let loops = ticket.loops();
+        match ticket.wait(APPLY_TIMEOUT) {
+            Ok(applied) => Reply {
+                ok: true,
+                applied_us: Some(applied.map_or(0, |t| {
+                    t.saturating_duration_since(arrived).as_micros() as u64
+                })),
+                loops: Some(loops),
+                name: Some(name),
+                ..Reply::default()
+            },
+            Err(error) => {
+                // A loop refused it (the others took it: the next request sees the model as
+                // the refusing loop does, the model is put back).
+                let mut model = self.model();
+                match undo {
+                    Undo::Add => {
+                        if let Some(i) = model.api_index(&name) {
+                            model.api.remove(i);
+                        }
+                    }
+                    Undo::Change(old) => {
+                        if let Some(i) = model.api_index(&name) {
+                            model.api[i] = *old;
+                        }
+                    }
+                    Undo::Delete => {}
+                }
+                Reply::refused(match error {
+                    Some(e) => live_error(&e),
+                    None => ReplyError::new(
+                        "",
+                        format!("the shaping loops did not apply it within {APPLY_TIMEOUT:?}"),
+                    ),
+                })
+            }
+        }
+    }
+}
+
+/// A request the loops are applying: the class's name, its ticket, and how to put the model
+/// back if a loop refuses it.
+type Pending = (String, Arc<Ticket>, Undo);
+
+#[derive(Debug)]
+enum Undo {
+    Add,
+    Change(Box<ApiClass>),
+    Delete,
+}
+
+fn api_object(c: &ApiClass) -> ClassObject {
+    let mut o = c.object.clone();
+    o.insert("source".into(), "api".into());
+    o
+}
+
+fn class_name(object: &ClassObject) -> Result<String, ReplyError> {
+    match object.get("name") {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(ReplyError::new("name", "must be a string")),
+        None => Err(ReplyError::new(
+            "name",
+            "missing: every class needs a unique name",
+        )),
+    }
+}
+
+fn not_api(model: &Model, name: &str) -> ReplyError {
+    if model.file_names.contains(name) {
+        ReplyError::new(
+            "name",
+            format!("class {name:?} is defined in the file: edit the file and reload (SIGHUP)"),
+        )
+    } else {
+        ReplyError::new("name", format!("no class {name:?}"))
+    }
+}
+
+/// `object` validated as a class of `file` (its MTU, its `[link]`), and refused when it sets
+/// what live classes do not take.
+fn validated(file: &Config, object: &ClassObject) -> Result<ClassConfig, ReplyError> {
+    let table = protocol::toml_table(object)?;
+    let mut class = file
+        .live_class(&table)
+        .map_err(|e| ReplyError::new(&e.field, e.kind.to_string()))?;
+    class.line = 0;
+    if let Some(field) = crate::datapath::engine::live_unsupported(&class, file) {
+        return Err(live_error(&LiveError::Unsupported(field)));
+    }
+    Ok(class)
+}
+
+fn live_error(e: &LiveError) -> ReplyError {
+    ReplyError::new(e.field(), e.to_string())
+}
+
+/// Why the control socket could not be opened (a start error, exit status 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Another daemon listens on the path.
+    #[error(
+        "control socket {0}: a running daemon listens on it; stop it, or give this one another \
+         [daemon] control path (\"\" for none)"
+    )]
+    InUse(PathBuf),
+    /// Something that is not a socket is at the path.
+    #[error("control socket {0}: the path exists and is not a socket")]
+    NotSocket(PathBuf),
+    /// Making the directory, binding, or setting the owner failed.
+    #[error("control socket {path}: {op}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What failed.
+        op: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The listening socket and its thread; dropping it stops the thread and removes the socket.
+#[derive(Debug)]
+pub struct ControlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Binds `path` (see the module docs), owned by `owner` (uid, gid) when given.
+    pub fn bind(path: &Path, owner: Option<(u32, u32)>) -> Result<UnixListener, ControlError> {
+        let io = |op, source| ControlError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(|e| io("making its directory", e))?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| io("setting its directory's mode", e))?;
+                if let Some((uid, gid)) = owner {
+                    std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                        .map_err(|e| io("giving its directory to [daemon] user", e))?;
+                }
+            }
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
+                Ok(_) => return Err(ControlError::InUse(path.to_path_buf())),
+                Err(_) => {
+                    tracing::info!(path = %path.display(), "replacing a stale control socket");
+                    std::fs::remove_file(path).map_err(|e| io("removing a stale socket", e))?;
+                }
+            },
+            Ok(_) => return Err(ControlError::NotSocket(path.to_path_buf())),
+            Err(_) => {}
+        }
+        let listener = UnixListener::bind(path).map_err(|e| io("binding", e))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| io("setting its mode", e))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .map_err(|e| io("giving it to [daemon] user", e))?;
+        }
+        Ok(listener)
+    }
+
+    /// Serves `listener` (bound at `path`) on a thread of its own.
+    pub fn serve(listener: UnixListener, path: &Path, live: Arc<Live>) -> ControlServer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || accept_loop(&listener, &live, &flag))
+            .map_err(|e| tracing::error!(error = %e, "the control socket's thread did not start"))
+            .ok();
+        tracing::info!(path = %path.display(), "control socket");
+        ControlServer {
+            path: path.to_path_buf(),
+            stop,
+            thread,
+        }
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept; the thread then sees the flag.
+        let _ = UnixStream::connect(&self.path);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn accept_loop(listener: &UnixListener, live: &Arc<Live>, stop: &AtomicBool) {
+    let open = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, Ordering::AcqRel);
+            let busy = Reply::refused(ReplyError::new(
+                "",
+                format!("more than {MAX_CONNECTIONS} connections: try again"),
+            ));
+            let _ = writeln!(stream, "{}", busy.to_line());
+            continue;
+        }
+        let (live, open) = (live.clone(), open.clone());
+        let spawned = std::thread::Builder::new()
+            .name("control-conn".into())
+            .spawn(move || {
+                serve_connection(stream, &live);
+                open.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            tracing::warn!("a control connection was refused: no thread");
+        }
+    }
+}
+
+/// Answers the requests of one connection in turn until it closes.
+fn serve_connection(stream: UnixStream, live: &Live) {
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let mut writer = std::io::BufWriter::new(write_half);
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let limit = (protocol::MAX_REQUEST_LINE + 1) as u64;
+        match (&mut reader).take(limit).read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let arrived = Instant::now();
+        let too_long = line.len() > protocol::MAX_REQUEST_LINE;
+        let reply = if too_long {
+            Reply::refused(ReplyError::new(
+                "",
+                format!(
+                    "a request is one line of at most {} bytes",
+                    protocol::MAX_REQUEST_LINE
+                ),
+            ))
+        } else if line.trim().is_empty() {
+            continue;
+        } else {
+            match Request::parse(&line) {
+                Ok(request) => live.handle(request, arrived),
+                Err(e) => Reply::refused(e),
+            }
+        };
+        let sent = writeln!(writer, "{}", reply.to_line()).and_then(|()| writer.flush());
+        if sent.is_err() || too_long {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

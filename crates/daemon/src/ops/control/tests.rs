@@ -1,0 +1,225 @@
+//! The control socket: requests handled by the model and applied by every loop, the rules of
+//! the file's classes and of reloads, and the socket itself (mode, a second daemon, a stale
+//! socket).
+
+use super::*;
+use crate::datapath::engine::Engine;
+use serde_json::{json, Value};
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
+
+const FILE: &str = "[interfaces]\ninside = \"a\"\noutside = \"b\"\n\
+                    [[class]]\nname = \"bulk\"\nmatch = { protocol = \"tcp\" }\nrate = \"100mbit\"\n";
+
+fn file() -> Config {
+    Config::from_toml_str(FILE, "test.toml").unwrap()
+}
+
+fn object(v: Value) -> ClassObject {
+    match v {
+        Value::Object(o) => o,
+        _ => unreachable!(),
+    }
+}
+
+/// A shaping loop's stand-in: an engine applying what its inbox receives until `stop`.
+fn spawn_loop(live: &Live, i: usize, n: usize, stop: &Arc<AtomicBool>) -> JoinHandle<Engine> {
+    let mut endpoint = live.endpoint(i, n).unwrap();
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        let mut engine = Engine::new(&file(), 64, Metrics::new());
+        while !stop.load(Ordering::Relaxed) {
+            endpoint.poll(&mut engine);
+            std::thread::sleep(StdDuration::from_micros(100));
+        }
+        engine
+    })
+}
+
+struct Loops {
+    live: Arc<Live>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Engine>>,
+}
+
+impl Loops {
+    fn new(n: usize) -> Loops {
+        let live = Live::new(&file(), n, Metrics::new()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n).map(|i| spawn_loop(&live, i, n, &stop)).collect();
+        Loops {
+            live,
+            stop,
+            threads,
+        }
+    }
+
+    fn send(&self, request: Value) -> Reply {
+        let line = serde_json::to_string(&request).unwrap();
+        self.live
+            .handle(Request::parse(&line).unwrap(), Instant::now())
+    }
+
+    fn stop(self) -> Vec<Engine> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect()
+    }
+}
+
+#[test]
+fn every_loop_applies_an_operation_before_the_reply() {
+    let loops = Loops::new(2);
+    let r = loops.send(json!({"op":"add","class":{
+        "name":"t1","match":{"dst":"10.0.0.1/32"},"rate":"10mbit"}}));
+    assert!(r.ok, "{r:?}");
+    assert_eq!((r.loops, r.name.as_deref()), (Some(2), Some("t1")));
+    assert!(r.applied_us.is_some());
+    let r = loops.send(json!({"op":"add","class":{"name":"t2","pacing":"1mbit"}}));
+    assert!(r.ok, "{r:?}");
+    let r = loops.send(json!({"op":"change","class":{"name":"t1","rate":"20mbit"}}));
+    assert!(r.ok, "{r:?}");
+    // `change` kept the match; `list` shows the file's class, then the API's in order.
+    let list = loops.send(json!({"op":"list"})).classes.unwrap();
+    let names: Vec<&str> = list.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["bulk", "t1", "t2"]);
+    assert_eq!(list[0]["source"], json!("file"));
+    assert_eq!(list[1]["match"]["dst"], json!("10.0.0.1/32"));
+    assert_eq!(list[1]["rate"], json!("20mbit"));
+    let shown = loops.send(json!({"op":"show","name":"t2"})).class.unwrap();
+    assert_eq!(shown["source"], json!("api"));
+    assert!(loops.send(json!({"op":"del","name":"t2"})).ok);
+    let engines = loops.stop();
+    for e in &engines {
+        assert!(e.class_index("t1").is_some());
+        assert_eq!(e.class_index("t2"), None);
+        e.invariants();
+    }
+}
+
+#[test]
+fn the_file_s_classes_are_edited_in_the_file_and_errors_name_the_field() {
+    let loops = Loops::new(1);
+    for request in [
+        json!({"op":"add","class":{"name":"bulk","rate":"1mbit"}}),
+        json!({"op":"change","class":{"name":"bulk","rate":"1mbit"}}),
+        json!({"op":"del","name":"bulk"}),
+    ] {
+        let e = loops.send(request).error.unwrap();
+        assert_eq!(e.field, "name");
+        assert!(e.message.contains("edit the file and reload"), "{e}");
+    }
+    let e = |r: Value| loops.send(r).error.unwrap();
+    assert_eq!(
+        e(json!({"op":"add","class":{"name":"x","rate":"fast"}})).field,
+        "rate"
+    );
+    assert_eq!(
+        e(json!({"op":"add","class":{"name":"x","match":{"dscp":99}}})).field,
+        "match.dscp"
+    );
+    assert_eq!(
+        e(json!({"op":"add","class":{"rate":"1mbit"}})).field,
+        "name"
+    );
+    assert_eq!(e(json!({"op":"del","name":"nobody"})).field, "name");
+    assert_eq!(
+        e(json!({"op":"add","class":{"name":"x","rate":"1mbit","ack_shaping":{"rate":"1mbit"}}}))
+            .field,
+        "ack_shaping"
+    );
+    assert!(
+        loops
+            .send(json!({"op":"add","class":{"name":"x","rate":"1mbit"}}))
+            .ok
+    );
+    assert_eq!(
+        e(json!({"op":"add","class":{"name":"x","rate":"2mbit"}})).field,
+        "name"
+    );
+    // A refused change leaves the class as it was.
+    assert_eq!(
+        e(json!({"op":"change","class":{"name":"x","burst":"1"}})).field,
+        "burst"
+    );
+    let shown = loops.send(json!({"op":"show","name":"x"})).class.unwrap();
+    assert_eq!(shown.get("burst"), None);
+    let encoded = loops.live.metrics.encode();
+    assert!(
+        encoded.contains("metronome_class_changes_total{op=\"add\",result=\"refused\"} 6"),
+        "{encoded}"
+    );
+    loops.stop();
+}
+
+#[test]
+fn a_reload_keeps_the_api_s_classes_but_the_file_wins_a_name() {
+    let loops = Loops::new(1);
+    for name in ["t1", "t2"] {
+        let r = loops.send(json!({"op":"add","class":{"name":name,"rate":"1mbit"}}));
+        assert!(r.ok, "{r:?}");
+    }
+    // The reloaded file defines t2: the file's class wins, t1 stays after the file's.
+    let text = format!("{FILE}[[class]]\nname = \"t2\"\nrate = \"5mbit\"\n");
+    let reloaded = Config::from_toml_str(&text, "test.toml").unwrap();
+    let merged = loops.live.merged(&reloaded);
+    let names: Vec<&str> = merged.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["bulk", "t2", "t1"]);
+    assert_eq!(
+        merged.classes[1].policy.rate,
+        Some(metronome_core::Rate::mbps(5))
+    );
+    loops.live.reloaded(&reloaded);
+    let e = loops.send(json!({"op":"del","name":"t2"})).error.unwrap();
+    assert!(e.message.contains("edit the file"), "{e}");
+    assert!(loops
+        .live
+        .metrics
+        .encode()
+        .contains("metronome_class_changes_total{op=\"reload\",result=\"shadowed\"} 1"));
+    // Nothing else is forgotten: t1 is still the API's.
+    assert!(loops.send(json!({"op":"del","name":"t1"})).ok);
+    loops.stop();
+}
+
+#[test]
+fn the_socket_is_the_owner_s_a_second_daemon_is_refused_and_a_stale_one_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("mtr-control-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("run").join("control.sock");
+    let listener = ControlServer::bind(&path, None).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
+    let loops = Loops::new(1);
+    let server = ControlServer::serve(listener, &path, loops.live.clone());
+    // A second daemon on the same path is refused, naming it.
+    let e = ControlServer::bind(&path, None).unwrap_err();
+    assert!(matches!(e, ControlError::InUse(_)), "{e}");
+    assert!(e.to_string().contains(&path.display().to_string()));
+    // Requests in turn on one connection.
+    let mut client = Client::connect(&path).unwrap();
+    let r = client
+        .add(object(json!({"name":"t","rate":"3mbit"})))
+        .unwrap();
+    assert!(r.ok, "{r:?}");
+    assert_eq!(client.list().unwrap().classes.unwrap().len(), 2);
+    assert!(!client.show("nobody").unwrap().ok);
+    drop(client);
+    drop(server);
+    assert!(!path.exists());
+    assert!(matches!(
+        Client::connect(&path),
+        Err(ClientError::NotRunning { .. })
+    ));
+    // A socket file nobody listens on (a daemon killed) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let again = ControlServer::bind(&path, None).unwrap();
+    drop(again);
+    loops.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
