@@ -70,6 +70,7 @@
 //! each bulk connection delivered to the receiver over its whole run ([`measure::jain_index`]).
 
 pub mod attach;
+pub mod churn;
 pub mod link_sharing;
 pub mod measure;
 
