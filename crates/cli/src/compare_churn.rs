@@ -9,9 +9,12 @@
 //! window), and the UDP flow (datagrams sent, received, lost; the churn classes' packets and
 //! drops the scrapes saw). With `--json` exactly `{"machine", ...}` and the fields of
 //! `ChurnReport` (`"ops"`, `"ops_ok"`, `"pace_us"`, `"errors"`, `"applied"`: `{"p50_us",
-//! "p99_us", "max_us"}`, `"applied_over_target"`, `"round_trip"`, `"changes_counted"`,
+//! "p99_us", "max_us"}`, `"applied_add"`, `"applied_del"` (the same of each kind),
+//! `"applied_over_target"`, `"round_trip"`, `"slowest"`: `[{"op",
+//! "kind", "applied_us", "round_trip_us", "at_s"}]`, `"changes_counted"`,
 //! `"calm_s"`, `"churn_s"`, `"classes"`: `[{"name", "rate_bps", "flows", "calm", "churn",
-//! "drops"}]` with each phase `{"windows", "mean_bps", "deviation_pct", "worst_window_pct"}`,
+//! "drops"}]` with each phase `{"windows", "mean_bps", "deviation_pct", "worst_window_pct",
+//! "worst_window_at_s"}`,
 //! `"udp"`: `{"rate_bps", "class_rate_bps", "sent", "send_errors", "received", "lost",
 //! "duplicates", "class_packets_seen", "class_drops_seen", "classes_seen"}`, `"tap_missed"`)
 //! on standard output. Progress lines go to standard error. Without CAP_NET_ADMIN: one line
@@ -95,9 +98,26 @@ pub fn format_report(r: &ChurnReport) -> String {
     );
     let _ = writeln!(
         out,
+        "  add: p50 {} us, p99 {} us, max {} us; del: p50 {} us, p99 {} us, max {} us",
+        r.applied_add.p50_us,
+        r.applied_add.p99_us,
+        r.applied_add.max_us,
+        r.applied_del.p50_us,
+        r.applied_del.p99_us,
+        r.applied_del.max_us
+    );
+    let _ = writeln!(
+        out,
         "round trip (the client's): p50 {} us, p99 {} us, max {} us",
         r.round_trip.p50_us, r.round_trip.p99_us, r.round_trip.max_us
     );
+    if let Some(s) = r.slowest.first() {
+        let _ = writeln!(
+            out,
+            "slowest: {} (op {}, {} s into the churn): applied in {} us, round trip {} us",
+            s.kind, s.op, s.at_s, s.applied_us, s.round_trip_us
+        );
+    }
     for e in &r.errors {
         let _ = writeln!(out, "error: {e}");
     }
@@ -192,7 +212,7 @@ pub fn run(args: &ChurnArgs, json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use metronome_testbed::compare::churn::{PhaseRate, Spread, TcpClassRow, UdpRow};
+    use metronome_testbed::compare::churn::{PhaseRate, SlowOp, Spread, TcpClassRow, UdpRow};
 
     fn report() -> ChurnReport {
         let phase = |mean_bps, deviation_pct, worst_window_pct| PhaseRate {
@@ -200,6 +220,7 @@ mod tests {
             mean_bps,
             deviation_pct,
             worst_window_pct,
+            worst_window_at_s: 1.2,
         };
         ChurnReport {
             ops: 1000,
@@ -211,12 +232,29 @@ mod tests {
                 p99_us: 300,
                 max_us: 900,
             },
+            applied_add: Spread {
+                p50_us: 60,
+                p99_us: 300,
+                max_us: 900,
+            },
+            applied_del: Spread {
+                p50_us: 20,
+                p99_us: 200,
+                max_us: 500,
+            },
             applied_over_target: 0,
             round_trip: Spread {
                 p50_us: 90,
                 p99_us: 400,
                 max_us: 1200,
             },
+            slowest: vec![SlowOp {
+                op: 7,
+                kind: "del".into(),
+                applied_us: 900,
+                round_trip_us: 1200,
+                at_s: 0.035,
+            }],
             changes_counted: 1000,
             calm_s: 5.0,
             churn_s: 5.01,
@@ -275,8 +313,11 @@ mod tests {
             "pace_us",
             "errors",
             "applied",
+            "applied_add",
+            "applied_del",
             "applied_over_target",
             "round_trip",
+            "slowest",
             "changes_counted",
             "calm_s",
             "churn_s",

@@ -130,6 +130,8 @@ const UDP_AFTER: Duration = Duration::from_millis(200);
 const UDP_POLL: Duration = Duration::from_millis(20);
 /// Operation errors kept in the report, the first ones.
 const ERRORS_KEPT: usize = 5;
+/// Operations kept in [`ChurnReport::slowest`].
+pub const SLOWEST_KEPT: usize = 5;
 
 /// What the churn measurement runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -264,20 +266,33 @@ pub struct PhaseRate {
     pub deviation_pct: f64,
     /// The window farthest from the rate, signed % of it.
     pub worst_window_pct: f64,
+    /// When that window started, seconds from the phase's start.
+    pub worst_window_at_s: f64,
 }
 
 impl PhaseRate {
     /// Of `windows` (bit/s) against `rate_bps`.
     pub fn of(windows: &[f64], rate_bps: f64) -> PhaseRate {
-        let worst = windows
+        let (at, worst) = windows
             .iter()
             .map(|w| (w / rate_bps - 1.0) * 100.0)
-            .fold(0.0f64, |a, d| if d.abs() > a.abs() { d } else { a });
+            .enumerate()
+            .fold(
+                (0, 0.0f64),
+                |(i, a), (j, d)| {
+                    if d.abs() > a.abs() {
+                        (j, d)
+                    } else {
+                        (i, a)
+                    }
+                },
+            );
         PhaseRate {
             windows: windows.len(),
             mean_bps: mean(windows),
             deviation_pct: mean_abs_deviation_pct(windows, rate_bps).unwrap_or(0.0),
             worst_window_pct: worst,
+            worst_window_at_s: WINDOW.as_secs_f64() * at as f64,
         }
     }
 }
@@ -326,6 +341,21 @@ pub struct UdpRow {
     pub classes_seen: usize,
 }
 
+/// One operation of [`ChurnReport::slowest`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SlowOp {
+    /// Its number, from 0.
+    pub op: usize,
+    /// `add` or `del`.
+    pub kind: String,
+    /// The daemon's `applied_us`.
+    pub applied_us: u64,
+    /// The client's round trip, microseconds.
+    pub round_trip_us: u64,
+    /// When it was sent, seconds from the churn phase's start.
+    pub at_s: f64,
+}
+
 /// What the churn measurement found.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChurnReport {
@@ -339,10 +369,16 @@ pub struct ChurnReport {
     pub errors: Vec<String>,
     /// The daemon's `applied_us` of the operations carried out.
     pub applied: Spread,
+    /// The same of the `add`s only (the daemon validates the class first).
+    pub applied_add: Spread,
+    /// The same of the `del`s only.
+    pub applied_del: Spread,
     /// Operations carried out whose `applied_us` was above [`APPLIED_TARGET_US`].
     pub applied_over_target: usize,
     /// The client's round trip (request written to reply read) of every operation.
     pub round_trip: Spread,
+    /// The operations with the longest `applied_us`, longest first (at most [`SLOWEST_KEPT`]).
+    pub slowest: Vec<SlowOp>,
     /// `metronome_class_changes_total{op="add"|"del",result="ok"}` at the end.
     pub changes_counted: u64,
     /// The calm phase's length, seconds.
@@ -527,6 +563,8 @@ struct Ops {
     errors: Vec<String>,
     applied_us: Vec<u64>,
     round_trip_us: Vec<u64>,
+    /// Every operation carried out.
+    carried: Vec<SlowOp>,
 }
 
 /// The traffic, the operations and the measurement, with the daemon running.
@@ -640,12 +678,28 @@ fn measure(
         .iter()
         .filter(|&&us| us > APPLIED_TARGET_US)
         .count();
+    let applied_of = |kind: &str| {
+        Spread::of(
+            ops.carried
+                .iter()
+                .filter(|o| o.kind == kind)
+                .map(|o| o.applied_us)
+                .collect(),
+        )
+    };
+    let (applied_add, applied_del) = (applied_of("add"), applied_of("del"));
+    let mut slowest = ops.carried;
+    slowest.sort_by(|a, b| b.applied_us.cmp(&a.applied_us));
+    slowest.truncate(SLOWEST_KEPT);
     Ok(ChurnReport {
+        slowest,
         ops: options.ops,
         ops_ok: ops.ok,
         pace_us: u64::try_from(options.pace.as_micros()).unwrap_or(u64::MAX),
         errors: ops.errors,
         applied: Spread::of(ops.applied_us),
+        applied_add,
+        applied_del,
         applied_over_target,
         round_trip: Spread::of(ops.round_trip_us),
         changes_counted: scraped.get(CHANGES_OK).map_or(0, |c| c.packets),
@@ -703,13 +757,21 @@ fn churn(client: &mut Client, options: &ChurnOptions, start: Instant) -> Ops {
         } else {
             client.delete(&name)
         };
-        ops.round_trip_us
-            .push(u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX));
+        let round_trip_us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
+        ops.round_trip_us.push(round_trip_us);
         let op = if i % 2 == 0 { "add" } else { "del" };
         let error = match reply {
             Ok(r) if r.ok => {
                 ops.ok += 1;
-                ops.applied_us.push(r.applied_us.unwrap_or(0));
+                let applied_us = r.applied_us.unwrap_or(0);
+                ops.applied_us.push(applied_us);
+                ops.carried.push(SlowOp {
+                    op: i,
+                    kind: op.into(),
+                    applied_us,
+                    round_trip_us,
+                    at_s: sent.saturating_duration_since(start).as_secs_f64(),
+                });
                 None
             }
             Ok(r) => Some(
