@@ -16,7 +16,8 @@
 //! "drops"}]` with each phase `{"windows", "mean_bps", "deviation_pct", "worst_window_pct",
 //! "worst_window_at_s"}`,
 //! `"udp"`: `{"rate_bps", "class_rate_bps", "sent", "send_errors", "received", "lost",
-//! "duplicates", "class_packets_seen", "class_drops_seen", "classes_seen"}`, `"tap_missed"`)
+//! "duplicates", "class_packets_seen", "class_drops_seen", "classes_seen",
+//! "class_queued_max_seen"}`, `"tap_missed"`)
 //! on standard output. Progress lines go to standard error. Without CAP_NET_ADMIN: one line
 //! naming the privilege, exit status 2; options out of bounds: exit status 2.
 
@@ -171,8 +172,9 @@ pub fn format_report(r: &ChurnReport) -> String {
     );
     let _ = writeln!(
         out,
-        "churn classes seen by the scrapes: {}, their packets {}, their drops {}",
-        u.classes_seen, u.class_packets_seen, u.class_drops_seen
+        "churn classes seen by the scrapes: {}, their packets {}, their drops {}, most \
+         queued in one {}",
+        u.classes_seen, u.class_packets_seen, u.class_drops_seen, u.class_queued_max_seen
     );
     if r.tap_missed > 0 {
         let _ = writeln!(

@@ -8,8 +8,8 @@
 //! Asserted, in every attempt:
 //! * every operation was carried out (`"ok": true`), and counted in
 //!   `metronome_class_changes_total`;
-//! * not one UDP datagram was lost, the churn classes did carry it (the scrapes saw their
-//!   packets), and the scrapes saw no drop in a churn class;
+//! * not one UDP datagram was lost, the churn classes did carry it and queue it (the scrapes saw
+//!   their packets, and packets queued in them), and the scrapes saw no drop in a churn class;
 //! * the tap missed no frame.
 //!
 //! Asserted with a tolerance, in at most two attempts (CONTRIBUTING.md, "Privileged tests": a
@@ -65,8 +65,10 @@ fn assert_nothing_lost(report: &ChurnReport) {
     assert_eq!(udp.lost, 0, "{udp:?}");
     assert_eq!(udp.duplicates, 0, "{udp:?}");
     assert_eq!(udp.class_drops_seen, 0, "{udp:?}");
-    // The churn classes did shape the flow: the scrapes saw their packets.
+    // The churn classes did shape the flow: the scrapes saw their packets, and packets queued
+    // in them (a scrape every 100 ms, a class queueing part of every 8 ms while it exists).
     assert!(udp.class_packets_seen > 0, "{udp:?}");
+    assert!(udp.class_queued_max_seen > 0, "{udp:?}");
     assert_eq!(report.tap_missed, 0, "the tap missed frames");
     for class in &report.classes {
         assert!(

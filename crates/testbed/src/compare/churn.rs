@@ -339,6 +339,9 @@ pub struct UdpRow {
     pub class_drops_seen: u64,
     /// Churn classes the scrapes saw.
     pub classes_seen: usize,
+    /// The most packets a scrape saw queued in a churn class (`metronome_class_queued_packets`):
+    /// above 0, datagrams did wait in the classes being added and deleted.
+    pub class_queued_max_seen: u64,
 }
 
 /// One operation of [`ChurnReport::slowest`].
@@ -671,6 +674,7 @@ fn measure(
         class_packets_seen: churned.iter().map(|c| c.packets).sum(),
         class_drops_seen: churned.iter().map(|c| c.drops).sum(),
         classes_seen: churned.len(),
+        class_queued_max_seen: churned.iter().map(|c| c.queued).max().unwrap_or(0),
         ..udp
     };
     let applied_over_target = ops
@@ -937,6 +941,8 @@ fn read_udp(socket: &UdpSocket, stop: &AtomicBool) -> Result<(u64, u64), Traffic
 struct ClassCounts {
     packets: u64,
     drops: u64,
+    /// `metronome_class_queued_packets`, the largest a scrape saw.
+    queued: u64,
 }
 
 /// The key under which [`Scraper`] keeps `metronome_class_changes_total{op="add"|"del",
@@ -1008,6 +1014,10 @@ fn merge_counts(body: &str, seen: &mut BTreeMap<String, ClassCounts>) {
             if let Some(class) = label("class") {
                 now.entry(class).or_default().packets += value;
             }
+        } else if series.starts_with("metronome_class_queued_packets{") {
+            if let Some(class) = label("class") {
+                now.entry(class).or_default().queued += value;
+            }
         } else if series.starts_with("metronome_class_drops_total{") {
             if let Some(class) = label("class") {
                 now.entry(class).or_default().drops += value;
@@ -1023,6 +1033,7 @@ fn merge_counts(body: &str, seen: &mut BTreeMap<String, ClassCounts>) {
         let e = seen.entry(class).or_default();
         e.packets = e.packets.max(c.packets);
         e.drops = e.drops.max(c.drops);
+        e.queued = e.queued.max(c.queued);
     }
 }
 
@@ -1118,6 +1129,7 @@ mod tests {
         let first = "metronome_class_packets_total{class=\"churn-1\"} 5\n\
                      metronome_class_drops_total{class=\"churn-1\",reason=\"horizon\"} 1\n\
                      metronome_class_drops_total{class=\"churn-1\",reason=\"queue_full\"} 2\n\
+                     metronome_class_queued_packets{class=\"churn-1\"} 3\n\
                      metronome_class_changes_total{op=\"add\",result=\"ok\"} 3\n\
                      metronome_class_changes_total{op=\"del\",result=\"ok\"} 2\n\
                      metronome_class_changes_total{op=\"del\",result=\"refused\"} 9\n";
@@ -1130,7 +1142,8 @@ mod tests {
             seen["churn-1"],
             ClassCounts {
                 packets: 5,
-                drops: 3
+                drops: 3,
+                queued: 3
             }
         );
         assert_eq!(seen[CHANGES_OK].packets, 5);
