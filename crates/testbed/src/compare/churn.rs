@@ -180,7 +180,7 @@ impl ChurnOptions {
 
     /// Why these options cannot run, if they cannot.
     pub fn validate(&self) -> Result<(), String> {
-        if self.ops < 2 || self.ops % 2 != 0 {
+        if self.ops < 2 || !self.ops.is_multiple_of(2) {
             return Err(format!(
                 "ops: {} is not an even number of at least 2 (add, del, ...)",
                 self.ops
@@ -693,7 +693,7 @@ fn measure(
     };
     let (applied_add, applied_del) = (applied_of("add"), applied_of("del"));
     let mut slowest = ops.carried;
-    slowest.sort_by(|a, b| b.applied_us.cmp(&a.applied_us));
+    slowest.sort_by_key(|o| std::cmp::Reverse(o.applied_us));
     slowest.truncate(SLOWEST_KEPT);
     Ok(ChurnReport {
         slowest,
