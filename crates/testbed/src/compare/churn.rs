@@ -535,10 +535,14 @@ pub fn run_on(
     let text = config_text(topo, options);
     let config = Config::from_toml_str(&text, "compare-churn.toml")
         .map_err(|e| ChurnError::Daemon(format!("the daemon refused the configuration: {e}")))?;
-    let started =
-        AttachedDaemon::start_controlled(&topo.shaper, &binary, (&text, &config), false, {
-            Some(&control)
-        })?;
+    let control_path = Some(control.as_path());
+    let started = AttachedDaemon::start_controlled(
+        &topo.shaper,
+        &binary,
+        (&text, &config),
+        false,
+        control_path,
+    )?;
     let daemon = match started {
         Ok(d) => d,
         Err(why) => {
@@ -601,16 +605,29 @@ fn measure(
         .spawn(move || trafficgen::run(&plan, Some(&sender), Some(&receiver)))
         .map_err(TopoError::Io)?;
 
-    let t0 = match wait_for_bytes(topo) {
-        Ok(t) => t,
+    let running = wait_for_bytes(topo).and_then(|t0| {
+        let udp = UdpFlow::start(topo, options)?;
+        match Scraper::start(&topo.shaper) {
+            Ok(scraper) => Ok((t0, udp, scraper)),
+            Err(e) => {
+                let _ = udp.finish();
+                Err(e)
+            }
+        }
+    });
+    let (t0, udp, scraper) = match running {
+        Ok(r) => r,
         Err(e) => {
-            let _ = traffic.join();
+            // The traffic stops at its deadline (or failed: its error says more than
+            // `NoTraffic`); the tap when told.
+            let joined = traffic.join();
             let _ = tap.finish();
+            if let Ok(Err(failed)) = joined {
+                return Err(failed.into());
+            }
             return Err(e);
         }
     };
-    let udp = UdpFlow::start(topo, options)?;
-    let scraper = Scraper::start(&topo.shaper)?;
 
     let calm_start = t0 + options.warmup;
     let churn_start = calm_start + options.calm;
@@ -629,10 +646,12 @@ fn measure(
         (churn_end - churn_start).as_secs_f64()
     );
     std::thread::sleep(UDP_AFTER);
-    let udp = udp.finish()?;
-    let traffic = traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
+    // Every thread is stopped and joined before any error is returned.
+    let udp = udp.finish();
+    let traffic = traffic.join().map_err(|_| TrafficError::ThreadPanicked);
     let scraped = scraper.finish();
-    let tapped = tap.finish()?;
+    let tapped = tap.finish();
+    let (udp, traffic, tapped) = (udp?, traffic??, tapped?);
 
     let tcp_end = traffic.started + tcp_run;
     if churn_end > tcp_end {
