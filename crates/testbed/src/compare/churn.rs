@@ -34,6 +34,8 @@
 //! * per operation, the daemon's own `applied_us` (from the request's arrival on the socket to
 //!   the shaping loop applying it, docs/config.md "Live classes: the control socket") and the
 //!   client's round trip; p50, p99, max, and how many took longer than [`APPLIED_TARGET_US`];
+//!   the same for the `add`s and the `del`s apart (an `add` is validated on the control thread
+//!   first, within `applied_us`), and the slowest operations with when they were sent;
 //! * each TCP class's rate on the wire: an AF_PACKET [`Tap`] on the receiver's veth counts the
 //!   frame bytes (Ethernet header included, no FCS: what the daemon charges a class) of the
 //!   class's ports, in 100 ms windows ([`WINDOW`]) over each phase; their mean, their mean
@@ -41,10 +43,11 @@
 //!   churn side by side;
 //! * the UDP flow's datagrams sent and received (each carries its sequence number; the sink
 //!   reads on after the sender stops until [`DRAIN_QUIET`] passes without one), and the
-//!   daemon's `metronome_class_drops_total` and `metronome_class_packets_total` of the churn
-//!   classes, scraped every [`SCRAPE_EVERY`] (a deleted class's series goes once its queue has
-//!   drained, so the scrapes see a lower bound; the datagram count is the exact figure), and of
-//!   the TCP classes.
+//!   daemon's `metronome_class_drops_total`, `metronome_class_packets_total` and the largest
+//!   `metronome_class_queued_packets` of the churn classes, scraped every [`SCRAPE_EVERY`] (a
+//!   deleted class's series goes once its queue has drained, so the scrapes see a lower bound;
+//!   the datagram count is the exact figure), the drops of the TCP classes, and
+//!   `metronome_class_changes_total` of the successful `add`s and `del`s.
 //!
 //! The machine's load is in every figure: the traffic, the tap, the daemon and the client share
 //! its cores.
