@@ -1,6 +1,7 @@
 //! `metronome compare [--quick] [--offloads host|off] [--attach] [--json]`
 //! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`];
-//! `--classes` and `--packet-rate`: [`crate::compare_classes`]):
+//! `--classes` and `--packet-rate`: [`crate::compare_classes`]; `--churn`:
+//! [`crate::compare_churn`]):
 //! Metronome (its class as one FIFO, and in the
 //! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
 //! topology with the same kernel TCP traffic, at
@@ -136,6 +137,28 @@ pub struct CompareArgs {
     #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot",
           "target", "flows"])]
     packet_rate: bool,
+    /// Live classes instead: classes added and deleted through the daemon's control socket
+    /// (`--ops`, one every `--pace`) while TCP runs through file classes (`--target`: their
+    /// rates, default 200mbit,100mbit; `--flows`: connections per class, default 4) and a UDP
+    /// flow (`--udp-rate`) passes through each added class: the operations' applied time, the
+    /// TCP classes' rates calm and during the churn, the datagrams lost.
+    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot",
+          "offloads", "daemon_cores", "isolate_daemon", "busy_poll", "timer_slack", "quick",
+          "classes", "packet_rate"])]
+    churn: bool,
+    /// With `--churn`: operations, `add` and `del` alternating (even; default 1000).
+    #[arg(long, value_name = "N", requires = "churn")]
+    ops: Option<usize>,
+    /// With `--churn`: time between two operations (default 5ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "churn")]
+    pace: Option<metronome_core::Duration>,
+    /// With `--churn`: the UDP flow's rate of payload (default 4mbit).
+    #[arg(long, value_name = "RATE", requires = "churn")]
+    udp_rate: Option<metronome_core::Rate>,
+    /// With `--churn`: the added classes' rate, above the UDP flow's on the wire (default
+    /// 6mbit).
+    #[arg(long, value_name = "RATE", requires = "churn")]
+    class_rate: Option<metronome_core::Rate>,
 }
 
 /// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
@@ -418,6 +441,23 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         let modes = (args.isolate_daemon, args.workload_link, args.json);
         return crate::compare_attach::run(args.quick, grid, modes);
     }
+    if args.churn {
+        if args.flows.len() > 1 {
+            eprintln!("metronome compare: --churn takes one --flows (connections per class)");
+            std::process::exit(2);
+        }
+        let churn = crate::compare_churn::ChurnArgs {
+            ops: args.ops,
+            pace: args
+                .pace
+                .map(|d| std::time::Duration::from_nanos(d.as_nanos())),
+            rates_bps: args.target.iter().map(|r| r.bps()).collect(),
+            flows: args.flows.first().copied(),
+            udp_rate_bps: args.udp_rate.map(|r| r.bps()),
+            class_rate_bps: args.class_rate.map(|r| r.bps()),
+        };
+        return crate::compare_churn::run(&churn, args.json);
+    }
     if args.link_sharing {
         let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
         let modes = (args.offloads, args.json);
@@ -536,6 +576,38 @@ mod tests {
         assert!(a.quick && a.json);
         assert!(Cli::try_parse_from(["compare", "--offloads", "tso"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--quick", "--ceiling"]).is_err());
+    }
+
+    #[test]
+    fn churn_takes_its_options_the_rates_and_one_flow_count_but_no_other_mode() {
+        let a = Cli::try_parse_from([
+            "compare",
+            "--churn",
+            "--ops",
+            "300",
+            "--pace",
+            "10ms",
+            "--target",
+            "50mbit,20mbit",
+            "--flows",
+            "2",
+            "--udp-rate",
+            "2mbit",
+            "--class-rate",
+            "3mbit",
+            "--json",
+        ])
+        .unwrap()
+        .compare;
+        assert!(a.churn && a.json);
+        assert_eq!(a.ops, Some(300));
+        assert_eq!(a.pace.map(|d| d.as_nanos()), Some(10_000_000));
+        assert_eq!(a.target.len(), 2);
+        assert_eq!(a.udp_rate.map(|r| r.bps()), Some(2_000_000));
+        assert_eq!(a.class_rate.map(|r| r.bps()), Some(3_000_000));
+        assert!(Cli::try_parse_from(["compare", "--ops", "10"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--churn", "--attach"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--churn", "--offloads", "off"]).is_err());
     }
 
     #[test]

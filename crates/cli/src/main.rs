@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod class_cmd;
 mod compare_attach;
+mod compare_churn;
 mod compare_classes;
 mod compare_cmd;
 mod compare_link;

@@ -75,6 +75,7 @@
 //! each bulk connection delivered to the receiver over its whole run ([`measure::jain_index`]).
 
 pub mod attach;
+pub mod churn;
 pub mod classes;
 pub mod link_sharing;
 pub mod measure;

@@ -339,6 +339,18 @@ impl AttachedDaemon {
         (text, config): (&str, &Config),
         pin: bool,
     ) -> Result<Result<AttachedDaemon, String>, CompareError> {
+        Self::start_controlled(host, binary, (text, config), pin, None)
+    }
+
+    /// [`AttachedDaemon::start`] with its control socket at `control` (`run --control PATH`;
+    /// `None`: none, as comparisons that run daemons side by side want).
+    pub fn start_controlled(
+        host: &Namespace,
+        binary: &Path,
+        (text, config): (&str, &Config),
+        pin: bool,
+        control: Option<&Path>,
+    ) -> Result<Result<AttachedDaemon, String>, CompareError> {
         let seq = DAEMON_SEQ.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("mtr-attd-{}-{seq}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(TopoError::Io)?;
@@ -358,8 +370,8 @@ impl AttachedDaemon {
             .args(["netns", "exec", host.name()])
             .arg(binary)
             .arg("run")
-            // No control socket: comparisons run daemons side by side.
-            .args(["--control", ""])
+            .arg("--control")
+            .arg(control.unwrap_or(Path::new("")))
             .arg("--config")
             .arg(&file)
             .stdin(Stdio::null())
