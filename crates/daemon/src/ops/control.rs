@@ -37,7 +37,7 @@ pub use protocol::{ClassObject, Reply, ReplyError, Request};
 use crate::datapath::engine::LiveError;
 use crate::ops::config::{ClassConfig, Config};
 use crate::ops::metrics::Metrics;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -67,7 +67,7 @@ struct Model {
     /// The file's configuration in force (without the API's classes).
     file: Config,
     file_names: HashSet<String>,
-    api: Vec<ApiClass>,
+    api: ApiClasses,
 }
 
 impl Model {
@@ -76,12 +76,75 @@ impl Model {
         Model {
             file,
             file_names,
-            api: Vec::new(),
+            api: ApiClasses::default(),
+        }
+    }
+}
+
+/// The API's classes in the order they were added (a change of `match` moves one last), found
+/// by name: each operation costs O(log n) in the number of classes, not a scan.
+#[derive(Debug, Default)]
+struct ApiClasses {
+    /// The classes by their place in the order.
+    by_place: BTreeMap<u64, ApiClass>,
+    /// The place of each class, by name.
+    place_of: HashMap<String, u64>,
+    /// The place the next class added takes.
+    next: u64,
+}
+
+impl ApiClasses {
+    fn get(&self, name: &str) -> Option<&ApiClass> {
+        self.by_place.get(self.place_of.get(name)?)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.place_of.contains_key(name)
+    }
+
+    fn len(&self) -> usize {
+        self.by_place.len()
+    }
+
+    /// The classes in order.
+    fn iter(&self) -> impl Iterator<Item = &ApiClass> {
+        self.by_place.values()
+    }
+
+    /// Adds `class` last (replacing a class of its name, wherever it was).
+    fn push(&mut self, class: ApiClass) {
+        self.remove(&class.class.name);
+        let place = self.next;
+        self.next += 1;
+        self.place_of.insert(class.class.name.clone(), place);
+        self.by_place.insert(place, class);
+    }
+
+    /// Puts `class` in the place of the class of its name (last when there is none).
+    fn replace(&mut self, class: ApiClass) {
+        match self.place_of.get(&class.class.name) {
+            Some(place) => {
+                self.by_place.insert(*place, class);
+            }
+            None => self.push(class),
         }
     }
 
-    fn api_index(&self, name: &str) -> Option<usize> {
-        self.api.iter().position(|c| c.class.name == name)
+    fn remove(&mut self, name: &str) -> Option<ApiClass> {
+        let place = self.place_of.remove(name)?;
+        self.by_place.remove(&place)
+    }
+
+    /// Keeps the classes for which `keep` is true.
+    fn retain(&mut self, mut keep: impl FnMut(&ApiClass) -> bool) {
+        let place_of = &mut self.place_of;
+        self.by_place.retain(|_, c| {
+            let kept = keep(c);
+            if !kept {
+                place_of.remove(&c.class.name);
+            }
+            kept
+        });
     }
 }
 
@@ -226,8 +289,8 @@ impl Live {
 
     fn show(&self, name: &str) -> Reply {
         let model = self.model();
-        let class = if let Some(i) = model.api_index(name) {
-            Some(api_object(&model.api[i]))
+        let class = if let Some(c) = model.api.get(name) {
+            Some(api_object(c))
         } else if model.file_names.contains(name) {
             model.file.classes.iter().find(|c| c.name == name).map(|c| {
                 let mut o = protocol::file_class_object(c);
@@ -256,7 +319,7 @@ impl Live {
                 format!("class {name:?} is defined in the file: edit the file and reload (SIGHUP)"),
             ));
         }
-        if model.api_index(&name).is_some() {
+        if model.api.contains(&name) {
             return Err(ReplyError::new(
                 "name",
                 format!("class {name:?} exists: change or delete it"),
@@ -274,10 +337,9 @@ impl Live {
     fn change(&self, change: ClassObject) -> Result<Pending, ReplyError> {
         let mut model = self.model();
         let name = class_name(&change)?;
-        let Some(i) = model.api_index(&name) else {
+        let Some(old) = model.api.get(&name).cloned() else {
             return Err(not_api(&model, &name));
         };
-        let old = model.api[i].clone();
         let object = protocol::merged(&old.object, &change);
         let class = validated(&model.file, &object)?;
         let rematch = class.matcher != old.class.matcher;
@@ -287,10 +349,9 @@ impl Live {
         };
         if rematch {
             // A new match moves the class last in first-match order, as the engine does.
-            model.api.remove(i);
             model.api.push(entry);
         } else {
-            model.api[i] = entry;
+            model.api.replace(entry);
         }
         let ticket = self.post(LiveOp::Change { class, rematch });
         Ok((name, ticket, Undo::Change(Box::new(old))))
@@ -298,10 +359,9 @@ impl Live {
 
     fn delete(&self, name: &str) -> Result<Pending, ReplyError> {
         let mut model = self.model();
-        let Some(i) = model.api_index(name) else {
+        if model.api.remove(name).is_none() {
             return Err(not_api(&model, name));
-        };
-        model.api.remove(i);
+        }
         let ticket = self.post(LiveOp::Delete(name.to_owned()));
         Ok((name.to_owned(), ticket, Undo::Delete))
     }
@@ -337,14 +397,10 @@ impl Live {
                 let mut model = self.model();
                 match undo {
                     Undo::Add => {
-                        if let Some(i) = model.api_index(&name) {
-                            model.api.remove(i);
-                        }
+                        model.api.remove(&name);
                     }
                     Undo::Change(old) => {
-                        if let Some(i) = model.api_index(&name) {
-                            model.api[i] = *old;
-                        }
+                        model.api.replace(*old);
                     }
                     Undo::Delete => {}
                 }

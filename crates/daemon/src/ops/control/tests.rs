@@ -235,3 +235,31 @@ fn the_socket_is_the_owner_s_a_second_daemon_is_refused_and_a_stale_one_replaced
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_api_s_classes_keep_their_order_through_changes_deletes_and_a_reload() {
+    let file = file();
+    let api = |name: &str, dst: &str| {
+        let object = object(json!({"name": name, "match": {"dst": dst}, "rate": "1mbit"}));
+        ApiClass {
+            class: validated(&file, &object).unwrap(),
+            object,
+        }
+    };
+    let names = |a: &ApiClasses| a.iter().map(|c| c.class.name.clone()).collect::<Vec<_>>();
+    let mut classes = ApiClasses::default();
+    for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        classes.push(api(name, &format!("10.0.0.{i}/32")));
+    }
+    // A change in place keeps the order; a new match moves the class last.
+    classes.replace(api("b", "10.0.0.1/32"));
+    assert_eq!(names(&classes), ["a", "b", "c", "d"]);
+    classes.push(api("a", "10.0.9.9/32"));
+    assert_eq!(names(&classes), ["b", "c", "d", "a"]);
+    assert!(classes.remove("c").is_some() && classes.remove("c").is_none());
+    classes.retain(|c| c.class.name != "d");
+    assert_eq!(names(&classes), ["b", "a"]);
+    assert_eq!(classes.len(), 2);
+    assert!(classes.contains("b") && !classes.contains("d"));
+    assert!(classes.get("a").is_some_and(|c| c.object["match"]["dst"] == "10.0.9.9/32"));
+}
