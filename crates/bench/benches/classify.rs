@@ -31,7 +31,7 @@ fn classifier(n: u32) -> Classifier {
                 dst_port: Some((80, 80)),
                 ..ClassRule::default()
             };
-            (rule, ClassId(1 + (i % 1000) as u16))
+            (rule, ClassId(1 + i % 1000))
         })
         .collect();
     Classifier::new(rules, ClassId(0))

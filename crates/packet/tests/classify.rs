@@ -145,7 +145,7 @@ fn an_origin_rule_matches_only_its_origin() {
             dst: net(&format!("172.16.{i}.0/24")),
             ..Default::default()
         };
-        (rule, ClassId(100 + u16::from(i)))
+        (rule, ClassId(100 + u32::from(i)))
     });
     let indexed: Vec<_> = fillers.chain([(rule.clone(), ClassId(1))]).collect();
     for c in [one_rule(rule), Classifier::new(indexed, DEFAULT)] {
@@ -434,14 +434,14 @@ fn ten_thousand_host_rules_each_packet_finds_its_own() {
                 dst: Some(ipnet::IpNet::new(dst, 32).unwrap()),
                 ..Default::default()
             };
-            (rule, ClassId(1 + i as u16))
+            (rule, ClassId(1 + i))
         })
         .collect();
     let c = Classifier::new(rules, DEFAULT);
     assert_eq!(c.rules().len(), 10_000);
     for i in 0..10_000u32 {
         let frame = tcp4([192, 0, 2, 1], host(i), 1000, 80);
-        assert_eq!(class(&c, &frame), ClassId(1 + i as u16), "rule {i}");
+        assert_eq!(class(&c, &frame), ClassId(1 + i), "rule {i}");
     }
     assert_eq!(class(&c, &tcp4([1, 1, 1, 1], host(10_000), 1, 2)), DEFAULT);
     assert_eq!(
@@ -462,10 +462,10 @@ fn first_match_wins_across_rules_of_different_shapes() {
                 protocol: (i % 2 == 0).then_some(6),
                 ..Default::default()
             };
-            (rule, ClassId(100 + u16::from(i)))
+            (rule, ClassId(100 + u32::from(i)))
         })
         .collect();
-    let mut push = |rule: ClassRule, class: u16| rules.push((rule, ClassId(class)));
+    let mut push = |rule: ClassRule, class: u32| rules.push((rule, ClassId(class)));
     // 24: the most specific rule comes first for HTTPS to 10.1/16 from 192.168/16.
     push(
         ClassRule {
@@ -654,7 +654,7 @@ fn rules() -> impl Strategy<Value = Vec<(ClassRule, ClassId)>> {
                 Err(k) if i > 0 => rules[k % i].0.clone(),
                 Err(_) => ClassRule::default(),
             };
-            rules.push((rule, ClassId(1 + i as u16)));
+            rules.push((rule, ClassId(1 + i as u32)));
         }
         rules
     })

@@ -156,10 +156,10 @@ mod tests {
                 panic!("flow {f}: not an IP frame");
             };
             let class = classifier.class_of(&ip);
-            assert_eq!(usize::from(class.0), f * n / FLOWS + 1, "flow {f}");
+            assert_eq!(class.index(), f * n / FLOWS + 1, "flow {f}");
             seen.push(class);
         }
-        assert_eq!(usize::from(seen.last().unwrap().0), n - n / FLOWS + 1);
+        assert_eq!(seen.last().unwrap().index(), n - n / FLOWS + 1);
     }
 
     #[test]

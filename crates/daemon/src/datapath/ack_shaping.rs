@@ -158,7 +158,7 @@ pub struct AckShaping {
     /// The keys of [`flow_key`], fixed for the shaper's life.
     seed: FlowSeed,
     /// Config class id (0 = default) -> index into `classes`.
-    class_map: Vec<Option<u16>>,
+    class_map: Vec<Option<u32>>,
     classes: Vec<ClassAcks>,
     mtu: u32,
     scratch: [GeneratedAck; GENERATE_BATCH],
@@ -226,7 +226,7 @@ impl AckShaping {
                     None => ClassAcks::new(name, a, self.mtu, &self.metrics),
                 };
                 self.classes.push(class);
-                Some((self.classes.len() - 1) as u16)
+                Some((self.classes.len() - 1) as u32)
             })
             .collect();
         self.classifier = config.classifier_seeded(self.seed.flow_hash());
@@ -324,8 +324,8 @@ impl AckShaping {
             dst_port: ip.tuple.src_port,
         };
         let class: ClassId = self.classifier.class_of(&data);
-        let i = (*self.class_map.get(usize::from(class.0))?)?;
-        Some(usize::from(i))
+        let i = (*self.class_map.get(class.index())?)?;
+        Some(i as usize)
     }
 
     /// Builds the ACKs due at `now` into frames of `pool` and pushes their ids onto `out`, at
