@@ -295,6 +295,9 @@ impl Engine {
         };
         // A fresh engine has no state, so this does not run out of class states: validation
         // caps the classes at `MAX_CLASSES`, below `MAX_CLASS_STATES` with the default class.
+        engine
+            .metrics
+            .select_class_series(config.daemon.class_metrics.clone());
         if let Err(e) = engine.install_classes(config) {
             tracing::error!(error = %e, "the engine could not take the configuration's classes");
         }

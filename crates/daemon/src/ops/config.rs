@@ -243,6 +243,10 @@ pub struct DaemonConfig {
     /// (`crate::datapath::engine`'s admission); 0: no share, only the classes' `queue` bounds.
     /// Default [`DEFAULT_POOL_SHARE`].
     pub pool_share: u32,
+    /// Which classes have series of their own in the metrics (`"all"`, `"active"` or a list of
+    /// class names; [`crate::ops::metrics::ClassSeries`]); the totals over all classes count
+    /// every class whatever this says. Default all.
+    pub class_metrics: crate::ops::metrics::ClassSeries,
 }
 
 /// One `[[class]]`.

@@ -187,6 +187,8 @@ impl Engine {
             return Err(ReloadError::RestartRequired(plan));
         }
         self.install_classes(new)?;
+        self.metrics
+            .select_class_series(new.daemon.class_metrics.clone());
         self.fair_configure(new);
         self.acks.reload(new);
         self.config = new.clone();

@@ -6,7 +6,7 @@
 //!   `horizon_policy`, `backpressure`, `ack_shaping`, `fair` or `queue`; the default class's
 //!   policy;
 //! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip`, `daemon.pool_share` (read per
-//!   frame from the installed configuration);
+//!   frame from the installed configuration), `daemon.class_metrics` (the next scrape);
 //! * `[link]` rate, marking, quantum and burst, and each class's `link`, `weight`, `priority` and
 //!   `non_ect`: the link's queues are rebuilt with every queued packet moved over in order.
 //!

@@ -14,7 +14,8 @@
 
 use super::error::{ConfigError, ErrorKind, ErrorSite};
 use super::raw::{
-    RawConfig, RawDaemon, RawHorizonPolicy, RawInterfaces, RawLogFormat, RawWheel, Scalar,
+    RawClassMetrics, RawConfig, RawDaemon, RawHorizonPolicy, RawInterfaces, RawLogFormat, RawWheel,
+    Scalar,
 };
 use super::{
     ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE, DEFAULT_DRAIN,
@@ -23,6 +24,7 @@ use super::{
     MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS,
     MAX_POOL_SHARE, MAX_WHEEL_SLOTS,
 };
+use crate::ops::metrics::ClassSeries;
 use crate::ops::units::parse_duration;
 use metronome_core::{Duration, HorizonPolicy, Rate, TimingWheelConfig};
 use std::collections::HashMap;
@@ -350,6 +352,10 @@ impl Validator<'_> {
             Some(p) => self.int_in(p, "daemon.pool_share", 0, MAX_POOL_SHARE)? as u32,
             None => DEFAULT_POOL_SHARE,
         };
+        let class_metrics = match &raw.class_metrics {
+            Some(c) => self.class_metrics(c)?,
+            None => ClassSeries::All,
+        };
         Ok(DaemonConfig {
             vnet_hdr: raw.vnet_hdr.unwrap_or(true),
             gso_slots,
@@ -367,7 +373,25 @@ impl Validator<'_> {
             timer_slack,
             user,
             pool_share,
+            class_metrics,
         })
+    }
+
+    /// `daemon.class_metrics`: `"all"`, `"active"` or a list of class names (a name of no
+    /// class is kept: such a class may come with a later reload).
+    fn class_metrics(&self, raw: &Spanned<RawClassMetrics>) -> Result<ClassSeries> {
+        match raw.get_ref() {
+            RawClassMetrics::Word(w) if w == "all" => Ok(ClassSeries::All),
+            RawClassMetrics::Word(w) if w == "active" => Ok(ClassSeries::Active),
+            RawClassMetrics::Word(w) => Err(self.invalid(
+                raw.span(),
+                "daemon.class_metrics",
+                format!("{w:?} is not \"all\", \"active\" or a list of class names"),
+            )),
+            RawClassMetrics::Names(names) => {
+                Ok(ClassSeries::Listed(names.iter().cloned().collect()))
+            }
+        }
     }
 
     /// `daemon.user`: a name as `useradd` accepts it (letters, digits, `.`, `_`, `-`, not
