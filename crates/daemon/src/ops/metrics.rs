@@ -431,6 +431,13 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
         out
     }
+
+    /// The whole registry in the OpenMetrics text format, written into `out` as it is encoded
+    /// (the endpoint writes it to the socket in pieces, [`http`]). The per-class series are
+    /// listed under a lock that only class creation takes and encoded after it is released.
+    pub fn encode_into(&self, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+        prometheus_client::encoding::text::encode(out, &self.inner.registry)
+    }
 }
 
 #[cfg(test)]
