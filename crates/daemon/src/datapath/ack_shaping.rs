@@ -180,7 +180,7 @@ impl AckShaping {
     /// `seed`'s ACK keys.
     pub fn new(config: &Config, metrics: &Metrics, seed: FlowSeed) -> Self {
         let mut s = AckShaping {
-            classifier: config.classifier_seeded(seed.flow_hash()),
+            classifier: Classifier::new(Vec::new(), Config::DEFAULT_CLASS),
             seed,
             class_map: Vec::new(),
             classes: Vec::new(),
@@ -229,7 +229,14 @@ impl AckShaping {
                 Some((self.classes.len() - 1) as u32)
             })
             .collect();
-        self.classifier = config.classifier_seeded(self.seed.flow_hash());
+        // Without a class that shapes ACKs nothing is looked up: no classifier to build (with
+        // 100 000 classes it is a sizeable part of start-up) and no map to keep.
+        if self.classes.is_empty() {
+            self.class_map = Vec::new();
+            self.classifier = Classifier::new(Vec::new(), Config::DEFAULT_CLASS);
+        } else {
+            self.classifier = config.classifier_seeded(self.seed.flow_hash());
+        }
     }
 
     /// True when some class shapes ACKs.

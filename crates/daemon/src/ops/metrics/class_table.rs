@@ -120,8 +120,8 @@ impl ClassCells {
 struct Records {
     /// Every record, in creation order.
     cells: Vec<Arc<ClassCells>>,
-    /// (silo, name) -> index in `cells`.
-    by_name: HashMap<(Option<u16>, Box<str>), u32>,
+    /// Per silo (0 without silos), name -> index in `cells`.
+    by_name: Vec<HashMap<Box<str>, u32>>,
     selection: ClassSeries,
 }
 
@@ -152,13 +152,17 @@ impl ClassTable {
     /// keeps its counts across reloads).
     pub(super) fn cells(&self, name: &str, silo: Option<u16>) -> Arc<ClassCells> {
         let mut r = self.records();
-        if let Some(&i) = r.by_name.get(&(silo, name.into())) {
+        let s = usize::from(silo.unwrap_or(0));
+        if r.by_name.len() <= s {
+            r.by_name.resize_with(s + 1, HashMap::new);
+        }
+        if let Some(&i) = r.by_name[s].get(name) {
             return r.cells[i as usize].clone();
         }
         let cells = Arc::new(ClassCells::new(name, silo));
         let index = u32::try_from(r.cells.len()).unwrap_or(u32::MAX);
         r.cells.push(cells.clone());
-        r.by_name.insert((silo, name.into()), index);
+        r.by_name[s].insert(name.into(), index);
         cells
     }
 
