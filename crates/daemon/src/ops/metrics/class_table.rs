@@ -3,15 +3,14 @@
 //! ([`ClassTable`]) at each scrape.
 //!
 //! **Why not families.** A `prometheus-client` family keeps a hash map from a label set (the
-//! class name, copied) to an `Arc` per series: fifteen series a class made fifteen allocations,
-//! fifteen copies of the name and fifteen map entries (about 2.6 kB a class, and a daemon's
-//! start-up with 100 000 classes spent most of its time there). Here a class and silo is one
-//! allocation: the name once, the fifteen atomics on three cache lines, the sent bytes, sent
-//! packets and queued gauge that the data path writes most on the first. The data path writes
-//! them with relaxed atomic operations exactly as it wrote the families' counters; nothing it
-//! does takes a lock a scrape holds: a scrape takes the table's lock only to list the records
-//! (a pointer each) and encodes after releasing it, and only a class's creation (start-up, a
-//! reload) takes it otherwise.
+//! class name, copied) to an `Arc` per series: fifteen series a class would be fifteen
+//! allocations, fifteen copies of the name and fifteen map entries, all made at start-up. Here a class and
+//! silo is one allocation (and its name once more as the lookup key): the fifteen atomics on
+//! two cache lines, the sent bytes, sent packets and queued gauge that the data path writes most
+//! on the first. The data path writes them with relaxed atomic operations, as
+//! `prometheus-client`'s counters do; nothing it does takes a lock a scrape holds: a scrape
+//! takes the table's lock only to list the records (a pointer each) and encodes after releasing
+//! it, and only a class's creation (start-up, a reload) takes it otherwise.
 //!
 //! **Which classes get series** ([`ClassSeries`], `[daemon] class_metrics`): all (the default),
 //! the classes with traffic (`active`: a class's series are in a scrape from the first scrape
