@@ -267,16 +267,15 @@ impl Engine {
 
     /// Packets of class `name` waiting in the wheel or on the link (0 for an unknown name).
     pub fn class_queued(&self, name: &str) -> u64 {
-        self.classes
-            .iter()
-            .find(|s| s.name == name)
+        self.class_index(name)
+            .and_then(|i| self.classes.get(i))
             .map_or(0, |s| s.queued)
     }
 
     /// The state index of class `name` (stable across reloads while the name stays), for
     /// [`Engine::set_class_rate`] and [`Engine::class_stamped_bytes`].
     pub fn class_index(&self, name: &str) -> Option<usize> {
-        self.classes.iter().position(|s| s.name == name)
+        self.class_index.get(name).copied()
     }
 
     /// Bytes of class `index` accepted into the wheel so far (0 for an unknown index).

@@ -328,16 +328,25 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "daemon.timer_slack", os, ns);
     compare(&mut restart, "daemon.user", &od.user, &nd.user);
 
+    // Classes by name, so that matching them is linear in the number of classes.
+    let old_at: std::collections::HashMap<&str, usize> = old
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
+        .collect();
+    let new_names: std::collections::HashSet<&str> =
+        new.classes.iter().map(|c| c.name.as_str()).collect();
     let mut classes = Vec::new();
     for c in &old.classes {
-        if !new.classes.iter().any(|n| n.name == c.name) {
+        if !new_names.contains(c.name.as_str()) {
             classes.push(ClassChange::Removed {
                 name: c.name.clone(),
             });
         }
     }
     for (to, c) in new.classes.iter().enumerate() {
-        match old.classes.iter().position(|o| o.name == c.name) {
+        match old_at.get(c.name.as_str()).copied() {
             None => classes.push(ClassChange::Added {
                 name: c.name.clone(),
                 index: to,
