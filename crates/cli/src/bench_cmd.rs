@@ -468,7 +468,7 @@ fn run_classes(
     )?;
     writeln!(
         out,
-        "{:>8} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>11} {:>11} {:>12} {:>8}",
+        "{:>8} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>11} {:>10} {:>11} {:>12} {:>8}",
         "classes",
         "active",
         "ns/packet",
@@ -477,6 +477,7 @@ fn run_classes(
         "engine ms",
         "scrape ms",
         "scrape MB",
+        "http ms",
         "B/class",
         "B/active",
         "dropped"
@@ -485,7 +486,7 @@ fn run_classes(
     for r in &rows {
         writeln!(
             out,
-            "{:>8} {:>7} {:>12.1} {:>8.2}x {:>10.1} {:>10.1} {:>10.1} {:>11.2} {:>11.0} {:>12.0} {:>8}",
+            "{:>8} {:>7} {:>12.1} {:>8.2}x {:>10.1} {:>10.1} {:>10.1} {:>11.2} {:>10.1} {:>11.0} {:>12.0} {:>8}",
             r.classes,
             r.active,
             r.ns_per_packet,
@@ -494,6 +495,7 @@ fn run_classes(
             r.engine_ms,
             r.encode_ms,
             r.encode_bytes as f64 / 1e6,
+            r.scrape_http_ms,
             r.bytes_per_class,
             r.bytes_per_active_class,
             r.dropped

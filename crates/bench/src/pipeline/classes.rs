@@ -8,8 +8,10 @@
 //!
 //! Besides ns per packet, each row says what building the configuration and the engine took
 //! (parsing and validating the text, then `Engine::new`): the part of a daemon's start-up that
-//! grows with the classes (the ports, the pool and the wheel are the same at every `N`); and what
-//! encoding that engine's metrics takes and weighs, the body of one scrape.
+//! grows with the classes (the ports, the pool and the wheel are the same at every `N`); what
+//! encoding that engine's metrics takes and weighs, the body of one scrape, and what one scrape
+//! through the endpoint on loopback takes; and the resident memory per class, idle and with
+//! traffic.
 
 use super::{Rig, Stage, FLOWS, FRAME_LEN, OFFERED_BPS};
 use metronome_core::Duration;
@@ -39,6 +41,10 @@ pub struct ClassesRow {
     pub encode_ms: f64,
     /// Bytes of that text.
     pub encode_bytes: usize,
+    /// Milliseconds for one scrape of that engine's metrics through the endpoint on loopback
+    /// (`GET /metrics`, the whole body read; `metronome_daemon::ops::metrics::http`); NaN when
+    /// the endpoint could not be served or scraped.
+    pub scrape_http_ms: f64,
     /// Resident memory the configuration and the engine added, per class: the process's
     /// resident set after `Engine::new` less before parsing, over `classes` (0 where
     /// `/proc/self/statm` cannot be read). Memory freed by earlier rows may be reused, so read
@@ -124,6 +130,7 @@ pub fn run(
             let start = Instant::now();
             let text = metrics.encode();
             let encode_ms = start.elapsed().as_secs_f64() * 1e3;
+            let scrape_http_ms = scrape_ms(&metrics);
             drop(engine);
             let mut rig = Rig::new(&config, &frames(n), batch, Stage::Engine);
             let rss_idle = resident_bytes();
@@ -146,6 +153,7 @@ pub fn run(
                 engine_ms,
                 encode_ms,
                 encode_bytes: text.len(),
+                scrape_http_ms,
                 bytes_per_class: rss_built.saturating_sub(rss_before) as f64 / n as f64,
                 bytes_per_active_class: rss_active.saturating_sub(rss_idle) as f64
                     / n.clamp(1, FLOWS) as f64,
@@ -154,6 +162,27 @@ pub fn run(
         })
         .collect()
 }
+
+/// Milliseconds for one `GET /metrics` of `metrics` served on loopback, the body read whole
+/// (at most [`SCRAPE_MAX_BYTES`]); NaN on failure.
+fn scrape_ms(metrics: &Metrics) -> f64 {
+    let Ok(server) = metrics.serve(std::net::SocketAddr::from(([127, 0, 0, 1], 0))) else {
+        return f64::NAN;
+    };
+    let start = Instant::now();
+    let deadline = std::time::Duration::from_secs(30);
+    match metronome_daemon::ops::metrics::scrape_bounded(server.addr(), SCRAPE_MAX_BYTES, deadline)
+    {
+        Ok(_) => start.elapsed().as_secs_f64() * 1e3,
+        Err(_) => f64::NAN,
+    }
+}
+
+/// Largest scrape [`scrape_ms`] reads, 1 GiB: above the text of [`MAX_CLASSES`] classes (about
+/// 900 bytes a class).
+///
+/// [`MAX_CLASSES`]: metronome_daemon::ops::config::MAX_CLASSES
+const SCRAPE_MAX_BYTES: usize = 1 << 30;
 
 /// The process's resident set in bytes (`/proc/self/statm`'s second field, in pages of 4 KiB,
 /// the page size of the x86-64 and aarch64 Linux this runs on); 0 where it cannot be read.
