@@ -37,7 +37,7 @@ pub struct BenchArgs {
     #[arg(long)]
     daemon: bool,
     /// With `--daemon`: instead of the breakdown, the engine's per-packet cost with this many
-    /// classes (comma-separated, each 1 to 65 534), class `i` matching one destination /32.
+    /// classes (comma-separated, each 1 to 1 048 576), class `i` matching one destination /32.
     #[arg(long, value_delimiter = ',', requires = "daemon")]
     classes: Vec<usize>,
 }
