@@ -431,7 +431,7 @@ impl Pieces {
                 aggregate: agg,
                 pacing,
                 shaped,
-            }) = self.classes.get(usize::from(class.0))
+            }) = self.classes.get(class.index())
             else {
                 tx.push(rx.id);
                 continue;
@@ -442,10 +442,7 @@ impl Pieces {
             }
             let mut policies = [agg, None];
             if let Some((rate, burst)) = pacing {
-                if let Lookup::Entry(e) =
-                    self.flows
-                        .lookup(u32::from(class.0), flow, now, &self.stamper)
-                {
+                if let Lookup::Entry(e) = self.flows.lookup(class.0, flow, now, &self.stamper) {
                     policies[1] = self.flows.pacing_policy(e, &mut self.stamper, rate, burst);
                 }
             }
@@ -695,7 +692,7 @@ mod tests {
             let Verdict::Shape { class, .. } = classifier.classify(&parse(&f)) else {
                 panic!("workload frame not IP")
             };
-            per_class[usize::from(class.0)] += 1;
+            per_class[class.index()] += 1;
         }
         assert_eq!(per_class, [FLOWS / 4; 4]);
     }

@@ -135,7 +135,7 @@ impl<Q: EdtQueue> SteadyState<Q> {
         let pkt = PacketRef::new(
             self.next_id,
             FlowId(f as u32),
-            ClassId(f as u16),
+            ClassId(f as u32),
             self.params.packet_len,
         );
         self.next_id = self.next_id.wrapping_add(1);

@@ -37,7 +37,7 @@ pub struct BenchArgs {
     #[arg(long)]
     daemon: bool,
     /// With `--daemon`: instead of the breakdown, the engine's per-packet cost with this many
-    /// classes (comma-separated, each 1 to 65 534), class `i` matching one destination /32.
+    /// classes (comma-separated, each 1 to 1 048 576), class `i` matching one destination /32.
     #[arg(long, value_delimiter = ',', requires = "daemon")]
     classes: Vec<usize>,
 }
@@ -468,7 +468,7 @@ fn run_classes(
     )?;
     writeln!(
         out,
-        "{:>8} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>11} {:>8}",
+        "{:>8} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>11} {:>10} {:>11} {:>12} {:>8}",
         "classes",
         "active",
         "ns/packet",
@@ -477,13 +477,16 @@ fn run_classes(
         "engine ms",
         "scrape ms",
         "scrape MB",
+        "http ms",
+        "B/class",
+        "B/active",
         "dropped"
     )?;
     let first = rows.first().map_or(1.0, |r| r.ns_per_packet);
     for r in &rows {
         writeln!(
             out,
-            "{:>8} {:>7} {:>12.1} {:>8.2}x {:>10.1} {:>10.1} {:>10.1} {:>11.2} {:>8}",
+            "{:>8} {:>7} {:>12.1} {:>8.2}x {:>10.1} {:>10.1} {:>10.1} {:>11.2} {:>10.1} {:>11.0} {:>12.0} {:>8}",
             r.classes,
             r.active,
             r.ns_per_packet,
@@ -492,6 +495,9 @@ fn run_classes(
             r.engine_ms,
             r.encode_ms,
             r.encode_bytes as f64 / 1e6,
+            r.scrape_http_ms,
+            r.bytes_per_class,
+            r.bytes_per_active_class,
             r.dropped
         )?;
     }

@@ -111,6 +111,12 @@ const NIL: u32 = u32::MAX;
 /// A slot's `next` while its packet is not in any queue.
 const NOT_QUEUED: u32 = u32::MAX - 1;
 
+/// Most classes a [`FairQueue`] holds: 2^30, what the 30 class bits of a flow's state hold
+/// (`Flow::class_list`).
+pub const MAX_FAIR_CLASSES: u32 = 1 << 30;
+/// The class bits of `Flow::class_list`.
+const CLASS_MASK: u32 = MAX_FAIR_CLASSES - 1;
+
 /// Which list a flow is on.
 const LIST_NONE: u8 = 0;
 const LIST_NEW: u8 = 1;
@@ -135,17 +141,40 @@ struct Flow {
     bytes: u32,
     /// The class round `deficit` belongs to (wrapping).
     round: u32,
-    /// The class whose lists hold the flow, or held it last.
-    class: u16,
-    /// [`LIST_NONE`], [`LIST_NEW`] or [`LIST_ROUND`].
-    list: u8,
-    _pad: u8,
+    /// The class whose lists hold the flow, or held it last (the low 30 bits), and the list it
+    /// is on, [`LIST_NONE`], [`LIST_NEW`] or [`LIST_ROUND`] (the top 2 bits): one word, so that
+    /// the state stays 32 bytes with 32-bit class ids.
+    class_list: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<Flow>() == FLOW_STATE_BYTES);
 const _: () = assert!(FLOW_STATE_BYTES <= 64);
 
 impl Flow {
+    /// The class whose lists hold the flow, or held it last.
+    #[inline]
+    fn class(&self) -> u32 {
+        self.class_list & CLASS_MASK
+    }
+
+    /// The list the flow is on.
+    #[inline]
+    fn list(&self) -> u8 {
+        (self.class_list >> 30) as u8
+    }
+
+    /// Sets the class (below [`MAX_FAIR_CLASSES`]: `FairQueue::enqueue` refuses others).
+    #[inline]
+    fn set_class(&mut self, class: u32) {
+        self.class_list = (self.class_list & !CLASS_MASK) | (class & CLASS_MASK);
+    }
+
+    /// Sets the list.
+    #[inline]
+    fn set_list(&mut self, list: u8) {
+        self.class_list = (self.class_list & CLASS_MASK) | (u32::from(list) << 30);
+    }
+
     /// A flow that has never held a packet: one quantum of credit in round 0 of class 0.
     fn idle(quantum: u32) -> Flow {
         Flow {
@@ -156,9 +185,7 @@ impl Flow {
             deficit: quantum as i32,
             bytes: 0,
             round: 0,
-            class: 0,
-            list: LIST_NONE,
-            _pad: 0,
+            class_list: 0,
         }
     }
 }
@@ -234,8 +261,9 @@ pub struct FairQueueConfig {
     pub packets: u32,
     /// Flow indices `0..flows` (the caller's flow table).
     pub flows: u32,
-    /// Classes `0..classes`, each with its own lists and overflow flow.
-    pub classes: u16,
+    /// Classes `0..classes`, each with its own lists and overflow flow; at most
+    /// [`MAX_FAIR_CLASSES`].
+    pub classes: u32,
     /// Bytes of credit a flow gets per round: one full frame (`fq_codel`'s default quantum is
     /// the device's MTU plus its link header).
     pub quantum: u32,
@@ -256,6 +284,9 @@ pub enum FairQueueConfigError {
     /// Packet ids must stay below the list sentinels.
     #[error("too many packets: at most 2^32 - 2")]
     TooManyPackets,
+    /// More than [`MAX_FAIR_CLASSES`] classes.
+    #[error("too many classes: at most 2^30")]
+    TooManyClasses,
 }
 
 /// Why [`FairQueue::enqueue`] handed a packet back.
@@ -363,6 +394,9 @@ impl FairQueue {
         if config.quantum >= 1 << 30 {
             return Err(FairQueueConfigError::QuantumTooLarge);
         }
+        if config.classes > MAX_FAIR_CLASSES {
+            return Err(FairQueueConfigError::TooManyClasses);
+        }
         if u64::from(config.flows) + u64::from(config.classes) >= u64::from(NOT_QUEUED) {
             return Err(FairQueueConfigError::TooManyFlows);
         }
@@ -370,10 +404,10 @@ impl FairQueue {
             return Err(FairQueueConfigError::TooManyPackets);
         }
         let n = config.packets as usize;
-        let flows = config.flows as usize + usize::from(config.classes);
+        let flows = config.flows as usize + config.classes as usize;
         Ok(FairQueue {
             flows: vec![Flow::idle(config.quantum); flows],
-            classes: vec![ClassLists::EMPTY; usize::from(config.classes)],
+            classes: vec![ClassLists::EMPTY; config.classes as usize],
             slots: vec![Slot::FREE; n],
             flows_cap: config.flows,
             quantum: config.quantum,
@@ -382,10 +416,11 @@ impl FairQueue {
         })
     }
 
-    /// Grows the classes to `classes` (configuration time: allocates). Never shrinks.
-    pub fn set_classes(&mut self, classes: u16) {
+    /// Grows the classes to `classes`, at most [`MAX_FAIR_CLASSES`] (configuration time:
+    /// allocates). Never shrinks.
+    pub fn set_classes(&mut self, classes: u32) {
         let have = self.classes.len();
-        let want = usize::from(classes);
+        let want = classes.min(MAX_FAIR_CLASSES) as usize;
         if want > have {
             self.classes.resize(want, ClassLists::EMPTY);
             self.flows
@@ -405,14 +440,12 @@ impl FairQueue {
 
     /// The overflow flow index of `class`.
     pub fn overflow_flow(&self, class: ClassId) -> u32 {
-        self.flows_cap + u32::from(class.0)
+        self.flows_cap + class.0
     }
 
     /// The current round of `class` (0 out of range; wraps).
     pub fn class_round(&self, class: ClassId) -> u32 {
-        self.classes
-            .get(usize::from(class.0))
-            .map_or(0, |c| c.round)
+        self.classes.get(class.index()).map_or(0, |c| c.round)
     }
 
     /// Queues packet `id` of `len` bytes of `class` at the tail of `flow` (its class's overflow
@@ -427,7 +460,7 @@ impl FairQueue {
         id: u32,
         len: u32,
     ) -> Result<FairQueueEnqueued, Rejected<FairRejectReason>> {
-        let c = usize::from(class.0);
+        let c = class.index();
         let reject = |reason| {
             let len16 = u16::try_from(len).unwrap_or(u16::MAX);
             Rejected {
@@ -455,7 +488,7 @@ impl FairQueue {
         };
         let conflict = {
             let st = &self.flows[f as usize];
-            st.list != LIST_NONE && st.class != class.0
+            st.list() != LIST_NONE && st.class() != class.0
         };
         if conflict {
             f = overflow_flow;
@@ -491,24 +524,24 @@ impl FairQueue {
         }
         lists.packets += 1;
         lists.bytes += u64::from(len);
-        let detached = st.list == LIST_NONE;
+        let detached = st.list() == LIST_NONE;
         let (mut new_flow, mut next_round) = (false, false);
         if detached {
-            if st.class != class.0 || st.round != round {
+            if st.class() != class.0 || st.round != round {
                 // Idle rounds bank no credit; the debt of an overrun is kept.
                 st.deficit = st.deficit.min(0) + quantum;
                 st.round = round;
-                st.class = class.0;
+                st.set_class(class.0);
             }
             if st.deficit > 0 {
-                st.list = LIST_NEW;
+                st.set_list(LIST_NEW);
                 new_flow = true;
                 self.counters.new_flows += 1;
                 push_tail(&mut self.flows, &mut self.classes[c].new, f);
             } else {
                 st.deficit += quantum;
                 st.round = round.wrapping_add(1);
-                st.list = LIST_ROUND;
+                st.set_list(LIST_ROUND);
                 next_round = true;
                 self.counters.next_round_flows += 1;
                 self.counters.rounds += 1;
@@ -528,7 +561,7 @@ impl FairQueue {
     /// The packet of `class` that leaves now (see the module docs), or `None` when the class has
     /// nothing queued; `now` gives its sojourn.
     pub fn dequeue(&mut self, now: Timestamp, class: ClassId) -> Option<FairQueueDequeued> {
-        let c = usize::from(class.0);
+        let c = class.index();
         self.classes.get(c)?;
         let quantum = self.quantum as i32;
         // Each pass serves a packet, grants a quantum (at most once per listed flow before it
@@ -563,7 +596,7 @@ impl FairQueue {
                 st.round = round.wrapping_add(1);
                 self.counters.rounds += 1;
                 let f = self.pop_listed(c, from_new);
-                self.flows[f as usize].list = LIST_ROUND;
+                self.flows[f as usize].set_list(LIST_ROUND);
                 push_tail(&mut self.flows, &mut self.classes[c].next, f);
                 continue;
             }
@@ -617,7 +650,7 @@ impl FairQueue {
     /// quantum per round (plus the overrun of its last packet) either. Returns false and
     /// changes nothing otherwise (the caller queues the packet).
     pub fn charge_sparse(&mut self, class: ClassId, flow: u32, len: u32) -> bool {
-        let Some(lists) = self.classes.get(usize::from(class.0)) else {
+        let Some(lists) = self.classes.get(class.index()) else {
             return false;
         };
         let round = lists.round;
@@ -626,11 +659,11 @@ impl FairQueue {
         }
         let quantum = self.quantum as i32;
         let st = &mut self.flows[flow as usize];
-        if st.list != LIST_NONE || st.packets != 0 {
+        if st.list() != LIST_NONE || st.packets != 0 {
             return false;
         }
         // The credit an enqueue would find: idle rounds bank none, an overrun's debt is kept.
-        let deficit = if st.class != class.0 || st.round != round {
+        let deficit = if st.class() != class.0 || st.round != round {
             st.deficit.min(0) + quantum
         } else {
             st.deficit
@@ -640,7 +673,7 @@ impl FairQueue {
         }
         st.deficit = deficit.saturating_sub(i32::try_from(len).unwrap_or(i32::MAX));
         st.round = round;
-        st.class = class.0;
+        st.set_class(class.0);
         self.counters.sparse_charged += 1;
         true
     }
@@ -654,14 +687,14 @@ impl FairQueue {
             &mut lists.old
         };
         let f = pop_head(&mut self.flows, list);
-        self.flows[f as usize].list = LIST_NONE;
+        self.flows[f as usize].set_list(LIST_NONE);
         f
     }
 
     /// The flow of `class` with the most bytes queued (the first found on a tie; `None` when the
     /// class has nothing queued or is out of range). Walks the class's listed flows.
     pub fn fattest_flow(&self, class: ClassId) -> Option<u32> {
-        let lists = self.classes.get(usize::from(class.0))?;
+        let lists = self.classes.get(class.index())?;
         let mut best: Option<(u32, u32)> = None;
         for list in [lists.new, lists.old, lists.next] {
             let mut f = list.head;
@@ -694,8 +727,8 @@ impl FairQueue {
         st.packets -= 1;
         st.bytes -= slot.len;
         let emptied = st.packets == 0;
-        let from_new = st.list == LIST_NEW;
-        let lists = &mut self.classes[usize::from(st.class)];
+        let from_new = st.list() == LIST_NEW;
+        let lists = &mut self.classes[st.class() as usize];
         lists.packets -= 1;
         lists.bytes -= u64::from(slot.len);
         if emptied {
@@ -739,23 +772,17 @@ impl FairQueue {
 
     /// Packets queued in `class` (0 out of range).
     pub fn class_packets(&self, class: ClassId) -> u32 {
-        self.classes
-            .get(usize::from(class.0))
-            .map_or(0, |c| c.packets)
+        self.classes.get(class.index()).map_or(0, |c| c.packets)
     }
 
     /// Bytes queued in `class` (0 out of range).
     pub fn class_bytes(&self, class: ClassId) -> u64 {
-        self.classes
-            .get(usize::from(class.0))
-            .map_or(0, |c| c.bytes)
+        self.classes.get(class.index()).map_or(0, |c| c.bytes)
     }
 
     /// Flows of `class` with at least one packet queued (0 out of range).
     pub fn backlogged_flows(&self, class: ClassId) -> u32 {
-        self.classes
-            .get(usize::from(class.0))
-            .map_or(0, |c| c.backlogged)
+        self.classes.get(class.index()).map_or(0, |c| c.backlogged)
     }
 
     /// Packets queued over all classes.
@@ -799,9 +826,9 @@ impl FairQueue {
                     let st = &self.flows[f as usize];
                     assert!(!seen[f as usize], "flow {f} listed twice");
                     seen[f as usize] = true;
-                    assert_eq!(st.list, tag, "flow {f} tag in class {c}: {st:?}");
+                    assert_eq!(st.list(), tag, "flow {f} tag in class {c}: {st:?}");
                     assert_eq!(st.round, round, "flow {f} round in class {c}: {st:?}");
-                    assert_eq!(usize::from(st.class), c, "flow {f}: {st:?}");
+                    assert_eq!(st.class() as usize, c, "flow {f}: {st:?}");
                     packets += u64::from(st.packets);
                     bytes += u64::from(st.bytes);
                     backlogged += u32::from(st.packets > 0);
@@ -819,7 +846,11 @@ impl FairQueue {
         let mut chained = 0u64;
         for (f, st) in self.flows.iter().enumerate() {
             if !seen[f] {
-                assert_eq!(st.list, LIST_NONE, "flow {f} tagged but not listed: {st:?}");
+                assert_eq!(
+                    st.list(),
+                    LIST_NONE,
+                    "flow {f} tagged but not listed: {st:?}"
+                );
                 assert_eq!(st.packets, 0, "idle flow {f} holds packets: {st:?}");
             }
             let (mut id, mut n, mut bytes, mut last) = (st.head, 0u32, 0u64, NIL);

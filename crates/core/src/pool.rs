@@ -6,13 +6,15 @@
 //! out and takes them back through an intrusive free list, so enqueue and dequeue never allocate.
 //! Exhaustion hands the packet back to the caller (CONTRIBUTING.md §11).
 //!
-//! Layout: a [`Node`] is two cache lines, `#[repr(C, align(64))]`: ten 12-byte references (120 B)
-//! then the link and the read/write cursors (8 B). A full node costs 12.8 bytes per packet.
+//! Layout: a [`Node`] is two cache lines, `#[repr(C, align(64))]`: seven 16-byte references
+//! (112 B) then the link and the read/write cursors (8 B), 8 B of padding. A full node costs
+//! 18.3 bytes per packet.
 
 use crate::packet::PacketRef;
 
-/// References per node: ten 12-byte references fill two cache lines with the 8-byte header.
-pub const REFS_PER_NODE: usize = 10;
+/// References per node: seven 16-byte references and the 8-byte header fit two cache lines
+/// (eight would not).
+pub const REFS_PER_NODE: usize = 7;
 
 /// The end of a chain / an empty list.
 const NIL: u32 = u32::MAX;
@@ -202,12 +204,12 @@ mod tests {
     fn fifo_across_nodes_and_reuse() {
         let mut pool = NodePool::new(3);
         let mut a = SlotList::EMPTY;
-        for i in 0..25 {
+        for i in 0..18 {
             pool.push_back(&mut a, p(i)).unwrap();
         }
         assert_eq!(pool.nodes_in_use(), 3);
-        // 30 fit in three nodes; the 31st is handed back.
-        for i in 25..30 {
+        // 21 fit in three nodes; the 22nd is handed back.
+        for i in 18..21 {
             pool.push_back(&mut a, p(i)).unwrap();
         }
         assert_eq!(pool.push_back(&mut a, p(99)), Err(p(99)));
@@ -220,15 +222,15 @@ mod tests {
             }
             got.extend(out[..n].iter().map(|r| r.id));
         }
-        assert_eq!(got, (0..30).collect::<Vec<_>>());
+        assert_eq!(got, (0..21).collect::<Vec<_>>());
         assert!(a.is_empty());
         assert_eq!(pool.nodes_in_use(), 0);
         // All nodes are free again.
         let mut b = SlotList::EMPTY;
-        for i in 0..30 {
+        for i in 0..21 {
             pool.push_back(&mut b, p(i)).unwrap();
         }
-        assert_eq!(pool.count(&b), 30);
+        assert_eq!(pool.count(&b), 21);
         assert_eq!(pool.pop_front(&mut b), Some(p(0)));
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! The wheel logic is written once and is generic over how a slot stores its references
 //! ([`SlotStore`]), so Carousel Table 1's two rows are the same wheel:
-//! * [`PoolSlots`]: the Global Pool, preallocated nodes of ten references ([`crate::pool`]);
+//! * [`PoolSlots`]: the Global Pool, preallocated nodes of seven references ([`crate::pool`]);
 //!   no allocation per packet. [`TimingWheel`] is the wheel with this store.
 //! * [`ListSlots`]: a linked list per slot that allocates a node per packet, the "STDLIST" row.
 //!   [`TimingWheelList`] is the wheel with this store (a baseline, not for production).

@@ -45,9 +45,9 @@ use std::collections::VecDeque;
 /// second earns exactly `bps` units per nanosecond, so refills are integer and exact.
 pub const TOKEN_UNITS_PER_BYTE: i128 = 8 * NANOS_PER_SEC as i128;
 
-/// Most classes a [`TokenBucketRr`] holds: the range of [`ClassId`] (a `u16`). Further configured
-/// classes could never be addressed and are ignored.
-pub const MAX_CLASSES: usize = u16::MAX as usize + 1;
+/// Most classes a [`TokenBucketRr`] holds: the range of [`ClassId`] (a `u32`), less its largest
+/// value. Further configured classes could never be addressed and are ignored.
+pub const MAX_CLASSES: usize = u32::MAX as usize;
 
 /// One class's shaping parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,7 +215,7 @@ impl Class {
 pub struct TokenBucketRr {
     classes: Vec<Class>,
     /// Backlogged classes in round-robin order; the front is visited next.
-    active: VecDeque<u16>,
+    active: VecDeque<u32>,
     len: usize,
     last_now: Timestamp,
     counters: QueueCounters,
@@ -248,7 +248,7 @@ impl TokenBucketRr {
         let now = self.last_now;
         let c = self
             .classes
-            .get_mut(usize::from(class.0))
+            .get_mut(class.index())
             .ok_or(UnknownClass(class))?;
         c.refill(now);
         c.bucket.rate = rate;
@@ -257,16 +257,12 @@ impl TokenBucketRr {
 
     /// `class`'s rate, `None` when not configured.
     pub fn rate(&self, class: ClassId) -> Option<Rate> {
-        self.classes
-            .get(usize::from(class.0))
-            .map(|c| c.bucket.rate)
+        self.classes.get(class.index()).map(|c| c.bucket.rate)
     }
 
     /// `class`'s burst in bytes (after raising 0 to 1), `None` when not configured.
     pub fn burst(&self, class: ClassId) -> Option<u32> {
-        self.classes
-            .get(usize::from(class.0))
-            .map(|c| c.bucket.burst)
+        self.classes.get(class.index()).map(|c| c.bucket.burst)
     }
 
     /// Number of configured classes.
@@ -291,7 +287,7 @@ impl TokenBucketRr {
         let mut seen = vec![false; self.classes.len()];
         for &id in &self.active {
             assert!(
-                !core::mem::replace(&mut seen[usize::from(id)], true),
+                !core::mem::replace(&mut seen[id as usize], true),
                 "listed twice"
             );
         }
@@ -319,7 +315,7 @@ impl EdtQueue for TokenBucketRr {
     /// Queues `pkt` in its class's FIFO. `edt` is ignored (module docs).
     fn enqueue(&mut self, now: Timestamp, _edt: Timestamp, pkt: PacketRef) -> Result<(), Rejected> {
         self.observe(now);
-        let Some(c) = self.classes.get_mut(usize::from(pkt.class.0)) else {
+        let Some(c) = self.classes.get_mut(pkt.class.index()) else {
             let reason = RejectReason::UnknownClass;
             self.counters.count_rejection(reason);
             return Err(Rejected { pkt, reason });
@@ -343,7 +339,7 @@ impl EdtQueue for TokenBucketRr {
             let Some(&id) = self.active.front() else {
                 break;
             };
-            let Some(c) = self.classes.get_mut(usize::from(id)) else {
+            let Some(c) = self.classes.get_mut(id as usize) else {
                 self.active.pop_front();
                 continue;
             };
@@ -371,7 +367,7 @@ impl EdtQueue for TokenBucketRr {
     fn next_due(&self) -> Option<Timestamp> {
         self.active
             .iter()
-            .filter_map(|&id| self.classes.get(usize::from(id)))
+            .filter_map(|&id| self.classes.get(id as usize))
             .filter_map(Class::due)
             .min()
     }
@@ -389,7 +385,7 @@ impl EdtQueue for TokenBucketRr {
             .iter()
             .map(|c| c.queue.capacity() * PACKET_REF_BYTES)
             .sum();
-        table + fifos + self.active.capacity() * core::mem::size_of::<u16>()
+        table + fifos + self.active.capacity() * core::mem::size_of::<u32>()
     }
 
     /// One [`PacketRef`] per queued packet.
@@ -410,7 +406,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn pkt(id: u32, class: u16, len: u16) -> PacketRef {
-        PacketRef::new(id, FlowId(id), ClassId(class), len)
+        PacketRef::new(id, FlowId(id), ClassId(u32::from(class)), len)
     }
 
     fn ts(n: u64) -> Timestamp {
@@ -653,7 +649,7 @@ mod tests {
                     proptest::prop_assert!(n > 0);
                 }
                 for p in &out[..n] {
-                    sent[usize::from(p.class.0)] += u64::from(p.len);
+                    sent[p.class.index()] += u64::from(p.len);
                 }
                 for (c, &(rate, burst)) in cfgs.iter().enumerate() {
                     let overshoot = 2_000u64.saturating_sub(u64::from(burst));

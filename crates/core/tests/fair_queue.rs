@@ -221,7 +221,7 @@ fn new_queue() -> FairQueue {
     FairQueue::new(FairQueueConfig {
         packets: PACKETS,
         flows: FLOWS,
-        classes: CLASSES,
+        classes: u32::from(CLASSES),
         quantum: Q,
     })
     .unwrap()
@@ -302,7 +302,7 @@ proptest! {
             match op {
                 Op::Enqueue { class, flow, len } => {
                     let Some(id) = free.pop() else { continue };
-                    let got = q.enqueue(Timestamp::from_nanos(now), ClassId(class), flow, id, len)
+                    let got = q.enqueue(Timestamp::from_nanos(now), ClassId(u32::from(class)), flow, id, len)
                         .unwrap();
                     let want = r.enqueue(now, class, flow, id, len);
                     prop_assert_eq!(got.flow, want);
@@ -316,7 +316,7 @@ proptest! {
                 }
                 Op::Dequeue { class, n } => {
                     for _ in 0..n {
-                        let got = q.dequeue(Timestamp::from_nanos(now), ClassId(class));
+                        let got = q.dequeue(Timestamp::from_nanos(now), ClassId(u32::from(class)));
                         let want = r.dequeue(class);
                         let got_t = got.map(|d| {
                             (d.id, d.flow, d.len, d.enqueued_at.as_nanos(), d.from_new)
@@ -331,7 +331,7 @@ proptest! {
                     }
                 }
                 Op::ChargeSparse { class, flow, len } => {
-                    let got = q.charge_sparse(ClassId(class), flow, len);
+                    let got = q.charge_sparse(ClassId(u32::from(class)), flow, len);
                     prop_assert_eq!(got, r.charge_sparse(class, flow, len));
                     if got {
                         prop_assert_eq!(q.flow_packets(flow), 0);
@@ -341,7 +341,7 @@ proptest! {
                 Op::Wait(ns) => now += u64::from(ns),
                 Op::DropFattest { class, n } => {
                     for _ in 0..n {
-                        let got = q.fattest_flow(ClassId(class));
+                        let got = q.fattest_flow(ClassId(u32::from(class)));
                         prop_assert_eq!(got, r.fattest(class));
                         let Some(f) = got else { break };
                         let d = q.drop_head(Timestamp::from_nanos(now), f).unwrap();
@@ -364,7 +364,7 @@ proptest! {
         prop_assert_eq!(c.overflowed - c.class_conflicts, no_state);
         // Drain everything: nothing lost.
         for class in 0..CLASSES {
-            while let Some(d) = q.dequeue(Timestamp::from_nanos(now), ClassId(class)) {
+            while let Some(d) = q.dequeue(Timestamp::from_nanos(now), ClassId(u32::from(class))) {
                 prop_assert!(in_queue.remove(&d.id));
                 prop_assert_eq!(r.dequeue(class).map(|t| t.0), Some(d.id));
             }

@@ -119,7 +119,7 @@ fn drive<Q: EdtQueue>(q: &mut Q, steps: &[Vec<Arrival>], poll: u64, monotone: bo
                 edt = edt.max(*l);
                 *l = edt;
             }
-            let pkt = PacketRef::new(id, FlowId(a.flow as u32), ClassId(a.flow as u16), 1500);
+            let pkt = PacketRef::new(id, FlowId(a.flow as u32), ClassId(a.flow as u32), 1500);
             match q.enqueue(Timestamp::from_nanos(now), Timestamp::from_nanos(edt), pkt) {
                 Ok(()) => {
                     t.accepted.insert(
@@ -710,10 +710,10 @@ proptest! {
             // Set right after a poll at `now`, so the old rate is credited up to `now`.
             if let Some((c, r)) = *set {
                 rates[c as usize] = BUCKET_RATES[r];
-                q.set_rate(ClassId(c as u16), BUCKET_RATES[r]).unwrap();
+                q.set_rate(ClassId(c as u32), BUCKET_RATES[r]).unwrap();
             }
             for &c in arrivals {
-                let pkt = PacketRef::new(id, FlowId(c as u32), ClassId(c as u16), 1500);
+                let pkt = PacketRef::new(id, FlowId(c as u32), ClassId(c as u32), 1500);
                 q.enqueue(Timestamp::from_nanos(now), Timestamp::from_nanos(now), pkt).unwrap();
                 fifo[c as usize].push_back(id);
                 id += 1;
@@ -722,7 +722,7 @@ proptest! {
         // Resume every class: everything leaves.
         for (c, rate) in rates.iter_mut().enumerate() {
             *rate = Rate::gbps(1);
-            q.set_rate(ClassId(c as u16), *rate).unwrap();
+            q.set_rate(ClassId(c as u32), *rate).unwrap();
         }
         let mut guard = 0;
         while !q.is_empty() {

@@ -146,7 +146,7 @@ fn an_origin_rule_matches_only_its_origin() {
             dst: net(&format!("172.16.{i}.0/24")),
             ..Default::default()
         };
-        (rule, ClassId(100 + u16::from(i)))
+        (rule, ClassId(100 + u32::from(i)))
     });
     let indexed: Vec<_> = fillers.chain([(rule.clone(), ClassId(1))]).collect();
     for c in [one_rule(rule), Classifier::new(indexed, DEFAULT)] {
@@ -420,14 +420,14 @@ fn ten_thousand_host_rules_each_packet_finds_its_own() {
                 dst: Some(ipnet::IpNet::new(dst, 32).unwrap()),
                 ..Default::default()
             };
-            (rule, ClassId(1 + i as u16))
+            (rule, ClassId(1 + i))
         })
         .collect();
     let c = Classifier::new(rules, DEFAULT);
     assert_eq!(c.len(), 10_000);
     for i in 0..10_000u32 {
         let frame = tcp4([192, 0, 2, 1], host(i), 1000, 80);
-        assert_eq!(class(&c, &frame), ClassId(1 + i as u16), "rule {i}");
+        assert_eq!(class(&c, &frame), ClassId(1 + i), "rule {i}");
     }
     assert_eq!(class(&c, &tcp4([1, 1, 1, 1], host(10_000), 1, 2)), DEFAULT);
     assert_eq!(
@@ -448,10 +448,10 @@ fn first_match_wins_across_rules_of_different_shapes() {
                 protocol: (i % 2 == 0).then_some(6),
                 ..Default::default()
             };
-            (rule, ClassId(100 + u16::from(i)))
+            (rule, ClassId(100 + u32::from(i)))
         })
         .collect();
-    let mut push = |rule: ClassRule, class: u16| rules.push((rule, ClassId(class)));
+    let mut push = |rule: ClassRule, class: u32| rules.push((rule, ClassId(class)));
     // 24: the most specific rule comes first for HTTPS to 10.1/16 from 192.168/16.
     push(
         ClassRule {
@@ -555,7 +555,7 @@ fn pushed_rules_match_after_the_others_and_removed_ones_match_nothing() {
             dst_port: Some((1000 + i, 1000 + i)),
             ..Default::default()
         };
-        let mut c = Classifier::new((0..n).map(|i| (port(i), ClassId(i + 1))).collect(), DEFAULT);
+        let mut c = Classifier::new((0..n).map(|i| (port(i), ClassId(u32::from(i) + 1))).collect(), DEFAULT);
         let frame = |dport| tcp4([10, 0, 0, 1], [10, 0, 0, 2], 4000, dport);
         // A pushed rule comes last: an overlapping rule before it still wins.
         let all = ClassRule::default();

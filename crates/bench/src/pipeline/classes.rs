@@ -8,8 +8,10 @@
 //!
 //! Besides ns per packet, each row says what building the configuration and the engine took
 //! (parsing and validating the text, then `Engine::new`): the part of a daemon's start-up that
-//! grows with the classes (the ports, the pool and the wheel are the same at every `N`); and what
-//! encoding that engine's metrics takes and weighs, the body of one scrape.
+//! grows with the classes (the ports, the pool and the wheel are the same at every `N`); what
+//! encoding that engine's metrics takes and weighs, the body of one scrape, and what one scrape
+//! through the endpoint on loopback takes; and the resident memory per class, idle and with
+//! traffic.
 
 use super::{Rig, Stage, FLOWS, FRAME_LEN, OFFERED_BPS};
 use metronome_core::Duration;
@@ -39,6 +41,19 @@ pub struct ClassesRow {
     pub encode_ms: f64,
     /// Bytes of that text.
     pub encode_bytes: usize,
+    /// Milliseconds for one scrape of that engine's metrics through the endpoint on loopback
+    /// (`GET /metrics`, the whole body read; `metronome_daemon::ops::metrics::http`); NaN when
+    /// the endpoint could not be served or scraped.
+    pub scrape_http_ms: f64,
+    /// Resident memory the configuration and the engine added, per class: the process's
+    /// resident set after `Engine::new` less before parsing, over `classes` (0 where
+    /// `/proc/self/statm` cannot be read). Memory freed by earlier rows may be reused, so read
+    /// it at large `classes`, where the classes dominate.
+    pub bytes_per_class: f64,
+    /// Resident memory the traffic added, per class with traffic: after the repetitions less
+    /// before the warm-up, over `active` (the engine allocates nothing per packet, so this
+    /// stays near 0).
+    pub bytes_per_active_class: f64,
     /// Packets the engine dropped in its last repetition (should be 0).
     pub dropped: u64,
 }
@@ -102,6 +117,7 @@ pub fn run(
         .map(|&n| {
             progress(&format!("{n} classes"));
             let text = config_text(n);
+            let rss_before = resident_bytes();
             let start = Instant::now();
             let config = Config::from_toml_str(&text, "bench_classes.toml")
                 .expect("the generated configuration is valid");
@@ -110,11 +126,14 @@ pub fn run(
             let start = Instant::now();
             let engine = Engine::new(&config, 1024, metrics.clone());
             let engine_ms = start.elapsed().as_secs_f64() * 1e3;
+            let rss_built = resident_bytes();
             let start = Instant::now();
             let text = metrics.encode();
             let encode_ms = start.elapsed().as_secs_f64() * 1e3;
+            let scrape_http_ms = scrape_ms(&metrics);
             drop(engine);
             let mut rig = Rig::new(&config, &frames(n), batch, Stage::Engine);
+            let rss_idle = resident_bytes();
             rig.warm_up(Duration::from_millis(200));
             let mut reps = Vec::with_capacity(repetitions.max(1));
             for _ in 0..repetitions.max(1) {
@@ -122,6 +141,7 @@ pub fn run(
                 let done = rig.steps(packets);
                 reps.push(start.elapsed().as_nanos() as f64 / done.max(1) as f64);
             }
+            let rss_active = resident_bytes();
             let mut sorted = reps.clone();
             sorted.sort_by(f64::total_cmp);
             ClassesRow {
@@ -133,10 +153,44 @@ pub fn run(
                 engine_ms,
                 encode_ms,
                 encode_bytes: text.len(),
+                scrape_http_ms,
+                bytes_per_class: rss_built.saturating_sub(rss_before) as f64 / n as f64,
+                bytes_per_active_class: rss_active.saturating_sub(rss_idle) as f64
+                    / n.clamp(1, FLOWS) as f64,
                 dropped: rig.totals().dropped,
             }
         })
         .collect()
+}
+
+/// Milliseconds for one `GET /metrics` of `metrics` served on loopback, the body read whole
+/// (at most [`SCRAPE_MAX_BYTES`]); NaN on failure.
+fn scrape_ms(metrics: &Metrics) -> f64 {
+    let Ok(server) = metrics.serve(std::net::SocketAddr::from(([127, 0, 0, 1], 0))) else {
+        return f64::NAN;
+    };
+    let start = Instant::now();
+    let deadline = std::time::Duration::from_secs(30);
+    match metronome_daemon::ops::metrics::scrape_bounded(server.addr(), SCRAPE_MAX_BYTES, deadline)
+    {
+        Ok(_) => start.elapsed().as_secs_f64() * 1e3,
+        Err(_) => f64::NAN,
+    }
+}
+
+/// Largest scrape [`scrape_ms`] reads, 1 GiB: above the text of [`MAX_CLASSES`] classes (about
+/// 900 bytes a class).
+///
+/// [`MAX_CLASSES`]: metronome_daemon::ops::config::MAX_CLASSES
+const SCRAPE_MAX_BYTES: usize = 1 << 30;
+
+/// The process's resident set in bytes (`/proc/self/statm`'s second field, in pages of 4 KiB,
+/// the page size of the x86-64 and aarch64 Linux this runs on); 0 where it cannot be read.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 #[cfg(test)]
@@ -156,15 +210,16 @@ mod tests {
                 panic!("flow {f}: not an IP frame");
             };
             let class = classifier.class_of(&ip);
-            assert_eq!(usize::from(class.0), f * n / FLOWS + 1, "flow {f}");
+            assert_eq!(class.index(), f * n / FLOWS + 1, "flow {f}");
             seen.push(class);
         }
-        assert_eq!(usize::from(seen.last().unwrap().0), n - n / FLOWS + 1);
+        assert_eq!(seen.last().unwrap().index(), n - n / FLOWS + 1);
     }
 
     #[test]
-    fn the_most_classes_a_configuration_holds_all_get_their_state_and_series() {
-        let n = metronome_daemon::ops::config::MAX_CLASSES;
+    fn classes_past_sixteen_bit_ids_all_get_their_state_and_series() {
+        // More than a 16-bit class id numbers (65 535 with the default class).
+        let n = 70_000;
         let config = Config::from_toml_str(&config_text(n), "t.toml").unwrap();
         let metrics = Metrics::new();
         let _engine = Engine::new(&config, 1024, metrics.clone());

@@ -8,7 +8,7 @@ fn t(ns: u64) -> Timestamp {
     Timestamp::from_nanos(ns)
 }
 
-fn fq(packets: u32, flows: u32, classes: u16) -> FairQueue {
+fn fq(packets: u32, flows: u32, classes: u32) -> FairQueue {
     FairQueue::new(FairQueueConfig {
         packets,
         flows,

@@ -21,7 +21,7 @@ fn t(ns: u64) -> Timestamp {
 }
 
 fn pkt(id: u32, queue: u16, len: u16) -> PacketRef {
-    PacketRef::new(id, FlowId(id), ClassId(queue), len)
+    PacketRef::new(id, FlowId(id), ClassId(u32::from(queue)), len)
 }
 
 fn mq_ecn() -> Marking {

@@ -195,7 +195,7 @@ fn structure_bytes_match_the_real_allocation() {
 }
 
 #[test]
-fn full_nodes_cost_under_sixteen_bytes_per_packet() {
+fn dense_slots_cost_under_twenty_bytes_per_packet() {
     let mut w = TimingWheel::new(TimingWheelConfig {
         horizon: Duration::from_millis(2),
         pool_packets: 10_000,
@@ -206,6 +206,8 @@ fn full_nodes_cost_under_sixteen_bytes_per_packet() {
         w.enqueue(t(0), t(i as u64 * 100), p(i)).unwrap();
     }
     assert_eq!(w.counters().clamped_beyond_horizon, 0);
+    // Seven 16-byte references per 128-byte node: 18.3 bytes a packet in full nodes, 19.2 with
+    // 20 packets a slot (three nodes a slot).
     let per_packet = w.packet_bytes() as f64 / w.len() as f64;
-    assert!(per_packet <= 16.0, "{per_packet}");
+    assert!(per_packet <= 20.0, "{per_packet}");
 }

@@ -158,7 +158,7 @@ pub struct AckShaping {
     /// The keys of [`flow_key`], fixed for the shaper's life.
     seed: FlowSeed,
     /// Config class id (0 = default) -> index into `classes`.
-    class_map: Vec<Option<u16>>,
+    class_map: Vec<Option<u32>>,
     classes: Vec<ClassAcks>,
     mtu: u32,
     scratch: [GeneratedAck; GENERATE_BATCH],
@@ -180,7 +180,7 @@ impl AckShaping {
     /// `seed`'s ACK keys.
     pub fn new(config: &Config, metrics: &Metrics, seed: FlowSeed) -> Self {
         let mut s = AckShaping {
-            classifier: config.classifier_seeded(seed.flow_hash()),
+            classifier: Classifier::new(Vec::new(), Config::DEFAULT_CLASS),
             seed,
             class_map: Vec::new(),
             classes: Vec::new(),
@@ -226,10 +226,17 @@ impl AckShaping {
                     None => ClassAcks::new(name, a, self.mtu, &self.metrics),
                 };
                 self.classes.push(class);
-                Some((self.classes.len() - 1) as u16)
+                Some((self.classes.len() - 1) as u32)
             })
             .collect();
-        self.classifier = config.classifier_seeded(self.seed.flow_hash());
+        // Without a class that shapes ACKs nothing is looked up: no classifier to build (with
+        // 100 000 classes it is a sizeable part of start-up) and no map to keep.
+        if self.classes.is_empty() {
+            self.class_map = Vec::new();
+            self.classifier = Classifier::new(Vec::new(), Config::DEFAULT_CLASS);
+        } else {
+            self.classifier = config.classifier_seeded(self.seed.flow_hash());
+        }
     }
 
     /// True when some class shapes ACKs.
@@ -324,8 +331,8 @@ impl AckShaping {
             dst_port: ip.tuple.src_port,
         };
         let class: ClassId = self.classifier.class_of(&data);
-        let i = (*self.class_map.get(usize::from(class.0))?)?;
-        Some(usize::from(i))
+        let i = (*self.class_map.get(class.index())?)?;
+        Some(i as usize)
     }
 
     /// Builds the ACKs due at `now` into frames of `pool` and pushes their ids onto `out`, at

@@ -174,17 +174,21 @@ impl EngineCounters {
     }
 }
 
+/// Most class states an engine takes over its life (a state is kept while its name is, and
+/// reloads only add states): 2^24 (16 777 216), sixteen times
+/// [`crate::ops::config::MAX_CLASSES`], a bound on the per-class tables (see
+/// `classes::ClassState` for what one costs) well inside the `u32` of a `ClassId` and the 2^30 classes
+/// of a fair queue (`metronome_core::fair_queue::MAX_FAIR_CLASSES`).
+pub const MAX_CLASS_STATES: usize = 1 << 24;
+
 /// A reload that the engine refused; the running configuration stays in force.
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
     /// Some changed field needs a restart (listed one per line).
     #[error("reload refused, these changes need a restart:\n{0}")]
     RestartRequired(ReloadPlan),
-    /// More classes over the daemon's life than a `ClassId` can number.
-    #[error(
-        "reload refused: more than {} classes over the daemon's life",
-        crate::ops::config::MAX_CLASSES
-    )]
+    /// More class states over the daemon's life than [`MAX_CLASS_STATES`].
+    #[error("reload refused: more than {MAX_CLASS_STATES} classes over the daemon's life")]
     TooManyClasses,
 }
 
@@ -195,7 +199,7 @@ pub struct Engine {
     /// The flow-hashing keys, fixed for the engine's life ([`crate::datapath::flow_seed`]).
     flow_seed: FlowSeed,
     /// Config class id (0 = default, i + 1 = `classes[i]`) -> class state index.
-    class_map: Vec<u16>,
+    class_map: Vec<u32>,
     classes: Vec<classes::ClassState>,
     /// Class state index by name.
     class_index: std::collections::HashMap<String, usize>,
@@ -296,8 +300,11 @@ impl Engine {
             link: None,
             config: config.clone(),
         };
-        // A fresh engine has no state, so this does not run out of class ids: validation caps
-        // the classes at `MAX_CLASSES`, which leaves the default class its state.
+        // A fresh engine has no state, so this does not run out of class states: validation
+        // caps the classes at `MAX_CLASSES`, below `MAX_CLASS_STATES` with the default class.
+        engine
+            .metrics
+            .select_class_series(config.daemon.class_metrics.clone());
         if let Err(e) = engine.install_classes(config) {
             tracing::error!(error = %e, "the engine could not take the configuration's classes");
         }

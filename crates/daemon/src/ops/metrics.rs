@@ -29,6 +29,7 @@
 //! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
 
 mod class;
+mod class_table;
 mod histogram;
 pub mod http;
 mod labels;
@@ -38,6 +39,7 @@ mod silo_series;
 pub mod stats;
 
 pub use class::{ClassMetrics, DropReason, FairClassMetrics, NbaRateGauge};
+pub use class_table::{ClassSeries, ACTIVE_IDLE, ACTIVE_IDLE_SECS, CLASS_CELLS_BYTES};
 pub use histogram::{
     HistogramTally, Pow2Histogram, BATCH_BUCKETS, LATENESS_BASE_NS, LATENESS_BUCKETS,
 };
@@ -46,8 +48,8 @@ pub use server::MetricsServer;
 pub use stats::{fetch_and_format, format_stats, scrape, scrape_bounded, MetricsError};
 
 use labels::{
-    ClassLabel, ClassOutcomeLabel, ClassReasonLabel, InterfaceEventLabel, InterfaceLabel,
-    KindActionLabel, ReasonLabel,
+    ClassLabel, ClassOutcomeLabel, InterfaceEventLabel, InterfaceLabel, KindActionLabel,
+    ReasonLabel,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -61,13 +63,7 @@ pub const PREFIX: &str = "metronome";
 
 struct Inner {
     registry: Registry,
-    bytes: Family<ClassLabel, Counter>,
-    packets: Family<ClassLabel, Counter>,
-    drops: Family<ClassReasonLabel, Counter>,
-    ecn_marked: Family<ClassLabel, Counter>,
-    ecn_not_ect: Family<ClassLabel, Counter>,
-    queued: Family<ClassLabel, Gauge>,
-    flow_table_overflow: Family<ClassLabel, Counter>,
+    classes: Arc<class_table::ClassTable>,
     fair_flows: Family<ClassLabel, Gauge>,
     fair_overflow: Family<ClassLabel, Counter>,
     fair_sparse_early: Family<ClassLabel, Counter>,
@@ -120,13 +116,7 @@ impl Metrics {
         let n = silos.max(1);
         let mut registry = Registry::with_prefix(PREFIX);
         let mut inner = Inner {
-            bytes: Family::default(),
-            packets: Family::default(),
-            drops: Family::default(),
-            ecn_marked: Family::default(),
-            ecn_not_ect: Family::default(),
-            queued: Family::default(),
-            flow_table_overflow: Family::default(),
+            classes: Arc::default(),
             fair_flows: Family::default(),
             fair_overflow: Family::default(),
             fair_sparse_early: Family::default(),
@@ -147,40 +137,7 @@ impl Metrics {
             registry: Registry::default(),
         };
         let r = &mut registry;
-        r.register(
-            "class_bytes",
-            "Bytes transmitted per class",
-            inner.bytes.clone(),
-        );
-        r.register(
-            "class_packets",
-            "Packets transmitted per class",
-            inner.packets.clone(),
-        );
-        r.register(
-            "class_drops",
-            "Packets dropped per class and reason",
-            inner.drops.clone(),
-        );
-        r.register(
-            "class_ecn_marks",
-            "Packets marked CE per class",
-            inner.ecn_marked.clone(),
-        );
-        let not_ect = "Packets due for a CE mark that were not ECN-capable, per class";
-        r.register("class_ecn_not_ect", not_ect, inner.ecn_not_ect.clone());
-        r.register(
-            "class_queued_packets",
-            "Packets queued per class",
-            inner.queued.clone(),
-        );
-        let overflow = "Packets whose flow found its flow-table bucket full of active flows, \
-                        paced and limited together under the class's overflow entry";
-        r.register(
-            "class_flow_table_overflow",
-            overflow,
-            inner.flow_table_overflow.clone(),
-        );
+        r.register_collector(Box::new(inner.classes.clone()));
         r.register(
             "class_fair_flows",
             "Flows with packets waiting in a fair class's flow queues",
@@ -287,29 +244,18 @@ impl Metrics {
     /// The counters of class `name` (created at zero, or the existing ones after a reload, so
     /// series continue). Call at start-up and after reloads, not per packet.
     pub fn class(&self, name: &str) -> ClassMetrics {
-        let i = &self.inner;
-        let silo = self.silo_label();
-        let l = ClassLabel {
-            class: name.to_owned(),
-            silo,
-        };
-        let drop_of = |reason: DropReason| {
-            let label = ClassReasonLabel {
-                class: name.to_owned(),
-                reason: reason.label(),
-                silo,
-            };
-            i.drops.get_or_create(&label).clone()
-        };
-        ClassMetrics {
-            bytes: i.bytes.get_or_create(&l).clone(),
-            packets: i.packets.get_or_create(&l).clone(),
-            drops: DropReason::ALL.map(drop_of),
-            ecn_marked: i.ecn_marked.get_or_create(&l).clone(),
-            ecn_not_ect: i.ecn_not_ect.get_or_create(&l).clone(),
-            queued: i.queued.get_or_create(&l).clone(),
-            flow_table_overflow: i.flow_table_overflow.get_or_create(&l).clone(),
-        }
+        ClassMetrics(self.inner.classes.cells(name, self.silo_label()))
+    }
+
+    /// Sets which classes have series of their own (`[daemon] class_metrics`); every class
+    /// still counts into the `metronome_all_classes_*` totals.
+    pub fn select_class_series(&self, selection: ClassSeries) {
+        self.inner.classes.select(selection);
+    }
+
+    /// Classes (per silo) with counters in the registry, whether or not they have series.
+    pub fn class_records(&self) -> usize {
+        self.inner.classes.len()
     }
 
     /// The shared link's series of class `name` ([`link`]); call at start-up and after
@@ -351,30 +297,16 @@ impl Metrics {
     /// deleted and drained, `crate::datapath::engine`'s `live` module); the totals stay.
     pub fn remove_class(&self, name: &str) {
         let i = &self.inner;
+        let silo = self.silo_label();
+        i.classes.remove(name, silo);
         let l = ClassLabel {
             class: name.to_owned(),
-            silo: self.silo_label(),
+            silo,
         };
-        for family in [&i.bytes, &i.packets, &i.ecn_marked, &i.ecn_not_ect] {
-            family.remove(&l);
-        }
-        for family in [
-            &i.flow_table_overflow,
-            &i.fair_overflow,
-            &i.fair_sparse_early,
-        ] {
-            family.remove(&l);
-        }
-        i.queued.remove(&l);
+        i.fair_overflow.remove(&l);
+        i.fair_sparse_early.remove(&l);
         i.fair_flows.remove(&l);
         i.nba_rate.remove(&l);
-        for reason in DropReason::ALL {
-            i.drops.remove(&ClassReasonLabel {
-                class: name.to_owned(),
-                reason: reason.label(),
-                silo: l.silo,
-            });
-        }
     }
 
     /// Counts one class change of the control socket: `op` (`add`, `change`, `del`, `reload`)
@@ -529,6 +461,13 @@ impl Metrics {
         // Encoding into a String cannot fail: fmt::Write for String is infallible.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
         out
+    }
+
+    /// The whole registry in the OpenMetrics text format, written into `out` as it is encoded
+    /// (the endpoint writes it to the socket in pieces, [`http`]). The per-class series are
+    /// listed under a lock that only class creation takes and encoded after it is released.
+    pub fn encode_into(&self, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+        prometheus_client::encoding::text::encode(out, &self.inner.registry)
     }
 }
 

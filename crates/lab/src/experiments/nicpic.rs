@@ -426,7 +426,7 @@ fn run_htb(p: &Params) -> Run {
     let end = p.duration_ns();
     let mut frames = frame_log(p);
     let seg = p.segment_bytes as u16;
-    let class_of = |c: u32| ClassId(c as u16);
+    let class_of = |c: u32| ClassId(c);
     let mut out = [PacketRef::default(); 1];
     let starts = p.starts();
     let mut next_start = 0;

@@ -425,12 +425,7 @@ impl<'a> SwitchSim<'a> {
     fn on_switch(&mut self, id: u32, now: Timestamp) {
         let p = self.pkts.get(id);
         let service = self.flows[p.flow as usize].service;
-        let pkt = PacketRef::new(
-            id,
-            FlowId(p.flow),
-            ClassId(service as u16),
-            self.sc.mtu as u16,
-        );
+        let pkt = PacketRef::new(id, FlowId(p.flow), ClassId(service), self.sc.mtu as u16);
         self.account_occupancy(now);
         let admitted = match &mut self.port {
             Port::Core(port) => port.enqueue(now, pkt, p.ect).map(|e| e.marked).map_err(

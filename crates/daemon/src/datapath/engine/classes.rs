@@ -13,7 +13,7 @@
 //! * **Counts**: entries and wire bytes each class holds in the wheel and on the link, by pool
 //!   size class ([`Engine::count_queued`], [`Engine::count_left`]).
 
-use super::{link, Engine, ReloadError};
+use super::{link, Engine, ReloadError, MAX_CLASS_STATES};
 use crate::ops::config::{ClassPolicy, Config, ReloadPlan, ETHERNET_HEADER};
 use crate::ops::metrics::{ClassMetrics, DropReason};
 use metronome_core::timestamp::{PolicyId, PolicyKind};
@@ -89,7 +89,7 @@ impl Engine {
             .iter()
             .filter(|(n, _)| !self.class_index.contains_key(*n))
             .count();
-        if self.classes.len() + new_names > usize::from(u16::MAX) {
+        if self.classes.len() + new_names > MAX_CLASS_STATES {
             return Err(ReloadError::TooManyClasses);
         }
         let mut map = Vec::with_capacity(wanted.len());
@@ -107,7 +107,7 @@ impl Engine {
             let state = &mut self.classes[index];
             state.rule = rule;
             state.draining = false;
-            map.push(index as u16); // < u16::MAX: checked above
+            map.push(index as u32); // at most MAX_CLASS_STATES: checked above
         }
         self.live.installed();
         self.configure_link(config, &map);
@@ -119,7 +119,7 @@ impl Engine {
 
     /// Builds or reconfigures the link stage for `config`, whose classes have the state indices
     /// `map` (default first).
-    fn configure_link(&mut self, config: &Config, map: &[u16]) {
+    fn configure_link(&mut self, config: &Config, map: &[u32]) {
         let Some(link_config) = &config.link else {
             self.link = None;
             return;
@@ -129,7 +129,7 @@ impl Engine {
         let members: Vec<_> = map
             .iter()
             .zip(policies)
-            .map(|(&state, policy)| (usize::from(state), policy.link))
+            .map(|(&state, policy)| (state as usize, policy.link))
             .collect();
         let stage = match &mut self.link {
             Some(stage) => {
@@ -244,6 +244,8 @@ impl Engine {
             return Err(ReloadError::RestartRequired(plan));
         }
         self.install_classes(new)?;
+        self.metrics
+            .select_class_series(new.daemon.class_metrics.clone());
         self.fair_configure(new);
         self.acks.reload(new);
         self.config = new.clone();
@@ -267,7 +269,7 @@ impl Engine {
     pub(super) fn count_left(&mut self, pkt: PacketRef, wire: u64) {
         let (slot, _) = decode(pkt.id);
         let large = slot >= self.large_from;
-        let index = usize::from(pkt.class.0);
+        let index = pkt.class.index();
         if let Some(state) = self.classes.get_mut(index) {
             state.left(wire, large);
             state.touch(index, &mut self.dirty);
@@ -322,9 +324,8 @@ impl Engine {
 
     /// Packets of class `name` waiting in the wheel or on the link (0 for an unknown name).
     pub fn class_queued(&self, name: &str) -> u64 {
-        self.classes
-            .iter()
-            .find(|s| s.name == name)
+        self.class_index(name)
+            .and_then(|i| self.classes.get(i))
             .map_or(0, |s| s.queued)
     }
 

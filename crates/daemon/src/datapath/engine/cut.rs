@@ -128,7 +128,7 @@ impl Engine {
                 .stamp(&mut self.stamper, at, at, clamp_u32(wire))
                 .min(latest);
             let len16 = u16::try_from(wire).unwrap_or(u16::MAX);
-            let pkt = PacketRef::new(encode(id, k), flow, ClassId(index as u16), len16);
+            let pkt = PacketRef::new(encode(id, k), flow, ClassId(index as u32), len16);
             match self.wheel.enqueue(now, edt, pkt) {
                 Ok(()) => {
                     if k == 0 {

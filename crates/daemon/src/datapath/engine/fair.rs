@@ -95,7 +95,7 @@ pub(super) struct FairArrival {
 pub(super) struct Fair {
     queue: Option<FairQueue>,
     /// Class state indices that are fair or still hold packets in the fair queue.
-    active: Vec<u16>,
+    active: Vec<u32>,
     /// Packets of each class (by state index) that went to the overflow flow.
     overflowed: Vec<u64>,
     /// Per class (by state index): when its fair queue last went from empty to holding a
@@ -152,7 +152,7 @@ impl Engine {
         let Some(q) = f.queue.as_mut() else {
             return;
         };
-        let n = u16::try_from(self.classes.len()).unwrap_or(u16::MAX);
+        let n = u32::try_from(self.classes.len()).unwrap_or(u32::MAX);
         q.set_classes(n);
         f.overflowed.resize(self.classes.len(), 0);
         f.busy_since.resize(self.classes.len(), Timestamp::ZERO);
@@ -160,9 +160,9 @@ impl Engine {
         f.metrics.resize(self.classes.len(), None);
         f.active.clear();
         for (i, state) in self.classes.iter().enumerate() {
-            let held = q.class_packets(ClassId(i as u16)) > 0;
+            let held = q.class_packets(ClassId(i as u32)) > 0;
             if (state.policy.fair && state.aggregate.is_some()) || held {
-                f.active.push(i as u16);
+                f.active.push(i as u32);
                 if f.metrics[i].is_none() {
                     f.metrics[i] = Some(self.metrics.fair_class(&state.name));
                 }
@@ -193,7 +193,7 @@ impl Engine {
             // Not reachable: a fair class allocates the queue when installed.
             return self.drop_frame(pool, id, index, DropReason::QueueFull);
         }
-        let class = ClassId(index as u16);
+        let class = ClassId(index as u32);
         if superframe.is_none() && self.fair_send_sparse(now, pool, &p) {
             return;
         }
@@ -297,7 +297,7 @@ impl Engine {
         if PolicyStack::new(None, pacing).peek(&self.stamper, now, now, len32) > now {
             return false;
         }
-        let class = ClassId(index as u16);
+        let class = ClassId(index as u32);
         let Some(q) = self.fair.queue.as_mut() else {
             return false;
         };
@@ -344,7 +344,7 @@ impl Engine {
         if packets > state.bound.0 || bytes > state.bound.1 {
             return Some(Pressure::Bound);
         }
-        let bytes = self.fair.queue.as_ref()?.class_bytes(ClassId(index as u16));
+        let bytes = self.fair.queue.as_ref()?.class_bytes(ClassId(index as u32));
         match (state.horizon_policy, state.policy.rate) {
             (HorizonPolicy::Reject, Some(rate)) if rate.transmit_time(bytes) >= self.max_delay => {
                 Some(Pressure::Horizon)
@@ -362,7 +362,7 @@ impl Engine {
         let Some(mut pressure) = self.fair_pressure(pool, index) else {
             return;
         };
-        let class = ClassId(index as u16);
+        let class = ClassId(index as u32);
         let Some(q) = self.fair.queue.as_ref() else {
             return;
         };
@@ -412,11 +412,11 @@ impl Engine {
         };
         for &index in &self.fair.active {
             let class = ClassId(index);
-            if let Some(Some(m)) = self.fair.metrics.get(usize::from(index)) {
+            if let Some(Some(m)) = self.fair.metrics.get(index as usize) {
                 m.set_flows(u64::from(q.backlogged_flows(class)));
             }
             // The class's queued gauge counts its packets in the flow queues too.
-            if let Some(state) = self.classes.get(usize::from(index)) {
+            if let Some(state) = self.classes.get(index as usize) {
                 let held = u64::from(q.class_packets(class));
                 state.metrics.set_queued(state.queued + held);
             }
@@ -428,7 +428,7 @@ impl Engine {
         let Some(q) = self.fair.queue.as_ref() else {
             return (0, 0);
         };
-        let class = ClassId(index as u16);
+        let class = ClassId(index as u32);
         (u64::from(q.class_packets(class)), q.class_bytes(class))
     }
 
@@ -442,7 +442,7 @@ impl Engine {
         let (Some(q), Some(i)) = (self.fair.queue.as_ref(), self.class_index(name)) else {
             return 0;
         };
-        q.backlogged_flows(ClassId(i as u16))
+        q.backlogged_flows(ClassId(i as u32))
     }
 
     /// Packets of class `name` that found no flow state and went to its overflow flow.
@@ -457,7 +457,7 @@ impl Engine {
         let (Some(q), Some(i)) = (self.fair.queue.as_ref(), self.class_index(name)) else {
             return 0;
         };
-        u64::from(q.class_packets(ClassId(i as u16)))
+        u64::from(q.class_packets(ClassId(i as u32)))
     }
 
     /// The fair queues' own counters (zero when no class was ever fair).

@@ -60,7 +60,7 @@ use sched::{build_sched, queue_order, Sched};
 const PUBLISH_PERIOD_NS: u64 = 10_000_000;
 
 /// No port queue for a class.
-const NO_QUEUE: u16 = u16::MAX;
+const NO_QUEUE: u32 = u32::MAX;
 
 /// The stage's own counters, cumulative. Every packet handed to [`LinkStage::enqueue`] is in
 /// the port, in `dropped_*`, or in `dequeued` (or discarded at stop by the engine).
@@ -139,9 +139,9 @@ pub struct LinkStage {
     port: Sched,
     clock: LinkClock,
     /// Class state index -> port queue, [`NO_QUEUE`] off the link.
-    queue_of: Vec<u16>,
+    queue_of: Vec<u32>,
     /// Port queue -> class state index.
-    class_of: Vec<u16>,
+    class_of: Vec<u32>,
     /// Per port queue: the class's `non_ect`.
     non_ect: Vec<NonEctPolicy>,
     /// Per class state index.
@@ -197,10 +197,10 @@ impl LinkStage {
             self.classes.resize(states, LinkClassCounters::default());
         }
         self.queue_of = vec![NO_QUEUE; self.classes.len()];
-        self.class_of = members.iter().map(|(s, _)| *s as u16).collect();
+        self.class_of = members.iter().map(|(s, _)| *s as u32).collect();
         self.non_ect = members.iter().map(|(_, l)| l.non_ect).collect();
         for (q, (s, _)) in members.iter().enumerate() {
-            self.queue_of[*s] = q as u16;
+            self.queue_of[*s] = q as u32;
         }
     }
 
@@ -218,9 +218,9 @@ impl LinkStage {
         let mut moving = Vec::with_capacity(old.total_packets());
         old.take_all(&mut moving);
         for (old_pkt, old_queue) in moving {
-            let state = usize::from(old_class_of.get(old_queue).copied().unwrap_or(0));
+            let state = old_class_of.get(old_queue).copied().unwrap_or(0) as usize;
             let original = PacketRef {
-                class: ClassId(state as u16),
+                class: ClassId(state as u32),
                 ..old_pkt
             };
             match self.queue_of.get(state).copied().unwrap_or(NO_QUEUE) {
@@ -263,13 +263,13 @@ impl LinkStage {
     ) -> Result<(), LinkDrop> {
         self.last_now = self.last_now.max(now);
         let now = self.last_now;
-        let state = usize::from(pkt.class.0);
+        let state = pkt.class.index();
         let q = self.queue_of.get(state).copied().unwrap_or(NO_QUEUE);
         if q == NO_QUEUE {
             self.counters.dropped_refused += 1;
             return Err(LinkDrop::Refused);
         }
-        let policy = self.non_ect[usize::from(q)];
+        let policy = self.non_ect[q as usize];
         // `pass` classes are "ECN-capable" to the port (see the module docs); `drop` ones say
         // what they are, read from the frame.
         let ect = match policy {
@@ -342,9 +342,9 @@ impl LinkStage {
         // NicPic keeps its own link clock at the link's rate, and says when a packet leaves.
         let start = if nicpic { now } else { self.clock.send(now, 0) };
         let (port_pkt, queue) = self.port.dequeue(start)?;
-        let state = usize::from(self.class_of.get(queue).copied().unwrap_or(0));
+        let state = self.class_of.get(queue).copied().unwrap_or(0) as usize;
         let pkt = PacketRef {
-            class: ClassId(state as u16),
+            class: ClassId(state as u32),
             ..port_pkt
         };
         let wire = wire_bytes(pkt);
@@ -456,7 +456,7 @@ impl LinkStage {
     /// Packets waiting in class state `class`'s queue.
     pub fn class_queued(&self, class: usize) -> (u64, u64) {
         match self.queue_of.get(class).copied() {
-            Some(q) if q != NO_QUEUE => self.port.queue(usize::from(q)),
+            Some(q) if q != NO_QUEUE => self.port.queue(q as usize),
             _ => (0, 0),
         }
     }
@@ -465,7 +465,7 @@ impl LinkStage {
     /// off the link).
     pub fn class_threshold_bytes(&self, class: usize) -> u64 {
         match self.queue_of.get(class).copied() {
-            Some(q) if q != NO_QUEUE => self.port.threshold_bytes(usize::from(q)),
+            Some(q) if q != NO_QUEUE => self.port.threshold_bytes(q as usize),
             _ => u64::MAX,
         }
     }
@@ -523,7 +523,7 @@ impl super::Engine {
     pub(super) fn on_link(&self, pkt: PacketRef) -> bool {
         self.link
             .as_ref()
-            .is_some_and(|l| l.carries(usize::from(pkt.class.0)))
+            .is_some_and(|l| l.carries(pkt.class.index()))
     }
 
     /// Hands a wheel entry of a class on the link to it; a drop frees its slot (after a cut
@@ -540,7 +540,7 @@ impl super::Engine {
             return;
         };
         self.counters.link_dropped += 1;
-        let class = usize::from(pkt.class.0);
+        let class = pkt.class.index();
         if let Some(state) = self.classes.get(class) {
             state.metrics.dropped(match drop {
                 LinkDrop::Buffer | LinkDrop::Refused => crate::ops::metrics::DropReason::LinkBuffer,
@@ -566,7 +566,7 @@ impl super::Engine {
             };
             let edt = self.depart(now, pkt, out);
             if let Some(link) = &mut self.link {
-                link.observe_delay(usize::from(pkt.class.0), now.saturating_since(edt));
+                link.observe_delay(pkt.class.index(), now.saturating_since(edt));
             }
             sent += 1;
         }

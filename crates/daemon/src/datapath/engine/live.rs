@@ -201,6 +201,12 @@ impl Engine {
         let mtu = self.config.interfaces.mtu;
         let state = &mut self.classes[index];
         let was_fair = state.policy.fair;
+        // The class's last counts go into its record before the record leaves the table.
+        state.metrics.set_queued(0);
+        let (packets, bytes) = std::mem::take(&mut state.unpublished);
+        if packets > 0 {
+            state.metrics.sent(packets, bytes);
+        }
         let name = std::mem::take(&mut state.name);
         state.draining = false;
         state.policy = crate::ops::config::ClassPolicy::unshaped(self.config.interfaces.mtu);
@@ -242,7 +248,7 @@ impl Engine {
         // Both fit the class map's and `ClassId`'s width: at most MAX_CLASSES + 1 of each.
         let slot = usize::try_from(id).unwrap_or(usize::MAX);
         self.class_map[slot] = index.try_into().map_err(|_| LiveError::TooManyClasses)?;
-        let class_id = ClassId(id.try_into().map_err(|_| LiveError::TooManyClasses)?);
+        let class_id = ClassId(id);
         let rule = self.classifier.push(class.matcher.to_rule(), class_id);
         self.classes[index].rule = Some((rule, id));
         Ok(())

@@ -217,12 +217,7 @@ impl Engine {
             wire: len,
             superframe,
         } = arrival;
-        let index = usize::from(
-            self.class_map
-                .get(usize::from(class.0))
-                .copied()
-                .unwrap_or(0),
-        );
+        let index = self.class_map.get(class.index()).copied().unwrap_or(0) as usize;
         let Some(state) = self.classes.get(index) else {
             return self.forward(id, forward);
         };
@@ -315,7 +310,7 @@ impl Engine {
         let edt = policies.stamp(&mut self.stamper, now, now, clamp_u32(len));
         let edt = edt.min(now.saturating_add(self.max_delay));
         let len16 = u16::try_from(len).unwrap_or(u16::MAX);
-        let pkt = PacketRef::new(id, flow, ClassId(index as u16), len16);
+        let pkt = PacketRef::new(id, flow, ClassId(index as u32), len16);
         match self.wheel.enqueue(now, edt, pkt) {
             Ok(()) => self.book_whole(pool, id, index, edt, len, entry),
             Err(rejected) => self.drop_frame(pool, id, index, reject_reason(rejected.reason)),

@@ -93,7 +93,7 @@ impl Engine {
         }
         let (slot, _) = decode(pkt.id);
         let large = slot >= self.large_from;
-        let index = usize::from(pkt.class.0);
+        let index = pkt.class.index();
         if let Some(state) = self.classes.get_mut(index) {
             state.left(d.wire, large);
             state.unpublished.0 += 1;
@@ -193,7 +193,7 @@ impl Engine {
                 break;
             }
             let pkt = self.batch[0];
-            if let Some(state) = self.classes.get(usize::from(pkt.class.0)) {
+            if let Some(state) = self.classes.get(pkt.class.index()) {
                 state.metrics.dropped(DropReason::LinkDown);
             }
             self.discard(pool, pkt);

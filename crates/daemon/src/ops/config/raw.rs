@@ -74,6 +74,15 @@ pub(crate) struct RawDaemon {
     pub pool_share: Option<Spanned<i64>>,
     pub user: Option<Spanned<String>>,
     pub control: Option<Spanned<String>>,
+    pub class_metrics: Option<Spanned<RawClassMetrics>>,
+}
+
+/// `class_metrics = "all" | "active" | ["name", ..]`.
+#[derive(Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawClassMetrics {
+    Word(String),
+    Names(Vec<String>),
 }
 
 /// `log_format = "text" | "json"`.

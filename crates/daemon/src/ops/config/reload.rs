@@ -6,7 +6,7 @@
 //!   `horizon_policy`, `backpressure`, `ack_shaping`, `fair` or `queue`; the default class's
 //!   policy;
 //! * `daemon.busy_poll`, `daemon.malformed`, `daemon.non_ip`, `daemon.pool_share` (read per
-//!   frame from the installed configuration);
+//!   frame from the installed configuration), `daemon.class_metrics` (the next scrape);
 //! * `[link]` rate, marking, quantum and burst, and each class's `link`, `weight`, `priority` and
 //!   `non_ect`: the link's queues are rebuilt with every queued packet moved over in order.
 //!
@@ -330,16 +330,25 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "daemon.user", &od.user, &nd.user);
     compare(&mut restart, "daemon.control", &od.control, &nd.control);
 
+    // Classes by name, so that matching them is linear in the number of classes.
+    let old_at: std::collections::HashMap<&str, usize> = old
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
+        .collect();
+    let new_names: std::collections::HashSet<&str> =
+        new.classes.iter().map(|c| c.name.as_str()).collect();
     let mut classes = Vec::new();
     for c in &old.classes {
-        if !new.classes.iter().any(|n| n.name == c.name) {
+        if !new_names.contains(c.name.as_str()) {
             classes.push(ClassChange::Removed {
                 name: c.name.clone(),
             });
         }
     }
     for (to, c) in new.classes.iter().enumerate() {
-        match old.classes.iter().position(|o| o.name == c.name) {
+        match old_at.get(c.name.as_str()).copied() {
             None => classes.push(ClassChange::Added {
                 name: c.name.clone(),
                 index: to,

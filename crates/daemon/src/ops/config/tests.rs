@@ -590,3 +590,21 @@ fn the_line_of_an_offset_is_the_count_of_newlines_before_it() {
     }
     assert_eq!(super::error::ErrorSite::new("", "t.toml").line(0), 1);
 }
+
+#[test]
+fn class_metrics_words_and_lists() {
+    use crate::ops::metrics::ClassSeries;
+    assert_eq!(parse("").unwrap().daemon.class_metrics, ClassSeries::All);
+    let c = parse("[daemon]\nclass_metrics = \"active\"\n").unwrap();
+    assert_eq!(c.daemon.class_metrics, ClassSeries::Active);
+    let c = parse("[daemon]\nclass_metrics = [\"a\", \"b\"]\n").unwrap();
+    let names = ["a".to_owned(), "b".to_owned()].into();
+    assert_eq!(c.daemon.class_metrics, ClassSeries::Listed(names));
+    error_at(
+        "[daemon]\nclass_metrics = \"some\"\n",
+        5,
+        "daemon.class_metrics",
+    );
+    // Applied live: the next scrape takes it.
+    assert!(!parse("").unwrap().diff(&c).needs_restart());
+}

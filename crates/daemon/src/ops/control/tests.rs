@@ -261,5 +261,7 @@ fn the_api_s_classes_keep_their_order_through_changes_deletes_and_a_reload() {
     assert_eq!(names(&classes), ["b", "a"]);
     assert_eq!(classes.len(), 2);
     assert!(classes.contains("b") && !classes.contains("d"));
-    assert!(classes.get("a").is_some_and(|c| c.object["match"]["dst"] == "10.0.9.9/32"));
+    assert!(classes
+        .get("a")
+        .is_some_and(|c| c.object["match"]["dst"] == "10.0.9.9/32"));
 }

@@ -4,8 +4,11 @@
 //! of a class's aggregate rate. Each is a bundle of shared atomics taken from the registry once
 //! ([`super::Metrics::class`] and its siblings) and updated with relaxed atomic operations only.
 
+use super::class_table::ClassCells;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 /// Why the daemon dropped a packet (the `reason` label of `metronome_class_drops_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,18 +64,11 @@ impl DropReason {
     }
 }
 
-/// The counters of one class, shared with the registry. Clone it into the packet loop; every
-/// method is one or a few relaxed atomic operations.
+/// The counters of one class in one silo, shared with the registry's collector
+/// ([`super::class_table`]). Clone it into the packet loop; every method is one relaxed atomic
+/// operation on the class's one record.
 #[derive(Clone, Debug)]
-pub struct ClassMetrics {
-    pub(super) bytes: Counter,
-    pub(super) packets: Counter,
-    pub(super) drops: [Counter; DropReason::ALL.len()],
-    pub(super) ecn_marked: Counter,
-    pub(super) ecn_not_ect: Counter,
-    pub(super) queued: Gauge,
-    pub(super) flow_table_overflow: Counter,
-}
+pub struct ClassMetrics(pub(super) Arc<ClassCells>);
 
 /// A silo's share of one class's aggregate rate (`metronome_nba_rate_bps{class,silo}`).
 #[derive(Clone, Debug)]
@@ -88,35 +84,37 @@ impl NbaRateGauge {
 impl ClassMetrics {
     /// Counts `packets` packets of `bytes` bytes transmitted.
     pub fn sent(&self, packets: u64, bytes: u64) {
-        self.packets.inc_by(packets);
-        self.bytes.inc_by(bytes);
+        self.0.packets.fetch_add(packets, Relaxed);
+        self.0.bytes.fetch_add(bytes, Relaxed);
     }
 
     /// Counts one packet dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) {
-        self.drops[reason as usize].inc();
+        self.0.drops[reason as usize].fetch_add(1, Relaxed);
     }
 
     /// Counts one packet marked CE.
     pub fn ecn_marked(&self) {
-        self.ecn_marked.inc();
+        self.0.ecn_marked.fetch_add(1, Relaxed);
     }
 
     /// Counts one packet that should have been marked but was not ECN-capable (not-ECT), so the
     /// `ecn` mode fell back to its drop rule.
     pub fn ecn_not_ect(&self) {
-        self.ecn_not_ect.inc();
+        self.0.ecn_not_ect.fetch_add(1, Relaxed);
     }
 
     /// Counts one packet that found its flow's bucket of the flow table full and was shaped
     /// under the class's overflow entry ([`crate::datapath::flow_table`]).
     pub fn flow_table_overflow(&self) {
-        self.flow_table_overflow.inc();
+        self.0.flow_table_overflow.fetch_add(1, Relaxed);
     }
 
     /// Sets the number of packets of this class waiting in the wheel.
     pub fn set_queued(&self, packets: u64) {
-        self.queued.set(i64::try_from(packets).unwrap_or(i64::MAX));
+        self.0
+            .queued
+            .store(i64::try_from(packets).unwrap_or(i64::MAX), Relaxed);
     }
 }
 

@@ -25,22 +25,6 @@ impl EncodeLabelSet for ClassLabel {
     }
 }
 
-/// `{class="...",reason="..."}`, plus `silo="i"` when the daemon runs several silos.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct ClassReasonLabel {
-    pub(super) class: String,
-    pub(super) reason: &'static str,
-    pub(super) silo: Option<u16>,
-}
-
-impl EncodeLabelSet for ClassReasonLabel {
-    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
-        ("class", self.class.as_str()).encode(encoder.encode_label())?;
-        ("reason", self.reason).encode(encoder.encode_label())?;
-        SiloLabel { silo: self.silo }.encode(encoder)
-    }
-}
-
 /// `{silo="i"}`, or nothing with one silo.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub(super) struct SiloLabel {

@@ -72,6 +72,112 @@ fn class_handles_survive_a_reload() {
 }
 
 #[test]
+fn a_listed_selection_hides_the_other_classes_and_the_totals_count_them() {
+    let m = Metrics::new();
+    m.class("a").sent(2, 3_000);
+    m.class("b").sent(5, 7_000);
+    m.class("b").dropped(DropReason::QueueFull);
+    m.class("c").set_queued(4);
+    let all = m.encode();
+    assert!(
+        all.contains(r#"metronome_class_bytes_total{class="b"} 7000"#),
+        "{all}"
+    );
+    assert!(all.contains("metronome_class_series_hidden 0"), "{all}");
+    m.select_class_series(ClassSeries::Listed(["a".to_owned()].into()));
+    let text = m.encode();
+    assert!(
+        text.contains(r#"metronome_class_bytes_total{class="a"} 3000"#),
+        "{text}"
+    );
+    assert!(!text.contains(r#"class="b""#), "{text}");
+    assert!(!text.contains(r#"class="c""#), "{text}");
+    for needle in [
+        "metronome_all_classes_bytes_total 10000",
+        "metronome_all_classes_packets_total 7",
+        r#"metronome_all_classes_drops_total{reason="queue_full"} 1"#,
+        "metronome_all_classes_queued_packets 4",
+        "metronome_class_series_hidden 2",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}
+
+#[test]
+fn the_active_selection_shows_classes_with_traffic_or_a_queue() {
+    let m = Metrics::new();
+    m.select_class_series(ClassSeries::Active);
+    let (idle, busy, queued) = (m.class("idle"), m.class("busy"), m.class("queued"));
+    busy.sent(1, 100);
+    queued.set_queued(1);
+    let text = m.encode();
+    assert!(
+        text.contains(r#"metronome_class_bytes_total{class="busy"} 100"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_class_queued_packets{class="queued"} 1"#),
+        "{text}"
+    );
+    assert!(!text.contains(r#"class="idle""#), "{text}");
+    assert!(text.contains("metronome_class_series_hidden 1"), "{text}");
+    // Idle from now on, but within `ACTIVE_IDLE` of its traffic: still shown.
+    queued.set_queued(0);
+    let text = m.encode();
+    assert!(
+        text.contains(r#"metronome_class_bytes_total{class="busy"} 100"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_class_queued_packets{class="queued"} 0"#),
+        "{text}"
+    );
+    idle.dropped(DropReason::Horizon);
+    assert!(m.encode().contains(r#"class="idle""#));
+}
+
+#[test]
+fn silos_sum_into_totals_of_their_own() {
+    let m = Metrics::with_silos(2);
+    m.for_silo(0).class("a").sent(1, 10);
+    m.for_silo(1).class("a").sent(2, 20);
+    m.for_silo(1).class("b").sent(3, 30);
+    let text = m.encode();
+    assert!(
+        text.contains(r#"metronome_all_classes_bytes_total{silo="0"} 10"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_all_classes_bytes_total{silo="1"} 50"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_removed_class_leaves_the_scrape_and_its_counts_stay_in_the_totals() {
+    let m = Metrics::new();
+    m.class("gone").sent(3, 300);
+    m.class("gone").dropped(DropReason::QueueFull);
+    m.class("kept").sent(1, 100);
+    m.remove_class("gone");
+    m.remove_class("never-there");
+    let text = m.encode();
+    assert!(!text.contains(r#"class="gone""#), "{text}");
+    assert!(text.contains(r#"metronome_class_bytes_total{class="kept"} 100"#), "{text}");
+    assert!(text.contains("metronome_all_classes_bytes_total 400"), "{text}");
+    assert!(text.contains("metronome_all_classes_packets_total 4"), "{text}");
+    assert!(
+        text.contains(r#"metronome_all_classes_drops_total{reason="queue_full"} 1"#),
+        "{text}"
+    );
+    // A class of the name made again starts from zero.
+    m.class("gone").sent(1, 5);
+    let text = m.encode();
+    assert!(text.contains(r#"metronome_class_bytes_total{class="gone"} 5"#), "{text}");
+    assert!(text.contains("metronome_all_classes_bytes_total 405"), "{text}");
+}
+
+#[test]
 fn server_serves_and_stats_format() {
     let m = Metrics::new();
     let a = m.class("A");

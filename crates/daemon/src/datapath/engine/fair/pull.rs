@@ -32,7 +32,7 @@ impl Engine {
     ) -> usize {
         let mut pulled = 0;
         for k in 0..self.fair.active.len() {
-            let index = usize::from(self.fair.active[k]);
+            let index = self.fair.active[k] as usize;
             for _ in 0..PULL_BATCH {
                 if !self.fair_pull_one(now, pool, index) {
                     break;
@@ -49,7 +49,7 @@ impl Engine {
         let Some(q) = self.fair.queue.as_mut() else {
             return false;
         };
-        let class = ClassId(index as u16);
+        let class = ClassId(index as u32);
         if q.class_packets(class) == 0 {
             return false;
         }
@@ -174,7 +174,7 @@ impl Engine {
             if q.class_packets(ClassId(index)) == 0 {
                 continue;
             }
-            let Some(state) = self.classes.get(usize::from(index)) else {
+            let Some(state) = self.classes.get(index as usize) else {
                 continue;
             };
             let t = PolicyStack::new(state.aggregate, None).peek(
@@ -198,7 +198,7 @@ impl Engine {
         };
         let mut total = 0;
         for index in 0..q.classes() {
-            while let Some(dq) = q.dequeue(Timestamp::MAX, ClassId(index as u16)) {
+            while let Some(dq) = q.dequeue(Timestamp::MAX, ClassId(index as u32)) {
                 if let Some(e) = self.slots.discard_held(pool, dq.id) {
                     self.flows.remove_queued(e);
                 }

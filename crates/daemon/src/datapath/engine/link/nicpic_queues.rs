@@ -116,7 +116,7 @@ impl NicPicQueues {
         pkt: PacketRef,
         ect: bool,
     ) -> Result<bool, MqRejectReason> {
-        let q = usize::from(pkt.class.0);
+        let q = pkt.class.index();
         if q >= self.heads.len() {
             return Err(MqRejectReason::UnknownQueue);
         }

@@ -27,7 +27,7 @@ pub(super) fn serve_connection(mut stream: TcpStream, shared: &Shared, id: u64) 
     }
     let _ = stream.set_nodelay(true);
     let head_read = || shared.answering(id);
-    let (response, refusal) = match read_head(&mut stream, metrics, limits, deadline, head_read) {
+    let (response, refusal) = match read_head(&mut stream, limits, deadline, head_read) {
         HeadOutcome::Answer(response, refusal) => (response, refusal),
         HeadOutcome::Gone(refusal) => return refusal,
         HeadOutcome::TimedOut => {
@@ -35,7 +35,12 @@ pub(super) fn serve_connection(mut stream: TcpStream, shared: &Shared, id: u64) 
             return Some(Refusal::Timeout);
         }
     };
-    let written = write_until(&mut stream, &response, deadline, limits.write_timeout);
+    let written = match response {
+        Answer::Bytes(bytes) => write_until(&mut stream, &bytes, deadline, limits.write_timeout),
+        Answer::Metrics { body } => {
+            write_metrics(&mut stream, metrics, body, deadline, limits.write_timeout)
+        }
+    };
     let refusal = match written {
         Ok(()) => refusal,
         Err(e) if is_timeout(&e) => refusal.or(Some(Refusal::Timeout)),
@@ -48,10 +53,19 @@ pub(super) fn serve_connection(mut stream: TcpStream, shared: &Shared, id: u64) 
     refusal
 }
 
+/// A response to send.
+enum Answer {
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// The metrics: the head, then (`body`: a `GET`) the text, encoded and written in pieces
+    /// of [`BODY_CHUNK`] bytes ([`write_metrics`]).
+    Metrics { body: bool },
+}
+
 /// What reading a request head came to.
 enum HeadOutcome {
     /// A response to send, and the refusal it stands for.
-    Answer(Vec<u8>, Option<Refusal>),
+    Answer(Answer, Option<Refusal>),
     /// The client closed or reset the connection; a refusal if it had sent part of a head.
     Gone(Option<Refusal>),
     /// A read or the deadline ran out.
@@ -64,7 +78,6 @@ enum HeadOutcome {
 /// `idle` only.
 fn read_head(
     stream: &mut TcpStream,
-    metrics: &Metrics,
     limits: &HttpLimits,
     deadline: Instant,
     head_read: impl FnOnce(),
@@ -75,12 +88,12 @@ fn read_head(
         match parse_request(&buf, limits.max_head_bytes) {
             Ok(Some(request)) => {
                 head_read();
-                return answer(&request, metrics);
+                return answer(&request);
             }
             Err(e) => {
                 head_read();
                 let refusal = e.refusal();
-                return HeadOutcome::Answer(refusal.response(), Some(refusal));
+                return HeadOutcome::Answer(Answer::Bytes(refusal.response()), Some(refusal));
             }
             Ok(None) => {}
         }
@@ -107,21 +120,101 @@ fn read_head(
 }
 
 /// The response to a well-formed `GET` or `HEAD`.
-fn answer(request: &Request<'_>, metrics: &Metrics) -> HeadOutcome {
+fn answer(request: &Request<'_>) -> HeadOutcome {
     if request.path() != "/metrics" {
-        return HeadOutcome::Answer(Refusal::NotFound.response(), Some(Refusal::NotFound));
+        let refusal = Refusal::NotFound;
+        return HeadOutcome::Answer(Answer::Bytes(refusal.response()), Some(refusal));
     }
-    let body = metrics.encode();
-    let mut response = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    if request.method == Method::Get {
-        response.extend_from_slice(body.as_bytes());
+    let body = request.method == Method::Get;
+    HeadOutcome::Answer(Answer::Metrics { body }, None)
+}
+
+/// Bytes of metrics text encoded before they are written, 64 KiB: what a scrape holds at once
+/// however many classes there are (the whole text of 100 000 classes is about 90 MB).
+const BODY_CHUNK: usize = 64 * 1024;
+
+/// Writes the metrics' head and, with `body`, their text as it is encoded, [`BODY_CHUNK`] bytes
+/// at a time. The length of a `GET`'s body is not known in advance, so its head has no
+/// `Content-Length`: the body ends where the connection closes (RFC 9112 §6.3, as every response
+/// here is `Connection: close`). A `HEAD`'s head gives the length the text has when it is
+/// answered, counted by encoding it without keeping it.
+fn write_metrics(
+    stream: &mut TcpStream,
+    metrics: &Metrics,
+    body: bool,
+    deadline: Instant,
+    write_timeout: Duration,
+) -> std::io::Result<()> {
+    if !body {
+        // A HEAD: the length a GET's body would have now, counted without keeping the text.
+        let mut length = ByteCount(0);
+        let _ = metrics.encode_into(&mut length);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            length.0
+        );
+        return write_until(stream, head.as_bytes(), deadline, write_timeout);
     }
-    HeadOutcome::Answer(response, None)
+    let head =
+        format!("HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nConnection: close\r\n\r\n");
+    write_until(stream, head.as_bytes(), deadline, write_timeout)?;
+    let mut out = ChunkedBody {
+        stream,
+        buf: String::with_capacity(BODY_CHUNK + READ_CHUNK),
+        deadline,
+        write_timeout,
+        error: None,
+    };
+    let encoded = metrics.encode_into(&mut out);
+    if let Some(e) = out.error.take() {
+        return Err(e);
+    }
+    if encoded.is_err() {
+        return Err(ErrorKind::Other.into());
+    }
+    let ChunkedBody { stream, buf, .. } = out;
+    write_until(stream, buf.as_bytes(), deadline, write_timeout)
+}
+
+/// A `fmt::Write` that counts the bytes written to it.
+struct ByteCount(usize);
+
+impl std::fmt::Write for ByteCount {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
+}
+
+/// A `fmt::Write` that writes to the socket every [`BODY_CHUNK`] bytes; the first write error
+/// is kept and ends the encoding.
+struct ChunkedBody<'a> {
+    stream: &'a mut TcpStream,
+    buf: String,
+    deadline: Instant,
+    write_timeout: Duration,
+    error: Option<std::io::Error>,
+}
+
+impl std::fmt::Write for ChunkedBody<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.buf.push_str(s);
+        if self.buf.len() >= BODY_CHUNK {
+            let sent = write_until(
+                self.stream,
+                self.buf.as_bytes(),
+                self.deadline,
+                self.write_timeout,
+            );
+            self.buf.clear();
+            if let Err(e) = sent {
+                self.error = Some(e);
+                return Err(std::fmt::Error);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes all of `bytes`, each write waiting at most `write_timeout` and all of them ending by
