@@ -555,7 +555,12 @@ fn pushed_rules_match_after_the_others_and_removed_ones_match_nothing() {
             dst_port: Some((1000 + i, 1000 + i)),
             ..Default::default()
         };
-        let mut c = Classifier::new((0..n).map(|i| (port(i), ClassId(u32::from(i) + 1))).collect(), DEFAULT);
+        let mut c = Classifier::new(
+            (0..n)
+                .map(|i| (port(i), ClassId(u32::from(i) + 1)))
+                .collect(),
+            DEFAULT,
+        );
         let frame = |dport| tcp4([10, 0, 0, 1], [10, 0, 0, 2], 4000, dport);
         // A pushed rule comes last: an overlapping rule before it still wins.
         let all = ClassRule::default();

@@ -247,7 +247,11 @@ struct ExchangedClass {
     exchange: Arc<RateExchange>,
     /// Epoch applied last (0: none yet).
     epoch: u64,
-    rate_gauge: NbaRateGauge,
+    /// The class's name, for its gauge.
+    class: String,
+    /// This silo's share of the class (`metronome_nba_rate_bps`): made when the first share is
+    /// applied, so that no series says 0 before the allocator has given one.
+    rate_gauge: Option<NbaRateGauge>,
 }
 
 impl SiloExchange {
@@ -280,7 +284,8 @@ impl SiloExchange {
                 index: engine.class_index(&c.class),
                 exchange: c.exchange.clone(),
                 epoch: 0,
-                rate_gauge: self.metrics.nba_rate(&c.class),
+                class: c.class.clone(),
+                rate_gauge: None,
             })
             .collect();
     }
@@ -307,7 +312,11 @@ impl SiloExchange {
                 continue;
             };
             if rate.bps() > 0 && engine.set_class_rate(index, rate) {
-                c.rate_gauge.set(rate.bps());
+                let metrics = &self.metrics;
+                let gauge = c
+                    .rate_gauge
+                    .get_or_insert_with(|| metrics.nba_rate(&c.class));
+                gauge.set(rate.bps());
             } else {
                 self.refused_rates += 1;
             }

@@ -163,9 +163,18 @@ fn a_removed_class_leaves_the_scrape_and_its_counts_stay_in_the_totals() {
     m.remove_class("never-there");
     let text = m.encode();
     assert!(!text.contains(r#"class="gone""#), "{text}");
-    assert!(text.contains(r#"metronome_class_bytes_total{class="kept"} 100"#), "{text}");
-    assert!(text.contains("metronome_all_classes_bytes_total 400"), "{text}");
-    assert!(text.contains("metronome_all_classes_packets_total 4"), "{text}");
+    assert!(
+        text.contains(r#"metronome_class_bytes_total{class="kept"} 100"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("metronome_all_classes_bytes_total 400"),
+        "{text}"
+    );
+    assert!(
+        text.contains("metronome_all_classes_packets_total 4"),
+        "{text}"
+    );
     assert!(
         text.contains(r#"metronome_all_classes_drops_total{reason="queue_full"} 1"#),
         "{text}"
@@ -173,8 +182,14 @@ fn a_removed_class_leaves_the_scrape_and_its_counts_stay_in_the_totals() {
     // A class of the name made again starts from zero.
     m.class("gone").sent(1, 5);
     let text = m.encode();
-    assert!(text.contains(r#"metronome_class_bytes_total{class="gone"} 5"#), "{text}");
-    assert!(text.contains("metronome_all_classes_bytes_total 405"), "{text}");
+    assert!(
+        text.contains(r#"metronome_class_bytes_total{class="gone"} 5"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("metronome_all_classes_bytes_total 405"),
+        "{text}"
+    );
 }
 
 #[test]
