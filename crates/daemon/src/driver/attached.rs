@@ -77,7 +77,6 @@ pub fn run_attached(
                 tracing::error!(error = %e, "the control socket's inboxes could not be remade");
             }
         }
-        crate::os::notify::notify("READY=1");
         first = false;
         let watcher = spawn_watcher(attachment, quit.clone(), control.clone())?;
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -413,7 +413,8 @@ pub fn pin(silo: usize) -> Option<usize> {
 /// Runs `config.daemon.cores` silos (at least 2; see the module docs) until `control.stop` is
 /// set; the calling thread coordinates. `metrics` must have been made by
 /// [`Metrics::with_silos`] with as many silos. `config_path`: the file a reload re-reads. Opens
-/// the ports, switches GRO on, sends `READY=1`, then [`run_silos_on`].
+/// the ports, switches GRO on, then [`run_silos_on`] (which sends `READY=1` once every silo's
+/// engine is built).
 pub fn run_silos(
     config: &Config,
     config_path: Option<&Path>,
@@ -422,7 +423,6 @@ pub fn run_silos(
 ) -> Result<Vec<SiloReport>, PortError> {
     let ports = open_silo_ports(config, config.daemon.cores.max(1))?;
     crate::os::ports::enable_gro(config);
-    crate::os::notify::notify("READY=1");
     run_silos_on(ports, config, config_path, metrics, control)
 }
 
@@ -517,6 +517,8 @@ where
             }
         }
     }
+    // Every silo's engine is built (before its thread started): ready.
+    crate::os::notify::notify("READY=1");
     let mut reloader = config_path.map(|p| {
         Reloader::new(p.to_path_buf(), config.clone())
             .publishing(control.applied.clone())

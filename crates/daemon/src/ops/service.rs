@@ -141,7 +141,7 @@ pub fn log_ansi(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 
 /// Runs the shaping loop for `config` on the calling thread until `control.stop` is set;
 /// `control.reload` re-reads `config_path` (ignored when it is `None`). Opens the ports,
-/// switches GRO on, sends `READY=1`, then [`run_on`].
+/// switches GRO on, then [`run_on`].
 pub fn run_with(
     config: &Config,
     config_path: Option<&Path>,
@@ -150,7 +150,6 @@ pub fn run_with(
 ) -> Result<LoopReport, PortError> {
     let (inside, outside) = open_ports(config)?;
     enable_gro(config);
-    crate::os::notify::notify("READY=1");
     run_on(inside, outside, config, config_path, metrics, control)
 }
 
@@ -187,6 +186,9 @@ pub fn run_on(
         busy_poll = options.busy_poll,
         "shaping"
     );
+    // Ready once the engine is built: with many classes that takes a while, and a supervisor
+    // (or a test) that sends traffic on READY=1 must find it shaped.
+    crate::os::notify::notify("READY=1");
     run_loop(
         &mut inside,
         &mut outside,
@@ -321,7 +323,6 @@ pub fn run_daemon(
     let metrics = Metrics::with_silos(config.daemon.cores);
     let server = serve_metrics(&config, &metrics)?;
     let _control_server = serve_control(bound, &config, &metrics, &mut control)?;
-    crate::os::notify::notify("READY=1");
     let panicked = stop_on_panic(control.stop.clone());
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         ports.run(&config, config_path, &metrics, &control)

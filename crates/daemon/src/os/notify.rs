@@ -2,7 +2,8 @@
 //! daemon sends one datagram per state change to that unix socket (a path, or an abstract
 //! name written with a leading `@`):
 //!
-//! * `READY=1` once the ports are open and the loop (or every silo) is about to shape;
+//! * `READY=1` once the ports are open and the engine (every silo's) is built: the loop is
+//!   about to shape (with many classes, building the engine takes a good part of the start);
 //! * `RELOADING=1` with `MONOTONIC_USEC=` (the time of the request, as `Type=notify-reload`
 //!   requires) when a SIGHUP reload starts, and `READY=1` when it has been applied or refused;
 //! * `STOPPING=1` when a stop was requested, before the loop drains its queue.
