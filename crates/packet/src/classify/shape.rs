@@ -105,9 +105,9 @@ impl Shape {
 }
 
 /// The fields a shape compares exactly, masked; absent fields are 0. Layout: two `u128`
-/// addresses and 8 bytes of small fields, 48 bytes where `u128` is 16-byte aligned (x86-64),
-/// hashed field by field; the key of a map entry beside its rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// addresses and 8 bytes of small fields, 48 bytes where `u128` is 16-byte aligned (x86-64);
+/// hashed as five machine words ([`Hash`] below); the key of a map entry beside its rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Key {
     dst: u128,
     src: u128,
@@ -116,6 +116,26 @@ pub(super) struct Key {
     origin: u16,
     dst_port: u16,
     src_port: u16,
+}
+
+impl std::hash::Hash for Key {
+    /// One write of 40 bytes: the addresses and the small fields packed in one word. Keys are
+    /// only compared with keys hashed the same way; one write of whole words is what keeps the
+    /// hasher (SipHash) off its byte-by-byte path, which field-by-field writes (seven, of 1 to
+    /// 16 bytes) took, about a third of a lookup's cost in a table of 100 000 keys.
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let small = u64::from(self.dscp)
+            | u64::from(self.protocol) << 8
+            | u64::from(self.origin) << 16
+            | u64::from(self.dst_port) << 32
+            | u64::from(self.src_port) << 48;
+        let mut bytes = [0u8; 40];
+        bytes[..16].copy_from_slice(&self.dst.to_le_bytes());
+        bytes[16..32].copy_from_slice(&self.src.to_le_bytes());
+        bytes[32..].copy_from_slice(&small.to_le_bytes());
+        state.write(&bytes);
+    }
 }
 
 impl Key {
