@@ -98,6 +98,21 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// A policy of `kind`, `rate` and `burst` bytes with nothing stamped yet.
+    fn fresh(kind: PolicyKind, rate: Rate, burst: u32) -> Policy {
+        Policy {
+            kind,
+            rate,
+            burst,
+            tat: Timestamp::ZERO,
+            tat_frac: 0,
+            packets: 0,
+            bytes: 0,
+            delayed: 0,
+            paused: 0,
+        }
+    }
+
     /// The policy's rate.
     pub fn rate(&self) -> Rate {
         self.rate
@@ -172,17 +187,7 @@ impl Timestamper {
 
     /// Adds a policy of `rate` and `burst` bytes; returns its handle. A zero rate adds it paused.
     pub fn add_policy(&mut self, kind: PolicyKind, rate: Rate, burst: u32) -> PolicyId {
-        self.policies.push(Policy {
-            kind,
-            rate,
-            burst,
-            tat: Timestamp::ZERO,
-            tat_frac: 0,
-            packets: 0,
-            bytes: 0,
-            delayed: 0,
-            paused: 0,
-        });
+        self.policies.push(Policy::fresh(kind, rate, burst));
         PolicyId(self.policies.len() as u32 - 1)
     }
 
@@ -196,17 +201,7 @@ impl Timestamper {
         rate: Rate,
         burst: u32,
     ) -> Result<(), UnknownPolicy> {
-        *self.get_mut(id)? = Policy {
-            kind,
-            rate,
-            burst,
-            tat: Timestamp::ZERO,
-            tat_frac: 0,
-            packets: 0,
-            bytes: 0,
-            delayed: 0,
-            paused: 0,
-        };
+        *self.get_mut(id)? = Policy::fresh(kind, rate, burst);
         Ok(())
     }
 

@@ -22,8 +22,8 @@
 //! it does not forward), after the counter saw them. Rates are in bits per second of frame bytes
 //! (Ethernet header included, no FCS), what the daemon and HTB charge a class.
 
-use crate::flood::FloodError;
-use crate::netns::{Namespace, TopoError};
+use crate::flood::{FloodError, Receiver};
+use crate::netns::Namespace;
 use metronome_io::{
     wait_readable, AfPacketConfig, AfPacketPort, FramePool, PacketPort, PortError, RxFrame,
 };
@@ -32,7 +32,6 @@ use std::collections::BinaryHeap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Frames per `sendmmsg` of [`send_classes`] at most: 64, the port's batch (`metronome_io`'s
@@ -384,10 +383,7 @@ pub struct CountReport {
 /// first and the last (see the module docs): an AF_PACKET socket on its interface on a thread
 /// inside its namespace. A frame's arrival time is when its `recvmmsg` batch returned (a batch
 /// of 64 frames of 9 014 bytes is 0.46 ms of 10 Gbit/s).
-pub struct ClassCounter {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<Result<CountReport, FloodError>, TopoError>>,
-}
+pub struct ClassCounter(Receiver<CountReport>);
 
 impl ClassCounter {
     /// Opens the counter on `iface` of `ns` for `classes` classes of frames up to `frame_bytes`,
@@ -400,25 +396,16 @@ impl ClassCounter {
         origin: Instant,
         window: (Duration, Duration),
     ) -> Result<ClassCounter, FloodError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, iface) = (stop.clone(), iface.to_owned());
-        let (opened_tx, opened_rx) = std::sync::mpsc::channel();
-        let thread = ns.spawn(move || {
-            let port = AfPacketPort::open(&iface, &AfPacketConfig::default());
-            let _ = opened_tx.send(());
-            let slot = frame_bytes.max(MIN_FRAME).next_multiple_of(128);
-            count(port?, (classes, slot), origin, window, &flag)
-        })?;
-        let _ = opened_rx.recv();
-        Ok(ClassCounter { stop, thread })
+        let slot = frame_bytes.max(MIN_FRAME).next_multiple_of(128);
+        Receiver::spawn(ns, iface, move |port, stop| {
+            count(port, (classes, slot), origin, window, stop)
+        })
+        .map(ClassCounter)
     }
 
     /// Stops counting and returns what was counted.
     pub fn finish(self) -> Result<CountReport, FloodError> {
-        self.stop.store(true, Ordering::Release);
-        self.thread
-            .join()
-            .map_err(|_| FloodError::ThreadPanicked)??
+        self.0.finish()
     }
 }
 

@@ -317,9 +317,42 @@ pub type Classify = fn(&[u8]) -> Option<usize>;
 /// every [`TAP_SAMPLE_EVERY`] from a common origin. The socket sees every frame the interface
 /// delivers; what its receive buffer could not hold is counted in the port's `rx_ring_drops`,
 /// and a tap that missed frames undercounts, so callers check that it missed none.
-pub struct Tap {
+pub struct Tap(Receiver<TapReport>);
+
+/// A thread inside a namespace reading one interface's frames on an AF_PACKET socket until
+/// [`Receiver::finish`]: what [`Tap`] and [`crate::class_traffic::ClassCounter`] count with.
+pub struct Receiver<T> {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<Result<TapReport, FloodError>, TopoError>>,
+    thread: JoinHandle<Result<Result<T, FloodError>, TopoError>>,
+}
+
+impl<T: Send + 'static> Receiver<T> {
+    /// Opens the socket on `iface` of `ns` and runs `read` on it (with the stop flag it must
+    /// watch) on a thread inside `ns`; returns once the socket is open (or failed), so that the
+    /// caller's traffic starts after it.
+    pub fn spawn<F>(ns: &Namespace, iface: &str, read: F) -> Result<Receiver<T>, FloodError>
+    where
+        F: FnOnce(AfPacketPort, &AtomicBool) -> Result<T, FloodError> + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, iface) = (stop.clone(), iface.to_owned());
+        let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+        let thread = ns.spawn(move || {
+            let port = AfPacketPort::open(&iface, &AfPacketConfig::default());
+            let _ = opened_tx.send(());
+            read(port?, &flag)
+        })?;
+        let _ = opened_rx.recv();
+        Ok(Receiver { stop, thread })
+    }
+
+    /// Stops reading and returns what `read` returned.
+    pub fn finish(self) -> Result<T, FloodError> {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .map_err(|_| FloodError::ThreadPanicked)??
+    }
 }
 
 /// What a [`Tap`] counted.
@@ -345,25 +378,15 @@ impl Tap {
         buckets: usize,
         origin: Instant,
     ) -> Result<Tap, FloodError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, iface) = (stop.clone(), iface.to_owned());
-        let (opened_tx, opened_rx) = std::sync::mpsc::channel();
-        let thread = ns.spawn(move || {
-            let port = AfPacketPort::open(&iface, &AfPacketConfig::default());
-            let _ = opened_tx.send(());
-            count(port?, classify, buckets, origin, &flag)
-        })?;
-        // The socket is open (or failed) before the caller starts its traffic.
-        let _ = opened_rx.recv();
-        Ok(Tap { stop, thread })
+        Receiver::spawn(ns, iface, move |port, stop| {
+            count(port, classify, buckets, origin, stop)
+        })
+        .map(Tap)
     }
 
     /// Stops counting and returns what was counted.
     pub fn finish(self) -> Result<TapReport, FloodError> {
-        self.stop.store(true, Ordering::Release);
-        self.thread
-            .join()
-            .map_err(|_| FloodError::ThreadPanicked)??
+        self.0.finish()
     }
 }
 
