@@ -8,7 +8,9 @@ mod common;
 
 use common::rules::*;
 use metronome_core::ClassId;
-use metronome_packet::{ClassRule, Classifier, Ecn, FiveTuple, Fragment, IpPacket, RuleId};
+use metronome_packet::{
+    ClassRule, Classifier, Ecn, FiveTuple, Fragment, IpPacket, Parsed, RuleId, Verdict,
+};
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -475,8 +477,20 @@ proptest! {
             prop_assert_eq!(c.len(), model.len());
             for p in &packets {
                 let ip = p.ip();
-                prop_assert_eq!(c.class_of(&ip), first_match(&rules, DEFAULT, &ip), "{:?}", ip);
+                let expected = first_match(&rules, DEFAULT, &ip);
+                prop_assert_eq!(c.class_of(&ip), expected, "{:?}", ip);
+                // Through the exact-match cache too: the same packets after every change, so
+                // an entry of the rules before the change must not answer.
+                prop_assert_eq!(verdict_class(&c, ip), expected, "cached {:?}", ip);
             }
         }
+    }
+}
+
+/// The class `classify` gives `ip` (through the exact-match cache when the index is in use).
+fn verdict_class(c: &Classifier, ip: IpPacket) -> ClassId {
+    match c.classify(&Parsed::Ip(ip)) {
+        Verdict::Shape { class, .. } => class,
+        other => panic!("an IP packet classified as {other:?}"),
     }
 }

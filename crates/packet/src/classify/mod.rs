@@ -56,6 +56,7 @@
 //! that grows past `LINEAR_MAX_RULES` by pushes builds its index then (once, from at most 17
 //! rules); one that shrinks to half of it drops the index and scans again.
 
+mod exact_cache;
 mod keyed;
 mod rule;
 mod rule_list;
@@ -68,6 +69,7 @@ pub use rule::ClassRule;
 
 use crate::flow_hash::{flow_id, DEFAULT_FLOW_SEED};
 use crate::frame::{IpPacket, Malformed, Parsed};
+use exact_cache::ExactCache;
 use metronome_core::{ClassId, FlowId, PacketRef};
 use rule_list::RuleList;
 use std::fmt;
@@ -120,6 +122,8 @@ pub struct Classifier {
     rules: RuleList,
     /// The tuple-space index of `rules`; `None` while the classifier scans its rules.
     index: Option<TupleSpace>,
+    /// The exact-match cache in front of the index (`exact_cache.rs`), made with it.
+    cache: Option<ExactCache>,
     /// The id of the next rule pushed.
     next_id: u32,
     default: ClassId,
@@ -147,6 +151,7 @@ impl Classifier {
         let mut classifier = Classifier {
             rules: RuleList::default(),
             index: None,
+            cache: None,
             next_id: 0,
             default,
             flow_seed: DEFAULT_FLOW_SEED,
@@ -189,6 +194,10 @@ impl Classifier {
                 index.insert(slot.id.0, &slot.rule.0, slot.rule.1);
             }
             self.index = Some(index);
+            self.cache = Some(ExactCache::new());
+        }
+        if let Some(cache) = &mut self.cache {
+            cache.invalidate();
         }
         id
     }
@@ -207,8 +216,12 @@ impl Classifier {
         let Some((rule, _)) = self.rules.remove(id) else {
             return false;
         };
+        if let Some(cache) = &mut self.cache {
+            cache.invalidate();
+        }
         if self.rules.len() <= LINEAR_MAX_RULES / 2 {
             if self.index.take().is_some() {
+                self.cache = None;
                 self.rules.compact();
             }
         } else if let Some(index) = &mut self.index {
@@ -223,11 +236,20 @@ impl Classifier {
     #[inline]
     pub fn classify(&self, parsed: &Parsed) -> Verdict {
         match parsed {
-            Parsed::Ip(ip) => Verdict::Shape {
-                class: self.class_of(ip),
-                flow: flow_id(&ip.tuple, self.flow_seed),
-                len: ip.wire_len,
-            },
+            Parsed::Ip(ip) => {
+                let flow = flow_id(&ip.tuple, self.flow_seed);
+                let class = match (&self.index, &self.cache) {
+                    (Some(index), Some(cache)) => {
+                        cache.class_of(ip, flow, || index.find(ip).unwrap_or(self.default))
+                    }
+                    _ => self.class_of(ip),
+                };
+                Verdict::Shape {
+                    class,
+                    flow,
+                    len: ip.wire_len,
+                }
+            }
             Parsed::NonIp(_) => Verdict::PassNonIp,
             Parsed::Malformed(reason) => Verdict::Malformed(*reason),
         }
