@@ -46,6 +46,11 @@
 //!   ([`std::collections::hash_map::RandomState`]): the keys come from the packets of untrusted
 //!   senders, who must not be able to compute colliding addresses that turn a lookup into a
 //!   scan.
+//! * In front of the index, an exact-match cache (`exact_cache.rs`, Open vSwitch's EMC): the
+//!   class the index found for a packet's exact fields, in a slot chosen by its flow hash, so
+//!   that the packets of a flow seen recently cost one compare instead of the index's lookups
+//!   ([`Classifier::classify`]; [`Classifier::class_of`] always asks the index). Every push and
+//!   remove makes its entries stale; it never changes a packet's class.
 //! * Unsatisfiable rules ([`ClassRule::is_unsatisfiable`]) match nothing and are left out of
 //!   the index; [`Classifier::rules`] still returns every rule, in order.
 //!
