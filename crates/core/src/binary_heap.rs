@@ -18,7 +18,8 @@
 //! Equal EDTs leave first-in first-out: every entry carries a sequence number drawn from a
 //! monotonically increasing `u64` counter, and the heap orders by `(edt, seq)`.
 //!
-//! Memory: the heap is one `Vec` of 32-byte entries (EDT 8, sequence 8, [`PacketRef`] 16). It grows by doubling and never shrinks, so in steady state neither side allocates.
+//! Memory: the heap is one `Vec` of 32-byte entries (EDT 8, sequence 8, [`PacketRef`] 16). It grows
+//! by doubling and never shrinks, so in steady state neither side allocates.
 
 use crate::packet::PacketRef;
 use crate::queue::{EdtQueue, QueueCounters, RejectReason, Rejected};

@@ -83,8 +83,8 @@ pub const MIN_PACKET_BYTES: u64 = 64;
 pub const DEFAULT_MTU_BYTES: u32 = 1500;
 
 /// Largest shared buffer in bytes: 1 GiB. The reference pool costs about a fifth of the buffer
-/// (`buffer / MIN_PACKET_BYTES` references at 18.3 bytes each, a full pool node), so this bounds it near 300 MiB;
-/// switch ports hold 96 KB to a few MB (MQ-ECN §5.1-5.2: 96 KB and 300 KB).
+/// (`buffer / MIN_PACKET_BYTES` references at 18.3 bytes each, a full pool node), so this bounds it
+/// near 300 MiB; switch ports hold 96 KB to a few MB (MQ-ECN §5.1-5.2: 96 KB and 300 KB).
 pub const MAX_BUFFER_BYTES: u64 = 1 << 30;
 
 /// Most queues per port: 64, one bit each in the strict-priority occupancy word. Switch chips

@@ -83,9 +83,14 @@ pub fn start_daemon(
     label: &str,
     within: Duration,
 ) -> Daemon {
+    start_daemon_with(in_shaper(topo), config, None, socket, stderr, label, within)
+}
+
+/// `ip netns exec SHAPER`: the start of a command that runs in `topo`'s shaper namespace.
+fn in_shaper(topo: &Topology) -> Command {
     let mut command = Command::new("ip");
     command.args(["netns", "exec", topo.shaper.name()]);
-    start_daemon_with(command, config, None, socket, stderr, label, within)
+    command
 }
 
 /// [`start_daemon`] with its control socket at `control` (the others run without one: tests
@@ -100,10 +105,8 @@ pub fn start_daemon_controlled(
     label: &str,
     within: Duration,
 ) -> Daemon {
-    let mut command = Command::new("ip");
-    command.args(["netns", "exec", topo.shaper.name()]);
     start_daemon_with(
-        command,
+        in_shaper(topo),
         config,
         Some(control),
         socket,

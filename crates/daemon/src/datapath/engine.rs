@@ -30,10 +30,10 @@
 //! entries dropped while the outside link was down, [`Engine::expire`], dropped by the link and
 //! discarded at stop are on the released side).
 //!
-//! The modules: [`classes`] (classes and reload), [`live`] (classes added, changed and deleted live), [`receive`] (classify, admit, stamp, queue),
-//! [`cut`] (super-frames cut into pieces), [`slots`] (what is kept per pool slot), [`release`]
-//! (the transmit batch, expiry, stop), [`fair`] (fair queueing inside a class), [`link`] (the
-//! shared link).
+//! The modules: [`classes`] (classes and reload), [`live`] (classes added, changed and deleted
+//! live), [`receive`] (classify, admit, stamp, queue), [`cut`] (super-frames cut into pieces),
+//! [`slots`] (what is kept per pool slot), [`release`] (the transmit batch, expiry, stop),
+//! [`fair`] (fair queueing inside a class), [`link`] (the shared link).
 
 mod classes;
 mod cut;
@@ -174,11 +174,11 @@ impl EngineCounters {
     }
 }
 
-/// Most class states an engine takes over its life (a state is kept while its name is, and
-/// reloads only add states): 2^24 (16 777 216), sixteen times
-/// [`crate::ops::config::MAX_CLASSES`], a bound on the per-class tables (see
-/// `classes::ClassState` for what one costs) well inside the `u32` of a `ClassId` and the 2^30 classes
-/// of a fair queue (`metronome_core::fair_queue::MAX_FAIR_CLASSES`).
+/// Most class states an engine holds (a state is kept while its name is, reloads only add
+/// states, and a live class's state serves the next class once it is deleted and drained):
+/// 2^24 (16 777 216), sixteen times [`crate::ops::config::MAX_CLASSES`], a bound on the
+/// per-class tables (see `classes::ClassState` for what one costs) well inside the `u32` of a
+/// `ClassId` and the 2^30 classes of a fair queue (`metronome_core::fair_queue::MAX_FAIR_CLASSES`).
 pub const MAX_CLASS_STATES: usize = 1 << 24;
 
 /// A reload that the engine refused; the running configuration stays in force.

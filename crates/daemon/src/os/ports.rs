@@ -168,8 +168,8 @@ pub fn reverse_pool(config: &Config) -> FramePool {
     }
 }
 
-/// The frame pool of one loop: [`frame_slots`] small slots of [`small_slot_size`], plus `daemon.gso_slots` large ones
-/// when the ports carry virtio-net headers.
+/// The frame pool of one loop: [`frame_slots`] small slots of [`small_slot_size`], plus
+/// `daemon.gso_slots` large ones when the ports carry virtio-net headers.
 pub fn frame_pool(config: &Config) -> FramePool {
     if config.daemon.vnet_hdr {
         FramePool::with_large(

@@ -1,6 +1,6 @@
-//! `metronome compare --classes`: thousands of classes, each held to its own rate, measured class by
-//! class at the receiver, through `metronome run` and through kernel HTB with hashed u32 filters on
-//! the same path in the same run (NicPic §1 and §3: tens of thousands of rate limiters on one
+//! `metronome compare --classes`: thousands of classes, each held to its own rate, measured class
+//! by class at the receiver, through `metronome run` and through kernel HTB with hashed u32 filters
+//! on the same path in the same run (NicPic §1 and §3: tens of thousands of rate limiters on one
 //! host; Carousel §2: shaping for tens of thousands of aggregates per host).
 //!
 //! One [`Topology::bump_in_the_wire`] with its four veths at [`ClassesOptions::frame_bytes`]

@@ -12,13 +12,14 @@
 //! classify, stamp, send), not the shaping, limits what passes.
 //!
 //! Each run starts once `metronome run` forwards a first frame
-//! ([`crate::class_traffic::wait_forwarding`]). Measured after [`PacketRateOptions::warmup`], over [`PacketRateOptions::measure`]: the frames
-//! the receiver's veth got per second (`rx_packets`), the frames the sender's socket took per
-//! second, and the daemon process's CPU (user + system time of all its threads) per delivered
-//! frame. The runs alternate ([`PacketRateOptions::rounds`] times), so that a noisy moment of the
-//! shared machine does not fall on one class count only. When the sender, not the daemon, limits
-//! (the daemon delivers about everything it is sent, [`sender_limited`]), the ratio of frames per
-//! second compares nothing, and the CPU per frame is the figure.
+//! ([`crate::class_traffic::wait_forwarding`]). Measured after [`PacketRateOptions::warmup`], over
+//! [`PacketRateOptions::measure`]: the frames the receiver's veth got per second (`rx_packets`),
+//! the frames the sender's socket took per second, and the daemon process's CPU (user + system time
+//! of all its threads) per delivered frame. The runs alternate ([`PacketRateOptions::rounds`]
+//! times), so that a noisy moment of the shared machine does not fall on one class count only. When
+//! the sender, not the daemon, limits (the daemon delivers about everything it is sent,
+//! [`sender_limited`]), the ratio of frames per second compares nothing, and the CPU per frame is
+//! the figure.
 
 use super::attach::AttachedDaemon;
 use super::CompareError;

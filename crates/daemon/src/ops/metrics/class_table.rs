@@ -2,15 +2,15 @@
 //! of one labelled entry per series in the registry's families, and written out by a collector
 //! ([`ClassTable`]) at each scrape.
 //!
-//! **Why not families.** A `prometheus-client` family keeps a hash map from a label set (the
-//! class name, copied) to an `Arc` per series: fifteen series a class would be fifteen
-//! allocations, fifteen copies of the name and fifteen map entries, all made at start-up. Here a class and
-//! silo is one allocation (and its name once more as the lookup key): the fifteen atomics on
-//! two cache lines, the sent bytes, sent packets and queued gauge that the data path writes most
-//! on the first. The data path writes them with relaxed atomic operations, as
-//! `prometheus-client`'s counters do; nothing it does takes a lock a scrape holds: a scrape
-//! takes the table's lock only to list the records (a pointer each) and encodes after releasing
-//! it, and only a class's creation (start-up, a reload) takes it otherwise.
+//! **Why not families.** A `prometheus-client` family keeps a hash map from a label set (the class
+//! name, copied) to an `Arc` per series: fifteen series a class would be fifteen allocations,
+//! fifteen copies of the name and fifteen map entries, all made at start-up. Here a class and silo
+//! is one allocation (and its name once more as the lookup key): the fifteen atomics on two cache
+//! lines, the sent bytes, sent packets and queued gauge that the data path writes most on the
+//! first. The data path writes them with relaxed atomic operations, as `prometheus-client`'s
+//! counters do; nothing it does takes a lock a scrape holds: a scrape takes the table's lock only
+//! to list the records (a pointer each) and encodes after releasing it, and only a class's creation
+//! (start-up, a reload) takes it otherwise.
 //!
 //! **Which classes get series** ([`ClassSeries`], `[daemon] class_metrics`): all (the default),
 //! the classes with traffic (`active`: a class's series are in a scrape from the first scrape
