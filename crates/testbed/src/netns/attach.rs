@@ -174,6 +174,25 @@ impl AttachTopology {
         workloads: usize,
         link: WorkloadLink,
     ) -> Result<AttachTopology, TopoError> {
+        Self::build(prefix, (workloads, link), "br0")
+    }
+
+    /// [`AttachTopology::new`] with the bridge named `bridge` (at most 15 bytes) instead of
+    /// `br0`: the node of [`super::cni::CniTopology`] has no workloads of its own and names its
+    /// bridge as the CNI `bridge` plugin's configuration does (`cni0`).
+    pub fn with_bridge(
+        prefix: &str,
+        workloads: usize,
+        bridge: &str,
+    ) -> Result<AttachTopology, TopoError> {
+        Self::build(prefix, (workloads, WorkloadLink::Bridge), bridge)
+    }
+
+    fn build(
+        prefix: &str,
+        (workloads, link): (usize, WorkloadLink),
+        bridge: &str,
+    ) -> Result<AttachTopology, TopoError> {
         process::check_net_admin()?;
         if workloads > MAX_WORKLOADS {
             return Err(TopoError::Io(std::io::Error::new(
@@ -200,7 +219,7 @@ impl AttachTopology {
             uplink: "up0".into(),
             receiver_if: "rcv0".into(),
             link,
-            bridge: "br0".into(),
+            bridge: bridge.into(),
             host_addr: Ipv4Addr::new(10, 78, octet, 1),
             receiver_addr: Ipv4Addr::new(10, 78, octet, 2),
             gateway_addr: Ipv4Addr::new(10, 79, octet, 1),
