@@ -77,6 +77,7 @@
 pub mod attach;
 pub mod churn;
 pub mod classes;
+pub mod cni;
 pub mod link_sharing;
 pub mod measure;
 pub mod packet_rate;

@@ -13,13 +13,15 @@
 //!   `rcv0`, the route from the receiver to the pod subnet through the node's uplink address,
 //!   forwarding in the node, and `cni0` made beforehand and up, holding the pod subnet's gateway
 //!   address (`metronome run` attaches to it at start, `[interfaces] bridges`; the `bridge`
-//!   plugin takes an existing bridge, and finds its gateway address there already).
+//!   plugin takes an existing bridge, and finds its gateway address there already), its MAC
+//!   address set so that it stays as pods come and go (as the `bridge` plugin's CHECK expects).
 //! * A pod is a network namespace `<base>-p<n>` with only `lo` ([`CniTopology::add_pod`]): the
 //!   plugins give it its `eth0`, its host veth (named by the `bridge` plugin, `veth<random>`) and
 //!   its address.
 //! * The conflists ([`CniTopology::conflist`]): `bridge` on `cni0` with `isGateway: true`,
 //!   `ipMasq: false` (pod traffic reaches the receiver with the pod's address), `host-local`
-//!   over the topology's pod subnet from `.10` with its own `dataDir` in the topology's scratch
+//!   over the topology's pod subnet from `.10`, a default route via the gateway (the pod's
+//!   `routes`, as Kubernetes conflists give it), with its own `dataDir` in the topology's scratch
 //!   directory ([`CniTopology::ipam_dir`]), so nothing lands in the machine's `/var/lib/cni` and
 //!   a leftover lease can be counted ([`CniTopology::leases`]); then the limiting plugin: the
 //!   containernetworking `bandwidth` plugin ([`CniTopology::bandwidth_conflist`]) or
@@ -130,11 +132,31 @@ impl CniTopology {
             scratch,
         };
         // From here on `topo`'s Drop removes whatever exists, also on the error paths below.
+        topo.pin_bridge_mac()?;
         std::fs::create_dir_all(topo.ipam_dir())?;
         for _ in 0..pods {
             topo.add_pod()?;
         }
         Ok(topo)
+    }
+
+    /// Sets `cni0`'s MAC address to the one it has: a bridge whose address was never set takes
+    /// the lowest of its ports' (`br_stp_recalculate_bridge_id` in `net/bridge/br_stp_if.c`),
+    /// so it would change as pods come and go, and the `bridge` plugin's CHECK, which compares
+    /// the bridge's address with the one in the ADD result, would fail for every pod added
+    /// before.
+    fn pin_bridge_mac(&self) -> Result<(), TopoError> {
+        let shown = self.node.host.ip(&["-o", "link", "show", "dev", BRIDGE])?;
+        let mac = shown
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        self.node
+            .host
+            .ip(&["link", "set", "dev", BRIDGE, "address", &mac])
+            .map(drop)
     }
 
     /// The node's namespace (where the plugins and the daemon run).
@@ -206,6 +228,7 @@ impl CniTopology {
                     "rangeEnd": Ipv4Addr::new(a, b, c, RANGE_END).to_string(),
                     "gateway": gateway,
                 }]],
+                "routes": [{ "dst": "0.0.0.0/0" }],
             },
         });
         let mut all = vec![bridge];

@@ -146,7 +146,10 @@ impl RuntimeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum CniError {
     /// A plugin answered with a CNI error object.
-    #[error("{plugin} {command}: CNI error {code}: {msg}{}", details_suffix(details))]
+    #[error(
+        "{plugin} {command}: CNI error {code}: {msg}{}",
+        details_suffix(details)
+    )]
     Plugin {
         /// The plugin's `type`.
         plugin: String,
@@ -408,7 +411,12 @@ pub fn result_host_if(result: &Value) -> Option<String> {
     let interfaces = result.get("interfaces")?.as_array()?;
     interfaces
         .iter()
-        .filter(|i| i.get("sandbox").and_then(Value::as_str).unwrap_or("").is_empty())
+        .filter(|i| {
+            i.get("sandbox")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+        })
         .filter_map(|i| i.get("name")?.as_str())
         .find(|name| *name != super::BRIDGE)
         .map(str::to_owned)

@@ -40,7 +40,10 @@ fn every_plugin_gets_the_name_and_version_and_the_previous_result() {
 fn runtime_config_goes_only_to_plugins_asking_for_the_capability() {
     let list = conflist();
     let rc = RuntimeConfig::bandwidth(bw());
-    assert!(list.plugin_config(0, None, &rc).get("runtimeConfig").is_none());
+    assert!(list
+        .plugin_config(0, None, &rc)
+        .get("runtimeConfig")
+        .is_none());
     let asked = list.plugin_config(1, None, &rc);
     assert_eq!(
         asked["runtimeConfig"]["bandwidth"],
@@ -48,7 +51,10 @@ fn runtime_config_goes_only_to_plugins_asking_for_the_capability() {
                 "egressRate": 50_000_000u64, "egressBurst": 400_000u64 })
     );
     // Asked for `bandwidth: false` and a capability the runtime has no argument for: nothing.
-    assert!(list.plugin_config(2, None, &rc).get("runtimeConfig").is_none());
+    assert!(list
+        .plugin_config(2, None, &rc)
+        .get("runtimeConfig")
+        .is_none());
     // No arguments: nothing either.
     let none = list.plugin_config(1, None, &RuntimeConfig::none());
     assert!(none.get("runtimeConfig").is_none(), "{none}");
@@ -78,9 +84,15 @@ fn a_plugin_type_is_looked_up_in_cni_path_only() {
     std::fs::write(dir.join("fake"), "#!/bin/sh\n").unwrap();
     let rt = CniRuntime::new(&Namespace::new("none"), vec![dir.clone()], conflist());
     assert_eq!(rt.find_plugin("fake").unwrap(), dir.join("fake"));
-    assert!(matches!(rt.find_plugin("missing"), Err(CniError::NotFound(_))));
+    assert!(matches!(
+        rt.find_plugin("missing"),
+        Err(CniError::NotFound(_))
+    ));
     // A type is a file name, never a path.
-    assert!(matches!(rt.find_plugin("../fake"), Err(CniError::NotFound(_))));
+    assert!(matches!(
+        rt.find_plugin("../fake"),
+        Err(CniError::NotFound(_))
+    ));
     assert!(matches!(rt.find_plugin(""), Err(CniError::NotFound(_))));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -106,6 +118,9 @@ fn metronome_cni_comes_first_in_cni_path() {
     let dirs = cni_path_with(Path::new("/x/target/debug/metronome-cni"));
     assert_eq!(
         dirs,
-        [PathBuf::from("/x/target/debug"), PathBuf::from("/usr/lib/cni")]
+        [
+            PathBuf::from("/x/target/debug"),
+            PathBuf::from("/usr/lib/cni")
+        ]
     );
 }
