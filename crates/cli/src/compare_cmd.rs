@@ -1,5 +1,6 @@
 //! `metronome compare [--quick] [--offloads host|off] [--attach] [--json]`
-//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`];
+//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]; `--cni`:
+//! [`crate::compare_cni`];
 //! `--classes` and `--packet-rate`: [`crate::compare_classes`]; `--churn`:
 //! [`crate::compare_churn`]):
 //! Metronome (its class as one FIFO, and in the
@@ -104,6 +105,22 @@ pub struct CompareArgs {
     #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "plot", "replot", "offloads",
           "daemon_cores", "busy_poll", "timer_slack"])]
     attach: bool,
+    /// Pods limited through a chained CNI plugin instead: `metronome-cni` (classes on the node's
+    /// `metronome run`, found next to this binary) against the containernetworking `bandwidth`
+    /// plugin, both after `bridge` + `host-local`; per pod the rate each way (`--flows`
+    /// connections per pod and direction, default 4), the fair probe's RTT, and 100 ADD/DEL
+    /// cycles' leftovers. With `--quick`: 100 Mbit/s only and 20 cycles.
+    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot",
+          "offloads", "daemon_cores", "isolate_daemon", "busy_poll", "timer_slack", "target",
+          "classes", "packet_rate", "churn"])]
+    cni: bool,
+    /// With `--cni`: pods (default 8).
+    #[arg(long, value_name = "N", requires = "cni",
+          value_parser = clap::value_parser!(u64).range(1..=200))]
+    pods: Option<u64>,
+    /// With `--cni`: the pods' rates, each way (default 100mbit,1gbit).
+    #[arg(long, value_delimiter = ',', requires = "cni")]
+    rates: Vec<metronome_core::Rate>,
     /// With `--attach`: how the workloads' veths join the host, `bridge` (enslaved to a bridge
     /// holding their gateway) or `routed` (no bridge, a /32 route per workload).
     #[arg(long, default_value = "bridge", requires = "attach")]
@@ -430,6 +447,19 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             frame_bytes: args.frame_bytes.map(|b| b as usize),
         };
         return crate::compare_classes::run_classes(choice, args.json);
+    }
+    if args.cni {
+        if args.flows.len() > 1 || args.flows.contains(&0) {
+            eprintln!("metronome compare: --cni takes one --flows of at least 1");
+            std::process::exit(2);
+        }
+        let cni = crate::compare_cni::CniArgs {
+            quick: args.quick,
+            pods: args.pods.map(|p| usize::try_from(p).unwrap_or(usize::MAX)),
+            rates_bps: args.rates.iter().map(|r| r.bps()).collect(),
+            flows: args.flows.first().copied(),
+        };
+        return crate::compare_cni::run(&cni, args.json);
     }
     if args.attach {
         if args.flows.contains(&0) {
@@ -898,5 +928,35 @@ mod tests {
         assert!(parse(&["compare", "--class-rates", "1mbit"]).is_err());
         assert!(parse(&["compare", "--classes", "0"]).is_err());
         assert!(parse(&["compare", "--packet-rate", "--frame-bytes", "64"]).is_err());
+    }
+
+    #[test]
+    fn cni_takes_pods_rates_flows_quick_and_json_but_no_other_mode() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.compare);
+        let a = parse(&["compare", "--cni"]).unwrap();
+        assert!(a.cni && a.pods.is_none() && a.rates.is_empty());
+        let a = parse(&[
+            "compare",
+            "--cni",
+            "--pods",
+            "3",
+            "--rates",
+            "100mbit,1gbit",
+            "--flows",
+            "2",
+            "--quick",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(a.pods, Some(3));
+        let rates: Vec<u64> = a.rates.iter().map(|r| r.bps()).collect();
+        assert_eq!(rates, [100_000_000, 1_000_000_000]);
+        assert_eq!(a.flows, [2]);
+        assert!(a.quick && a.json);
+        assert!(parse(&["compare", "--cni", "--attach"]).is_err());
+        assert!(parse(&["compare", "--cni", "--churn"]).is_err());
+        assert!(parse(&["compare", "--pods", "3"]).is_err());
+        assert!(parse(&["compare", "--rates", "1mbit"]).is_err());
+        assert!(parse(&["compare", "--cni", "--pods", "0"]).is_err());
     }
 }

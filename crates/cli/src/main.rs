@@ -7,6 +7,7 @@ mod compare_attach;
 mod compare_churn;
 mod compare_classes;
 mod compare_cmd;
+mod compare_cni;
 mod compare_link;
 mod compare_plot;
 mod demo_cmd;

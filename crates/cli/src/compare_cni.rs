@@ -1,0 +1,297 @@
+//! `metronome compare --cni [--quick] [--pods N] [--rates RATES] [--flows N] [--json]`: pods
+//! limited through a chained CNI plugin, `metronome-cni` against the containernetworking
+//! `bandwidth` plugin (what is run and measured: `metronome_testbed::compare::cni`).
+//!
+//! The `metronome-cni` rows run this binary's `run` as the node's daemon and the
+//! `metronome-cni` binary next to it (`target/<profile>/metronome-cni`, as Cargo builds both).
+//!
+//! Output: per rate, one line per pod with each shaper's egress and ingress rate and deviation
+//! side by side ([`format_pods`]), a summary line per shaper and direction, the errors; the fair
+//! probe's RTT per shaper; the cycle check's leftovers per shaper. With `--json` exactly
+//! `{"machine", "pods": [...], "probes": [...], "cycles": [...]}` on standard output: each pod
+//! row is `{"shaper": "metronome-cni"|"bandwidth", "target_bps", "direction":
+//! "egress"|"ingress", "pod", "flows", "achieved_bps" (the windows' median), "mean_bps",
+//! "deviation_pct"}` (the figures `null` with an `"error"`); each probe row `{"shaper",
+//! "target_bps", "bulk_flows", "rtt_p50_us", "rtt_p99_us"}`; each cycle row `{"shaper",
+//! "cycles", "failed", "leftovers": [...]}`. Progress lines go to standard error. Without
+//! CAP_NET_ADMIN: one line naming the privilege, exit status 2.
+
+use crate::compare_cmd::or_exit;
+use metronome_testbed::compare::cni::{
+    self, CniOptions, CniReport, CniShaper, CycleRow, Direction, PodRow, ProbeRow,
+};
+use std::fmt::Write;
+
+/// What `--cni` was asked for on the command line (`None`/empty: the defaults of
+/// [`CniOptions`]).
+#[derive(Debug, Default)]
+pub struct CniArgs {
+    /// `--quick`.
+    pub quick: bool,
+    /// `--pods`.
+    pub pods: Option<usize>,
+    /// `--rates`, bits/s.
+    pub rates_bps: Vec<u64>,
+    /// `--flows`.
+    pub flows: Option<usize>,
+}
+
+/// The `--json` document.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct CniDocument {
+    pub(crate) machine: String,
+    #[serde(flatten)]
+    pub(crate) report: CniReport,
+}
+
+/// The options of a run of `args`.
+pub fn options(args: &CniArgs) -> CniOptions {
+    let mut options = if args.quick {
+        CniOptions::quick()
+    } else {
+        CniOptions::full()
+    };
+    if let Some(p) = args.pods {
+        options.pods = p;
+    }
+    if !args.rates_bps.is_empty() {
+        options.rates_bps = args.rates_bps.clone();
+    }
+    if let Some(f) = args.flows {
+        options.flows = f;
+    }
+    let exe = std::env::current_exe().ok();
+    options.plugin_binary = exe
+        .as_ref()
+        .and_then(|e| e.parent())
+        .map(|d| d.join("metronome-cni"));
+    options.daemon_binary = exe;
+    options
+}
+
+/// The per-pod table of one rate: each pod's egress and ingress under each shaper, then a
+/// summary per shaper and direction and the errors.
+pub fn format_pods(rows: &[PodRow], rate_bps: u64) -> String {
+    let rows: Vec<&PodRow> = rows.iter().filter(|r| r.target_bps == rate_bps).collect();
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let shapers: Vec<CniShaper> = CniShaper::ALL
+        .into_iter()
+        .filter(|s| rows.iter().any(|r| r.shaper == *s))
+        .collect();
+    let mut pods: Vec<&str> = Vec::new();
+    for r in &rows {
+        if !pods.contains(&r.pod.as_str()) {
+            pods.push(&r.pod);
+        }
+    }
+    let mut out = format!(
+        "{} pods at {:.0} Mbit/s each way, {} TCP flows per pod and direction\n{:<5}",
+        pods.len(),
+        rate_bps as f64 / 1e6,
+        first.flows,
+        "pod"
+    );
+    for s in &shapers {
+        for d in Direction::BOTH {
+            let _ = write!(out, " | {:<17}", format!("{} {}", s.name(), d.name()));
+        }
+    }
+    let _ = write!(out, "\n{:<5}", "");
+    for _ in 0..shapers.len() * 2 {
+        let _ = write!(out, " | {:>9} {:>7}", "Mbit/s", "dev %");
+    }
+    out.push('\n');
+    for pod in &pods {
+        let _ = write!(out, "{pod:<5}");
+        for s in &shapers {
+            for d in Direction::BOTH {
+                let row = rows
+                    .iter()
+                    .find(|r| r.shaper == *s && r.direction == d && r.pod == *pod);
+                match row.and_then(|r| r.achieved_bps.zip(r.deviation_pct)) {
+                    Some((a, dev)) => {
+                        let _ = write!(out, " | {:>9.2} {:>7.2}", a / 1e6, dev);
+                    }
+                    None => {
+                        let _ = write!(out, " | {:>9} {:>7}", "-", "-");
+                    }
+                }
+            }
+        }
+        out.push('\n');
+    }
+    for s in &shapers {
+        for d in Direction::BOTH {
+            let measured: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.shaper == *s && r.direction == d)
+                .filter_map(|r| r.achieved_bps)
+                .collect();
+            if measured.is_empty() {
+                continue;
+            }
+            let worst = measured
+                .iter()
+                .map(|a| 100.0 * (a / rate_bps as f64 - 1.0))
+                .fold(0.0_f64, |w, e| if e.abs() > w.abs() { e } else { w });
+            let _ = writeln!(
+                out,
+                "{} {}: {} pods measured, largest error from the limit {:+.2} %",
+                s.name(),
+                d.name(),
+                measured.len(),
+                worst
+            );
+        }
+    }
+    let mut errors: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            r.error
+                .as_ref()
+                .map(|e| format!("{}: not measured: {e}", r.shaper.name()))
+        })
+        .collect();
+    errors.dedup();
+    for e in errors {
+        let _ = writeln!(out, "{e}");
+    }
+    out
+}
+
+/// The probe lines and the cycle lines.
+pub fn format_probes_and_cycles(probes: &[ProbeRow], cycles: &[CycleRow]) -> String {
+    let mut out = String::new();
+    for p in probes {
+        let _ = writeln!(out, "{}", cni::describe_probe_row(p));
+    }
+    for c in cycles {
+        let _ = writeln!(out, "{}", cni::describe_cycle_row(c));
+    }
+    out
+}
+
+/// Runs `metronome compare --cni`.
+pub fn run(args: &CniArgs, json: bool) -> anyhow::Result<()> {
+    let options = options(args);
+    let report = or_exit(cni::run(&options, &mut std::io::stderr()));
+    let machine = metronome_bench::machine::describe();
+    if json {
+        let doc = CniDocument { machine, report };
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    println!("metronome compare --cni on {machine}");
+    for &rate in &options.rates_bps {
+        print!("{}", format_pods(&report.pods, rate));
+        println!();
+    }
+    print!(
+        "{}",
+        format_probes_and_cycles(&report.probes, &report.cycles)
+    );
+    println!(
+        "Mbit/s: the median of the pod's 100 ms goodput windows after the warm-up, scaled to \
+         full segments on the wire; dev %: the windows' mean absolute deviation from the limit\n\
+         metronome-cni: the pod's classes (`from` its host veth for egress, `to` it for ingress, \
+         fair) on the node's daemon; bandwidth: the containernetworking plugin's IFB with a TBF \
+         (egress) and a TBF on the host veth (ingress), each holding 25 ms"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(shaper: CniShaper, direction: Direction, pod: &str, a: Option<f64>) -> PodRow {
+        PodRow {
+            shaper,
+            target_bps: 100_000_000,
+            direction,
+            pod: pod.into(),
+            flows: 4,
+            achieved_bps: a,
+            mean_bps: a,
+            deviation_pct: a.map(|_| 1.0),
+            error: a.is_none().then(|| "the daemon refused".to_owned()),
+        }
+    }
+
+    #[test]
+    fn the_table_has_one_line_per_pod_and_a_summary_per_shaper_and_direction() {
+        let rows = vec![
+            row(CniShaper::Bandwidth, Direction::Egress, "p0", Some(99e6)),
+            row(CniShaper::Bandwidth, Direction::Ingress, "p0", Some(101e6)),
+            row(CniShaper::Bandwidth, Direction::Egress, "p1", Some(100e6)),
+            row(CniShaper::Bandwidth, Direction::Ingress, "p1", Some(100e6)),
+            row(CniShaper::MetronomeCni, Direction::Egress, "p0", None),
+        ];
+        let text = format_pods(&rows, 100_000_000);
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with('p')).count(),
+            3,
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "bandwidth ingress: 2 pods measured, largest error from the limit +1.00 %"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("metronome-cni: not measured: the daemon refused"),
+            "{text}"
+        );
+        // Another rate has no rows.
+        assert!(format_pods(&rows, 1).is_empty());
+    }
+
+    #[test]
+    fn the_plugin_is_found_next_to_this_binary() {
+        let o = options(&CniArgs {
+            pods: Some(3),
+            rates_bps: vec![5_000_000],
+            ..CniArgs::default()
+        });
+        assert_eq!(
+            (o.pods, o.rates_bps.clone(), o.flows),
+            (3, vec![5_000_000], 4)
+        );
+        let (daemon, plugin) = (o.daemon_binary.unwrap(), o.plugin_binary.unwrap());
+        assert_eq!(plugin.parent(), daemon.parent());
+        assert_eq!(plugin.file_name().unwrap(), "metronome-cni");
+    }
+
+    #[test]
+    fn the_json_keeps_errors_and_figures_apart() {
+        let doc = CniDocument {
+            machine: "test".into(),
+            report: CniReport {
+                pods: vec![
+                    row(CniShaper::MetronomeCni, Direction::Egress, "p0", None),
+                    row(CniShaper::Bandwidth, Direction::Ingress, "p0", Some(1e8)),
+                ],
+                probes: Vec::new(),
+                cycles: vec![CycleRow {
+                    shaper: CniShaper::Bandwidth,
+                    cycles: 100,
+                    failed: 0,
+                    leftovers: Vec::new(),
+                    error: None,
+                }],
+            },
+        };
+        let text = serde_json::to_string(&doc).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(v["pods"][0]["achieved_bps"].is_null(), "{text}");
+        assert!(v["pods"][0]["error"].is_string(), "{text}");
+        assert_eq!(v["pods"][1]["direction"], "ingress");
+        assert!(v["pods"][1].get("error").is_none(), "{text}");
+        assert_eq!(v["cycles"][0]["cycles"], 100);
+        let back: CniDocument = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc);
+    }
+}
