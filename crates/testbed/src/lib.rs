@@ -9,7 +9,8 @@
 //!   and veths, `tc` qdiscs for the kernel baselines, per-namespace link counters, cleanup on
 //!   drop and on signals; [`netns::attach`]: a host whose own TCP and bridged (or routed)
 //!   workloads leave through one uplink, for the daemon attached in place, with the kernel
-//!   baselines on that uplink.
+//!   baselines on that uplink; [`netns::cni`]: a Kubernetes-like node whose pods get their
+//!   network from a CNI plugin chain run as libcni runs it.
 //! * [`trafficgen`]: kernel TCP (and UDP) flow groups from the sender to sinks in the receiver,
 //!   goodput windows and an RTT probe.
 //! * [`shaper`]: the daemon's loop ([`shaper::spawn_shaper`]) or its silos
@@ -18,7 +19,9 @@
 //!   scenario in `metronome-sim` without the privilege.
 //! * [`compare`]: `metronome compare`, the daemon against kernel HTB and TBF on the same path;
 //!   [`compare::measure`] holds the rate, deviation and CPU accounting; [`compare::attach`]
-//!   the same against `metronome run` attached to a host's uplink (`compare --attach`).
+//!   the same against `metronome run` attached to a host's uplink (`compare --attach`);
+//!   [`compare::cni`] pods limited by `metronome-cni` against the `bandwidth` plugin
+//!   (`compare --cni`).
 //! * [`forwarder`]: the `recvmmsg`/`sendmmsg` AF_PACKET forwarder (plain, or with virtio-net
 //!   headers for super-frames) that `compare --ceiling` measures the daemon against.
 //! * [`offloads`]: the offload mode of a `demo` or `compare` run (the host's defaults, or off).
