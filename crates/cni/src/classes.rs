@@ -284,7 +284,8 @@ mod tests {
         assert_eq!(burst_bytes(0, 1500), 1514);
         assert_eq!(burst_bytes(8 * 1514 - 7, 1500), 1514);
         assert_eq!(burst_bytes(8 * 100_000 + 1, 1500), 100_001);
-        assert_eq!(burst_bytes(80_000, 9000), 10_000.max(9014));
+        assert_eq!(burst_bytes(80_000, 9000), 10_000);
+        assert_eq!(burst_bytes(8 * 9000, 9000), 9014);
     }
 
     #[test]

@@ -79,10 +79,7 @@ fn version() -> String {
         .to_string()
 }
 
-fn prev_result<'a>(
-    conf: &'a NetConf,
-    command: Command,
-) -> Result<&'a Map<String, Value>, CniError> {
+fn prev_result(conf: &NetConf, command: Command) -> Result<&Map<String, Value>, CniError> {
     conf.prev_result.as_ref().ok_or_else(|| {
         CniError::new(
             INVALID_CONFIG,
