@@ -92,8 +92,6 @@ pub struct SystemLinks;
 /// Bytes of the receive buffer for one link's message (32 KiB): a link's attributes, statistics
 /// included, take a few KiB.
 const ANSWER_BYTES: usize = 32 * 1024;
-/// `ENODEV`: no such interface.
-const ENODEV: i32 = 19;
 
 /// One `RTM_GETLINK` for `message` on a fresh socket of the calling thread's namespace:
 /// `Ok(None)` when there is no such link.
@@ -119,7 +117,7 @@ fn get_link(message: LinkMessage) -> io::Result<Option<LinkMessage>> {
     match reply.payload {
         NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(Some(link)),
         NetlinkPayload::Error(e) => match e.code {
-            Some(code) if code.get() == -ENODEV => Ok(None),
+            Some(code) if code.get() == -(nix::errno::Errno::ENODEV as i32) => Ok(None),
             Some(_) => Err(e.to_io()),
             None => Ok(None),
         },
