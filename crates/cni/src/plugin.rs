@@ -1,0 +1,324 @@
+//! The four commands (CNI specification 1.0.0, "CNI operations"), as docs/cni.md describes them
+//! to an operator:
+//!
+//! * **ADD**: with `runtimeConfig.bandwidth`, write the state file, then `add` each class to the
+//!   daemon (a name that exists: `change` to the new object); print `prevResult` unchanged.
+//!   Without a limit: print `prevResult`, register nothing, write nothing. The daemon not
+//!   answering is error 11 and the state file stays: the daemon adds its classes when it starts,
+//!   and the runtime calls DEL after a failed ADD anyway.
+//! * **DEL**: `del` the classes (the state file's and the two names the pod's would have; a name
+//!   the daemon does not know is fine), then remove the state file. The daemon not answering is
+//!   success: the file is gone when it starts again. Nothing on stdout.
+//! * **CHECK**: the state file lists the classes `runtimeConfig` asks for and the daemon `show`s
+//!   each with that match and rate; else error 100 saying what is missing.
+//! * **VERSION**: the supported versions.
+
+use crate::classes::{self, ClassFile, Direction};
+use crate::error::{
+    CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, IO_FAILURE, LIMITS_MISSING, TRY_AGAIN_LATER,
+};
+use crate::host::{self, Links};
+use crate::invocation::{Command, Invocation};
+use crate::netconf::{NetConf, CURRENT_VERSION, SUPPORTED_VERSIONS};
+use metronome_core::Rate;
+use metronome_daemon::ops::control::{ClassObject, Client, ClientError, Reply};
+use serde_json::{Map, Value};
+
+/// What one invocation prints and returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// stdout: the result, the version object or the error object; empty for a DEL or CHECK
+    /// that succeeded.
+    pub stdout: String,
+    /// Lines for stderr (unstructured, as the specification allows): what succeeded with a
+    /// reservation (a DEL without a daemon).
+    pub notes: Vec<String>,
+    /// The exit status: 0, or 1 with an error object on stdout.
+    pub exit_code: i32,
+}
+
+/// Runs one invocation: the environment through `var`, the configuration in `stdin`.
+pub fn run(var: impl Fn(&str) -> Option<String>, stdin: &[u8], links: &dyn Links) -> Outcome {
+    let mut notes = Vec::new();
+    match dispatch(var, stdin, links, &mut notes) {
+        Ok(stdout) => Outcome {
+            stdout,
+            notes,
+            exit_code: 0,
+        },
+        Err(e) => Outcome {
+            stdout: e.to_json(crate::netconf::error_version(stdin)),
+            notes,
+            exit_code: 1,
+        },
+    }
+}
+
+fn dispatch(
+    var: impl Fn(&str) -> Option<String>,
+    stdin: &[u8],
+    links: &dyn Links,
+    notes: &mut Vec<String>,
+) -> Result<String, CniError> {
+    let invocation = Invocation::from_env(var)?;
+    if invocation.command == Command::Version {
+        return Ok(version());
+    }
+    let conf = NetConf::parse(stdin)?;
+    match invocation.command {
+        Command::Add => add(&invocation, &conf, links),
+        Command::Del => del(&invocation, &conf, notes).map(|()| String::new()),
+        Command::Check => check(&invocation, &conf).map(|()| String::new()),
+        Command::Version => Ok(version()),
+    }
+}
+
+/// `{"cniVersion":"1.0.0","supportedVersions":[...]}`.
+fn version() -> String {
+    serde_json::json!({"cniVersion": CURRENT_VERSION, "supportedVersions": SUPPORTED_VERSIONS})
+        .to_string()
+}
+
+fn prev_result(conf: &NetConf, command: Command) -> Result<&Map<String, Value>, CniError> {
+    conf.prev_result.as_ref().ok_or_else(|| {
+        CniError::new(
+            INVALID_CONFIG,
+            "no prevResult",
+            format!(
+                "{}: metronome-cni is a chained plugin: list it after the plugin that makes \
+                 the pod's interface (bridge)",
+                command.word()
+            ),
+        )
+    })
+}
+
+/// `result` in the configuration's version (the runtime converted `prevResult` to it).
+fn result_json(result: &Map<String, Value>, cni_version: &str) -> String {
+    let mut r = result.clone();
+    r.insert("cniVersion".into(), Value::from(cni_version));
+    Value::Object(r).to_string()
+}
+
+fn connect(conf: &NetConf) -> Result<Client, CniError> {
+    Client::connect(&conf.socket).map_err(|e| not_answering(&e))
+}
+
+fn not_answering(e: &ClientError) -> CniError {
+    CniError::new(
+        TRY_AGAIN_LATER,
+        "the metronome daemon does not answer",
+        e.to_string(),
+    )
+}
+
+fn refused(name: &str, reply: &Reply) -> CniError {
+    let error = reply
+        .error
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_else(|| "refused without a reason".to_owned());
+    let field = reply.error.as_ref().map(|e| e.field.as_str()).unwrap_or("");
+    if field.is_empty() {
+        // About no field: the daemon's loops did not apply it in time.
+        CniError::new(
+            TRY_AGAIN_LATER,
+            format!("the daemon did not apply class {name}"),
+            error,
+        )
+    } else {
+        CniError::new(
+            INVALID_CONFIG,
+            format!("the daemon refused class {name}"),
+            error,
+        )
+    }
+}
+
+fn io_failure(what: &str, path: &std::path::Path, e: std::io::Error) -> CniError {
+    CniError::new(IO_FAILURE, what, format!("{}: {e}", path.display()))
+}
+
+fn name_of(class: &ClassObject) -> &str {
+    class.get("name").and_then(Value::as_str).unwrap_or("")
+}
+
+fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, CniError> {
+    let prev = prev_result(conf, Command::Add)?;
+    let output = result_json(prev, &conf.cni_version);
+    if conf.limits().is_none() {
+        return Ok(output);
+    }
+    let host_if = host::host_interface(Some(prev), inv.netns.as_deref(), &inv.ifname, links)?;
+    let wanted = classes::wanted(conf, &inv.container_id, &inv.ifname, &host_if);
+    let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
+    let file = ClassFile {
+        interface: host_if,
+        container_id: inv.container_id.clone(),
+        ifname: inv.ifname.clone(),
+        netns: inv
+            .netns
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        classes: wanted.clone(),
+    };
+    classes::write_state(&path, &file)
+        .map_err(|e| io_failure("writing the state file", &path, e))?;
+    let mut client = connect(conf)?;
+    for class in &wanted {
+        register(&mut client, class)?;
+    }
+    Ok(output)
+}
+
+/// `add`s `class`; when its name exists, `change`s it to `class`.
+fn register(client: &mut Client, class: &ClassObject) -> Result<(), CniError> {
+    let name = name_of(class);
+    let reply = client.add(class.clone()).map_err(|e| not_answering(&e))?;
+    if reply.ok {
+        return Ok(());
+    }
+    let exists = reply.error.as_ref().is_some_and(|e| e.field == "name");
+    if !exists {
+        return Err(refused(name, &reply));
+    }
+    let reply = client
+        .change(classes::as_change(class))
+        .map_err(|e| not_answering(&e))?;
+    if reply.ok {
+        Ok(())
+    } else {
+        Err(refused(name, &reply))
+    }
+}
+
+fn del(inv: &Invocation, conf: &NetConf, notes: &mut Vec<String>) -> Result<(), CniError> {
+    let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
+    let mut names: Vec<String> = Direction::BOTH
+        .iter()
+        .map(|&d| classes::class_name(&inv.container_id, &inv.ifname, d))
+        .collect();
+    match classes::read_state(&path) {
+        Ok(Some(file)) => {
+            for class in &file.classes {
+                let n = name_of(class);
+                if !n.is_empty() && !names.iter().any(|m| m == n) {
+                    names.push(n.to_owned());
+                }
+            }
+        }
+        Ok(None) => {}
+        Err(e) => notes.push(format!(
+            "metronome-cni DEL: state file {} unreadable ({e}): deleting the pod's class names \
+             and the file",
+            path.display()
+        )),
+    }
+    match Client::connect(&conf.socket) {
+        Err(e) => notes.push(format!(
+            "metronome-cni DEL: {e}: the state file is removed, so a daemon starting again does \
+             not restore the pod's classes"
+        )),
+        Ok(mut client) => {
+            for name in &names {
+                match client.delete(name) {
+                    Ok(reply) if reply.ok => {}
+                    // No such class (never added, deleted already) or one of the file's.
+                    Ok(reply) if reply.error.as_ref().is_some_and(|e| e.field == "name") => {}
+                    Ok(reply) => return Err(refused(name, &reply)),
+                    Err(e) => {
+                        notes.push(format!(
+                            "metronome-cni DEL: {e}: the daemon went away; the state file is \
+                             removed"
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    classes::remove_state(&path).map_err(|e| io_failure("removing the state file", &path, e))
+}
+
+fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
+    if !conf.has_check() {
+        return Err(CniError::new(
+            INCOMPATIBLE_VERSION,
+            "CHECK is not in this cniVersion",
+            format!(
+                "cniVersion {} has no CHECK (0.4.0 and later)",
+                conf.cni_version
+            ),
+        ));
+    }
+    prev_result(conf, Command::Check)?;
+    if conf.limits().is_none() {
+        return Ok(());
+    }
+    let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
+    let file = match classes::read_state(&path) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Err(missing(vec![format!("no state file {}", path.display())])),
+        Err(e) => {
+            return Err(missing(vec![format!(
+                "state file {} unreadable: {e}",
+                path.display()
+            )]))
+        }
+    };
+    let wanted = classes::wanted(conf, &inv.container_id, &inv.ifname, &file.interface);
+    let mut problems = Vec::new();
+    let mut client = connect(conf)?;
+    for class in &wanted {
+        let name = name_of(class);
+        if !file.classes.iter().any(|c| name_of(c) == name) {
+            problems.push(format!("class {name} not in the state file"));
+        }
+        let reply = client.show(name).map_err(|e| not_answering(&e))?;
+        match reply.class.filter(|_| reply.ok) {
+            None => problems.push(format!("class {name} not in the daemon")),
+            Some(shown) => problems.extend(differences(class, &shown)),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(missing(problems))
+    }
+}
+
+fn missing(problems: Vec<String>) -> CniError {
+    CniError::new(
+        LIMITS_MISSING,
+        "the pod's limits are not in force",
+        problems.join("; "),
+    )
+}
+
+/// How the daemon's `shown` class differs from `wanted` in its match and its rate (rates
+/// compared as rates: `100mbit` is `100000000bit`).
+fn differences(wanted: &ClassObject, shown: &ClassObject) -> Vec<String> {
+    let name = name_of(wanted);
+    let mut out = Vec::new();
+    if wanted.get("match") != shown.get("match") {
+        out.push(format!(
+            "class {name}: match {} in the daemon, {} wanted",
+            shown.get("match").unwrap_or(&Value::Null),
+            wanted.get("match").unwrap_or(&Value::Null)
+        ));
+    }
+    let rate = |c: &ClassObject| {
+        c.get("rate")
+            .and_then(Value::as_str)
+            .and_then(|r| r.parse::<Rate>().ok())
+    };
+    if rate(wanted) != rate(shown) {
+        out.push(format!(
+            "class {name}: rate {} in the daemon, {} wanted",
+            shown.get("rate").unwrap_or(&Value::Null),
+            wanted.get("rate").unwrap_or(&Value::Null)
+        ));
+    }
+    out
+}
