@@ -76,14 +76,22 @@ impl Direction {
     }
 
     /// The rate and the burst `bandwidth` asks for this way: `None` when the rate is 0 or absent.
+    /// A burst of [`UNSET_BURST_BITS`] counts as none given (0: the daemon's one frame).
     pub fn limit(self, bandwidth: &Bandwidth) -> Option<(u64, u64)> {
         let (rate, burst) = match self {
             Direction::Egress => (bandwidth.egress_rate, bandwidth.egress_burst),
             Direction::Ingress => (bandwidth.ingress_rate, bandwidth.ingress_burst),
         };
-        rate.filter(|&r| r > 0).map(|r| (r, burst.unwrap_or(0)))
+        let burst = burst.filter(|&b| b != UNSET_BURST_BITS).unwrap_or(0);
+        rate.filter(|&r| r > 0).map(|r| (r, burst))
     }
 }
+
+/// The burst, in bits, that Kubernetes runtimes pass when a pod's annotations give only rates
+/// (containerd and CRI-O write `math.MaxUint32`, "no burst chosen"): taken as no burst, so
+/// the class gets the daemon's default of one frame instead of a 512 MiB bucket that an idle pod
+/// could empty at line rate before its limit holds. A burst the operator chose is kept as given.
+pub const UNSET_BURST_BITS: u64 = u32::MAX as u64;
 
 /// `text` with every character outside `A-Za-z0-9_-` replaced by `_`.
 fn sanitized(text: &str) -> String {
@@ -277,6 +285,24 @@ mod tests {
             state_path(Path::new("/d"), "abc", "eth0"),
             PathBuf::from("/d/abc-eth0.json")
         );
+    }
+
+    #[test]
+    fn the_runtimes_unset_burst_is_one_frame_and_a_chosen_one_is_kept() {
+        let bw = |burst| Bandwidth {
+            egress_rate: Some(100_000_000),
+            egress_burst: Some(burst),
+            ..Bandwidth::default()
+        };
+        assert_eq!(
+            Direction::Egress.limit(&bw(u64::from(u32::MAX))),
+            Some((100_000_000, 0))
+        );
+        assert_eq!(
+            Direction::Egress.limit(&bw(800_000)),
+            Some((100_000_000, 800_000))
+        );
+        assert_eq!(Direction::Ingress.limit(&bw(800_000)), None);
     }
 
     #[test]
