@@ -26,10 +26,12 @@
 //!
 //! [`Client`] is the client the CLI and the tests use.
 
+pub mod class_dir;
 pub mod client;
 pub mod inbox;
 pub mod protocol;
 
+pub use class_dir::ClassFile;
 pub use client::{Client, ClientError};
 pub use inbox::{Inbox, LiveEndpoint, LiveOp, Ticket};
 pub use protocol::{ClassObject, Reply, ReplyError, Request};
