@@ -109,7 +109,11 @@ pub fn run_attached(
             tracing::error!(error = %e, "re-attaching failed");
             return Err(crate::ops::service::RuntimeError::Reattach(e).into());
         }
-        tracing::info!(attach = %new.interfaces.attach.join(","), "re-attached");
+        tracing::info!(
+            attach = %new.interfaces.attach.join(","),
+            bridges = %new.interfaces.bridges.join(","),
+            "re-attached"
+        );
         config = new;
         control.stop.store(false, Ordering::Relaxed);
     }
@@ -152,6 +156,10 @@ pub fn watch(mut attachment: Attachment, quit: &AtomicBool, control: &Control) -
             .take();
         if let Some(config) = applied {
             attachment.set_origins(&config);
+        }
+        // A live class that names an origin: hooked or unhooked within this tick.
+        if let Some(live) = control.live.as_ref().filter(|l| l.take_origins_changed()) {
+            attachment.set_origins(&live.current());
         }
         if Instant::now() >= next_refresh {
             attachment.refresh();

@@ -37,7 +37,7 @@ pub use inbox::{Inbox, LiveEndpoint, LiveOp, Ticket};
 pub use protocol::{ClassObject, Reply, ReplyError, Request};
 
 use crate::datapath::engine::LiveError;
-use crate::ops::config::{ClassConfig, Config};
+use crate::ops::config::{origin_tags, ClassConfig, Config};
 use crate::ops::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -158,6 +158,9 @@ pub struct Live {
     /// Set by an operation on a class with a `rate`: the silos' allocator takes the classes in
     /// force again ([`Live::take_limits_changed`]).
     limits_changed: AtomicBool,
+    /// Set by an operation on a class that names an origin (`from`, `to`, `cgroup`): attach
+    /// mode's watcher takes the origins in force again ([`Live::take_origins_changed`]).
+    origins_changed: AtomicBool,
     /// One per shaping loop; taken under the model's lock.
     inboxes: Mutex<Vec<Arc<Inbox>>>,
     metrics: Metrics,
@@ -169,6 +172,7 @@ impl Live {
         let live = Live {
             model: Mutex::new(Model::new(file.clone())),
             limits_changed: AtomicBool::new(false),
+            origins_changed: AtomicBool::new(false),
             inboxes: Mutex::new(Vec::new()),
             metrics,
         };
@@ -205,19 +209,32 @@ impl Live {
     }
 
     /// `file` with the API's classes after its own, except those whose name `file` defines:
-    /// what a reload installs, and what a loop's engine starts from.
+    /// what a reload installs, and what a loop's engine starts from. The origin tags of
+    /// names the classes in force hold are kept ([`Live::merged_checked`]); when that fails
+    /// (more origins than tags), the classes keep the tags they have.
     pub fn merged(&self, file: &Config) -> Config {
         let model = self.model();
-        let mut out = file.clone();
-        let names: HashSet<&str> = file.classes.iter().map(|c| c.name.as_str()).collect();
-        out.classes.extend(
-            model
-                .api
-                .iter()
-                .filter(|c| !names.contains(c.class.name.as_str()))
-                .map(|c| c.class.clone()),
-        );
+        let (out, error) = merged_with(&model, file);
+        if let Some(e) = error {
+            tracing::warn!(error = %e, "the file's and the API's origins do not fit the tags");
+        }
         out
+    }
+
+    /// [`Live::merged`], refused when the file's and the API's origins together need more tags
+    /// than there are (a reload is then refused).
+    pub fn merged_checked(&self, file: &Config) -> Result<Config, origin_tags::TagsExhausted> {
+        let model = self.model();
+        match merged_with(&model, file) {
+            (out, None) => Ok(out),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// Whether an operation changed a class that names an origin since the last call (attach
+    /// mode's watcher then hooks and unhooks for [`Live::current`]).
+    pub fn take_origins_changed(&self) -> bool {
+        self.origins_changed.swap(false, Ordering::AcqRel)
     }
 
     /// The classes in force: the file's, then the API's.
@@ -236,6 +253,13 @@ impl Live {
     /// defines are dropped, logged and counted.
     pub fn reloaded(&self, file: &Config) {
         let mut model = self.model();
+        // The file's classes with the tags the reload installed (`merged_with` of the same
+        // model and file: the file's classes come first, in its order).
+        let (installed, _) = merged_with(&model, file);
+        let mut file = file.clone();
+        let n = file.classes.len();
+        file.classes.clone_from_slice(&installed.classes[..n]);
+        let file = &file;
         let names: HashSet<String> = file.classes.iter().map(|c| c.name.clone()).collect();
         let before = model.api.len();
         model.api.retain(|a| {
@@ -327,7 +351,8 @@ impl Live {
                 format!("class {name:?} exists: change or delete it"),
             ));
         }
-        let class = validated(&model.file, &object)?;
+        let mut class = validated(&model.file, &object)?;
+        self.tag(&model, &mut class, None)?;
         model.api.push(ApiClass {
             object,
             class: class.clone(),
@@ -343,7 +368,8 @@ impl Live {
             return Err(not_api(&model, &name));
         };
         let object = protocol::merged(&old.object, &change);
-        let class = validated(&model.file, &object)?;
+        let mut class = validated(&model.file, &object)?;
+        self.tag(&model, &mut class, Some(&old.class))?;
         let rematch = class.matcher != old.class.matcher;
         let entry = ApiClass {
             object,
@@ -361,11 +387,40 @@ impl Live {
 
     fn delete(&self, name: &str) -> Result<Pending, ReplyError> {
         let mut model = self.model();
-        if model.api.remove(name).is_none() {
+        let Some(old) = model.api.remove(name) else {
             return Err(not_api(&model, name));
+        };
+        if origin_tags::key_of(&old.class.matcher).is_some() {
+            self.origins_changed.store(true, Ordering::Release);
         }
         let ticket = self.post(LiveOp::Delete(name.to_owned()));
         Ok((name.to_owned(), ticket, Undo::Delete))
+    }
+
+    /// Gives `class` (replacing `old`, if any) the origin tag of the name it matches on: the tag
+    /// the classes in force hold for it, else the lowest free ([`origin_tags::tag_for`]); marks
+    /// the origins changed when either names one. Scans the classes in force only when `class`
+    /// names an origin.
+    fn tag(
+        &self,
+        model: &Model,
+        class: &mut ClassConfig,
+        old: Option<&ClassConfig>,
+    ) -> Result<(), ReplyError> {
+        let key = origin_tags::key_of(&class.matcher);
+        let old_key = old.and_then(|o| origin_tags::key_of(&o.matcher));
+        if key.is_some() || old_key.is_some() {
+            self.origins_changed.store(true, Ordering::Release);
+        }
+        let Some(key) = key else {
+            class.matcher.origin = None;
+            return Ok(());
+        };
+        let current = current_tags(model);
+        let tag = origin_tags::tag_for(&key, &current, model.file.interfaces.origin_mark)
+            .map_err(|e| ReplyError::new(&format!("match.{}", key.field()), e.to_string()))?;
+        class.matcher.origin = Some(tag);
+        Ok(())
     }
 
     /// Posts `op` to every loop (called under the model's lock, so that the loops see the
@@ -427,6 +482,44 @@ enum Undo {
     Add,
     Change(Box<ApiClass>),
     Delete,
+}
+
+/// The origin tags the classes of `model` hold (the file's, shadowed ones included, and the
+/// API's): none of them is given to another name.
+fn current_tags(model: &Model) -> HashMap<origin_tags::OriginKey, u16> {
+    let mut tags = origin_tags::tags_of(&model.file.classes);
+    for c in model.api.iter() {
+        if let Some(k) = origin_tags::key_of(&c.class.matcher) {
+            if let Some(t) = c.class.matcher.origin {
+                tags.insert(k, t);
+            }
+        }
+    }
+    tags
+}
+
+/// `file` with `model`'s API classes after its own (except those whose name `file` defines),
+/// the origin tags kept for the names `model`'s classes hold ([`origin_tags::assign`]). On
+/// error, the merged classes with the tags they had, and the error.
+fn merged_with(model: &Model, file: &Config) -> (Config, Option<origin_tags::TagsExhausted>) {
+    let mut out = file.clone();
+    let names: HashSet<&str> = file.classes.iter().map(|c| c.name.as_str()).collect();
+    out.classes.extend(
+        model
+            .api
+            .iter()
+            .filter(|c| !names.contains(c.class.name.as_str()))
+            .map(|c| c.class.clone()),
+    );
+    let previous = current_tags(model);
+    let mut tagged = out.classes.clone();
+    match origin_tags::assign(&mut tagged, &previous, out.interfaces.origin_mark) {
+        Ok(()) => {
+            out.classes = tagged;
+            (out, None)
+        }
+        Err(e) => (out, Some(e)),
+    }
 }
 
 fn api_object(c: &ApiClass) -> ClassObject {

@@ -281,13 +281,18 @@ pub fn run_daemon(
         if config.daemon.cores > 1 {
             tracing::warn!(
                 cores = config.daemon.cores,
-                "attach mode runs one silo per attached interface: cores ignored"
+                "attach mode runs one silo per attached interface and bridge: cores ignored"
             );
         }
-        config.daemon.cores = config.interfaces.attach.len();
+        config.daemon.cores = config.attached_silos();
         if config.link.is_some() && config.daemon.cores > 1 {
             return Err(AttachError::Interface {
-                ifname: config.interfaces.attach.join(","),
+                ifname: [
+                    &config.interfaces.attach[..],
+                    &config.interfaces.bridges[..],
+                ]
+                .concat()
+                .join(","),
                 reason: "a [link] is one port: attach to one interface with it".to_string(),
             }
             .into());
