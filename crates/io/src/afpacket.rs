@@ -140,6 +140,11 @@ pub struct AfPacketConfig {
     /// Receive frames. False opens a transmit-only port (see the module docs, "Transmit
     /// only"); it cannot join a fanout group. Default true.
     pub receive: bool,
+    /// `SO_MARK` of the transmit sockets: every frame sent carries this `skb->mark` (the kernel
+    /// takes a packet socket's mark for each frame it sends, af_packet's `sockcm_init`); needs
+    /// CAP_NET_ADMIN. 0 (the default) leaves the mark alone. The daemon's attach mode marks
+    /// what it sends through a bridge, so that its own `capture` program lets it pass.
+    pub mark: u32,
 }
 
 /// How an [`AfPacketPort`] receives (see the module docs, "RX").
@@ -187,6 +192,7 @@ impl AfPacketConfig {
         vnet_hdr: false,
         origin_tags: false,
         receive: true,
+        mark: 0,
     };
 }
 
@@ -318,11 +324,17 @@ impl AfPacketPort {
             sys::set_packet_opt(&tx_fd, libc::PACKET_QDISC_BYPASS, &one)
                 .map_err(io_err("PACKET_QDISC_BYPASS"))?;
         }
+        if config.mark != 0 {
+            sys::set_mark(&tx_fd, config.mark).map_err(io_err("SO_MARK"))?;
+        }
         sys::bind_packet(&tx_fd, ifindex, 0).map_err(io_err("bind"))?;
         let soft = if config.vnet_hdr && config.qdisc_bypass {
             let soft = sys::packet_socket(0).map_err(io_err("socket"))?;
             sys::set_packet_opt(&soft, libc::PACKET_VNET_HDR, &one)
                 .map_err(io_err("PACKET_VNET_HDR"))?;
+            if config.mark != 0 {
+                sys::set_mark(&soft, config.mark).map_err(io_err("SO_MARK"))?;
+            }
             sys::bind_packet(&soft, ifindex, 0).map_err(io_err("bind"))?;
             Some(soft)
         } else {

@@ -31,7 +31,7 @@ pub mod client;
 pub mod inbox;
 pub mod protocol;
 
-pub use class_dir::ClassFile;
+pub use class_dir::{ClassFile, Restored};
 pub use client::{Client, ClientError};
 pub use inbox::{Inbox, LiveEndpoint, LiveOp, Ticket};
 pub use protocol::{ClassObject, Reply, ReplyError, Request};
@@ -338,6 +338,25 @@ impl Live {
 
     fn add(&self, object: ClassObject) -> Result<Pending, ReplyError> {
         let mut model = self.model();
+        let (name, class) = self.insert(&mut model, object)?;
+        let ticket = self.post(LiveOp::Add(class));
+        Ok((name, ticket, Undo::Add))
+    }
+
+    /// Adds `object` as a class of the API before the shaping loops start (`class_dir`,
+    /// [`class_dir::restore`]): in the model only, as the loops' engines start from
+    /// [`Live::merged`]. Refused as an `add` would be.
+    pub fn restore(&self, object: ClassObject) -> Result<String, ReplyError> {
+        let mut model = self.model();
+        self.insert(&mut model, object).map(|(name, _)| name)
+    }
+
+    /// Validates `object` as a new class of the API and puts it last in `model`.
+    fn insert(
+        &self,
+        model: &mut Model,
+        object: ClassObject,
+    ) -> Result<(String, ClassConfig), ReplyError> {
         let name = class_name(&object)?;
         if model.file_names.contains(&name) {
             return Err(ReplyError::new(
@@ -352,13 +371,12 @@ impl Live {
             ));
         }
         let mut class = validated(&model.file, &object)?;
-        self.tag(&model, &mut class, None)?;
+        self.tag(model, &mut class, None)?;
         model.api.push(ApiClass {
             object,
             class: class.clone(),
         });
-        let ticket = self.post(LiveOp::Add(class));
-        Ok((name, ticket, Undo::Add))
+        Ok((name, class))
     }
 
     fn change(&self, change: ClassObject) -> Result<Pending, ReplyError> {
