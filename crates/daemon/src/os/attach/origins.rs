@@ -34,12 +34,6 @@ pub(super) struct ToOrigin {
     pub(super) failed: bool,
 }
 
-/// The bridge `name` is a port of (`/sys/class/net/NAME/master`), if any.
-fn master_of(name: &str) -> Option<String> {
-    let link = std::fs::read_link(format!("/sys/class/net/{name}/master")).ok()?;
-    Some(link.file_name()?.to_string_lossy().into_owned())
-}
-
 /// A cgroup a class names with `cgroup`.
 #[derive(Debug)]
 pub(super) struct CgroupOrigin {
@@ -176,11 +170,12 @@ impl Attachment {
         let names: Vec<String> = self.to.keys().cloned().collect();
         for name in names {
             let now = index_of(&name);
-            let master = now.and_then(|_| master_of(&name));
-            let target = master.as_deref().and_then(|m| {
+            // Its master (bridge) by index, asked in the daemon's namespace.
+            let master = now.and_then(|i| crate::os::netlink::master(i).ok().flatten());
+            let target = master.and_then(|m| {
                 self.uplinks
                     .iter()
-                    .find(|u| u.bridge && u.name == m && u.ifindex.is_some())
+                    .find(|u| u.bridge && u.ifindex == Some(m))
                     .map(|u| u.send.1)
             });
             let (was, was_target, linked, failed, tag) = {
@@ -202,10 +197,12 @@ impl Attachment {
                 continue;
             };
             let hooked = match target {
-                None => Err(format!(
-                    "its master is {}: not a bridge of [interfaces] bridges",
-                    master.as_deref().unwrap_or("none")
-                )),
+                None => Err(match master {
+                    Some(m) => {
+                        format!("its master (ifindex {m}) is not a bridge of [interfaces] bridges")
+                    }
+                    None => "it is no bridge's port: [interfaces] bridges".to_string(),
+                }),
                 Some(target) => self.hook_to(&name, ifindex, target, tag),
             };
             match hooked {
