@@ -1,10 +1,11 @@
-//! Attach mode's run (`[interfaces] attach`, [`run_attached`]): the hooks and capture pairs of
-//! [`crate::os::attach`] around the same loops as the bump in the wire, one per attached
-//! interface (one loop, or silos sharing the classes' rates).
+//! Attach mode's run (`[interfaces] attach` and `bridges`, [`run_attached`]): the hooks and
+//! capture pairs of [`crate::os::attach`] around the same loops as the bump in the wire, one per
+//! attached interface and bridge (one loop, or silos sharing the classes' rates).
 //!
 //! A watcher thread ([`watch`]) owns the [`Attachment`] while the loops run: every
 //! [`crate::os::attach::REFRESH`] it follows interfaces that come, go or are re-created, and
-//! takes the origins of a reloaded configuration (`Control::applied`). A stop request (SIGINT,
+//! takes the origins of a reloaded configuration (`Control::applied`) and, within one tick, those
+//! of the control socket's classes (`Live::take_origins_changed`). A stop request (SIGINT,
 //! SIGTERM: `quit`) reaches it first: it detaches the capture hooks, so traffic flows unshaped
 //! from then on, lets the loops read what was already captured ([`RELEASE_SETTLE`]), then stops
 //! them; they drain what they hold as in the bump in the wire. The attachment is dropped (every

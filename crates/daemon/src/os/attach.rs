@@ -23,6 +23,19 @@
 //! traffic routed out of a bridge. `cgroup = "/system.slice/x.service"` matches the host's own
 //! packets whose socket belongs to that cgroup v2 or one below it (`bpf_skb_ancestor_cgroup_id`).
 //!
+//! Bridges (`[interfaces] bridges`) and `to` ports. A class's `to = "veth-a"` means "leaves
+//! the host through `veth-a`", a port of a listed bridge. Each bridge gets a capture pair and a
+//! silo like an attached interface, but no hook at its own egress, and the silo's outside port
+//! is the bridge itself with `SO_MARK` = every `origin_mark` bit ([`Uplink::send_mark`]). The
+//! `capture` program is attached at each `to` port's tcx egress while engaged, with `CAPTURE`
+//! pointing at the pair of the port's master bridge (asked by netlink, `IFLA_MASTER`) and
+//! `TO_IF` giving its tag: what leaves toward the port goes to the bridge's silo, which sends it
+//! out of the bridge (`br_dev_xmit` forwards it by the FDB to the port), and the port's
+//! `capture` sees it again with all the mark bits set: it clears them and lets it pass
+//! (`already_shaped`). The all-ones tag is reserved for that
+//! (`crate::ops::config::origin_tags`). A multicast or broadcast frame to a `to` port passes
+//! unshaped (`not_unicast`).
+//!
 //! Failing open. The hooks are tcx BPF links held by this process's file descriptors: when the
 //! daemon dies, however it dies, the kernel detaches them and traffic leaves unshaped at once.
 //! The capture veth pair stays behind (it carries nothing without the hook); the next start
@@ -30,7 +43,7 @@
 //! first, lets the loop read and send what was captured, then removes everything else.
 //!
 //! Interfaces come and go: [`Attachment::refresh`] (every [`REFRESH`]) re-attaches to an
-//! attached or `from` interface re-created under its name and counts what it saw
+//! attached, `from` or `to` interface re-created under its name and counts what it saw
 //! (`metronome_attach_events_total{interface,event}`), an attached interface's link going down
 //! and up included: while it is down the host routes nothing through it, so the loop may never
 //! meet a send error to tell it.
