@@ -962,6 +962,34 @@ mod tests {
     }
 
     #[test]
+    fn a_mark_is_set_on_every_transmit_socket() {
+        // Root in CI; without CAP_NET_RAW (or CAP_NET_ADMIN for SO_MARK) opening fails with a
+        // permission error: nothing to test. Any other error fails the test.
+        let mark_of = |fd: &OwnedFd| sys::mark(fd).unwrap();
+        for mark in [0, 0x0fff_0000] {
+            let config = AfPacketConfig {
+                receive: false,
+                promiscuous: false,
+                vnet_hdr: true,
+                mark,
+                ..AfPacketConfig::DEFAULT
+            };
+            let port = match AfPacketPort::open("lo", &config) {
+                Ok(p) => p,
+                Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(mark_of(&port.tx.fd), mark);
+            let soft = port
+                .tx
+                .soft
+                .as_ref()
+                .expect("vnet_hdr and bypass: a soft socket");
+            assert_eq!(mark_of(soft), mark);
+        }
+    }
+
+    #[test]
     fn default_config_is_valid() {
         assert_eq!(AfPacketConfig::default().check(), Ok(()));
         let bad = AfPacketConfig {
