@@ -196,7 +196,12 @@ impl Attachment {
                 }
                 continue;
             };
+            let attached = self.uplinks.iter().any(|u| u.name == name);
             let hooked = match target {
+                // Its egress has the uplink's own hook, which sends what it captures there.
+                Some(_) if attached => {
+                    Err("it is an attached interface: its own silo shapes it".to_string())
+                }
                 None => Err(match master {
                     Some(m) => {
                         format!("its master (ifindex {m}) is not a bridge of [interfaces] bridges")
