@@ -255,7 +255,7 @@ impl Allocator {
     }
 
     /// The rates in force for class `class`, one per silo that can carry it (every silo but in
-    /// attach mode with bridges, see [`class_silos`]), in silo order (`None` if it has no limit).
+    /// attach mode with bridges, see `class_silos`), in silo order (`None` if it has no limit).
     pub fn rates(&self, class: &str) -> Option<&[Rate]> {
         self.limits
             .iter()

@@ -12,8 +12,14 @@
 //!   they were added, after the file's in first-match order. The API adds, changes and deletes
 //!   its own classes only; a class of the file is changed in the file. A reload keeps the API's
 //!   classes except one whose name the file now defines: the file's wins (logged, counted as
-//!   `metronome_class_changes_total{op="reload",result="shadowed"}`). Nothing is persisted: a
-//!   restart starts from the file.
+//!   `metronome_class_changes_total{op="reload",result="shadowed"}`). The daemon persists
+//!   nothing: a restart starts from the file and from `[daemon] class_dir`, whose files
+//!   ([`ClassFile`], written by `metronome-cni`) give classes of the API back ([`class_dir`]).
+//! * **Origin tags** (attach mode): a class matching `from`, `to` or `cgroup` takes the tag its
+//!   name has among the classes in force, else the lowest free one
+//!   (`crate::ops::config::origin_tags`); a reload keeps the tags of the names still named
+//!   ([`Live::merged`]). An operation on such a class tells attach mode's watcher, which hooks
+//!   and unhooks within its tick ([`Live::take_origins_changed`]).
 //! * **Applying** ([`inbox`]): the control thread validates a request and updates the model
 //!   under one lock, posts the operation to every shaping loop's inbox (waking them through an
 //!   eventfd in their `ppoll` set), and replies once every loop applied it, with the time from
