@@ -66,7 +66,8 @@ struct ClassFields {
     /// The class's name.
     name: String,
     /// A match field, `KEY=VALUE` (`dst=10.0.0.0/24`, `protocol=tcp`, `dst_port=5201-5216`,
-    /// `dscp=46`, `src`, `src_port`); repeat for several. With `change`, the whole match.
+    /// `dscp=46`, `src`, `src_port`; in attach mode `from`, `to`, `cgroup`); repeat for several.
+    /// With `change`, the whole match.
     #[arg(long = "match", value_name = "KEY=VALUE")]
     matches: Vec<String>,
     /// Aggregate rate (`10mbit`).

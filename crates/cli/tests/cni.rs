@@ -1,7 +1,3 @@
-// TODO(merge): remove this attribute once `metronome-cni` (crates/cli/src/bin/metronome-cni.rs)
-// and the daemon's `[interfaces] bridges`, `match.to` and `[daemon] class_dir` are in: until
-// then `CARGO_BIN_EXE_metronome-cni` does not exist and this file cannot compile.
-#![cfg(any())]
 //! Pods limited through the chained CNI plugin `metronome-cni`, with the built `metronome`
 //! (the node's daemon, `metronome run` in attach mode on the uplink and the pods' bridge) and
 //! `metronome-cni` binaries, on the testbed's CNI node (`metronome_testbed::netns::cni`: a node

@@ -15,7 +15,6 @@
 use crate::netconf::{Bandwidth, NetConf};
 use metronome_core::Rate;
 use metronome_daemon::ops::control::ClassObject;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -30,21 +29,8 @@ pub const ETHERNET_HEADER_BYTES: u64 = 14;
 /// Mode of a state file (0644): the daemon reads it, whatever user it switched to.
 pub const STATE_FILE_MODE: u32 = 0o644;
 
-/// The pod interface's record in the state directory: what the daemon's `class_dir` reads.
-// TODO(merge): use metronome_daemon::ops::control::ClassFile
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ClassFile {
-    /// The host veth the classes match.
-    pub interface: String,
-    /// `CNI_CONTAINERID`.
-    pub container_id: String,
-    /// `CNI_IFNAME`.
-    pub ifname: String,
-    /// `CNI_NETNS`.
-    pub netns: String,
-    /// The classes, as the control protocol carries them.
-    pub classes: Vec<ClassObject>,
-}
+/// The pod interface's record in the state directory: the daemon's own `class_dir` format.
+pub(crate) use metronome_daemon::ops::control::ClassFile;
 
 /// Which way a class shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

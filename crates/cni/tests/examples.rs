@@ -111,10 +111,7 @@ fn the_daemonset_carries_the_conflist_and_a_daemon_configuration_that_matches_it
     assert!(yaml.contains("hostNetwork: true"));
 }
 
-// TODO(merge): the daemon's parser learns `[interfaces] bridges` and `[daemon] class_dir` in
-// helper dmn's branch; drop the `ignore` once both are merged.
 #[test]
-#[ignore = "needs the daemon's `bridges` and `class_dir` keys"]
 fn the_daemonsets_configuration_is_a_valid_daemon_configuration() {
     let yaml = example("daemonset.yaml");
     let text = block(&yaml, "metronome.toml");

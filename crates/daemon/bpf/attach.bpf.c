@@ -9,6 +9,13 @@
 //   AF_PACKET (the kernel hands the tag over as auxiliary data, not in the frame), and sends it
 //   out of the interface with PACKET_QDISC_BYPASS, whose transmit does not pass this hook
 //   again. Anything else (ARP, LLDP, ...) goes on unshaped.
+//   Also at the tcx egress of each port of a bridge a class names with `to` (`TO_IF`): the
+//   packet's tag is that `to` tag, and it is redirected to the capture veth of the port's
+//   bridge. The daemon sends it out of the bridge itself, which forwards it by its FDB to the
+//   port, whose `capture` sees it again: the daemon's socket marks it with all the
+//   `origin_mark` bits set (a value no origin tag takes), and such a packet passes, the bits
+//   cleared. A multicast or broadcast frame to a `to` port goes on unshaped: sent through the
+//   bridge it would be flooded to every port.
 // - `stamp`, tcx ingress of each interface a class matches with `from`: writes the interface's
 //   origin tag into the bits `origin_mark` of the packet's mark, so that the tag survives
 //   bridging and routing to the uplink, where `capture` reads it and clears those bits again.
@@ -39,10 +46,13 @@ enum counter {
 	C_CAPTURED = 0, // redirected to the capture veth
 	C_NOT_IP = 1, // not IPv4/IPv6: passed on unshaped
 	C_TAG_FAILED = 2, // the metadata tag could not be pushed: passed on unshaped
-	C_COUNT = 3,
+	C_SHAPED_PASS = 3, // sent by the daemon through a bridge (all mark bits set): passed on
+	C_NOT_UNICAST = 4, // multicast or broadcast to a `to` port: passed on unshaped
+	C_COUNT = 5,
 };
 
-// Attached interface's ifindex -> its capture veth's ifindex.
+// Attached interface's (or `to` port's) ifindex -> the capture veth's ifindex (for a `to`
+// port: its bridge's).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -57,6 +67,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u16);
 } ORIGIN_IF SEC(".maps");
+
+// Interface ifindex -> origin tag (`to` interfaces: ports of a bridge the daemon sends through).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u16);
+} TO_IF SEC(".maps");
 
 // cgroup v2 id -> origin tag (`cgroup` matches).
 struct {
@@ -124,6 +142,12 @@ static __always_inline __u16 origin_of(struct __sk_buff *skb)
 SEC("classifier/capture")
 int capture(struct __sk_buff *skb)
 {
+	__u32 mask = setting(0);
+	if (mask && (skb->mark & mask) == mask) {
+		skb->mark &= ~mask;
+		count(C_SHAPED_PASS);
+		return TCX_NEXT;
+	}
 	if (skb->protocol != bpf_htons(ETH_P_IP) && skb->protocol != bpf_htons(ETH_P_IPV6)) {
 		count(C_NOT_IP);
 		return TCX_NEXT;
@@ -133,7 +157,19 @@ int capture(struct __sk_buff *skb)
 	if (!target)
 		return TCX_NEXT;
 	__u32 to = *target;
-	__u16 tag = origin_of(skb);
+	__u16 tag;
+	__u16 *to_tag = bpf_map_lookup_elem(&TO_IF, &ifindex);
+	if (to_tag) {
+		__u8 dst0;
+		if (bpf_skb_load_bytes(skb, 0, &dst0, 1) || (dst0 & 1)) {
+			count(C_NOT_UNICAST);
+			return TCX_NEXT;
+		}
+		tag = *to_tag;
+		skb->mark &= ~mask;
+	} else {
+		tag = origin_of(skb);
+	}
 	if (bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q), tag)) {
 		count(C_TAG_FAILED);
 		return TCX_NEXT;

@@ -515,6 +515,48 @@ pub(crate) fn recv_frames(
     Ok(got)
 }
 
+/// `setsockopt(fd, SOL_SOCKET, SO_MARK, mark)`: the `skb->mark` of every packet the socket
+/// sends (needs CAP_NET_ADMIN).
+pub(crate) fn set_mark(fd: &OwnedFd, mark: u32) -> io::Result<()> {
+    // SAFETY: `mark` is a live u32 and the length passed is its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mark as *const u32).cast(),
+            size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `getsockopt(fd, SOL_SOCKET, SO_MARK)`: what [`set_mark`] set (the tests check it).
+#[cfg(test)]
+pub(crate) fn mark(fd: &OwnedFd) -> io::Result<u32> {
+    let mut mark = 0u32;
+    let mut len = size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `mark` and `len` are live and `len` is `mark`'s size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mut mark as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(mark)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// `setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, bytes)` (root may exceed `rmem_max`), falling
 /// back to `SO_RCVBUF` (capped by `net.core.rmem_max`) without CAP_NET_ADMIN.
 pub(crate) fn set_rcvbuf(fd: &OwnedFd, bytes: libc::c_int) -> io::Result<()> {

@@ -133,6 +133,30 @@ pub fn start_daemon_in(
     start_daemon_with(command, config, None, socket, stderr, label, within)
 }
 
+/// [`start_daemon_in`] with its control socket at `control`.
+#[allow(dead_code)] // used by the attach bridge tests only
+pub fn start_daemon_in_controlled(
+    netns: &str,
+    config: &Path,
+    control: &Path,
+    socket: &Path,
+    stderr: &Path,
+    label: &str,
+    within: Duration,
+) -> Daemon {
+    let mut command = Command::new("nsenter");
+    command.arg(format!("--net=/run/netns/{netns}"));
+    start_daemon_with(
+        command,
+        config,
+        Some(control),
+        socket,
+        stderr,
+        label,
+        within,
+    )
+}
+
 /// `command` (which enters a namespace and execs its arguments) running `metronome run
 /// --config CONFIG --control CONTROL` (`""`, none, without `control`); see [`start_daemon`].
 fn start_daemon_with(

@@ -1,10 +1,11 @@
-//! Attach mode's run (`[interfaces] attach`, [`run_attached`]): the hooks and capture pairs of
-//! [`crate::os::attach`] around the same loops as the bump in the wire, one per attached
-//! interface (one loop, or silos sharing the classes' rates).
+//! Attach mode's run (`[interfaces] attach` and `bridges`, [`run_attached`]): the hooks and
+//! capture pairs of [`crate::os::attach`] around the same loops as the bump in the wire, one per
+//! attached interface and bridge (one loop, or silos sharing the classes' rates).
 //!
 //! A watcher thread ([`watch`]) owns the [`Attachment`] while the loops run: every
 //! [`crate::os::attach::REFRESH`] it follows interfaces that come, go or are re-created, and
-//! takes the origins of a reloaded configuration (`Control::applied`). A stop request (SIGINT,
+//! takes the origins of a reloaded configuration (`Control::applied`) and, within one tick, those
+//! of the control socket's classes (`Live::take_origins_changed`). A stop request (SIGINT,
 //! SIGTERM: `quit`) reaches it first: it detaches the capture hooks, so traffic flows unshaped
 //! from then on, lets the loops read what was already captured ([`RELEASE_SETTLE`]), then stops
 //! them; they drain what they hold as in the bump in the wire. The attachment is dropped (every
@@ -109,7 +110,11 @@ pub fn run_attached(
             tracing::error!(error = %e, "re-attaching failed");
             return Err(crate::ops::service::RuntimeError::Reattach(e).into());
         }
-        tracing::info!(attach = %new.interfaces.attach.join(","), "re-attached");
+        tracing::info!(
+            attach = %new.interfaces.attach.join(","),
+            bridges = %new.interfaces.bridges.join(","),
+            "re-attached"
+        );
         config = new;
         control.stop.store(false, Ordering::Relaxed);
     }
@@ -152,6 +157,10 @@ pub fn watch(mut attachment: Attachment, quit: &AtomicBool, control: &Control) -
             .take();
         if let Some(config) = applied {
             attachment.set_origins(&config);
+        }
+        // A live class that names an origin: hooked or unhooked within this tick.
+        if let Some(live) = control.live.as_ref().filter(|l| l.take_origins_changed()) {
+            attachment.set_origins(&live.current());
         }
         if Instant::now() >= next_refresh {
             attachment.refresh();

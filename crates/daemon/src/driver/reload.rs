@@ -18,7 +18,7 @@
 
 use crate::datapath::engine::Engine;
 use crate::driver::run::LoopHook;
-use crate::ops::config::{Config, ReloadPlan};
+use crate::ops::config::{origin_tags, Config, ReloadPlan};
 use crate::ops::control::{Live, LiveEndpoint};
 use metronome_core::Timestamp;
 use std::path::PathBuf;
@@ -108,9 +108,23 @@ impl Reloader {
             tracing::warn!("[daemon] control takes effect at a restart; the socket stays");
             file.daemon.control = self.running.daemon.control.clone();
         }
-        let mut new = match &self.live {
-            Some(live) => live.merged(&file),
-            None => file.clone(),
+        // The origin tags of names the running classes hold are kept
+        // (`crate::ops::config::origin_tags`).
+        let tagged = match &self.live {
+            Some(live) => live.merged_checked(&file),
+            None => {
+                let mut new = file.clone();
+                let previous = origin_tags::tags_of(&self.running.classes);
+                origin_tags::assign(&mut new.classes, &previous, new.interfaces.origin_mark)
+                    .map(|()| new)
+            }
+        };
+        let mut new = match tagged {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::error!(error = %e, "reload refused");
+                return None;
+            }
         };
         let plan = self.running.diff(&new);
         if let (Some(slot), true) = (&self.reattach, plan.only_reattach() && new.is_attach()) {
@@ -123,7 +137,7 @@ impl Reloader {
                 tracing::error!(interface = %name, "reload refused: no such interface to attach to");
                 return None;
             }
-            new.daemon.cores = new.interfaces.attach.len();
+            new.daemon.cores = new.attached_silos();
             if let Some(live) = &self.live {
                 live.reloaded(&file);
             }

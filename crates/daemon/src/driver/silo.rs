@@ -82,6 +82,13 @@ pub struct LimitCell {
 #[derive(Debug)]
 struct Limit {
     class: String,
+    /// The silos that can carry the class's packets ([`class_silos`]), in order: the allocator's
+    /// cores. The others get [`Limit::idle`].
+    silos: Vec<usize>,
+    /// What a silo that never carries the class gets: the allocator's idle floor of the
+    /// aggregate, outside the aggregate (only a packet that reached such a silo against
+    /// [`class_silos`]'s reasoning would use it).
+    idle: Rate,
     nba: Nba,
     exchange: Arc<RateExchange>,
     /// Epoch of the last rates published (ours: bumped on every publish, including the initial
@@ -90,11 +97,42 @@ struct Limit {
 }
 
 impl Limit {
-    fn publish(&mut self) {
+    fn publish(&mut self, cores: usize) {
         self.epoch += 1;
-        for (core, &rate) in self.nba.rates().iter().enumerate() {
-            self.exchange.publish_rate(core, rate, self.epoch);
+        let rates = self.nba.rates();
+        for silo in 0..cores {
+            let rate = match self.silos.iter().position(|&s| s == silo) {
+                Some(k) => rates[k],
+                None => self.idle,
+            };
+            self.exchange.publish_rate(silo, rate, self.epoch);
         }
+    }
+}
+
+/// The silos of `config`'s `cores` that can carry the packets of a class matching `matcher`:
+/// all of them, except in attach mode with both attached interfaces and bridges
+/// (`crate::os::attach`), where a class matching `from` or `cgroup` is captured only at the
+/// attached interfaces (the first silos) and a class matching `to` only at the bridges (the
+/// last ones): splitting its rate with silos that never see it would leave that share unused.
+fn class_silos(
+    config: &Config,
+    matcher: Option<&crate::ops::config::Match>,
+    cores: usize,
+) -> Vec<usize> {
+    use crate::ops::config::origin_tags::{key_of, OriginKey};
+    let (attached, bridges) = (
+        config.interfaces.attach.len(),
+        config.interfaces.bridges.len(),
+    );
+    let all: Vec<usize> = (0..cores).collect();
+    if attached == 0 || bridges == 0 || attached + bridges != cores {
+        return all;
+    }
+    match matcher.and_then(key_of) {
+        Some(OriginKey::From(_) | OriginKey::Cgroup(_)) => (0..attached).collect(),
+        Some(OriginKey::To(_)) => (attached..cores).collect(),
+        None => all,
     }
 }
 
@@ -107,13 +145,17 @@ pub struct Allocator {
     limits: Vec<Limit>,
 }
 
-/// The classes of `config` with an aggregate rate, `(name, rate)`, the default class included.
-fn limited_classes(config: &Config) -> Vec<(String, Rate)> {
-    let default = config.default_class.rate.map(|r| ("default".to_owned(), r));
+/// The classes of `config` with an aggregate rate, `(name, rate, match)`, the default class
+/// included (no match).
+fn limited_classes(config: &Config) -> Vec<(String, Rate, Option<&crate::ops::config::Match>)> {
+    let default = config
+        .default_class
+        .rate
+        .map(|r| ("default".to_owned(), r, None));
     let classes = config
         .classes
         .iter()
-        .filter_map(|c| c.policy.rate.map(|r| (c.name.clone(), r)));
+        .filter_map(|c| c.policy.rate.map(|r| (c.name.clone(), r, Some(&c.matcher))));
     default.into_iter().chain(classes).collect()
 }
 
@@ -139,29 +181,46 @@ impl Allocator {
     /// ones, forgets removed ones; publishes every limit's rates.
     pub fn apply(&mut self, config: &Config) {
         let wanted = limited_classes(config);
-        self.limits
-            .retain(|l| wanted.iter().any(|(n, _)| *n == l.class));
-        for (name, rate) in wanted {
+        let cores = self.cores;
+        let wanted: Vec<(String, Rate, Vec<usize>)> = wanted
+            .into_iter()
+            .map(|(n, r, m)| (n, r, class_silos(config, m, cores)))
+            .collect();
+        // A class whose silos changed (its match did) gets an allocator afresh.
+        self.limits.retain(|l| {
+            wanted
+                .iter()
+                .any(|(n, _, silos)| *n == l.class && *silos == l.silos)
+        });
+        for (name, rate, silos) in wanted {
+            let idle = Rate::from_bps(
+                (rate.bps() as f64 * metronome_core::nba::DEFAULT_IDLE_FLOOR_FRACTION) as u64,
+            );
             match self.limits.iter_mut().find(|l| l.class == name) {
-                Some(l) => l.nba.set_aggregate(rate),
+                Some(l) => {
+                    l.nba.set_aggregate(rate);
+                    l.idle = idle;
+                }
                 None => {
                     let cfg = NbaConfig {
                         period: self.period,
-                        ..NbaConfig::new(rate, self.cores)
+                        ..NbaConfig::new(rate, silos.len())
                     };
-                    // `cores` >= 1, a positive period and the default fractions: valid.
+                    // At least one silo, a positive period and the default fractions: valid.
                     let Ok(nba) = Nba::new(cfg) else { continue };
                     self.limits.push(Limit {
                         class: name,
+                        silos,
+                        idle,
                         nba,
-                        exchange: Arc::new(RateExchange::new(self.cores)),
+                        exchange: Arc::new(RateExchange::new(cores)),
                         epoch: 0,
                     });
                 }
             }
         }
         for l in &mut self.limits {
-            l.publish();
+            l.publish(cores);
         }
     }
 
@@ -181,21 +240,22 @@ impl Allocator {
     pub fn step(&mut self, now: Timestamp) -> Timestamp {
         let mut next = now.saturating_add(self.period);
         for l in &mut self.limits {
-            for core in 0..self.cores {
-                let (bytes, at) = l.exchange.read_demand(core);
+            for (k, &silo) in l.silos.iter().enumerate() {
+                let (bytes, at) = l.exchange.read_demand(silo);
                 if at > Timestamp::ZERO {
-                    l.nba.record_demand(core, bytes, at);
+                    l.nba.record_demand(k, bytes, at);
                 }
             }
             if l.nba.update(now).is_some() {
-                l.publish();
+                l.publish(self.cores);
             }
             next = next.min(l.nba.next_update().max(now));
         }
         next
     }
 
-    /// The rates in force for class `class`, one per silo (`None` if it has no limit).
+    /// The rates in force for class `class`, one per silo that can carry it (every silo but in
+    /// attach mode with bridges, see `class_silos`), in silo order (`None` if it has no limit).
     pub fn rates(&self, class: &str) -> Option<&[Rate]> {
         self.limits
             .iter()

@@ -41,6 +41,7 @@ pub mod fixture;
 pub mod link;
 #[cfg(test)]
 mod link_tests;
+pub mod origin_tags;
 mod raw;
 pub mod reload;
 #[cfg(test)]
@@ -165,6 +166,17 @@ pub struct Config {
 /// kube-proxy (0x4000, 0x8000), flannel and Istio (0x539) use; docs/config.md lists who uses which.
 pub const DEFAULT_ORIGIN_MARK: u32 = 0x0fff_0000;
 
+/// Attach mode's origins by kind, each name with its tag ([`Config::origins`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origins {
+    /// `match.from` interfaces.
+    pub from: BTreeMap<String, u16>,
+    /// `match.to` interfaces.
+    pub to: BTreeMap<String, u16>,
+    /// `match.cgroup` paths.
+    pub cgroups: BTreeMap<String, u16>,
+}
+
 /// `[interfaces]`: the two sides of the bump in the wire, or the interfaces attached to in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interfaces {
@@ -176,6 +188,10 @@ pub struct Interfaces {
     /// Attach mode: the interfaces whose outgoing IP traffic is shaped in place
     /// (`crate::os::attach`); empty in the bump in the wire.
     pub attach: Vec<String>,
+    /// Attach mode: the bridges whose ports a class may name with `match.to`; each gets a silo
+    /// of its own, whose shaped frames are sent out of the bridge itself, which forwards them
+    /// to the port (`crate::os::attach`).
+    pub bridges: Vec<String>,
     /// Attach mode: the contiguous bits of a packet's mark that carry its origin from a `from`
     /// interface to the attached one (`crate::os::attach`); 0: the mark is left alone. Default
     /// [`DEFAULT_ORIGIN_MARK`].
@@ -207,6 +223,9 @@ pub struct DaemonConfig {
     /// Path of the control socket (`crate::ops::control`); `None` (`control = ""`): none.
     /// Default [`DEFAULT_CONTROL`].
     pub control: Option<std::path::PathBuf>,
+    /// A directory of [`crate::ops::control::ClassFile`]s whose classes the control socket
+    /// adds at start (`crate::ops::control::class_dir`); `None`: none. Default `None`.
+    pub class_dir: Option<std::path::PathBuf>,
     /// Log format. Default text.
     pub log_format: LogFormat,
     /// Shaper silos (Carousel §5.3): one thread, engine and pair of fanout sockets each. Default 1.
@@ -285,10 +304,14 @@ pub struct Match {
     pub src_port: Option<(u16, u16)>,
     /// Attach mode: the interface the packet entered the host through.
     pub from: Option<String>,
+    /// Attach mode: the interface the packet leaves the host through, a port of one of
+    /// [`Interfaces::bridges`].
+    pub to: Option<String>,
     /// Attach mode: the cgroup v2 (path below `/sys/fs/cgroup`) of the local socket that sent it,
     /// or one of its ancestors.
     pub cgroup: Option<String>,
-    /// The origin tag of `from` or `cgroup` ([`Config::origins`]), set by validation.
+    /// The origin tag of `from`, `to` or `cgroup` ([`Config::origins`]), set by validation
+    /// ([`origin_tags`]) and kept while a class names it.
     pub origin: Option<u16>,
 }
 
@@ -497,6 +520,9 @@ impl fmt::Display for Match {
         if let Some(name) = &self.from {
             parts.push(format!("from {name}"));
         }
+        if let Some(name) = &self.to {
+            parts.push(format!("to {name}"));
+        }
         if let Some(path) = &self.cgroup {
             parts.push(format!("cgroup {path}"));
         }
@@ -512,29 +538,38 @@ impl Config {
     /// The class id of packets no class matches.
     pub const DEFAULT_CLASS: ClassId = ClassId(0);
 
-    /// Attach mode's origins: each `from` interface and each `cgroup` of the classes with its
-    /// tag (set by validation, see [`Match::origin`]).
+    /// Attach mode's `from` and `cgroup` origins: each interface and cgroup of the classes
+    /// with its tag (set by validation, see [`Match::origin`]).
     pub fn origins(&self) -> (BTreeMap<String, u16>, BTreeMap<String, u16>) {
-        let mut from = BTreeMap::new();
-        let mut cgroups = BTreeMap::new();
-        for c in &self.classes {
-            let m = &c.matcher;
-            match (&m.from, &m.cgroup, m.origin) {
-                (Some(f), _, Some(tag)) => {
-                    from.insert(f.clone(), tag);
-                }
-                (None, Some(g), Some(tag)) => {
-                    cgroups.insert(g.clone(), tag);
-                }
-                _ => {}
-            }
-        }
-        (from, cgroups)
+        let o = self.origin_set();
+        (o.from, o.cgroups)
     }
 
-    /// True in attach mode (`[interfaces] attach`).
+    /// Attach mode's origins of every kind: each `from` interface, `to` interface and `cgroup`
+    /// of the classes with its tag (set by validation, see [`Match::origin`]).
+    pub fn origin_set(&self) -> Origins {
+        let mut out = Origins::default();
+        for c in &self.classes {
+            if let Some((key, tag)) = origin_tags::key_of(&c.matcher).zip(c.matcher.origin) {
+                let map = match key {
+                    origin_tags::OriginKey::From(_) => &mut out.from,
+                    origin_tags::OriginKey::To(_) => &mut out.to,
+                    origin_tags::OriginKey::Cgroup(_) => &mut out.cgroups,
+                };
+                map.insert(key.name().to_string(), tag);
+            }
+        }
+        out
+    }
+
+    /// True in attach mode (`[interfaces] attach` or `bridges`).
     pub fn is_attach(&self) -> bool {
-        !self.interfaces.attach.is_empty()
+        !self.interfaces.attach.is_empty() || !self.interfaces.bridges.is_empty()
+    }
+
+    /// Attach mode: the interfaces that get a silo each, the attached ones then the bridges.
+    pub fn attached_silos(&self) -> usize {
+        self.interfaces.attach.len() + self.interfaces.bridges.len()
     }
 
     /// Parses and validates `text`; `source_name` names it in errors (usually its path).

@@ -12,8 +12,14 @@
 //!   they were added, after the file's in first-match order. The API adds, changes and deletes
 //!   its own classes only; a class of the file is changed in the file. A reload keeps the API's
 //!   classes except one whose name the file now defines: the file's wins (logged, counted as
-//!   `metronome_class_changes_total{op="reload",result="shadowed"}`). Nothing is persisted: a
-//!   restart starts from the file.
+//!   `metronome_class_changes_total{op="reload",result="shadowed"}`). The daemon persists
+//!   nothing: a restart starts from the file and from `[daemon] class_dir`, whose files
+//!   ([`ClassFile`], written by `metronome-cni`) give classes of the API back ([`class_dir`]).
+//! * **Origin tags** (attach mode): a class matching `from`, `to` or `cgroup` takes the tag its
+//!   name has among the classes in force, else the lowest free one
+//!   (`crate::ops::config::origin_tags`); a reload keeps the tags of the names still named
+//!   ([`Live::merged`]). An operation on such a class tells attach mode's watcher, which hooks
+//!   and unhooks within its tick ([`Live::take_origins_changed`]).
 //! * **Applying** ([`inbox`]): the control thread validates a request and updates the model
 //!   under one lock, posts the operation to every shaping loop's inbox (waking them through an
 //!   eventfd in their `ppoll` set), and replies once every loop applied it, with the time from
@@ -26,16 +32,18 @@
 //!
 //! [`Client`] is the client the CLI and the tests use.
 
+pub mod class_dir;
 pub mod client;
 pub mod inbox;
 pub mod protocol;
 
+pub use class_dir::{ClassFile, Restored};
 pub use client::{Client, ClientError};
 pub use inbox::{Inbox, LiveEndpoint, LiveOp, Ticket};
 pub use protocol::{ClassObject, Reply, ReplyError, Request};
 
 use crate::datapath::engine::LiveError;
-use crate::ops::config::{ClassConfig, Config};
+use crate::ops::config::{origin_tags, ClassConfig, Config};
 use crate::ops::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -156,6 +164,9 @@ pub struct Live {
     /// Set by an operation on a class with a `rate`: the silos' allocator takes the classes in
     /// force again ([`Live::take_limits_changed`]).
     limits_changed: AtomicBool,
+    /// Set by an operation on a class that names an origin (`from`, `to`, `cgroup`): attach
+    /// mode's watcher takes the origins in force again ([`Live::take_origins_changed`]).
+    origins_changed: AtomicBool,
     /// One per shaping loop; taken under the model's lock.
     inboxes: Mutex<Vec<Arc<Inbox>>>,
     metrics: Metrics,
@@ -167,6 +178,7 @@ impl Live {
         let live = Live {
             model: Mutex::new(Model::new(file.clone())),
             limits_changed: AtomicBool::new(false),
+            origins_changed: AtomicBool::new(false),
             inboxes: Mutex::new(Vec::new()),
             metrics,
         };
@@ -203,19 +215,32 @@ impl Live {
     }
 
     /// `file` with the API's classes after its own, except those whose name `file` defines:
-    /// what a reload installs, and what a loop's engine starts from.
+    /// what a reload installs, and what a loop's engine starts from. The origin tags of
+    /// names the classes in force hold are kept ([`Live::merged_checked`]); when that fails
+    /// (more origins than tags), the classes keep the tags they have.
     pub fn merged(&self, file: &Config) -> Config {
         let model = self.model();
-        let mut out = file.clone();
-        let names: HashSet<&str> = file.classes.iter().map(|c| c.name.as_str()).collect();
-        out.classes.extend(
-            model
-                .api
-                .iter()
-                .filter(|c| !names.contains(c.class.name.as_str()))
-                .map(|c| c.class.clone()),
-        );
+        let (out, error) = merged_with(&model, file);
+        if let Some(e) = error {
+            tracing::warn!(error = %e, "the file's and the API's origins do not fit the tags");
+        }
         out
+    }
+
+    /// [`Live::merged`], refused when the file's and the API's origins together need more tags
+    /// than there are (a reload is then refused).
+    pub fn merged_checked(&self, file: &Config) -> Result<Config, origin_tags::TagsExhausted> {
+        let model = self.model();
+        match merged_with(&model, file) {
+            (out, None) => Ok(out),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// Whether an operation changed a class that names an origin since the last call (attach
+    /// mode's watcher then hooks and unhooks for [`Live::current`]).
+    pub fn take_origins_changed(&self) -> bool {
+        self.origins_changed.swap(false, Ordering::AcqRel)
     }
 
     /// The classes in force: the file's, then the API's.
@@ -234,6 +259,13 @@ impl Live {
     /// defines are dropped, logged and counted.
     pub fn reloaded(&self, file: &Config) {
         let mut model = self.model();
+        // The file's classes with the tags the reload installed (`merged_with` of the same
+        // model and file: the file's classes come first, in its order).
+        let (installed, _) = merged_with(&model, file);
+        let mut file = file.clone();
+        let n = file.classes.len();
+        file.classes.clone_from_slice(&installed.classes[..n]);
+        let file = &file;
         let names: HashSet<String> = file.classes.iter().map(|c| c.name.clone()).collect();
         let before = model.api.len();
         model.api.retain(|a| {
@@ -312,6 +344,25 @@ impl Live {
 
     fn add(&self, object: ClassObject) -> Result<Pending, ReplyError> {
         let mut model = self.model();
+        let (name, class) = self.insert(&mut model, object)?;
+        let ticket = self.post(LiveOp::Add(class));
+        Ok((name, ticket, Undo::Add))
+    }
+
+    /// Adds `object` as a class of the API before the shaping loops start (`class_dir`,
+    /// [`class_dir::restore`]): in the model only, as the loops' engines start from
+    /// [`Live::merged`]. Refused as an `add` would be.
+    pub fn restore(&self, object: ClassObject) -> Result<String, ReplyError> {
+        let mut model = self.model();
+        self.insert(&mut model, object).map(|(name, _)| name)
+    }
+
+    /// Validates `object` as a new class of the API and puts it last in `model`.
+    fn insert(
+        &self,
+        model: &mut Model,
+        object: ClassObject,
+    ) -> Result<(String, ClassConfig), ReplyError> {
         let name = class_name(&object)?;
         if model.file_names.contains(&name) {
             return Err(ReplyError::new(
@@ -325,13 +376,13 @@ impl Live {
                 format!("class {name:?} exists: change or delete it"),
             ));
         }
-        let class = validated(&model.file, &object)?;
+        let mut class = validated(&model.file, &object)?;
+        self.tag(model, &mut class, None)?;
         model.api.push(ApiClass {
             object,
             class: class.clone(),
         });
-        let ticket = self.post(LiveOp::Add(class));
-        Ok((name, ticket, Undo::Add))
+        Ok((name, class))
     }
 
     fn change(&self, change: ClassObject) -> Result<Pending, ReplyError> {
@@ -341,7 +392,8 @@ impl Live {
             return Err(not_api(&model, &name));
         };
         let object = protocol::merged(&old.object, &change);
-        let class = validated(&model.file, &object)?;
+        let mut class = validated(&model.file, &object)?;
+        self.tag(&model, &mut class, Some(&old.class))?;
         let rematch = class.matcher != old.class.matcher;
         let entry = ApiClass {
             object,
@@ -359,11 +411,40 @@ impl Live {
 
     fn delete(&self, name: &str) -> Result<Pending, ReplyError> {
         let mut model = self.model();
-        if model.api.remove(name).is_none() {
+        let Some(old) = model.api.remove(name) else {
             return Err(not_api(&model, name));
+        };
+        if origin_tags::key_of(&old.class.matcher).is_some() {
+            self.origins_changed.store(true, Ordering::Release);
         }
         let ticket = self.post(LiveOp::Delete(name.to_owned()));
         Ok((name.to_owned(), ticket, Undo::Delete))
+    }
+
+    /// Gives `class` (replacing `old`, if any) the origin tag of the name it matches on: the tag
+    /// the classes in force hold for it, else the lowest free ([`origin_tags::tag_for`]); marks
+    /// the origins changed when either names one. Scans the classes in force only when `class`
+    /// names an origin.
+    fn tag(
+        &self,
+        model: &Model,
+        class: &mut ClassConfig,
+        old: Option<&ClassConfig>,
+    ) -> Result<(), ReplyError> {
+        let key = origin_tags::key_of(&class.matcher);
+        let old_key = old.and_then(|o| origin_tags::key_of(&o.matcher));
+        if key.is_some() || old_key.is_some() {
+            self.origins_changed.store(true, Ordering::Release);
+        }
+        let Some(key) = key else {
+            class.matcher.origin = None;
+            return Ok(());
+        };
+        let current = current_tags(model);
+        let tag = origin_tags::tag_for(&key, &current, model.file.interfaces.origin_mark)
+            .map_err(|e| ReplyError::new(&format!("match.{}", key.field()), e.to_string()))?;
+        class.matcher.origin = Some(tag);
+        Ok(())
     }
 
     /// Posts `op` to every loop (called under the model's lock, so that the loops see the
@@ -425,6 +506,44 @@ enum Undo {
     Add,
     Change(Box<ApiClass>),
     Delete,
+}
+
+/// The origin tags the classes of `model` hold (the file's, shadowed ones included, and the
+/// API's): none of them is given to another name.
+fn current_tags(model: &Model) -> HashMap<origin_tags::OriginKey, u16> {
+    let mut tags = origin_tags::tags_of(&model.file.classes);
+    for c in model.api.iter() {
+        if let Some(k) = origin_tags::key_of(&c.class.matcher) {
+            if let Some(t) = c.class.matcher.origin {
+                tags.insert(k, t);
+            }
+        }
+    }
+    tags
+}
+
+/// `file` with `model`'s API classes after its own (except those whose name `file` defines),
+/// the origin tags kept for the names `model`'s classes hold ([`origin_tags::assign`]). On
+/// error, the merged classes with the tags they had, and the error.
+fn merged_with(model: &Model, file: &Config) -> (Config, Option<origin_tags::TagsExhausted>) {
+    let mut out = file.clone();
+    let names: HashSet<&str> = file.classes.iter().map(|c| c.name.as_str()).collect();
+    out.classes.extend(
+        model
+            .api
+            .iter()
+            .filter(|c| !names.contains(c.class.name.as_str()))
+            .map(|c| c.class.clone()),
+    );
+    let previous = current_tags(model);
+    let mut tagged = out.classes.clone();
+    match origin_tags::assign(&mut tagged, &previous, out.interfaces.origin_mark) {
+        Ok(()) => {
+            out.classes = tagged;
+            (out, None)
+        }
+        Err(e) => (out, Some(e)),
+    }
 }
 
 fn api_object(c: &ApiClass) -> ClassObject {

@@ -186,17 +186,21 @@ impl Metrics {
             expired,
             inner.link_down_dropped.clone(),
         );
-        let events = "Attach mode: attached and from interfaces (and cgroups) that came, went, \
-                      were re-created, or could not be hooked";
+        let events = "Attach mode: attached, from and to interfaces, bridges (and cgroups) that \
+                      came, went, were re-created, or could not be hooked";
         r.register("attach_events", events, inner.attach_events.clone());
-        let captured = "Attach mode: packets leaving attached interfaces, by what the hook did \
-                        (captured for shaping; not_ip and tag_failed passed on unshaped)";
+        let captured = "Attach mode: packets leaving attached interfaces and to ports, by what \
+                        the hook did (captured for shaping; already_shaped passed on, sent by \
+                        the daemon through a bridge; not_ip, tag_failed and not_unicast passed \
+                        on unshaped)";
         r.register("attach_packets", captured, inner.attach_packets.clone());
         let acks = "TCP ACKs of ACK-shaped classes (reverse direction) per class and outcome";
         r.register("ack_shaping", acks, inner.ack_shaping.clone());
         let changes = "Requests of the control socket by op (add, change, del) and result (ok, \
-                       refused), and classes of the API dropped by a reload whose file defines \
-                       their name (op reload, result shadowed)";
+                       refused), classes of the API dropped by a reload whose file defines \
+                       their name (op reload, result shadowed), and classes of [daemon] \
+                       class_dir added at start (op restore, result ok, refused; gone: a file \
+                       whose interface went)";
         r.register("class_changes", changes, inner.class_changes.clone());
         inner.link.register(r);
         inner.http_refused.register(r);
@@ -415,7 +419,8 @@ impl Metrics {
     }
 
     /// Adds `packets` to what the attach hook did with packets leaving attached interfaces:
-    /// `captured`, `not_ip` (passed on), `tag_failed` (passed on) (`metronome_attach_packets_total`).
+    /// `captured`, `not_ip` (passed on), `tag_failed` (passed on), `already_shaped` (passed on),
+    /// `not_unicast` (passed on) (`metronome_attach_packets_total`).
     pub fn attach_packets(&self, result: &str, packets: u64) {
         let label = ReasonLabel {
             reason: result.to_owned(),

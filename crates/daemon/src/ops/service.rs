@@ -218,10 +218,13 @@ impl OpenPorts {
         attachment: Option<&Attachment>,
     ) -> Result<OpenPorts, PortError> {
         if let Some(a) = attachment {
-            let pairs: Vec<(&str, &str)> = a
+            let pairs: Vec<(&str, &str, u32)> = a
                 .uplinks()
                 .iter()
-                .map(|u| (u.recv.0.as_str(), u.name.as_str()))
+                .map(|u| {
+                    let mark = u.send_mark(a.origin_mark());
+                    (u.recv.0.as_str(), u.name.as_str(), mark)
+                })
                 .collect();
             let mut ports = open_attached_ports(config, &pairs)?;
             return Ok(if ports.len() == 1 {
@@ -281,13 +284,18 @@ pub fn run_daemon(
         if config.daemon.cores > 1 {
             tracing::warn!(
                 cores = config.daemon.cores,
-                "attach mode runs one silo per attached interface: cores ignored"
+                "attach mode runs one silo per attached interface and bridge: cores ignored"
             );
         }
-        config.daemon.cores = config.interfaces.attach.len();
+        config.daemon.cores = config.attached_silos();
         if config.link.is_some() && config.daemon.cores > 1 {
             return Err(AttachError::Interface {
-                ifname: config.interfaces.attach.join(","),
+                ifname: [
+                    &config.interfaces.attach[..],
+                    &config.interfaces.bridges[..],
+                ]
+                .concat()
+                .join(","),
                 reason: "a [link] is one port: attach to one interface with it".to_string(),
             }
             .into());
@@ -369,7 +377,9 @@ pub(crate) fn bind_control(
 }
 
 /// Serves the socket [`bind_control`] bound, for `config.daemon.cores` loops, and puts its
-/// model in `control` for the loops.
+/// model in `control` for the loops. With `[daemon] class_dir`, its files' classes are added
+/// first (`crate::ops::control::class_dir::restore`), before a client and before the loops,
+/// whose engines start from the model.
 #[allow(clippy::result_large_err)] // see `DaemonError`
 pub(crate) fn serve_control(
     bound: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
@@ -378,6 +388,9 @@ pub(crate) fn serve_control(
     control: &mut Control,
 ) -> Result<Option<ControlServer>, DaemonError> {
     let Some((listener, path)) = bound else {
+        if let Some(dir) = &config.daemon.class_dir {
+            tracing::warn!(dir = %dir.display(), "class_dir needs the control socket: not read");
+        }
         return Ok(None);
     };
     let live = Live::new(config, config.daemon.cores, metrics.clone()).map_err(|source| {
@@ -388,6 +401,20 @@ pub(crate) fn serve_control(
         }
     })?;
     control.live = Some(live.clone());
+    if let Some(dir) = &config.daemon.class_dir {
+        // Before the loops start: their engines take the restored classes from the model.
+        let done = crate::ops::control::class_dir::restore(&live, dir, |name| {
+            nix::net::if_::if_nametoindex(name).is_ok()
+        });
+        tracing::info!(
+            dir = %dir.display(),
+            added = done.added,
+            refused = done.refused,
+            gone = done.gone,
+            invalid = done.invalid,
+            "class_dir restored"
+        );
+    }
     Ok(Some(ControlServer::serve(listener, &path, live)))
 }
 

@@ -23,6 +23,19 @@
 //! traffic routed out of a bridge. `cgroup = "/system.slice/x.service"` matches the host's own
 //! packets whose socket belongs to that cgroup v2 or one below it (`bpf_skb_ancestor_cgroup_id`).
 //!
+//! Bridges (`[interfaces] bridges`) and `to` ports. A class's `to = "veth-a"` means "leaves
+//! the host through `veth-a`", a port of a listed bridge. Each bridge gets a capture pair and a
+//! silo like an attached interface, but no hook at its own egress, and the silo's outside port
+//! is the bridge itself with `SO_MARK` = every `origin_mark` bit ([`Uplink::send_mark`]). The
+//! `capture` program is attached at each `to` port's tcx egress while engaged, with `CAPTURE`
+//! pointing at the pair of the port's master bridge (asked by netlink, `IFLA_MASTER`) and
+//! `TO_IF` giving its tag: what leaves toward the port goes to the bridge's silo, which sends it
+//! out of the bridge (`br_dev_xmit` forwards it by the FDB to the port), and the port's
+//! `capture` sees it again with all the mark bits set: it clears them and lets it pass
+//! (`already_shaped`). The all-ones tag is reserved for that
+//! (`crate::ops::config::origin_tags`). A multicast or broadcast frame to a `to` port passes
+//! unshaped (`not_unicast`).
+//!
 //! Failing open. The hooks are tcx BPF links held by this process's file descriptors: when the
 //! daemon dies, however it dies, the kernel detaches them and traffic leaves unshaped at once.
 //! The capture veth pair stays behind (it carries nothing without the hook); the next start
@@ -30,7 +43,7 @@
 //! first, lets the loop read and send what was captured, then removes everything else.
 //!
 //! Interfaces come and go: [`Attachment::refresh`] (every [`REFRESH`]) re-attaches to an
-//! attached or `from` interface re-created under its name and counts what it saw
+//! attached, `from` or `to` interface re-created under its name and counts what it saw
 //! (`metronome_attach_events_total{interface,event}`), an attached interface's link going down
 //! and up included: while it is down the host routes nothing through it, so the loop may never
 //! meet a send error to tell it.
@@ -41,7 +54,7 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::tc::TcAttachOptions;
 use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
 use aya::Ebpf;
-use origins::{CgroupOrigin, Origin};
+use origins::{CgroupOrigin, Origin, ToOrigin};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -74,6 +87,9 @@ pub enum AttachError {
     /// An attached interface does not exist.
     #[error("[interfaces] attach: no interface {0:?}")]
     NoSuchInterface(String),
+    /// A listed bridge does not exist.
+    #[error("[interfaces] bridges: no interface {0:?}")]
+    NoSuchBridge(String),
     /// Loading the programs failed (no CAP_BPF, or a kernel without tcx).
     #[error("attach: loading the BPF programs failed: {0}")]
     Load(String),
@@ -97,11 +113,15 @@ pub fn capture_names(ifindex: u32) -> (String, String) {
     (send, recv)
 }
 
-/// One attached interface.
+/// One attached interface or bridge.
 #[derive(Debug)]
 pub struct Uplink {
-    /// Its name (`[interfaces] attach`).
+    /// Its name (`[interfaces] attach` or `bridges`).
     pub name: String,
+    /// A bridge of `[interfaces] bridges`: no capture hook at its own egress; its capture pair
+    /// takes what the `to` ports capture, and the daemon sends it out of the bridge with the
+    /// mark [`Uplink::send_mark`].
+    pub bridge: bool,
     /// Its index when it was last seen (`None`: gone).
     ifindex: Option<u32>,
     /// The capture hook, while attached.
@@ -115,10 +135,15 @@ pub struct Uplink {
 }
 
 impl Uplink {
-    /// The attached interface `name` with its capture pair made (none hooked yet).
-    fn new(name: &str) -> Result<Uplink, AttachError> {
-        let ifindex =
-            index_of(name).ok_or_else(|| AttachError::NoSuchInterface(name.to_string()))?;
+    /// The attached interface or bridge `name` with its capture pair made (none hooked yet).
+    fn new(name: &str, bridge: bool) -> Result<Uplink, AttachError> {
+        let ifindex = index_of(name).ok_or_else(|| {
+            if bridge {
+                AttachError::NoSuchBridge(name.to_string())
+            } else {
+                AttachError::NoSuchInterface(name.to_string())
+            }
+        })?;
         // Another daemon's capture hook: its pair must not be taken for a stale one.
         if tcx_programs(name, true).is_ok_and(|p| p.iter().any(|n| n == "capture")) {
             return Err(AttachError::Interface {
@@ -135,12 +160,24 @@ impl Uplink {
         })?;
         Ok(Uplink {
             name: name.to_string(),
+            bridge,
             ifindex: Some(ifindex),
             link: None,
             send: (send, pair.0),
             recv: (recv, pair.1),
             up: None,
         })
+    }
+
+    /// The `SO_MARK` of the daemon's transmit socket on this interface: for a bridge, every
+    /// bit of `origin_mark` (`mark`), which the `capture` program at the port's egress lets
+    /// pass; 0 (none) for an attached interface.
+    pub fn send_mark(&self, mark: u32) -> u32 {
+        if self.bridge {
+            mark
+        } else {
+            0
+        }
     }
 }
 
@@ -150,6 +187,7 @@ pub struct Attachment {
     bpf: Ebpf,
     uplinks: Vec<Uplink>,
     from: BTreeMap<String, Origin>,
+    to: BTreeMap<String, ToOrigin>,
     cgroups: BTreeMap<String, CgroupOrigin>,
     /// Where the cgroup v2 hierarchy is mounted ([`cgroup2_root`]), read once when a cgroup is
     /// first looked up.
@@ -160,7 +198,7 @@ pub struct Attachment {
     engaged: bool,
     metrics: Metrics,
     /// Packet counts of the `capture` program already exported (`COUNTERS`).
-    exported: [u64; 3],
+    exported: [u64; PACKET_RESULTS.len()],
 }
 
 impl std::fmt::Debug for Attachment {
@@ -172,7 +210,22 @@ impl std::fmt::Debug for Attachment {
 }
 
 /// The labels of the `capture` program's counters, by index (`enum counter` in the program).
-const PACKET_RESULTS: [&str; 3] = ["captured", "not_ip", "tag_failed"];
+const PACKET_RESULTS: [&str; 5] = [
+    "captured",
+    "not_ip",
+    "tag_failed",
+    "already_shaped",
+    "not_unicast",
+];
+
+/// The attached interfaces then the bridges of `config`, each with whether it is a bridge.
+fn listed(config: &Config) -> impl Iterator<Item = (&str, bool)> {
+    let i = &config.interfaces;
+    i.attach
+        .iter()
+        .map(|n| (n.as_str(), false))
+        .chain(i.bridges.iter().map(|n| (n.as_str(), true)))
+}
 
 fn index_of(name: &str) -> Option<u32> {
     nix::net::if_::if_nametoindex(name).ok()
@@ -186,8 +239,8 @@ impl Attachment {
             return Err(AttachError::NoPrograms);
         }
         let mut uplinks = Vec::new();
-        for name in &config.interfaces.attach {
-            uplinks.push(Uplink::new(name)?);
+        for (name, bridge) in listed(config) {
+            uplinks.push(Uplink::new(name, bridge)?);
         }
         let mut bpf = Ebpf::load(OBJECT).map_err(|e| AttachError::Load(e.to_string()))?;
         for name in ["capture", "stamp", "discard"] {
@@ -208,12 +261,13 @@ impl Attachment {
             bpf,
             uplinks,
             from: BTreeMap::new(),
+            to: BTreeMap::new(),
             cgroups: BTreeMap::new(),
             cgroup_root: None,
             mark,
             engaged: false,
             metrics: metrics.clone(),
-            exported: [0; 3],
+            exported: [0; PACKET_RESULTS.len()],
         };
         let receiving: Vec<String> = attachment
             .uplinks
@@ -233,14 +287,17 @@ impl Attachment {
     /// counters go to `metrics` from here on. Call [`Attachment::engage`] afterwards.
     pub fn retarget(&mut self, config: &Config, metrics: &Metrics) -> Result<(), AttachError> {
         self.metrics = metrics.clone();
-        let mut kept = Vec::with_capacity(config.interfaces.attach.len());
+        let mut kept = Vec::with_capacity(config.attached_silos());
         let mut old = std::mem::take(&mut self.uplinks);
-        for name in &config.interfaces.attach {
-            if let Some(i) = old.iter().position(|u| &u.name == name) {
+        for (name, bridge) in listed(config) {
+            if let Some(i) = old
+                .iter()
+                .position(|u| u.name == name && u.bridge == bridge)
+            {
                 kept.push(old.swap_remove(i));
                 continue;
             }
-            let uplink = Uplink::new(name)?;
+            let uplink = Uplink::new(name, bridge)?;
             self.hook_discard(&uplink.recv.0)?;
             kept.push(uplink);
             self.event(name, "attached");
@@ -274,13 +331,19 @@ impl Attachment {
             })
     }
 
-    /// The attached interfaces, in `[interfaces] attach` order.
+    /// The attached interfaces in `[interfaces] attach` order, then the bridges in `bridges`
+    /// order: one silo each.
     pub fn uplinks(&self) -> &[Uplink] {
         &self.uplinks
     }
 
-    /// Attaches the capture hook of every attached interface: from here on their IP traffic goes
-    /// through the daemon.
+    /// `[interfaces] origin_mark`: what [`Uplink::send_mark`] gives a bridge.
+    pub fn origin_mark(&self) -> u32 {
+        self.mark
+    }
+
+    /// Attaches the capture hook of every attached interface and `to` port: from here on their
+    /// IP traffic goes through the daemon.
     pub fn engage(&mut self) -> Result<(), AttachError> {
         self.engaged = true;
         for i in 0..self.uplinks.len() {
@@ -288,12 +351,16 @@ impl Attachment {
             let Some(ifindex) = self.uplinks[i].ifindex else {
                 continue;
             };
+            if self.uplinks[i].bridge {
+                continue;
+            }
             self.hook_uplink(i, ifindex)
                 .map_err(|reason| AttachError::Interface {
                     ifname: name,
                     reason,
                 })?;
         }
+        self.refresh_to();
         Ok(())
     }
 
@@ -362,7 +429,20 @@ impl Attachment {
             }
             let now = index_of(&name);
             let was = self.uplinks[i].ifindex;
-            if now == was && (now.is_none() || self.uplinks[i].link.is_some()) {
+            let hooked = self.uplinks[i].link.is_some() || self.uplinks[i].bridge;
+            if now == was && (now.is_none() || hooked) {
+                continue;
+            }
+            if self.uplinks[i].bridge {
+                // A bridge has no hook of its own: its `to` ports follow it
+                // (`refresh_to`), and the daemon's socket on it fails until it is back.
+                self.uplinks[i].ifindex = now;
+                let event = match (was, now) {
+                    (_, None) => "gone",
+                    (Some(_), Some(_)) => "recreated",
+                    (None, Some(_)) => "came",
+                };
+                self.event(&name, event);
                 continue;
             }
             match now {
@@ -388,7 +468,7 @@ impl Attachment {
         let Ok(counters) = map::<PerCpuArray<&mut MapData, u64>>(&mut self.bpf, "COUNTERS") else {
             return;
         };
-        let mut totals = [0u64; 3];
+        let mut totals = [0u64; PACKET_RESULTS.len()];
         for (i, total) in totals.iter_mut().enumerate() {
             if let Ok(values) = counters.get(&(i as u32), 0) {
                 *total = values.iter().sum();
@@ -412,6 +492,7 @@ impl Attachment {
                 self.detach("capture", link);
             }
         }
+        self.unhook_to_all();
         self.export_counters();
     }
 }

@@ -79,13 +79,15 @@ pub fn open_silo_ports(
     Ok(ports)
 }
 
-/// Attach mode's ports, one pair per attached interface: `(capture, uplink)` names give the
-/// capture veth end the loop receives on (frames carry their origin tag, `origin_tags`) and the
-/// attached interface it sends on (transmit only, `PACKET_QDISC_BYPASS`: its transmit does not
-/// pass the egress hook again). Neither is made promiscuous.
+/// Attach mode's ports, one pair per attached interface or bridge: `(capture, uplink, mark)`
+/// give the capture veth end the loop receives on (frames carry their origin tag,
+/// `origin_tags`), the attached interface or bridge it sends on (transmit only,
+/// `PACKET_QDISC_BYPASS`: its transmit does not pass the egress hook again) and the `SO_MARK`
+/// of what it sends (a bridge's: `crate::os::attach::Uplink::send_mark`; 0: none). Neither is
+/// made promiscuous.
 pub fn open_attached_ports(
     config: &Config,
-    pairs: &[(&str, &str)],
+    pairs: &[(&str, &str, u32)],
 ) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
     let base = AfPacketConfig {
         promiscuous: false,
@@ -93,7 +95,7 @@ pub fn open_attached_ports(
     };
     pairs
         .iter()
-        .map(|(capture, uplink)| {
+        .map(|&(capture, uplink, mark)| {
             let capture = AfPacketPort::open(
                 capture,
                 &AfPacketConfig {
@@ -106,6 +108,7 @@ pub fn open_attached_ports(
                 &AfPacketConfig {
                     receive: false,
                     qdisc_bypass: true,
+                    mark,
                     ..base
                 },
             )?;

@@ -21,9 +21,10 @@
 //!
 //! Each operation costs O(1) in the number of classes, except what the classifier's `push` and
 //! `remove` cost, a change of `pacing` (the flow table's entries of the class are updated) and a
-//! fair class (the fair queues are resized for the classes). Classes on a `[link]`, with
-//! `ack_shaping` or matching on an origin (`from`, `cgroup`) are configured in the file only
-//! ([`LiveError::Unsupported`]).
+//! fair class (the fair queues are resized for the classes). Classes on a `[link]` or with
+//! `ack_shaping` are configured in the file only ([`LiveError::Unsupported`]). A class matching
+//! on an origin (`from`, `to`, `cgroup`) comes with its tag (`crate::ops::control` keeps the
+//! tags stable), and its rule matches it like any other field.
 
 use super::Engine;
 use crate::ops::config::{ClassConfig, Config, MAX_CLASSES};
@@ -37,10 +38,6 @@ pub fn live_unsupported(class: &ClassConfig, config: &Config) -> Option<&'static
         Some("link")
     } else if class.policy.ack_shaping.is_some() {
         Some("ack_shaping")
-    } else if class.matcher.from.is_some() {
-        Some("match.from")
-    } else if class.matcher.cgroup.is_some() {
-        Some("match.cgroup")
     } else {
         None
     }

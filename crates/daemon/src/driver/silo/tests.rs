@@ -56,6 +56,26 @@ fn the_allocator_starts_with_an_equal_split_and_water_fills() {
     assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 100_000_000);
 }
 
+#[test]
+fn with_bridges_a_from_class_is_shared_by_the_uplinks_and_a_to_class_by_the_bridges() {
+    let text = "[interfaces]\nattach = [\"eth0\", \"eth1\"]\nbridges = [\"br0\"]\n\
+                [[class]]\nname = \"out\"\nmatch = { from = \"veth-a\" }\nrate = \"20mbit\"\n\
+                [[class]]\nname = \"in\"\nmatch = { to = \"veth-a\" }\nrate = \"30mbit\"\n\
+                [[class]]\nname = \"any\"\nmatch = { protocol = \"udp\" }\nrate = \"30mbit\"\n";
+    let config = Config::from_toml_str(text, "silo.toml").unwrap();
+    let a = Allocator::new(&config, 3);
+    let cells = a.cells();
+    let rates = |name: &str| {
+        let x = &cells.iter().find(|c| c.class == name).unwrap().exchange;
+        (0..3).map(|s| x.read_rate(s).0.bps()).collect::<Vec<_>>()
+    };
+    // Split among the silos that see the class; the others get the 1 % floor beside it.
+    assert_eq!(rates("out"), [10_000_000, 10_000_000, 200_000]);
+    assert_eq!(rates("in"), [300_000, 300_000, 30_000_000]);
+    assert_eq!(rates("any"), [10_000_000, 10_000_000, 10_000_000]);
+    assert_eq!(a.rates("in").map(<[Rate]>::len), Some(1));
+}
+
 /// One simulated silo: engine, pool, exchange and an offered load of `offered_bps` over `flows`.
 struct SimSilo {
     engine: Engine,

@@ -31,6 +31,7 @@ pub(crate) struct RawInterfaces {
     pub inside: Option<Spanned<String>>,
     pub outside: Option<Spanned<String>>,
     pub attach: Option<Spanned<Vec<Spanned<String>>>>,
+    pub bridges: Option<Spanned<Vec<Spanned<String>>>>,
     pub origin_mark: Option<Spanned<i64>>,
     pub mtu: Option<Spanned<i64>>,
 }
@@ -74,6 +75,7 @@ pub(crate) struct RawDaemon {
     pub pool_share: Option<Spanned<i64>>,
     pub user: Option<Spanned<String>>,
     pub control: Option<Spanned<String>>,
+    pub class_dir: Option<Spanned<String>>,
     pub class_metrics: Option<Spanned<RawClassMetrics>>,
 }
 
@@ -158,6 +160,7 @@ pub(crate) struct RawMatch {
     pub dst_port: Option<Spanned<Scalar>>,
     pub src_port: Option<Spanned<Scalar>>,
     pub from: Option<Spanned<String>>,
+    pub to: Option<Spanned<String>>,
     pub cgroup: Option<Spanned<String>>,
 }
 

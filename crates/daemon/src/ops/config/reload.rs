@@ -25,7 +25,7 @@
 //!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` and
 //!   `daemon.link_down_grace` and `daemon.timer_slack` (read by the loop at start), `daemon.user`
 //!   (the daemon switched user once, at start-up, and cannot switch back), `daemon.control`
-//!   (the socket is bound at start-up);
+//!   (the socket is bound at start-up), `daemon.class_dir` (read once, at start-up);
 //! * `[link]` added or removed, `link.scheduler`, `link.buffer`: the link's queues and buffer.
 
 use super::{ClassConfig, ClassPolicy, Config};
@@ -268,6 +268,8 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "interfaces.mtu", oi.mtu, ni.mtu);
     let (oa, na) = (oi.attach.join(","), ni.attach.join(","));
     compare(&mut restart, "interfaces.attach", oa, na);
+    let (ob, nb) = (oi.bridges.join(","), ni.bridges.join(","));
+    compare(&mut restart, "interfaces.bridges", ob, nb);
     compare(
         &mut restart,
         "interfaces.origin_mark",
@@ -329,6 +331,12 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "daemon.timer_slack", os, ns);
     compare(&mut restart, "daemon.user", &od.user, &nd.user);
     compare(&mut restart, "daemon.control", &od.control, &nd.control);
+    compare(
+        &mut restart,
+        "daemon.class_dir",
+        &od.class_dir,
+        &nd.class_dir,
+    );
 
     // Classes by name, so that matching them is linear in the number of classes.
     let old_at: std::collections::HashMap<&str, usize> = old

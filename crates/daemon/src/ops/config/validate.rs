@@ -54,12 +54,18 @@ pub(super) fn parse_live_class(text: &str, running: &Config) -> Result<ClassConf
         .map_err(|e| site.toml_error(&e, false))
         .and_then(|raw| {
             let v = Validator { site };
-            v.class(
+            let class = v.class(
                 &raw.class,
                 "class",
                 running.interfaces.mtu,
                 running.link.as_ref(),
-            )
+            )?;
+            if let Some(key) = super::origin_tags::key_of(&class.matcher) {
+                let field = format!("class.match.{}", key.field());
+                v.origin_allowed(&key, &running.interfaces)
+                    .map_err(|message| v.invalid(raw.class.span(), &field, message))?;
+            }
+            Ok(class)
         });
     class.map_err(|mut e| {
         e.field = e
@@ -210,40 +216,55 @@ impl Validator<'_> {
             }
             None => DEFAULT_ORIGIN_MARK,
         };
-        if let Some(attach) = &raw.attach {
+        if raw.attach.is_some() || raw.bridges.is_some() {
             if let Some(other) = raw.inside.as_ref().or(raw.outside.as_ref()) {
+                let field = if raw.attach.is_some() {
+                    "interfaces.attach"
+                } else {
+                    "interfaces.bridges"
+                };
                 return Err(self.invalid(
                     other.span(),
-                    "interfaces.attach",
-                    "attach (shape in place) and inside/outside (bump in the wire) exclude \
-                     each other"
+                    field,
+                    "attach and bridges (shape in place) and inside/outside (bump in the wire) \
+                     exclude each other"
                         .to_string(),
                 ));
             }
-            if attach.get_ref().is_empty() {
-                return Err(self.invalid(
-                    attach.span(),
-                    "interfaces.attach",
-                    "names no interface".to_string(),
-                ));
-            }
             let mut names: Vec<String> = Vec::new();
-            for (i, name) in attach.get_ref().iter().enumerate() {
-                let field = format!("interfaces.attach[{i}]");
-                self.interface_name(name, &field)?;
-                if names.contains(name.get_ref()) {
+            let mut lists = [Vec::new(), Vec::new()];
+            for (list, (key, raw_list)) in lists
+                .iter_mut()
+                .zip([("attach", &raw.attach), ("bridges", &raw.bridges)])
+            {
+                let Some(raw_list) = raw_list else { continue };
+                if raw_list.get_ref().is_empty() {
                     return Err(self.invalid(
-                        name.span(),
-                        &field,
-                        format!("{:?} is listed twice", name.get_ref()),
+                        raw_list.span(),
+                        &format!("interfaces.{key}"),
+                        "names no interface".to_string(),
                     ));
                 }
-                names.push(name.get_ref().clone());
+                for (i, name) in raw_list.get_ref().iter().enumerate() {
+                    let field = format!("interfaces.{key}[{i}]");
+                    self.interface_name(name, &field)?;
+                    if names.contains(name.get_ref()) {
+                        return Err(self.invalid(
+                            name.span(),
+                            &field,
+                            format!("{:?} is listed twice", name.get_ref()),
+                        ));
+                    }
+                    names.push(name.get_ref().clone());
+                    list.push(name.get_ref().clone());
+                }
             }
+            let [attach, bridges] = lists;
             return Ok(Interfaces {
                 inside: String::new(),
                 outside: String::new(),
-                attach: names,
+                attach,
+                bridges,
                 origin_mark,
                 mtu,
             });
@@ -278,6 +299,7 @@ impl Validator<'_> {
             inside: inside.get_ref().clone(),
             outside: outside.get_ref().clone(),
             attach: Vec::new(),
+            bridges: Vec::new(),
             origin_mark,
             mtu,
         })
@@ -374,6 +396,21 @@ impl Validator<'_> {
             Some(c) => Some(std::path::PathBuf::from(c.get_ref())),
             None => Some(std::path::PathBuf::from(DEFAULT_CONTROL)),
         };
+        let class_dir = match &raw.class_dir {
+            Some(d) if d.get_ref().is_empty() => None,
+            Some(d) if d.get_ref().contains('\0') => {
+                return Err(self.invalid(
+                    d.span(),
+                    "daemon.class_dir",
+                    format!(
+                        "{:?} is not a directory path (no NUL; \"\" for none)",
+                        d.get_ref()
+                    ),
+                ))
+            }
+            Some(d) => Some(std::path::PathBuf::from(d.get_ref())),
+            None => None,
+        };
         let log_format = match raw.log_format.as_ref().map(|f| *f.get_ref()) {
             Some(RawLogFormat::Json) => LogFormat::Json,
             Some(RawLogFormat::Text) | None => LogFormat::Text,
@@ -418,6 +455,7 @@ impl Validator<'_> {
             batch_size,
             metrics_listen,
             control,
+            class_dir,
             log_format,
             cores,
             nba_period,

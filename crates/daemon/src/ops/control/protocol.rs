@@ -206,6 +206,9 @@ fn match_object(m: &Match) -> ClassObject {
     if let Some(f) = &m.from {
         o.insert("from".into(), Value::from(f.clone()));
     }
+    if let Some(t) = &m.to {
+        o.insert("to".into(), Value::from(t.clone()));
+    }
     if let Some(c) = &m.cgroup {
         o.insert("cgroup".into(), Value::from(c.clone()));
     }

@@ -265,3 +265,119 @@ fn the_api_s_classes_keep_their_order_through_changes_deletes_and_a_reload() {
         .get("a")
         .is_some_and(|c| c.object["match"]["dst"] == "10.0.9.9/32"));
 }
+
+const ATTACH: &str = "[interfaces]\nattach = [\"eth0\"]\nbridges = [\"br0\"]\norigin_mark = 0x3\n\
+                      [[class]]\nname = \"pod-a.out\"\nmatch = { from = \"veth-a\" }\nrate = \"10mbit\"\n";
+
+/// A model of `text` with one stand-in loop (an engine of `text` applying the inbox).
+fn attach_loop(text: &str) -> (Arc<Live>, Arc<AtomicBool>, JoinHandle<Engine>) {
+    let config = Config::from_toml_str(text, "test.toml").unwrap();
+    let live = Live::new(&config, 1, Metrics::new()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut endpoint = live.endpoint(0, 1).unwrap();
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut engine = Engine::new(&config, 64, Metrics::new());
+        while !flag.load(Ordering::Relaxed) {
+            endpoint.poll(&mut engine);
+            std::thread::sleep(StdDuration::from_micros(100));
+        }
+        engine
+    });
+    (live, stop, thread)
+}
+
+fn send(live: &Live, request: Value) -> Reply {
+    let line = serde_json::to_string(&request).unwrap();
+    live.handle(Request::parse(&line).unwrap(), Instant::now())
+}
+
+#[test]
+fn live_origins_take_stable_tags_and_tell_the_watcher() {
+    let (live, stop, thread) = attach_loop(ATTACH);
+    assert!(!live.take_origins_changed());
+    let r = send(
+        &live,
+        json!({"op":"add","class":{"name":"pod-a.in","match":{"to":"veth-a"},"rate":"5mbit"}}),
+    );
+    assert!(r.ok, "{r:?}");
+    assert!(live.take_origins_changed());
+    let o = live.current().origin_set();
+    assert_eq!(
+        (o.from.get("veth-a"), o.to.get("veth-a")),
+        (Some(&1), Some(&2))
+    );
+    // A name in force keeps its tag: a second class on veth-a's `from` shares tag 1.
+    let r = send(
+        &live,
+        json!({"op":"add","class":{"name":"pod-a.udp","match":{"from":"veth-a","protocol":"udp"}}}),
+    );
+    assert!(r.ok, "{r:?}");
+    let tags: Vec<Option<u16>> = live
+        .current()
+        .classes
+        .iter()
+        .map(|c| c.matcher.origin)
+        .collect();
+    assert_eq!(tags, [Some(1), Some(2), Some(1)]);
+    // The mark's two bits carry tags 1 and 2 (3 is reserved): tag 2 is the `to`'s, so a
+    // second `from` finds none free.
+    let r = send(
+        &live,
+        json!({"op":"add","class":{"name":"pod-b.out","match":{"from":"veth-b"}}}),
+    );
+    assert!(!r.ok);
+    assert_eq!(r.error.unwrap().field, "match.from");
+    // Deleting the `to` class frees its tag and its origin.
+    assert!(send(&live, json!({"op":"del","name":"pod-a.in"})).ok);
+    assert!(live.take_origins_changed());
+    assert!(live.current().origin_set().to.is_empty());
+    let r = send(
+        &live,
+        json!({"op":"add","class":{"name":"pod-b.out","match":{"from":"veth-b"}}}),
+    );
+    assert!(r.ok, "{r:?}");
+    assert_eq!(live.current().origin_set().from.get("veth-b"), Some(&2));
+    // A reload that adds a `from` keeps the tags in force: the new one takes a free tag.
+    let reloaded = Config::from_toml_str(
+        &ATTACH
+            .replace("origin_mark = 0x3", "origin_mark = 0x7")
+            .replace(
+                "[[class]]",
+                "[[class]]\nname = \"pod-c.out\"\nmatch = { from = \"veth-c\" }\n[[class]]",
+            ),
+        "test.toml",
+    )
+    .unwrap();
+    assert_eq!(reloaded.classes[0].matcher.origin, Some(1));
+    let merged = live.merged_checked(&reloaded).unwrap();
+    let o = merged.origin_set();
+    assert_eq!(o.from.get("veth-a"), Some(&1));
+    assert_eq!(o.from.get("veth-b"), Some(&2));
+    assert_eq!(o.from.get("veth-c"), Some(&3));
+    live.reloaded(&reloaded);
+    assert_eq!(live.current().origin_set(), o);
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap();
+}
+
+#[test]
+fn a_live_to_needs_a_bridge() {
+    let text = "[interfaces]\nattach = [\"eth0\"]\n";
+    let (live, stop, thread) = attach_loop(text);
+    let r = send(
+        &live,
+        json!({"op":"add","class":{"name":"x","match":{"to":"veth-a"}}}),
+    );
+    assert!(!r.ok);
+    let e = r.error.unwrap();
+    assert_eq!(e.field, "match.to", "{e:?}");
+    assert!(e.message.contains("bridges"), "{e:?}");
+    let r = send(
+        &live,
+        json!({"op":"add","class":{"name":"y","match":{"cgroup":"/system.slice/a.service"}}}),
+    );
+    assert!(r.ok, "{r:?}");
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap();
+}

@@ -1,7 +1,11 @@
 //! The origins of attach mode's classes ([`Attachment::set_origins`]): the `from` interfaces,
-//! hooked with the `stamp` program and listed in the `ORIGIN_IF` map, and the `cgroup`s, listed
-//! by their cgroup v2 id in `ORIGIN_CGROUP`; followed as they come and go
-//! ([`Attachment::refresh_origins`]).
+//! hooked with the `stamp` program and listed in the `ORIGIN_IF` map, the `to` interfaces
+//! (ports of a listed bridge), hooked with the `capture` program at their egress while the
+//! daemon is engaged and listed in `TO_IF` and `CAPTURE` (redirected to their bridge's capture
+//! pair), and the `cgroup`s, listed by their cgroup v2 id in `ORIGIN_CGROUP`; followed as they
+//! come, go and are re-created ([`Attachment::refresh_origins`]). A `to` interface whose master
+//! is not a listed bridge is not hooked: event `attach_failed`, once for each time it is seen
+//! so.
 
 use super::{index_of, map, Attachment};
 use crate::ops::config::Config;
@@ -14,6 +18,20 @@ pub(super) struct Origin {
     pub(super) tag: u16,
     pub(super) ifindex: Option<u32>,
     pub(super) link: Option<aya::programs::tc::SchedClassifierLinkId>,
+}
+
+/// An interface a class names with `to`.
+#[derive(Debug)]
+pub(super) struct ToOrigin {
+    pub(super) tag: u16,
+    /// Its index when hooked or last looked at.
+    pub(super) ifindex: Option<u32>,
+    /// The capture pair end its packets are redirected to (its bridge's), while hooked.
+    pub(super) target: Option<u32>,
+    pub(super) link: Option<aya::programs::tc::SchedClassifierLinkId>,
+    /// Hooking it failed (or its master is no listed bridge) for this index and target: not
+    /// tried again, nor counted again, until one of them changes.
+    pub(super) failed: bool,
 }
 
 /// A cgroup a class names with `cgroup`.
@@ -48,7 +66,26 @@ impl Attachment {
     /// interfaces that exist and looks the cgroups up; the others are taken by
     /// [`Attachment::refresh`] when they come.
     pub fn set_origins(&mut self, config: &Config) {
-        let (from, cgroups) = config.origins();
+        let all = config.origin_set();
+        let to = all.to;
+        let (from, cgroups) = (all.from, all.cgroups);
+        let old: Vec<String> = self.to.keys().cloned().collect();
+        for name in old {
+            if to.get(&name) != self.to.get(&name).map(|o| &o.tag) {
+                self.unhook_to(&name);
+                self.to.remove(&name);
+                self.event(&name, "detached");
+            }
+        }
+        for (name, tag) in to {
+            self.to.entry(name).or_insert(ToOrigin {
+                tag,
+                ifindex: None,
+                target: None,
+                link: None,
+                failed: false,
+            });
+        }
         let old: Vec<String> = self.from.keys().cloned().collect();
         for name in old {
             if from.get(&name) != self.from.get(&name).map(|o| &o.tag) {
@@ -94,6 +131,119 @@ impl Attachment {
         self.refresh_origins();
     }
 
+    /// Detaches `to` interface `name`'s hook and forgets its map entries; it is hooked again
+    /// by the next [`Attachment::refresh_to`] while engaged.
+    fn unhook_to(&mut self, name: &str) {
+        let Some(o) = self.to.get_mut(name) else {
+            return;
+        };
+        let (link, ifindex) = (o.link.take(), o.ifindex.take());
+        o.target = None;
+        o.failed = false;
+        if let Some(link) = link {
+            self.detach("capture", link);
+        }
+        if let Some(ifindex) = ifindex {
+            if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u16>>(&mut self.bpf, "TO_IF") {
+                let _ = m.remove(&ifindex);
+            }
+            if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u32>>(&mut self.bpf, "CAPTURE") {
+                let _ = m.remove(&ifindex);
+            }
+        }
+    }
+
+    /// Detaches every `to` hook ([`Attachment::release`]).
+    pub(super) fn unhook_to_all(&mut self) {
+        let names: Vec<String> = self.to.keys().cloned().collect();
+        for name in names {
+            self.unhook_to(&name);
+        }
+    }
+
+    /// While engaged: hooks the `to` interfaces that came, were re-created or moved to another
+    /// bridge, forgets those that went, and counts one whose master is no listed bridge.
+    pub(super) fn refresh_to(&mut self) {
+        if !self.engaged {
+            return;
+        }
+        let names: Vec<String> = self.to.keys().cloned().collect();
+        for name in names {
+            let now = index_of(&name);
+            // Its master (bridge) by index, asked in the daemon's namespace.
+            let master = now.and_then(|i| crate::os::netlink::master(i).ok().flatten());
+            let target = master.and_then(|m| {
+                self.uplinks
+                    .iter()
+                    .find(|u| u.bridge && u.ifindex == Some(m))
+                    .map(|u| u.send.1)
+            });
+            let (was, was_target, linked, failed, tag) = {
+                let o = &self.to[&name];
+                (o.ifindex, o.target, o.link.is_some(), o.failed, o.tag)
+            };
+            let settled = now.is_none() || linked || failed;
+            if now == was && target == was_target && settled {
+                continue;
+            }
+            self.unhook_to(&name);
+            let entry = self.to.get_mut(&name).expect("key from the map");
+            entry.ifindex = now;
+            entry.target = target;
+            let Some(ifindex) = now else {
+                if was.is_some() {
+                    self.event(&name, "gone");
+                }
+                continue;
+            };
+            let attached = self.uplinks.iter().any(|u| u.name == name);
+            let hooked = match target {
+                // Its egress has the uplink's own hook, which sends what it captures there.
+                Some(_) if attached => {
+                    Err("it is an attached interface: its own silo shapes it".to_string())
+                }
+                None => Err(match master {
+                    Some(m) => {
+                        format!("its master (ifindex {m}) is not a bridge of [interfaces] bridges")
+                    }
+                    None => "it is no bridge's port: [interfaces] bridges".to_string(),
+                }),
+                Some(target) => self.hook_to(&name, ifindex, target, tag),
+            };
+            match hooked {
+                Ok(link) => {
+                    self.to.get_mut(&name).expect("key from the map").link = Some(link);
+                    self.event(&name, if was.is_some() { "recreated" } else { "came" });
+                }
+                Err(reason) => {
+                    self.to.get_mut(&name).expect("key from the map").failed = true;
+                    tracing::warn!(interface = %name, %reason, "attach: hooking a to interface failed");
+                    self.event(&name, "attach_failed");
+                }
+            }
+        }
+    }
+
+    /// Lists `to` interface `name` (`ifindex`) in `TO_IF` with `tag` and in `CAPTURE` with its
+    /// bridge's capture pair end `target`, and attaches `capture` at its egress.
+    fn hook_to(
+        &mut self,
+        name: &str,
+        ifindex: u32,
+        target: u32,
+        tag: u16,
+    ) -> Result<aya::programs::tc::SchedClassifierLinkId, String> {
+        map::<BpfHashMap<&mut MapData, u32, u16>>(&mut self.bpf, "TO_IF")
+            .map_err(|e| e.to_string())?
+            .insert(ifindex, tag, 0)
+            .map_err(|e| format!("TO_IF: {e}"))?;
+        map::<BpfHashMap<&mut MapData, u32, u32>>(&mut self.bpf, "CAPTURE")
+            .map_err(|e| e.to_string())?
+            .insert(ifindex, target, 0)
+            .map_err(|e| format!("CAPTURE: {e}"))?;
+        self.attach("capture", name, TcAttachType::Egress)
+    }
+
     fn forget_if(&mut self, ifindex: u32) {
         if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u16>>(&mut self.bpf, "ORIGIN_IF") {
             let _ = m.remove(&ifindex);
@@ -103,6 +253,7 @@ impl Attachment {
     /// Hooks the `from` interfaces that came or were re-created, forgets those that went, and
     /// looks the cgroups up again.
     pub(super) fn refresh_origins(&mut self) {
+        self.refresh_to();
         let names: Vec<String> = self.from.keys().cloned().collect();
         for name in names {
             let now = index_of(&name);

@@ -4,7 +4,7 @@
 use super::{Result, Validator};
 use crate::ops::config::error::ErrorKind;
 use crate::ops::config::raw::{RawMatch, Scalar};
-use crate::ops::config::Match;
+use crate::ops::config::{origin_tags, Match};
 use ipnet::IpNet;
 use std::net::IpAddr;
 use toml::Spanned;
@@ -71,6 +71,14 @@ impl Validator<'_> {
                     .map(|()| name.get_ref().clone())
             })
             .transpose()?;
+        let to = raw
+            .to
+            .as_ref()
+            .map(|name| {
+                self.interface_name(name, &format!("{path}.to"))
+                    .map(|()| name.get_ref().clone())
+            })
+            .transpose()?;
         let cgroup = raw
             .cgroup
             .as_ref()
@@ -85,6 +93,15 @@ impl Validator<'_> {
                     .to_string(),
             ));
         }
+        if let (Some(t), true) = (&raw.to, from.is_some() || cgroup.is_some()) {
+            return Err(self.invalid(
+                t.span(),
+                &format!("{path}.to"),
+                "to (the bridge port a packet leaves through) excludes from and cgroup (where \
+                 it came from): use two classes"
+                    .to_string(),
+            ));
+        }
         Ok(Match {
             dst,
             src,
@@ -93,6 +110,7 @@ impl Validator<'_> {
             dst_port: ports[0],
             src_port: ports[1],
             from,
+            to,
             cgroup,
             origin: None,
         })
@@ -119,72 +137,56 @@ impl Validator<'_> {
         Ok(p.trim_end_matches('/').to_string())
     }
 
-    /// Gives each distinct `from` interface and `cgroup` of `classes` an origin tag (`from`
-    /// first, 1, 2, ... in file order, then the cgroups), refusing both outside attach mode and
-    /// more `from` interfaces than `origin_mark` can carry.
+    /// Gives each distinct `from` interface, `to` interface and `cgroup` of `classes` an origin
+    /// tag ([`crate::ops::config::origin_tags::assign`], numbered afresh), refusing them outside
+    /// attach mode, a `to` without a bridge or without `origin_mark`, and more origins than the
+    /// tags carry.
     pub(super) fn origins(
         &self,
         classes: &mut [crate::ops::config::ClassConfig],
         raw: &[Spanned<crate::ops::config::raw::RawClass>],
         interfaces: &crate::ops::config::Interfaces,
     ) -> Result<()> {
-        let mut from: Vec<String> = Vec::new();
-        let mut cgroups: Vec<String> = Vec::new();
         for (i, c) in classes.iter().enumerate() {
-            let m = &c.matcher;
-            if m.from.is_none() && m.cgroup.is_none() {
+            let Some(key) = origin_tags::key_of(&c.matcher) else {
                 continue;
-            }
-            let field = if m.from.is_some() { "from" } else { "cgroup" };
-            if interfaces.attach.is_empty() {
-                return Err(self.invalid(
-                    raw[i].span(),
-                    &format!("class[{i}].match.{field}"),
-                    "only in attach mode ([interfaces] attach)".to_string(),
-                ));
-            }
-            if let Some(f) = &m.from {
-                if !from.contains(f) {
-                    from.push(f.clone());
-                }
-            }
-            if let Some(g) = &m.cgroup {
-                if !cgroups.contains(g) {
-                    cgroups.push(g.clone());
-                }
-            }
+            };
+            let field = format!("class[{i}].match.{}", key.field());
+            self.origin_allowed(&key, interfaces)
+                .map_err(|message| self.invalid(raw[i].span(), &field, message))?;
         }
-        let mark = interfaces.origin_mark;
-        let capacity = if mark == 0 {
-            usize::from(u16::MAX)
-        } else {
-            (1usize << mark.count_ones()) - 1
-        };
-        if from.len() > capacity || from.len() + cgroups.len() > usize::from(u16::MAX) {
+        origin_tags::assign(classes, &Default::default(), interfaces.origin_mark).map_err(|e| {
             let last = classes.len().saturating_sub(1);
-            return Err(self.invalid(
+            self.invalid(
                 raw.get(last).map_or(0..0, |r| r.span()),
                 "interfaces.origin_mark",
-                format!(
-                    "{} from interfaces and {} cgroups: origin_mark {mark:#x} carries at most \
-                     {capacity} interfaces, and 65 535 origins in all",
-                    from.len(),
-                    cgroups.len()
-                ),
-            ));
+                e.to_string(),
+            )
+        })
+    }
+
+    /// Why a class of `interfaces` may not name origin `key`, if it may not.
+    pub(super) fn origin_allowed(
+        &self,
+        key: &origin_tags::OriginKey,
+        interfaces: &crate::ops::config::Interfaces,
+    ) -> core::result::Result<(), String> {
+        if interfaces.attach.is_empty() && interfaces.bridges.is_empty() {
+            return Err("only in attach mode ([interfaces] attach or bridges)".to_string());
         }
-        for c in classes.iter_mut() {
-            let m = &mut c.matcher;
-            m.origin = if let Some(f) = &m.from {
-                from.iter().position(|x| x == f).map(|i| i as u16 + 1)
-            } else if let Some(g) = &m.cgroup {
-                cgroups
-                    .iter()
-                    .position(|x| x == g)
-                    .map(|i| (from.len() + i) as u16 + 1)
-            } else {
-                None
-            };
+        if let origin_tags::OriginKey::To(_) = key {
+            if interfaces.bridges.is_empty() {
+                return Err(
+                    "needs a bridge the interface is a port of in [interfaces] bridges".to_string(),
+                );
+            }
+            if interfaces.origin_mark == 0 {
+                return Err(
+                    "needs [interfaces] origin_mark (not 0): the frames shaped through \
+                            a bridge carry its all-ones value"
+                        .to_string(),
+                );
+            }
         }
         Ok(())
     }
