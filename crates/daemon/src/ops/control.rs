@@ -585,7 +585,39 @@ fn validated(file: &Config, object: &ClassObject) -> Result<ClassConfig, ReplyEr
     if let Some(field) = crate::datapath::engine::live_unsupported(&class, file) {
         return Err(live_error(&LiveError::Unsupported(field)));
     }
+    if let Some(port) = &class.matcher.to {
+        to_port_checked(port, &file.interfaces.bridges)?;
+    }
     Ok(class)
+}
+
+/// Refuses a `to` interface that exists and is not a port of one of `bridges`: nothing would
+/// capture what goes to it, and the class would limit nothing. One that does not exist yet is
+/// taken (hooked when it comes, or counted as `attach_failed` then).
+fn to_port_checked(port: &str, bridges: &[String]) -> Result<(), ReplyError> {
+    let Ok(index) = nix::net::if_::if_nametoindex(port) else {
+        return Ok(());
+    };
+    let master = crate::os::netlink::master(index).ok().flatten();
+    let listed = bridges
+        .iter()
+        .filter_map(|b| nix::net::if_::if_nametoindex(b.as_str()).ok())
+        .any(|b| Some(b) == master);
+    if listed {
+        return Ok(());
+    }
+    let what = match master {
+        Some(m) => format!("its master (ifindex {m}) is not one of them"),
+        None => "it is no bridge's port".to_owned(),
+    };
+    Err(ReplyError::new(
+        "match.to",
+        format!(
+            "{port:?} is not a port of a bridge in [interfaces] bridges ({}): {what}, so nothing \
+             would shape what goes to it",
+            bridges.join(", ")
+        ),
+    ))
 }
 
 fn live_error(e: &LiveError) -> ReplyError {
