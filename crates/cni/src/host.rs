@@ -11,10 +11,7 @@
 //! mounted in, not necessarily the caller's).
 
 use crate::error::{CniError, NO_HOST_INTERFACE};
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
 use netlink_packet_route::link::{InfoPortKind, LinkAttribute, LinkInfo, LinkMessage};
-use netlink_packet_route::RouteNetlinkMessage;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use serde_json::{Map, Value};
 use std::io;
 use std::path::Path;
@@ -89,51 +86,12 @@ pub fn host_interface(
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemLinks;
 
-/// Bytes of the receive buffer for one link's message (32 KiB): a link's attributes, statistics
-/// included, take a few KiB.
-const ANSWER_BYTES: usize = 32 * 1024;
-
-/// One `RTM_GETLINK` for `message` on a fresh socket of the calling thread's namespace:
-/// `Ok(None)` when there is no such link.
-fn get_link(message: LinkMessage) -> io::Result<Option<LinkMessage>> {
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST;
-    header.sequence_number = 1;
-    let mut packet = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(RouteNetlinkMessage::GetLink(message)),
-    );
-    packet.finalize();
-    let mut buf = vec![0u8; packet.buffer_len()];
-    packet.serialize(&mut buf);
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    socket.send(&buf, 0)?;
-    let mut answer = Vec::with_capacity(ANSWER_BYTES);
-    let n = socket.recv(&mut answer, 0)?;
-    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&answer[..n])
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-    match reply.payload {
-        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(Some(link)),
-        NetlinkPayload::Error(e) => match e.code {
-            Some(code) if code.get() == -(nix::errno::Errno::ENODEV as i32) => Ok(None),
-            Some(_) => Err(e.to_io()),
-            None => Ok(None),
-        },
-        other => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("unexpected rtnetlink answer: {other:?}"),
-        )),
-    }
-}
-
 fn by_name(name: &str) -> io::Result<Option<LinkMessage>> {
     let mut message = LinkMessage::default();
     message
         .attributes
         .push(LinkAttribute::IfName(name.to_owned()));
-    get_link(message)
+    metronome_daemon::os::netlink::get_link(message)
 }
 
 impl Links for SystemLinks {
@@ -172,7 +130,7 @@ impl Links for SystemLinks {
         .map_err(|_| io::Error::other("the namespace thread panicked"))??;
         let mut message = LinkMessage::default();
         message.header.index = peer_index;
-        let link = get_link(message)?.ok_or_else(|| {
+        let link = metronome_daemon::os::netlink::get_link(message)?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no interface of index {peer_index} in the host's namespace"),

@@ -1,7 +1,8 @@
 //! The few rtnetlink requests attach mode makes ([`crate::os::attach`]): create a veth pair, bring
-//! a link up, set its MTU, delete a link, ask a link's master (its bridge). Each is one request on a fresh `NETLINK_ROUTE` socket,
-//! acknowledged by the kernel (`NLM_F_ACK`); the kernel's error comes back as an `io::Error`
-//! with its errno. Messages are built with `netlink-packet-route`, sent with `netlink-sys`.
+//! a link up, set its MTU, delete a link, ask a link's master (its bridge), and a link's attributes
+//! for `metronome-cni` ([`get_link`]). Each is one request on a fresh `NETLINK_ROUTE` socket,
+//! acknowledged by the kernel (`NLM_F_ACK`) or answered; the kernel's error comes back as an
+//! `io::Error` with its errno. Messages are built with `netlink-packet-route`, sent with `netlink-sys`.
 
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL,
@@ -14,14 +15,18 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
 
-/// Bytes of the receive buffer for the kernel's answer: an ACK or an error quoting the request.
-const ANSWER_BYTES: usize = 16 * 1024;
+/// Bytes of the receive buffer for the kernel's answer (32 KiB): an ACK, an error quoting the
+/// request, or one link's attributes, statistics included (a few KiB).
+const ANSWER_BYTES: usize = 32 * 1024;
 
-/// Sends `message` with `flags` (beside `NLM_F_REQUEST | NLM_F_ACK`) and waits for the kernel's
-/// answer.
-fn request(message: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
+/// Sends `message` with `flags` (beside `NLM_F_REQUEST`) on a fresh socket of the calling
+/// thread's namespace and returns the kernel's first answer.
+fn exchange(
+    message: RouteNetlinkMessage,
+    flags: u16,
+) -> io::Result<NetlinkMessage<RouteNetlinkMessage>> {
     let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    header.flags = NLM_F_REQUEST | flags;
     header.sequence_number = 1;
     let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(message));
     packet.finalize();
@@ -33,11 +38,33 @@ fn request(message: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
     socket.send(&buf, 0)?;
     let mut answer = Vec::with_capacity(ANSWER_BYTES);
     let n = socket.recv(&mut answer, 0)?;
-    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&answer[..n])
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-    match reply.payload {
+    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&answer[..n])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}
+
+/// Sends `message` with `flags` (beside `NLM_F_REQUEST | NLM_F_ACK`) and waits for the kernel's
+/// answer.
+fn request(message: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
+    match exchange(message, NLM_F_ACK | flags)?.payload {
         NetlinkPayload::Error(e) if e.code.is_some() => Err(e.to_io()),
         _ => Ok(()),
+    }
+}
+
+/// One `RTM_GETLINK` for the link `message` names (by `header.index`, or an `IfName`
+/// attribute), in the calling thread's namespace: `Ok(None)` when there is no such link.
+pub fn get_link(message: LinkMessage) -> io::Result<Option<LinkMessage>> {
+    match exchange(RouteNetlinkMessage::GetLink(message), 0)?.payload {
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(Some(link)),
+        NetlinkPayload::Error(e) => match e.code {
+            Some(code) if code.get() == -(nix::errno::Errno::ENODEV as i32) => Ok(None),
+            Some(_) => Err(e.to_io()),
+            None => Ok(None),
+        },
+        other => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected rtnetlink answer: {other:?}"),
+        )),
     }
 }
 
@@ -78,37 +105,16 @@ pub fn set_up(ifindex: u32) -> io::Result<()> {
 pub fn master(ifindex: u32) -> io::Result<Option<u32>> {
     let mut message = LinkMessage::default();
     message.header.index = ifindex;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST;
-    header.sequence_number = 1;
-    let mut packet = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(RouteNetlinkMessage::GetLink(message)),
-    );
-    packet.finalize();
-    let mut buf = vec![0u8; packet.buffer_len()];
-    packet.serialize(&mut buf);
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    socket.send(&buf, 0)?;
-    let mut answer = Vec::with_capacity(ANSWER_BYTES);
-    let n = socket.recv(&mut answer, 0)?;
-    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&answer[..n])
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-    match reply.payload {
-        NetlinkPayload::Error(e) if e.code.is_some() => Err(e.to_io()),
-        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
-            Ok(link.attributes.iter().find_map(|a| match a {
-                LinkAttribute::Controller(m) => Some(*m),
-                _ => None,
-            }))
-        }
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "RTM_GETLINK: no link in the answer",
-        )),
-    }
+    let link = get_link(message)?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("RTM_GETLINK: no link of index {ifindex}"),
+        )
+    })?;
+    Ok(link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Controller(m) => Some(*m),
+        _ => None,
+    }))
 }
 
 /// Deletes the link of `ifindex` (a veth's peer goes with it).

@@ -823,6 +823,14 @@ pub fn run_workloads(
             std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)))
         })
         .collect();
+    join_traffic(threads)
+}
+
+/// Waits for every traffic thread of `threads`; their reports in order, or the first error
+/// (the others are still waited for, so that no thread outlives its topology).
+pub(crate) fn join_traffic(
+    threads: Vec<std::thread::JoinHandle<Result<TrafficReport, TrafficError>>>,
+) -> Result<Vec<TrafficReport>, CompareError> {
     let mut reports = Vec::new();
     let mut first_error = None;
     for t in threads {

@@ -94,20 +94,7 @@ pub fn run_pods(
             trafficgen::run(&plan, Some(&snd), Some(&rcv))
         }));
     }
-    let mut reports = Vec::new();
-    let mut first_error = None;
-    for t in threads {
-        match t.join().map_err(|_| TrafficError::ThreadPanicked) {
-            Ok(Ok(r)) => reports.push(r),
-            Ok(Err(e)) | Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match first_error {
-        Some(e) => Err(e.into()),
-        None => Ok(reports),
-    }
+    crate::compare::attach::join_traffic(threads)
 }
 
 /// A pod without an address (never added, or deleted) or an index beyond the pods.
