@@ -23,6 +23,8 @@
 //!   (Carousel §5.3); [`spsc`]: the lock-free ring that hands packets between cores. Their loom
 //!   model tests run with `RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib
 //!   loom` (`cargo test --workspace` runs the other tests).
+//! * [`cluster`]: one limit shared by the daemons of a cluster, each computing its share from the
+//!   same published demand records by the NBA's water-filling (Carousel §2, §5.3).
 //! * [`binary_heap`], [`fq_tree`], [`token_bucket_rr`]: baselines behind the same [`EdtQueue`]
 //!   trait.
 //!
@@ -55,6 +57,7 @@
 pub mod ack_shaping;
 pub mod binary_heap;
 pub mod bitmap;
+pub mod cluster;
 pub mod completions;
 pub mod fair_queue;
 pub mod fq_tree;
@@ -87,7 +90,7 @@ pub use mq_port::{
     MqConfigError, MqCounters, MqDequeued, MqEnqueued, MqPort, MqPortConfig, MqQueueCounters,
     MqRejectReason, QueueConfig, Scheduling,
 };
-pub use nba::{water_fill, Nba, NbaConfig, NbaConfigError, NbaCounters};
+pub use nba::{water_fill, water_fill_weighted, Nba, NbaConfig, NbaConfigError, NbaCounters};
 pub use nicpic::{NicPic, NicPicConfig, NicPicCounters, Pull};
 pub use packet::{ClassId, FlowId, PacketRef};
 pub use paused_flows::{Discipline, PausedFlows};

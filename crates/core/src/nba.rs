@@ -292,26 +292,24 @@ impl Nba {
     /// Measures core `core` over the period and sets its demand estimate.
     fn estimate(&mut self, core: usize) {
         let (base, latest) = (self.base[core], self.latest[core]);
-        let dt = latest.at.saturating_since(base.at).as_nanos();
-        if dt == 0 {
+        let Some(measured) = measured_rate(base.bytes, base.at, latest.bytes, latest.at) else {
             self.counters.stale_cores += 1;
             return;
-        }
-        let bits = (latest.bytes - base.bytes) as u128 * 8;
-        let bps = (bits * NANOS_PER_SEC as u128 / dt as u128).min(u64::MAX as u128) as u64;
-        self.measured[core] = Rate::from_bps(bps);
-        let cap = self.rates[core].bps() as f64;
-        let aggregate = self.cfg.aggregate.bps();
-        let demand = if bps == 0 {
-            self.counters.floored_cores += 1;
-            0
-        } else if bps as f64 >= self.cfg.cap_threshold * cap {
-            self.counters.capped_cores += 1;
-            aggregate
-        } else {
-            ((bps as f64 * (1.0 + self.cfg.headroom)) as u64).min(aggregate)
         };
-        self.demand[core] = Rate::from_bps(demand);
+        self.measured[core] = measured;
+        let estimate = estimate_demand(
+            measured,
+            self.rates[core],
+            self.cfg.aggregate,
+            self.cfg.headroom,
+            self.cfg.cap_threshold,
+        );
+        match estimate {
+            DemandEstimate::Idle => self.counters.floored_cores += 1,
+            DemandEstimate::Capped => self.counters.capped_cores += 1,
+            DemandEstimate::Satisfied(_) => {}
+        }
+        self.demand[core] = estimate.demand(self.cfg.aggregate);
     }
 
     /// The rates in force, one per core, summing to the aggregate. A core's rate can be zero only
@@ -379,6 +377,69 @@ impl Nba {
     }
 }
 
+/// The rate measured between two (byte count, timestamp) samples of one sender: the count's
+/// growth over the samples' own time difference (not the update times, so a late publish does
+/// not distort the rate), in whole bit/s; `None` when no time passed between them (no new
+/// sample). A count that went backwards measures zero.
+pub fn measured_rate(
+    base_bytes: u64,
+    base_at: Timestamp,
+    latest_bytes: u64,
+    latest_at: Timestamp,
+) -> Option<Rate> {
+    let dt = latest_at.saturating_since(base_at).as_nanos();
+    if dt == 0 {
+        return None;
+    }
+    let bits = latest_bytes.saturating_sub(base_bytes) as u128 * 8;
+    let bps = (bits * NANOS_PER_SEC as u128 / dt as u128).min(u64::MAX as u128) as u64;
+    Some(Rate::from_bps(bps))
+}
+
+/// What a sender's measured rate says about its demand (the module docs: at its cap, below it,
+/// or idle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DemandEstimate {
+    /// It sent nothing: no demand (it keeps the idle floor).
+    Idle,
+    /// It used at least the cap threshold of its rate: it may want more, its demand is unbounded.
+    Capped,
+    /// It stayed below its cap: its demand is the measured rate plus the headroom.
+    Satisfied(Rate),
+}
+
+impl DemandEstimate {
+    /// The demand fed to water-filling: zero, the whole `aggregate`, or the satisfied demand.
+    pub fn demand(self, aggregate: Rate) -> Rate {
+        match self {
+            DemandEstimate::Idle => Rate::from_bps(0),
+            DemandEstimate::Capped => aggregate,
+            DemandEstimate::Satisfied(d) => d,
+        }
+    }
+}
+
+/// Classifies a sender that measured `measured` while its rate was `cap`: idle when it sent
+/// nothing, [`DemandEstimate::Capped`] when `measured >= cap_threshold × cap`, otherwise
+/// satisfied with a demand of `measured × (1 + headroom)`, at most `aggregate`.
+pub fn estimate_demand(
+    measured: Rate,
+    cap: Rate,
+    aggregate: Rate,
+    headroom: f64,
+    cap_threshold: f64,
+) -> DemandEstimate {
+    let bps = measured.bps();
+    if bps == 0 {
+        DemandEstimate::Idle
+    } else if bps as f64 >= cap_threshold * cap.bps() as f64 {
+        DemandEstimate::Capped
+    } else {
+        let demand = ((bps as f64 * (1.0 + headroom)) as u64).min(aggregate.bps());
+        DemandEstimate::Satisfied(Rate::from_bps(demand))
+    }
+}
+
 /// Shares `total` among `demands` max-min fairly and writes the shares into `out`; the shares
 /// always sum to exactly `total` (work conservation).
 ///
@@ -387,11 +448,44 @@ impl Nba {
 /// `sum(min(demand, L)) <= total`, entry `i` gets `min(demand_i, L)`, and the few bit/s of
 /// rounding go one each to the first entries above the level. Otherwise every entry gets its
 /// demand plus an equal share of what is left. Integer arithmetic throughout, no allocation:
-/// a binary search over the level, O(n log total).
+/// a binary search over the level, O(n log total). This is [`water_fill_weighted`] with every
+/// weight 1.
 ///
 /// # Panics
 /// If `out` and `demands` differ in length.
 pub fn water_fill(total: Rate, demands: &[Rate], floor: Rate, out: &mut [Rate]) {
+    fill(total, demands, |_| 1, floor, out);
+}
+
+/// Weighted max-min water-filling: as [`water_fill`], but entry `i` fills at `weights[i]` times
+/// the level (`min(demand_i, weights[i] × L)`) and what is left when the demands do not reach
+/// `total` is split in proportion to the weights (rounded down, the remaining bit/s one each to
+/// the first entries); the rounding above the level goes to the first entries above it, at most
+/// `weights[i]` bit/s each. A weight of 0 counts as 1. With equal weights of 1 the shares are
+/// exactly those of [`water_fill`]. Integer arithmetic only, so the result depends on the order
+/// of the entries only through who receives the rounding bit/s.
+///
+/// # Panics
+/// If `out`, `demands` and `weights` differ in length.
+pub fn water_fill_weighted(
+    total: Rate,
+    demands: &[Rate],
+    weights: &[u32],
+    floor: Rate,
+    out: &mut [Rate],
+) {
+    assert_eq!(weights.len(), demands.len(), "one weight per demand");
+    fill(total, demands, |i| u64::from(weights[i].max(1)), floor, out);
+}
+
+/// The water-filling of [`water_fill_weighted`] with the weight of entry `i` given by `weight`.
+fn fill(
+    total: Rate,
+    demands: &[Rate],
+    weight: impl Fn(usize) -> u64,
+    floor: Rate,
+    out: &mut [Rate],
+) {
     assert_eq!(demands.len(), out.len(), "one share per demand");
     let n = demands.len() as u64;
     if n == 0 {
@@ -400,18 +494,21 @@ pub fn water_fill(total: Rate, demands: &[Rate], floor: Rate, out: &mut [Rate]) 
     let total = total.bps();
     let floor = floor.bps().min(total / n);
     let want = |i: usize| demands[i].bps().max(floor);
-    let filled =
-        |level: u64| -> u128 { (0..demands.len()).map(|i| want(i).min(level) as u128).sum() };
+    let cap = |i: usize, level: u64| (want(i) as u128).min(weight(i) as u128 * level as u128);
+    let filled = |level: u64| -> u128 { (0..demands.len()).map(|i| cap(i, level)).sum() };
     let sum_want: u128 = (0..demands.len()).map(|i| want(i) as u128).sum();
     if sum_want <= total as u128 {
-        let left = total - sum_want as u64;
-        let (share, extra) = (left / n, left % n);
+        let left = (total as u128 - sum_want) as u64;
+        let sum_weights: u128 = (0..demands.len()).map(|i| weight(i) as u128).sum();
+        let share = |i: usize| (left as u128 * weight(i) as u128 / sum_weights) as u64;
+        let given: u64 = (0..demands.len()).map(share).sum();
+        let extra = left - given; // < n
         for (i, o) in out.iter_mut().enumerate() {
-            *o = Rate::from_bps(want(i) + share + u64::from((i as u64) < extra));
+            *o = Rate::from_bps(want(i) + share(i) + u64::from((i as u64) < extra));
         }
         return;
     }
-    // Largest level with filled(level) <= total: filled(0) = 0 and filled(total) > total.
+    // Largest level with filled(level) <= total: filled(0) = 0 and filled(total) >= total.
     let (mut lo, mut hi) = (0u64, total);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
@@ -421,14 +518,13 @@ pub fn water_fill(total: Rate, demands: &[Rate], floor: Rate, out: &mut [Rate]) 
             hi = mid - 1;
         }
     }
-    let mut rest = total - filled(lo) as u64; // < entries above the level
+    // Below what one more level step would add to the entries above the level.
+    let mut rest = total - filled(lo) as u64;
     for (i, o) in out.iter_mut().enumerate() {
-        let mut share = want(i).min(lo);
-        if want(i) > lo && rest > 0 {
-            share += 1;
-            rest -= 1;
-        }
-        *o = Rate::from_bps(share);
+        let at_level = cap(i, lo) as u64;
+        let step = (cap(i, lo.saturating_add(1)) as u64 - at_level).min(rest);
+        rest -= step;
+        *o = Rate::from_bps(at_level + step);
     }
 }
 

@@ -1,0 +1,341 @@
+//! One limit shared by the daemons of a cluster: the per-host demand record each daemon publishes
+//! and the shares every daemon computes from the same set of records (Carousel §2, §5.3).
+//!
+//! Carousel enforces rates that "come from a central allocator" above the hosts (§2), and splits a
+//! limit that spans cores with the NIC-level bandwidth allocator's "simple water-filling algorithm
+//! to achieve work-conservation and max-min fairness" (§5.3, [`crate::nba`]). A cluster class
+//! does the second one level up, without a central allocator: every daemon publishes a
+//! [`HostRecord`] per cluster class into a shared store each period (under a lease that expires
+//! with the daemon), watches the others' records, and computes [`shares`] from the records of one
+//! store revision. The function is deterministic (the records are sorted by host id first, and the
+//! water-filling is integer arithmetic), so every daemon that computes from the same revision gets
+//! the same shares, and they sum to at most the limit, without a leader.
+//!
+//! Demand is estimated as the NBA does ([`crate::nba::estimate_demand`]): a host that used
+//! (nearly) all of the share it enforced is at its cap and counts as unbounded; below its cap it
+//! asks for its measured rate plus [`ClusterConfig::headroom`]; a host that sent nothing keeps the
+//! idle floor. What a host *offers* is its sent bytes plus the growth of its backlog (the bytes
+//! queued in its shaper), as a silo reports "transmitted + queued" bytes to the NBA: a host held
+//! back by its share shows a backlog that grows or stays full, and is at its cap.
+//!
+//! ## Departures from the NBA, and why
+//!
+//! * **Each record carries its previous sample**: a rate needs two samples, and a rate computed
+//!   from two store revisions would differ between daemons that saw different revisions (or that
+//!   started watching late). With the (count, timestamp) pair of the previous publish in the same
+//!   record, one revision determines every rate. Both timestamps come from the publishing host's
+//!   own clock, so clocks of different hosts are never compared.
+//! * **The idle floor is one reserve for the whole cluster**: Carousel reserves 1 % of the
+//!   aggregate per idle core; across 1 000 hosts that would be ten times the limit, and one busy
+//!   host among many idle ones would get almost nothing. Here the idle hosts keep
+//!   [`ClusterConfig::idle_reserve_fraction`] (1 %) of the limit *together*: each host's floor is
+//!   `limit × fraction / hosts`. A host at its floor that starts sending is at its cap and gets its
+//!   fair share at the next computation, whatever the floor's size.
+//! * **A host without a measured period** (a record with no previous sample) asks for
+//!   [`ClusterConfig::join_floor`], the rate a new daemon enforces before it has computed a share
+//!   from a revision: a new host starts at that floor and grows once its first period is measured.
+//! * **Weights**: each host publishes a weight (its share of the class when all are at their cap);
+//!   the water-filling is the NBA's, weighted ([`water_fill_weighted`]).
+//!
+//! Pure and clock-free (CONTRIBUTING.md §1): time is in the records, nothing is read or written.
+
+use crate::nba::{estimate_demand, measured_rate, water_fill_weighted, DemandEstimate};
+use crate::nba::{DEFAULT_CAP_THRESHOLD, DEFAULT_HEADROOM, DEFAULT_IDLE_FLOOR_FRACTION};
+use crate::rate::Rate;
+use crate::time::Timestamp;
+
+#[cfg(test)]
+mod tests;
+
+/// Fraction of the limit that the idle hosts keep together: 1 % (Carousel §5.3: "still reserves
+/// 1% of the aggregate rate, to provide headroom for ramping up"; here for the cluster as a whole,
+/// see the module docs).
+pub const DEFAULT_IDLE_RESERVE_FRACTION: f64 = DEFAULT_IDLE_FLOOR_FRACTION;
+
+/// Fraction of the limit a new host enforces until its first measured period: 1 % (the same
+/// reserve Carousel §5.3 keeps for an idle core, which is what a new host is).
+pub const DEFAULT_JOIN_FLOOR_FRACTION: f64 = 0.01;
+
+/// A rate given either as a fraction of the cluster limit or in bit/s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Floor {
+    /// This fraction of the limit, in [0, 1].
+    FractionOfLimit(f64),
+    /// This many bit/s (at most the limit).
+    Bps(u64),
+}
+
+impl Floor {
+    /// The floor's rate under `limit`, at most `limit`.
+    pub fn rate(self, limit: Rate) -> Rate {
+        let bps = match self {
+            Floor::FractionOfLimit(f) => (limit.bps() as f64 * f) as u64,
+            Floor::Bps(b) => b,
+        };
+        Rate::from_bps(bps.min(limit.bps()))
+    }
+}
+
+/// How shares are computed. Every daemon of a cluster must use the same configuration (it is part
+/// of the cluster's definition, like the limit), or their shares disagree.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClusterConfig {
+    /// What a host with no measured period asks for ([`DEFAULT_JOIN_FLOOR_FRACTION`]).
+    pub join_floor: Floor,
+    /// Fraction of the limit the idle hosts keep together ([`DEFAULT_IDLE_RESERVE_FRACTION`]).
+    pub idle_reserve_fraction: f64,
+    /// Margin a satisfied host gets above its measured rate ([`DEFAULT_HEADROOM`]).
+    pub headroom: f64,
+    /// Fraction of its enforced share above which a host is at its cap
+    /// ([`DEFAULT_CAP_THRESHOLD`]); must lie in (1 / (1 + `headroom`), 1].
+    pub cap_threshold: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            join_floor: Floor::FractionOfLimit(DEFAULT_JOIN_FLOOR_FRACTION),
+            idle_reserve_fraction: DEFAULT_IDLE_RESERVE_FRACTION,
+            headroom: DEFAULT_HEADROOM,
+            cap_threshold: DEFAULT_CAP_THRESHOLD,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Checks the configuration.
+    pub fn validate(&self) -> Result<(), ClusterConfigError> {
+        if let Floor::FractionOfLimit(f) = self.join_floor {
+            if !(0.0..=1.0).contains(&f) {
+                return Err(ClusterConfigError::JoinFloor);
+            }
+        }
+        if !(0.0..=1.0).contains(&self.idle_reserve_fraction) {
+            return Err(ClusterConfigError::IdleReserve);
+        }
+        if !(self.headroom >= 0.0 && self.headroom.is_finite()) {
+            return Err(ClusterConfigError::Headroom);
+        }
+        let satisfied = 1.0 / (1.0 + self.headroom);
+        if !(self.cap_threshold > satisfied && self.cap_threshold <= 1.0) {
+            return Err(ClusterConfigError::CapThreshold);
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`ClusterConfig`] is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ClusterConfigError {
+    /// The join floor's fraction is not in [0, 1].
+    #[error("the join floor's fraction of the limit must lie in [0, 1]")]
+    JoinFloor,
+    /// The idle reserve is not in [0, 1].
+    #[error("the idle reserve fraction must lie in [0, 1]")]
+    IdleReserve,
+    /// `headroom` is negative or not finite.
+    #[error("headroom must be a finite fraction >= 0")]
+    Headroom,
+    /// `cap_threshold` is not in (1 / (1 + headroom), 1].
+    #[error("cap threshold must lie in (1/(1+headroom), 1]")]
+    CapThreshold,
+}
+
+/// One usage sample of a cluster class on one host, on that host's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UsageSample {
+    /// When the counts were read (the host's own clock).
+    pub at: Timestamp,
+    /// Bytes of the class sent since the daemon started (cumulative).
+    pub sent_bytes: u64,
+    /// Bytes of the class queued in the shaper at `at`.
+    pub backlog_bytes: u64,
+}
+
+impl UsageSample {
+    /// Bytes offered so far: sent plus queued (dropped bytes are not offered demand).
+    pub fn offered_bytes(&self) -> u64 {
+        self.sent_bytes.saturating_add(self.backlog_bytes)
+    }
+}
+
+/// What one host publishes for one cluster class each period. `H` is the host id (the store's
+/// key suffix; any type with a total order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostRecord<H> {
+    /// The publishing host.
+    pub host: H,
+    /// Its weight (0 counts as 1 and is counted in [`ShareCounters::zero_weights`]).
+    pub weight: u32,
+    /// The sample taken at this publish.
+    pub sample: UsageSample,
+    /// The sample of the previous publish (the start of the measured period); `None` before the
+    /// host has measured a period.
+    pub previous: Option<UsageSample>,
+    /// The share the host enforced between `previous` and `sample`, bit/s.
+    pub enforced_bps: u64,
+}
+
+/// How a host's demand was read from its record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostDemand {
+    /// No measured period: asks for the join floor.
+    Joining,
+    /// The record's samples go backwards or carry no time (a restarted daemon): treated as
+    /// joining.
+    Unmeasurable,
+    /// Sent nothing: the idle floor.
+    Idle,
+    /// At its cap: unbounded.
+    Capped,
+    /// Below its cap: measured plus headroom.
+    Satisfied,
+}
+
+/// One host's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostShare<H> {
+    /// The host.
+    pub host: H,
+    /// Its weight (at least 1).
+    pub weight: u32,
+    /// Its share of the limit, bit/s.
+    pub share_bps: u64,
+    /// The demand water-filling used for it, bit/s (the limit when capped).
+    pub demand_bps: u64,
+    /// How that demand was read.
+    pub demand: HostDemand,
+}
+
+/// Named counts of one computation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShareCounters {
+    /// Records dropped because another record of the same host was kept (the one with the
+    /// greatest sample; a store holds one per host, so this means a caller's mistake).
+    pub duplicate_hosts: u64,
+    /// Records whose weight 0 was taken as 1.
+    pub zero_weights: u64,
+    /// Records whose samples go backwards or carry no time, treated as joining.
+    pub unmeasurable: u64,
+}
+
+/// The shares of one revision, sorted by host id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shares<H> {
+    /// One entry per distinct host, in host-id order; the shares sum to the limit (or to zero
+    /// when there is no host).
+    pub hosts: Vec<HostShare<H>>,
+    /// What was counted.
+    pub counters: ShareCounters,
+}
+
+impl<H: Ord> Shares<H> {
+    /// The share of `host`, if it is in the revision.
+    pub fn share_of(&self, host: &H) -> Option<u64> {
+        self.hosts
+            .binary_search_by(|h| h.host.cmp(host))
+            .ok()
+            .map(|i| self.hosts[i].share_bps)
+    }
+}
+
+/// Each host's share of `limit`, computed from the records of one revision: demand estimation as
+/// in the module docs, then weighted max-min water-filling with the idle floor. The result does
+/// not depend on the order of `records` (they are sorted by host id, then by sample, first), so
+/// every daemon computing from the same revision gets the same shares.
+pub fn shares<H: Ord + Clone>(
+    limit: Rate,
+    cfg: &ClusterConfig,
+    records: &[HostRecord<H>],
+) -> Shares<H> {
+    let mut counters = ShareCounters::default();
+    let mut order: Vec<&HostRecord<H>> = records.iter().collect();
+    // By host, the greatest sample first, so that the record kept for a duplicated host is the
+    // same whatever the input order.
+    order.sort_by(|a, b| {
+        a.host
+            .cmp(&b.host)
+            .then_with(|| record_key(b).cmp(&record_key(a)))
+    });
+    let before = order.len();
+    order.dedup_by(|later, kept| later.host == kept.host);
+    counters.duplicate_hosts = (before - order.len()) as u64;
+
+    let n = order.len() as u64;
+    let join = cfg.join_floor.rate(limit);
+    let idle_floor = match n {
+        0 => 0,
+        n => (limit.bps() as f64 * cfg.idle_reserve_fraction) as u64 / n,
+    };
+    let mut demands = Vec::with_capacity(order.len());
+    let mut kinds = Vec::with_capacity(order.len());
+    let mut weights = Vec::with_capacity(order.len());
+    for r in &order {
+        if r.weight == 0 {
+            counters.zero_weights += 1;
+        }
+        weights.push(r.weight.max(1));
+        let (kind, demand) = host_demand(limit, cfg, join, r);
+        if kind == HostDemand::Unmeasurable {
+            counters.unmeasurable += 1;
+        }
+        kinds.push(kind);
+        demands.push(demand);
+    }
+    let mut out = vec![Rate::from_bps(0); order.len()];
+    water_fill_weighted(
+        limit,
+        &demands,
+        &weights,
+        Rate::from_bps(idle_floor),
+        &mut out,
+    );
+    let hosts = order
+        .iter()
+        .zip(out.iter().zip(demands.iter().zip(kinds)))
+        .map(|(r, (share, (demand, kind)))| HostShare {
+            host: r.host.clone(),
+            weight: r.weight.max(1),
+            share_bps: share.bps(),
+            demand_bps: demand.bps(),
+            demand: kind,
+        })
+        .collect();
+    Shares { hosts, counters }
+}
+
+/// A total order on a record's contents, so that the choice between duplicates is deterministic.
+fn record_key<H>(r: &HostRecord<H>) -> (UsageSample, Option<UsageSample>, u64, u32) {
+    (r.sample, r.previous, r.enforced_bps, r.weight)
+}
+
+/// How host `r`'s demand reads, and the demand (before the idle floor).
+fn host_demand<H>(
+    limit: Rate,
+    cfg: &ClusterConfig,
+    join: Rate,
+    r: &HostRecord<H>,
+) -> (HostDemand, Rate) {
+    let Some(prev) = r.previous else {
+        return (HostDemand::Joining, join);
+    };
+    let (base, latest) = (prev.offered_bytes(), r.sample.offered_bytes());
+    let backwards = r.sample.sent_bytes < prev.sent_bytes || r.sample.at < prev.at;
+    let measured = match measured_rate(base, prev.at, latest, r.sample.at) {
+        Some(m) if !backwards => m,
+        _ => return (HostDemand::Unmeasurable, join),
+    };
+    let estimate = estimate_demand(
+        measured,
+        Rate::from_bps(r.enforced_bps),
+        limit,
+        cfg.headroom,
+        cfg.cap_threshold,
+    );
+    let kind = match estimate {
+        DemandEstimate::Idle => HostDemand::Idle,
+        DemandEstimate::Capped => HostDemand::Capped,
+        DemandEstimate::Satisfied(_) => HostDemand::Satisfied,
+    };
+    (kind, estimate.demand(limit))
+}
