@@ -304,6 +304,33 @@ pub fn shares<H: Ord + Clone>(
     Shares { hosts, counters }
 }
 
+/// The share host `own.host` enforces after computing from `records` (one revision) while its own
+/// newest record, `own`, may not be in that revision yet: the smaller of its share in the
+/// revision and its share in the same revision with `own` in place of its older record. `None`
+/// when the revision holds no record of the host (a new host keeps its join floor until it does).
+///
+/// Every daemon's share is still bounded by what one revision gives it, so the shares of hosts
+/// computing from the same revision sum to at most the limit; the second computation only lowers
+/// a share, when the host's demand fell since the revision (a host that went idle does not hold
+/// the share of a busy one for a period). A host whose demand rose waits for its record to reach
+/// the revision, as the others do.
+pub fn own_share<H: Ord + Clone>(
+    limit: Rate,
+    cfg: &ClusterConfig,
+    records: &[HostRecord<H>],
+    own: &HostRecord<H>,
+) -> Option<u64> {
+    let in_revision = shares(limit, cfg, records).share_of(&own.host)?;
+    let mut newer: Vec<HostRecord<H>> = records
+        .iter()
+        .filter(|r| r.host != own.host)
+        .cloned()
+        .collect();
+    newer.push(own.clone());
+    let with_own = shares(limit, cfg, &newer).share_of(&own.host)?;
+    Some(in_revision.min(with_own))
+}
+
 /// A total order on a record's contents, so that the choice between duplicates is deterministic.
 fn record_key<H>(r: &HostRecord<H>) -> (UsageSample, Option<UsageSample>, u64, u32) {
     (r.sample, r.previous, r.enforced_bps, r.weight)

@@ -38,6 +38,7 @@ pub const EMBEDDED: &[EmbeddedPlan] = embedded![
     "nicpic",
     "nba",
     "fairq",
+    "cluster",
 ];
 
 /// The embedded plan called `name`, parsed, or [`LabError::UnknownExperiment`] listing the

@@ -129,6 +129,27 @@ fn backwards_samples_and_duplicates_are_counted() {
 }
 
 #[test]
+fn own_share_lowers_for_a_host_that_went_idle_but_never_raises() {
+    let cfg = ClusterConfig::default();
+    let view = [rec(1, 1, LIMIT, LIMIT / 2), rec(2, 1, LIMIT, LIMIT / 2)];
+    // Host 2 went idle after the revision: it takes its floor at once.
+    let idle = rec(2, 1, 0, LIMIT / 2);
+    assert_eq!(
+        own_share(limit(), &cfg, &view, &idle),
+        Some(LIMIT / 100 / 2)
+    );
+    // Host 1 was idle in the revision and is busy now: it keeps the revision's share.
+    let view = [rec(1, 1, 0, LIMIT / 2), rec(2, 1, LIMIT, LIMIT / 2)];
+    let busy = rec(1, 1, LIMIT, LIMIT / 2);
+    assert_eq!(
+        own_share(limit(), &cfg, &view, &busy),
+        Some(LIMIT / 100 / 2)
+    );
+    // Not in the revision yet: no share (the caller keeps its join floor).
+    assert_eq!(own_share(limit(), &cfg, &view, &rec(3, 1, LIMIT, 0)), None);
+}
+
+#[test]
 fn no_host_no_share_and_a_zero_limit_gives_zeros() {
     let none: Vec<HostRecord<u32>> = Vec::new();
     assert!(shares(limit(), &ClusterConfig::default(), &none)

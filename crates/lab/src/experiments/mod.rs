@@ -15,10 +15,12 @@
 //! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD);
 //! [`incast`] (Carousel Fig. 19) runs the simulator's incast model and [`mqecn`] its switch-port
 //! scenario (MQ-ECN Fig. 1, 3, 6-10). [`fairq`] runs a sparse flow beside bulk flows through the
-//! daemon's engine, one class as a single FIFO and in its fair mode (NicPic §3).
+//! daemon's engine, one class as a single FIFO and in its fair mode (NicPic §3). [`cluster`]
+//! simulates daemons sharing one limit through an etcd-like store on the simulator's event queue.
 
 pub mod carousel_backpressure;
 pub mod carousel_conformance;
+pub mod cluster;
 pub mod fairq;
 pub mod incast;
 pub mod mqecn;
@@ -92,6 +94,11 @@ pub const REGISTRY: &[Experiment] = &[
         name: fairq::NAME,
         summary: "a sparse request/response flow beside 16-256 bulk flows in one rate-limited class: single FIFO vs fair mode (NicPic §3)",
         run: fairq::run,
+    },
+    Experiment {
+        name: cluster::NAME,
+        summary: "one limit over 3-1000 hosts through an etcd-like store: periods to settle, writes/s, overshoot (Carousel §2, §5.3)",
+        run: cluster::run,
     },
 ];
 
