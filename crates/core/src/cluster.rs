@@ -34,6 +34,15 @@
 //! * **A host without a measured period** (a record with no previous sample) asks for
 //!   [`ClusterConfig::join_floor`], the rate a new daemon enforces before it has computed a share
 //!   from a revision: a new host starts at that floor and grows once its first period is measured.
+//! * **A host's own newest record**: a daemon computes right after publishing, when the revision
+//!   it has seen still holds its previous record. [`own_share`] takes the smaller of its share in
+//!   the revision and its share with the newest record in its place, so a host whose demand fell
+//!   gives the difference back at once, while a host whose demand rose waits for the revision as
+//!   the others do. Hosts computing from one revision therefore enforce at most the shares that
+//!   revision gives them, which sum to the limit; the sum of what all hosts enforce exceeds the
+//!   limit only by the floors of hosts that have not yet computed from a revision holding their
+//!   record (new hosts at their join floor) and by the disagreement between revisions while
+//!   demand moves.
 //! * **Weights**: each host publishes a weight (its share of the class when all are at their cap);
 //!   the water-filling is the NBA's, weighted ([`water_fill_weighted`]).
 //!

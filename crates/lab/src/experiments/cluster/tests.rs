@@ -46,6 +46,8 @@ fn demand_moving_to_one_host_gives_it_97_percent_within_three_periods() {
         assert!(num(&row, "periods_to_settle") <= 3.0, "{row:?}");
         // The idle hosts keep 1 % of the limit together.
         assert!(num(&row, "final_host0_pct") >= 98.9, "{row:?}");
+        // A host that went idle gives its share back before host 0 takes it (own_share).
+        assert_eq!(num(&row, "max_overshoot_pct"), 0.0, "{row:?}");
     }
 }
 
