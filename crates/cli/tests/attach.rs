@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::{start_daemon_in, Daemon, Scratch};
+use common::{egress_programs, start_daemon_in, wait_until, Daemon, Scratch};
 use metronome_daemon::os::attach::tcx_programs;
 use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
@@ -107,26 +107,6 @@ fn hangup(daemon: &Daemon) {
     let pid = daemon.child.id().to_string();
     let kill = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
     assert!(kill.success(), "kill -HUP {pid}");
-}
-
-/// Polls `done` every 50 ms for at most 5 s.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{what}: not within 5 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The tcx programs at `ifname`'s egress in the host namespace.
-fn egress_programs(topo: &AttachTopology, ifname: &str) -> Vec<String> {
-    let ifname = ifname.to_string();
-    topo.host
-        .run(move || tcx_programs(&ifname, true).unwrap())
-        .unwrap()
 }
 
 fn run_in(ns: &str, program: &str, args: &[&str]) -> String {

@@ -16,14 +16,13 @@
 
 mod common;
 
-use common::{start_daemon_in_controlled, Daemon, Scratch};
+use common::{egress_programs, start_daemon_in_controlled, wait_until, Daemon, Scratch};
 use metronome_daemon::ops::control::{ClassObject, Client};
-use metronome_daemon::os::attach::tcx_programs;
 use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `to` class's rate (receiver -> workload 0), bit/s.
 const IN_BPS: u64 = 30_000_000;
@@ -75,25 +74,6 @@ fn object(v: serde_json::Value) -> ClassObject {
         serde_json::Value::Object(o) => o,
         other => panic!("not an object: {other}"),
     }
-}
-
-/// Polls `done` every 20 ms for at most 5 s.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{what}: not within 5 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn egress_programs(topo: &AttachTopology, ifname: &str) -> Vec<String> {
-    let ifname = ifname.to_string();
-    topo.host
-        .run(move || tcx_programs(&ifname, true).unwrap())
-        .unwrap()
 }
 
 fn scrape_host(topo: &AttachTopology) -> String {

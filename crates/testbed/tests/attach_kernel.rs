@@ -17,7 +17,7 @@
 //! Skips, saying why, without CAP_NET_ADMIN (a failure with METRONOME_REQUIRE_PRIVILEGED=1); the
 //! topology is removed on every path (its `Drop`).
 
-use metronome_testbed::compare::attach::{run_workloads, workload_rate};
+use metronome_testbed::compare::attach::{run_workloads, wire_windows, workload_rate};
 use metronome_testbed::compare::measure::{self, WindowSampler};
 use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
 use metronome_testbed::netns::QdiscSpec;
@@ -105,15 +105,7 @@ fn workload_rates(topo: &AttachTopology, first_port: u16) -> Vec<f64> {
         .zip(WORKLOAD_BPS)
         .map(|(r, target)| {
             let (mean, _) = workload_rate(r, (WARMUP, MEASURE), target).expect("windows measured");
-            let skip = (WARMUP.as_nanos() / measure::WINDOW.as_nanos()) as usize;
-            let take = (MEASURE.as_nanos() / measure::WINDOW.as_nanos()) as usize;
-            let mut windows: Vec<f64> = r.groups[0]
-                .windows_bps
-                .iter()
-                .skip(skip)
-                .take(take)
-                .map(|w| w * measure::WIRE_PER_PAYLOAD)
-                .collect();
+            let mut windows = wire_windows(r, (WARMUP, MEASURE)).expect("windows measured");
             windows.sort_by(f64::total_cmp);
             let median = windows[windows.len() / 2];
             println!(

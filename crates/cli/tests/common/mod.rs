@@ -211,3 +211,28 @@ fn start_daemon_with(
         }
     }
 }
+
+/// Polls `done` every 20 ms for at most 5 s; panics naming `what` past that.
+#[allow(dead_code)] // used by the attach tests only
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what}: not within 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The tcx programs at `ifname`'s egress in `topo`'s host namespace.
+#[allow(dead_code)] // used by the attach tests only
+pub fn egress_programs(
+    topo: &metronome_testbed::netns::attach::AttachTopology,
+    ifname: &str,
+) -> Vec<String> {
+    let ifname = ifname.to_string();
+    topo.host
+        .run(move || metronome_daemon::os::attach::tcx_programs(&ifname, true).unwrap())
+        .unwrap()
+}

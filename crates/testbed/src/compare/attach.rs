@@ -855,6 +855,17 @@ pub fn workload_rate(
     (warmup, span): (Duration, Duration),
     target_bps: u64,
 ) -> Option<(f64, f64)> {
+    let windows = wire_windows(report, (warmup, span))?;
+    let deviation = mean_abs_deviation_pct(&windows, target_bps as f64)?;
+    Some((mean(&windows), deviation))
+}
+
+/// The goodput windows of `report`'s first group from `warmup` on, `span` long, scaled to full
+/// segments on the wire ([`measure::WIRE_PER_PAYLOAD`]), bits/s; `None` when none falls in it.
+pub fn wire_windows(
+    report: &TrafficReport,
+    (warmup, span): (Duration, Duration),
+) -> Option<Vec<f64>> {
     let group = report.groups.first()?;
     let skip = (warmup.as_nanos() / measure::WINDOW.as_nanos()) as usize;
     let take = (span.as_nanos() / measure::WINDOW.as_nanos()).max(1) as usize;
@@ -865,11 +876,7 @@ pub fn workload_rate(
         .take(take)
         .map(|w| w * measure::WIRE_PER_PAYLOAD)
         .collect();
-    if windows.is_empty() {
-        return None;
-    }
-    let deviation = mean_abs_deviation_pct(&windows, target_bps as f64)?;
-    Some((mean(&windows), deviation))
+    (!windows.is_empty()).then_some(windows)
 }
 
 fn workload_run(

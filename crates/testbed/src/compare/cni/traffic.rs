@@ -21,7 +21,7 @@
 //! in the other, so a limit on what the pod sends would also carry the ACKs of what it receives,
 //! and neither direction's figure would be the limit's alone.
 
-use crate::compare::measure::{self, mean, mean_abs_deviation_pct};
+use crate::compare::measure::{mean, mean_abs_deviation_pct};
 use crate::compare::{answered, CompareError, TAIL};
 use crate::netns::cni::CniTopology;
 use crate::netns::TopoError;
@@ -112,19 +112,7 @@ pub fn pod_rate(
     (warmup, span): (Duration, Duration),
     limit_bps: u64,
 ) -> Option<PodRate> {
-    let group = report.groups.first()?;
-    let skip = (warmup.as_nanos() / measure::WINDOW.as_nanos()) as usize;
-    let take = (span.as_nanos() / measure::WINDOW.as_nanos()).max(1) as usize;
-    let mut windows: Vec<f64> = group
-        .windows_bps
-        .iter()
-        .skip(skip)
-        .take(take)
-        .map(|w| w * measure::WIRE_PER_PAYLOAD)
-        .collect();
-    if windows.is_empty() {
-        return None;
-    }
+    let mut windows = crate::compare::attach::wire_windows(report, (warmup, span))?;
     let deviation_pct = mean_abs_deviation_pct(&windows, limit_bps as f64)?;
     let mean_bps = mean(&windows);
     windows.sort_by(f64::total_cmp);
@@ -193,6 +181,7 @@ pub fn fair_probe(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::measure;
     use crate::trafficgen::GroupReport;
 
     fn report(windows_bps: Vec<f64>) -> TrafficReport {
