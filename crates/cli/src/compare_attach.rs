@@ -121,10 +121,7 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
             continue;
         }
         let mean = measured.iter().map(|m| m.0).sum::<f64>() / measured.len() as f64;
-        let worst = measured
-            .iter()
-            .map(|&(a, t)| 100.0 * (a / t as f64 - 1.0))
-            .fold(0.0_f64, |w, e| if e.abs() > w.abs() { e } else { w });
+        let worst = largest_error_pct(measured.iter().copied());
         let _ = writeln!(
             out,
             "{}: {} workloads measured, mean {:.2} Mbit/s, largest error from the limit {:+.2} %",
@@ -134,18 +131,10 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
             worst
         );
     }
-    let mut errors: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            r.error
-                .as_ref()
-                .map(|e| format!("{}: not measured: {e}", r.shaper.name()))
-        })
-        .collect();
-    errors.dedup();
-    for e in errors {
-        let _ = writeln!(out, "{e}");
-    }
+    write_not_measured(
+        &mut out,
+        rows.iter().map(|r| (r.shaper.name(), r.error.as_deref())),
+    );
     out += "Mbit/s: the workload's goodput at the receiver in 100 ms windows after the warm-up, \
             scaled to full segments on the wire; dev %: the windows' mean absolute deviation \
             from the limit\n\
@@ -153,6 +142,29 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
             ifb-tbf: the bandwidth plugin's IFB per workload (veth ingress redirected) with a TBF \
             holding 25 ms\n";
     out
+}
+
+/// The signed error from its limit, in percent, of the achieved rate farthest from its own
+/// limit among `measured` (`(achieved bits/s, limit bits/s)`); 0 for none.
+pub fn largest_error_pct(measured: impl Iterator<Item = (f64, u64)>) -> f64 {
+    measured
+        .map(|(a, t)| 100.0 * (a / t as f64 - 1.0))
+        .fold(0.0_f64, |w, e| if e.abs() > w.abs() { e } else { w })
+}
+
+/// One line `SHAPER: not measured: WHY` per row of `rows` (`(shaper, its error)`) that has an
+/// error, a run of the same line written once.
+pub fn write_not_measured<'a>(
+    out: &mut String,
+    rows: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) {
+    let mut errors: Vec<String> = rows
+        .filter_map(|(shaper, e)| e.map(|e| format!("{shaper}: not measured: {e}")))
+        .collect();
+    errors.dedup();
+    for e in errors {
+        let _ = writeln!(out, "{e}");
+    }
 }
 
 /// Runs `metronome compare --attach`.

@@ -16,6 +16,7 @@
 //! "cycles", "failed", "leftovers": [...]}`. Progress lines go to standard error. Without
 //! CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
+use crate::compare_attach::{largest_error_pct, write_not_measured};
 use crate::compare_cmd::or_exit;
 use metronome_testbed::compare::cni::{
     self, CniOptions, CniReport, CniShaper, CycleRow, Direction, PodRow, ProbeRow,
@@ -132,10 +133,7 @@ pub fn format_pods(rows: &[PodRow], rate_bps: u64) -> String {
             if measured.is_empty() {
                 continue;
             }
-            let worst = measured
-                .iter()
-                .map(|a| 100.0 * (a / rate_bps as f64 - 1.0))
-                .fold(0.0_f64, |w, e| if e.abs() > w.abs() { e } else { w });
+            let worst = largest_error_pct(measured.iter().map(|&a| (a, rate_bps)));
             let _ = writeln!(
                 out,
                 "{} {}: {} pods measured, largest error from the limit {:+.2} %",
@@ -146,18 +144,10 @@ pub fn format_pods(rows: &[PodRow], rate_bps: u64) -> String {
             );
         }
     }
-    let mut errors: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            r.error
-                .as_ref()
-                .map(|e| format!("{}: not measured: {e}", r.shaper.name()))
-        })
-        .collect();
-    errors.dedup();
-    for e in errors {
-        let _ = writeln!(out, "{e}");
-    }
+    write_not_measured(
+        &mut out,
+        rows.iter().map(|r| (r.shaper.name(), r.error.as_deref())),
+    );
     out
 }
 
