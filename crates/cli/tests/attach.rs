@@ -17,7 +17,10 @@
 
 mod common;
 
-use common::{egress_programs, start_daemon_in, wait_until, Daemon, Scratch};
+use common::{
+    check_share, egress_programs, scrape_host, start_daemon_in, stop_cleanly, wait_until, Daemon,
+    Scratch,
+};
 use metronome_daemon::os::attach::tcx_programs;
 use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
@@ -33,10 +36,6 @@ const DEFAULT_BPS: u64 = 60_000_000;
 
 /// Ports of the sinks in the receiver: the host's own flows, workload 0, workload 1, the job.
 const PORTS: [u16; 4] = [5301, 5302, 5303, 5310];
-
-/// A class's receiver goodput over its rate must lie in this range: TCP/IP and Ethernet headers
-/// take 4.4 % of a full-size frame (66 of 1514 bytes), the senders' start the rest.
-const GOODPUT_SHARE: std::ops::RangeInclusive<f64> = 0.88..=1.01;
 
 fn write_config(topo: &AttachTopology, dir: &Path, cgroup: &str) -> PathBuf {
     let text = format!(
@@ -66,25 +65,6 @@ fn start(topo: &AttachTopology, dir: &Path, config: &Path, label: &str) -> Daemo
         label,
         Duration::from_secs(10),
     )
-}
-
-/// Sends SIGTERM to `daemon`.
-fn terminate(daemon: &Daemon) {
-    let pid = daemon.child.id().to_string();
-    let kill = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(kill.success(), "kill -TERM {pid}");
-}
-
-/// Checks that `daemon` still runs, stops it with SIGTERM and checks it exits 0.
-fn stop_cleanly(daemon: &mut Daemon) {
-    assert!(
-        daemon.child.try_wait().unwrap().is_none(),
-        "{}",
-        daemon.log()
-    );
-    terminate(daemon);
-    let status = daemon.wait(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{}", daemon.log());
 }
 
 /// Runs `metronome run --config CONFIG` in the host namespace and checks that it exits 2 at
@@ -223,18 +203,6 @@ fn plan(topo: &AttachTopology, name: &str, port: u16, secs: u64) -> TrafficPlan 
         vec![FlowGroup::tcp(name, port, 4)],
         Duration::from_secs(secs),
     )
-}
-
-fn check_share(name: &str, goodput_bps: f64, rate_bps: u64) {
-    let share = goodput_bps / rate_bps as f64;
-    println!(
-        "{name}: {:.2} Mbit/s goodput, {share:.3} of its rate",
-        goodput_bps / 1e6
-    );
-    assert!(
-        GOODPUT_SHARE.contains(&share),
-        "{name}: {goodput_bps:.0} bit/s for a rate of {rate_bps} ({share:.3})"
-    );
 }
 
 #[test]
@@ -423,13 +391,6 @@ fn series(body: &str, prefix: &str) -> f64 {
         .find(|l| l.starts_with(prefix))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0.0)
-}
-
-fn scrape_host(topo: &AttachTopology) -> String {
-    topo.host
-        .run(|| metronome_daemon::ops::metrics::scrape("127.0.0.1:9187".parse().unwrap()))
-        .unwrap()
-        .unwrap()
 }
 
 /// Bit/s the receiver's uplink received over `span`.

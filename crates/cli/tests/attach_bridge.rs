@@ -16,12 +16,14 @@
 
 mod common;
 
-use common::{egress_programs, start_daemon_in_controlled, wait_until, Daemon, Scratch};
+use common::{
+    check_share, egress_programs, scrape_host, start_daemon_in_controlled, stop_cleanly,
+    wait_until, Daemon, Scratch,
+};
 use metronome_daemon::ops::control::{ClassObject, Client};
 use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 /// The `to` class's rate (receiver -> workload 0), bit/s.
@@ -31,11 +33,6 @@ const OUT_BPS: u64 = 20_000_000;
 
 /// Sink ports: in the workload (the `to` direction), in the receiver (the `from` direction).
 const PORTS: [u16; 2] = [5401, 5402];
-
-/// A class's receiver goodput over its rate must lie in this range: TCP/IP and Ethernet headers
-/// take 4.4 % of a full-size frame (66 of 1514 bytes), the senders' start the rest (as
-/// crates/cli/tests/attach.rs).
-const GOODPUT_SHARE: std::ops::RangeInclusive<f64> = 0.88..=1.01;
 
 /// Packets the workload's interface may receive beyond those the daemon sent it through the
 /// bridge over one run: ARP and IPv6 neighbour discovery (not IP or multicast, passed on
@@ -76,47 +73,12 @@ fn object(v: serde_json::Value) -> ClassObject {
     }
 }
 
-fn scrape_host(topo: &AttachTopology) -> String {
-    topo.host
-        .run(|| metronome_daemon::ops::metrics::scrape("127.0.0.1:9187".parse().unwrap()))
-        .unwrap()
-        .unwrap()
-}
-
 /// The sum of the series of `body` whose line starts with `prefix`.
 fn series(body: &str, prefix: &str) -> f64 {
     body.lines()
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-fn check_share(name: &str, goodput_bps: f64, rate_bps: u64) {
-    let share = goodput_bps / rate_bps as f64;
-    println!(
-        "{name}: {:.2} Mbit/s goodput, {share:.3} of its rate",
-        goodput_bps / 1e6
-    );
-    assert!(
-        GOODPUT_SHARE.contains(&share),
-        "{name}: {goodput_bps:.0} bit/s for a rate of {rate_bps} ({share:.3})"
-    );
-}
-
-fn stop_cleanly(daemon: &mut Daemon) {
-    assert!(
-        daemon.child.try_wait().unwrap().is_none(),
-        "{}",
-        daemon.log()
-    );
-    let pid = daemon.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let status = daemon.wait(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{}", daemon.log());
 }
 
 #[test]

@@ -128,9 +128,7 @@ pub fn start_daemon_in(
     label: &str,
     within: Duration,
 ) -> Daemon {
-    let mut command = Command::new("nsenter");
-    command.arg(format!("--net=/run/netns/{netns}"));
-    start_daemon_with(command, config, None, socket, stderr, label, within)
+    start_daemon_with(in_netns(netns), config, None, socket, stderr, label, within)
 }
 
 /// [`start_daemon_in`] with its control socket at `control`.
@@ -144,10 +142,8 @@ pub fn start_daemon_in_controlled(
     label: &str,
     within: Duration,
 ) -> Daemon {
-    let mut command = Command::new("nsenter");
-    command.arg(format!("--net=/run/netns/{netns}"));
     start_daemon_with(
-        command,
+        in_netns(netns),
         config,
         Some(control),
         socket,
@@ -155,6 +151,13 @@ pub fn start_daemon_in_controlled(
         label,
         within,
     )
+}
+
+/// `nsenter --net=/run/netns/NETNS`, to exec its arguments in that network namespace.
+fn in_netns(netns: &str) -> Command {
+    let mut command = Command::new("nsenter");
+    command.arg(format!("--net=/run/netns/{netns}"));
+    command
 }
 
 /// `command` (which enters a namespace and execs its arguments) running `metronome run
@@ -234,5 +237,49 @@ pub fn egress_programs(
     let ifname = ifname.to_string();
     topo.host
         .run(move || metronome_daemon::os::attach::tcx_programs(&ifname, true).unwrap())
+        .unwrap()
+}
+
+/// A class's receiver goodput over its rate must lie in this range in the attach tests: TCP/IP
+/// and Ethernet headers take 4.4 % of a full-size frame (66 of 1514 bytes), the senders' start
+/// the rest.
+#[allow(dead_code)] // used by the attach tests only
+pub const GOODPUT_SHARE: std::ops::RangeInclusive<f64> = 0.88..=1.01;
+
+/// Prints the goodput of class `name` and checks it against its `rate_bps` ([`GOODPUT_SHARE`]).
+#[allow(dead_code)] // used by the attach tests only
+pub fn check_share(name: &str, goodput_bps: f64, rate_bps: u64) {
+    let share = goodput_bps / rate_bps as f64;
+    println!(
+        "{name}: {:.2} Mbit/s goodput, {share:.3} of its rate",
+        goodput_bps / 1e6
+    );
+    assert!(
+        GOODPUT_SHARE.contains(&share),
+        "{name}: {goodput_bps:.0} bit/s for a rate of {rate_bps} ({share:.3})"
+    );
+}
+
+/// Checks that `daemon` still runs, stops it with SIGTERM and checks it exits 0.
+#[allow(dead_code)] // used by the attach tests only
+pub fn stop_cleanly(daemon: &mut Daemon) {
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{}",
+        daemon.log()
+    );
+    let pid = daemon.child.id().to_string();
+    let kill = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(kill.success(), "kill -TERM {pid}");
+    let status = daemon.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+}
+
+/// A scrape of the metrics endpoint (127.0.0.1:9187) of a daemon in `topo`'s host namespace.
+#[allow(dead_code)] // used by the attach tests only
+pub fn scrape_host(topo: &metronome_testbed::netns::attach::AttachTopology) -> String {
+    topo.host
+        .run(|| metronome_daemon::ops::metrics::scrape("127.0.0.1:9187".parse().unwrap()))
+        .unwrap()
         .unwrap()
 }
