@@ -606,16 +606,13 @@ fn to_port_checked(port: &str, bridges: &[String]) -> Result<(), ReplyError> {
     if listed {
         return Ok(());
     }
-    let what = match master {
-        Some(m) => format!("its master (ifindex {m}) is not one of them"),
-        None => "it is no bridge's port".to_owned(),
-    };
     Err(ReplyError::new(
         "match.to",
         format!(
-            "{port:?} is not a port of a bridge in [interfaces] bridges ({}): {what}, so nothing \
+            "{port:?} is not a port of a bridge in [interfaces] bridges ({}): {}, so nothing \
              would shape what goes to it",
-            bridges.join(", ")
+            bridges.join(", "),
+            crate::os::attach::unlisted_master(master)
         ),
     ))
 }

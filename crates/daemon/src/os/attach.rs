@@ -59,7 +59,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 mod origins;
-pub use origins::cgroup2_root;
+pub use origins::{cgroup2_root, unlisted_master};
 
 /// The programs, compiled by `crates/daemon/build.rs` (empty when clang was missing).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attach.bpf.o"));

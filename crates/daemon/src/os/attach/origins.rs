@@ -202,12 +202,7 @@ impl Attachment {
                 Some(_) if attached => {
                     Err("it is an attached interface: its own silo shapes it".to_string())
                 }
-                None => Err(match master {
-                    Some(m) => {
-                        format!("its master (ifindex {m}) is not a bridge of [interfaces] bridges")
-                    }
-                    None => "it is no bridge's port: [interfaces] bridges".to_string(),
-                }),
+                None => Err(unlisted_master(master)),
                 Some(target) => self.hook_to(&name, ifindex, target, tag),
             };
             match hooked {
@@ -323,5 +318,15 @@ impl Attachment {
             self.cgroups.get_mut(&path).expect("key from the map").id = now;
             self.event(&path, if now.is_some() { "came" } else { "gone" });
         }
+    }
+}
+
+/// Why a `to` interface whose master is `master` (its bridge's ifindex, `None`: it has none) is
+/// not hooked: its master is no bridge of `[interfaces] bridges`. Also the control socket's
+/// refusal of such a class (`crate::ops::control`).
+pub fn unlisted_master(master: Option<u32>) -> String {
+    match master {
+        Some(m) => format!("its master (ifindex {m}) is not a bridge of [interfaces] bridges"),
+        None => "it is no bridge's port: [interfaces] bridges".to_string(),
     }
 }
