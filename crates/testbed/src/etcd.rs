@@ -18,8 +18,9 @@
 //! `<member>.log` beside its data; start-up failures quote its last lines.
 //!
 //! Nothing here needs a privilege. A member's process outlives a test process that is killed by
-//! a signal it cannot handle (SIGKILL): its files stay under the temporary directory, named
-//! `mtr-etcd-<pid>-<n>`.
+//! a signal it cannot handle (SIGKILL), and its files stay under the temporary directory, named
+//! `mtr-etcd-<pid>-<n>`: the next [`EtcdCluster::start`] ([`remove_stale`]) kills the members
+//! of directories whose process is gone and removes the directories.
 
 use std::fmt;
 use std::fs::{self, File};
@@ -163,8 +164,9 @@ impl EtcdCluster {
     /// the directory removed.
     pub fn start(size: usize) -> Result<Self, EtcdError> {
         let binary = etcd_binary().ok_or(EtcdError::MissingBinary)?;
+        remove_stale();
         let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("mtr-etcd-{}-{seq}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{seq}", std::process::id()));
         // The cluster owns the directory from here on: its Drop removes it on every way out.
         let mut cluster = EtcdCluster {
             dir,
@@ -222,6 +224,10 @@ impl EtcdCluster {
                 .stderr(log_err);
             if let Some(path) = std::env::var_os("PATH") {
                 command.env("PATH", path);
+            }
+            // etcd 3.4 refuses to start on arm64 unless told it may (`ETCD_UNSUPPORTED_ARCH`).
+            if let Some(arch) = std::env::var_os("ETCD_UNSUPPORTED_ARCH") {
+                command.env("ETCD_UNSUPPORTED_ARCH", arch);
             }
             let child = command
                 .spawn()
@@ -390,6 +396,71 @@ fn member_args(
     ]
 }
 
+/// The prefix of every cluster's directory under the system's temporary directory; the process
+/// id and a sequence number follow (`mtr-etcd-<pid>-<n>`).
+const DIR_PREFIX: &str = "mtr-etcd-";
+
+/// Kills the members of clusters whose test process is gone (killed by SIGKILL, so no Drop ran)
+/// and removes their directories: a directory `mtr-etcd-<pid>-<n>` whose `<pid>` is not a
+/// running process, and every process whose command line holds `--data-dir=<that directory>/`.
+/// Best effort: what cannot be read or killed is left, as it is for a directory whose process
+/// id is in use again.
+pub fn remove_stale() {
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = fs::read_dir(&tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let dir = entry.path();
+        kill_members_of(&dir);
+        if let Err(e) = fs::remove_dir_all(&dir) {
+            eprintln!("removing stale {}: {e}", dir.display());
+        }
+    }
+}
+
+/// SIGKILLs every process whose command line holds `--data-dir=<dir>/...`.
+fn kill_members_of(dir: &Path) {
+    let needle = format!("--data-dir={}/", dir.display());
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let member = cmdline
+            .split(|&b| b == 0)
+            .any(|arg| arg.starts_with(needle.as_bytes()));
+        if member {
+            // Best effort: it may have exited since /proc was read.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// A loopback address with a port the kernel reports free; its listener goes into `held` so
 /// that the next call gets another port.
 fn free_port(held: &mut Vec<TcpListener>) -> Result<SocketAddr, EtcdError> {
@@ -460,6 +531,31 @@ mod tests {
         let b = free_port(&mut held).unwrap();
         assert_ne!(a.port(), b.port());
         assert!(a.ip().is_loopback());
+    }
+
+    #[test]
+    fn remove_stale_kills_members_of_dead_processes_and_removes_their_directories() {
+        use std::os::unix::process::ExitStatusExt;
+        // A process id that was in use and is no longer: a child that has exited and was reaped.
+        let mut gone = Command::new("true").spawn().unwrap();
+        let dead_pid = gone.id();
+        gone.wait().unwrap();
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{dead_pid}-0"));
+        fs::create_dir_all(dir.join("m0")).unwrap();
+        // A stand-in for a member left behind: its command line names the directory's data.
+        let mut member = Command::new("sh")
+            // The shell's own `read` waits on the pipe: one process, no child left behind.
+            .args(["-c", "read line", "sh"])
+            .arg(format!("--data-dir={}/m0", dir.display()))
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        remove_stale();
+        let status = member.wait().unwrap();
+        let exists = dir.exists();
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(status.signal(), Some(nix::libc::SIGKILL), "{status:?}");
+        assert!(!exists, "{} left", dir.display());
     }
 
     #[test]
