@@ -31,6 +31,8 @@
 //! * [`class_traffic`]: paced raw UDP for thousands of classes (one destination /32 each) and a
 //!   receiver that measures every class's rate from its first to its last frame
 //!   (`compare --classes`, [`compare::classes`]).
+//! * [`etcd`]: throwaway etcd clusters (one or more members) on loopback for the tests of what
+//!   shares state through etcd; members killed one by one or all at once, removed on drop.
 //!
 //! Building a topology needs CAP_NET_ADMIN; without it the entry points return
 //! [`netns::TopoError::MissingPrivilege`] and the integration tests skip.
@@ -40,6 +42,7 @@
 pub mod class_traffic;
 pub mod compare;
 pub mod demo;
+pub mod etcd;
 pub mod flood;
 pub mod forwarder;
 pub mod netns;
