@@ -15,10 +15,19 @@
 //! (nearly) all of the share it enforced is at its cap and counts as unbounded; below its cap it
 //! asks for its measured rate plus [`ClusterConfig::headroom`]; a host that sent nothing keeps the
 //! idle floor. What a host *offers* is its sent bytes plus the growth of its backlog (the bytes
-//! queued in its shaper), as a silo reports "transmitted + queued" bytes to the NBA: a host held
-//! back by its share shows a backlog that grows or stays full, and is at its cap.
+//! queued in its shaper), as a silo reports "transmitted + queued" bytes to the NBA, plus the
+//! bytes its shaper refused (dropped before queueing: for its queue bounds or horizon): a host
+//! held back by its share shows a backlog that grows or stays full, or refuses what arrives, and
+//! is at its cap.
 //!
 //! ## Departures from the NBA, and why
+//!
+//! * **Refused bytes are offered**: across cores the NBA's shares are large and a core's queue
+//!   shows its demand; a host at a small share (the idle reserve, a floor) may see its TCP
+//!   senders back off after drops and offer less than the share, which would read as satisfied
+//!   and keep it there. Counting what its shaper refused keeps such a host at its cap.
+//! * **A frame or two of slack** ([`ClusterConfig::cap_slack_bytes`]): at a small share one
+//!   frame is more than the cap threshold's 1 % of a period.
 //!
 //! * **Each record carries its previous sample**: a rate needs two samples, and a rate computed
 //!   from two store revisions would differ between daemons that saw different revisions (or that
@@ -65,6 +74,12 @@ pub const DEFAULT_IDLE_RESERVE_FRACTION: f64 = DEFAULT_IDLE_FLOOR_FRACTION;
 /// reserve Carousel §5.3 keeps for an idle core, which is what a new host is).
 pub const DEFAULT_JOIN_FLOOR_FRACTION: f64 = 0.01;
 
+/// Bytes a host may fall short of its cap in one period and still count as at its cap: two
+/// full 1 514-byte frames (ours: a shaper sending exactly at its share can have a frame in
+/// flight at each end of the period, which at a small share is more than the cap threshold's
+/// 1 %: at 1 Mbit/s over 1 s one frame is 1.2 % of the period's bytes).
+pub const DEFAULT_CAP_SLACK_BYTES: u64 = 2 * 1514;
+
 /// A rate given either as a fraction of the cluster limit or in bit/s.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Floor {
@@ -98,6 +113,9 @@ pub struct ClusterConfig {
     /// Fraction of its enforced share above which a host is at its cap
     /// ([`DEFAULT_CAP_THRESHOLD`]); must lie in (1 / (1 + `headroom`), 1].
     pub cap_threshold: f64,
+    /// Bytes a period's offered bytes may lack of the cap threshold and still be at the cap
+    /// ([`DEFAULT_CAP_SLACK_BYTES`]).
+    pub cap_slack_bytes: u64,
 }
 
 impl Default for ClusterConfig {
@@ -107,6 +125,7 @@ impl Default for ClusterConfig {
             idle_reserve_fraction: DEFAULT_IDLE_RESERVE_FRACTION,
             headroom: DEFAULT_HEADROOM,
             cap_threshold: DEFAULT_CAP_THRESHOLD,
+            cap_slack_bytes: DEFAULT_CAP_SLACK_BYTES,
         }
     }
 }
@@ -159,12 +178,17 @@ pub struct UsageSample {
     pub sent_bytes: u64,
     /// Bytes of the class queued in the shaper at `at`.
     pub backlog_bytes: u64,
+    /// Bytes of the class that arrived and were refused before queueing (dropped for its queue
+    /// bounds or its horizon: held back by its share), cumulative.
+    pub refused_bytes: u64,
 }
 
 impl UsageSample {
-    /// Bytes offered so far: sent plus queued (dropped bytes are not offered demand).
+    /// Bytes offered so far: everything that arrived, sent, queued or refused.
     pub fn offered_bytes(&self) -> u64 {
-        self.sent_bytes.saturating_add(self.backlog_bytes)
+        self.sent_bytes
+            .saturating_add(self.backlog_bytes)
+            .saturating_add(self.refused_bytes)
     }
 }
 
@@ -361,13 +385,24 @@ fn host_demand<H>(
         Some(m) if !backwards => m,
         _ => return (HostDemand::Unmeasurable, join),
     };
-    let estimate = estimate_demand(
-        measured,
-        Rate::from_bps(r.enforced_bps),
-        limit,
-        cfg.headroom,
-        cfg.cap_threshold,
-    );
+    // The slack, as a rate over this period: at its cap within a frame or two.
+    let period_ns = r.sample.at.saturating_since(prev.at).as_nanos().max(1);
+    let slack_bps = (u128::from(cfg.cap_slack_bytes) * 8 * 1_000_000_000 / u128::from(period_ns))
+        .min(u128::from(u64::MAX)) as u64;
+    let capped = measured.bps() > 0
+        && measured.bps().saturating_add(slack_bps) as f64
+            >= cfg.cap_threshold * r.enforced_bps as f64;
+    let estimate = if capped {
+        DemandEstimate::Capped
+    } else {
+        estimate_demand(
+            measured,
+            Rate::from_bps(r.enforced_bps),
+            limit,
+            cfg.headroom,
+            cfg.cap_threshold,
+        )
+    };
     let kind = match estimate {
         DemandEstimate::Idle => HostDemand::Idle,
         DemandEstimate::Capped => HostDemand::Capped,

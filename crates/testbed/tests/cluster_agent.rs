@@ -70,7 +70,7 @@ impl Host {
                     } else {
                         0
                     };
-                    cell.publish_demand(0, sent, backlog);
+                    cell.publish_demand(0, sent, backlog, 0);
                 }
             })
         };

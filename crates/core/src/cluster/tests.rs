@@ -17,11 +17,13 @@ fn rec(host: u32, weight: u32, offered_bps: u64, enforced_bps: u64) -> HostRecor
             at: Timestamp::from_nanos(2 * S),
             sent_bytes: 1_000 + sent,
             backlog_bytes: backlog,
+            refused_bytes: 0,
         },
         previous: Some(UsageSample {
             at: Timestamp::from_nanos(S),
             sent_bytes: 1_000,
             backlog_bytes: 0,
+            refused_bytes: 0,
         }),
         enforced_bps,
     }
@@ -336,4 +338,29 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_host_at_a_small_share_is_at_its_cap_within_two_frames_or_when_it_refused_bytes() {
+    let one_mbit = 1_000_000;
+    // Two busy hosts hold the limit; the third, just back at 1 Mbit/s, sent 97 % of it.
+    let mut small = rec(2, 1, one_mbit * 97 / 100, one_mbit);
+    let busy = [rec(0, 1, LIMIT, LIMIT / 2), rec(1, 1, LIMIT, LIMIT / 2)];
+    let records = [busy[0].clone(), busy[1].clone(), small.clone()];
+    let s = shares(limit(), &ClusterConfig::default(), &records);
+    assert_eq!(s.hosts[2].demand, HostDemand::Capped, "{s:?}");
+    assert_eq!(share_list(&s), vec![LIMIT / 3; 3]);
+    // Without the slack, 97 % reads as satisfied.
+    let strict = ClusterConfig {
+        cap_slack_bytes: 0,
+        ..ClusterConfig::default()
+    };
+    let s = shares(limit(), &strict, &records);
+    assert_eq!(s.hosts[2].demand, HostDemand::Satisfied, "{s:?}");
+    // Sending half of it while its shaper refused as much again: at its cap.
+    small.sample.sent_bytes = small.previous.unwrap().sent_bytes + one_mbit / 16;
+    small.sample.refused_bytes = one_mbit / 16;
+    let records = [busy[0].clone(), busy[1].clone(), small];
+    let s = shares(limit(), &strict, &records);
+    assert_eq!(s.hosts[2].demand, HostDemand::Capped, "{s:?}");
 }

@@ -287,6 +287,7 @@ impl Host {
             at: Timestamp::from_nanos(self.last_ns),
             sent_bytes: self.sent as u64,
             backlog_bytes: self.backlog as u64,
+            refused_bytes: 0,
         }
     }
 }

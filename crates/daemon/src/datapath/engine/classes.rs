@@ -59,6 +59,9 @@ pub(super) struct ClassState {
     /// Deleted while it still held packets: they leave at its rate, then the state is freed
     /// ([`super::live`]).
     pub(super) draining: bool,
+    /// Bytes of frames of this class dropped before they were queued (admission, flow limit,
+    /// horizon), cumulative: demand its rate turned away (`crate::ops::cluster`).
+    pub(super) refused_bytes: u64,
     /// Holds no queue: every frame is refused at admission as [`DropReason::QueueFull`] (a
     /// cluster class whose share is zero, `crate::ops::cluster`).
     pub(super) closed: bool,
@@ -181,6 +184,7 @@ impl Engine {
             rule: None,
             draining: false,
             closed: false,
+            refused_bytes: 0,
         };
         let index = match self.live.take_free_state() {
             Some(i) => {
@@ -348,6 +352,12 @@ impl Engine {
     /// unknown index: its backlog.
     pub fn class_backlog_bytes(&self, index: usize) -> u64 {
         self.class_held(index).1
+    }
+
+    /// Bytes of class `index` dropped before they were queued, cumulative (0 for an unknown
+    /// index).
+    pub fn class_refused_bytes(&self, index: usize) -> u64 {
+        self.classes.get(index).map_or(0, |s| s.refused_bytes)
     }
 
     /// Closes class `index` (every frame refused at admission, counted as

@@ -413,8 +413,10 @@ impl Engine {
             DropReason::PoolShare => self.counters.dropped_pool_share += 1,
             _ => self.counters.dropped_pool += 1,
         }
-        if let Some(state) = self.classes.get(class) {
+        let len = pool.len(id) as u64;
+        if let Some(state) = self.classes.get_mut(class) {
             state.metrics.dropped(reason);
+            state.refused_bytes += len;
         }
         pool.free(id);
     }

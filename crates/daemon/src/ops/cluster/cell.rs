@@ -1,6 +1,6 @@
 //! What the cluster agent and the shaping loops share per cluster class: the share in force (the
 //! agent writes, the loops or the silos' coordinator read) and the class's demand (each loop
-//! writes its own slot, the agent reads their sum). Atomics only: a loop touches its cell once
+//! writes its own slot, the agent reads their sum): bytes sent, held and refused. Atomics only: a loop touches its cell once
 //! per iteration (one load) and writes its slot at most every [`DEMAND_PUBLISH`].
 
 use crate::datapath::engine::Engine;
@@ -21,6 +21,8 @@ struct DemandSlot {
     sent: AtomicU64,
     /// Bytes held now.
     backlog: AtomicU64,
+    /// Bytes refused before queueing, cumulative.
+    refused: AtomicU64,
     /// Set once the loop has published.
     published: AtomicU64,
 }
@@ -74,11 +76,13 @@ impl ClusterCell {
         (self.share.load(Ordering::Relaxed), epoch)
     }
 
-    /// Loop `slot`'s demand: `sent` bytes so far, `backlog` bytes held now.
-    pub fn publish_demand(&self, slot: usize, sent: u64, backlog: u64) {
+    /// Loop `slot`'s demand: `sent` bytes so far, `backlog` bytes held now, `refused` bytes
+    /// dropped before queueing so far.
+    pub fn publish_demand(&self, slot: usize, sent: u64, backlog: u64, refused: u64) {
         if let Some(s) = self.slots.get(slot) {
             s.sent.store(sent, Ordering::Relaxed);
             s.backlog.store(backlog, Ordering::Relaxed);
+            s.refused.store(refused, Ordering::Relaxed);
             s.published.store(1, Ordering::Release);
         }
     }
@@ -91,6 +95,7 @@ impl ClusterCell {
             at,
             sent_bytes: 0,
             backlog_bytes: 0,
+            refused_bytes: 0,
         };
         for s in self.slots.iter() {
             if s.published.load(Ordering::Acquire) == 0 {
@@ -103,6 +108,9 @@ impl ClusterCell {
             sample.backlog_bytes = sample
                 .backlog_bytes
                 .saturating_add(s.backlog.load(Ordering::Relaxed));
+            sample.refused_bytes = sample
+                .refused_bytes
+                .saturating_add(s.refused.load(Ordering::Relaxed));
         }
         any.then_some(sample)
     }
@@ -177,8 +185,9 @@ impl ClusterPort {
                 let Some(index) = c.index else { continue };
                 let stamped = engine.class_stamped_bytes(index);
                 let backlog = engine.class_backlog_bytes(index);
+                let refused = engine.class_refused_bytes(index);
                 c.cell
-                    .publish_demand(self.slot, stamped.saturating_sub(backlog), backlog);
+                    .publish_demand(self.slot, stamped.saturating_sub(backlog), backlog, refused);
             }
         }
     }

@@ -4,8 +4,8 @@
 //!
 //! ```json
 //! {"v":1,"weight":1,"limit_bps":300000000,"enforced_bps":150000000,
-//!  "sample":{"at_ns":5000000000,"sent":187500000,"backlog":30000},
-//!  "previous":{"at_ns":4000000000,"sent":168750000,"backlog":29000}}
+//!  "sample":{"at_ns":5000000000,"sent":187500000,"backlog":30000,"refused":0},
+//!  "previous":{"at_ns":4000000000,"sent":168750000,"backlog":29000,"refused":0}}
 //! ```
 //!
 //! Times are the writer's own monotonic clock; only differences within one record are used.
@@ -25,6 +25,7 @@ struct WireSample {
     at_ns: u64,
     sent: u64,
     backlog: u64,
+    refused: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -43,6 +44,7 @@ fn wire(s: &UsageSample) -> WireSample {
         at_ns: s.at.as_nanos(),
         sent: s.sent_bytes,
         backlog: s.backlog_bytes,
+        refused: s.refused_bytes,
     }
 }
 
@@ -51,6 +53,7 @@ fn usage(s: &WireSample) -> UsageSample {
         at: Timestamp::from_nanos(s.at_ns),
         sent_bytes: s.sent,
         backlog_bytes: s.backlog,
+        refused_bytes: s.refused,
     }
 }
 
@@ -103,11 +106,13 @@ mod tests {
                 at: Timestamp::from_nanos(2_000),
                 sent_bytes: 10,
                 backlog_bytes: 2,
+                refused_bytes: 0,
             },
             previous: Some(UsageSample {
                 at: Timestamp::from_nanos(1_000),
                 sent_bytes: 4,
                 backlog_bytes: 1,
+                refused_bytes: 0,
             }),
             enforced_bps: 7,
         };
