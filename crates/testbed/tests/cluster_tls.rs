@@ -174,9 +174,14 @@ fn an_agent_with_the_ca_and_a_client_certificate_shares_and_the_others_are_refus
     }
     assert_eq!(value(&good, "metronome_cluster_etcd_reachable"), 1.0);
     assert!(value(&good, "metronome_cluster_writes_total") >= 2.0);
-    // Two more periods: the others had time to fail, and never reached etcd.
-    std::thread::sleep(Duration::from_millis(1_000));
+    // The others fail (each counts a failed request) and never reach etcd.
     for (name, m) in [("ca only", &no_cert), ("no TLS", &plain)] {
+        let start = Instant::now();
+        while value(m, "metronome_cluster_etcd_errors_total") < 1.0
+            && start.elapsed() < SHARED_WITHIN
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert_eq!(
             value(m, "metronome_cluster_etcd_reachable"),
             0.0,

@@ -568,24 +568,48 @@ impl Runner {
             }
             Ok(Ok(None)) => {
                 self.failed("keepalive", &"the keep-alive stream ended");
-                false
+                self.renew_keep_alive(s).await
             }
             Ok(Err(e)) => {
                 self.failed("keepalive", &e);
-                true
+                self.renew_keep_alive(s).await
             }
             Err(_) => {
                 self.failed("keepalive", &"timed out");
-                true
+                self.renew_keep_alive(s).await
             }
         }
+    }
+
+    /// A new keep-alive stream for the session's lease: the old one may be bound to a member
+    /// that went away, or hold an answer that came too late. True (the session stays) whether or
+    /// not it could be made: the next keep-alive tries again.
+    async fn renew_keep_alive(&mut self, s: &mut Session) -> bool {
+        let sent = Instant::now();
+        match tokio::time::timeout(self.period(), s.client.lease_keep_alive(s.lease)).await {
+            Ok(Ok((keeper, stream))) => {
+                s.keeper = keeper;
+                s.keep_alive = stream;
+                self.succeeded(sent);
+            }
+            Ok(Err(e)) => self.failed("keepalive", &e),
+            Err(_) => self.failed("keepalive", &"timed out"),
+        }
+        true
     }
 
     /// The state from what succeeded when, the floors after `hold`, the gauges.
     fn housekeeping(&mut self) {
         let now = Instant::now();
         let hold = StdDuration::from_nanos(self.section.hold.as_nanos());
-        let state = match (self.failing, self.last_ok_sent) {
+        // One failed request is not an unreachable etcd (a member going away fails the requests
+        // it was serving; the client goes on with the others): a period without an answer is.
+        let period = self.period();
+        let failing = self.failing
+            && self
+                .last_ok_sent
+                .is_none_or(|t| now.duration_since(t) > period);
+        let state = match (failing, self.last_ok_sent) {
             (false, Some(_)) if self.classes.iter().all(|c| c.computed) => AgentState::Shared,
             (false, _) => AgentState::Joining,
             (true, None) => AgentState::Joining,
@@ -617,7 +641,7 @@ impl Runner {
             }
             self.state = state;
         }
-        if state == AgentState::Floor || (state == AgentState::Joining && self.failing) {
+        if state == AgentState::Floor || (state == AgentState::Joining && failing) {
             let at = self.clock.now();
             for c in &mut self.classes {
                 let floor = self.section.floor.rate(c.cell.limit()).bps();
@@ -630,7 +654,7 @@ impl Runner {
         }
         self.metrics.set_state(state.label(), changed);
         self.metrics
-            .set_reachable(!self.failing && self.last_ok_sent.is_some());
+            .set_reachable(!failing && self.last_ok_sent.is_some());
         let age = self
             .last_answer
             .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
