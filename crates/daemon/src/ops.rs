@@ -12,6 +12,7 @@
 //! * [`control`]: the control socket: classes added, changed and deleted live, and its client.
 //! * [`refused`]: frames the ports could not take, counted by reason and logged once.
 
+pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod metrics;

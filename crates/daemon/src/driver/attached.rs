@@ -54,6 +54,7 @@ pub fn run_attached(
 ) -> Result<(), DaemonError> {
     let mut bound = None;
     let mut _control_server = None;
+    let mut _agent = None;
     let mut metrics = Metrics::with_silos(config.daemon.cores);
     let mut attachment = Attachment::prepare(&config, &metrics)?;
     let mut first = true;
@@ -68,7 +69,9 @@ pub fn run_attached(
         attachment.engage()?;
         if first {
             bound = bind_control(&config)?;
+            let cluster = crate::ops::service::prepare_cluster(&config, control)?;
             dropped_privileges(&config)?;
+            _agent = crate::ops::service::start_cluster(cluster, control, &metrics)?;
         }
         let server = serve_metrics(&config, &metrics)?;
         if first {
@@ -105,7 +108,7 @@ pub fn run_attached(
             (Ok(Ok(())), None, Some(new), false) => new,
             (run, first_panic, _, _) => return runtime_outcome(run, first_panic),
         };
-        metrics = Metrics::with_silos(new.daemon.cores);
+        metrics = Metrics::with_silos_sharing_cluster(new.daemon.cores, &metrics);
         if let Err(e) = attachment.retarget(&new, &metrics) {
             tracing::error!(error = %e, "re-attaching failed");
             return Err(crate::ops::service::RuntimeError::Reattach(e).into());

@@ -191,6 +191,8 @@ pub struct FileReload {
     reloader: Option<Reloader>,
     /// The loop's end of the control socket's inbox.
     live: Option<LiveEndpoint>,
+    /// The cluster classes' shares and demand (`crate::ops::cluster`).
+    cluster: Option<crate::ops::cluster::ClusterPort>,
 }
 
 impl FileReload {
@@ -200,12 +202,19 @@ impl FileReload {
             request,
             reloader,
             live: None,
+            cluster: None,
         }
     }
 
     /// Also applies the control socket's operations posted to `endpoint`.
     pub fn with_live(mut self, endpoint: Option<LiveEndpoint>) -> FileReload {
         self.live = endpoint;
+        self
+    }
+
+    /// Also puts the cluster classes' shares in force and publishes their demand.
+    pub fn with_cluster(mut self, port: Option<crate::ops::cluster::ClusterPort>) -> FileReload {
+        self.cluster = port;
         self
     }
 }
@@ -215,16 +224,25 @@ impl LoopHook for FileReload {
         self.live.as_ref().map(LiveEndpoint::wake_fd)
     }
 
-    fn poll(&mut self, engine: &mut Engine, _now: Timestamp) -> Option<bool> {
+    fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool> {
         if let Some(live) = &mut self.live {
             live.poll(engine);
         }
-        if !self.request.swap(false, Ordering::Relaxed) {
-            return None;
+        let mut busy_poll = None;
+        if self.request.swap(false, Ordering::Relaxed) {
+            if let Some(reloader) = self.reloader.as_mut() {
+                let plan = reloader.reload(|config, _| install(engine, config));
+                busy_poll = plan.and_then(|p| p.busy_poll);
+                // The reload put the classes' whole rates back: the shares again.
+                if let Some(port) = &mut self.cluster {
+                    port.rebind(engine);
+                }
+            }
         }
-        let reloader = self.reloader.as_mut()?;
-        let plan = reloader.reload(|config, _| install(engine, config))?;
-        plan.busy_poll
+        if let Some(port) = &mut self.cluster {
+            port.poll(engine, now);
+        }
+        busy_poll
     }
 }
 

@@ -111,6 +111,9 @@ pub struct Control {
     /// The control socket's classes and the loops' inboxes (`crate::ops::control`); `None`
     /// without a control socket.
     pub live: Option<Arc<crate::ops::control::Live>>,
+    /// The cluster classes' cells, one per class with `scope = "cluster"`
+    /// (`crate::ops::cluster`); empty without a `[cluster]`.
+    pub cluster: Vec<Arc<crate::ops::cluster::ClusterCell>>,
 }
 
 /// What a loop does at the top of every iteration besides moving frames (see the module docs).

@@ -49,6 +49,7 @@
 use crate::datapath::engine::Engine;
 use crate::driver::reload::{install, Reloader};
 use crate::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use crate::ops::cluster::{apply_share, ClusterCell, ClusterPort};
 use crate::ops::config::{Config, DEFAULT_NBA_PERIOD};
 use crate::ops::control::LiveEndpoint;
 use crate::ops::metrics::{Metrics, NbaRateGauge};
@@ -94,6 +95,9 @@ struct Limit {
     /// Epoch of the last rates published (ours: bumped on every publish, including the initial
     /// split and reload rescales, so it never goes back).
     epoch: u64,
+    /// A cluster class whose share is zero: every silo gets a zero rate, which closes the class
+    /// (`crate::ops::cluster::apply_share`).
+    closed: bool,
 }
 
 impl Limit {
@@ -102,6 +106,7 @@ impl Limit {
         let rates = self.nba.rates();
         for silo in 0..cores {
             let rate = match self.silos.iter().position(|&s| s == silo) {
+                _ if self.closed => Rate::from_bps(0),
                 Some(k) => rates[k],
                 None => self.idle,
             };
@@ -143,6 +148,9 @@ pub struct Allocator {
     cores: usize,
     period: Duration,
     limits: Vec<Limit>,
+    /// The cluster classes' cells (`crate::ops::cluster`): their shares are the aggregates of
+    /// their limits, with the epoch applied last.
+    cluster: Vec<(Arc<ClusterCell>, u64)>,
 }
 
 /// The classes of `config` with an aggregate rate, `(name, rate, match)`, the default class
@@ -172,9 +180,26 @@ impl Allocator {
             cores: cores.max(1),
             period,
             limits: Vec::new(),
+            cluster: Vec::new(),
         };
         a.apply(config);
         a
+    }
+
+    /// Makes the shares in `cells` the aggregates of their classes (a daemon's share of a
+    /// cluster limit, split over its silos as any aggregate), from now and at every change.
+    pub fn with_cluster(mut self, config: &Config, cells: &[Arc<ClusterCell>]) -> Allocator {
+        self.cluster = cells.iter().map(|c| (c.clone(), 0)).collect();
+        self.apply(config);
+        self
+    }
+
+    /// The share of cluster class `name` now (`None` for another class), its epoch noted.
+    fn cluster_share(&mut self, name: &str) -> Option<u64> {
+        let (cell, epoch) = self.cluster.iter_mut().find(|(c, _)| c.class() == name)?;
+        let (share, e) = cell.share();
+        *epoch = e;
+        Some(share)
     }
 
     /// Makes the limits match `config`: rescales kept classes (`Nba::set_aggregate`), adds new
@@ -193,6 +218,14 @@ impl Allocator {
                 .any(|(n, _, silos)| *n == l.class && *silos == l.silos)
         });
         for (name, rate, silos) in wanted {
+            // A cluster class's aggregate is this daemon's share (zero: closed, the allocator
+            // keeping the class's rate).
+            let share = self.cluster_share(&name);
+            let closed = share == Some(0);
+            let rate = match share {
+                Some(bps) if bps > 0 => Rate::from_bps(bps),
+                _ => rate,
+            };
             let idle = Rate::from_bps(
                 (rate.bps() as f64 * metronome_core::nba::DEFAULT_IDLE_FLOOR_FRACTION) as u64,
             );
@@ -200,6 +233,7 @@ impl Allocator {
                 Some(l) => {
                     l.nba.set_aggregate(rate);
                     l.idle = idle;
+                    l.closed = closed;
                 }
                 None => {
                     let cfg = NbaConfig {
@@ -215,6 +249,7 @@ impl Allocator {
                         nba,
                         exchange: Arc::new(RateExchange::new(cores)),
                         epoch: 0,
+                        closed,
                     });
                 }
             }
@@ -238,6 +273,20 @@ impl Allocator {
     /// Reads every silo's demand, runs each allocator whose period has passed and publishes its
     /// rates. Returns when the next update is due.
     pub fn step(&mut self, now: Timestamp) -> Timestamp {
+        for (cell, applied) in &mut self.cluster {
+            let (share, epoch) = cell.share();
+            if epoch == *applied {
+                continue;
+            }
+            *applied = epoch;
+            if let Some(l) = self.limits.iter_mut().find(|l| l.class == cell.class()) {
+                l.closed = share == 0;
+                if share > 0 {
+                    l.nba.set_aggregate(Rate::from_bps(share));
+                }
+                l.publish(self.cores);
+            }
+        }
         let mut next = now.saturating_add(self.period);
         for l in &mut self.limits {
             for (k, &silo) in l.silos.iter().enumerate() {
@@ -298,6 +347,8 @@ pub struct SiloExchange {
     pub refused_rates: u64,
     /// The silo's end of the control socket's inbox (`crate::ops::control`).
     live: Option<LiveEndpoint>,
+    /// The silo's demand of the cluster classes (`crate::ops::cluster`).
+    cluster: Option<ClusterPort>,
 }
 
 #[derive(Debug)]
@@ -332,6 +383,7 @@ impl SiloExchange {
             metrics,
             refused_rates: 0,
             live: None,
+            cluster: None,
         };
         exchange.rebind(cells, engine);
         exchange
@@ -356,6 +408,14 @@ impl SiloExchange {
         self
     }
 
+    /// Also publishes the silo's demand of the cluster classes in `cells` (their shares come
+    /// through the allocator).
+    pub fn with_cluster(mut self, cells: &[Arc<ClusterCell>], engine: &Engine) -> SiloExchange {
+        self.cluster =
+            (!cells.is_empty()).then(|| ClusterPort::new(cells, self.silo, false, engine));
+        self
+    }
+
     /// Applies a pending reload, the control socket's operations, any new rate, and publishes
     /// the demand when due.
     pub fn poll(&mut self, engine: &mut Engine, now: Timestamp) {
@@ -371,7 +431,8 @@ impl SiloExchange {
             let Some(rate) = fresh_rate(&c.exchange, self.silo, &mut c.epoch) else {
                 continue;
             };
-            if rate.bps() > 0 && engine.set_class_rate(index, rate) {
+            // A zero rate is a closed cluster class (`Limit::closed`).
+            if apply_share(engine, index, rate.bps()) {
                 let metrics = &self.metrics;
                 let gauge = c
                     .rate_gauge
@@ -380,6 +441,9 @@ impl SiloExchange {
             } else {
                 self.refused_rates += 1;
             }
+        }
+        if let Some(port) = &mut self.cluster {
+            port.poll(engine, now);
         }
         if now >= self.next_publish {
             self.next_publish = now.saturating_add(DEMAND_PUBLISH);
@@ -410,6 +474,9 @@ impl SiloExchange {
         }
         // The engine put whole rates back: re-apply every share (epochs forgotten).
         self.rebind(&cells, engine);
+        if let Some(port) = &mut self.cluster {
+            port.rebind(engine);
+        }
     }
 }
 
@@ -511,7 +578,7 @@ where
     let merged = control.live.as_ref().map(|l| l.merged(config));
     let config = merged.as_ref().unwrap_or(config);
     let clock = MonotonicClock::new();
-    let mut allocator = Allocator::new(config, n);
+    let mut allocator = Allocator::new(config, n).with_cluster(config, &control.cluster);
     let options = LoopOptions::from_config(config);
     tracing::info!(
         inside = %config.interfaces.inside,
@@ -533,7 +600,8 @@ where
         let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
         let endpoint = control.live.as_ref().and_then(|l| l.endpoint(silo, n));
         let mut exchange = SiloExchange::new(silo, &allocator.cells(), &engine, metrics.clone())
-            .with_live(endpoint);
+            .with_live(endpoint)
+            .with_cluster(&control.cluster, &engine);
         inboxes.push((exchange.reload.clone(), exchange.inbox.clone()));
         let thread = std::thread::Builder::new()
             .name(format!("silo-{silo}"))

@@ -36,6 +36,9 @@
 
 #[cfg(test)]
 mod attach_tests;
+pub mod cluster;
+#[cfg(test)]
+mod cluster_tests;
 pub mod error;
 pub mod fixture;
 pub mod link;
@@ -160,6 +163,9 @@ pub struct Config {
     pub default_class: ClassPolicy,
     /// `[link]`: the link the classes share ([`link`]); `None`: each class on its own.
     pub link: Option<LinkConfig>,
+    /// `[cluster]` and its classes (`scope = "cluster"`, [`cluster`]); `None`: every limit is
+    /// this daemon's own.
+    pub cluster: Option<cluster::ClusterSection>,
 }
 
 /// Default `[interfaces] origin_mark`: 12 bits (4 095 `from` interfaces) above the low 16 that

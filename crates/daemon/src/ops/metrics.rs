@@ -30,6 +30,7 @@
 
 mod class;
 mod class_table;
+pub mod cluster;
 mod histogram;
 pub mod http;
 mod labels;
@@ -79,6 +80,7 @@ struct Inner {
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     class_changes: Family<labels::OpResultLabel, Counter>,
     link: link::LinkFamilies,
+    cluster: cluster::ClusterMetrics,
     http_refused: http::RefusalCounters,
     /// One entry per silo.
     silos: Vec<SiloSeries>,
@@ -113,6 +115,16 @@ impl Metrics {
     /// An empty registry for `silos` silos (at least 1): with more than one, every series has a
     /// `silo` label (see the module docs).
     pub fn with_silos(silos: usize) -> Self {
+        Self::build(silos, cluster::ClusterMetrics::default())
+    }
+
+    /// [`Metrics::with_silos`] keeping `old`'s cluster series (the cluster agent outlives attach
+    /// mode's re-attach, which makes a new registry).
+    pub fn with_silos_sharing_cluster(silos: usize, old: &Metrics) -> Self {
+        Self::build(silos, old.cluster())
+    }
+
+    fn build(silos: usize, cluster: cluster::ClusterMetrics) -> Self {
         let n = silos.max(1);
         let mut registry = Registry::with_prefix(PREFIX);
         let mut inner = Inner {
@@ -132,6 +144,7 @@ impl Metrics {
             ack_shaping: Family::default(),
             class_changes: Family::default(),
             link: link::LinkFamilies::default(),
+            cluster,
             http_refused: http::RefusalCounters::default(),
             silos: Vec::with_capacity(n),
             registry: Registry::default(),
@@ -203,6 +216,7 @@ impl Metrics {
                        whose interface went)";
         r.register("class_changes", changes, inner.class_changes.clone());
         inner.link.register(r);
+        inner.cluster.register(r);
         inner.http_refused.register(r);
         inner.silos = if n == 1 {
             let one = SiloSeries::new();
@@ -229,6 +243,11 @@ impl Metrics {
             inner: self.inner.clone(),
             silo,
         }
+    }
+
+    /// The cluster agent's series (`crate::ops::cluster`).
+    pub fn cluster(&self) -> cluster::ClusterMetrics {
+        self.inner.cluster.clone()
     }
 
     /// Silos the registry has series for.

@@ -74,6 +74,9 @@ pub enum DaemonError {
     /// The control socket could not be opened, or a running daemon listens on it.
     #[error("{0}")]
     Control(#[from] crate::ops::control::ControlError),
+    /// The cluster agent could not start (`crate::ops::cluster`).
+    #[error("{0}")]
+    Cluster(#[from] crate::ops::cluster::ClusterError),
     /// The daemon was shaping and failed; everything was stopped.
     #[error("{0}")]
     Runtime(#[from] RuntimeError),
@@ -104,7 +107,8 @@ impl DaemonError {
             | DaemonError::Metrics(_)
             | DaemonError::Privileges(_)
             | DaemonError::Attach(_)
-            | DaemonError::Control(_) => EXIT_USER_ERROR,
+            | DaemonError::Control(_)
+            | DaemonError::Cluster(_) => EXIT_USER_ERROR,
             DaemonError::Signals(_) => EXIT_START_FAILED,
             DaemonError::Runtime(_) => EXIT_RUNTIME_FAILURE,
         }
@@ -177,7 +181,11 @@ pub fn run_on(
             .keeping(control.live.clone())
     });
     let endpoint = control.live.as_ref().and_then(|l| l.endpoint(0, 1));
-    let mut hook = FileReload::new(control.reload.clone(), reloader).with_live(endpoint);
+    let cluster = (!control.cluster.is_empty())
+        .then(|| crate::ops::cluster::ClusterPort::new(&control.cluster, 0, true, &engine));
+    let mut hook = FileReload::new(control.reload.clone(), reloader)
+        .with_live(endpoint)
+        .with_cluster(cluster);
     tracing::info!(
         inside = %inside.ifname(),
         outside = %outside.ifname(),
@@ -327,8 +335,10 @@ pub fn run_daemon(
     let ports = OpenPorts::open(&config, None)?;
     enable_gro(&config);
     let bound = bind_control(&config)?;
+    let cluster = prepare_cluster(&config, &mut control)?;
     dropped_privileges(&config)?;
     let metrics = Metrics::with_silos(config.daemon.cores);
+    let _agent = start_cluster(cluster, &control, &metrics)?;
     let server = serve_metrics(&config, &metrics)?;
     let _control_server = serve_control(bound, &config, &metrics, &mut control)?;
     let panicked = stop_on_panic(control.stop.clone());
@@ -342,6 +352,36 @@ pub fn run_daemon(
         .unwrap_or_else(PoisonError::into_inner)
         .take();
     runtime_outcome(run, first_panic)
+}
+
+/// With a `[cluster]`: the cells of its classes into `control` and what its agent needs from
+/// the file system (TLS files), read before the privileges go.
+#[allow(clippy::result_large_err)] // see `DaemonError`
+pub(crate) fn prepare_cluster(
+    config: &Config,
+    control: &mut Control,
+) -> Result<Option<crate::ops::cluster::Prepared>, DaemonError> {
+    let Some(section) = &config.cluster else {
+        return Ok(None);
+    };
+    let prepared = crate::ops::cluster::prepare(section)?;
+    // A slot per possible silo, so that attach mode's re-attach (another silo count) keeps them.
+    control.cluster = crate::ops::cluster::cells(config, crate::ops::config::MAX_CORES);
+    Ok(Some(prepared))
+}
+
+/// Starts the cluster agent [`prepare_cluster`] prepared, counting into `metrics`.
+#[allow(clippy::result_large_err)] // see `DaemonError`
+pub(crate) fn start_cluster(
+    prepared: Option<crate::ops::cluster::Prepared>,
+    control: &Control,
+    metrics: &Metrics,
+) -> Result<Option<crate::ops::cluster::Agent>, DaemonError> {
+    let Some(p) = prepared else {
+        return Ok(None);
+    };
+    tracing::info!(host = p.host(), "cluster classes shared through etcd");
+    Ok(Some(p.start(control.cluster.clone(), metrics.cluster())?))
 }
 
 /// Drops the privileges ([`drop_privileges`], `[daemon] user`) and logs what was kept.

@@ -59,6 +59,9 @@ pub(super) struct ClassState {
     /// Deleted while it still held packets: they leave at its rate, then the state is freed
     /// ([`super::live`]).
     pub(super) draining: bool,
+    /// Holds no queue: every frame is refused at admission as [`DropReason::QueueFull`] (a
+    /// cluster class whose share is zero, `crate::ops::cluster`).
+    pub(super) closed: bool,
 }
 
 impl ClassState {
@@ -177,6 +180,7 @@ impl Engine {
             stamped_bytes: 0,
             rule: None,
             draining: false,
+            closed: false,
         };
         let index = match self.live.take_free_state() {
             Some(i) => {
@@ -338,6 +342,25 @@ impl Engine {
     /// Bytes of class `index` accepted into the wheel so far (0 for an unknown index).
     pub fn class_stamped_bytes(&self, index: usize) -> u64 {
         self.classes.get(index).map_or(0, |s| s.stamped_bytes)
+    }
+
+    /// Bytes of class `index` held (in its fair queue, the wheel and on the link), 0 for an
+    /// unknown index: its backlog.
+    pub fn class_backlog_bytes(&self, index: usize) -> u64 {
+        self.class_held(index).1
+    }
+
+    /// Closes class `index` (every frame refused at admission, counted as
+    /// [`DropReason::QueueFull`]: the class holds no queue) or opens it again; what is queued
+    /// still leaves at its EDT. Returns false for an unknown index.
+    pub fn set_class_closed(&mut self, index: usize, closed: bool) -> bool {
+        match self.classes.get_mut(index) {
+            Some(s) => {
+                s.closed = closed;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sets the rate of class `index`'s aggregate policy to `rate` from the next packet on, as a

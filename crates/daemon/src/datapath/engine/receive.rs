@@ -228,9 +228,16 @@ impl Engine {
             state.touch(index, &mut self.dirty);
             return self.forward(id, forward);
         }
-        let (policy, horizon_policy, aggregate) =
-            (state.policy, state.horizon_policy, state.aggregate);
+        let (policy, horizon_policy, aggregate, closed) = (
+            state.policy,
+            state.horizon_policy,
+            state.aggregate,
+            state.closed,
+        );
         let fair = policy.fair && aggregate.is_some();
+        if closed {
+            return self.drop_frame(pool, id, index, DropReason::QueueFull);
+        }
         // Before the flow table: a frame its class cannot hold takes no flow entry.
         if !fair {
             if let Err(reason) = self.admit(pool, index, id, len) {

@@ -22,6 +22,8 @@ pub(crate) struct RawConfig {
     pub default_class: Option<Spanned<RawClass>>,
     #[serde(default)]
     pub link: Option<Spanned<super::link::RawLink>>,
+    #[serde(default)]
+    pub cluster: Option<Spanned<super::cluster::RawCluster>>,
 }
 
 /// `[interfaces]`.
@@ -122,6 +124,7 @@ pub(crate) struct RawClass {
     pub priority: Option<Spanned<i64>>,
     pub non_ect: Option<Spanned<super::link::RawNonEct>>,
     pub queue: Option<Spanned<RawQueue>>,
+    pub scope: Option<Spanned<String>>,
 }
 
 /// A class's `queue` table: `{ packets = 10000, bytes = "12m" }`, either or both.

@@ -26,7 +26,9 @@
 //!   `daemon.link_down_grace` and `daemon.timer_slack` (read by the loop at start), `daemon.user`
 //!   (the daemon switched user once, at start-up, and cannot switch back), `daemon.control`
 //!   (the socket is bound at start-up), `daemon.class_dir` (read once, at start-up);
-//! * `[link]` added or removed, `link.scheduler`, `link.buffer`: the link's queues and buffer.
+//! * `[link]` added or removed, `link.scheduler`, `link.buffer`: the link's queues and buffer;
+//! * `[cluster]`, and the classes with `scope = "cluster"` and their rates: the cluster agent
+//!   holds its lease and publishes for the classes it started with (`crate::ops::cluster`).
 
 use super::{ClassConfig, ClassPolicy, Config};
 use core::fmt;
@@ -276,6 +278,8 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
         oi.origin_mark,
         ni.origin_mark,
     );
+    // The cluster agent connects, leases and publishes for the classes it started with.
+    compare(&mut restart, "cluster", &old.cluster, &new.cluster);
     let (ow, nw) = (&old.wheel, &new.wheel);
     let (og, ng) = (ow.granularity.to_string(), nw.granularity.to_string());
     compare(&mut restart, "wheel.granularity", og, ng);

@@ -35,7 +35,7 @@ use toml::Spanned;
 mod class;
 mod matcher;
 
-type Result<T> = core::result::Result<T, ConfigError>;
+pub(super) type Result<T> = core::result::Result<T, ConfigError>;
 
 /// Longest user name in bytes: 32, `useradd`'s limit (`LOGIN_NAME_MAX` of glibc allows more,
 /// but no name `useradd` makes is longer).
@@ -54,6 +54,15 @@ pub(super) fn parse_live_class(text: &str, running: &Config) -> Result<ClassConf
         .map_err(|e| site.toml_error(&e, false))
         .and_then(|raw| {
             let v = Validator { site };
+            if let Some(scope) = &raw.class.get_ref().scope {
+                return Err(v.invalid(
+                    scope.span(),
+                    "class.scope",
+                    "cluster classes come from the file (with [cluster]); a class of the \
+                     control socket is this daemon's own"
+                        .to_string(),
+                ));
+            }
             let class = v.class(
                 &raw.class,
                 "class",
@@ -148,6 +157,19 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
         }
         super::link::check_classes(&v, l, raw_link.span(), &policies)?;
     }
+    if let Some(scope) = raw
+        .default_class
+        .as_ref()
+        .and_then(|d| d.get_ref().scope.as_ref())
+    {
+        return Err(v.invalid(
+            scope.span(),
+            "default.scope",
+            "the default class is this daemon's own: give a cluster limit to a named class"
+                .to_string(),
+        ));
+    }
+    let cluster = v.cluster_classes(raw.cluster.as_ref(), &raw.classes, &classes)?;
     Ok(Config {
         source_name: source_name.to_string(),
         interfaces,
@@ -156,6 +178,7 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
         classes,
         default_class,
         link,
+        cluster,
     })
 }
 

@@ -1,0 +1,640 @@
+//! The cluster agent: one thread with a single-threaded tokio runtime that talks to etcd for
+//! every cluster class of the daemon (the module docs of `crate::ops::cluster` give the
+//! protocol and the failure behaviour).
+//!
+//! The session: connect, grant a lease of `[cluster] lease`, read every record of the cluster
+//! (one revision) and watch the prefix from the next revision. Each period: read each class's
+//! demand from its [`ClusterCell`], put the record under the lease, then put in force
+//! [`own_share`] of the records the watch has delivered and the record just written. A
+//! keep-alive goes out every third of the lease. Every request has a deadline of one period; a
+//! request that fails or passes it makes etcd unreachable until one succeeds.
+
+use super::cell::ClusterCell;
+use super::record::{decode, encode};
+use crate::ops::config::cluster::ClusterSection;
+use crate::ops::metrics::cluster::ClusterMetrics;
+use etcd_client::{
+    Client, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+    WatchOptions, WatchStream,
+};
+use metronome_core::cluster::{own_share, ClusterConfig, HostRecord, UsageSample};
+use metronome_core::{Clock, Timestamp};
+use metronome_io::MonotonicClock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant};
+
+/// Most records kept per class: 100 000 hosts (a record is about 200 bytes: 20 MB at most). A
+/// record beyond is counted (`too_many`) and left out.
+pub const MAX_HOSTS_PER_CLASS: usize = 100_000;
+/// How often the agent looks at its stop flag, its state and its gauges: every 100 ms.
+const HOUSEKEEPING: StdDuration = StdDuration::from_millis(100);
+/// How long a stopping agent waits for etcd to revoke its lease: 1 s.
+const REVOKE_TIMEOUT: StdDuration = StdDuration::from_secs(1);
+
+/// The agent's state (`metronome_cluster_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentState {
+    /// No share from etcd yet: the floors.
+    Joining,
+    /// Shares computed from etcd's records.
+    Shared,
+    /// etcd unreachable for at most `hold`: the last shares.
+    Holding,
+    /// etcd unreachable for longer than `hold`: the floors.
+    Floor,
+}
+
+impl AgentState {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            AgentState::Joining => "joining",
+            AgentState::Shared => "shared",
+            AgentState::Holding => "holding",
+            AgentState::Floor => "floor",
+        }
+    }
+}
+
+/// One class as the agent keeps it.
+struct AgentClass {
+    cell: Arc<ClusterCell>,
+    prefix: String,
+    key: String,
+    /// The sample of the last record etcd took (the start of the next measured period).
+    previous: Option<UsageSample>,
+    /// The share in force, since `changed_at`, and the integral of the shares in force since
+    /// the last record (bit/s × ns).
+    share: u64,
+    changed_at: Timestamp,
+    integral: u128,
+    /// Whether a share was computed from a revision since the session began.
+    computed: bool,
+}
+
+impl AgentClass {
+    fn set_share(&mut self, bps: u64, now: Timestamp) {
+        let ns = now.saturating_since(self.changed_at).as_nanos();
+        self.integral += u128::from(self.share) * u128::from(ns);
+        self.changed_at = now;
+        self.share = bps;
+        self.cell.set_share(bps);
+    }
+
+    /// The mean share in force from `since` to `now` (the share in force without `since`).
+    fn enforced(&self, since: Option<Timestamp>, now: Timestamp) -> u64 {
+        let Some(since) = since else {
+            return self.share;
+        };
+        let span = now.saturating_since(since).as_nanos();
+        if span == 0 {
+            return self.share;
+        }
+        let tail = now.saturating_since(self.changed_at).as_nanos();
+        let total = self.integral + u128::from(self.share) * u128::from(tail);
+        (total / u128::from(span)).min(u128::from(u64::MAX)) as u64
+    }
+}
+
+/// An open session with etcd.
+struct Session {
+    client: Client,
+    lease: i64,
+    keeper: LeaseKeeper,
+    keep_alive: LeaseKeepAliveStream,
+    watch: Option<WatchStream>,
+}
+
+/// The running agent (see the module docs).
+pub struct Agent {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts the agent of `section` as host `host`, connecting with `options`, for `cells`
+    /// (one per cluster class, in `section.classes` order).
+    pub fn start(
+        section: ClusterSection,
+        host: String,
+        options: ConnectOptions,
+        cells: Vec<Arc<ClusterCell>>,
+        metrics: ClusterMetrics,
+    ) -> std::io::Result<Agent> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("metronome-cluster".to_string())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cluster agent: no runtime: the cluster classes stay at their floors");
+                        return;
+                    }
+                };
+                let runner = Runner::new(section, host, options, cells, metrics);
+                runtime.block_on(runner.run(flag));
+            })?;
+        Ok(Agent {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Agent {
+    /// Stops the agent: it revokes its lease (its records go at once, the others take its shares
+    /// back at their next period) and its thread ends.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Runner {
+    section: ClusterSection,
+    host: String,
+    options: ConnectOptions,
+    cfg: ClusterConfig,
+    metrics: ClusterMetrics,
+    clock: MonotonicClock,
+    classes: Vec<AgentClass>,
+    /// Records by class prefix, then by host.
+    records: BTreeMap<String, BTreeMap<String, HostRecord<String>>>,
+    revision: i64,
+    /// When etcd last answered.
+    last_answer: Option<Instant>,
+    /// When the last request that etcd then took was sent (the hold counts from here: the
+    /// lease cannot have expired earlier than a lease length after it).
+    last_ok_sent: Option<Instant>,
+    /// A request failed and none succeeded since.
+    failing: bool,
+    state: AgentState,
+}
+
+impl Runner {
+    fn new(
+        section: ClusterSection,
+        host: String,
+        options: ConnectOptions,
+        cells: Vec<Arc<ClusterCell>>,
+        metrics: ClusterMetrics,
+    ) -> Runner {
+        let clock = MonotonicClock::new();
+        let now = clock.now();
+        let classes = cells
+            .into_iter()
+            .map(|cell| {
+                let prefix = section.class_prefix(cell.class());
+                let (share, _) = cell.share();
+                metrics.set_limit(cell.class(), cell.limit().bps());
+                metrics.set_share(cell.class(), share);
+                metrics.set_peers(cell.class(), 0);
+                AgentClass {
+                    key: format!("{prefix}{host}"),
+                    prefix,
+                    cell,
+                    previous: None,
+                    share,
+                    changed_at: now,
+                    integral: 0,
+                    computed: false,
+                }
+            })
+            .collect();
+        let cfg = ClusterConfig {
+            join_floor: section.floor.core(),
+            ..ClusterConfig::default()
+        };
+        metrics.set_state(AgentState::Joining.label(), false);
+        metrics.set_reachable(false);
+        Runner {
+            section,
+            host,
+            options,
+            cfg,
+            metrics,
+            clock,
+            classes,
+            records: BTreeMap::new(),
+            revision: 0,
+            last_answer: None,
+            last_ok_sent: None,
+            failing: false,
+            state: AgentState::Joining,
+        }
+    }
+
+    fn period(&self) -> StdDuration {
+        StdDuration::from_nanos(self.section.period.as_nanos())
+    }
+
+    async fn run(mut self, stop: Arc<AtomicBool>) {
+        tracing::info!(
+            cluster = %self.section.name,
+            host = %self.host,
+            etcd = %self.section.etcd.join(","),
+            classes = self.classes.len(),
+            "cluster agent started: the cluster classes start at their floors"
+        );
+        let mut session: Option<Session> = None;
+        let mut publish = tokio::time::interval(self.period());
+        publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
+        let keep_every = StdDuration::from_nanos(self.section.lease.as_nanos() / 3);
+        let mut keep = tokio::time::interval(keep_every);
+        keep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = housekeeping.tick() => {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    self.housekeeping();
+                }
+                _ = publish.tick() => {
+                    if session.is_none() {
+                        session = self.open().await;
+                    }
+                    if let Some(s) = session.as_mut() {
+                        if !self.publish(s).await {
+                            session = None;
+                        }
+                    }
+                    self.housekeeping();
+                }
+                _ = keep.tick(), if session.is_some() => {
+                    if let Some(s) = session.as_mut() {
+                        if !self.keep_alive(s).await {
+                            session = None;
+                        }
+                    }
+                }
+                message = next_watch(&mut session) => {
+                    if let Some(s) = session.as_mut() {
+                        self.watched(s, message).await;
+                    }
+                }
+            }
+        }
+        if let Some(mut s) = session {
+            let revoked =
+                tokio::time::timeout(REVOKE_TIMEOUT, s.client.lease_revoke(s.lease)).await;
+            match revoked {
+                Ok(Ok(_)) => tracing::info!("cluster agent stopped: lease revoked, records removed"),
+                _ => tracing::warn!(
+                    "cluster agent stopped: the lease could not be revoked; the records go when it expires"
+                ),
+            }
+        }
+    }
+
+    /// A request of `op` failed: counted, and etcd is unreachable until one succeeds.
+    fn failed(&mut self, op: &'static str, error: &dyn std::fmt::Display) {
+        self.metrics.error(op);
+        if !self.failing {
+            tracing::debug!(op, error = %error, "etcd request failed");
+        }
+        self.failing = true;
+    }
+
+    /// A request sent at `sent` succeeded.
+    fn succeeded(&mut self, sent: Instant) {
+        self.failing = false;
+        self.last_answer = Some(Instant::now());
+        if self.last_ok_sent.is_none_or(|t| t < sent) {
+            self.last_ok_sent = Some(sent);
+        }
+    }
+
+    async fn open(&mut self) -> Option<Session> {
+        let deadline = self.period();
+        let sent = Instant::now();
+        let connect = Client::connect(&self.section.etcd, Some(self.options.clone()));
+        let mut client = match tokio::time::timeout(deadline, connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return self.failed_none("connect", &e),
+            Err(_) => return self.failed_none("connect", &"timed out"),
+        };
+        let ttl = (self.section.lease.as_nanos() / 1_000_000_000) as i64;
+        let lease = match tokio::time::timeout(deadline, client.lease_grant(ttl, None)).await {
+            Ok(Ok(r)) => r.id(),
+            Ok(Err(e)) => return self.failed_none("lease", &e),
+            Err(_) => return self.failed_none("lease", &"timed out"),
+        };
+        let (keeper, keep_alive) =
+            match tokio::time::timeout(deadline, client.lease_keep_alive(lease)).await {
+                Ok(Ok(k)) => k,
+                Ok(Err(e)) => return self.failed_none("keepalive", &e),
+                Err(_) => return self.failed_none("keepalive", &"timed out"),
+            };
+        self.succeeded(sent);
+        let mut session = Session {
+            client,
+            lease,
+            keeper,
+            keep_alive,
+            watch: None,
+        };
+        for c in &mut self.classes {
+            c.computed = false;
+        }
+        self.resync(&mut session).await;
+        tracing::info!(
+            lease = format!("{lease:x}"),
+            ttl_s = ttl,
+            "cluster agent: connected to etcd"
+        );
+        Some(session)
+    }
+
+    fn failed_none(&mut self, op: &'static str, error: &dyn std::fmt::Display) -> Option<Session> {
+        self.failed(op, error);
+        None
+    }
+
+    /// Reads every record of the cluster (one revision) and watches from the next one.
+    async fn resync(&mut self, s: &mut Session) {
+        s.watch = None;
+        let deadline = self.period();
+        let prefix = self.section.cluster_prefix();
+        let sent = Instant::now();
+        let got = tokio::time::timeout(
+            deadline,
+            s.client
+                .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix())),
+        )
+        .await;
+        let response = match got {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return self.failed("get", &e),
+            Err(_) => return self.failed("get", &"timed out"),
+        };
+        self.succeeded(sent);
+        self.records.clear();
+        for kv in response.kvs() {
+            self.put_record(kv.key(), kv.value());
+        }
+        let revision = response.header().map_or(0, |h| h.revision());
+        self.revision = revision;
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let watch =
+            tokio::time::timeout(deadline, s.client.watch(prefix.as_bytes(), Some(options))).await;
+        match watch {
+            Ok(Ok(w)) => s.watch = Some(w),
+            Ok(Err(e)) => self.failed("watch", &e),
+            Err(_) => self.failed("watch", &"timed out"),
+        }
+    }
+
+    /// Keeps a record read from etcd (key and value), or counts why not.
+    fn put_record(&mut self, key: &[u8], value: &[u8]) {
+        let Some((prefix, host)) = self.split_key(key) else {
+            self.metrics.refused("class");
+            return;
+        };
+        let Some((record, _limit)) = decode(&host, value) else {
+            self.metrics.refused("malformed");
+            return;
+        };
+        let hosts = self.records.entry(prefix).or_default();
+        if hosts.len() >= MAX_HOSTS_PER_CLASS && !hosts.contains_key(&host) {
+            self.metrics.refused("too_many");
+            return;
+        }
+        hosts.insert(host, record);
+    }
+
+    fn remove_record(&mut self, key: &[u8]) {
+        if let Some((prefix, host)) = self.split_key(key) {
+            if let Some(hosts) = self.records.get_mut(&prefix) {
+                hosts.remove(&host);
+            }
+        }
+    }
+
+    /// The class prefix and host of `key`, when the class is one of this daemon's.
+    fn split_key(&self, key: &[u8]) -> Option<(String, String)> {
+        let key = std::str::from_utf8(key).ok()?;
+        self.classes.iter().find_map(|c| {
+            let host = key.strip_prefix(c.prefix.as_str())?;
+            (!host.is_empty() && !host.contains('/')).then(|| (c.prefix.clone(), host.to_string()))
+        })
+    }
+
+    async fn watched(
+        &mut self,
+        s: &mut Session,
+        message: Result<Option<etcd_client::WatchResponse>, etcd_client::Error>,
+    ) {
+        let response = match message {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                self.failed("watch", &"the watch stream ended");
+                return self.resync(s).await;
+            }
+            Err(e) => {
+                self.failed("watch", &e);
+                return self.resync(s).await;
+            }
+        };
+        if response.canceled() || response.compact_revision() > 0 {
+            self.metrics.error("watch");
+            return self.resync(s).await;
+        }
+        self.last_answer = Some(Instant::now());
+        for event in response.events() {
+            let Some(kv) = event.kv() else { continue };
+            match event.event_type() {
+                EventType::Put => self.put_record(kv.key(), kv.value()),
+                EventType::Delete => self.remove_record(kv.key()),
+            }
+        }
+        if let Some(h) = response.header() {
+            self.revision = self.revision.max(h.revision());
+        }
+    }
+
+    /// Publishes every class's record and puts its share in force. False when the session is
+    /// gone (its lease expired).
+    async fn publish(&mut self, s: &mut Session) -> bool {
+        let deadline = self.period();
+        for i in 0..self.classes.len() {
+            let now = self.clock.now();
+            let c = &self.classes[i];
+            let sample = c.cell.demand(now).unwrap_or(UsageSample {
+                at: now,
+                ..UsageSample::default()
+            });
+            let record = HostRecord {
+                host: self.host.clone(),
+                weight: self.section.weight,
+                sample,
+                previous: c.previous,
+                enforced_bps: c.enforced(c.previous.map(|p| p.at), now),
+            };
+            let value = encode(&record, c.cell.limit().bps());
+            let options = PutOptions::new().with_lease(s.lease);
+            let sent = Instant::now();
+            let put = tokio::time::timeout(
+                deadline,
+                s.client.put(c.key.as_bytes(), value, Some(options)),
+            )
+            .await;
+            match put {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    let lease_gone = e.to_string().contains("lease not found");
+                    self.failed("put", &e);
+                    if lease_gone {
+                        tracing::warn!("cluster agent: the lease expired; taking a new one");
+                        return false;
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    self.failed("put", &"timed out");
+                    continue;
+                }
+            }
+            self.succeeded(sent);
+            self.metrics.wrote(1);
+            let limit = self.classes[i].cell.limit();
+            let records: Vec<HostRecord<String>> = self
+                .records
+                .get(&self.classes[i].prefix)
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default();
+            let peers = records.iter().filter(|r| r.host != self.host).count();
+            let share = own_share(limit, &self.cfg, &records, &record);
+            let c = &mut self.classes[i];
+            c.previous = Some(sample);
+            c.integral = 0;
+            c.changed_at = now;
+            if let Some(bps) = share {
+                c.set_share(bps, now);
+                c.computed = true;
+            }
+            self.metrics.set_share(c.cell.class(), c.share);
+            self.metrics.set_peers(c.cell.class(), peers as u64);
+        }
+        true
+    }
+
+    /// Sends a keep-alive. False when the lease is gone.
+    async fn keep_alive(&mut self, s: &mut Session) -> bool {
+        let deadline = self.period();
+        let sent = Instant::now();
+        let answer = tokio::time::timeout(deadline, async {
+            s.keeper.keep_alive().await?;
+            s.keep_alive.message().await
+        })
+        .await;
+        match answer {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                self.succeeded(sent);
+                self.metrics.wrote(1);
+                true
+            }
+            Ok(Ok(Some(_))) => {
+                self.failed("keepalive", &"the lease expired");
+                tracing::warn!("cluster agent: the lease expired; taking a new one");
+                false
+            }
+            Ok(Ok(None)) => {
+                self.failed("keepalive", &"the keep-alive stream ended");
+                false
+            }
+            Ok(Err(e)) => {
+                self.failed("keepalive", &e);
+                true
+            }
+            Err(_) => {
+                self.failed("keepalive", &"timed out");
+                true
+            }
+        }
+    }
+
+    /// The state from what succeeded when, the floors after `hold`, the gauges.
+    fn housekeeping(&mut self) {
+        let now = Instant::now();
+        let hold = StdDuration::from_nanos(self.section.hold.as_nanos());
+        let state = match (self.failing, self.last_ok_sent) {
+            (false, Some(_)) if self.classes.iter().all(|c| c.computed) => AgentState::Shared,
+            (false, _) => AgentState::Joining,
+            (true, None) => AgentState::Joining,
+            (true, Some(t))
+                if now.duration_since(t) <= hold && self.state != AgentState::Joining =>
+            {
+                AgentState::Holding
+            }
+            (true, Some(_)) if self.state == AgentState::Joining => AgentState::Joining,
+            (true, Some(_)) => AgentState::Floor,
+        };
+        let changed = state != self.state;
+        if changed {
+            match state {
+                AgentState::Holding => tracing::warn!(
+                    hold = %self.section.hold,
+                    "etcd unreachable: holding the last shares"
+                ),
+                AgentState::Floor => tracing::warn!(
+                    floor = %self.section.floor,
+                    "etcd unreachable for longer than [cluster] hold: falling to the floors"
+                ),
+                AgentState::Shared
+                    if matches!(self.state, AgentState::Holding | AgentState::Floor) =>
+                {
+                    tracing::info!("etcd reachable again: shares from etcd")
+                }
+                _ => {}
+            }
+            self.state = state;
+        }
+        if state == AgentState::Floor || (state == AgentState::Joining && self.failing) {
+            let at = self.clock.now();
+            for c in &mut self.classes {
+                let floor = self.section.floor.rate(c.cell.limit()).bps();
+                if c.share != floor {
+                    c.set_share(floor, at);
+                    self.metrics.set_share(c.cell.class(), floor);
+                }
+                c.computed = false;
+            }
+        }
+        self.metrics.set_state(state.label(), changed);
+        self.metrics
+            .set_reachable(!self.failing && self.last_ok_sent.is_some());
+        let age = self
+            .last_answer
+            .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+        self.metrics.set_revision(self.revision, age);
+    }
+}
+
+/// The next message of the session's watch; pending without one.
+async fn next_watch(
+    session: &mut Option<Session>,
+) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+    match session.as_mut().and_then(|s| s.watch.as_mut()) {
+        Some(w) => w.message().await,
+        None => std::future::pending().await,
+    }
+}
