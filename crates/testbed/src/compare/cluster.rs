@@ -191,6 +191,11 @@ impl Schedule {
 /// The shift: a site alone after the other stopped or died.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Reach {
+    /// The remaining busy site's share at the last scrape before the event, bits/s (`None`
+    /// without shares).
+    pub share_before_bps: Option<f64>,
+    /// Its rate's median over the [`phases::BEFORE_S`] before the event, bits/s.
+    pub rate_before_bps: Option<f64>,
     /// Seconds from the event until the remaining busy site's rate was at least 97 % of the limit
     /// ([`phases::time_to_alone`]); `None`: not in the step.
     pub rate_after_s: Option<f64>,
@@ -730,7 +735,17 @@ fn figures(report: &mut ClusterReport, options: &ClusterOptions) {
     let alone = (limit, phases::ALONE_FRACTION);
     let reach = |(from, to): (f64, f64)| {
         let (rate_after_s, held_bps) = phases::time_to_alone(w, (from, to), BUSY[1], alone);
+        let before: Vec<f64> = phases::between(w, from - phases::BEFORE_S, from)
+            .iter()
+            .map(|w| w.site_bps[BUSY[1]])
+            .collect();
         Reach {
+            share_before_bps: sc
+                .iter()
+                .rev()
+                .find(|s| s.at_s <= from)
+                .and_then(|s| s.share_bps.get(BUSY[1]).copied().flatten()),
+            rate_before_bps: phases::median(&before),
             rate_after_s,
             rate_after_periods: rate_after_s.map(|s| s / period),
             share_after_s: phases::share_time_to_alone(sc, (from, to), BUSY[1], alone),
@@ -800,8 +815,10 @@ pub fn describe(report: &ClusterReport) -> Vec<String> {
     };
     let reach = |label: &str, r: &Reach| {
         format!(
-            "{label}: site-b at >= 97 % of {limit:.0} Mbit/s after {} (its share after {}), \
-             median after {} Mbit/s",
+            "{label}: site-b (before: rate {}, share {} Mbit/s) at >= 97 % of {limit:.0} Mbit/s \
+             after {} (its share after {}), median after {} Mbit/s",
+            mbit(r.rate_before_bps),
+            mbit(r.share_before_bps),
             secs(r.rate_after_s, p),
             secs(r.share_after_s, p),
             mbit(r.held_bps)
