@@ -22,12 +22,14 @@
 //! * **b. shift**: a's traffic stops; the time until b holds at least 97 % of the limit
 //!   ([`phases::time_to_alone`]);
 //! * **rejoin**: a starts again; the same figures as the start;
-//! * **d. an etcd member killed** (SIGKILL of the first member) while both send: the largest
-//!   deviation of the sum from the limit afterwards, the largest change of a share, any state
-//!   other than `shared` ([`phases::unchanged`]);
 //! * **c. a daemon killed**: SIGKILL of a's daemon while a still sends; the time until b's share,
 //!   and b's rate, are at least 97 % of the limit (a's record goes when its lease expires,
 //!   target: lease + period);
+//! * **d. an etcd member killed** (SIGKILL of the first member) while b sends alone: the largest
+//!   distance of the busy sites' sum from what it was before, the largest change of a share, any
+//!   state other than `shared` ([`phases::unchanged`]); after the crash, so that what it
+//!   measures does not depend on how site a came back, and only the last step runs with two
+//!   members left;
 //! * **e. etcd gone**: every member killed; the live daemons' shares over time (held for `hold`,
 //!   then the floor), the sum of the shares and the largest sum of the sites' rates against the
 //!   limit plus the live daemons' floors ([`phases::etcd_gone`]).
@@ -155,36 +157,36 @@ pub struct Schedule {
     pub start: Duration,
     /// b: site a stopped.
     pub shift: Duration,
-    /// Site a back, before the etcd member is killed.
+    /// Site a back, before its daemon is killed.
     pub rejoin: Duration,
-    /// d: after the etcd member is killed.
-    pub member: Duration,
     /// c: after a's daemon is killed.
     pub crash: Duration,
+    /// d: after the etcd member is killed.
+    pub member: Duration,
     /// e: after etcd is gone.
     pub gone: Duration,
 }
 
 impl Schedule {
-    /// The steps of `options`: 6 s for the start and the shift (six periods of 1 s: the start
-    /// target is 3 periods), 5 s for the rejoin and after the member's death, lease + period +
-    /// 2 s after the crash (the target is lease + period) and hold + period + 3 s after etcd is
-    /// gone (the floors come after hold).
+    /// The steps of `options`: 6 periods for the start and the shift (the start target is 3
+    /// periods), 5 for the rejoin and after the member's death, lease + period + 2 s after the
+    /// crash (the target is lease + period) and hold + period + 3 s after etcd is gone (the
+    /// floors come after hold).
     pub fn of(options: &ClusterOptions) -> Self {
         let p = options.period;
         Schedule {
             start: 6 * p,
             shift: 6 * p,
             rejoin: 5 * p,
-            member: 5 * p,
             crash: options.lease + p + Duration::from_secs(2),
+            member: 5 * p,
             gone: options.hold + p + Duration::from_secs(3),
         }
     }
 
     /// The whole sequence.
     pub fn total(&self) -> Duration {
-        self.start + self.shift + self.rejoin + self.member + self.crash + self.gone
+        self.start + self.shift + self.rejoin + self.crash + self.member + self.gone
     }
 }
 
@@ -685,15 +687,15 @@ fn run_sequence(
     let a_first = join(a_first)?;
     note(a_first.started + s.start, events::SHIFT, progress);
     // Site a sends through the crash of its daemon and one period beyond.
-    let a_again = s.rejoin + s.member + options.period;
+    let a_again = s.rejoin + options.period;
     let a_second = spawn_traffic(a, "site-a", (BASE_PORT + 2, flows), a_again);
     sleep_until(t0 + s.start + s.shift + s.rejoin);
-    etcd.kill(0)?;
-    note(Instant::now(), events::MEMBER, progress);
-    sleep_until(t0 + s.start + s.shift + s.rejoin + s.member);
     let crash_at = Instant::now();
     drop(daemons[BUSY[0]].take());
     note(crash_at, events::CRASH, progress);
+    sleep_until(t0 + s.start + s.shift + s.rejoin + s.crash);
+    etcd.kill(0)?;
+    note(Instant::now(), events::MEMBER, progress);
     sleep_until(t0 + s.total() - s.gone);
     etcd.stop_all()?;
     note(Instant::now(), events::GONE, progress);
@@ -756,15 +758,15 @@ fn figures(report: &mut ClusterReport, options: &ClusterOptions) {
     let live: Vec<usize> = all.iter().copied().filter(|&i| i != BUSY[0]).collect();
     let start = phases::settling(w, (0.0, shift), &BUSY, limit, period);
     let shifted = reach((shift, rejoin));
-    let rejoined = phases::settling(w, (rejoin, member), &BUSY, limit, period);
+    let rejoined = phases::settling(w, (rejoin, crash), &BUSY, limit, period);
+    let crashed = reach((crash, member));
     let unchanged = phases::unchanged(
         (w, sc),
-        (member, crash),
-        (&BUSY, &all),
+        (member, gone),
+        (&BUSY[1..], &live),
         &report.sites,
         limit,
     );
-    let crashed = reach((crash, gone));
     let floor = options.floor_bps() as f64;
     let gone = phases::etcd_gone((w, sc), (gone, end), &live, &report.sites, (limit, floor));
     report.start = Some(start);
@@ -845,8 +847,8 @@ pub fn describe(report: &ClusterReport) -> Vec<String> {
     if let Some(u) = &report.member_killed {
         let pct = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} %"));
         lines.push(format!(
-            "d. etcd member killed: sum before {} Mbit/s; after, largest distance of the sum from \
-             the limit {} (span medians), {} (one window); largest share change {}; other \
+            "d. etcd member killed: busy sites' sum before {} Mbit/s; after, its largest move \
+             {} of the limit (span medians), {} (one window); largest share change {}; other \
              states: {}",
             mbit(u.sum_before_bps),
             pct(u.largest_sum_deviation_pct),
