@@ -12,8 +12,9 @@
 //! * (c) SIGKILL of one busy daemon: the other's share, and its rate, at least 97 % of the limit
 //!   within lease + period;
 //! * (d) SIGKILL of one etcd member (after the crash, site-b sending alone): the sum's span
-//!   medians stay within 1 % of the limit of what they were before, and no daemon's share moves
-//!   by more than 1 % of the limit;
+//!   medians stay within 1 % of the limit of what they were before, no daemon's share moves
+//!   by more than 1 % of the limit, and every live daemon is in the state `shared` again by the
+//!   end of the step (it found the other members);
 //! * (e) every etcd member gone: each live daemon holds its share until it falls to its floor,
 //!   no earlier than `hold - period` and no later than `hold + period` after the stop; the sum
 //!   of the shares and the sum of the rates (span medians) never above the limit plus the live
@@ -196,6 +197,15 @@ fn misses(r: &ClusterReport) -> Vec<String> {
             "d. etcd member killed: a share moved by {:?} % of the limit (target: unchanged, \
              within {SHARE_CHANGE_PCT} %)",
             member.largest_share_change_pct
+        ));
+    }
+    if member.states_at_end.is_empty()
+        || !member.states_at_end.iter().all(|s| s.ends_with(": shared"))
+    {
+        miss.push(format!(
+            "d. etcd member killed: states at the end of the step {:?} (target: all shared, the \
+             daemons on the other members)",
+            member.states_at_end
         ));
     }
     check_gone(r, &mut miss);

@@ -849,7 +849,7 @@ pub fn describe(report: &ClusterReport) -> Vec<String> {
         lines.push(format!(
             "d. etcd member killed: busy sites' sum before {} Mbit/s; after, its largest move \
              {} of the limit (span medians), {} (one window); largest share change {}; other \
-             states: {}",
+             states: {}; at the end: {}",
             mbit(u.sum_before_bps),
             pct(u.largest_sum_deviation_pct),
             pct(u.largest_window_deviation_pct),
@@ -858,7 +858,8 @@ pub fn describe(report: &ClusterReport) -> Vec<String> {
                 "none".to_owned()
             } else {
                 u.other_states.join(", ")
-            }
+            },
+            u.states_at_end.join(", ")
         ));
     }
     if let Some(g) = &report.etcd_gone {

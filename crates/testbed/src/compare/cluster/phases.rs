@@ -225,6 +225,9 @@ pub struct Unchanged {
     pub largest_share_change_pct: Option<f64>,
     /// States other than `shared` that a daemon reported after the event (`site: state`).
     pub other_states: Vec<String>,
+    /// Each daemon's state at the step's last scrape (`site: state`; `site: none` without an
+    /// answer).
+    pub states_at_end: Vec<String>,
 }
 
 /// The time before an event over which the "before" figure of [`unchanged`] is taken: 2 s.
@@ -266,7 +269,20 @@ pub fn unchanged(
             }
         }
     }
+    let last = scrapes
+        .iter()
+        .rev()
+        .find(|s| s.at_s > event_s && s.at_s <= end_s);
+    let states_at_end = live
+        .iter()
+        .map(|&i| {
+            let state = last.and_then(|s| s.state.get(i).cloned().flatten());
+            let name = names.get(i).map_or("?", |n| n.as_str());
+            format!("{name}: {}", state.as_deref().unwrap_or("none"))
+        })
+        .collect();
     Unchanged {
+        states_at_end,
         sum_before_bps,
         largest_sum_deviation_pct: spans.iter().filter_map(|&(_, m)| pct(m)).reduce(f64::max),
         largest_window_deviation_pct: after
@@ -537,6 +553,7 @@ mod tests {
             "{u:?}"
         );
         assert_eq!(u.other_states, ["b: holding"]);
+        assert_eq!(u.states_at_end, ["a: shared", "b: holding", "c: shared"]);
     }
 
     #[test]
