@@ -7,6 +7,7 @@ use metronome_io::{MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
 use metronome_packet::{parse, Parsed, Verdict};
 
 mod bounds;
+mod cluster;
 mod fair;
 mod flow_seed;
 mod flow_table_full;

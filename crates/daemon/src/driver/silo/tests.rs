@@ -401,3 +401,32 @@ fn every_silo_applies_a_live_class_and_the_allocator_shares_its_rate() {
     assert_eq!(reports.len(), 2);
     assert!(reports.iter().all(|r| r.refused_rates == 0));
 }
+
+#[test]
+fn a_cluster_share_is_the_aggregate_the_allocator_splits_and_zero_closes_the_class() {
+    use crate::ops::cluster::ClusterCell;
+    let config = config("300mbit");
+    let cell = Arc::new(ClusterCell::new("bulk", Rate::mbps(300), 2, Rate::mbps(3)));
+    let mut a = Allocator::new(&config, 2).with_cluster(&config, std::slice::from_ref(&cell));
+    let cells = a.cells();
+    let x = &cells[0].exchange;
+    // The floor, split: not the class's rate.
+    assert_eq!(x.read_rate(0).0.bps() + x.read_rate(1).0.bps(), 3_000_000);
+    // The agent puts a share in force: the next step makes it the aggregate.
+    cell.set_share(150_000_000);
+    let before = x.read_rate(0).1;
+    a.step(Timestamp::from_nanos(1));
+    let (r0, e0) = x.read_rate(0);
+    assert!(e0 > before);
+    assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 150_000_000);
+    // A reload keeps the share, not the file's rate.
+    a.apply(&config);
+    assert_eq!(x.read_rate(0).0.bps() + x.read_rate(1).0.bps(), 150_000_000);
+    // Zero: every silo gets a zero rate, which closes the class in its engine.
+    cell.set_share(0);
+    a.step(Timestamp::from_nanos(2));
+    assert_eq!((x.read_rate(0).0.bps(), x.read_rate(1).0.bps()), (0, 0));
+    cell.set_share(60_000_000);
+    a.step(Timestamp::from_nanos(3));
+    assert_eq!(x.read_rate(0).0.bps() + x.read_rate(1).0.bps(), 60_000_000);
+}

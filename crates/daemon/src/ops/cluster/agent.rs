@@ -475,6 +475,10 @@ impl Runner {
     /// gone (its lease expired).
     async fn publish(&mut self, s: &mut Session) -> bool {
         let deadline = self.period();
+        // A watch lost (etcd restarted, or compacted past it): the records again first.
+        if s.watch.is_none() {
+            self.resync(s).await;
+        }
         for i in 0..self.classes.len() {
             let now = self.clock.now();
             let c = &self.classes[i];
@@ -522,7 +526,12 @@ impl Runner {
                 .map(|m| m.values().cloned().collect())
                 .unwrap_or_default();
             let peers = records.iter().filter(|r| r.host != self.host).count();
-            let share = own_share(limit, &self.cfg, &records, &record);
+            // Without a watch the records may be stale: the share stays until they are read again.
+            let share = s
+                .watch
+                .is_some()
+                .then(|| own_share(limit, &self.cfg, &records, &record))
+                .flatten();
             let c = &mut self.classes[i];
             c.previous = Some(sample);
             c.integral = 0;

@@ -263,9 +263,28 @@ struct LinkLine {
     classes: BTreeMap<String, LinkClassLine>,
 }
 
+/// One cluster class (`cluster_*_bps`, `cluster_peers`).
+#[derive(Clone, Copy, Debug, Default)]
+struct ClusterClassLine {
+    limit: f64,
+    share: f64,
+    peers: f64,
+}
+
+/// The cluster agent's series; `classes` is empty without a `[cluster]`.
+#[derive(Debug, Default)]
+struct ClusterLine {
+    classes: BTreeMap<String, ClusterClassLine>,
+    revision: f64,
+    age_seconds: f64,
+    reachable: bool,
+    state: Option<String>,
+}
+
 #[derive(Debug, Default)]
 struct Summary {
     classes: BTreeMap<String, ClassLine>,
+    cluster: ClusterLine,
     link: LinkLine,
     silos: BTreeMap<u32, SiloLine>,
     occupancy: f64,
@@ -284,6 +303,25 @@ fn summarise(text: &str) -> Summary {
             .strip_prefix("metronome_")
             .unwrap_or(&sample.name);
         let silo = sample.label("silo").and_then(|v| v.parse::<u32>().ok());
+        if let Some(field) = name.strip_prefix("cluster_") {
+            let c = &mut s.cluster;
+            let v = sample.value;
+            match (field, sample.label("class")) {
+                ("limit_bps", Some(class)) => {
+                    c.classes.entry(class.to_owned()).or_default().limit = v
+                }
+                ("share_bps", Some(class)) => {
+                    c.classes.entry(class.to_owned()).or_default().share = v
+                }
+                ("peers", Some(class)) => c.classes.entry(class.to_owned()).or_default().peers = v,
+                ("revision", _) => c.revision = v,
+                ("revision_age_seconds", _) => c.age_seconds = v,
+                ("etcd_reachable", _) => c.reachable = v == 1.0,
+                ("state", _) if v == 1.0 => c.state = sample.label("state").map(str::to_owned),
+                _ => {}
+            }
+            continue;
+        }
         if let Some(class) = sample.label("class") {
             if let Some(i) = silo {
                 let line = s.silos.entry(i).or_default();
@@ -471,6 +509,19 @@ pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
         now.occupancy, now.rx_ring_drops, now.malformed, now.pass_through
     ));
     format_link(&before.link, &now.link, secs, &mut out);
+    let cluster = &now.cluster;
+    for (name, c) in &cluster.classes {
+        out.push_str(&format!(
+            "cluster class {name}: limit {}, share {}, peers {:.0}; etcd revision {:.0} ({:.1}s ago, {}), state {}\n",
+            format_rate(c.limit),
+            format_rate(c.share),
+            c.peers,
+            cluster.revision,
+            cluster.age_seconds,
+            if cluster.reachable { "reachable" } else { "unreachable" },
+            cluster.state.as_deref().unwrap_or("unknown"),
+        ));
+    }
     for (i, silo) in &now.silos {
         let prev = before.silos.get(i).map_or(silo.bytes, |p| p.bytes);
         let rate = format_rate((silo.bytes - prev).max(0.0) * 8.0 / secs);
@@ -489,6 +540,27 @@ pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_class_line_shows_limit_share_peers_and_the_revision() {
+        let text = "metronome_cluster_limit_bps{class=\"t\"} 300000000\n\
+                    metronome_cluster_share_bps{class=\"t\"} 150000000\n\
+                    metronome_cluster_peers{class=\"t\"} 2\n\
+                    metronome_cluster_revision 812\n\
+                    metronome_cluster_revision_age_seconds 0.25\n\
+                    metronome_cluster_etcd_reachable 1\n\
+                    metronome_cluster_state{state=\"joining\"} 0\n\
+                    metronome_cluster_state{state=\"shared\"} 1\n";
+        let out = format_stats(text, text, Duration::from_millis(500));
+        assert!(
+            out.contains(
+                "cluster class t: limit 300.0Mbit, share 150.0Mbit, peers 2; etcd revision 812 \
+                 (0.2s ago, reachable), state shared"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("class t: sent"), "{out}");
+    }
 
     #[test]
     fn parses_labels_with_escapes() {
