@@ -595,11 +595,14 @@ fn run_sequence(
     drop(daemons[BUSY[0]].take());
     note(crash_at, events::CRASH, progress);
     sleep_until(t0 + s.start + s.shift + s.rejoin + s.crash);
+    // Each event is timed when it begins: before the kill.
+    let member_at = Instant::now();
     etcd.kill(0)?;
-    note(Instant::now(), events::MEMBER, progress);
+    note(member_at, events::MEMBER, progress);
     sleep_until(t0 + s.total() - s.gone);
+    let gone_at = Instant::now();
     etcd.stop_all()?;
-    note(Instant::now(), events::GONE, progress);
+    note(gone_at, events::GONE, progress);
     let b_report = join(b_traffic)?;
     let a_second = join(a_second)?;
     note(b_report.started, events::START, progress);
