@@ -87,7 +87,8 @@ pub fn run(per_host: bool, json: bool) -> anyhow::Result<()> {
         "rates: each site's bytes on the wire at its receiver in 100 ms windows, judged on the \
          median of three consecutive windows; shares: each daemon's \
          metronome_cluster_share_bps, scraped every 200 ms; times from the event to the end of \
-         the second window of the first span that meets the target"
+         the first window from which the target holds (the first window that meets it in the \
+         first span whose median does)"
     );
     Ok(())
 }

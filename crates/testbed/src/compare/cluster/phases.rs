@@ -6,8 +6,8 @@
 //! Rates are judged on the median of three consecutive windows ([`SPAN`]): one 100 ms window of
 //! kernel TCP on a loaded machine can be a few percent off while the shaper holds its rate, and
 //! a median of three ignores one such window and still moves within 300 ms. A time "to reach" a
-//! rate is counted from the event to the end of the second window of the first span whose median
-//! reaches it: two of its three windows reached it, so the rate was there by then at the latest.
+//! rate is counted from the event to the end of the first window from which it holds: the first
+//! window, in the first span whose median reaches the rate, that reaches it by itself.
 
 use serde::{Deserialize, Serialize};
 
@@ -69,17 +69,25 @@ pub fn between(windows: &[Window], from_s: f64, to_s: f64) -> Vec<&Window> {
 }
 
 /// Per window of `windows`, the value `f` gives, as the median over the span starting there
-/// ([`SPAN`] windows; the last spans are shorter); paired with the end of the span's second
-/// window (its only window for a span of one; see the module docs).
+/// ([`SPAN`] windows; the last spans are shorter); paired with the window's end.
 pub fn span_medians(windows: &[&Window], f: impl Fn(&Window) -> f64) -> Vec<(f64, f64)> {
     let values: Vec<f64> = windows.iter().map(|w| f(w)).collect();
     (0..windows.len())
         .filter_map(|k| {
             let end = (k + SPAN).min(values.len());
-            let second = (k + 1).min(end - 1);
-            median(&values[k..end]).map(|m| (windows[second].end_s, m))
+            median(&values[k..end]).map(|m| (windows[k].end_s, m))
         })
         .collect()
+}
+
+/// The end of the first window of the span starting at `k` that meets `good` by itself (the
+/// span's last window when none does: its medians met a target no single window met).
+fn first_good_end(windows: &[&Window], k: usize, good: impl Fn(&Window) -> bool) -> f64 {
+    let span = &windows[k..(k + SPAN).min(windows.len())];
+    span.iter()
+        .find(|w| good(w))
+        .or(span.last())
+        .map_or(0.0, |w| w.end_s)
 }
 
 /// The sum of the sites `sites` in window `w`, bits/s.
@@ -137,14 +145,20 @@ pub fn settling(
     let met: Vec<(f64, bool)> = (0..phase.len())
         .map(|k| {
             let sites: Vec<f64> = per_site.iter().map(|s| s[k].1).collect();
-            let at = per_site.first().map_or(phase[k].end_s, |s| s[k].0);
-            (at, shares_met(&sites, limit_bps))
+            (phase[k].end_s, shares_met(&sites, limit_bps))
         })
         .collect();
     let first = met.iter().position(|&(_, ok)| ok);
+    let window_met = |w: &Window| {
+        let sites: Vec<f64> = busy
+            .iter()
+            .map(|&i| w.site_bps.get(i).copied().unwrap_or(0.0))
+            .collect();
+        shares_met(&sites, limit_bps)
+    };
     let from = first.unwrap_or(0);
     let rest = &phase[from.min(phase.len())..];
-    let settled_after_s = first.map(|k| met[k].0 - event_s);
+    let settled_after_s = first.map(|k| first_good_end(&phase, k, window_met) - event_s);
     Settling {
         settled_after_s,
         settled_after_periods: settled_after_s.map(|s| s / period_s),
@@ -177,15 +191,17 @@ pub fn time_to_alone(
     (limit_bps, fraction): (f64, f64),
 ) -> (Option<f64>, Option<f64>) {
     let phase = between(windows, event_s, end_s);
-    let spans = span_medians(&phase, |w| w.site_bps.get(site).copied().unwrap_or(0.0));
+    let rate = |w: &Window| w.site_bps.get(site).copied().unwrap_or(0.0);
+    let spans = span_medians(&phase, rate);
     let Some(k) = spans.iter().position(|&(_, m)| m >= fraction * limit_bps) else {
         return (None, None);
     };
+    let reached = first_good_end(&phase, k, |w| rate(w) >= fraction * limit_bps);
     let after: Vec<f64> = phase[k..]
         .iter()
         .map(|w| w.site_bps.get(site).copied().unwrap_or(0.0))
         .collect();
-    (Some(spans[k].0 - event_s), median(&after))
+    (Some(reached - event_s), median(&after))
 }
 
 /// Seconds from `event_s` to the first scrape (in `(event_s, end_s]`) at which daemon `site`'s
@@ -485,6 +501,13 @@ mod tests {
             time_to_alone(&w, (0.0, 5.0), 1, (L, ALONE_FRACTION)),
             (None, None)
         );
+        // The first window from which the span holds counts, even with a bad one after it.
+        let dip = series(100, |t| {
+            let bad = t <= 5.55 || (t - 5.7).abs() < 0.01;
+            vec![0.0, if bad { 150e6 } else { 295e6 }, 0.0]
+        });
+        let (after, _) = time_to_alone(&dip, (4.0, 10.0), 1, (L, ALONE_FRACTION));
+        assert!((after.unwrap() - 1.6).abs() < 1e-9, "{after:?}");
     }
 
     fn scrape(at_s: f64, shares: [Option<f64>; 3], states: [&str; 3]) -> Scrape {
