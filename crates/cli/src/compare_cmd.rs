@@ -2,7 +2,7 @@
 //! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]; `--cni`:
 //! [`crate::compare_cni`];
 //! `--classes` and `--packet-rate`: [`crate::compare_classes`]; `--churn`:
-//! [`crate::compare_churn`]):
+//! [`crate::compare_churn`]; `--cluster`: [`crate::compare_cluster`]):
 //! Metronome (its class as one FIFO, and in the
 //! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
 //! topology with the same kernel TCP traffic, at
@@ -176,6 +176,17 @@ pub struct CompareArgs {
     /// 6mbit).
     #[arg(long, value_name = "RATE", requires = "churn")]
     class_rate: Option<metronome_core::Rate>,
+    /// One limit over three daemons through etcd instead (a cluster class of 300 Mbit/s, two
+    /// sites busy, one idle): the start, a site stopping, a daemon killed, an etcd member
+    /// killed, then every member; each step's time and rates against its target. Needs `etcd`.
+    #[arg(long, conflicts_with_all = ["quick", "ceiling", "link_sharing", "attach", "cni",
+          "plot", "replot", "offloads", "daemon_cores", "isolate_daemon", "busy_poll",
+          "timer_slack", "target", "flows", "classes", "packet_rate", "churn"])]
+    cluster: bool,
+    /// With `--cluster`: a per-host class of half the limit on each daemon instead of the
+    /// cluster class (the static split).
+    #[arg(long, requires = "cluster")]
+    per_host: bool,
 }
 
 /// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
@@ -447,6 +458,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             frame_bytes: args.frame_bytes.map(|b| b as usize),
         };
         return crate::compare_classes::run_classes(choice, args.json);
+    }
+    if args.cluster {
+        return crate::compare_cluster::run(args.per_host, args.json);
     }
     if args.cni {
         if args.flows.len() > 1 || args.flows.contains(&0) {
@@ -928,6 +942,19 @@ mod tests {
         assert!(parse(&["compare", "--class-rates", "1mbit"]).is_err());
         assert!(parse(&["compare", "--classes", "0"]).is_err());
         assert!(parse(&["compare", "--packet-rate", "--frame-bytes", "64"]).is_err());
+    }
+
+    #[test]
+    fn cluster_takes_per_host_and_json_but_no_other_mode() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.compare);
+        let a = parse(&["compare", "--cluster"]).unwrap();
+        assert!(a.cluster && !a.per_host && !a.json);
+        let a = parse(&["compare", "--cluster", "--per-host", "--json"]).unwrap();
+        assert!(a.cluster && a.per_host && a.json);
+        assert!(parse(&["compare", "--per-host"]).is_err());
+        assert!(parse(&["compare", "--cluster", "--cni"]).is_err());
+        assert!(parse(&["compare", "--cluster", "--quick"]).is_err());
+        assert!(parse(&["compare", "--cluster", "--flows", "2"]).is_err());
     }
 
     #[test]

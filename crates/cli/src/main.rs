@@ -6,6 +6,7 @@ mod class_cmd;
 mod compare_attach;
 mod compare_churn;
 mod compare_classes;
+mod compare_cluster;
 mod compare_cmd;
 mod compare_cni;
 mod compare_link;

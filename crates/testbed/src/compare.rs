@@ -77,6 +77,7 @@
 pub mod attach;
 pub mod churn;
 pub mod classes;
+pub mod cluster;
 pub mod cni;
 pub mod link_sharing;
 pub mod measure;
@@ -372,6 +373,9 @@ pub enum CompareError {
     /// The daemon could not open its ports.
     #[error("{0}")]
     Port(#[from] metronome_io::PortError),
+    /// An etcd cluster of the run could not be started or driven.
+    #[error("{0}")]
+    Etcd(#[from] crate::etcd::EtcdError),
     /// No bulk traffic reached the receiver in time.
     #[error("{shaper} at {target_bps} bit/s with {flows} flows: no traffic reached the receiver within {START_TIMEOUT:?}")]
     NoTraffic {

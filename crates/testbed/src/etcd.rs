@@ -25,7 +25,7 @@
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -129,11 +129,21 @@ struct Member {
     peer: SocketAddr,
     log: PathBuf,
     child: Option<Child>,
+    /// The client port on one more address ([`EtcdCluster::start_with`]).
+    extra_client: Option<SocketAddr>,
 }
 
 impl Member {
     fn client_url(&self) -> String {
         format!("http://{}", self.client)
+    }
+
+    /// The client URLs the member listens on and advertises: loopback, then the extra address.
+    fn client_urls(&self) -> String {
+        match self.extra_client {
+            Some(extra) => format!("{},http://{extra}", self.client_url()),
+            None => self.client_url(),
+        }
     }
 
     fn peer_url(&self) -> String {
@@ -163,6 +173,17 @@ impl EtcdCluster {
     /// healthy ([`START_TIMEOUT`]). On any failure the members started so far are killed and
     /// the directory removed.
     pub fn start(size: usize) -> Result<Self, EtcdError> {
+        Self::start_on(size, None)
+    }
+
+    /// [`EtcdCluster::start`] with every member also listening for clients on `extra_client_ip`
+    /// (an address of this host, with the same port as its loopback one):
+    /// [`EtcdCluster::extra_endpoints`] are the URLs there.
+    pub fn start_with(size: usize, extra_client_ip: IpAddr) -> Result<Self, EtcdError> {
+        Self::start_on(size, Some(extra_client_ip))
+    }
+
+    fn start_on(size: usize, extra_client_ip: Option<IpAddr>) -> Result<Self, EtcdError> {
         let binary = etcd_binary().ok_or(EtcdError::MissingBinary)?;
         remove_stale();
         let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
@@ -188,6 +209,7 @@ impl EtcdCluster {
                 peer,
                 log: cluster.dir.join(format!("m{i}.log")),
                 child: None,
+                extra_client: extra_client_ip.map(|ip| SocketAddr::new(ip, client.port())),
             });
         }
         drop(held);
@@ -253,6 +275,16 @@ impl EtcdCluster {
     /// daemon would be configured with.
     pub fn all_endpoints(&self) -> Vec<String> {
         self.members.iter().map(Member::client_url).collect()
+    }
+
+    /// The client URLs of every member on the extra address of [`EtcdCluster::start_with`]
+    /// (`http://IP:<port>`), running or not; empty for a cluster started without one.
+    pub fn extra_endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter_map(|m| m.extra_client)
+            .map(|a| format!("http://{a}"))
+            .collect()
     }
 
     /// The client URLs of the members still running.
@@ -384,8 +416,8 @@ fn member_args(
     vec![
         format!("--name={}", member.name),
         format!("--data-dir={}", data_dir.display()),
-        format!("--listen-client-urls={}", member.client_url()),
-        format!("--advertise-client-urls={}", member.client_url()),
+        format!("--listen-client-urls={}", member.client_urls()),
+        format!("--advertise-client-urls={}", member.client_urls()),
         format!("--listen-peer-urls={}", member.peer_url()),
         format!("--initial-advertise-peer-urls={}", member.peer_url()),
         format!("--initial-cluster={initial_cluster}"),
@@ -508,6 +540,7 @@ mod tests {
             peer: "127.0.0.1:40002".parse().unwrap(),
             log: PathBuf::from("/nonexistent/m1.log"),
             child: None,
+            extra_client: None,
         };
         let args = member_args(
             &member,
@@ -522,6 +555,29 @@ mod tests {
             &"--initial-cluster=m0=http://127.0.0.1:40000,m1=http://127.0.0.1:40002".to_string()
         ));
         assert!(args.contains(&"--initial-cluster-token=tok".to_string()));
+    }
+
+    #[test]
+    fn an_extra_client_address_is_listened_on_and_advertised_beside_loopback() {
+        let member = Member {
+            name: "m0".into(),
+            client: "127.0.0.1:40001".parse().unwrap(),
+            peer: "127.0.0.1:40002".parse().unwrap(),
+            log: PathBuf::from("/nonexistent/m0.log"),
+            child: None,
+            extra_client: Some("10.81.3.1:40001".parse().unwrap()),
+        };
+        let args = member_args(&member, Path::new("/tmp/d/m0"), "m0=x", "tok");
+        let both = "http://127.0.0.1:40001,http://10.81.3.1:40001";
+        assert!(
+            args.contains(&format!("--listen-client-urls={both}")),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&format!("--advertise-client-urls={both}")),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--listen-peer-urls=http://127.0.0.1:40002".to_string()));
     }
 
     #[test]

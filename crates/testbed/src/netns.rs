@@ -35,6 +35,7 @@
 //! figures), [`Topology::one_mtu_segments`] makes the end hosts' TCP send one MTU per segment.
 
 pub mod attach;
+pub mod cluster;
 pub mod cni;
 mod process;
 
