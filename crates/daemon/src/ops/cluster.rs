@@ -10,8 +10,9 @@
 //! * **Protocol** ([`agent`]): each period every daemon puts a record per cluster class at
 //!   `<prefix>/<cluster>/<class>/<host>` ([`record`]: its demand sample, the previous one, the
 //!   share it enforced between them, its weight), attached to its lease; it watches the
-//!   cluster's prefix; after each put it enforces [`metronome_core::cluster::own_share`] of the
-//!   records it has seen and the record it just wrote.
+//!   cluster's prefix; after each put, and within 100 ms of every revision its watch delivers,
+//!   it enforces [`metronome_core::cluster::own_share`] of the records it has seen and its own
+//!   newest record.
 //! * **Where the share goes** ([`cell`]): the agent writes the share into the class's
 //!   [`ClusterCell`]; the single loop puts it in force in its engine at its next iteration
 //!   ([`ClusterPort`]), or, with silos, the coordinator makes it the aggregate its allocator

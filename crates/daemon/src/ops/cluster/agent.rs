@@ -5,8 +5,10 @@
 //! The session: connect, grant a lease of `[cluster] lease`, read every record of the cluster
 //! (one revision) and watch the prefix from the next revision. Each period: read each class's
 //! demand from its [`ClusterCell`], put the record under the lease, then put in force
-//! [`own_share`] of the records the watch has delivered and the record just written. A
-//! keep-alive goes out every third of the lease. Every request has a deadline of one period; a
+//! [`own_share`] of the records the watch has delivered and the record just written; again
+//! within [`HOUSEKEEPING`] of every revision the watch delivers (the others' records of this
+//! period, a record deleted with its lease), so that a share follows the others' records as
+//! they come, not a period later. A keep-alive goes out every third of the lease. Every request has a deadline of one period; a
 //! request that fails or passes it makes etcd unreachable until one succeeds.
 
 use super::cell::ClusterCell;
@@ -72,6 +74,8 @@ struct AgentClass {
     integral: u128,
     /// Whether a share was computed from a revision since the session began.
     computed: bool,
+    /// The record etcd took last.
+    newest: Option<HostRecord<String>>,
 }
 
 impl AgentClass {
@@ -184,6 +188,8 @@ struct Runner {
     /// A request failed and none succeeded since.
     failing: bool,
     state: AgentState,
+    /// The watch delivered records since the shares were last computed.
+    dirty: bool,
 }
 
 impl Runner {
@@ -213,6 +219,7 @@ impl Runner {
                     changed_at: now,
                     integral: 0,
                     computed: false,
+                    newest: None,
                 }
             })
             .collect();
@@ -236,6 +243,7 @@ impl Runner {
             last_ok_sent: None,
             failing: false,
             state: AgentState::Joining,
+            dirty: false,
         }
     }
 
@@ -263,6 +271,15 @@ impl Runner {
                 _ = housekeeping.tick() => {
                     if stop.load(Ordering::Relaxed) {
                         break;
+                    }
+                    // Records the watch delivered since: the shares again, from that revision.
+                    let watching = session.as_ref().is_some_and(|s| s.watch.is_some());
+                    let reachable = matches!(self.state, AgentState::Shared | AgentState::Joining);
+                    if self.dirty && watching && reachable {
+                        self.dirty = false;
+                        for i in 0..self.classes.len() {
+                            self.recompute(i);
+                        }
                     }
                     self.housekeeping();
                 }
@@ -469,6 +486,7 @@ impl Runner {
         if let Some(h) = response.header() {
             self.revision = self.revision.max(h.revision());
         }
+        self.dirty |= !response.events().is_empty();
     }
 
     /// Publishes every class's record and puts its share in force. False when the session is
@@ -519,31 +537,41 @@ impl Runner {
             }
             self.succeeded(sent);
             self.metrics.wrote(1);
-            let limit = self.classes[i].cell.limit();
-            let records: Vec<HostRecord<String>> = self
-                .records
-                .get(&self.classes[i].prefix)
-                .map(|m| m.values().cloned().collect())
-                .unwrap_or_default();
-            let peers = records.iter().filter(|r| r.host != self.host).count();
-            // Without a watch the records may be stale: the share stays until they are read again.
-            let share = s
-                .watch
-                .is_some()
-                .then(|| own_share(limit, &self.cfg, &records, &record))
-                .flatten();
             let c = &mut self.classes[i];
             c.previous = Some(sample);
             c.integral = 0;
             c.changed_at = now;
-            if let Some(bps) = share {
-                c.set_share(bps, now);
-                c.computed = true;
+            c.newest = Some(record);
+            // Without a watch the records may be stale: the share stays until they are read again.
+            if s.watch.is_some() {
+                self.recompute(i);
             }
-            self.metrics.set_share(c.cell.class(), c.share);
-            self.metrics.set_peers(c.cell.class(), peers as u64);
         }
         true
+    }
+
+    /// Puts in force class `i`'s share from the records the watch has delivered and its newest
+    /// record ([`own_share`]); nothing before its first record or while the revision holds no
+    /// record of it.
+    fn recompute(&mut self, i: usize) {
+        let c = &self.classes[i];
+        let Some(own) = &c.newest else { return };
+        let limit = c.cell.limit();
+        let records: Vec<HostRecord<String>> = self
+            .records
+            .get(&c.prefix)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let peers = records.iter().filter(|r| r.host != self.host).count();
+        let share = own_share(limit, &self.cfg, &records, own);
+        let now = self.clock.now();
+        let c = &mut self.classes[i];
+        if let Some(bps) = share {
+            c.set_share(bps, now);
+            c.computed = true;
+        }
+        self.metrics.set_share(c.cell.class(), c.share);
+        self.metrics.set_peers(c.cell.class(), peers as u64);
     }
 
     /// Sends a keep-alive. False when the lease is gone.
