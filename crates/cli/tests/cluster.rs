@@ -158,25 +158,22 @@ fn misses(r: &ClusterReport) -> Vec<String> {
             mbit(crash.rate_before_bps)
         ));
     }
-    if !crash
-        .share_after_s
-        .is_some_and(|t| t <= bound + SHARE_RESOLUTION_S)
-    {
-        miss.push(format!(
-            "c. site-a's daemon killed: site-b's share at >= 97 % after {} (target <= lease + \
-             period = {bound} s, seen every {SHARE_RESOLUTION_S} s)",
-            secs(crash.share_after_s)
-        ));
-    }
-    if !crash
-        .rate_after_s
-        .is_some_and(|t| t <= bound + RATE_RESOLUTION_S)
-    {
-        miss.push(format!(
-            "c. site-a's daemon killed: site-b's rate at >= 97 % after {} (target <= lease + \
-             period = {bound} s, judged over {RATE_RESOLUTION_S} s)",
-            secs(crash.rate_after_s)
-        ));
+    for (what, after, resolution, how) in [
+        (
+            "share",
+            crash.share_after_s,
+            SHARE_RESOLUTION_S,
+            "seen every",
+        ),
+        ("rate", crash.rate_after_s, RATE_RESOLUTION_S, "judged over"),
+    ] {
+        if !after.is_some_and(|t| t <= bound + resolution) {
+            miss.push(format!(
+                "c. site-a's daemon killed: site-b's {what} at >= 97 % after {} (target <= \
+                 lease + period = {bound} s, {how} {resolution} s)",
+                secs(after)
+            ));
+        }
     }
     let member = r.member_killed.clone().unwrap_or_default();
     if !member

@@ -53,6 +53,22 @@ pub const NETNS_RUN_DIR: &str = "/run/netns";
 /// Per-process sequence number that makes namespace names unique within one process.
 static SEQUENCE: AtomicU32 = AtomicU32::new(0);
 
+/// `ip` arguments that add bridge `name` without STP and without forwarding delay, so that its
+/// ports forward at once.
+pub(crate) fn bridge_add_args(name: &str) -> [&str; 9] {
+    [
+        "link",
+        "add",
+        name,
+        "type",
+        "bridge",
+        "stp_state",
+        "0",
+        "forward_delay",
+        "0",
+    ]
+}
+
 /// An error building, using or removing a topology. Messages are one line and name the
 /// missing privilege, tool or interface.
 #[derive(Debug, thiserror::Error)]
@@ -169,18 +185,7 @@ impl Namespace {
 
     /// Adds bridge `name` without STP and without forwarding delay, so its ports forward at once.
     pub fn add_bridge(&self, name: &str) -> Result<(), TopoError> {
-        let args = [
-            "link",
-            "add",
-            name,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-        ];
-        self.ip(&args).map(drop)
+        self.ip(&bridge_add_args(name)).map(drop)
     }
 
     /// Opens the rx/tx counters of `iface` in this namespace (see the module docs for why

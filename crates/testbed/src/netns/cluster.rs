@@ -117,18 +117,7 @@ impl ClusterTopology {
 
     fn make_bridge(&mut self) -> Result<(), TopoError> {
         let b = self.bridge.clone();
-        let args = [
-            "link",
-            "add",
-            &b,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-        ];
-        process::run("ip", &args)?;
+        process::run("ip", &super::bridge_add_args(&b))?;
         self.bridge_made = true;
         let cidr = format!("{}/{}", self.host_addr, Self::MGMT_PREFIX_LEN);
         process::run("ip", &["addr", "add", &cidr, "dev", &b])?;
