@@ -61,6 +61,8 @@ pub struct Site {
     pub topo: Topology,
     /// The address of [`MGMT_IF`] in the shaper namespace.
     pub mgmt_addr: Ipv4Addr,
+    /// The host end of the management veth, once made.
+    host_end: Option<String>,
 }
 
 /// `sites` bumps in the wire whose shaper namespaces reach the host's management bridge; see
@@ -109,6 +111,7 @@ impl ClusterTopology {
             topo.sites.push(Site {
                 topo: site,
                 mgmt_addr,
+                host_end: None,
             });
             topo.connect(i)?;
         }
@@ -125,15 +128,16 @@ impl ClusterTopology {
     }
 
     /// Gives site `i`'s shaper namespace its management veth, a port of the bridge.
-    fn connect(&self, i: usize) -> Result<(), TopoError> {
-        let site = &self.sites[i];
+    fn connect(&mut self, i: usize) -> Result<(), TopoError> {
         let n = HOST_SEQ.fetch_add(1, Ordering::Relaxed);
         let host_end = format!("{HOST_IF_PREFIX}{}v{n}", std::process::id());
-        let shaper = site.topo.shaper.name();
+        let shaper = self.sites[i].topo.shaper.name().to_owned();
         let args = [
-            "link", "add", &host_end, "type", "veth", "peer", "name", MGMT_IF, "netns", shaper,
+            "link", "add", &host_end, "type", "veth", "peer", "name", MGMT_IF, "netns", &shaper,
         ];
         process::run("ip", &args)?;
+        self.sites[i].host_end = Some(host_end.clone());
+        let site = &self.sites[i];
         process::run("ip", &["link", "set", &host_end, "master", &self.bridge])?;
         process::run("ip", &["link", "set", &host_end, "up"])?;
         let cidr = format!("{}/{}", site.mgmt_addr, Self::MGMT_PREFIX_LEN);
@@ -150,6 +154,14 @@ impl ClusterTopology {
     fn delete_all(&mut self) -> Result<(), TopoError> {
         let mut first = Ok(());
         for site in self.sites.drain(..) {
+            // The veth first, by its host end: a namespace's own interfaces go when the kernel
+            // gets to the namespace's clean-up, after `ip netns del` has returned.
+            if let Some(end) = &site.host_end {
+                let r = process::run("ip", &["link", "del", end]).map(drop);
+                if first.is_ok() {
+                    first = r;
+                }
+            }
             let r = site.topo.remove();
             if first.is_ok() {
                 first = r;
