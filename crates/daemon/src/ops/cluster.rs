@@ -22,9 +22,9 @@
 //!   the cell every millisecond; the agent sums them once per period.
 //! * **Failures**: before its first share (a new daemon, or etcd unreachable at start) a daemon
 //!   enforces the `floor`. A daemon that vanishes stops renewing its lease; etcd deletes its
-//!   records when the lease expires and the others compute without it at their next period:
-//!   its share returns within the lease plus one period. When etcd cannot be reached (a request
-//!   failing or passing its one-period deadline), the daemon keeps its last shares for `hold`
+//!   records when the lease expires and the others compute without it within 100 ms of the
+//!   deletion: its share returns within the lease plus one period. When etcd cannot be reached (no request
+//!   answered for a period, each failing or passing its one-period deadline), the daemon keeps its last shares for `hold`
 //!   (counted from the last request etcd took), then falls to the floors; it logs both and
 //!   `metronome_cluster_state` says which. With `hold` at most the lease (the default), a
 //!   daemon cut off from a working etcd is at its floor before its lease can expire and the
