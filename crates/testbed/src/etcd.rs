@@ -597,8 +597,9 @@ mod tests {
         let dead_pid = gone.id();
         gone.wait().unwrap();
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{dead_pid}-0"));
-        fs::create_dir_all(dir.join("m0")).unwrap();
         // A stand-in for a member left behind: its command line names the directory's data.
+        // It runs before the directory exists: a `remove_stale` of another test running at the
+        // same time that finds the directory kills it too, never the directory without it.
         let mut member = Command::new("sh")
             // The shell's own `read` waits on the pipe: one process, no child left behind.
             .args(["-c", "read line", "sh"])
@@ -606,6 +607,7 @@ mod tests {
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
+        fs::create_dir_all(dir.join("m0")).unwrap();
         remove_stale();
         let status = member.wait().unwrap();
         let exists = dir.exists();
