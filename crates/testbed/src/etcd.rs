@@ -592,11 +592,13 @@ mod tests {
     #[test]
     fn remove_stale_kills_members_of_dead_processes_and_removes_their_directories() {
         use std::os::unix::process::ExitStatusExt;
-        // A process id that was in use and is no longer: a child that has exited and was reaped.
-        let mut gone = Command::new("true").spawn().unwrap();
-        let dead_pid = gone.id();
-        gone.wait().unwrap();
-        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{dead_pid}-0"));
+        // A process id no process has: the kernel hands out ids below pid_max (a child that
+        // exited is not enough: on a busy machine with a small pid_max its id comes back).
+        let pid_max = fs::read_to_string("/proc/sys/kernel/pid_max").unwrap();
+        let dead_pid: u32 = pid_max.trim().parse().unwrap();
+        assert!(!Path::new("/proc").join(dead_pid.to_string()).exists());
+        let dir =
+            std::env::temp_dir().join(format!("{DIR_PREFIX}{dead_pid}-{}", std::process::id()));
         // A stand-in for a member left behind: its command line names the directory's data.
         // It runs before the directory exists: a `remove_stale` of another test running at the
         // same time that finds the directory kills it too, never the directory without it.
@@ -607,9 +609,35 @@ mod tests {
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
+        // `spawn` can return before the kernel shows the new command line in /proc (a vfork'd
+        // child wakes its parent before its exec has finished): wait until it does, as a
+        // member left behind by a dead test process long has.
+        let cmdline = format!("/proc/{}/cmdline", member.id());
+        let needle = format!("--data-dir={}/", dir.display());
+        let shown = std::time::Instant::now() + Duration::from_secs(10);
+        while !fs::read(&cmdline).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle)) {
+            assert!(
+                std::time::Instant::now() < shown,
+                "{cmdline} never showed {needle}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         fs::create_dir_all(dir.join("m0")).unwrap();
         remove_stale();
-        let status = member.wait().unwrap();
+        // Bounded: a stand-in that was not killed fails the test instead of hanging it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = member.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = member.kill();
+                let _ = member.wait();
+                let _ = fs::remove_dir_all(&dir);
+                panic!("remove_stale left the member of {} running", dir.display());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         let exists = dir.exists();
         let _ = fs::remove_dir_all(&dir);
         assert_eq!(status.signal(), Some(nix::libc::SIGKILL), "{status:?}");
