@@ -403,20 +403,14 @@ fn host_demand<H>(
     let period_ns = r.sample.at.saturating_since(prev.at).as_nanos().max(1);
     let slack_bps = (u128::from(cfg.cap_slack_bytes) * 8 * 1_000_000_000 / u128::from(period_ns))
         .min(u128::from(u64::MAX)) as u64;
-    let capped = measured.bps() > 0
-        && measured.bps().saturating_add(slack_bps) as f64
-            >= cfg.cap_threshold * r.enforced_bps as f64;
-    let estimate = if capped {
-        DemandEstimate::Capped
-    } else {
-        estimate_demand(
-            measured,
-            Rate::from_bps(r.enforced_bps),
-            limit,
-            cfg.headroom,
-            cfg.cap_threshold,
-        )
-    };
+    let estimate = estimate_demand(
+        measured,
+        Rate::from_bps(r.enforced_bps),
+        limit,
+        cfg.headroom,
+        cfg.cap_threshold,
+        Rate::from_bps(slack_bps),
+    );
     let kind = match estimate {
         DemandEstimate::Idle => HostDemand::Idle,
         DemandEstimate::Capped => HostDemand::Capped,

@@ -303,6 +303,7 @@ impl Nba {
             self.cfg.aggregate,
             self.cfg.headroom,
             self.cfg.cap_threshold,
+            Rate::from_bps(0),
         );
         match estimate {
             DemandEstimate::Idle => self.counters.floored_cores += 1,
@@ -420,19 +421,22 @@ impl DemandEstimate {
 }
 
 /// Classifies a sender that measured `measured` while its rate was `cap`: idle when it sent
-/// nothing, [`DemandEstimate::Capped`] when `measured >= cap_threshold × cap`, otherwise
-/// satisfied with a demand of `measured × (1 + headroom)`, at most `aggregate`.
+/// nothing, [`DemandEstimate::Capped`] when `measured + slack >= cap_threshold × cap`,
+/// otherwise satisfied with a demand of `measured × (1 + headroom)`, at most `aggregate`. The
+/// NBA's cores take no slack; a cluster's hosts take a frame or two of it
+/// ([`crate::cluster::ClusterConfig::cap_slack_bytes`]).
 pub fn estimate_demand(
     measured: Rate,
     cap: Rate,
     aggregate: Rate,
     headroom: f64,
     cap_threshold: f64,
+    slack: Rate,
 ) -> DemandEstimate {
     let bps = measured.bps();
     if bps == 0 {
         DemandEstimate::Idle
-    } else if bps as f64 >= cap_threshold * cap.bps() as f64 {
+    } else if bps.saturating_add(slack.bps()) as f64 >= cap_threshold * cap.bps() as f64 {
         DemandEstimate::Capped
     } else {
         let demand = ((bps as f64 * (1.0 + headroom)) as u64).min(aggregate.bps());
