@@ -338,28 +338,56 @@ impl Runner {
         }
     }
 
-    async fn open(&mut self) -> Option<Session> {
-        let deadline = self.period();
+    /// `request`, sent now, within its deadline of one period: its answer, a request etcd took
+    /// ([`Runner::succeeded`]), or its error (`None`: it passed the deadline) with the failure
+    /// counted under `op`.
+    async fn request<T>(
+        &mut self,
+        op: &'static str,
+        request: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, Option<etcd_client::Error>> {
         let sent = Instant::now();
-        let connect = Client::connect(&self.section.etcd, Some(self.options.clone()));
-        let mut client = match tokio::time::timeout(deadline, connect).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return self.failed_none("connect", &e),
-            Err(_) => return self.failed_none("connect", &"timed out"),
-        };
+        let answer = self.attempt(op, request).await;
+        if answer.is_ok() {
+            self.succeeded(sent);
+        }
+        answer
+    }
+
+    /// [`Runner::request`] for what is not a request etcd takes (making the client, which
+    /// need not reach a member): failures counted, a success not.
+    async fn attempt<T>(
+        &mut self,
+        op: &'static str,
+        request: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, Option<etcd_client::Error>> {
+        match tokio::time::timeout(self.period(), request).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => {
+                self.failed(op, &e);
+                Err(Some(e))
+            }
+            Err(_) => {
+                self.failed(op, &"timed out");
+                Err(None)
+            }
+        }
+    }
+
+    async fn open(&mut self) -> Option<Session> {
+        let endpoints = self.section.etcd.clone();
+        let connect = Client::connect(endpoints, Some(self.options.clone()));
+        let mut client = self.attempt("connect", connect).await.ok()?;
         let ttl = (self.section.lease.as_nanos() / 1_000_000_000) as i64;
-        let lease = match tokio::time::timeout(deadline, client.lease_grant(ttl, None)).await {
-            Ok(Ok(r)) => r.id(),
-            Ok(Err(e)) => return self.failed_none("lease", &e),
-            Err(_) => return self.failed_none("lease", &"timed out"),
-        };
-        let (keeper, keep_alive) =
-            match tokio::time::timeout(deadline, client.lease_keep_alive(lease)).await {
-                Ok(Ok(k)) => k,
-                Ok(Err(e)) => return self.failed_none("keepalive", &e),
-                Err(_) => return self.failed_none("keepalive", &"timed out"),
-            };
-        self.succeeded(sent);
+        let lease = self
+            .request("lease", client.lease_grant(ttl, None))
+            .await
+            .ok()?
+            .id();
+        let (keeper, keep_alive) = self
+            .request("keepalive", client.lease_keep_alive(lease))
+            .await
+            .ok()?;
         let mut session = Session {
             client,
             lease,
@@ -379,29 +407,16 @@ impl Runner {
         Some(session)
     }
 
-    fn failed_none(&mut self, op: &'static str, error: &dyn std::fmt::Display) -> Option<Session> {
-        self.failed(op, error);
-        None
-    }
-
     /// Reads every record of the cluster (one revision) and watches from the next one.
     async fn resync(&mut self, s: &mut Session) {
         s.watch = None;
-        let deadline = self.period();
         let prefix = self.section.cluster_prefix();
-        let sent = Instant::now();
-        let got = tokio::time::timeout(
-            deadline,
-            s.client
-                .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix())),
-        )
-        .await;
-        let response = match got {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return self.failed("get", &e),
-            Err(_) => return self.failed("get", &"timed out"),
+        let get = s
+            .client
+            .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()));
+        let Ok(response) = self.request("get", get).await else {
+            return;
         };
-        self.succeeded(sent);
         self.records.clear();
         for kv in response.kvs() {
             self.put_record(kv.key(), kv.value());
@@ -411,13 +426,8 @@ impl Runner {
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1);
-        let watch =
-            tokio::time::timeout(deadline, s.client.watch(prefix.as_bytes(), Some(options))).await;
-        match watch {
-            Ok(Ok(w)) => s.watch = Some(w),
-            Ok(Err(e)) => self.failed("watch", &e),
-            Err(_) => self.failed("watch", &"timed out"),
-        }
+        let watch = s.client.watch(prefix.as_bytes(), Some(options));
+        s.watch = self.request("watch", watch).await.ok();
     }
 
     /// Keeps a record read from etcd (key and value), or counts why not.
@@ -492,7 +502,6 @@ impl Runner {
     /// Publishes every class's record and puts its share in force. False when the session is
     /// gone (its lease expired).
     async fn publish(&mut self, s: &mut Session) -> bool {
-        let deadline = self.period();
         // A watch lost (etcd restarted, or compacted past it): the records again first.
         if s.watch.is_none() {
             self.resync(s).await;
@@ -513,29 +522,15 @@ impl Runner {
             };
             let value = encode(&record, c.cell.limit().bps());
             let options = PutOptions::new().with_lease(s.lease);
-            let sent = Instant::now();
-            let put = tokio::time::timeout(
-                deadline,
-                s.client.put(c.key.as_bytes(), value, Some(options)),
-            )
-            .await;
-            match put {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    let lease_gone = e.to_string().contains("lease not found");
-                    self.failed("put", &e);
-                    if lease_gone {
-                        tracing::warn!("cluster agent: the lease expired; taking a new one");
-                        return false;
-                    }
-                    continue;
+            let put = s.client.put(c.key.clone(), value, Some(options));
+            match self.request("put", put).await {
+                Ok(_) => {}
+                Err(Some(e)) if e.to_string().contains("lease not found") => {
+                    tracing::warn!("cluster agent: the lease expired; taking a new one");
+                    return false;
                 }
-                Err(_) => {
-                    self.failed("put", &"timed out");
-                    continue;
-                }
+                Err(_) => continue,
             }
-            self.succeeded(sent);
             self.metrics.wrote(1);
             let c = &mut self.classes[i];
             c.previous = Some(sample);
@@ -613,15 +608,10 @@ impl Runner {
     /// that went away, or hold an answer that came too late. True (the session stays) whether or
     /// not it could be made: the next keep-alive tries again.
     async fn renew_keep_alive(&mut self, s: &mut Session) -> bool {
-        let sent = Instant::now();
-        match tokio::time::timeout(self.period(), s.client.lease_keep_alive(s.lease)).await {
-            Ok(Ok((keeper, stream))) => {
-                s.keeper = keeper;
-                s.keep_alive = stream;
-                self.succeeded(sent);
-            }
-            Ok(Err(e)) => self.failed("keepalive", &e),
-            Err(_) => self.failed("keepalive", &"timed out"),
+        let renew = s.client.lease_keep_alive(s.lease);
+        if let Ok((keeper, stream)) = self.request("keepalive", renew).await {
+            s.keeper = keeper;
+            s.keep_alive = stream;
         }
         true
     }
