@@ -1,18 +1,16 @@
 //! What the cluster agent and the shaping loops share per cluster class: the share in force (the
 //! agent writes, the loops or the silos' coordinator read) and the class's demand (each loop
-//! writes its own slot, the agent reads their sum): bytes sent, held and refused. Atomics only: a loop touches its cell once
-//! per iteration (one load) and writes its slot at most every [`DEMAND_PUBLISH`].
+//! writes its own slot, the agent reads their sum): bytes sent, held and refused. Atomics only: a
+//! loop touches its cell once per iteration (one load) and writes its slot at most every
+//! [`DEMAND_PUBLISH`], as often as a silo publishes its demand to the allocator (the agent reads
+//! it once per period).
 
 use crate::datapath::engine::Engine;
+use crate::driver::silo::DEMAND_PUBLISH;
 use metronome_core::cluster::UsageSample;
-use metronome_core::{Duration, Rate, Timestamp};
+use metronome_core::{Rate, Timestamp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// How often a loop publishes a cluster class's demand: every 1 ms at most (as a silo publishes
-/// its demand to the allocator, `crate::driver::silo::DEMAND_PUBLISH`); the agent reads it once
-/// per period.
-pub const DEMAND_PUBLISH: Duration = Duration::from_millis(1);
 
 /// One loop's demand of one class.
 #[derive(Debug, Default)]
