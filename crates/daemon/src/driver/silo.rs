@@ -171,6 +171,13 @@ impl Allocator {
     /// Allocators for `config`'s limited classes over `cores` silos, rates published as the
     /// equal split (epoch 1).
     pub fn new(config: &Config, cores: usize) -> Allocator {
+        Allocator::with_cluster(config, cores, &[])
+    }
+
+    /// [`Allocator::new`] whose cluster classes' aggregates are the shares in `cells` (a
+    /// daemon's share of a cluster limit, split over its silos as any aggregate), from the
+    /// start and at every change.
+    pub fn with_cluster(config: &Config, cores: usize, cells: &[Arc<ClusterCell>]) -> Allocator {
         let period = if config.daemon.nba_period == Duration::ZERO {
             DEFAULT_NBA_PERIOD
         } else {
@@ -180,18 +187,10 @@ impl Allocator {
             cores: cores.max(1),
             period,
             limits: Vec::new(),
-            cluster: Vec::new(),
+            cluster: cells.iter().map(|c| (c.clone(), 0)).collect(),
         };
         a.apply(config);
         a
-    }
-
-    /// Makes the shares in `cells` the aggregates of their classes (a daemon's share of a
-    /// cluster limit, split over its silos as any aggregate), from now and at every change.
-    pub fn with_cluster(mut self, config: &Config, cells: &[Arc<ClusterCell>]) -> Allocator {
-        self.cluster = cells.iter().map(|c| (c.clone(), 0)).collect();
-        self.apply(config);
-        self
     }
 
     /// The share of cluster class `name` now (`None` for another class), its epoch noted.
@@ -578,7 +577,7 @@ where
     let merged = control.live.as_ref().map(|l| l.merged(config));
     let config = merged.as_ref().unwrap_or(config);
     let clock = MonotonicClock::new();
-    let mut allocator = Allocator::new(config, n).with_cluster(config, &control.cluster);
+    let mut allocator = Allocator::with_cluster(config, n, &control.cluster);
     let options = LoopOptions::from_config(config);
     tracing::info!(
         inside = %config.interfaces.inside,

@@ -407,7 +407,7 @@ fn a_cluster_share_is_the_aggregate_the_allocator_splits_and_zero_closes_the_cla
     use crate::ops::cluster::ClusterCell;
     let config = config("300mbit");
     let cell = Arc::new(ClusterCell::new("bulk", Rate::mbps(300), 2, Rate::mbps(3)));
-    let mut a = Allocator::new(&config, 2).with_cluster(&config, std::slice::from_ref(&cell));
+    let mut a = Allocator::with_cluster(&config, 2, std::slice::from_ref(&cell));
     let cells = a.cells();
     let x = &cells[0].exchange;
     // The floor, split: not the class's rate.
