@@ -86,6 +86,7 @@ pub mod packet_rate;
 use crate::forwarder::ForwarderMode;
 use crate::netns::{InterfaceCounters, QdiscSpec, TopoError, Topology};
 pub use crate::offloads::OffloadMode;
+use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use measure::{cpu_pct_per_gbit, jain_index, mean, mean_abs_deviation_pct, MachineCpu};
 use metronome_daemon::driver::run::Control;
@@ -894,13 +895,6 @@ fn measure_windows(
         daemon_cores,
         probe: probe.probe.unwrap_or_default(),
     })
-}
-
-fn sleep_until(t: Instant) {
-    let now = Instant::now();
-    if t > now {
-        std::thread::sleep(t - now);
-    }
 }
 
 #[cfg(test)]

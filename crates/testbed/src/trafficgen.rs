@@ -20,7 +20,7 @@ mod flows;
 
 use crate::netns::{Namespace, TopoError};
 use std::net::Ipv4Addr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Default per-connection byte cap: 4 GiB, above what one flow can move in a 10 s demo run at
 /// 2 Gbit/s (2.5 GB), so it bounds volume without shaping the run.
@@ -321,6 +321,13 @@ pub fn run(
 ) -> Result<TrafficReport, TrafficError> {
     plan.validate()?;
     flows::run(plan, sender, receiver)
+}
+
+/// Sleeps until `t` (at once when it has passed): the pacing of every sampler and sender.
+pub(crate) fn sleep_until(t: Instant) {
+    if let Some(d) = t.checked_duration_since(Instant::now()) {
+        std::thread::sleep(d);
+    }
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ use crate::class_traffic::{
 use crate::flood::frames::mac_of;
 use crate::flood::FloodError;
 use crate::netns::{run_command, TopoError, Topology};
+use crate::trafficgen::sleep_until;
 use metronome_daemon::ops::config::Config;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -635,13 +636,6 @@ fn class_flows(options: &ClassesOptions, topo: &Topology) -> ClassFlows {
         frame_bytes: options.frame_bytes,
         src_port: PORTS.0,
         dst_port: PORTS.1,
-    }
-}
-
-/// Sleeps until `t` (at once if it passed).
-fn sleep_until(t: Instant) {
-    if let Some(d) = t.checked_duration_since(Instant::now()) {
-        std::thread::sleep(d);
     }
 }
 

@@ -50,6 +50,7 @@ use super::CompareError;
 use crate::etcd::EtcdCluster;
 use crate::netns::cluster::{ClusterTopology, Site};
 use crate::netns::{InterfaceCounters, Namespace, TopoError};
+use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 use metronome_daemon::ops::config::Config;
 use phases::{Scrape, Window};
@@ -340,13 +341,6 @@ fn spawn_sampler(
         }
         Ok(rec)
     })
-}
-
-fn sleep_until(t: Instant) {
-    let now = Instant::now();
-    if t > now {
-        std::thread::sleep(t - now);
-    }
 }
 
 /// Seconds from `t0` to `t` (negative before).

@@ -41,6 +41,7 @@
 use super::measure;
 use super::{CompareError, OffloadMode, START_POLL, START_TIMEOUT};
 use crate::netns::{run_command, TopoError, Topology};
+use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 use metronome_daemon::driver::run::Control;
 use metronome_daemon::ops::config::Config;
@@ -746,13 +747,6 @@ fn drive(
         });
     }
     Ok((reports, seen))
-}
-
-fn sleep_until(t: Instant) {
-    let now = Instant::now();
-    if t > now {
-        std::thread::sleep(t - now);
-    }
 }
 
 /// A class's wire-rate windows of [`SAMPLE`] as `(end instant, bits/s)`.

@@ -4,6 +4,7 @@
 //! every accept, start all writers at one instant, sample windows until the deadline, raise the
 //! stop flag, join everything.
 
+use super::sleep_until;
 use super::{
     FlowGroup, GroupReport, Probe, ProbeReport, TrafficError, TrafficPlan, TrafficReport, Transport,
 };
@@ -74,13 +75,6 @@ fn in_ns<T: Send + 'static>(
     match ns {
         Some(ns) => Ok(ns.run(f)?),
         None => Ok(f()),
-    }
-}
-
-fn sleep_until(t: Instant) {
-    let now = Instant::now();
-    if t > now {
-        std::thread::sleep(t - now);
     }
 }
 
