@@ -275,7 +275,7 @@ pub fn metric_value(text: &str, name: &str, label: Option<(&str, &str)>) -> Opti
 
 /// The state whose `metronome_cluster_state` series is 1, if any.
 pub fn current_state(text: &str) -> Option<String> {
-    ["joining", "shared", "holding", "floor"]
+    metronome_daemon::ops::metrics::cluster::CLUSTER_STATES
         .into_iter()
         .find(|s| metric_value(text, "metronome_cluster_state", Some(("state", s))) == Some(1.0))
         .map(str::to_owned)
