@@ -50,7 +50,7 @@ pub enum AgentState {
 
 impl AgentState {
     /// The label value.
-    pub fn label(self) -> &'static str {
+    pub const fn label(self) -> &'static str {
         match self {
             AgentState::Joining => "joining",
             AgentState::Shared => "shared",

@@ -3,6 +3,7 @@
 //! answers; the agent's state; its writes, etcd errors and state transitions. Written by the
 //! agent's thread only, none of them by a shaping loop.
 
+use crate::ops::cluster::AgentState;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -41,7 +42,12 @@ pub(super) struct RefusedLabel {
 }
 
 /// The agent's states, in label order (`metronome_cluster_state{state}`).
-pub const CLUSTER_STATES: [&str; 4] = ["joining", "shared", "holding", "floor"];
+pub const CLUSTER_STATES: [&str; 4] = [
+    AgentState::Joining.label(),
+    AgentState::Shared.label(),
+    AgentState::Holding.label(),
+    AgentState::Floor.label(),
+];
 
 /// The families (registered in every registry; without a `[cluster]` they stay at zero and the
 /// per-class ones have no series).
