@@ -4,22 +4,26 @@
 //! `metronome_testbed::compare::churn`). The daemon is this very binary's `run`.
 //!
 //! Output ([`format_report`]): the operations (how many carried out, the daemon's `applied_us`
-//! p50/p99/max and how many above 1 ms, the client's round trip), one line per TCP class with
-//! its calm and churn phases side by side (mean rate, mean absolute deviation, worst 100 ms
-//! window), and the UDP flow (datagrams sent, received, lost; the churn classes' packets and
-//! drops the scrapes saw). With `--json` exactly `{"machine", ...}` and the fields of
-//! `ChurnReport` (`"ops"`, `"ops_ok"`, `"pace_us"`, `"errors"`, `"applied"`: `{"p50_us",
-//! "p99_us", "max_us"}`, `"applied_add"`, `"applied_del"` (the same of each kind),
-//! `"applied_over_target"`, `"round_trip"`, `"slowest"`: `[{"op",
-//! "kind", "applied_us", "round_trip_us", "at_s"}]`, `"changes_counted"`,
-//! `"calm_s"`, `"churn_s"`, `"classes"`: `[{"name", "rate_bps", "flows", "calm", "churn",
-//! "drops"}]` with each phase `{"windows", "mean_bps", "deviation_pct", "worst_window_pct",
-//! "worst_window_at_s"}`,
-//! `"udp"`: `{"rate_bps", "class_rate_bps", "sent", "send_errors", "received", "lost",
-//! "duplicates", "class_packets_seen", "class_drops_seen", "classes_seen",
-//! "class_queued_max_seen"}`, `"tap_missed"`)
-//! on standard output. Progress lines go to standard error. Without CAP_NET_ADMIN: one line
-//! naming the privilege, exit status 2; options out of bounds: exit status 2.
+//! p50/p99/max, how many above 1 ms and how many of those the machine's own stalls do not
+//! account for, the client's round trip), one line per TCP class with its calm and churn phases
+//! side by side (mean rate, mean absolute deviation, worst 100 ms window, worst window in which
+//! no CPU stalled), the machine's stalls in each phase (`metronome_testbed::stall`), and the
+//! UDP flow (datagrams sent, received, lost; the churn classes' packets and drops the scrapes
+//! saw). With `--json` exactly `{"machine", ...}` and the fields of `ChurnReport` (`"ops"`,
+//! `"ops_ok"`, `"pace_us"`, `"errors"`, `"applied"`: `{"p50_us", "p99_us", "max_us"}`,
+//! `"applied_add"`, `"applied_del"` (the same of each kind), `"applied_over_target"`,
+//! `"applied_over_target_beyond_stalls"`, `"round_trip"`, `"slowest"`: `[{"op", "kind",
+//! "applied_us", "round_trip_us", "at_s", "stall_us"}]`, `"changes_counted"`, `"calm_s"`,
+//! `"churn_s"`, `"classes"`: `[{"name", "rate_bps", "flows", "calm", "churn", "drops"}]` with
+//! each phase `{"windows", "mean_bps", "deviation_pct", "worst_window_pct",
+//! "worst_window_at_s", "stalled_windows", "worst_unstalled_window_pct"}`, `"udp"`:
+//! `{"rate_bps", "class_rate_bps", "sent", "send_errors", "received", "lost", "duplicates",
+//! "class_packets_seen", "class_drops_seen", "classes_seen", "class_queued_max_seen"}`,
+//! `"tap_missed"`, `"stalls"`: `{"realtime", "cpus", "calm", "churn", "steal_calm_ms",
+//! "steal_churn_ms"}` with each phase `{"over_1ms", "longest_us", "stalled_ms"}`) on standard
+//! output. Progress lines go to standard error. Without
+//! CAP_NET_ADMIN: one line naming the privilege, exit status 2; options out of bounds: exit
+//! status 2.
 
 use metronome_testbed::compare::churn::{self, ChurnError, ChurnOptions, ChurnReport};
 use std::fmt::Write;
@@ -90,12 +94,14 @@ pub fn format_report(r: &ChurnReport) -> String {
     );
     let _ = writeln!(
         out,
-        "applied (the daemon's applied_us): p50 {} us, p99 {} us, max {} us; {} above {} us",
+        "applied (the daemon's applied_us): p50 {} us, p99 {} us, max {} us; {} above {} us, \
+         {} of them beyond a CPU stall of the machine",
         r.applied.p50_us,
         r.applied.p99_us,
         r.applied.max_us,
         r.applied_over_target,
-        churn::APPLIED_TARGET_US
+        churn::APPLIED_TARGET_US,
+        r.applied_over_target_beyond_stalls
     );
     let _ = writeln!(
         out,
@@ -115,8 +121,9 @@ pub fn format_report(r: &ChurnReport) -> String {
     if let Some(s) = r.slowest.first() {
         let _ = writeln!(
             out,
-            "slowest: {} (op {}, {} s into the churn): applied in {} us, round trip {} us",
-            s.kind, s.op, s.at_s, s.applied_us, s.round_trip_us
+            "slowest: {} (op {}, {:.3} s into the churn): applied in {} us, round trip {} us, \
+             a CPU stalled {} us meanwhile",
+            s.kind, s.op, s.at_s, s.applied_us, s.round_trip_us, s.stall_us
         );
     }
     for e in &r.errors {
@@ -129,34 +136,65 @@ pub fn format_report(r: &ChurnReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<6} {:>8} {:>5} | {:>9} {:>7} {:>8} | {:>9} {:>7} {:>8} | {:>5}",
+        "{:<6} {:>8} {:>5} | {:>9} {:>7} {:>8} {:>8} | {:>9} {:>7} {:>8} {:>8} | {:>5}",
         "class",
         "Mbit/s",
         "flows",
         "Mbit/s",
         "dev %",
         "worst %",
+        "unstall",
         "Mbit/s",
         "dev %",
         "worst %",
+        "unstall",
         "drops"
     );
     for c in &r.classes {
         let _ = writeln!(
             out,
-            "{:<6} {:>8.1} {:>5} | {:>9.2} {:>7.2} {:>+8.2} | {:>9.2} {:>7.2} {:>+8.2} | {:>5}",
+            "{:<6} {:>8.1} {:>5} | {:>9.2} {:>7.2} {:>+8.2} {:>+8.2} | {:>9.2} {:>7.2} {:>+8.2} \
+             {:>+8.2} | {:>5}",
             c.name,
             mbit(c.rate_bps as f64),
             c.flows,
             mbit(c.calm.mean_bps),
             c.calm.deviation_pct,
             c.calm.worst_window_pct,
+            c.calm.worst_unstalled_window_pct,
             mbit(c.churn.mean_bps),
             c.churn.deviation_pct,
             c.churn.worst_window_pct,
+            c.churn.worst_unstalled_window_pct,
             c.drops
         );
     }
+    let m = &r.stalls;
+    let steal = |ms: Option<f64>| ms.map_or("unknown".to_string(), |ms| format!("{ms:.0} ms"));
+    let windows = |f: fn(&metronome_testbed::compare::churn::TcpClassRow) -> usize| {
+        r.classes.first().map_or(0, f)
+    };
+    let _ = writeln!(
+        out,
+        "machine stalls ({} probe on {} CPUs): calm {} over 1 ms (longest {} us, {} of {} \
+         windows), steal {}; churn {} over 1 ms (longest {} us, {} of {} windows), steal {}",
+        if m.realtime {
+            "real-time"
+        } else {
+            "normal-priority"
+        },
+        m.cpus,
+        m.calm.over_1ms,
+        m.calm.longest_us,
+        windows(|c| c.calm.stalled_windows),
+        windows(|c| c.calm.windows),
+        steal(m.steal_calm_ms),
+        m.churn.over_1ms,
+        m.churn.longest_us,
+        windows(|c| c.churn.stalled_windows),
+        windows(|c| c.churn.windows),
+        steal(m.steal_churn_ms)
+    );
     let u = &r.udp;
     let _ = writeln!(
         out,
@@ -184,7 +222,8 @@ pub fn format_report(r: &ChurnReport) -> String {
         );
     }
     out += "dev %: the windows' mean absolute deviation from the class's rate; worst %: the \
-            window farthest from it; drops: the daemon's drops of the class (horizon rejects)\n";
+            window farthest from it; unstall: the same among the windows in which no CPU of the \
+            machine stalled over 1 ms; drops: the daemon's drops of the class (horizon rejects)\n";
     out
 }
 
@@ -214,7 +253,9 @@ pub fn run(args: &ChurnArgs, json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use metronome_testbed::compare::churn::{PhaseRate, SlowOp, Spread, TcpClassRow, UdpRow};
+    use metronome_testbed::compare::churn::{
+        MachineStalls, PhaseRate, SlowOp, Spread, TcpClassRow, UdpRow,
+    };
 
     fn report() -> ChurnReport {
         let phase = |mean_bps, deviation_pct, worst_window_pct| PhaseRate {
@@ -223,6 +264,8 @@ mod tests {
             deviation_pct,
             worst_window_pct,
             worst_window_at_s: 1.2,
+            stalled_windows: 1,
+            worst_unstalled_window_pct: worst_window_pct / 2.0,
         };
         ChurnReport {
             ops: 1000,
@@ -245,6 +288,7 @@ mod tests {
                 max_us: 500,
             },
             applied_over_target: 0,
+            applied_over_target_beyond_stalls: 0,
             round_trip: Spread {
                 p50_us: 90,
                 p99_us: 400,
@@ -256,6 +300,7 @@ mod tests {
                 applied_us: 900,
                 round_trip_us: 1200,
                 at_s: 0.035,
+                stall_us: 300,
             }],
             changes_counted: 1000,
             calm_s: 5.0,
@@ -278,6 +323,13 @@ mod tests {
                 ..UdpRow::default()
             },
             tap_missed: 0,
+            stalls: MachineStalls {
+                realtime: true,
+                cpus: 2,
+                steal_calm_ms: Some(10.0),
+                steal_churn_ms: Some(0.0),
+                ..MachineStalls::default()
+            },
         }
     }
 
@@ -286,11 +338,11 @@ mod tests {
         let text = format_report(&report());
         assert!(text.contains("1000 of 1000 carried out"), "{text}");
         assert!(
-            text.contains("p50 40 us, p99 300 us, max 900 us; 0 above 1000 us"),
+            text.contains("p50 40 us, p99 300 us, max 900 us; 0 above 1000 us, 0 of them"),
             "{text}"
         );
         assert!(
-            text.contains("tcp0      200.0     4 |    199.90    0.40    -1.20 |"),
+            text.contains("tcp0      200.0     4 |    199.90    0.40    -1.20    -0.60 |"),
             "{text}"
         );
         assert!(
@@ -326,6 +378,8 @@ mod tests {
             "classes",
             "udp",
             "tap_missed",
+            "applied_over_target_beyond_stalls",
+            "stalls",
         ];
         want.sort_unstable();
         let mut keys = keys;

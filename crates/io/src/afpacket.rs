@@ -746,6 +746,7 @@ impl AfPacketPort {
                 id,
                 len: len as u32,
                 csum_not_ready: m.status & libc::TP_STATUS_CSUMNOTREADY != 0,
+                stamp_ns: 0,
             };
             n += 1;
         }
@@ -799,6 +800,7 @@ impl PacketPort for AfPacketPort {
                             id,
                             len,
                             csum_not_ready,
+                            stamp_ns: frame.stamp_ns,
                         };
                         n += 1;
                         self.counters.rx_packets += 1;

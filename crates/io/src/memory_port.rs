@@ -205,6 +205,7 @@ impl PacketPort for MemoryPort {
                         id,
                         len,
                         csum_not_ready: false,
+                        stamp_ns: 0,
                     };
                     n += 1;
                     self.counters.rx_packets += 1;

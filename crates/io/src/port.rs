@@ -35,6 +35,11 @@ pub struct RxFrame {
     /// [`FramePool::vnet`], where the shaper's queue (which holds only the id) and
     /// [`PacketPort::send`] find it.
     pub csum_not_ready: bool,
+    /// When the kernel received the frame (`CLOCK_REALTIME`, nanoseconds: a TPACKET_V3 ring's
+    /// `tp_sec`/`tp_nsec`), where the port's receive mode gives it (an AF_PACKET port in
+    /// `RxMode::Ring`); 0 otherwise. A reader that measures rates by it is not moved by its own
+    /// scheduling delays.
+    pub stamp_ns: u64,
 }
 
 /// Counters of a port, cumulative since it was opened. Every frame the port did not deliver or

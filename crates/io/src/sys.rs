@@ -206,6 +206,8 @@ pub(crate) struct RingFrame<'a> {
     pub vlan_tpid: u16,
     /// `sll_pkttype` (`PACKET_HOST`, `PACKET_OUTGOING`, ...).
     pub pkttype: u8,
+    /// The kernel's receive time, `tp_sec`/`tp_nsec` (`CLOCK_REALTIME`), nanoseconds.
+    pub stamp_ns: u64,
 }
 
 /// Where the reader is inside the block it holds.
@@ -365,6 +367,7 @@ impl RxRing {
             vlan_tci: h.hv1.tp_vlan_tci as u16,
             vlan_tpid: h.hv1.tp_vlan_tpid,
             pkttype: sll.sll_pkttype,
+            stamp_ns: u64::from(h.tp_sec) * 1_000_000_000 + u64::from(h.tp_nsec),
         })
     }
 

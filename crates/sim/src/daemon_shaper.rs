@@ -141,6 +141,7 @@ impl DaemonShaper {
                 id: 0,
                 len: 0,
                 csum_not_ready: false,
+                stamp_ns: 0,
             }],
             out: Vec::with_capacity(4),
         })
@@ -173,6 +174,7 @@ impl DaemonShaper {
             id: slot,
             len: len as u32,
             csum_not_ready: false,
+            stamp_ns: 0,
         };
         let before = self.engine.counters();
         self.out.clear();

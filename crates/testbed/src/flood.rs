@@ -334,11 +334,24 @@ impl<T: Send + 'static> Receiver<T> {
     where
         F: FnOnce(AfPacketPort, &AtomicBool) -> Result<T, FloodError> + Send + 'static,
     {
+        Receiver::spawn_with(ns, iface, AfPacketConfig::default(), read)
+    }
+
+    /// [`Receiver::spawn`] with the socket opened as `config` says.
+    pub fn spawn_with<F>(
+        ns: &Namespace,
+        iface: &str,
+        config: AfPacketConfig,
+        read: F,
+    ) -> Result<Receiver<T>, FloodError>
+    where
+        F: FnOnce(AfPacketPort, &AtomicBool) -> Result<T, FloodError> + Send + 'static,
+    {
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, iface) = (stop.clone(), iface.to_owned());
         let (opened_tx, opened_rx) = std::sync::mpsc::channel();
         let thread = ns.spawn(move || {
-            let port = AfPacketPort::open(&iface, &AfPacketConfig::default());
+            let port = AfPacketPort::open(&iface, &config);
             let _ = opened_tx.send(());
             read(port?, &flag)
         })?;
@@ -358,7 +371,8 @@ impl<T: Send + 'static> Receiver<T> {
 /// What a [`Tap`] counted.
 #[derive(Clone, Debug)]
 pub struct TapReport {
-    /// Per bucket: cumulative bytes with the time since the origin they were read.
+    /// Per bucket: cumulative bytes with the time since the origin: when they were read, or
+    /// with [`Tap::spawn_stamped`] the time the kernel received the frames.
     pub series: Vec<Vec<(Duration, u64)>>,
     /// Frames per bucket.
     pub frames: Vec<u64>,
@@ -379,7 +393,29 @@ impl Tap {
         origin: Instant,
     ) -> Result<Tap, FloodError> {
         Receiver::spawn(ns, iface, move |port, stop| {
-            count(port, classify, buckets, origin, stop)
+            count(port, classify, buckets, origin, stop, false)
+        })
+        .map(Tap)
+    }
+
+    /// [`Tap::spawn`], but every frame counts at the time the kernel received it (a TPACKET_V3
+    /// ring's timestamps, `RxFrame::stamp_ns`), not when this thread read it: on a loaded
+    /// machine the thread may read late, which moved bytes from one window of a rate to the
+    /// next (a dip and a peak that the traffic did not have). The series' samples then fall on
+    /// the [`TAP_SAMPLE_EVERY`] boundaries as the frames' times pass them.
+    pub fn spawn_stamped(
+        ns: &Namespace,
+        iface: &str,
+        classify: Classify,
+        buckets: usize,
+        origin: Instant,
+    ) -> Result<Tap, FloodError> {
+        let config = AfPacketConfig {
+            rx: metronome_io::RxMode::Ring,
+            ..AfPacketConfig::default()
+        };
+        Receiver::spawn_with(ns, iface, config, move |port, stop| {
+            count(port, classify, buckets, origin, stop, true)
         })
         .map(Tap)
     }
@@ -397,7 +433,14 @@ fn count(
     buckets: usize,
     origin: Instant,
     stop: &AtomicBool,
+    stamped: bool,
 ) -> Result<TapReport, FloodError> {
+    // The origin on the kernel's clock of frame times (CLOCK_REALTIME), for `stamped`.
+    let origin_real_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_sub(origin.elapsed())
+        .as_nanos();
     let mut pool = FramePool::new(TAP_BATCH as u32, 2048);
     let mut out = [RxFrame::default(); TAP_BATCH];
     let mut bytes = vec![0u64; buckets];
@@ -408,20 +451,33 @@ fn count(
         counters: PortCounters::default(),
     };
     let mut next_sample = Instant::now();
+    // With `stamped`: the next boundary, from the origin, that the frames' times will pass.
+    let mut next_boundary = origin.elapsed();
     loop {
         let now = Instant::now();
-        if now >= next_sample || stop.load(Ordering::Acquire) {
+        let stopping = stop.load(Ordering::Acquire);
+        if (!stamped && now >= next_sample) || stopping {
             let t = now.saturating_duration_since(origin);
             for (series, &b) in report.series.iter_mut().zip(&bytes) {
                 series.push((t, b));
             }
             next_sample += TAP_SAMPLE_EVERY;
-            if stop.load(Ordering::Acquire) {
+            if stopping {
                 break;
             }
         }
         let n = port.recv(&mut pool, &mut out)?;
         for rx in &out[..n] {
+            if stamped && rx.stamp_ns != 0 {
+                let at = u128::from(rx.stamp_ns).saturating_sub(origin_real_ns);
+                let at = Duration::from_nanos(u64::try_from(at).unwrap_or(u64::MAX));
+                while at >= next_boundary {
+                    for (series, &b) in report.series.iter_mut().zip(&bytes) {
+                        series.push((next_boundary, b));
+                    }
+                    next_boundary += TAP_SAMPLE_EVERY;
+                }
+            }
             match classify(pool.frame(rx.id)).filter(|&b| b < buckets) {
                 Some(b) => {
                     bytes[b] += u64::from(rx.len);

@@ -31,6 +31,8 @@
 //! * [`class_traffic`]: paced raw UDP for thousands of classes (one destination /32 each) and a
 //!   receiver that measures every class's rate from its first to its last frame
 //!   (`compare --classes`, [`compare::classes`]).
+//! * [`stall`]: a probe of the machine's own stalls (a real-time thread per CPU that wakes every
+//!   millisecond), beside a run whose tail latencies it explains.
 //! * [`etcd`]: throwaway etcd clusters (one or more members) on loopback for the tests of what
 //!   shares state through etcd; members killed one by one or all at once, removed on drop.
 //!
@@ -48,4 +50,5 @@ pub mod forwarder;
 pub mod netns;
 pub mod offloads;
 pub mod shaper;
+pub mod stall;
 pub mod trafficgen;

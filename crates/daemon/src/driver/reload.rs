@@ -224,10 +224,14 @@ impl LoopHook for FileReload {
         self.live.as_ref().map(LiveEndpoint::wake_fd)
     }
 
-    fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool> {
+    fn poll_live(&mut self, engine: &mut Engine) {
         if let Some(live) = &mut self.live {
             live.poll(engine);
         }
+    }
+
+    fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool> {
+        self.poll_live(engine);
         let mut busy_poll = None;
         if self.request.swap(false, Ordering::Relaxed) {
             if let Some(reloader) = self.reloader.as_mut() {

@@ -122,6 +122,11 @@ pub trait LoopHook {
     /// `busy_poll` when a reload changed it.
     fn poll(&mut self, engine: &mut Engine, now: Timestamp) -> Option<bool>;
 
+    /// Called between two chunks of a transmit batch (`side::TX_CHUNK`): applies the control
+    /// socket's pending operations only (one atomic load when there are none), so that an
+    /// operation waits for a chunk of frames, not for a whole round.
+    fn poll_live(&mut self, _engine: &mut Engine) {}
+
     /// A descriptor that becomes readable when the hook has work for the loop (the control
     /// socket's operations, `crate::ops::control::LiveEndpoint`): the idle loop's `ppoll` waits
     /// on it too, so that it wakes at once. `None`: no such work.
@@ -266,8 +271,8 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         let (work, rx_back) = move_frames(engine, &mut inn, &mut out, &mut rx, now, batch)?;
         passed_back += rx_back;
         let before = inn.live() + out.live();
-        out.flush(metrics, now);
-        inn.flush(metrics, now);
+        out.flush(metrics, now, &mut || hook.poll_live(engine));
+        inn.flush(metrics, now, &mut || hook.poll_live(engine));
         inn.end_round();
         out.end_round();
         let pending = inn.live() + out.live();
@@ -426,8 +431,8 @@ fn drain<I, O, C: Clock>(
         let room = out.room();
         let t = out.carrier.shaping_time(now);
         engine.release(t, out.pool, &mut out.tx, room);
-        out.flush(metrics, now);
-        inn.flush(metrics, now);
+        out.flush(metrics, now, &mut || {});
+        inn.flush(metrics, now, &mut || {});
         let left = engine.queued() + out.tx.len() + inn.tx.len();
         let over = now >= drain_end || std::time::Instant::now() >= wall_end;
         if left == 0 || over || !(inn.carrier.is_up() && out.carrier.is_up()) {

@@ -488,6 +488,14 @@ impl LoopHook for SiloExchange {
         SiloExchange::poll(self, engine, now);
         None // silos keep their `busy_poll` until a restart
     }
+
+    fn poll_live(&mut self, engine: &mut Engine) {
+        // The operations only: rates and cells follow at the top of the next round, after them
+        // as in `poll`.
+        if let Some(live) = &mut self.live {
+            live.poll(engine);
+        }
+    }
 }
 
 /// What one silo did.

@@ -270,6 +270,7 @@ impl AfPacketPort {
                 // Sent back with its header, a NEEDS_CSUM frame is completed by the kernel or
                 // the device: nothing for the caller to fill in.
                 csum_not_ready: m.status & libc::TP_STATUS_CSUMNOTREADY != 0 && !hdr.needs_csum(),
+                stamp_ns: 0,
             };
             n += 1;
         }

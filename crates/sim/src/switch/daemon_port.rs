@@ -135,6 +135,7 @@ impl DaemonPort {
             id: slot,
             len,
             csum_not_ready: false,
+            stamp_ns: 0,
         };
         let before = self.engine.link().map(|l| l.counters()).unwrap_or_default();
         let dropped_before = self.engine.counters().dropped();

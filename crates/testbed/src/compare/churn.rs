@@ -38,9 +38,16 @@
 //!   first, within `applied_us`), and the slowest operations with when they were sent;
 //! * each TCP class's rate on the wire: an AF_PACKET [`Tap`] on the receiver's veth counts the
 //!   frame bytes (Ethernet header included, no FCS: what the daemon charges a class) of the
-//!   class's ports, in 100 ms windows ([`WINDOW`]) over each phase; their mean, their mean
-//!   absolute deviation from the class's rate (Carousel §7.1.1) and the worst window, calm and
-//!   churn side by side;
+//!   class's ports at the time the kernel received each frame ([`Tap::spawn_stamped`]: a tap
+//!   thread that reads late on the loaded machine does not move bytes into the next window), in
+//!   100 ms windows ([`WINDOW`]) over each phase; their mean, their mean absolute deviation from
+//!   the class's rate (Carousel §7.1.1), the worst window and the worst of the windows in which
+//!   no CPU stalled, calm and churn side by side;
+//! * the machine's own stalls ([`crate::stall`]: a real-time thread per CPU that wakes every
+//!   millisecond; a late wake-up is time no task of this machine could run there) in each phase,
+//!   the hypervisor's steal time, and per operation the longest stall during its round trip
+//!   ([`SlowOp::stall_us`]), so that an operation over the target is told apart from one the
+//!   machine stopped ([`ChurnReport::applied_over_target_beyond_stalls`]);
 //! * the UDP flow's datagrams sent and received (each carries its sequence number; the sink
 //!   reads on after the sender stops until [`DRAIN_QUIET`] passes without one), and the
 //!   daemon's `metronome_class_drops_total`, `metronome_class_packets_total` and the largest
@@ -58,6 +65,7 @@ use super::CompareError;
 use crate::flood::frames::classify_ipv4;
 use crate::flood::{value_at, FloodError, Tap};
 use crate::netns::{Namespace, TopoError, Topology};
+use crate::stall::{self, StallProbe, StallSummary, Stalls};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::control::{ClassObject, Client, ClientError};
@@ -271,31 +279,46 @@ pub struct PhaseRate {
     pub worst_window_pct: f64,
     /// When that window started, seconds from the phase's start.
     pub worst_window_at_s: f64,
+    /// Windows in which a CPU of the machine stalled for more than 1 ms
+    /// ([`crate::stall`]).
+    pub stalled_windows: usize,
+    /// The window farthest from the rate among the others (no CPU stalled over 1 ms in it),
+    /// signed % of the rate.
+    pub worst_unstalled_window_pct: f64,
 }
 
 impl PhaseRate {
-    /// Of `windows` (bit/s) against `rate_bps`.
-    pub fn of(windows: &[f64], rate_bps: f64) -> PhaseRate {
-        let (at, worst) = windows
-            .iter()
-            .map(|w| (w / rate_bps - 1.0) * 100.0)
-            .enumerate()
-            .fold(
-                (0, 0.0f64),
-                |(i, a), (j, d)| {
-                    if d.abs() > a.abs() {
-                        (j, d)
-                    } else {
-                        (i, a)
-                    }
-                },
-            );
+    /// Of `windows` (bit/s) against `rate_bps`; `stalled[k]`: a CPU stalled over 1 ms in window
+    /// `k` (missing entries: it did not).
+    pub fn of(windows: &[f64], stalled: &[bool], rate_bps: f64) -> PhaseRate {
+        let worst = |keep: &dyn Fn(usize) -> bool| {
+            windows
+                .iter()
+                .map(|w| (w / rate_bps - 1.0) * 100.0)
+                .enumerate()
+                .filter(|&(k, _)| keep(k))
+                .fold(
+                    (0, 0.0f64),
+                    |(i, a), (j, d)| {
+                        if d.abs() > a.abs() {
+                            (j, d)
+                        } else {
+                            (i, a)
+                        }
+                    },
+                )
+        };
+        let stalled_at = |k: usize| stalled.get(k).copied().unwrap_or(false);
+        let (at, worst_all) = worst(&|_| true);
+        let (_, worst_unstalled) = worst(&|k| !stalled_at(k));
         PhaseRate {
             windows: windows.len(),
             mean_bps: mean(windows),
             deviation_pct: mean_abs_deviation_pct(windows, rate_bps).unwrap_or(0.0),
-            worst_window_pct: worst,
+            worst_window_pct: worst_all,
             worst_window_at_s: WINDOW.as_secs_f64() * at as f64,
+            stalled_windows: (0..windows.len()).filter(|&k| stalled_at(k)).count(),
+            worst_unstalled_window_pct: worst_unstalled,
         }
     }
 }
@@ -360,6 +383,27 @@ pub struct SlowOp {
     pub round_trip_us: u64,
     /// When it was sent, seconds from the churn phase's start.
     pub at_s: f64,
+    /// The longest stall of a CPU of the machine between its request and its reply
+    /// ([`crate::stall`]), microseconds.
+    pub stall_us: u64,
+}
+
+/// The machine's own stalls ([`crate::stall`]) in each phase.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MachineStalls {
+    /// Whether the probe ran at real-time priority (else its stalls include the scheduler's
+    /// queueing).
+    pub realtime: bool,
+    /// CPUs probed.
+    pub cpus: usize,
+    /// In the calm phase.
+    pub calm: StallSummary,
+    /// In the churn phase.
+    pub churn: StallSummary,
+    /// The hypervisor's steal time in the calm phase (`/proc/stat`, whole 10 ms ticks), ms.
+    pub steal_calm_ms: Option<f64>,
+    /// The same in the churn phase.
+    pub steal_churn_ms: Option<f64>,
 }
 
 /// What the churn measurement found.
@@ -381,6 +425,9 @@ pub struct ChurnReport {
     pub applied_del: Spread,
     /// Operations carried out whose `applied_us` was above [`APPLIED_TARGET_US`].
     pub applied_over_target: usize,
+    /// Those of them still above it less the longest stall of a CPU during their round trip
+    /// ([`SlowOp::stall_us`]): the ones the machine's stalls do not account for.
+    pub applied_over_target_beyond_stalls: usize,
     /// The client's round trip (request written to reply read) of every operation.
     pub round_trip: Spread,
     /// The operations with the longest `applied_us`, longest first (at most [`SLOWEST_KEPT`]).
@@ -397,6 +444,8 @@ pub struct ChurnReport {
     pub udp: UdpRow,
     /// Frames the tap missed (its socket's ring drops): its rates undercount by these.
     pub tap_missed: u64,
+    /// The machine's own stalls, measured beside the run.
+    pub stalls: MachineStalls,
 }
 
 /// Why the churn measurement could not run.
@@ -585,7 +634,8 @@ fn measure(
     progress: &mut dyn std::io::Write,
 ) -> Result<ChurnReport, ChurnError> {
     let origin = Instant::now();
-    let tap = Tap::spawn(
+    let probe = StallProbe::spawn(origin).map_err(TopoError::Io)?;
+    let tap = Tap::spawn_stamped(
         &topo.receiver,
         &topo.receiver_if,
         tcp_bucket,
@@ -625,6 +675,7 @@ fn measure(
             // `NoTraffic`); the tap when told.
             let joined = traffic.join();
             let _ = tap.finish();
+            let _ = probe.finish();
             if let Ok(Err(failed)) = joined {
                 return Err(failed.into());
             }
@@ -639,8 +690,11 @@ fn measure(
         "churn: TCP running; calm for {:?}, then {} operations every {:?}",
         options.calm, options.ops, options.pace
     );
+    let steal_at_calm = steal_at(calm_start);
+    let steal_at_churn = steal_at(churn_start);
     let ops = churn(&mut client, options, churn_start);
     let churn_end = Instant::now();
+    let steal_at_end = stall::steal_ms();
     let _ = writeln!(
         progress,
         "churn: {} of {} operations carried out in {:.2} s",
@@ -654,6 +708,7 @@ fn measure(
     let traffic = traffic.join().map_err(|_| TrafficError::ThreadPanicked);
     let scraped = scraper.finish();
     let tapped = tap.finish();
+    let stalls = probe.finish();
     let (udp, traffic, tapped) = (udp?, traffic??, tapped?);
 
     let tcp_end = traffic.started + tcp_run;
@@ -668,15 +723,18 @@ fn measure(
         .map(|(i, &rate)| {
             let series = &tapped.series[i];
             let name = format!("tcp{i}");
+            let phase = |from: Instant, to: Instant| {
+                let (from, to) = (since(from), since(to));
+                let windows = windows_bps(series, from, to);
+                PhaseRate::of(
+                    &windows,
+                    &stalled_windows(&stalls, from, windows.len()),
+                    rate as f64,
+                )
+            };
             TcpClassRow {
-                calm: PhaseRate::of(
-                    &windows_bps(series, since(calm_start), since(churn_start)),
-                    rate as f64,
-                ),
-                churn: PhaseRate::of(
-                    &windows_bps(series, since(churn_start), since(churn_end)),
-                    rate as f64,
-                ),
+                calm: phase(calm_start, churn_start),
+                churn: phase(churn_start, churn_end),
                 drops: scraped.get(&name).map_or(0, |c| c.drops),
                 name,
                 rate_bps: rate,
@@ -715,6 +773,16 @@ fn measure(
     };
     let (applied_add, applied_del) = (applied_of("add"), applied_of("del"));
     let mut slowest = ops.carried;
+    let churn_from = since(churn_start);
+    for o in &mut slowest {
+        let sent = churn_from + Duration::from_secs_f64(o.at_s);
+        let stalled = stalls.longest_in(sent, sent + Duration::from_micros(o.round_trip_us));
+        o.stall_us = u64::try_from(stalled.as_micros()).unwrap_or(u64::MAX);
+    }
+    let applied_over_target_beyond_stalls = slowest
+        .iter()
+        .filter(|o| o.applied_us.saturating_sub(o.stall_us) > APPLIED_TARGET_US)
+        .count();
     slowest.sort_by_key(|o| std::cmp::Reverse(o.applied_us));
     slowest.truncate(SLOWEST_KEPT);
     Ok(ChurnReport {
@@ -727,6 +795,7 @@ fn measure(
         applied_add,
         applied_del,
         applied_over_target,
+        applied_over_target_beyond_stalls,
         round_trip: Spread::of(ops.round_trip_us),
         changes_counted: scraped.get(CHANGES_OK).map_or(0, |c| c.packets),
         calm_s: options.calm.as_secs_f64(),
@@ -734,7 +803,31 @@ fn measure(
         classes,
         udp,
         tap_missed: tapped.counters.rx_ring_drops,
+        stalls: MachineStalls {
+            realtime: stalls.realtime,
+            cpus: stalls.cpus,
+            calm: stalls.summary(since(calm_start), since(churn_start)),
+            churn: stalls.summary(since(churn_start), since(churn_end)),
+            steal_calm_ms: steal_at_calm.zip(steal_at_churn).map(|(a, b)| b - a),
+            steal_churn_ms: steal_at_churn.zip(steal_at_end).map(|(a, b)| b - a),
+        },
     })
+}
+
+/// The machine's steal time ([`stall::steal_ms`]) at `t`: sleeps until then.
+fn steal_at(t: Instant) -> Option<f64> {
+    trafficgen::sleep_until(t);
+    stall::steal_ms()
+}
+
+/// For each of `n` [`WINDOW`]s from `from`: whether a CPU stalled for more than 1 ms in it.
+fn stalled_windows(stalls: &Stalls, from: Duration, n: usize) -> Vec<bool> {
+    (0..u32::try_from(n).unwrap_or(u32::MAX))
+        .map(|k| {
+            let start = from + WINDOW * k;
+            stalls.longest_in(start, start + WINDOW) > Duration::from_millis(1)
+        })
+        .collect()
 }
 
 /// `d` rounded up to whole trafficgen windows: the sinks stop after the last whole window, and a
@@ -797,6 +890,7 @@ fn churn(client: &mut Client, options: &ChurnOptions, start: Instant) -> Ops {
                     applied_us,
                     round_trip_us,
                     at_s: sent.saturating_duration_since(start).as_secs_f64(),
+                    stall_us: 0,
                 });
                 None
             }
@@ -1133,7 +1227,7 @@ mod tests {
         series.push((Duration::from_millis(1100), 10 * 1_250_000 + 1_237_500));
         let w = windows_bps(&series, Duration::ZERO, Duration::from_millis(1150));
         assert_eq!(w.len(), 11);
-        let r = PhaseRate::of(&w, 100e6);
+        let r = PhaseRate::of(&w, &[], 100e6);
         assert!((r.worst_window_pct + 1.0).abs() < 1e-9, "{r:?}");
         assert!((r.deviation_pct - 1.0 / 11.0).abs() < 1e-9, "{r:?}");
     }

@@ -105,6 +105,7 @@ impl Rig {
                 id,
                 len: frame.len() as u32,
                 csum_not_ready: false,
+                stamp_ns: 0,
             });
         }
         let mut forward = Vec::new();

@@ -286,6 +286,7 @@ fn csum_not_ready_frames_leave_with_a_valid_checksum() {
         id,
         len: partial.len() as u32,
         csum_not_ready: true,
+        stamp_ns: 0,
     };
     let mut forward = Vec::new();
     rig.engine

@@ -129,6 +129,7 @@ impl SimSilo {
                 id,
                 len: frame.len() as u32,
                 csum_not_ready: false,
+                stamp_ns: 0,
             });
         }
         let mut out = Vec::new();
