@@ -1,5 +1,5 @@
 //! `metronome compare --churn [--ops N] [--pace DURATION] [--target RATES] [--flows N]
-//! [--udp-rate R] [--class-rate R] [--json]`: classes added and deleted through the daemon's
+//! [--udp-rate R] [--class-rate R] [--congestion NAME] [--json]`: classes added and deleted through the daemon's
 //! control socket while TCP runs through other classes (what is run and measured:
 //! `metronome_testbed::compare::churn`). The daemon is this very binary's `run`.
 //!
@@ -52,6 +52,8 @@ pub struct ChurnArgs {
     pub udp_rate_bps: Option<u64>,
     /// `--class-rate`, bit/s.
     pub class_rate_bps: Option<u64>,
+    /// `--congestion`.
+    pub congestion: Option<String>,
 }
 
 impl ChurnArgs {
@@ -69,6 +71,7 @@ impl ChurnArgs {
             tcp_flows: self.flows.unwrap_or(full.tcp_flows),
             udp_rate_bps: self.udp_rate_bps.unwrap_or(full.udp_rate_bps),
             churn_rate_bps: self.class_rate_bps.unwrap_or(full.churn_rate_bps),
+            congestion: self.congestion.clone(),
             ..full
         }
     }

@@ -176,6 +176,10 @@ pub struct CompareArgs {
     /// 6mbit).
     #[arg(long, value_name = "RATE", requires = "churn")]
     class_rate: Option<metronome_core::Rate>,
+    /// With `--churn`: the TCP flows' congestion control (`TCP_CONGESTION`, for example
+    /// `cubic`; default: the sender namespace's, the host's).
+    #[arg(long, value_name = "NAME", requires = "churn")]
+    congestion: Option<String>,
     /// One limit over three daemons through etcd instead (a cluster class of 300 Mbit/s, two
     /// sites busy, one idle): the start, a site stopping, a daemon killed, an etcd member
     /// killed, then every member; each step's time and rates against its target. Needs `etcd`.
@@ -499,6 +503,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             flows: args.flows.first().copied(),
             udp_rate_bps: args.udp_rate.map(|r| r.bps()),
             class_rate_bps: args.class_rate.map(|r| r.bps()),
+            congestion: args.congestion.clone(),
         };
         return crate::compare_churn::run(&churn, args.json);
     }
@@ -639,6 +644,8 @@ mod tests {
             "2mbit",
             "--class-rate",
             "3mbit",
+            "--congestion",
+            "cubic",
             "--json",
         ])
         .unwrap()
@@ -649,7 +656,9 @@ mod tests {
         assert_eq!(a.target.len(), 2);
         assert_eq!(a.udp_rate.map(|r| r.bps()), Some(2_000_000));
         assert_eq!(a.class_rate.map(|r| r.bps()), Some(3_000_000));
+        assert_eq!(a.congestion.as_deref(), Some("cubic"));
         assert!(Cli::try_parse_from(["compare", "--ops", "10"]).is_err());
+        assert!(Cli::try_parse_from(["compare", "--congestion", "cubic"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--churn", "--attach"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--churn", "--offloads", "off"]).is_err());
     }

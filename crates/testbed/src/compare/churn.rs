@@ -165,6 +165,9 @@ pub struct ChurnOptions {
     pub calm: Duration,
     /// The `metronome` binary whose `run` is measured (`metronome compare` passes its own).
     pub daemon_binary: Option<PathBuf>,
+    /// The TCP flows' congestion control (`TCP_CONGESTION`); `None`: the sender namespace's
+    /// default (the host's).
+    pub congestion: Option<String>,
 }
 
 impl ChurnOptions {
@@ -181,6 +184,7 @@ impl ChurnOptions {
             warmup: Duration::from_secs(2),
             calm: Duration::from_secs(5),
             daemon_binary: None,
+            congestion: None,
         }
     }
 
@@ -651,7 +655,10 @@ fn measure(
     let tcp_run = whole_windows(
         options.warmup + options.calm + nominal + nominal / TCP_SLACK_DIVISOR + TCP_TAIL,
     );
-    let plan = TrafficPlan::new(topo.receiver_addr, groups, tcp_run);
+    let mut plan = TrafficPlan::new(topo.receiver_addr, groups, tcp_run);
+    if let Some(name) = &options.congestion {
+        plan = plan.with_congestion(name);
+    }
     let (sender, receiver) = (topo.sender.clone(), topo.receiver.clone());
     let traffic = std::thread::Builder::new()
         .name("churn-tcp".into())
