@@ -1,5 +1,6 @@
 //! `metronome compare --churn [--ops N] [--pace DURATION] [--target RATES] [--flows N]
-//! [--udp-rate R] [--class-rate R] [--congestion NAME] [--json]`: classes added and deleted through the daemon's
+//! [--udp-rate R] [--class-rate R] [--congestion NAME] [--realtime-priority N]
+//! [--json]`: classes added and deleted through the daemon's
 //! control socket while TCP runs through other classes (what is run and measured:
 //! `metronome_testbed::compare::churn`). The daemon is this very binary's `run`.
 //!
@@ -20,8 +21,8 @@
 //! `{"rate_bps", "class_rate_bps", "sent", "send_errors", "received", "lost", "duplicates",
 //! "class_packets_seen", "class_drops_seen", "classes_seen", "class_queued_max_seen"}`,
 //! `"tap_missed"`, `"stalls"`: `{"realtime", "cpus", "calm", "churn", "steal_calm_ms",
-//! "steal_churn_ms"}` with each phase `{"over_1ms", "longest_us", "stalled_ms"}`) on standard
-//! output. Progress lines go to standard error. Without
+//! "steal_churn_ms"}` with each phase `{"over_1ms", "longest_us", "stalled_ms"}`,
+//! `"congestion"`, `"realtime_priority"` (`null` when not set)) on standard output. Progress lines go to standard error. Without
 //! CAP_NET_ADMIN: one line naming the privilege, exit status 2; options out of bounds: exit
 //! status 2.
 
@@ -54,6 +55,8 @@ pub struct ChurnArgs {
     pub class_rate_bps: Option<u64>,
     /// `--congestion`.
     pub congestion: Option<String>,
+    /// `--realtime-priority`.
+    pub realtime_priority: Option<u8>,
 }
 
 impl ChurnArgs {
@@ -72,6 +75,7 @@ impl ChurnArgs {
             udp_rate_bps: self.udp_rate_bps.unwrap_or(full.udp_rate_bps),
             churn_rate_bps: self.class_rate_bps.unwrap_or(full.churn_rate_bps),
             congestion: self.congestion.clone(),
+            realtime_priority: self.realtime_priority,
             ..full
         }
     }
@@ -84,6 +88,12 @@ fn mbit(bps: f64) -> f64 {
 /// The report as text.
 pub fn format_report(r: &ChurnReport) -> String {
     let mut out = String::new();
+    if let Some(p) = r.realtime_priority {
+        let _ = writeln!(out, "the daemon's loop: SCHED_FIFO priority {p}");
+    }
+    if let Some(c) = &r.congestion {
+        let _ = writeln!(out, "TCP congestion control: {c}");
+    }
     let _ = writeln!(
         out,
         "operations: {} of {} carried out ({} add, {} del alternating, one every {} us), \
@@ -333,6 +343,8 @@ mod tests {
                 steal_churn_ms: Some(0.0),
                 ..MachineStalls::default()
             },
+            congestion: None,
+            realtime_priority: Some(10),
         }
     }
 
@@ -383,6 +395,8 @@ mod tests {
             "tap_missed",
             "applied_over_target_beyond_stalls",
             "stalls",
+            "congestion",
+            "realtime_priority",
         ];
         want.sort_unstable();
         let mut keys = keys;

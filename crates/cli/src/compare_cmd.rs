@@ -180,6 +180,11 @@ pub struct CompareArgs {
     /// `cubic`; default: the sender namespace's, the host's).
     #[arg(long, value_name = "NAME", requires = "churn")]
     congestion: Option<String>,
+    /// With `--churn`: the daemon's `[daemon] realtime_priority` (its loop `SCHED_FIFO` at this
+    /// priority, 1..=99; default: an ordinary task).
+    #[arg(long, value_name = "N", requires = "churn",
+          value_parser = clap::value_parser!(u8).range(1..=99))]
+    realtime_priority: Option<u8>,
     /// One limit over three daemons through etcd instead (a cluster class of 300 Mbit/s, two
     /// sites busy, one idle): the start, a site stopping, a daemon killed, an etcd member
     /// killed, then every member; each step's time and rates against its target. Needs `etcd`.
@@ -504,6 +509,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             udp_rate_bps: args.udp_rate.map(|r| r.bps()),
             class_rate_bps: args.class_rate.map(|r| r.bps()),
             congestion: args.congestion.clone(),
+            realtime_priority: args.realtime_priority,
         };
         return crate::compare_churn::run(&churn, args.json);
     }
@@ -646,6 +652,8 @@ mod tests {
             "3mbit",
             "--congestion",
             "cubic",
+            "--realtime-priority",
+            "10",
             "--json",
         ])
         .unwrap()
@@ -657,6 +665,8 @@ mod tests {
         assert_eq!(a.udp_rate.map(|r| r.bps()), Some(2_000_000));
         assert_eq!(a.class_rate.map(|r| r.bps()), Some(3_000_000));
         assert_eq!(a.congestion.as_deref(), Some("cubic"));
+        assert_eq!(a.realtime_priority, Some(10));
+        assert!(Cli::try_parse_from(["compare", "--churn", "--realtime-priority", "0"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--ops", "10"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--congestion", "cubic"]).is_err());
         assert!(Cli::try_parse_from(["compare", "--churn", "--attach"]).is_err());

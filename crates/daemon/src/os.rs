@@ -7,6 +7,8 @@
 //!   the daemon switches to `[daemon] user`.
 //! * [`attach`]: attach mode's BPF hooks and capture veth pairs (over [`netlink`]), and how
 //!   they fail open.
+//! * [`realtime`]: the shaping loops' `SCHED_FIFO` priority (`[daemon] realtime_priority`),
+//!   allowed through `RLIMIT_RTPRIO` before the privileges go.
 //! * [`notify`]: systemd-style readiness, reload and stop notifications (`NOTIFY_SOCKET`).
 
 pub mod attach;
@@ -14,3 +16,4 @@ pub mod netlink;
 pub mod notify;
 pub mod ports;
 pub mod privileges;
+pub mod realtime;

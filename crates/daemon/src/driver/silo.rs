@@ -610,12 +610,14 @@ where
             .with_live(endpoint)
             .with_cluster(&control.cluster, &engine);
         inboxes.push((exchange.reload.clone(), exchange.inbox.clone()));
+        let realtime = config.daemon.realtime_priority;
         let thread = std::thread::Builder::new()
             .name(format!("silo-{silo}"))
             .spawn(move || {
                 // Set on every way out, a panic included: one silo down stops all.
                 let _stop_all = StopOnExit(&silo_stop);
                 let pinned = pin(silo);
+                crate::os::realtime::enter_for_loop(realtime, &format!("silo-{silo}"));
                 // Reloads come through the exchange, from the coordinator.
                 let report = run_loop(
                     &mut inside,

@@ -95,6 +95,8 @@ pub const MAX_QUEUE_PACKETS: i64 = 1 << 28;
 pub const DEFAULT_POOL_SHARE: u32 = 4;
 /// Largest `daemon.pool_share`: 64 (a class alone may then take 98.5 % of the pool).
 pub const MAX_POOL_SHARE: i64 = 64;
+/// Largest `daemon.realtime_priority`: 99, `SCHED_FIFO`'s highest (sched(7)).
+pub const MAX_REALTIME_PRIORITY: i64 = 99;
 /// The daemon's `wheel.horizon_policy` when the file sets none: `reject`, as `sch_fq` drops
 /// beyond its horizon by default. Under `clamp` a class that stays over its rate for longer
 /// than the horizon would leave at its arrival rate, a horizon late: its limit would not hold.
@@ -274,6 +276,11 @@ pub struct DaemonConfig {
     /// (`crate::datapath::engine`'s admission); 0: no share, only the classes' `queue` bounds.
     /// Default [`DEFAULT_POOL_SHARE`].
     pub pool_share: u32,
+    /// The shaping loops' real-time priority (`SCHED_FIFO`, 1..=[`MAX_REALTIME_PRIORITY`]):
+    /// each loop (the single loop, each silo) runs above every ordinary task of the host, as a
+    /// kernel qdisc's softirq work does, so that its senders cannot hold it back
+    /// (`crate::os::realtime`). `None`: the loops stay ordinary tasks. Default `None`.
+    pub realtime_priority: Option<u8>,
     /// Which classes have series of their own in the metrics (`"all"`, `"active"` or a list of
     /// class names; [`crate::ops::metrics::ClassSeries`]); the totals over all classes count
     /// every class whatever this says. Default all.

@@ -693,13 +693,27 @@ impl ControlServer {
         Ok(listener)
     }
 
-    /// Serves `listener` (bound at `path`) on a thread of its own.
-    pub fn serve(listener: UnixListener, path: &Path, live: Arc<Live>) -> ControlServer {
+    /// Serves `listener` (bound at `path`) on a thread of its own. With `realtime` (`[daemon]
+    /// realtime_priority`), that thread and the connections' threads it spawns (which inherit
+    /// its policy) run `SCHED_FIFO` one below the loops ([`crate::os::realtime::control_priority`]):
+    /// a real-time loop busy on one CPU and ordinary senders on the others would otherwise
+    /// leave an operation's validation waiting for milliseconds.
+    pub fn serve(
+        listener: UnixListener,
+        path: &Path,
+        live: Arc<Live>,
+        realtime: Option<u8>,
+    ) -> ControlServer {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || accept_loop(&listener, &live, &flag))
+            .spawn(move || {
+                if let Some(p) = realtime.map(crate::os::realtime::control_priority) {
+                    crate::os::realtime::enter_for_loop(Some(p), "control");
+                }
+                accept_loop(&listener, &live, &flag)
+            })
             .map_err(|e| tracing::error!(error = %e, "the control socket's thread did not start"))
             .ok();
         tracing::info!(path = %path.display(), "control socket");

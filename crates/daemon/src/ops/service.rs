@@ -65,6 +65,9 @@ pub enum DaemonError {
     /// `[daemon] user` is unknown, or the privileges could not be dropped.
     #[error("{0}")]
     Privileges(#[from] PrivilegeError),
+    /// `daemon.realtime_priority` cannot be had.
+    #[error("{0}")]
+    Realtime(#[from] crate::os::realtime::RealtimeError),
     /// Signal handlers could not be installed.
     #[error("installing signal handlers failed: {0}")]
     Signals(std::io::Error),
@@ -106,6 +109,7 @@ impl DaemonError {
             | DaemonError::Port(_)
             | DaemonError::Metrics(_)
             | DaemonError::Privileges(_)
+            | DaemonError::Realtime(_)
             | DaemonError::Attach(_)
             | DaemonError::Control(_)
             | DaemonError::Cluster(_) => EXIT_USER_ERROR,
@@ -197,6 +201,7 @@ pub fn run_on(
     // Ready once the engine is built: with many classes that takes a while, and a supervisor
     // (or a test) that sends traffic on READY=1 must find it shaped.
     crate::os::notify::notify("READY=1");
+    crate::os::realtime::enter_for_loop(config.daemon.realtime_priority, "loop");
     run_loop(
         &mut inside,
         &mut outside,
@@ -387,7 +392,12 @@ pub(crate) fn start_cluster(
 /// Drops the privileges ([`drop_privileges`], `[daemon] user`) and logs what was kept.
 #[allow(clippy::result_large_err)] // see `DaemonError`
 pub(crate) fn dropped_privileges(config: &Config) -> Result<(), DaemonError> {
-    let dropped = drop_privileges(config.daemon.user.as_deref())?;
+    let extra = match config.daemon.realtime_priority {
+        Some(priority) => crate::os::realtime::prepare(priority)?,
+        None => None,
+    };
+    let extra: Vec<_> = extra.into_iter().collect();
+    let dropped = drop_privileges(config.daemon.user.as_deref(), &extra)?;
     tracing::info!(
         uid = dropped.uid,
         kept = %crate::os::privileges::names(&dropped.kept),
@@ -455,7 +465,12 @@ pub(crate) fn serve_control(
             "class_dir restored"
         );
     }
-    Ok(Some(ControlServer::serve(listener, &path, live)))
+    Ok(Some(ControlServer::serve(
+        listener,
+        &path,
+        live,
+        config.daemon.realtime_priority,
+    )))
 }
 
 /// Starts the metrics endpoint of `metrics` on `daemon.metrics_listen`, warning when it is not

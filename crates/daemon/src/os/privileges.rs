@@ -1,6 +1,8 @@
 //! Least privilege for `metronome run` ([`drop_privileges`]): once its ports are open, the daemon
 //! keeps only the two capabilities its running loop can still need ([`KEPT`]), sets
 //! `PR_SET_NO_NEW_PRIVS`, and with `[daemon] user` switches to that user, keeping those two.
+//! One more only when the configuration asks for what needs it: CAP_SYS_NICE with
+//! `[daemon] realtime_priority` where `RLIMIT_RTPRIO` cannot allow it (`crate::os::realtime`).
 //!
 //! Why these two (capabilities(7)): **CAP_NET_RAW** creates AF_PACKET sockets, which the loop
 //! does again when an interface is deleted and re-created (`metronome_io::PacketPort::reopen`);
@@ -97,26 +99,31 @@ pub enum PrivilegeError {
 /// What [`drop_privileges`] left the process with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dropped {
-    /// The capabilities in the effective and permitted sets: [`KEPT`], less those the process
-    /// did not have.
+    /// The capabilities in the effective and permitted sets: [`KEPT`] and the extra ones asked
+    /// for, less those the process did not have.
     pub kept: CapsHashSet,
-    /// Whether the bounding set was reduced to [`KEPT`] (false without CAP_SETPCAP).
+    /// Whether the bounding set was reduced to the kept capabilities (false without
+    /// CAP_SETPCAP).
     pub bounding_trimmed: bool,
     /// The real, effective and saved uid afterwards.
     pub uid: u32,
 }
 
-/// Drops every privilege but [`KEPT`] and switches to `user` if given (see the module docs).
-/// Call it while the process has one thread.
-pub fn drop_privileges(user: Option<&str>) -> Result<Dropped, PrivilegeError> {
+/// Drops every privilege but [`KEPT`] and `extra` and switches to `user` if given (see the
+/// module docs). Call it while the process has one thread.
+pub fn drop_privileges(
+    user: Option<&str>,
+    extra: &[Capability],
+) -> Result<Dropped, PrivilegeError> {
     let target = user.map(resolve).transpose()?;
     let permitted = read(CapSet::Permitted)?;
     let kept: CapsHashSet = KEPT
         .iter()
+        .chain(extra)
         .copied()
         .filter(|c| permitted.contains(c))
         .collect();
-    let bounding_trimmed = trim_bounding()?;
+    let bounding_trimmed = trim_bounding(&kept)?;
     if let Some(target) = &target {
         switch_user(target)?;
     }
@@ -164,15 +171,15 @@ fn resolve(name: &str) -> Result<Target, PrivilegeError> {
     })
 }
 
-/// Removes every capability but [`KEPT`] from the bounding set; `false` (nothing removed)
+/// Removes every capability but `kept` from the bounding set; `false` (nothing removed)
 /// without CAP_SETPCAP in the effective set.
-fn trim_bounding() -> Result<bool, PrivilegeError> {
+fn trim_bounding(kept: &CapsHashSet) -> Result<bool, PrivilegeError> {
     if !read(CapSet::Effective)?.contains(&Capability::CAP_SETPCAP) {
         return Ok(false);
     }
     let bounding =
         caps::read(None, CapSet::Bounding).map_err(caps_err("reading the bounding set"))?;
-    for cap in bounding.iter().filter(|c| !KEPT.contains(c)) {
+    for cap in bounding.iter().filter(|c| !kept.contains(c)) {
         caps::drop(None, CapSet::Bounding, *cap).map_err(caps_err("trimming the bounding set"))?;
     }
     Ok(true)
@@ -278,7 +285,7 @@ mod tests {
     fn only_the_kept_capabilities_remain_and_no_new_privs_is_set() {
         let (before, dropped, after, bounding) = on_own_thread(|| {
             let before = read(CapSet::Permitted).unwrap();
-            let dropped = drop_privileges(None).unwrap();
+            let dropped = drop_privileges(None, &[]).unwrap();
             let after = [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable]
                 .map(|s| read(s).unwrap());
             let bounding = caps::read(None, CapSet::Bounding).unwrap();
@@ -301,10 +308,29 @@ mod tests {
     }
 
     #[test]
+    fn an_extra_capability_is_kept_with_the_two_and_nothing_else() {
+        let (before, dropped, effective) = on_own_thread(|| {
+            let before = read(CapSet::Permitted).unwrap();
+            let dropped = drop_privileges(None, &[Capability::CAP_SYS_NICE]).unwrap();
+            (before, dropped, read(CapSet::Effective).unwrap())
+        });
+        let expected: CapsHashSet = KEPT
+            .into_iter()
+            .chain([Capability::CAP_SYS_NICE])
+            .filter(|c| before.contains(c))
+            .collect();
+        assert_eq!(dropped.kept, expected);
+        assert_eq!(effective, expected);
+        if before.contains(&Capability::CAP_SYS_NICE) {
+            assert!(dropped.kept.contains(&Capability::CAP_SYS_NICE));
+        }
+    }
+
+    #[test]
     fn dropping_twice_is_harmless() {
         on_own_thread(|| {
-            let first = drop_privileges(None).unwrap();
-            let second = drop_privileges(None).unwrap();
+            let first = drop_privileges(None, &[]).unwrap();
+            let second = drop_privileges(None, &[]).unwrap();
             assert_eq!((second.kept, second.uid), (first.kept, first.uid));
             // CAP_SETPCAP went with the first drop: the bounding set is left as it is.
             assert!(!second.bounding_trimmed);
@@ -313,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_missing_user_is_named() {
-        let err = on_own_thread(|| drop_privileges(Some("mtr-no-such-user")).unwrap_err());
+        let err = on_own_thread(|| drop_privileges(Some("mtr-no-such-user"), &[]).unwrap_err());
         assert!(matches!(err, PrivilegeError::NoSuchUser { .. }), "{err}");
         assert_eq!(
             err.to_string(),
@@ -325,8 +351,8 @@ mod tests {
     fn switching_user_without_cap_setuid_is_a_one_line_error() {
         let err = on_own_thread(|| {
             // Whatever the test runs as, after this drop CAP_SETUID is gone.
-            drop_privileges(None).unwrap();
-            drop_privileges(Some("nobody")).unwrap_err()
+            drop_privileges(None, &[]).unwrap();
+            drop_privileges(Some("nobody"), &[]).unwrap_err()
         });
         match err {
             PrivilegeError::CannotSwitch { .. } => {}

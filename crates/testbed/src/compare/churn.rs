@@ -168,6 +168,8 @@ pub struct ChurnOptions {
     /// The TCP flows' congestion control (`TCP_CONGESTION`); `None`: the sender namespace's
     /// default (the host's).
     pub congestion: Option<String>,
+    /// The daemon's `[daemon] realtime_priority` (`None`: its loop an ordinary task).
+    pub realtime_priority: Option<u8>,
 }
 
 impl ChurnOptions {
@@ -185,6 +187,7 @@ impl ChurnOptions {
             calm: Duration::from_secs(5),
             daemon_binary: None,
             congestion: None,
+            realtime_priority: None,
         }
     }
 
@@ -450,6 +453,10 @@ pub struct ChurnReport {
     pub tap_missed: u64,
     /// The machine's own stalls, measured beside the run.
     pub stalls: MachineStalls,
+    /// The TCP flows' congestion control, when the run set one ([`ChurnOptions::congestion`]).
+    pub congestion: Option<String>,
+    /// The daemon's `realtime_priority` ([`ChurnOptions::realtime_priority`]).
+    pub realtime_priority: Option<u8>,
 }
 
 /// Why the churn measurement could not run.
@@ -510,8 +517,12 @@ pub fn config_text(topo: &Topology, options: &ChurnOptions) -> String {
 pub fn config_text_for(inside: &str, outside: &str, options: &ChurnOptions) -> String {
     let mut text = format!(
         "[interfaces]\ninside = \"{inside}\"\noutside = \"{outside}\"\n\n[daemon]\nmetrics_listen = \
-         \"{METRICS_LISTEN}\"\ngro = false\n\n[wheel]\nhorizon = \"250ms\"\n"
+         \"{METRICS_LISTEN}\"\ngro = false\n"
     );
+    if let Some(p) = options.realtime_priority {
+        text += &format!("realtime_priority = {p}\n");
+    }
+    text += "\n[wheel]\nhorizon = \"250ms\"\n";
     for (i, rate) in options.tcp_rates_bps.iter().enumerate() {
         let port = tcp_port(i);
         text += &format!(
@@ -818,6 +829,8 @@ fn measure(
             steal_calm_ms: steal_at_calm.zip(steal_at_churn).map(|(a, b)| b - a),
             steal_churn_ms: steal_at_churn.zip(steal_at_end).map(|(a, b)| b - a),
         },
+        congestion: options.congestion.clone(),
+        realtime_priority: options.realtime_priority,
     })
 }
 
@@ -1196,6 +1209,12 @@ mod tests {
 
     #[test]
     fn the_config_is_valid_and_the_churn_class_is_a_class() {
+        let options = ChurnOptions {
+            realtime_priority: Some(10),
+            ..ChurnOptions::full()
+        };
+        let config = Config::from_toml_str(&config_text_for("a", "b", &options), "t.toml").unwrap();
+        assert_eq!(config.daemon.realtime_priority, Some(10));
         let text = config_text_for("in0", "out0", &ChurnOptions::full());
         let config = Config::from_toml_str(&text, "churn.toml").unwrap();
         assert_eq!(config.classes.len(), 2);

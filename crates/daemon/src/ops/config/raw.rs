@@ -61,6 +61,7 @@ pub(crate) enum RawHorizonPolicy {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDaemon {
     pub busy_poll: Option<bool>,
+    pub realtime_priority: Option<Spanned<i64>>,
     pub batch_size: Option<Spanned<i64>>,
     pub metrics_listen: Option<Spanned<String>>,
     pub log_format: Option<Spanned<RawLogFormat>>,

@@ -24,7 +24,8 @@
 //! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
 //!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` and
 //!   `daemon.link_down_grace` and `daemon.timer_slack` (read by the loop at start), `daemon.user`
-//!   (the daemon switched user once, at start-up, and cannot switch back), `daemon.control`
+//!   (the daemon switched user once, at start-up, and cannot switch back),
+//!   `daemon.realtime_priority` (the loops set it for themselves at start), `daemon.control`
 //!   (the socket is bound at start-up), `daemon.class_dir` (read once, at start-up);
 //! * `[link]` added or removed, `link.scheduler`, `link.buffer`: the link's queues and buffer;
 //! * `[cluster]`, and the classes with `scope = "cluster"` and their rates: the cluster agent
@@ -334,6 +335,12 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     let (os, ns) = (od.timer_slack.to_string(), nd.timer_slack.to_string());
     compare(&mut restart, "daemon.timer_slack", os, ns);
     compare(&mut restart, "daemon.user", &od.user, &nd.user);
+    compare(
+        &mut restart,
+        "daemon.realtime_priority",
+        &od.realtime_priority,
+        &nd.realtime_priority,
+    );
     compare(&mut restart, "daemon.control", &od.control, &nd.control);
     compare(
         &mut restart,

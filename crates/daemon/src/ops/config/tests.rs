@@ -608,3 +608,32 @@ fn class_metrics_words_and_lists() {
     // Applied live: the next scrape takes it.
     assert!(!parse("").unwrap().diff(&c).needs_restart());
 }
+
+#[test]
+fn realtime_priority_is_sched_fifo_s_range_and_needs_a_restart() {
+    assert_eq!(parse("").unwrap().daemon.realtime_priority, None);
+    let c = parse("[daemon]\nrealtime_priority = 99\n").unwrap();
+    assert_eq!(c.daemon.realtime_priority, Some(99));
+    for bad in ["0", "100", "-1"] {
+        error_at(
+            &format!("[daemon]\nrealtime_priority = {bad}\n"),
+            5,
+            "daemon.realtime_priority",
+        );
+    }
+    error_at(
+        "[daemon]\nrealtime_priority = \"high\"\n",
+        5,
+        "daemon.realtime_priority",
+    );
+    let old = parse("").unwrap();
+    let new = parse("[daemon]\nrealtime_priority = 10\n").unwrap();
+    let plan = old.diff(&new);
+    assert!(plan.needs_restart(), "{plan}");
+    assert!(
+        plan.restart_required
+            .iter()
+            .any(|c| c.field == "daemon.realtime_priority"),
+        "{plan}"
+    );
+}

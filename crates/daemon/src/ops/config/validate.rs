@@ -23,7 +23,7 @@ use super::{
     DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD,
     DEFAULT_ORIGIN_MARK, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK, MAX_BATCH_SIZE, MAX_CLASSES,
     MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_POOL_SHARE,
-    MAX_WHEEL_SLOTS,
+    MAX_REALTIME_PRIORITY, MAX_WHEEL_SLOTS,
 };
 use crate::ops::metrics::ClassSeries;
 use crate::ops::units::parse_duration;
@@ -466,6 +466,12 @@ impl Validator<'_> {
             Some(p) => self.int_in(p, "daemon.pool_share", 0, MAX_POOL_SHARE)? as u32,
             None => DEFAULT_POOL_SHARE,
         };
+        let realtime_priority = match &raw.realtime_priority {
+            Some(p) => {
+                Some(self.int_in(p, "daemon.realtime_priority", 1, MAX_REALTIME_PRIORITY)? as u8)
+            }
+            None => None,
+        };
         let class_metrics = match &raw.class_metrics {
             Some(c) => self.class_metrics(c)?,
             None => ClassSeries::All,
@@ -489,6 +495,7 @@ impl Validator<'_> {
             timer_slack,
             user,
             pool_share,
+            realtime_priority,
             class_metrics,
         })
     }

@@ -195,7 +195,7 @@ fn the_socket_is_the_owner_s_a_second_daemon_is_refused_and_a_stale_one_replaced
     assert_eq!(mode(&path), 0o600);
     assert_eq!(mode(path.parent().unwrap()), 0o700);
     let loops = Loops::new(1);
-    let server = ControlServer::serve(listener, &path, loops.live.clone());
+    let server = ControlServer::serve(listener, &path, loops.live.clone(), None);
     // A second daemon on the same path is refused, naming it.
     let e = ControlServer::bind(&path, None).unwrap_err();
     assert!(matches!(e, ControlError::InUse(_)), "{e}");

@@ -1,0 +1,165 @@
+//! The shaping loops' real-time priority (`[daemon] realtime_priority`).
+//!
+//! A kernel qdisc shapes in softirq context, which runs before any task; a user-space loop is a
+//! task among its host's, and on a busy host its own senders can take its CPU for milliseconds
+//! (docs/results/classes.md). With the key set, each loop's thread (the single loop, each silo)
+//! makes itself `SCHED_FIFO` at that priority when it starts ([`enter`]): it then runs whenever
+//! it has work, before every ordinary task, and sleeps in `ppoll` otherwise (with
+//! `busy_poll` it never sleeps: the kernel's real-time throttling,
+//! `kernel.sched_rt_runtime_us`, then leaves ordinary tasks 5 % of that CPU by default). The
+//! control socket's threads run one priority below ([`control_priority`]): they validate an
+//! operation before a loop applies it, and left ordinary they waited behind the host's busy
+//! tasks (docs/results/classes.md). The metrics endpoint and the cluster agent stay ordinary.
+//!
+//! What allows it is settled while the daemon still has its privileges ([`prepare`]): where
+//! the process may raise its `RLIMIT_RTPRIO` to the priority (root with CAP_SYS_RESOURCE, or a
+//! hard limit already that high, systemd's `LimitRTPRIO=`), it does, and an unprivileged thread
+//! may then take `SCHED_FIFO` up to that limit (sched(7)): no capability is kept. Otherwise, with
+//! CAP_SYS_NICE permitted, that one capability is kept beside CAP_NET_RAW and CAP_NET_ADMIN
+//! (`crate::os::privileges`). Otherwise the daemon does not start, naming the key.
+
+use caps::{CapSet, Capability};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+use thread_priority::{
+    RealtimeThreadSchedulePolicy, ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
+};
+
+/// Why the real-time priority could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum RealtimeError {
+    /// Neither `RLIMIT_RTPRIO` nor CAP_SYS_NICE allows the priority.
+    #[error(
+        "daemon.realtime_priority = {priority}: the shaping loops may not take SCHED_FIFO: \
+         RLIMIT_RTPRIO cannot be raised to it ({source}) and CAP_SYS_NICE is not permitted; \
+         start the daemon as root, or give it CAP_SYS_NICE (systemd: \
+         AmbientCapabilities=CAP_SYS_NICE) or the limit (LimitRTPRIO={priority})"
+    )]
+    NotAllowed {
+        /// The configured priority.
+        priority: u8,
+        /// The error of `setrlimit` (or `getrlimit`).
+        source: nix::Error,
+    },
+    /// The thread could not make itself `SCHED_FIFO`.
+    #[error(
+        "daemon.realtime_priority = {priority}: sched_setscheduler(SCHED_FIFO) failed: {message}"
+    )]
+    Policy {
+        /// The configured priority.
+        priority: u8,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Before the privileges go: makes sure the loops' threads may take `priority` afterwards.
+/// Raises the process's `RLIMIT_RTPRIO` (soft and hard) to it where it may: `Ok(None)`, no
+/// capability needed. Else, with CAP_SYS_NICE permitted, `Ok(Some(CAP_SYS_NICE))`: the
+/// capability to keep. Else the error.
+pub fn prepare(priority: u8) -> Result<Option<Capability>, RealtimeError> {
+    let raised = raise_limit(priority);
+    let Err(source) = raised else {
+        return Ok(None);
+    };
+    let nice = caps::has_cap(None, CapSet::Permitted, Capability::CAP_SYS_NICE).unwrap_or(false);
+    if nice {
+        Ok(Some(Capability::CAP_SYS_NICE))
+    } else {
+        Err(RealtimeError::NotAllowed { priority, source })
+    }
+}
+
+/// Raises `RLIMIT_RTPRIO` to at least `priority`; limits already as high are left.
+fn raise_limit(priority: u8) -> Result<(), nix::Error> {
+    let (soft, hard) = getrlimit(Resource::RLIMIT_RTPRIO)?;
+    let want = u64::from(priority);
+    if soft >= want && hard >= want {
+        return Ok(());
+    }
+    setrlimit(Resource::RLIMIT_RTPRIO, soft.max(want), hard.max(want))
+}
+
+/// Makes the calling thread `SCHED_FIFO` at `priority`.
+pub fn enter(priority: u8) -> Result<(), RealtimeError> {
+    let policy = |message: String| RealtimeError::Policy { priority, message };
+    let value = ThreadPriorityValue::try_from(priority).map_err(|e| policy(e.to_string()))?;
+    thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        ThreadPriority::Crossplatform(value),
+        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+    )
+    .map_err(|e| policy(format!("{e:?}")))
+}
+
+/// The control socket's threads' priority with the loops at `loops`: one below (at least 1),
+/// so that a loop with work is never held back by them.
+pub fn control_priority(loops: u8) -> u8 {
+    loops.saturating_sub(1).max(1)
+}
+
+/// [`enter`] for a thread of the daemon when `priority` is set: logs what it got; a failure
+/// is logged (the thread then runs as an ordinary task) rather than stopping a daemon already
+/// started.
+pub fn enter_for_loop(priority: Option<u8>, which: &str) {
+    let Some(priority) = priority else { return };
+    match enter(priority) {
+        Ok(()) => tracing::info!(priority, thread = which, "runs SCHED_FIFO"),
+        Err(e) => tracing::error!(error = %e, thread = which, "left an ordinary task"),
+    }
+}
+
+/// The calling thread's scheduling policy and priority (`sched_getscheduler` through
+/// `/proc/thread-self/stat`'s fields 41 and 40): `(policy, rt_priority)`.
+pub fn current() -> Option<(u32, u32)> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // After `comm` the fields start at 3 (state): rt_priority is field 40, policy field 41.
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let rt_priority = fields.get(40 - 3)?.parse().ok()?;
+    let policy = fields.get(41 - 3)?.parse().ok()?;
+    Some((policy, rt_priority))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_takes_the_priority_where_the_process_may() {
+        // Root has CAP_SYS_NICE (CI runs as root): there it must work.
+        let allowed = prepare(1);
+        if allowed.is_err() && std::env::var_os("METRONOME_REQUIRE_PRIVILEGED").is_none() {
+            eprintln!("skipped: neither RLIMIT_RTPRIO nor CAP_SYS_NICE allows SCHED_FIFO here");
+            return;
+        }
+        allowed.unwrap();
+        let got = std::thread::spawn(|| enter(1).map(|()| current()))
+            .join()
+            .unwrap();
+        // SCHED_FIFO is policy 1.
+        assert_eq!(got.unwrap(), Some((1, 1)));
+        // The calling thread is left as it was.
+        assert_eq!(current().map(|(policy, _)| policy), Some(0));
+    }
+
+    #[test]
+    fn the_control_threads_run_below_the_loops() {
+        assert_eq!(control_priority(10), 9);
+        assert_eq!(control_priority(1), 1);
+        assert_eq!(control_priority(99), 98);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_what_allows_it() {
+        let e = RealtimeError::NotAllowed {
+            priority: 10,
+            source: nix::Error::EPERM,
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("daemon.realtime_priority = 10"), "{text}");
+        assert!(
+            text.contains("CAP_SYS_NICE") && text.contains("LimitRTPRIO=10"),
+            "{text}"
+        );
+    }
+}
