@@ -392,10 +392,7 @@ impl Tap {
         buckets: usize,
         origin: Instant,
     ) -> Result<Tap, FloodError> {
-        Receiver::spawn(ns, iface, move |port, stop| {
-            count(port, classify, buckets, origin, stop, false)
-        })
-        .map(Tap)
+        Tap::open(ns, iface, (classify, buckets), origin, false)
     }
 
     /// [`Tap::spawn`], but every frame counts at the time the kernel received it (a TPACKET_V3
@@ -410,12 +407,27 @@ impl Tap {
         buckets: usize,
         origin: Instant,
     ) -> Result<Tap, FloodError> {
+        Tap::open(ns, iface, (classify, buckets), origin, true)
+    }
+
+    fn open(
+        ns: &Namespace,
+        iface: &str,
+        (classify, buckets): (Classify, usize),
+        origin: Instant,
+        stamped: bool,
+    ) -> Result<Tap, FloodError> {
+        let rx = if stamped {
+            metronome_io::RxMode::Ring
+        } else {
+            AfPacketConfig::default().rx
+        };
         let config = AfPacketConfig {
-            rx: metronome_io::RxMode::Ring,
+            rx,
             ..AfPacketConfig::default()
         };
         Receiver::spawn_with(ns, iface, config, move |port, stop| {
-            count(port, classify, buckets, origin, stop, true)
+            count(port, classify, buckets, origin, stop, stamped)
         })
         .map(Tap)
     }

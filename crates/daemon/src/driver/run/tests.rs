@@ -138,11 +138,24 @@ fn the_loop_reports_the_time_it_slept_within_its_running_time() {
 }
 
 /// A memory port whose one frame arrives when the shared flag is set (by a hook), while the
-/// loop is already spinning idle.
+/// loop is already spinning idle; it records how many frames each `send` was given.
 struct LateFrame {
     port: MemoryPort,
     arrived: std::rc::Rc<std::cell::Cell<bool>>,
     frame: Option<Vec<u8>>,
+    sends: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
+}
+
+impl LateFrame {
+    /// A plain memory port (no late frame) that records its sends in `sends`.
+    fn recording(sends: std::rc::Rc<std::cell::RefCell<Vec<usize>>>) -> LateFrame {
+        LateFrame {
+            port: MemoryPort::new(MemoryPortConfig::default()),
+            arrived: std::rc::Rc::new(std::cell::Cell::new(false)),
+            frame: None,
+            sends,
+        }
+    }
 }
 
 impl PacketPort for LateFrame {
@@ -155,6 +168,7 @@ impl PacketPort for LateFrame {
         self.port.recv(pool, out)
     }
     fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
+        self.sends.borrow_mut().push(ids.len());
         self.port.send(pool, ids)
     }
     fn counters(&mut self) -> PortCounters {
@@ -202,6 +216,7 @@ fn a_busy_polling_loop_reads_a_frame_that_arrives_while_it_spins() {
         port: MemoryPort::new(MemoryPortConfig::default()),
         arrived: arrived.clone(),
         frame: Some(non_ip_frame(60)),
+        sends: Default::default(),
     };
     let mut outside = MemoryPort::new(MemoryPortConfig::default());
     let control = Control::default();
@@ -370,31 +385,6 @@ fn an_idle_loop_applies_the_control_socket_s_operations() {
     engine.invariants();
 }
 
-/// A memory port that records how many frames each `send` was given.
-struct Recording {
-    port: MemoryPort,
-    sends: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
-}
-
-impl PacketPort for Recording {
-    fn recv(&mut self, pool: &mut FramePool, out: &mut [RxFrame]) -> Result<usize, PortError> {
-        self.port.recv(pool, out)
-    }
-    fn send(&mut self, pool: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
-        self.sends.borrow_mut().push(ids.len());
-        self.port.send(pool, ids)
-    }
-    fn counters(&mut self) -> PortCounters {
-        self.port.counters()
-    }
-    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        None
-    }
-    fn reopen(&mut self) -> Result<PortCounters, PortError> {
-        self.port.reopen()
-    }
-}
-
 /// Counts the calls between two chunks of a transmit batch; stops the loop after 1 000 rounds.
 struct Between {
     rounds: u64,
@@ -432,10 +422,7 @@ fn a_batch_leaves_in_chunks_with_the_live_operations_polled_between_them() {
         inside.inject(&non_ip_frame(60)).unwrap();
     }
     let sends = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let mut outside = Recording {
-        port: MemoryPort::new(MemoryPortConfig::default()),
-        sends: sends.clone(),
-    };
+    let mut outside = LateFrame::recording(sends.clone());
     let control = Control::default();
     let mut hook = Between {
         rounds: 0,
