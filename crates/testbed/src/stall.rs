@@ -14,9 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use thread_priority::{
-    RealtimeThreadSchedulePolicy, ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
-};
 
 /// How long each probe thread sleeps between two looks at the clock: 1 ms (a wake-up a
 /// millisecond each per CPU: no measurable load).
@@ -169,15 +166,7 @@ fn probe(cpu: usize, origin: Instant, stop: &AtomicBool) -> (bool, Vec<Stall>) {
     let mut set = nix::sched::CpuSet::new();
     let pinned = set.set(cpu).is_ok()
         && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok();
-    let realtime = pinned
-        && ThreadPriorityValue::try_from(PRIORITY).is_ok_and(|value| {
-            thread_priority::set_thread_priority_and_policy(
-                thread_priority::thread_native_id(),
-                ThreadPriority::Crossplatform(value),
-                ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
-            )
-            .is_ok()
-        });
+    let realtime = pinned && metronome_daemon::os::realtime::enter(PRIORITY).is_ok();
     let mut stalls = Vec::new();
     while !stop.load(Ordering::Acquire) {
         let due = Instant::now() + PERIOD;
@@ -198,8 +187,7 @@ fn probe(cpu: usize, origin: Instant, stop: &AtomicBool) -> (bool, Vec<Stall>) {
 /// whole clock ticks; `None` when it cannot be read.
 pub fn steal_ms() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    let ticks = crate::compare::measure::parse_proc_stat(&text)?.steal;
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()

@@ -419,9 +419,7 @@ impl SiloExchange {
     /// the demand when due.
     pub fn poll(&mut self, engine: &mut Engine, now: Timestamp) {
         // Operations first: cells handed over after an add find its class.
-        if let Some(live) = &mut self.live {
-            live.poll(engine);
-        }
+        LoopHook::poll_live(self, engine);
         if self.reload.load(Ordering::Acquire) {
             self.take_reload(engine);
         }
@@ -617,7 +615,7 @@ where
                 // Set on every way out, a panic included: one silo down stops all.
                 let _stop_all = StopOnExit(&silo_stop);
                 let pinned = pin(silo);
-                crate::os::realtime::enter_for_loop(realtime, &format!("silo-{silo}"));
+                crate::os::realtime::enter_logged(realtime, &format!("silo-{silo}"));
                 // Reloads come through the exchange, from the coordinator.
                 let report = run_loop(
                     &mut inside,

@@ -709,9 +709,8 @@ impl ControlServer {
         let thread = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
-                if let Some(p) = realtime.map(crate::os::realtime::control_priority) {
-                    crate::os::realtime::enter_for_loop(Some(p), "control");
-                }
+                let priority = realtime.map(crate::os::realtime::control_priority);
+                crate::os::realtime::enter_logged(priority, "control");
                 accept_loop(&listener, &live, &flag)
             })
             .map_err(|e| tracing::error!(error = %e, "the control socket's thread did not start"))

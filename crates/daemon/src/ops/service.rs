@@ -201,7 +201,7 @@ pub fn run_on(
     // Ready once the engine is built: with many classes that takes a while, and a supervisor
     // (or a test) that sends traffic on READY=1 must find it shaped.
     crate::os::notify::notify("READY=1");
-    crate::os::realtime::enter_for_loop(config.daemon.realtime_priority, "loop");
+    crate::os::realtime::enter_logged(config.daemon.realtime_priority, "loop");
     run_loop(
         &mut inside,
         &mut outside,

@@ -100,7 +100,7 @@ pub fn control_priority(loops: u8) -> u8 {
 /// [`enter`] for a thread of the daemon when `priority` is set: logs what it got; a failure
 /// is logged (the thread then runs as an ordinary task) rather than stopping a daemon already
 /// started.
-pub fn enter_for_loop(priority: Option<u8>, which: &str) {
+pub fn enter_logged(priority: Option<u8>, which: &str) {
     let Some(priority) = priority else { return };
     match enter(priority) {
         Ok(()) => tracing::info!(priority, thread = which, "runs SCHED_FIFO"),
@@ -108,21 +108,21 @@ pub fn enter_for_loop(priority: Option<u8>, which: &str) {
     }
 }
 
-/// The calling thread's scheduling policy and priority (`sched_getscheduler` through
-/// `/proc/thread-self/stat`'s fields 41 and 40): `(policy, rt_priority)`.
-pub fn current() -> Option<(u32, u32)> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    // After `comm` the fields start at 3 (state): rt_priority is field 40, policy field 41.
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let rt_priority = fields.get(40 - 3)?.parse().ok()?;
-    let policy = fields.get(41 - 3)?.parse().ok()?;
-    Some((policy, rt_priority))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's scheduling policy and priority (`sched_getscheduler` through
+    /// `/proc/thread-self/stat`'s fields 41 and 40): `(policy, rt_priority)`.
+    fn current() -> Option<(u32, u32)> {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+        let after_comm = &stat[stat.rfind(')')? + 1..];
+        // After `comm` the fields start at 3 (state): rt_priority is field 40, policy field 41.
+        let fields: Vec<&str> = after_comm.split_whitespace().collect();
+        let rt_priority = fields.get(40 - 3)?.parse().ok()?;
+        let policy = fields.get(41 - 3)?.parse().ok()?;
+        Some((policy, rt_priority))
+    }
 
     #[test]
     fn a_thread_takes_the_priority_where_the_process_may() {

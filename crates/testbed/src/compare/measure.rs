@@ -123,6 +123,8 @@ pub struct CpuTimes {
     pub total: u64,
     /// Lines `cpuN`: the CPUs the kernel accounts.
     pub cpus: u32,
+    /// `steal`: time the hypervisor ran something else on the machine's CPUs.
+    pub steal: u64,
 }
 
 /// Parses the text of `/proc/stat` (the `cpu` line and the `cpuN` lines).
@@ -146,6 +148,7 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
         .count();
     Some(CpuTimes {
         busy,
+        steal: get(7),
         total: busy + idle,
         cpus: u32::try_from(cpus).unwrap_or(u32::MAX).max(1),
     })
@@ -295,7 +298,8 @@ mod tests {
             CpuTimes {
                 busy: 60,
                 total: 986,
-                cpus: 2
+                cpus: 2,
+                steal: 1,
             }
         );
         let own = "4242 (tg accept) S 1 4242 4242 0 -1 4194560 10 0 0 0 77 5 0 0 20 0 9 0";
@@ -303,7 +307,7 @@ mod tests {
         let b = CpuTimes {
             busy: a.busy + 50,
             total: a.total + 200,
-            cpus: 2,
+            ..a
         };
         assert_eq!(b.cores_since(&a), 0.5);
         assert_eq!(a.cores_since(&a), 0.0);
