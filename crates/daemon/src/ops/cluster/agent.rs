@@ -10,6 +10,15 @@
 //! period, a record deleted with its lease), so that a share follows the others' records as
 //! they come, not a period later. A keep-alive goes out every third of the lease. Every request has a deadline of one period; a
 //! request that fails or passes it makes etcd unreachable until one succeeds.
+//!
+//! One member at a time: the client talks to one member of `[cluster] etcd`, the first listed
+//! to begin with. A request that fails or passes its deadline moves the session to the next
+//! member ([`Runner::fail_over`]: a client for it, a keep-alive stream for the same lease, the
+//! records read again and watched from there) and the request is sent once more. A lease and
+//! the records are the cluster's, not a member's, so nothing else changes. A client balancing
+//! over every member instead keeps sending a share of the requests to a member that is gone:
+//! its connection fails each one at once and so always looks ready (seen in a test run: with
+//! one member of three killed, a daemon's lease expired while the other two were up).
 
 use super::cell::ClusterCell;
 use super::record::{decode, encode};
@@ -104,7 +113,9 @@ impl AgentClass {
 
 /// An open session with etcd.
 struct Session {
+    /// A client of one member, `[cluster] etcd[member]`.
     client: Client,
+    member: usize,
     lease: i64,
     keeper: LeaseKeeper,
     keep_alive: LeaseKeepAliveStream,
@@ -190,6 +201,9 @@ struct Runner {
     state: AgentState,
     /// The watch delivered records since the shares were last computed.
     dirty: bool,
+    /// The member of `[cluster] etcd` the next session opens with (the session's while it is
+    /// open).
+    member: usize,
 }
 
 impl Runner {
@@ -244,6 +258,7 @@ impl Runner {
             failing: false,
             state: AgentState::Joining,
             dirty: false,
+            member: 0,
         }
     }
 
@@ -374,10 +389,11 @@ impl Runner {
         }
     }
 
+    /// A session with the member after the last one tried (the first listed at the start).
     async fn open(&mut self) -> Option<Session> {
-        let endpoints = self.section.etcd.clone();
-        let connect = Client::connect(endpoints, Some(self.options.clone()));
-        let mut client = self.attempt("connect", connect).await.ok()?;
+        let member = self.member;
+        self.member = (member + 1) % self.section.etcd.len().max(1);
+        let mut client = self.connect(member).await?;
         let ttl = (self.section.lease.as_nanos() / 1_000_000_000) as i64;
         let lease = self
             .request("lease", client.lease_grant(ttl, None))
@@ -388,8 +404,11 @@ impl Runner {
             .request("keepalive", client.lease_keep_alive(lease))
             .await
             .ok()?;
+        // Opened: the next session, if this one is lost, begins with the same member.
+        self.member = member;
         let mut session = Session {
             client,
+            member,
             lease,
             keeper,
             keep_alive,
@@ -402,9 +421,38 @@ impl Runner {
         tracing::info!(
             lease = format!("{lease:x}"),
             ttl_s = ttl,
+            member = %self.section.etcd[member],
             "cluster agent: connected to etcd"
         );
         Some(session)
+    }
+
+    /// A client of member `member` (it connects on its first request).
+    async fn connect(&mut self, member: usize) -> Option<Client> {
+        let endpoint = self.section.etcd.get(member)?.clone();
+        let connect = Client::connect([endpoint], Some(self.options.clone()));
+        self.attempt("connect", connect).await.ok()
+    }
+
+    /// Moves session `s` to the next member (see the module docs): a client of it, a keep-alive
+    /// stream for the lease, the records read and watched again. The session keeps its lease;
+    /// whether the new member answers shows in the requests that follow.
+    async fn fail_over(&mut self, s: &mut Session) {
+        let next = (s.member + 1) % self.section.etcd.len().max(1);
+        let Some(client) = self.connect(next).await else {
+            return;
+        };
+        tracing::info!(
+            from = %self.section.etcd[s.member],
+            to = %self.section.etcd[next],
+            "cluster agent: a request to etcd failed; going on with the next member"
+        );
+        self.metrics.failed_over();
+        s.client = client;
+        s.member = next;
+        self.member = next;
+        self.renew_keep_alive(s).await;
+        self.resync(s).await;
     }
 
     /// Reads every record of the cluster (one revision) and watches from the next one.
@@ -474,11 +522,11 @@ impl Runner {
             Ok(Some(r)) => r,
             Ok(None) => {
                 self.failed("watch", &"the watch stream ended");
-                return self.resync(s).await;
+                return self.fail_over(s).await;
             }
             Err(e) => {
                 self.failed("watch", &e);
-                return self.resync(s).await;
+                return self.fail_over(s).await;
             }
         };
         if response.canceled() || response.compact_revision() > 0 {
@@ -521,15 +569,29 @@ impl Runner {
                 enforced_bps: c.enforced(c.previous.map(|p| p.at), now),
             };
             let value = encode(&record, c.cell.limit().bps());
-            let options = PutOptions::new().with_lease(s.lease);
-            let put = s.client.put(c.key.clone(), value, Some(options));
-            match self.request("put", put).await {
-                Ok(_) => {}
-                Err(Some(e)) if e.to_string().contains("lease not found") => {
-                    tracing::warn!("cluster agent: the lease expired; taking a new one");
-                    return false;
+            let key = c.key.clone();
+            // Sent once more, to the next member, when the first try fails.
+            let mut taken = false;
+            for attempt in 0..2 {
+                if attempt > 0 {
+                    self.fail_over(s).await;
                 }
-                Err(_) => continue,
+                let options = PutOptions::new().with_lease(s.lease);
+                let put = s.client.put(key.clone(), value.clone(), Some(options));
+                match self.request("put", put).await {
+                    Ok(_) => {
+                        taken = true;
+                        break;
+                    }
+                    Err(Some(e)) if e.to_string().contains("lease not found") => {
+                        tracing::warn!("cluster agent: the lease expired; taking a new one");
+                        return false;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if !taken {
+                continue;
             }
             self.metrics.wrote(1);
             let c = &mut self.classes[i];
@@ -569,8 +631,24 @@ impl Runner {
         self.metrics.set_peers(c.cell.class(), peers as u64);
     }
 
-    /// Sends a keep-alive. False when the lease is gone.
+    /// Sends a keep-alive, once more to the next member when the first try fails. False when
+    /// the lease is gone.
     async fn keep_alive(&mut self, s: &mut Session) -> bool {
+        for attempt in 0..2 {
+            if attempt > 0 {
+                self.fail_over(s).await;
+            }
+            match self.keep_alive_once(s).await {
+                Some(kept) => return kept,
+                None => continue,
+            }
+        }
+        true
+    }
+
+    /// One keep-alive on the session's stream: `Some(true)` renewed, `Some(false)` the lease is
+    /// gone, `None` failed (counted).
+    async fn keep_alive_once(&mut self, s: &mut Session) -> Option<bool> {
         let deadline = self.period();
         let sent = Instant::now();
         let answer = tokio::time::timeout(deadline, async {
@@ -582,38 +660,36 @@ impl Runner {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {
                 self.succeeded(sent);
                 self.metrics.wrote(1);
-                true
+                Some(true)
             }
             Ok(Ok(Some(_))) => {
                 self.failed("keepalive", &"the lease expired");
                 tracing::warn!("cluster agent: the lease expired; taking a new one");
-                false
+                Some(false)
             }
             Ok(Ok(None)) => {
                 self.failed("keepalive", &"the keep-alive stream ended");
-                self.renew_keep_alive(s).await
+                None
             }
             Ok(Err(e)) => {
                 self.failed("keepalive", &e);
-                self.renew_keep_alive(s).await
+                None
             }
             Err(_) => {
                 self.failed("keepalive", &"timed out");
-                self.renew_keep_alive(s).await
+                None
             }
         }
     }
 
-    /// A new keep-alive stream for the session's lease: the old one may be bound to a member
-    /// that went away, or hold an answer that came too late. True (the session stays) whether or
-    /// not it could be made: the next keep-alive tries again.
-    async fn renew_keep_alive(&mut self, s: &mut Session) -> bool {
+    /// A new keep-alive stream for the session's lease on its client. When it cannot be made,
+    /// the next keep-alive fails and moves the session on.
+    async fn renew_keep_alive(&mut self, s: &mut Session) {
         let renew = s.client.lease_keep_alive(s.lease);
         if let Ok((keeper, stream)) = self.request("keepalive", renew).await {
             s.keeper = keeper;
             s.keep_alive = stream;
         }
-        true
     }
 
     /// The state from what succeeded when, the floors after `hold`, the gauges.

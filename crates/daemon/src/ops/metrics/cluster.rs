@@ -1,6 +1,7 @@
 //! The cluster agent's series (`crate::ops::cluster`): per cluster class its limit, this
 //! daemon's share and the number of peers; the last etcd revision seen and its age; whether etcd
-//! answers; the agent's state; its writes, etcd errors and state transitions. Written by the
+//! answers; the agent's state; its writes, etcd errors, moves to another member and state
+//! transitions. Written by the
 //! agent's thread only, none of them by a shaping loop.
 
 use crate::ops::cluster::AgentState;
@@ -62,6 +63,7 @@ pub struct ClusterMetrics {
     state: Family<StateLabel, Gauge>,
     writes: Counter,
     errors: Family<OpLabel, Counter>,
+    failovers: Counter,
     transitions: Family<ToLabel, Counter>,
     refused: Family<RefusedLabel, Counter>,
 }
@@ -124,6 +126,12 @@ impl ClusterMetrics {
             self.errors.clone(),
         );
         r.register(
+            "cluster_failovers",
+            "Times the agent moved to the next etcd member of [cluster] etcd after a request \
+             failed",
+            self.failovers.clone(),
+        );
+        r.register(
             "cluster_transitions",
             "Changes of the cluster agent's state, by the state entered",
             self.transitions.clone(),
@@ -183,6 +191,11 @@ impl ClusterMetrics {
     /// Counts a failed request of `op`.
     pub fn error(&self, op: &'static str) {
         self.errors.get_or_create(&OpLabel { op }).inc();
+    }
+
+    /// Counts a move to the next etcd member.
+    pub fn failed_over(&self) {
+        self.failovers.inc();
     }
 
     /// Counts a record not used, for `reason`.
