@@ -8,9 +8,16 @@
 //! Needs the `etcd` binary (Debian: etcd-server); without it the tests skip, unless
 //! METRONOME_REQUIRE_PRIVILEGED=1 (`.ci/run` as root), where they fail.
 
+// Only the etcd helper of the shared test module: the rest is for the real-traffic tests.
+#[path = "common/etcd.rs"]
+mod etcd_common;
+
+use etcd_common::leader_index;
 use metronome_daemon::ops::cluster::{cells, prepare, Agent, ClusterCell};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
+use metronome_testbed::compare::classes::metric_sum;
+use metronome_testbed::compare::cluster::metric_value;
 use metronome_testbed::etcd::start_or_skip;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -206,28 +213,8 @@ fn follower(endpoints: &[String]) -> usize {
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(async {
-        for (i, endpoint) in endpoints.iter().enumerate() {
-            let mut client = etcd_client::Client::connect([endpoint], None)
-                .await
-                .expect("client");
-            let status = client.status().await.expect("status");
-            let member = status.header().expect("header").member_id();
-            if member != status.leader() {
-                return i;
-            }
-        }
-        panic!("every member of {endpoints:?} says it is the leader")
-    })
-}
-
-/// A counter's value in `host`'s metrics (0 without the series).
-fn counter(host: &Host, name: &str) -> f64 {
-    host.metrics
-        .encode()
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    let leader = runtime.block_on(leader_index(endpoints, None));
+    (leader + 1) % endpoints.len()
 }
 
 #[test]
@@ -311,22 +298,14 @@ fn a_member_killed_moves_the_agents_to_the_next_one_and_no_share_moves() {
         c.state()
     );
     for (h, id) in [(&a, "a"), (&b, "b"), (&c, "c")] {
-        let moves = counter(h, "metronome_cluster_failovers_total");
-        let errors: f64 = ["connect", "lease", "keepalive", "put", "get", "watch"]
-            .iter()
-            .map(|op| {
-                counter(
-                    h,
-                    &format!("metronome_cluster_etcd_errors_total{{op=\"{op}\"}}"),
-                )
-            })
-            .sum();
+        let text = h.metrics.encode();
+        let moves = metric_value(&text, "metronome_cluster_failovers_total", None).unwrap_or(0.0);
+        let errors = metric_sum(&text, "metronome_cluster_etcd_errors_total");
         eprintln!("{id}: {moves} moves to another member, {errors} failed requests");
         assert!(moves >= 1.0, "{id}: {moves} moves to another member");
-        let peers = h.metrics.encode();
         assert!(
-            peers.contains("metronome_cluster_peers{class=\"tenant\"} 2"),
-            "{id} lost a peer: {peers}"
+            text.contains("metronome_cluster_peers{class=\"tenant\"} 2"),
+            "{id} lost a peer: {text}"
         );
     }
 }

@@ -7,7 +7,12 @@
 //! Needs the `etcd` binary (Debian: etcd-server); without it the tests skip, unless
 //! METRONOME_REQUIRE_PRIVILEGED=1 (`.ci/run` as root), where they fail.
 
+// Only the etcd helper of the shared test module: the rest is for the real-traffic tests.
+#[path = "common/etcd.rs"]
+mod etcd_common;
+
 use etcd_client::{Client, ConnectOptions, EventType, PutOptions, WatchOptions};
+use etcd_common::leader_index;
 use metronome_testbed::etcd::start_or_skip;
 use std::time::{Duration, Instant};
 
@@ -34,22 +39,6 @@ const FAILURE_BOUND: Duration = Duration::from_secs(30);
 /// Upper bound for the two remaining members to elect a leader after the leader is killed: a
 /// few election timeouts (etcd's default 1 000 ms) with margin for a loaded machine.
 const RECOVERY_BOUND: Duration = Duration::from_secs(30);
-
-/// The index (in `endpoints`) of the member that its peers follow, asked of each member.
-async fn leader_index(endpoints: &[String]) -> usize {
-    for (index, endpoint) in endpoints.iter().enumerate() {
-        let mut one = connect(std::slice::from_ref(endpoint)).await;
-        let status = one
-            .status()
-            .await
-            .unwrap_or_else(|e| panic!("status of {endpoint}: {e}"));
-        let member = status.header().unwrap().member_id();
-        if status.leader() == member {
-            return index;
-        }
-    }
-    panic!("no member of {endpoints:?} says it is the leader");
-}
 
 fn options() -> ConnectOptions {
     ConnectOptions::new()
@@ -189,7 +178,7 @@ async fn three_members_lease_watch_and_failures() {
     // The leader killed (the worst member to lose: the others must elect a new one first): the
     // two others keep a quorum, and once they report healthy again (a leader among them), put
     // and get through them work. Requests in between may time out; a daemon rides that out.
-    let leader = leader_index(&cluster.all_endpoints()).await;
+    let leader = leader_index(&cluster.all_endpoints(), Some(options())).await;
     cluster.kill(leader).unwrap();
     let killed = Instant::now();
     cluster.wait_healthy(RECOVERY_BOUND).unwrap();

@@ -113,9 +113,8 @@ impl AgentClass {
 
 /// An open session with etcd.
 struct Session {
-    /// A client of one member, `[cluster] etcd[member]`.
+    /// A client of one member, [`Runner::member`].
     client: Client,
-    member: usize,
     lease: i64,
     keeper: LeaseKeeper,
     keep_alive: LeaseKeepAliveStream,
@@ -201,8 +200,8 @@ struct Runner {
     state: AgentState,
     /// The watch delivered records since the shares were last computed.
     dirty: bool,
-    /// The member of `[cluster] etcd` the next session opens with (the session's while it is
-    /// open).
+    /// The index in `[cluster] etcd` of the member in use: the open session's, else the one
+    /// the next session opens with.
     member: usize,
 }
 
@@ -389,11 +388,18 @@ impl Runner {
         }
     }
 
-    /// A session with the member after the last one tried (the first listed at the start).
+    /// A session with the member in use (the first listed at the start); when it cannot be
+    /// opened, the next try is with the next member.
     async fn open(&mut self) -> Option<Session> {
-        let member = self.member;
-        self.member = (member + 1) % self.section.etcd.len().max(1);
-        let mut client = self.connect(member).await?;
+        let session = self.open_with_member().await;
+        if session.is_none() {
+            self.member = self.next_member();
+        }
+        session
+    }
+
+    async fn open_with_member(&mut self) -> Option<Session> {
+        let mut client = self.connect(self.member).await?;
         let ttl = (self.section.lease.as_nanos() / 1_000_000_000) as i64;
         let lease = self
             .request("lease", client.lease_grant(ttl, None))
@@ -404,11 +410,8 @@ impl Runner {
             .request("keepalive", client.lease_keep_alive(lease))
             .await
             .ok()?;
-        // Opened: the next session, if this one is lost, begins with the same member.
-        self.member = member;
         let mut session = Session {
             client,
-            member,
             lease,
             keeper,
             keep_alive,
@@ -421,10 +424,15 @@ impl Runner {
         tracing::info!(
             lease = format!("{lease:x}"),
             ttl_s = ttl,
-            member = %self.section.etcd[member],
+            member = %self.section.etcd[self.member],
             "cluster agent: connected to etcd"
         );
         Some(session)
+    }
+
+    /// The member after the one in use, round the list.
+    fn next_member(&self) -> usize {
+        (self.member + 1) % self.section.etcd.len().max(1)
     }
 
     /// A client of member `member` (it connects on its first request).
@@ -438,18 +446,17 @@ impl Runner {
     /// stream for the lease, the records read and watched again. The session keeps its lease;
     /// whether the new member answers shows in the requests that follow.
     async fn fail_over(&mut self, s: &mut Session) {
-        let next = (s.member + 1) % self.section.etcd.len().max(1);
+        let next = self.next_member();
         let Some(client) = self.connect(next).await else {
             return;
         };
         tracing::info!(
-            from = %self.section.etcd[s.member],
+            from = %self.section.etcd[self.member],
             to = %self.section.etcd[next],
             "cluster agent: a request to etcd failed; going on with the next member"
         );
         self.metrics.failed_over();
         s.client = client;
-        s.member = next;
         self.member = next;
         self.renew_keep_alive(s).await;
         self.resync(s).await;
