@@ -7,11 +7,14 @@
 //!   the daemon switches to `[daemon] user`.
 //! * [`attach`]: attach mode's BPF hooks and capture veth pairs (over [`netlink`]), and how
 //!   they fail open.
+//! * [`early`]: the receiving sockets' filter that refuses in the kernel what a class cannot
+//!   take, before the loop reads it.
 //! * [`realtime`]: the shaping loops' `SCHED_FIFO` priority (`[daemon] realtime_priority`),
 //!   allowed through `RLIMIT_RTPRIO` before the privileges go.
 //! * [`notify`]: systemd-style readiness, reload and stop notifications (`NOTIFY_SOCKET`).
 
 pub mod attach;
+pub mod early;
 pub mod netlink;
 pub mod notify;
 pub mod ports;

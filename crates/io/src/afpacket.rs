@@ -145,6 +145,13 @@ pub struct AfPacketConfig {
     /// CAP_NET_ADMIN. 0 (the default) leaves the mark alone. The daemon's attach mode marks
     /// what it sends through a bridge, so that its own `capture` program lets it pass.
     pub mark: u32,
+    /// A loaded BPF socket filter program (its descriptor) attached to the receive socket with
+    /// `SO_ATTACH_BPF` before it is bound, so that no frame reaches the socket unfiltered; a
+    /// port opened again ([`PacketPort::reopen`]) attaches it again. The kernel runs it for
+    /// every frame before queueing it: a frame it refuses costs the socket nothing and counts
+    /// in none of the port's counters. The caller keeps the program loaded while the port is
+    /// open. Default `None`.
+    pub socket_filter: Option<std::os::fd::RawFd>,
 }
 
 /// How an [`AfPacketPort`] receives (see the module docs, "RX").
@@ -193,6 +200,7 @@ impl AfPacketConfig {
         origin_tags: false,
         receive: true,
         mark: 0,
+        socket_filter: None,
     };
 }
 
@@ -298,6 +306,9 @@ impl AfPacketPort {
         };
         sys::set_packet_opt(&rx_fd, libc::PACKET_IGNORE_OUTGOING, &one)
             .map_err(io_err("PACKET_IGNORE_OUTGOING"))?;
+        if let Some(program) = config.socket_filter.filter(|_| config.receive) {
+            sys::attach_bpf(&rx_fd, program).map_err(io_err("SO_ATTACH_BPF"))?;
+        }
         let protocol = if config.receive { ETH_P_ALL } else { 0 };
         sys::bind_packet(&rx_fd, ifindex, protocol).map_err(io_err("bind"))?;
         let fanout_group = match config.fanout {

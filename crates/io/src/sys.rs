@@ -10,7 +10,7 @@
 use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, MaybeUninit};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -529,6 +529,27 @@ pub(crate) fn set_mark(fd: &OwnedFd, mark: u32) -> io::Result<()> {
             libc::SO_MARK,
             (&mark as *const u32).cast(),
             size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `setsockopt(fd, SOL_SOCKET, SO_ATTACH_BPF, program)`: the loaded BPF socket filter
+/// `program` runs for every frame before the socket queues it.
+pub(crate) fn attach_bpf(fd: &OwnedFd, program: RawFd) -> io::Result<()> {
+    // SAFETY: `program` is a live c_int and the length passed is its size; the kernel checks
+    // that it names a socket filter program.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_BPF,
+            (&program as *const RawFd).cast(),
+            size_of::<RawFd>() as libc::socklen_t,
         )
     };
     if rc == 0 {

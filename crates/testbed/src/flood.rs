@@ -31,7 +31,9 @@ use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficRepor
 use frames::{Rng, Spoof};
 use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
 use metronome_daemon::datapath::engine::Engine;
-use metronome_daemon::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use metronome_daemon::driver::run::{
+    run_loop, Control, EarlyLoop, LoopHook, LoopOptions, LoopReport, Pools,
+};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::{Metrics, MetricsServer};
 use metronome_daemon::os::ports::{enable_gro, frame_pool, open_ports, reverse_pool};
@@ -545,6 +547,9 @@ pub struct CheckedReport {
     pub checks: u64,
     /// Pool slots in use after the loop stopped.
     pub pool_in_use: usize,
+    /// Frames the early filter refused in the kernel, by reason (over rate, malformed,
+    /// non-IP; `metronome_daemon::os::early::Reason`); `None`: no filter was loaded.
+    pub early_refused: Option<[u64; 3]>,
 }
 
 /// Serves `metrics` on an ephemeral port of the loopback of namespace `ns` (where the daemon's
@@ -585,7 +590,9 @@ fn checked_loop(
     control: &Control,
     check_every: Duration,
 ) -> Result<CheckedReport, PortError> {
-    let (mut inside, mut outside) = open_ports(config)?;
+    // The daemon's early filter, as `metronome run` loads it (`[daemon] early_refuse`).
+    let early = metronome_daemon::ops::service::load_early(config);
+    let (mut inside, mut outside) = open_ports(config, early.as_deref())?;
     enable_gro(config);
     let mut pool = frame_pool(config);
     let mut back = reverse_pool(config);
@@ -609,7 +616,11 @@ fn checked_loop(
         &mut engine,
         &clock,
         metrics,
-        &LoopOptions::from_config(config),
+        &LoopOptions::from_config(config).with_early(early.clone().map(|filter| EarlyLoop {
+            filter,
+            index: 0,
+            syncs: true,
+        })),
         &control.stop,
         &mut hook,
     )?;
@@ -618,6 +629,7 @@ fn checked_loop(
         report,
         checks: hook.checks,
         pool_in_use: pool.in_use() + back.in_use(),
+        early_refused: early.map(|f| f.refused()),
     })
 }
 

@@ -393,6 +393,14 @@ fn assert_held(name: &str, r: &Run, seconds: usize) -> Vec<f64> {
         l.busy_pct(),
         r.checked.checks
     );
+    common::uncaptured(&format!(
+        "{name}: loop busy {:.1} % of its time, {:.2} % on frames it refused ({} refused in the \
+         loop, {:?} refused early by the kernel's filter: over rate, malformed, non-IP)",
+        l.busy_pct(),
+        l.refusing_pct(),
+        l.engine.dropped(),
+        r.checked.early_refused,
+    ));
     for s in &r.scrapes {
         match s {
             Ok((took, body)) => {
@@ -477,7 +485,20 @@ fn metric(text: &str, prefix: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
-/// Every raw frame sent reached the loop (received, or counted in its socket's drops).
+/// The frames the daemon's early filter refused in the kernel, by reason (over rate,
+/// malformed, non-IP); the filter must have been loaded (`[daemon] early_refuse` is on by
+/// default) and must have refused some of the flood.
+fn early_refused(r: &Run) -> [u64; 3] {
+    let refused = r
+        .checked
+        .early_refused
+        .expect("the daemon's early filter was loaded");
+    assert!(refused.iter().sum::<u64>() > 0, "the early filter refused nothing");
+    refused
+}
+
+/// Every raw frame sent reached the loop (received, counted in its socket's drops, or refused
+/// by its socket's filter).
 fn assert_raw_reached(name: &str, r: &Run, raw: &RawReport) {
     let l = &r.checked.report;
     println!(
@@ -493,12 +514,14 @@ fn assert_raw_reached(name: &str, r: &Run, raw: &RawReport) {
         raw.distinct_tuples,
     );
     assert_eq!(raw.tx_errors, 0, "{name}");
+    let early: u64 = early_refused(r).iter().sum();
     assert!(
-        l.inside.rx_packets + l.inside.rx_ring_drops >= raw.sent,
-        "{name}: sent {}, the loop received {} and its socket dropped {}",
+        l.inside.rx_packets + l.inside.rx_ring_drops + early >= raw.sent,
+        "{name}: sent {}, the loop received {}, its socket dropped {} and its filter refused {}",
         raw.sent,
         l.inside.rx_packets,
-        l.inside.rx_ring_drops
+        l.inside.rx_ring_drops,
+        early
     );
 }
 
@@ -568,14 +591,18 @@ fn malformed_frames_at_138_000_a_second_stay_in_the_default_class() {
             );
             metric(&text, &prefix)
         };
+        let [_, early_m, early_n] = early_refused(&r);
         let (m, n, drops) = (
             counted("malformed"),
             counted("non_ip"),
             l.inside.rx_ring_drops,
         );
-        println!("flood_garbage: counted malformed {m}, non-IP {n}; socket drops {drops}");
-        assert!(m <= raw.malformed && m + drops >= raw.malformed, "{text}");
-        assert!(n + drops >= raw.non_ip, "{text}");
+        println!(
+            "flood_garbage: counted malformed {m}, non-IP {n}; refused early malformed \
+             {early_m}, non-IP {early_n}; socket drops {drops}"
+        );
+        assert!(m <= raw.malformed && m + early_m + drops >= raw.malformed, "{text}");
+        assert!(n + early_n + drops >= raw.non_ip, "{text}");
         Some(assert_held("flood_garbage", &r, 4))
     });
 }

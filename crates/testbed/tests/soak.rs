@@ -332,7 +332,7 @@ fn spawn_loop(
     );
     topo.shaper
         .spawn(move || {
-            let (mut inside, mut outside) = open_ports(&config).unwrap();
+            let (mut inside, mut outside) = open_ports(&config, None).unwrap();
             let mut pool = frame_pool(&config);
             touch(&mut pool);
             let mut back = reverse_pool(&config);

@@ -36,6 +36,7 @@
 //! [`fair`] (fair queueing inside a class), [`link`] (the shared link).
 
 mod classes;
+pub use classes::{Admission, AdmittedClass};
 mod cut;
 mod fair;
 pub mod link;

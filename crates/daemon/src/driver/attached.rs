@@ -57,10 +57,11 @@ pub fn run_attached(
     let mut _agent = None;
     let mut metrics = Metrics::with_silos(config.daemon.cores);
     let mut attachment = Attachment::prepare(&config, &metrics)?;
+    control.early = crate::ops::service::load_early(&config);
     let mut first = true;
     let panicked = stop_on_panic(control.stop.clone());
     loop {
-        let ports = OpenPorts::open(&config, Some(&attachment));
+        let ports = OpenPorts::open(&config, Some(&attachment), control.early.as_deref());
         let ports = match (ports, first) {
             (Ok(p), _) => p,
             (Err(e), true) => return Err(e.into()),

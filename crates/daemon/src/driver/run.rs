@@ -114,6 +114,20 @@ pub struct Control {
     /// The cluster classes' cells, one per class with `scope = "cluster"`
     /// (`crate::ops::cluster`); empty without a `[cluster]`.
     pub cluster: Vec<Arc<crate::ops::cluster::ClusterCell>>,
+    /// The receiving sockets' early filter (`crate::os::early`), which the loops feed; `None`:
+    /// none.
+    pub early: Option<Arc<crate::os::early::EarlyFilter>>,
+}
+
+impl Control {
+    /// The [`EarlyLoop`] of loop `index`, which syncs the filter when `syncs`.
+    pub fn early_loop(&self, index: usize, syncs: bool) -> Option<EarlyLoop> {
+        self.early.as_ref().map(|filter| EarlyLoop {
+            filter: filter.clone(),
+            index,
+            syncs,
+        })
+    }
 }
 
 /// What a loop does at the top of every iteration besides moving frames (see the module docs).
@@ -173,6 +187,11 @@ pub struct LoopReport {
     /// Of `running_ns`: nanoseconds it slept in `ppoll` waiting for frames or a due time
     /// (`metronome_loop_sleep_nanoseconds_total`).
     pub slept_ns: u64,
+    /// Of `running_ns`: the loop's time spent on shaped-direction frames its engine refused
+    /// (every drop of [`EngineCounters::dropped`]): each receive batch's time, from the
+    /// `recv` to the engine's admission, times the share of its frames refused. What a flood
+    /// costs the loop beyond what its class forwards.
+    pub refusing_ns: u64,
 }
 
 impl LoopReport {
@@ -185,10 +204,31 @@ impl LoopReport {
         let busy = self.running_ns.saturating_sub(self.slept_ns);
         100.0 * busy as f64 / self.running_ns as f64
     }
+
+    /// Percent of its running time the loop spent on frames its engine refused
+    /// ([`LoopReport::refusing_ns`]).
+    pub fn refusing_pct(&self) -> f64 {
+        if self.running_ns == 0 {
+            return 0.0;
+        }
+        100.0 * self.refusing_ns as f64 / self.running_ns as f64
+    }
+}
+
+/// The early filter a loop feeds ([`crate::os::early`]): its overload, and, for the one loop
+/// that `syncs`, the engine's classes and the refusal counts every [`COUNTER_PERIOD_NS`].
+#[derive(Clone, Debug)]
+pub struct EarlyLoop {
+    /// The daemon's filter.
+    pub filter: Arc<crate::os::early::EarlyFilter>,
+    /// This loop's index among the loops (its overload bit).
+    pub index: usize,
+    /// Whether this loop puts its engine's classes in force in the filter (one loop does).
+    pub syncs: bool,
 }
 
 /// Options of [`run_loop`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct LoopOptions {
     /// Frames per receive and transmit batch.
     pub batch_size: usize,
@@ -202,6 +242,8 @@ pub struct LoopOptions {
     /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
     /// timer_slack`, [`wake_after`]).
     pub timer_slack: metronome_core::Duration,
+    /// The receiving sockets' early filter this loop feeds; `None`: none.
+    pub early: Option<EarlyLoop>,
 }
 
 impl LoopOptions {
@@ -213,7 +255,13 @@ impl LoopOptions {
             drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
             link_down_grace: config.daemon.link_down_grace,
             timer_slack: config.daemon.timer_slack,
+            early: None,
         }
+    }
+
+    /// These options feeding `early`.
+    pub fn with_early(self, early: Option<EarlyLoop>) -> LoopOptions {
+        LoopOptions { early, ..self }
     }
 }
 
@@ -248,7 +296,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     let started = clock.now();
     // When both ports were last read or polled (see UNREAD_MAX).
     let mut checked = started;
-    let (mut slept_ns, mut passed_back) = (0u64, 0u64);
+    let (mut slept_ns, mut passed_back, mut refusing_ns) = (0u64, 0u64, 0u64);
     // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)). Also when the
     // loop starts busy polling: a reload may make it sleep.
     let _ = nix::sys::prctl::set_timerslack(1);
@@ -268,8 +316,10 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         if inn.may_read && out.may_read {
             checked = now;
         }
-        let (work, rx_back) = move_frames(engine, &mut inn, &mut out, &mut rx, now, batch)?;
+        let moved = move_frames(engine, &mut inn, &mut out, &mut rx, (now, clock), batch)?;
+        let (work, rx_back) = (moved.work, moved.back);
         passed_back += rx_back;
+        refusing_ns += moved.refusing_ns;
         let before = inn.live() + out.live();
         out.flush(metrics, now, &mut || hook.poll_live(engine));
         inn.flush(metrics, now, &mut || hook.poll_live(engine));
@@ -277,6 +327,9 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         out.end_round();
         let pending = inn.live() + out.live();
         watch.observe(now, &mut inn, &mut out, metrics);
+        if let Some(early) = &options.early {
+            watch.feed(now, engine, &mut inn, early, (slept_ns, busy_poll), metrics);
+        }
         if work > 0 || pending < before {
             continue;
         }
@@ -315,31 +368,48 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         link_down_dropped_inside: inn.dropped,
         running_ns,
         slept_ns: slept_ns.min(running_ns),
+        refusing_ns: refusing_ns.min(running_ns),
     })
 }
 
-/// One round's frames at wall time `now`, the engine's time being the outside carrier's
-/// shaping time at `now` (the same for every engine call of the round): inside -> engine
-/// (shaped, or passed at once), outside -> inside (passed, ACKs shaped), ACK shaping's
-/// generated ACKs, and the wheel's release. Returns the frames that moved and, of them, those
-/// received on `outside`.
-fn move_frames<I, O>(
+/// What one round's [`move_frames`] did.
+struct Moved {
+    /// Frames that moved.
+    work: usize,
+    /// Of them, those received on `outside`.
+    back: u64,
+    /// The round's time spent on frames the engine refused ([`LoopReport::refusing_ns`]).
+    refusing_ns: u64,
+}
+
+/// One round's frames at wall time `now` of `clock`, the engine's time being the outside
+/// carrier's shaping time at `now` (the same for every engine call of the round): inside ->
+/// engine (shaped, or passed at once), outside -> inside (passed, ACKs shaped), ACK shaping's
+/// generated ACKs, and the wheel's release. Returns what moved ([`Moved`]).
+fn move_frames<I, O, C: Clock>(
     engine: &mut Engine,
     inn: &mut Side<'_, I>,
     out: &mut Side<'_, O>,
     rx: &mut [RxFrame],
-    now: Timestamp,
+    (now, clock): (Timestamp, &C),
     batch: usize,
-) -> Result<(usize, u64), PortError>
+) -> Result<Moved, PortError>
 where
     I: PacketPort,
     O: PacketPort,
 {
     let t = out.carrier.shaping_time(now);
     let mut work = 0;
+    let mut refusing_ns = 0;
     // Inside -> engine, only when the outgoing batch has room for what may pass at once.
+    let dropped = engine.counters().dropped();
     if let Some(n) = inn.recv(out.tx.len() < batch, out.pool, rx, now)? {
         engine.receive(t, out.pool, &rx[..n], &mut out.tx);
+        let refused = engine.counters().dropped() - dropped;
+        if refused > 0 {
+            let took = clock.now().saturating_since(now).as_nanos();
+            refusing_ns = took * refused / (n as u64).max(refused);
+        }
         work += n;
     }
     let mut back = 0;
@@ -354,7 +424,11 @@ where
     work += engine.generate_acks(t, inn.pool, &mut inn.tx, room);
     let room = out.room();
     work += release_shaped(engine, out.pool, &mut out.carrier, now, &mut out.tx, room);
-    Ok((work, back))
+    Ok(Moved {
+        work,
+        back,
+        refusing_ns,
+    })
 }
 
 /// The release of shaped frames for the outside port, whose carrier is `carrier`, at wall
@@ -455,6 +529,11 @@ struct PortWatch {
     next: Timestamp,
     ring_drops: u64,
     refusals: RefusalLog,
+    /// The early filter's period: its next end, the loop's sleep and the inside socket's
+    /// drops at its start, and the overload judgement.
+    early_next: Timestamp,
+    early_from: (Timestamp, u64, u64),
+    judge: crate::os::early::OverloadJudge,
 }
 
 impl PortWatch {
@@ -481,6 +560,37 @@ impl PortWatch {
         let cuts = out.pool.cut_counters();
         self.refusals
             .observe(Refusals::of(&ci, &co, &cuts), metrics);
+    }
+
+    /// Every [`COUNTER_PERIOD_NS`]: the loop's overload (`crate::os::early::OverloadJudge`,
+    /// from the period's sleep, of `slept_ns` so far, and the inside socket's drops) for
+    /// `early`, and, when this loop syncs, the engine's classes and the refusal counts.
+    fn feed<I: PacketPort>(
+        &mut self,
+        now: Timestamp,
+        engine: &Engine,
+        inn: &mut Side<'_, I>,
+        early: &EarlyLoop,
+        (slept_ns, busy_poll): (u64, bool),
+        metrics: &Metrics,
+    ) {
+        if now < self.early_next {
+            return;
+        }
+        let drops = inn.counters().rx_ring_drops;
+        let (from, slept_from, drops_from) = self.early_from;
+        if self.early_next != Timestamp::ZERO {
+            let period = now.saturating_since(from).as_nanos();
+            let slept = slept_ns.saturating_sub(slept_from);
+            let dropped = drops.saturating_sub(drops_from);
+            let overloaded = self.judge.judge(period, slept, dropped, busy_poll);
+            early.filter.set_overloaded(early.index, overloaded);
+        }
+        if early.syncs {
+            early.filter.sync(engine, metrics);
+        }
+        self.early_from = (now, slept_ns, drops);
+        self.early_next = now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
     }
 }
 

@@ -553,7 +553,7 @@ pub fn run_silos(
     metrics: &Metrics,
     control: &Control,
 ) -> Result<Vec<SiloReport>, PortError> {
-    let ports = open_silo_ports(config, config.daemon.cores.max(1))?;
+    let ports = open_silo_ports(config, config.daemon.cores.max(1), control.early.as_deref())?;
     crate::os::ports::enable_gro(config);
     run_silos_on(ports, config, config_path, metrics, control)
 }
@@ -609,6 +609,10 @@ where
             .with_cluster(&control.cluster, &engine);
         inboxes.push((exchange.reload.clone(), exchange.inbox.clone()));
         let realtime = config.daemon.realtime_priority;
+        // Every silo feeds the early filter its overload; the first puts the classes in force.
+        let options = options
+            .clone()
+            .with_early(control.early_loop(silo, silo == 0));
         let thread = std::thread::Builder::new()
             .name(format!("silo-{silo}"))
             .spawn(move || {

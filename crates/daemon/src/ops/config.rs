@@ -95,6 +95,13 @@ pub const MAX_QUEUE_PACKETS: i64 = 1 << 28;
 pub const DEFAULT_POOL_SHARE: u32 = 4;
 /// Largest `daemon.pool_share`: 64 (a class alone may then take 98.5 % of the pool).
 pub const MAX_POOL_SHARE: i64 = 64;
+/// Default `daemon.early_multiple`: 2. A class's frames reach the loop at up to twice its rate
+/// (after a burst of its queue bound), so a class that bursts above its rate still queues as
+/// it did without the filter, and a flood costs the loop at most one refusal for each frame
+/// the class forwards.
+pub const DEFAULT_EARLY_MULTIPLE: u32 = 2;
+/// Largest `daemon.early_multiple`: 100.
+pub const MAX_EARLY_MULTIPLE: i64 = 100;
 /// Largest `daemon.realtime_priority`: 99, `SCHED_FIFO`'s highest (sched(7)).
 pub const MAX_REALTIME_PRIORITY: i64 = 99;
 /// The daemon's `wheel.horizon_policy` when the file sets none: `reject`, as `sch_fq` drops
@@ -276,6 +283,13 @@ pub struct DaemonConfig {
     /// (`crate::datapath::engine`'s admission); 0: no share, only the classes' `queue` bounds.
     /// Default [`DEFAULT_POOL_SHARE`].
     pub pool_share: u32,
+    /// Refuse in the kernel, before the loop reads them, the frames a class could not take
+    /// anyway (`crate::os::early`: a socket filter on the receiving sockets with a bucket per
+    /// class at `early_multiple` times its rate). Default true.
+    pub early_refuse: bool,
+    /// The early buckets' multiple of a class's rate, 1..=[`MAX_EARLY_MULTIPLE`] (1 while the
+    /// loop is overloaded). Default [`DEFAULT_EARLY_MULTIPLE`].
+    pub early_multiple: u32,
     /// The shaping loops' real-time priority (`SCHED_FIFO`, 1..=[`MAX_REALTIME_PRIORITY`]):
     /// each loop (the single loop, each silo) runs above every ordinary task of the host, as a
     /// kernel qdisc's softirq work does, so that its senders cannot hold it back

@@ -49,7 +49,7 @@ pub use server::MetricsServer;
 pub use stats::{fetch_and_format, format_stats, scrape, scrape_bounded, MetricsError};
 
 use labels::{
-    ClassLabel, ClassOutcomeLabel, InterfaceEventLabel, InterfaceLabel, KindActionLabel,
+    ClassLabel, ClassOutcomeLabel, ClassReasonLabel, InterfaceEventLabel, InterfaceLabel, KindActionLabel,
     ReasonLabel,
 };
 use prometheus_client::metrics::counter::Counter;
@@ -79,6 +79,10 @@ struct Inner {
     attach_packets: Family<ReasonLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     class_changes: Family<labels::OpResultLabel, Counter>,
+    early_frames: Family<ClassReasonLabel, Counter>,
+    early_bytes: Family<ClassReasonLabel, Counter>,
+    early_overloaded: Gauge,
+    early_active: Gauge,
     link: link::LinkFamilies,
     cluster: cluster::ClusterMetrics,
     http_refused: http::RefusalCounters,
@@ -142,6 +146,10 @@ impl Metrics {
             attach_events: Family::default(),
             attach_packets: Family::default(),
             ack_shaping: Family::default(),
+            early_frames: Family::default(),
+            early_bytes: Family::default(),
+            early_overloaded: Gauge::default(),
+            early_active: Gauge::default(),
             class_changes: Family::default(),
             link: link::LinkFamilies::default(),
             cluster,
@@ -215,6 +223,20 @@ impl Metrics {
                        class_dir added at start (op restore, result ok, refused; gone: a file \
                        whose interface went)";
         r.register("class_changes", changes, inner.class_changes.clone());
+        let early = "Frames the receiving sockets' filter refused in the kernel before the loop \
+                     read them, by class and reason (over_rate: beyond daemon.early_multiple \
+                     times the class's rate after its queue bound; malformed, non_ip: \
+                     unclassifiable frames beyond the default class's, or dropped by \
+                     daemon.malformed / non_ip = \"drop\", class \"none\")";
+        r.register("early_refused_frames", early, inner.early_frames.clone());
+        let early_bytes = "Bytes of the frames counted in metronome_early_refused_frames_total";
+        r.register("early_refused_bytes", early_bytes, inner.early_bytes.clone());
+        let overloaded = "1 while a shaping loop is overloaded and the early filter holds every \
+                          class to its rate (daemon.early_multiple of 1), else 0";
+        r.register("early_overloaded", overloaded, inner.early_overloaded.clone());
+        let active = "1 when the receiving sockets' early filter is in force, 0 when the loop \
+                      reads every frame itself (daemon.early_refuse = false, or no BPF)";
+        r.register("early_filter_active", active, inner.early_active.clone());
         inner.link.register(r);
         inner.cluster.register(r);
         inner.http_refused.register(r);
@@ -304,6 +326,23 @@ impl Metrics {
             overflow: self.inner.fair_overflow.get_or_create(&l).clone(),
             sparse_early: self.inner.fair_sparse_early.get_or_create(&l).clone(),
         }
+    }
+
+    /// Adds `frames` and `bytes` refused early for `reason` to class `name`'s series
+    /// (`metronome_early_refused_frames_total`, `_bytes_total`).
+    pub fn early_refused(&self, name: &str, reason: &'static str, frames: u64, bytes: u64) {
+        let label = ClassReasonLabel {
+            class: name.to_owned(),
+            reason,
+        };
+        self.inner.early_frames.get_or_create(&label).inc_by(frames);
+        self.inner.early_bytes.get_or_create(&label).inc_by(bytes);
+    }
+
+    /// Sets `metronome_early_overloaded` and `metronome_early_filter_active`.
+    pub fn early_state(&self, active: bool, overloaded: bool) {
+        self.inner.early_active.set(i64::from(active));
+        self.inner.early_overloaded.set(i64::from(overloaded));
     }
 
     /// The ACK-shaping counter of class `name` for `outcome` (see `ack_shaping`), shared

@@ -156,7 +156,7 @@ pub fn run_with(
     metrics: &Metrics,
     control: &Control,
 ) -> Result<LoopReport, PortError> {
-    let (inside, outside) = open_ports(config)?;
+    let (inside, outside) = open_ports(config, control.early.as_deref())?;
     enable_gro(config);
     run_on(inside, outside, config, config_path, metrics, control)
 }
@@ -177,7 +177,7 @@ pub fn run_on(
     let merged = control.live.as_ref().map(|l| l.merged(config));
     let config = merged.as_ref().unwrap_or(config);
     let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
-    let options = LoopOptions::from_config(config);
+    let options = LoopOptions::from_config(config).with_early(control.early_loop(0, true));
     let reloader = config_path.map(|p| {
         Reloader::new(p.to_path_buf(), config.clone())
             .publishing(control.applied.clone())
@@ -229,6 +229,7 @@ impl OpenPorts {
     pub(crate) fn open(
         config: &Config,
         attachment: Option<&Attachment>,
+        early: Option<&crate::os::early::EarlyFilter>,
     ) -> Result<OpenPorts, PortError> {
         if let Some(a) = attachment {
             let pairs: Vec<(&str, &str, u32)> = a
@@ -239,7 +240,7 @@ impl OpenPorts {
                     (u.recv.0.as_str(), u.name.as_str(), mark)
                 })
                 .collect();
-            let mut ports = open_attached_ports(config, &pairs)?;
+            let mut ports = open_attached_ports(config, &pairs, early)?;
             return Ok(if ports.len() == 1 {
                 OpenPorts::Single(Box::new(ports.remove(0)))
             } else {
@@ -247,9 +248,9 @@ impl OpenPorts {
             });
         }
         Ok(if config.daemon.cores > 1 {
-            OpenPorts::Silos(open_silo_ports(config, config.daemon.cores)?)
+            OpenPorts::Silos(open_silo_ports(config, config.daemon.cores, early)?)
         } else {
-            OpenPorts::Single(Box::new(open_ports(config)?))
+            OpenPorts::Single(Box::new(open_ports(config, early)?))
         })
     }
 
@@ -337,7 +338,8 @@ pub fn run_daemon(
     if config.is_attach() {
         return crate::driver::attached::run_attached(config, config_path, &mut control, &quit);
     }
-    let ports = OpenPorts::open(&config, None)?;
+    control.early = load_early(&config);
+    let ports = OpenPorts::open(&config, None, control.early.as_deref())?;
     enable_gro(&config);
     let bound = bind_control(&config)?;
     let cluster = prepare_cluster(&config, &mut control)?;
@@ -357,6 +359,26 @@ pub fn run_daemon(
         .unwrap_or_else(PoisonError::into_inner)
         .take();
     runtime_outcome(run, first_panic)
+}
+
+/// The early filter of `config` (`crate::os::early`), loaded while the daemon may still load
+/// BPF programs; `None` when `[daemon] early_refuse = false` or it cannot be had (logged: the
+/// loop then reads every frame itself, as a daemon without it did).
+pub fn load_early(config: &Config) -> Option<Arc<crate::os::early::EarlyFilter>> {
+    match crate::os::early::EarlyFilter::load(config) {
+        Ok(Some(filter)) => {
+            tracing::info!(
+                multiple = config.daemon.early_multiple,
+                "early refusal: the receiving sockets' filter is loaded"
+            );
+            Some(Arc::new(filter))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "early refusal off: the loop reads every frame");
+            None
+        }
+    }
 }
 
 /// With a `[cluster]`: the cells of its classes into `control` and what its agent needs from
@@ -602,7 +624,7 @@ mod tests {
     fn a_missing_interface_is_named_and_exits_2() {
         let text = "[interfaces]\ninside = \"mtr-nope0\"\noutside = \"mtr-nope1\"\n";
         let config = Config::from_toml_str(text, "t.toml").unwrap();
-        let err = DaemonError::from(open_ports(&config).unwrap_err());
+        let err = DaemonError::from(open_ports(&config, None).unwrap_err());
         assert_eq!(err.exit_code(), 2);
         let msg = err.to_string();
         // Without CAP_NET_RAW the capability is named instead; either way, one line.

@@ -1,7 +1,8 @@
 //! The daemon's AF_PACKET ports and frame pool size: [`open_ports`] for the single loop,
 //! [`open_silo_ports`] for silos (every silo's receive sockets in one `PACKET_FANOUT_HASH` group
 //! per interface, so all packets of a flow reach the same silo, Carousel §5.3),
-//! [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
+//! the inside ports' receive sockets running the early filter ([`crate::os::early`]) when
+//! one is given, [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
 //! and [`enable_gro`], which switches GRO on on the inside interface. A port whose interface was
 //! deleted and re-created is opened again by name with `PacketPort::reopen`
 //! (`crate::driver::carrier`).
@@ -19,6 +20,7 @@
 //! never refused as `oversize` for want of a slot.
 
 use crate::ops::config::Config;
+use crate::os::early::EarlyFilter;
 use metronome_io::{
     AfPacketConfig, AfPacketPort, Fanout, FramePool, Offload, PortCounters, PortError,
     DEFAULT_SLOT_SIZE, GSO_SLOT_SIZE,
@@ -49,18 +51,31 @@ pub fn frame_slots(config: &Config) -> u32 {
     wanted.clamp(1024, DEFAULT_FRAME_SLOTS)
 }
 
-/// Opens the inside and outside ports of `config` in the calling thread's namespace.
-pub fn open_ports(config: &Config) -> Result<(AfPacketPort, AfPacketPort), PortError> {
+/// Opens the inside and outside ports of `config` in the calling thread's namespace; the
+/// inside one's receive socket runs `early` (`crate::os::early`), when given.
+pub fn open_ports(
+    config: &Config,
+    early: Option<&EarlyFilter>,
+) -> Result<(AfPacketPort, AfPacketPort), PortError> {
     let af = port_config(config.daemon.vnet_hdr, None);
-    let inside = AfPacketPort::open(&config.interfaces.inside, &af)?;
+    let inside = AfPacketPort::open(&config.interfaces.inside, &filtered(af, early))?;
     let outside = AfPacketPort::open(&config.interfaces.outside, &af)?;
     Ok((inside, outside))
+}
+
+/// `af` with `early`'s program as the receive socket's filter.
+fn filtered(af: AfPacketConfig, early: Option<&EarlyFilter>) -> AfPacketConfig {
+    AfPacketConfig {
+        socket_filter: early.map(EarlyFilter::program_fd),
+        ..af
+    }
 }
 
 /// The two ports of each of `n` silos: inside and outside RX sockets fanned out by flow hash.
 pub fn open_silo_ports(
     config: &Config,
     n: usize,
+    early: Option<&EarlyFilter>,
 ) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
     let mut ports: Vec<(AfPacketPort, AfPacketPort)> = Vec::with_capacity(n);
     for _ in 0..n {
@@ -72,7 +87,7 @@ pub fn open_silo_ports(
             ),
         };
         let af = |fanout| port_config(config.daemon.vnet_hdr, Some(fanout));
-        let inside = AfPacketPort::open(&config.interfaces.inside, &af(fanout_in))?;
+        let inside = AfPacketPort::open(&config.interfaces.inside, &filtered(af(fanout_in), early))?;
         let outside = AfPacketPort::open(&config.interfaces.outside, &af(fanout_out))?;
         ports.push((inside, outside));
     }
@@ -88,6 +103,7 @@ pub fn open_silo_ports(
 pub fn open_attached_ports(
     config: &Config,
     pairs: &[(&str, &str, u32)],
+    early: Option<&EarlyFilter>,
 ) -> Result<Vec<(AfPacketPort, AfPacketPort)>, PortError> {
     let base = AfPacketConfig {
         promiscuous: false,
@@ -100,7 +116,7 @@ pub fn open_attached_ports(
                 capture,
                 &AfPacketConfig {
                     origin_tags: true,
-                    ..base
+                    ..filtered(base, early)
                 },
             )?;
             let uplink = AfPacketPort::open(

@@ -384,3 +384,61 @@ impl Engine {
         }
     }
 }
+
+/// A class as the kernel's early admission sees it ([`Engine::admission`]): its name, its
+/// aggregate rate and its `queue` bound in wire bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmittedClass {
+    /// The class's name (`"default"` for the default class).
+    pub name: String,
+    /// Its aggregate rate (on a `[link]`, its ceiling); `None`: no rate, nothing to refuse.
+    pub rate: Option<metronome_core::Rate>,
+    /// The most wire bytes it may hold waiting (`queue.bytes` in force).
+    pub queue_bytes: u64,
+}
+
+/// What the early admission needs of the engine's classes ([`Engine::admission`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// The first rules in first-match order, each with its class.
+    pub rules: Vec<(metronome_packet::ClassRule, AdmittedClass)>,
+    /// Whether `rules` holds every rule: then a packet that matches none is the default
+    /// class's.
+    pub complete: bool,
+    /// The default class.
+    pub default: AdmittedClass,
+}
+
+impl Engine {
+    /// The class of state `index` for [`Admission`].
+    fn admitted(&self, index: usize) -> AdmittedClass {
+        let s = &self.classes[index];
+        AdmittedClass {
+            name: s.name.clone(),
+            rate: s.policy.rate,
+            queue_bytes: s.bound.1,
+        }
+    }
+
+    /// The first `max_rules` rules of the classifier in first-match order with their classes,
+    /// and the default class: what a filter in front of the loop needs to refuse early what a
+    /// class could not take anyway (`crate::os::early`).
+    pub fn admission(&self, max_rules: usize) -> Admission {
+        let state_of = |id: metronome_core::ClassId| {
+            self.class_map
+                .get(id.index())
+                .map_or(0, |&i| i as usize)
+        };
+        let rules = self
+            .classifier
+            .rules()
+            .take(max_rules)
+            .map(|(rule, id)| (rule.clone(), self.admitted(state_of(*id))))
+            .collect();
+        Admission {
+            rules,
+            complete: self.classifier.len() <= max_rules,
+            default: self.admitted(state_of(Config::DEFAULT_CLASS)),
+        }
+    }
+}

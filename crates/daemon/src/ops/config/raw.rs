@@ -76,6 +76,8 @@ pub(crate) struct RawDaemon {
     pub link_down_grace: Option<Spanned<String>>,
     pub timer_slack: Option<Spanned<String>>,
     pub pool_share: Option<Spanned<i64>>,
+    pub early_refuse: Option<bool>,
+    pub early_multiple: Option<Spanned<i64>>,
     pub user: Option<Spanned<String>>,
     pub control: Option<Spanned<String>>,
     pub class_dir: Option<Spanned<String>>,

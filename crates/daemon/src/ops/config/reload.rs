@@ -337,6 +337,18 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     compare(&mut restart, "daemon.user", &od.user, &nd.user);
     compare(
         &mut restart,
+        "daemon.early_refuse",
+        od.early_refuse,
+        nd.early_refuse,
+    );
+    compare(
+        &mut restart,
+        "daemon.early_multiple",
+        od.early_multiple,
+        nd.early_multiple,
+    );
+    compare(
+        &mut restart,
         "daemon.realtime_priority",
         &od.realtime_priority,
         &nd.realtime_priority,

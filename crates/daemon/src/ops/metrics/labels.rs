@@ -11,6 +11,14 @@ pub(super) struct ClassOutcomeLabel {
     pub(super) outcome: &'static str,
 }
 
+/// `{class="...",reason="..."}` of the early refusals (`crate::os::early`): one series per
+/// class and reason, for the whole daemon.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ClassReasonLabel {
+    pub(super) class: String,
+    pub(super) reason: &'static str,
+}
+
 /// `{class="..."}`, plus `silo="i"` when the daemon runs several silos.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub(super) struct ClassLabel {
