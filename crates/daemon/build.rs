@@ -14,7 +14,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PATH");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     for (source, object, what) in [
-        ("bpf/attach.bpf.c", "attach.bpf.o", "attach mode is unavailable in this build"),
+        (
+            "bpf/attach.bpf.c",
+            "attach.bpf.o",
+            "attach mode is unavailable in this build",
+        ),
         (
             "bpf/early.bpf.c",
             "early.bpf.o",
@@ -44,12 +48,17 @@ fn compile(source: &str, out: &Path, what: &str) {
             std::fs::write(out, []).expect("write the empty BPF object");
             println!(
                 "cargo:warning={clang} could not compile {source}: {what}: {}",
-                String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("")
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
             );
         }
         Err(e) => {
             std::fs::write(out, []).expect("write the empty BPF object");
-            println!("cargo:warning={clang} not found ({e}): {what} (install clang and libbpf-dev)");
+            println!(
+                "cargo:warning={clang} not found ({e}): {what} (install clang and libbpf-dev)"
+            );
         }
     }
 }

@@ -593,6 +593,9 @@ fn checked_loop(
     // The daemon's early filter, as `metronome run` loads it (`[daemon] early_refuse`).
     let early = metronome_daemon::ops::service::load_early(config);
     let (mut inside, mut outside) = open_ports(config, early.as_deref())?;
+    // The loop's thread as the daemon's: `[daemon] nice`, `realtime_priority`.
+    metronome_daemon::os::realtime::nice_logged(config.daemon.nice, "loop");
+    metronome_daemon::os::realtime::enter_logged(config.daemon.realtime_priority, "loop");
     enable_gro(config);
     let mut pool = frame_pool(config);
     let mut back = reverse_pool(config);

@@ -493,7 +493,10 @@ fn early_refused(r: &Run) -> [u64; 3] {
         .checked
         .early_refused
         .expect("the daemon's early filter was loaded");
-    assert!(refused.iter().sum::<u64>() > 0, "the early filter refused nothing");
+    assert!(
+        refused.iter().sum::<u64>() > 0,
+        "the early filter refused nothing"
+    );
     refused
 }
 
@@ -601,7 +604,10 @@ fn malformed_frames_at_138_000_a_second_stay_in_the_default_class() {
             "flood_garbage: counted malformed {m}, non-IP {n}; refused early malformed \
              {early_m}, non-IP {early_n}; socket drops {drops}"
         );
-        assert!(m <= raw.malformed && m + early_m + drops >= raw.malformed, "{text}");
+        assert!(
+            m <= raw.malformed && m + early_m + drops >= raw.malformed,
+            "{text}"
+        );
         assert!(n + early_n + drops >= raw.non_ip, "{text}");
         Some(assert_held("flood_garbage", &r, 4))
     });

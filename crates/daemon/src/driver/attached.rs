@@ -71,6 +71,7 @@ pub fn run_attached(
         if first {
             bound = bind_control(&config)?;
             let cluster = crate::ops::service::prepare_cluster(&config, control)?;
+            crate::os::realtime::nice_logged(config.daemon.nice, "main");
             dropped_privileges(&config)?;
             _agent = crate::ops::service::start_cluster(cluster, control, &metrics)?;
         }
@@ -133,7 +134,10 @@ fn spawn_watcher(
 ) -> Result<std::thread::JoinHandle<Attachment>, DaemonError> {
     std::thread::Builder::new()
         .name("attach".to_string())
-        .spawn(move || watch(attachment, &quit, &control))
+        .spawn(move || {
+            crate::os::realtime::ordinary();
+            watch(attachment, &quit, &control)
+        })
         .map_err(|e| AttachError::Watcher(e.to_string()).into())
 }
 

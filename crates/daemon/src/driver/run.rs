@@ -590,7 +590,8 @@ impl PortWatch {
             early.filter.sync(engine, metrics);
         }
         self.early_from = (now, slept_ns, drops);
-        self.early_next = now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
+        self.early_next =
+            now.saturating_add(metronome_core::Duration::from_nanos(COUNTER_PERIOD_NS));
     }
 }
 

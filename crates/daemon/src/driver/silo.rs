@@ -608,7 +608,7 @@ where
             .with_live(endpoint)
             .with_cluster(&control.cluster, &engine);
         inboxes.push((exchange.reload.clone(), exchange.inbox.clone()));
-        let realtime = config.daemon.realtime_priority;
+        let (realtime, nice) = (config.daemon.realtime_priority, config.daemon.nice);
         // Every silo feeds the early filter its overload; the first puts the classes in force.
         let options = options
             .clone()
@@ -619,6 +619,7 @@ where
                 // Set on every way out, a panic included: one silo down stops all.
                 let _stop_all = StopOnExit(&silo_stop);
                 let pinned = pin(silo);
+                crate::os::realtime::nice_logged(nice, &format!("silo-{silo}"));
                 crate::os::realtime::enter_logged(realtime, &format!("silo-{silo}"));
                 // Reloads come through the exchange, from the coordinator.
                 let report = run_loop(

@@ -100,6 +100,8 @@ pub const MAX_POOL_SHARE: i64 = 64;
 /// it did without the filter, and a flood costs the loop at most one refusal for each frame
 /// the class forwards.
 pub const DEFAULT_EARLY_MULTIPLE: u32 = 2;
+/// Default `daemon.nice`: -10, about 9 times the CPU weight of an ordinary task (sched(7)).
+pub const DEFAULT_NICE: i8 = -10;
 /// Largest `daemon.early_multiple`: 100.
 pub const MAX_EARLY_MULTIPLE: i64 = 100;
 /// Largest `daemon.realtime_priority`: 99, `SCHED_FIFO`'s highest (sched(7)).
@@ -290,6 +292,12 @@ pub struct DaemonConfig {
     /// The early buckets' multiple of a class's rate, 1..=[`MAX_EARLY_MULTIPLE`] (1 while the
     /// loop is overloaded). Default [`DEFAULT_EARLY_MULTIPLE`].
     pub early_multiple: u32,
+    /// The shaping loops' nice value, -20..=19 (`crate::os::realtime::nice_logged`): their
+    /// weight among the host's ordinary tasks, so that on a busy host the loops get the CPU
+    /// they need before bulk work does, as a kernel qdisc's softirq work would; the threads that
+    /// do not shape stay at 0. Set while the daemon still has its privileges (no capability is
+    /// kept for it). Default [`DEFAULT_NICE`].
+    pub nice: i8,
     /// The shaping loops' real-time priority (`SCHED_FIFO`, 1..=[`MAX_REALTIME_PRIORITY`]):
     /// each loop (the single loop, each silo) runs above every ordinary task of the host, as a
     /// kernel qdisc's softirq work does, so that its senders cannot hold it back

@@ -709,6 +709,7 @@ impl ControlServer {
         let thread = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
+                crate::os::realtime::ordinary();
                 let priority = realtime.map(crate::os::realtime::control_priority);
                 crate::os::realtime::enter_logged(priority, "control");
                 accept_loop(&listener, &live, &flag)

@@ -49,8 +49,8 @@ pub use server::MetricsServer;
 pub use stats::{fetch_and_format, format_stats, scrape, scrape_bounded, MetricsError};
 
 use labels::{
-    ClassLabel, ClassOutcomeLabel, ClassReasonLabel, InterfaceEventLabel, InterfaceLabel, KindActionLabel,
-    ReasonLabel,
+    ClassLabel, ClassOutcomeLabel, ClassReasonLabel, InterfaceEventLabel, InterfaceLabel,
+    KindActionLabel, ReasonLabel,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -230,10 +230,18 @@ impl Metrics {
                      daemon.malformed / non_ip = \"drop\", class \"none\")";
         r.register("early_refused_frames", early, inner.early_frames.clone());
         let early_bytes = "Bytes of the frames counted in metronome_early_refused_frames_total";
-        r.register("early_refused_bytes", early_bytes, inner.early_bytes.clone());
+        r.register(
+            "early_refused_bytes",
+            early_bytes,
+            inner.early_bytes.clone(),
+        );
         let overloaded = "1 while a shaping loop is overloaded and the early filter holds every \
                           class to its rate (daemon.early_multiple of 1), else 0";
-        r.register("early_overloaded", overloaded, inner.early_overloaded.clone());
+        r.register(
+            "early_overloaded",
+            overloaded,
+            inner.early_overloaded.clone(),
+        );
         let active = "1 when the receiving sockets' early filter is in force, 0 when the loop \
                       reads every frame itself (daemon.early_refuse = false, or no BPF)";
         r.register("early_filter_active", active, inner.early_active.clone());

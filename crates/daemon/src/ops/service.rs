@@ -201,6 +201,7 @@ pub fn run_on(
     // Ready once the engine is built: with many classes that takes a while, and a supervisor
     // (or a test) that sends traffic on READY=1 must find it shaped.
     crate::os::notify::notify("READY=1");
+    crate::os::realtime::nice_logged(config.daemon.nice, "loop");
     crate::os::realtime::enter_logged(config.daemon.realtime_priority, "loop");
     run_loop(
         &mut inside,
@@ -343,6 +344,9 @@ pub fn run_daemon(
     enable_gro(&config);
     let bound = bind_control(&config)?;
     let cluster = prepare_cluster(&config, &mut control)?;
+    // The loops' nice value while it may still be lowered; later threads inherit it, and those
+    // that do not shape make themselves ordinary again.
+    crate::os::realtime::nice_logged(config.daemon.nice, "main");
     dropped_privileges(&config)?;
     let metrics = Metrics::with_silos(config.daemon.cores);
     let _agent = start_cluster(cluster, &control, &metrics)?;

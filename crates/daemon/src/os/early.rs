@@ -178,7 +178,9 @@ impl EarlyFilter {
             .ok_or_else(|| EarlyError::Load("no program admit".to_string()))?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| EarlyError::Load(e.to_string()))?;
-        program.load().map_err(|e| load_err("admit")(e.to_string()))?;
+        program
+            .load()
+            .map_err(|e| load_err("admit")(e.to_string()))?;
         let fd = program
             .fd()
             .map_err(|e| load_err("admit")(e.to_string()))?
@@ -284,7 +286,11 @@ impl EarlyFilter {
                 tracing::info!(
                     overloaded = any,
                     "early filter: classes held to {} their rates",
-                    if any { "1 times" } else { "daemon.early_multiple times" }
+                    if any {
+                        "1 times"
+                    } else {
+                        "daemon.early_multiple times"
+                    }
                 );
             }
             Err(e) => tracing::warn!(error = %e, "early filter: setting the overload failed"),
@@ -370,7 +376,9 @@ impl Inner {
             self.rules
                 .set(i as u32, encode_rule(rule, i as u32), 0)
                 .map_err(e("RULES"))?;
-            let same = old.and_then(|a| a.rules.get(i)).is_some_and(|(_, c)| c == class);
+            let same = old
+                .and_then(|a| a.rules.get(i))
+                .is_some_and(|(_, c)| c == class);
             self.put_bucket(i, class, same)?;
         }
         let same = old.is_some_and(|a| a.default == admission.default);
@@ -386,7 +394,12 @@ impl Inner {
     }
 
     /// Bucket `index` for `class`; an unchanged class (`same`) keeps its state.
-    fn put_bucket(&mut self, index: usize, class: &AdmittedClass, same: bool) -> Result<(), String> {
+    fn put_bucket(
+        &mut self,
+        index: usize,
+        class: &AdmittedClass,
+        same: bool,
+    ) -> Result<(), String> {
         self.names[index] = class.name.clone();
         if same {
             return Ok(());

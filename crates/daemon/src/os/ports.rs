@@ -87,7 +87,8 @@ pub fn open_silo_ports(
             ),
         };
         let af = |fanout| port_config(config.daemon.vnet_hdr, Some(fanout));
-        let inside = AfPacketPort::open(&config.interfaces.inside, &filtered(af(fanout_in), early))?;
+        let inside =
+            AfPacketPort::open(&config.interfaces.inside, &filtered(af(fanout_in), early))?;
         let outside = AfPacketPort::open(&config.interfaces.outside, &af(fanout_out))?;
         ports.push((inside, outside));
     }

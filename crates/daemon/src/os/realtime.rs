@@ -108,9 +108,101 @@ pub fn enter_logged(priority: Option<u8>, which: &str) {
     }
 }
 
+/// The nice value of the calling thread (field 19 of `/proc/thread-self/stat`); `None` when
+/// it cannot be read.
+pub fn current_nice() -> Option<i8> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // After `comm` the fields start at 3 (state): nice is field 19.
+    after_comm.split_whitespace().nth(19 - 3)?.parse().ok()
+}
+
+/// The `thread_priority` cross-platform value that its Linux mapping turns into nice `nice`
+/// for an ordinary thread (it maps 0..=MAX onto 19..=-20: nice = 39 × (1 − v / MAX),
+/// truncated, − 20).
+fn crossplatform_for_nice(nice: i8) -> Option<ThreadPriorityValue> {
+    let max = u8::from(ThreadPriorityValue::MAX);
+    (0u8..=max).find_map(|v| {
+        let ratio = 1f32 - f32::from(v) / f32::from(max);
+        let got = (39.0 * ratio) as i8 - 20;
+        (got == nice).then(|| ThreadPriorityValue::try_from(v).ok())?
+    })
+}
+
+/// Gives the calling thread, an ordinary task, the nice value `nice` (-20..=19): its weight
+/// among the host's ordinary tasks (sched(7)). A negative value needs CAP_SYS_NICE (or
+/// `RLIMIT_NICE`); a thread may always raise its own.
+pub fn set_nice(nice: i8) -> Result<(), String> {
+    let value = crossplatform_for_nice(nice).ok_or_else(|| format!("nice {nice} out of range"))?;
+    thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        ThreadPriority::Crossplatform(value),
+        ThreadSchedulePolicy::Normal(thread_priority::NormalThreadSchedulePolicy::Other),
+    )
+    .map_err(|e| format!("{e:?}"))
+}
+
+/// `[daemon] nice` for a shaping loop's thread (or, before the privileges go, the daemon's
+/// main thread, whose later threads inherit it): sets `nice` when the thread's nice value is
+/// higher (a thread already there, as one created by a thread that was, is left); a failure is
+/// logged and the thread runs at the nice value it has.
+pub fn nice_logged(nice: i8, which: &str) {
+    if current_nice().is_some_and(|n| n <= nice) {
+        return;
+    }
+    match set_nice(nice) {
+        Ok(()) => tracing::debug!(nice, thread = which, "nice"),
+        Err(e) => tracing::warn!(
+            nice,
+            error = %e,
+            thread = which,
+            "daemon.nice could not be set (CAP_SYS_NICE): the loop runs at the nice value it has"
+        ),
+    }
+}
+
+/// Makes the calling thread, one that does not shape (the metrics endpoint, the control
+/// socket, the cluster agent, attach mode's watcher), an ordinary task again when it inherited
+/// the loops' lower nice value from the thread that made it; always allowed.
+pub fn ordinary() {
+    if current_nice().is_some_and(|n| n < 0) {
+        let _ = set_nice(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_nice_value_has_its_crossplatform_value() {
+        for nice in -20i8..=19 {
+            assert!(crossplatform_for_nice(nice).is_some(), "{nice}");
+        }
+        assert!(crossplatform_for_nice(20).is_none());
+    }
+
+    #[test]
+    fn a_thread_takes_a_lower_nice_and_an_ordinary_thread_goes_back_to_zero() {
+        let got = std::thread::spawn(|| {
+            let allowed = set_nice(-5).is_ok();
+            let lowered = current_nice();
+            ordinary();
+            (allowed, lowered, current_nice())
+        })
+        .join()
+        .unwrap();
+        if !got.0 && std::env::var_os("METRONOME_REQUIRE_PRIVILEGED").is_none() {
+            eprintln!("skipped: no CAP_SYS_NICE for a negative nice value");
+            return;
+        }
+        assert_eq!(got, (true, Some(-5), Some(0)));
+        // A thread may always raise its own.
+        let raised = std::thread::spawn(|| (set_nice(3), current_nice()))
+            .join()
+            .unwrap();
+        assert_eq!(raised, (Ok(()), Some(3)));
+    }
 
     /// The calling thread's scheduling policy and priority (`sched_getscheduler` through
     /// `/proc/thread-self/stat`'s fields 41 and 40): `(policy, rt_priority)`.

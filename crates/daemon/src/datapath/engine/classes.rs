@@ -424,11 +424,8 @@ impl Engine {
     /// and the default class: what a filter in front of the loop needs to refuse early what a
     /// class could not take anyway (`crate::os::early`).
     pub fn admission(&self, max_rules: usize) -> Admission {
-        let state_of = |id: metronome_core::ClassId| {
-            self.class_map
-                .get(id.index())
-                .map_or(0, |&i| i as usize)
-        };
+        let state_of =
+            |id: metronome_core::ClassId| self.class_map.get(id.index()).map_or(0, |&i| i as usize);
         let rules = self
             .classifier
             .rules()

@@ -148,6 +148,7 @@ impl Agent {
         let thread = std::thread::Builder::new()
             .name("metronome-cluster".to_string())
             .spawn(move || {
+                crate::os::realtime::ordinary();
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()

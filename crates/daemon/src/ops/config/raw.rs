@@ -77,6 +77,7 @@ pub(crate) struct RawDaemon {
     pub timer_slack: Option<Spanned<String>>,
     pub pool_share: Option<Spanned<i64>>,
     pub early_refuse: Option<bool>,
+    pub nice: Option<Spanned<i64>>,
     pub early_multiple: Option<Spanned<i64>>,
     pub user: Option<Spanned<String>>,
     pub control: Option<Spanned<String>>,

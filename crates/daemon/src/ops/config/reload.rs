@@ -341,6 +341,7 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
         od.early_refuse,
         nd.early_refuse,
     );
+    compare(&mut restart, "daemon.nice", od.nice, nd.nice);
     compare(
         &mut restart,
         "daemon.early_multiple",

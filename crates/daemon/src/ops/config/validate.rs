@@ -19,11 +19,11 @@ use super::raw::{
 };
 use super::{
     ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE,
-    DEFAULT_CONTROL, DEFAULT_DRAIN, DEFAULT_GSO_SLOTS, DEFAULT_HORIZON_POLICY,
-    DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD,
-    DEFAULT_EARLY_MULTIPLE, DEFAULT_ORIGIN_MARK, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK, MAX_BATCH_SIZE, MAX_CLASSES,
-    MAX_CORES, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_EARLY_MULTIPLE, MAX_POOL_PACKETS, MAX_POOL_SHARE,
-    MAX_REALTIME_PRIORITY, MAX_WHEEL_SLOTS,
+    DEFAULT_CONTROL, DEFAULT_DRAIN, DEFAULT_EARLY_MULTIPLE, DEFAULT_GSO_SLOTS,
+    DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU,
+    DEFAULT_NBA_PERIOD, DEFAULT_NICE, DEFAULT_ORIGIN_MARK, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK,
+    MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_EARLY_MULTIPLE, MAX_GSO_SLOTS, MAX_INTERFACE_NAME,
+    MAX_POOL_PACKETS, MAX_POOL_SHARE, MAX_REALTIME_PRIORITY, MAX_WHEEL_SLOTS,
 };
 use crate::ops::metrics::ClassSeries;
 use crate::ops::units::parse_duration;
@@ -466,6 +466,10 @@ impl Validator<'_> {
             Some(p) => self.int_in(p, "daemon.pool_share", 0, MAX_POOL_SHARE)? as u32,
             None => DEFAULT_POOL_SHARE,
         };
+        let nice = match &raw.nice {
+            Some(n) => self.int_in(n, "daemon.nice", -20, 19)? as i8,
+            None => DEFAULT_NICE,
+        };
         let early_multiple = match &raw.early_multiple {
             Some(m) => self.int_in(m, "daemon.early_multiple", 1, MAX_EARLY_MULTIPLE)? as u32,
             None => DEFAULT_EARLY_MULTIPLE,
@@ -501,6 +505,7 @@ impl Validator<'_> {
             pool_share,
             early_refuse: raw.early_refuse.unwrap_or(true),
             early_multiple,
+            nice,
             realtime_priority,
             class_metrics,
         })

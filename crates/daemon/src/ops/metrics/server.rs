@@ -33,7 +33,10 @@ impl Metrics {
         let (metrics, flag) = (self.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("metrics-http".into())
-            .spawn(move || http::accept_loop(&listener, metrics, limits, flag))
+            .spawn(move || {
+                crate::os::realtime::ordinary();
+                http::accept_loop(&listener, metrics, limits, flag)
+            })
             .map_err(bind)?;
         Ok(MetricsServer {
             addr: local,

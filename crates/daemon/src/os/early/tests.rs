@@ -57,7 +57,10 @@ fn a_bucket_holds_the_class_rate_and_its_queue_bound_as_time() {
     );
     assert_eq!(bucket_of(&class(None, 1000)), [0, 0, 0]);
     // No bound: the tolerance saturates, nothing is refused.
-    assert_eq!(bucket_of(&class(Some(Rate::gbps(1)), u64::MAX))[1], u64::MAX / 1000);
+    assert_eq!(
+        bucket_of(&class(Some(Rate::gbps(1)), u64::MAX))[1],
+        u64::MAX / 1000
+    );
     assert_eq!(ps_per_byte(u64::MAX), 1);
 }
 
