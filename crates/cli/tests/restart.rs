@@ -243,9 +243,18 @@ fn bytes_between(series: &[(Duration, u64)], a: Duration, b: Duration) -> f64 {
 #[test]
 fn a_daemon_killed_under_load_restarts_and_shapes_again() {
     let name = "restart";
+    // METRONOME_TEST_CPU_HOG=N: N spinning threads beside the run.
+    let hog = metronome_testbed::load::CpuHog::from_env();
+    let load_before = metronome_testbed::load::LoadSample::now();
     let Some(r) = run(name) else {
         return;
     };
+    let load = metronome_testbed::load::LoadSample::now();
+    uncaptured(&format!(
+        "{name}: {}",
+        metronome_testbed::load::describe(&load_before, &load, hog.threads())
+    ));
+    drop(hog);
     let tcp_target = TCP_LIMIT_BPS / WIRE_PER_PAYLOAD;
     let limits = TCP_LIMIT_BPS + DEFAULT_LIMIT_BPS;
     let tcp_series = shifted(&r.tcp.groups[0].received_at, r.tcp_at);

@@ -31,6 +31,8 @@
 //! * [`class_traffic`]: paced raw UDP for thousands of classes (one destination /32 each) and a
 //!   receiver that measures every class's rate from its first to its last frame
 //!   (`compare --classes`, [`compare::classes`]).
+//! * [`load`]: a CPU hog a real-traffic test runs beside itself when asked
+//!   (`METRONOME_TEST_CPU_HOG`), and the machine's load and steal time printed with its figures.
 //! * [`stall`]: a probe of the machine's own stalls (a real-time thread per CPU that wakes every
 //!   millisecond), beside a run whose tail latencies it explains.
 //! * [`etcd`]: throwaway etcd clusters (one or more members) on loopback for the tests of what
@@ -47,6 +49,7 @@ pub mod demo;
 pub mod etcd;
 pub mod flood;
 pub mod forwarder;
+pub mod load;
 pub mod netns;
 pub mod offloads;
 pub mod shaper;

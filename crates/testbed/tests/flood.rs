@@ -24,6 +24,10 @@
 //! in each second of the flood within [`SCRAPE_WITHIN`] (the scraper gives up after it). Each
 //! test prints its per-second figures (`--nocapture`).
 //!
+//! With `METRONOME_TEST_CPU_HOG=N` each attempt runs beside N threads that spin (an unrelated
+//! CPU hog, `metronome_testbed::load`); every attempt's line names the machine's load average,
+//! kernel time and steal time over it.
+//!
 //! Skips, saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
 
 mod common;
@@ -37,6 +41,7 @@ use metronome_testbed::flood::{
     self, per_second_bps, shifted, CheckedReport, Classify, RawFlood, RawKind, RawReport, Tap,
     TapReport, UdpFlood,
 };
+use metronome_testbed::load::{describe, CpuHog, LoadSample};
 use metronome_testbed::netns::Topology;
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan, TrafficReport};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -353,12 +358,16 @@ fn tcp_holds_in_two_attempts(name: &str, mut attempt: impl FnMut() -> Option<Vec
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut lines = Vec::new();
     for k in 1..=2 {
+        let hog = CpuHog::from_env();
+        let before = LoadSample::now();
         let Some(deviations) = attempt() else {
             return;
         };
+        let load = describe(&before, &LoadSample::now(), hog.threads());
+        drop(hog);
         let worst = deviations.iter().copied().fold(0.0f64, f64::min);
         let line = format!(
-            "{name}: tcp's worst second {:+.2} % off (attempt {k}, tolerance {:.1} %)",
+            "{name}: tcp's worst second {:+.2} % off (attempt {k}, tolerance {:.1} %; {load})",
             worst * 100.0,
             TOLERANCE * 100.0
         );

@@ -561,8 +561,17 @@ fn assert_held(name: &str, r: &Run) {
 #[test]
 fn the_metrics_endpoint_under_abuse_neither_stops_nor_slows_the_shaper() {
     let name = "http_abuse";
+    // METRONOME_TEST_CPU_HOG=N: N spinning threads beside the run.
+    let hog = metronome_testbed::load::CpuHog::from_env();
+    let before = metronome_testbed::load::LoadSample::now();
     let Some(r) = run(name, "mtr-ha") else {
         return;
     };
+    let after = metronome_testbed::load::LoadSample::now();
+    common::uncaptured(&format!(
+        "{name}: {}",
+        metronome_testbed::load::describe(&before, &after, hog.threads())
+    ));
+    drop(hog);
     assert_held(name, &r);
 }
