@@ -375,6 +375,19 @@ impl AfPacketPort {
         })
     }
 
+    /// Attaches the loaded BPF socket filter `program` to the open receive socket, as
+    /// [`AfPacketConfig::socket_filter`] does at open (frames already queued are not filtered),
+    /// and keeps it for [`PacketPort::reopen`]. Does nothing on a transmit-only port.
+    pub fn set_socket_filter(&mut self, program: std::os::fd::RawFd) -> Result<(), PortError> {
+        if !self.config.receive {
+            return Ok(());
+        }
+        sys::attach_bpf(&self.rx_fd, program)
+            .map_err(|e| os_error(&self.ifname, "SO_ATTACH_BPF", e))?;
+        self.config.socket_filter = Some(program);
+        Ok(())
+    }
+
     /// The id of the fanout group the RX socket is in (`None` without [`AfPacketConfig::fanout`]).
     pub fn fanout_group(&self) -> Option<u16> {
         self.fanout_group

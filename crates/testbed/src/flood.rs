@@ -590,9 +590,12 @@ fn checked_loop(
     control: &Control,
     check_every: Duration,
 ) -> Result<CheckedReport, PortError> {
-    // The daemon's early filter, as `metronome run` loads it (`[daemon] early_refuse`).
+    let (mut inside, mut outside) = open_ports(config, None)?;
+    // The daemon's early filter (`[daemon] early_refuse`), attached once the ports are open.
     let early = metronome_daemon::ops::service::load_early(config);
-    let (mut inside, mut outside) = open_ports(config, early.as_deref())?;
+    if let Some(filter) = &early {
+        inside.set_socket_filter(filter.program_fd())?;
+    }
     // The loop's thread as the daemon's: `[daemon] nice`, `realtime_priority`.
     metronome_daemon::os::realtime::nice_logged(config.daemon.nice, "loop");
     metronome_daemon::os::realtime::enter_logged(config.daemon.realtime_priority, "loop");

@@ -351,6 +351,10 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         metrics.loop_slept_ns(slept);
     }
     let running_ns = clock.now().saturating_since(started).as_nanos();
+    if let Some(early) = options.early.as_ref().filter(|e| e.syncs) {
+        // The refusals since the last period, exported before the loop reports.
+        early.filter.sync(engine, metrics);
+    }
     crate::os::notify::notify("STOPPING=1");
     drain(engine, &mut inn, &mut out, clock, options, metrics);
     let queued_at_stop = engine.drain_all(out.pool);

@@ -553,7 +553,14 @@ pub fn run_silos(
     metrics: &Metrics,
     control: &Control,
 ) -> Result<Vec<SiloReport>, PortError> {
-    let ports = open_silo_ports(config, config.daemon.cores.max(1), control.early.as_deref())?;
+    let mut ports = open_silo_ports(config, config.daemon.cores.max(1), control.early.as_deref())?;
+    // After the ports, so that frames arriving while the filter loads wait on the sockets.
+    let control = &crate::ops::service::with_early(control, config);
+    if let Some(early) = &control.early {
+        for (inside, _) in &mut ports {
+            inside.set_socket_filter(early.program_fd())?;
+        }
+    }
     crate::os::ports::enable_gro(config);
     run_silos_on(ports, config, config_path, metrics, control)
 }

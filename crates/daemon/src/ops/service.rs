@@ -148,17 +148,32 @@ pub fn log_ansi(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 }
 
 /// Runs the shaping loop for `config` on the calling thread until `control.stop` is set;
-/// `control.reload` re-reads `config_path` (ignored when it is `None`). Opens the ports,
-/// switches GRO on, then [`run_on`].
+/// `control.reload` re-reads `config_path` (ignored when it is `None`). Loads the early filter
+/// as the daemon does when `control` has none ([`load_early`]), opens the ports, switches GRO
+/// on, then [`run_on`].
 pub fn run_with(
     config: &Config,
     config_path: Option<&Path>,
     metrics: &Metrics,
     control: &Control,
 ) -> Result<LoopReport, PortError> {
-    let (inside, outside) = open_ports(config, control.early.as_deref())?;
+    // The ports first, so that frames arriving while the filter loads wait on the socket.
+    let (mut inside, outside) = open_ports(config, control.early.as_deref())?;
+    let control = &with_early(control, config);
+    if let Some(early) = &control.early {
+        inside.set_socket_filter(early.program_fd())?;
+    }
     enable_gro(config);
     run_on(inside, outside, config, config_path, metrics, control)
+}
+
+/// `control` with the early filter of `config` when it has none (it shares its requests).
+pub fn with_early(control: &Control, config: &Config) -> Control {
+    let mut control = control.clone();
+    if control.early.is_none() {
+        control.early = load_early(config);
+    }
+    control
 }
 
 /// The single loop of [`run_with`] on ports already open.
