@@ -53,13 +53,6 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
-/// The nice value of the traffic threads (senders, sinks, probe): -5, where the process may
-/// lower it (root). They stand for other hosts, whose CPU an unrelated hog on this machine
-/// (`crate::load::CpuHog`) or a flood generator would not take: a starved sink or sender
-/// would measure the machine, not the shaper. The daemon's loops run above them (`[daemon]
-/// nice`, -10 by default); without the privilege they stay ordinary tasks.
-pub const TRAFFIC_NICE: i8 = -5;
-
 fn spawn<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> Result<T, TrafficError> + Send + 'static,
@@ -67,10 +60,7 @@ fn spawn<T: Send + 'static>(
     std::thread::Builder::new()
         .name(name.to_owned())
         .stack_size(STACK)
-        .spawn(move || {
-            let _ = metronome_daemon::os::realtime::set_nice(TRAFFIC_NICE);
-            f()
-        })
+        .spawn(f)
         .map_err(io_err("spawning a traffic thread"))
 }
 
