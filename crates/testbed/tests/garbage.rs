@@ -283,9 +283,15 @@ fn garbage_cannot_get_past_the_limits_and_arp_keeps_working() {
         "counted malformed {m}, non-IP {n}; refused early malformed {early_m}, non-IP \
          {early_n}; kernel drops {kernel_drops}"
     );
-    assert!(m <= malformed && m + early_m + kernel_drops >= malformed, "{text}");
+    assert!(
+        m <= malformed && m + early_m + kernel_drops >= malformed,
+        "{text}"
+    );
     // The non-IP count has the sender's ARP frames too: a few.
-    assert!(n + early_n + kernel_drops >= non_ip && n <= non_ip + 50, "{text}");
+    assert!(
+        n + early_n + kernel_drops >= non_ip && n <= non_ip + 50,
+        "{text}"
+    );
     assert_eq!(l.engine.unclassified_to_default, m + n);
     topo.remove().unwrap();
 }
