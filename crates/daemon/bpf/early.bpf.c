@@ -13,7 +13,7 @@
 //   frame's bytes at `multiple` times the class's rate, a tolerance of the class's queue bound
 //   in bytes at that rate). A frame that does not conform is refused and counted under its
 //   bucket and OVER_RATE; one that does passes on to the loop, which shapes it as before;
-// - malformed and non-IP frames go to buckets of the default class's rate of their own, pass,
+// - malformed and non-IP frames go to a bucket of the default class's rate of their own, pass,
 //   or are refused, as `[daemon] malformed` and `non_ip` say;
 // - while the loop is overloaded (SETTINGS[S_OVERLOAD], set by the daemon) the multiple is 1:
 //   a class gets no more than its rate into the loop, so the frames of the classes within
@@ -33,13 +33,12 @@
 #define MAX_RULES 64
 // Buckets: one per rule, then the default class's, then NO_CLASS (frames refused by the
 // `drop` action of `malformed` or `non_ip`, no class's), then the default class's again for
-// the malformed and for the non-IP frames charged to it (each its own state, so that a flood
-// of garbage does not take the buckets of ARP or of the default class's IP packets).
+// the malformed and non-IP frames charged to it (a state of its own, so that a flood of
+// garbage does not take the bucket of the default class's IP packets).
 #define DEFAULT_BUCKET MAX_RULES
 #define DROP_BUCKET (MAX_RULES + 1)
-#define MALFORMED_BUCKET (MAX_RULES + 2)
-#define NON_IP_BUCKET (MAX_RULES + 3)
-#define BUCKETS_N (MAX_RULES + 4)
+#define UNCLASSIFIED_BUCKET (MAX_RULES + 2)
+#define BUCKETS_N (MAX_RULES + 3)
 // IPv6 extension headers walked at most; a longer chain counts as malformed here.
 #define MAX_EXT 4
 
@@ -355,7 +354,7 @@ int admit(struct __sk_buff *skb)
 			refuse(DROP_BUCKET, reason, len);
 			return 0;
 		}
-		bucket = parsed == P_NON_IP ? NON_IP_BUCKET : MALFORMED_BUCKET;
+		bucket = UNCLASSIFIED_BUCKET;
 	}
 	if (conforms(bucket, len))
 		return len;

@@ -18,10 +18,10 @@
 //!   bound by then, so the filter refuses only frames the class's admission would have
 //!   refused too, and the loop reads at most `early_multiple` times a flooded class's rate;
 //! * malformed and non-IP frames (what the filter cannot read: more than two VLAN tags or
-//!   [`MAX_EXT_HEADERS`] IPv6 extension headers count as malformed here) go to buckets of the
-//!   default class's rate and depth of their own, one per kind (so that garbage does not take
-//!   ARP's bucket, nor the default class's IP packets'), pass or are refused, as `[daemon]
-//!   malformed` and `non_ip` say;
+//!   [`MAX_EXT_HEADERS`] IPv6 extension headers count as malformed here) go to a bucket of the
+//!   default class's rate and depth of their own (so that garbage does not take the default
+//!   class's IP packets' bucket), pass or are refused, as `[daemon] malformed` and `non_ip`
+//!   say;
 //! * while a loop is overloaded ([`EarlyFilter::set_overloaded`]: its receive socket dropped
 //!   frames, or it did not sleep for a whole period of [`OVERLOAD_PERIOD`]), every bucket runs
 //!   at 1 times its class's rate: classes within their rates keep what they send, classes
@@ -66,10 +66,9 @@ pub const OVERLOAD_PERIOD: Duration = Duration::from_millis(100);
 const DEFAULT_BUCKET: usize = MAX_RULES;
 /// The bucket of frames refused by a `drop` action: no class's.
 const DROP_BUCKET: usize = MAX_RULES + 1;
-/// The default class's buckets of the malformed and the non-IP frames charged to it.
-const MALFORMED_BUCKET: usize = MAX_RULES + 2;
-const NON_IP_BUCKET: usize = MAX_RULES + 3;
-const BUCKETS: usize = MAX_RULES + 4;
+/// The default class's bucket of the malformed and non-IP frames charged to it.
+const UNCLASSIFIED_BUCKET: usize = MAX_RULES + 2;
+const BUCKETS: usize = MAX_RULES + 3;
 /// The class name of [`DROP_BUCKET`] in the metrics.
 const NO_CLASS: &str = "none";
 
@@ -387,7 +386,7 @@ impl Inner {
             self.put_bucket(i, class, same)?;
         }
         let same = old.is_some_and(|a| a.default == admission.default);
-        for bucket in [DEFAULT_BUCKET, MALFORMED_BUCKET, NON_IP_BUCKET] {
+        for bucket in [DEFAULT_BUCKET, UNCLASSIFIED_BUCKET] {
             self.put_bucket(bucket, &admission.default, same)?;
         }
         self.names[DROP_BUCKET] = NO_CLASS.to_string();
