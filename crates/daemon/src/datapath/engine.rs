@@ -357,6 +357,12 @@ impl Engine {
         self.counters
     }
 
+    /// Every drop so far ([`EngineCounters::dropped`]), read in place: for the loop's round,
+    /// which should not copy the whole counter set twice.
+    pub fn dropped(&self) -> u64 {
+        self.counters.dropped()
+    }
+
     /// Frames by verdict and malformed reason.
     pub fn parse_counters(&self) -> &ParseCounters {
         &self.parse_counters

@@ -406,10 +406,10 @@ where
     let mut work = 0;
     let mut refusing_ns = 0;
     // Inside -> engine, only when the outgoing batch has room for what may pass at once.
-    let dropped = engine.counters().dropped();
+    let dropped = engine.dropped();
     if let Some(n) = inn.recv(out.tx.len() < batch, out.pool, rx, now)? {
         engine.receive(t, out.pool, &rx[..n], &mut out.tx);
-        let refused = engine.counters().dropped() - dropped;
+        let refused = engine.dropped() - dropped;
         if refused > 0 {
             let took = clock.now().saturating_since(now).as_nanos();
             refusing_ns = took * refused / (n as u64).max(refused);

@@ -553,7 +553,7 @@ pub fn run_silos(
     metrics: &Metrics,
     control: &Control,
 ) -> Result<Vec<SiloReport>, PortError> {
-    let mut ports = open_silo_ports(config, config.daemon.cores.max(1), control.early.as_deref())?;
+    let mut ports = open_silo_ports(config, config.daemon.cores.max(1), None)?;
     // After the ports, so that frames arriving while the filter loads wait on the sockets.
     let control = &crate::ops::service::with_early(control, config);
     if let Some(early) = &control.early {

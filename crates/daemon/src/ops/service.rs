@@ -158,7 +158,7 @@ pub fn run_with(
     control: &Control,
 ) -> Result<LoopReport, PortError> {
     // The ports first, so that frames arriving while the filter loads wait on the socket.
-    let (mut inside, outside) = open_ports(config, control.early.as_deref())?;
+    let (mut inside, outside) = open_ports(config, None)?;
     let control = &with_early(control, config);
     if let Some(early) = &control.early {
         inside.set_socket_filter(early.program_fd())?;

@@ -257,7 +257,11 @@ impl EarlyFilter {
             action(d.non_ip),
             u64::from(d.early_multiple.max(1)),
         ];
-        if inner.table.as_ref() == Some(&(admission.clone(), knobs)) {
+        if inner
+            .table
+            .as_ref()
+            .is_some_and(|(a, k)| *a == admission && *k == knobs)
+        {
             return;
         }
         if let Err(e) = inner.write(&admission, knobs) {
