@@ -39,6 +39,13 @@ use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame}
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;
 
+/// The daemon's engine for `config`, counting into `metrics` as a loop does (flows hashed with
+/// the fixed seed, so runs are comparable).
+pub(crate) fn daemon_engine(config: &Config, pool_slots: usize, metrics: &Metrics) -> Engine {
+    let seed = metronome_daemon::datapath::flow_seed::FlowSeed::FIXED;
+    metronome_daemon::driver::reload::engine(config, pool_slots, metrics, seed)
+}
+
 pub mod classes;
 pub mod scaling;
 
@@ -511,7 +518,7 @@ impl Rig {
         let pool = FramePool::new(POOL_SLOTS, metronome_io::DEFAULT_SLOT_SIZE);
         let pipeline = match stage {
             Stage::Engine | Stage::FairEngine => {
-                Pipeline::Engine(Box::new(Engine::new(config, pool.capacity(), metrics)))
+                Pipeline::Engine(Box::new(daemon_engine(config, pool.capacity(), &metrics)))
             }
             _ => Pipeline::Pieces(Box::new(Pieces::new(config))),
         };

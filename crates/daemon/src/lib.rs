@@ -23,8 +23,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod datapath;
+pub use metronome_engine as datapath;
 pub mod driver;
+#[cfg(test)]
+mod engine_tests;
 pub mod ops;
 pub mod os;
 

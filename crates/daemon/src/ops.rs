@@ -13,9 +13,9 @@
 //! * [`refused`]: frames the ports could not take, counted by reason and logged once.
 
 pub mod cluster;
-pub mod config;
+pub use metronome_config as config;
 pub mod control;
 pub mod metrics;
 pub mod refused;
 pub mod service;
-pub mod units;
+pub use metronome_config::units;

@@ -20,10 +20,9 @@
 //! ECN-capable; a CE mark set by the engine is read back from the frame at release.
 
 use crate::scenario::{DaemonBackpressure, ScenarioError, ShaperSpec};
+use metronome_config::Config;
 use metronome_core::{PacketRef, Timestamp};
-use metronome_daemon::datapath::engine::Engine;
-use metronome_daemon::ops::metrics::Metrics;
-use metronome_daemon::Config;
+use metronome_engine::engine::Engine;
 use metronome_io::{FramePool, RxFrame};
 use metronome_packet::build::{write_tcp_frame, TcpFrame, TCP_FRAME_HEADERS};
 use metronome_packet::Ecn;
@@ -131,7 +130,7 @@ impl DaemonShaper {
                 why: "the daemon refuses this configuration (see `metronome check`)",
             }
         })?;
-        let engine = Engine::new(&config, capacity as usize, Metrics::new());
+        let engine = Engine::new(&config.engine(), capacity as usize);
         Ok(DaemonShaper {
             engine,
             pool: FramePool::new(capacity, seg_bytes as usize),

@@ -161,7 +161,7 @@ pub enum ShaperSpec {
         /// Packets the shaper holds at most; more are physically dropped.
         capacity_packets: u32,
     },
-    /// The daemon's own shaping pipeline (`metronome_daemon::datapath::engine::Engine`, the code of
+    /// The daemon's own shaping pipeline (`metronome_engine::engine::Engine`, the code of
     /// `metronome run`) with one class: Carousel's timing wheel (§5.1.2) fed by the class's
     /// aggregate policy and each flow's pacing policy (§5.1.1), real frames in a frame pool, the
     /// engine's backpressure. At least one of the two rates is set (an unshaped class forwards).

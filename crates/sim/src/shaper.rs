@@ -271,7 +271,7 @@ impl Shaper {
     /// Offers `pkt` (its descriptor id, flow and length in bytes) at `now`. The simulator's own
     /// EDT shapers stamp it with the latest of its policies (Carousel §5.1.1); a refused packet is
     /// never stamped, so a drop does not consume the aggregate's rate. The daemon's engine does
-    /// the same inside [`metronome_daemon::datapath::engine::Engine::receive`]. Without zD a full
+    /// the same inside [`metronome_engine::engine::Engine::receive`]. Without zD a full
     /// shaper (or a refusal by the structure) drops the packet physically; under zD the flow may be
     /// paused (zD Algorithm 1 `ProcessFlow`).
     #[inline]
@@ -476,7 +476,7 @@ impl Shaper {
     }
 
     /// The daemon's engine, when the shaper is one: its counters and accounting invariants.
-    pub fn daemon_engine(&self) -> Option<&metronome_daemon::datapath::engine::Engine> {
+    pub fn daemon_engine(&self) -> Option<&metronome_engine::engine::Engine> {
         match &self.queue {
             Queue::Daemon(d) => Some(d.engine()),
             _ => None,

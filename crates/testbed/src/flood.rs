@@ -604,7 +604,8 @@ fn checked_loop(
     let mut back = reverse_pool(config);
     // A seed drawn as the daemon draws it: the spoofed flows cannot be aimed at a bucket.
     let seed = metronome_daemon::datapath::flow_seed::FlowSeed::draw();
-    let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
+    let mut engine =
+        metronome_daemon::driver::reload::engine(config, pool.capacity(), metrics, seed);
     let clock = MonotonicClock::new();
     let mut hook = InvariantsHook {
         every: CoreDuration::from_nanos(check_every.as_nanos() as u64),

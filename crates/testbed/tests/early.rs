@@ -150,7 +150,7 @@ fn rig(name: &str, prefix: &str) -> Option<Rig> {
     let loading = Instant::now();
     let filter = Arc::new(EarlyFilter::load(&config).unwrap().expect("on by default"));
     println!("{name}: the filter loaded in {:?}", loading.elapsed());
-    let engine = Engine::new(&config, 4096, Metrics::new());
+    let engine = Engine::new(&config.engine(), 4096);
     filter.sync(&engine, &Metrics::new());
     let fd = filter.program_fd();
     let inside = topo.shaper_in.clone();

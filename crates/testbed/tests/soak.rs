@@ -337,7 +337,9 @@ fn spawn_loop(
             touch(&mut pool);
             let mut back = reverse_pool(&config);
             touch(&mut back);
-            let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+            let seed = metronome_daemon::datapath::flow_seed::FlowSeed::FIXED;
+            let mut engine =
+                metronome_daemon::driver::reload::engine(&config, pool.capacity(), &metrics, seed);
             let clock = MonotonicClock::new();
             let now = clock.now();
             let mut hook = SoakHook {

@@ -1,5 +1,5 @@
 //! The daemon's per-packet cost against the number of classes (`metronome bench --daemon
-//! --classes N,..`): the real [`Engine`] end to end, as [`Stage::Engine`] of the breakdown, on a
+//! --classes N,..`): the real `Engine` end to end, as [`Stage::Engine`] of the breakdown, on a
 //! configuration of `N` classes, class `i` matching destination `/32` number `i` with an
 //! aggregate rate, and the [`FLOWS`] flows of the workload spread evenly over the classes (flow
 //! `f` to class `f × N / FLOWS`), so that the classifier's rules are hit from the first to the
@@ -15,7 +15,6 @@
 
 use super::{Rig, Stage, FLOWS, FRAME_LEN, OFFERED_BPS};
 use metronome_core::Duration;
-use metronome_daemon::datapath::engine::Engine;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use std::fmt::Write as _;
@@ -124,7 +123,7 @@ pub fn run(
             let parse_ms = start.elapsed().as_secs_f64() * 1e3;
             let metrics = Metrics::new();
             let start = Instant::now();
-            let engine = Engine::new(&config, 1024, metrics.clone());
+            let engine = crate::pipeline::daemon_engine(&config, 1024, &metrics);
             let engine_ms = start.elapsed().as_secs_f64() * 1e3;
             let rss_built = resident_bytes();
             let start = Instant::now();
@@ -222,7 +221,7 @@ mod tests {
         let n = 70_000;
         let config = Config::from_toml_str(&config_text(n), "t.toml").unwrap();
         let metrics = Metrics::new();
-        let _engine = Engine::new(&config, 1024, metrics.clone());
+        let _engine = crate::pipeline::daemon_engine(&config, 1024, &metrics);
         let series = metrics
             .encode()
             .lines()

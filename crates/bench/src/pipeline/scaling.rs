@@ -21,7 +21,7 @@
 //! [`ScalingReport::cpu_ratio`] is the ratio two silos would reach with two whole cores.
 
 use super::{workload_config, workload_frames, Rig, Stage};
-use metronome_daemon::driver::silo::{pin, Allocator};
+use metronome_daemon::driver::silo::pin;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_io::ThreadCpu;
@@ -84,7 +84,7 @@ fn rigs(silos: usize, batch: usize) -> Vec<Rig> {
     let config = scaled_config(silos);
     let frames = workload_frames();
     let metrics = Metrics::with_silos(silos);
-    let allocator = Allocator::new(&config, silos);
+    let allocator = metronome_daemon::driver::silo::allocator(&config, silos, &[]);
     (0..silos)
         .map(|silo| {
             let m = metrics.for_silo(silo);

@@ -17,9 +17,11 @@
 //!   hands it to every silo, which [`install`]s it in its own engine.
 
 use crate::datapath::engine::Engine;
+use crate::datapath::flow_seed::FlowSeed;
 use crate::driver::run::LoopHook;
 use crate::ops::config::{origin_tags, Config, ReloadPlan};
 use crate::ops::control::{Live, LiveEndpoint};
+use crate::ops::metrics::{EngineMetrics, Metrics};
 use metronome_core::Timestamp;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +38,8 @@ pub struct Reloader {
     reattach: Option<Arc<std::sync::Mutex<Option<Config>>>>,
     /// The control socket's classes, kept across reloads ([`Reloader::keeping`]).
     live: Option<Arc<Live>>,
+    /// The metrics whose class series a reload selects ([`Reloader::selecting`]).
+    metrics: Option<Metrics>,
 }
 
 impl Reloader {
@@ -47,7 +51,14 @@ impl Reloader {
             published: None,
             reattach: None,
             live: None,
+            metrics: None,
         }
+    }
+
+    /// Puts a reloaded file's `[daemon] class_metrics` in force in `metrics`.
+    pub fn selecting(mut self, metrics: &Metrics) -> Reloader {
+        self.metrics = Some(metrics.clone());
+        self
     }
 
     /// Keeps the control socket's classes of `live` on every reload: the file's classes, then
@@ -155,6 +166,9 @@ impl Reloader {
         if !apply(&new, &plan) {
             return None;
         }
+        if let Some(m) = &self.metrics {
+            m.select_class_series(new.daemon.class_metrics.clone());
+        }
         if let Some(live) = &self.live {
             live.reloaded(&file);
         }
@@ -171,10 +185,24 @@ impl Reloader {
     }
 }
 
+/// An engine for `config` whose frames live in a pool of `pool_slots` slots, hashing flows with
+/// `seed`, counting into `metrics` (whose class series it selects, `[daemon] class_metrics`).
+pub fn engine(config: &Config, pool_slots: usize, metrics: &Metrics, seed: FlowSeed) -> Engine {
+    metrics.select_class_series(config.daemon.class_metrics.clone());
+    let telemetry = Box::new(EngineMetrics::new(metrics));
+    Engine::seeded(&config.engine(), pool_slots, telemetry, seed)
+}
+
+/// [`engine`] with flows hashed with [`FlowSeed::FIXED`]: the tests'.
+#[cfg(test)]
+pub(crate) fn test_engine(config: &Config, pool_slots: usize, metrics: &Metrics) -> Engine {
+    engine(config, pool_slots, metrics, FlowSeed::FIXED)
+}
+
 /// Installs `config` in `engine` ([`Engine::reload`]); logs a refusal. Returns whether it was
 /// installed.
 pub fn install(engine: &mut Engine, config: &Config) -> bool {
-    match engine.reload(config) {
+    match engine.reload(&config.engine()) {
         Ok(_) => true,
         Err(e) => {
             tracing::error!(error = %e, "reload refused");
@@ -270,7 +298,7 @@ mod tests {
         let path = dir.join("single.toml");
         std::fs::write(&path, text("100mbit", false)).unwrap();
         let config = Config::load(&path).unwrap();
-        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let mut engine = crate::driver::reload::test_engine(&config, 64, &Metrics::new());
         let request = Arc::new(AtomicBool::new(false));
         let reloader = Reloader::new(path.clone(), config);
         let mut hook = FileReload::new(request.clone(), Some(reloader));
@@ -334,7 +362,7 @@ mod tests {
         let path = dir.join("single.toml");
         std::fs::write(&path, text("100mbit", false)).unwrap();
         let config = Config::load(&path).unwrap();
-        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let mut engine = crate::driver::reload::test_engine(&config, 64, &Metrics::new());
         let live = Live::new(&config, 1, Metrics::new()).unwrap();
         let request = Arc::new(AtomicBool::new(false));
         let reloader = Reloader::new(path.clone(), config).keeping(Some(live.clone()));
@@ -382,7 +410,7 @@ mod tests {
         // `metronome run --control ""` over a file that keeps the default socket.
         let mut config = Config::load(&path).unwrap();
         config.daemon.control = None;
-        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let mut engine = crate::driver::reload::test_engine(&config, 64, &Metrics::new());
         let mut reloader = Reloader::new(path.clone(), config);
         std::fs::write(&path, text("300mbit", false)).unwrap();
         let plan = reloader.reload(|c, _| install(&mut engine, c));

@@ -244,6 +244,11 @@ pub struct LoopOptions {
     pub timer_slack: metronome_core::Duration,
     /// The receiving sockets' early filter this loop feeds; `None`: none.
     pub early: Option<EarlyLoop>,
+    /// The configuration's inside and outside interfaces (the ports' own names win).
+    pub interfaces: (String, String),
+    /// Switch GRO on at the inside interface when it comes back
+    /// ([`crate::os::ports::enable_gro`]).
+    pub gro: bool,
 }
 
 impl LoopOptions {
@@ -256,6 +261,11 @@ impl LoopOptions {
             link_down_grace: config.daemon.link_down_grace,
             timer_slack: config.daemon.timer_slack,
             early: None,
+            interfaces: (
+                config.interfaces.inside.clone(),
+                config.interfaces.outside.clone(),
+            ),
+            gro: config.daemon.gro && config.daemon.vnet_hdr,
         }
     }
 
@@ -283,9 +293,9 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         .batch_size
         .clamp(1, crate::ops::config::MAX_BATCH_SIZE);
     // The ports' own interfaces (attach mode's differ per silo), else the configuration's.
-    let names = engine.config().interfaces.clone();
-    let inside_name = inside.interface().unwrap_or(&names.inside).to_owned();
-    let outside_name = outside.interface().unwrap_or(&names.outside).to_owned();
+    let (inside_default, outside_default) = &options.interfaces;
+    let inside_name = inside.interface().unwrap_or(inside_default).to_owned();
+    let outside_name = outside.interface().unwrap_or(outside_default).to_owned();
     let grace = options.link_down_grace;
     // Each side sends from the pool of the direction that ends on it.
     let mut inn = Side::new(inside, pools.reverse, &inside_name, batch, grace, metrics);
@@ -305,9 +315,9 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         if let Some(b) = hook.poll(engine, now) {
             busy_poll = b;
         }
-        if inn.watch_carrier(now)? {
+        if inn.watch_carrier(now)? && options.gro {
             // A re-created interface has the kernel's default offloads: GRO as at start.
-            crate::os::ports::enable_gro(engine.config());
+            crate::os::ports::enable_gro_on(inside_default);
         }
         out.watch_carrier(now)?;
         if now.saturating_since(checked) >= UNREAD_MAX {

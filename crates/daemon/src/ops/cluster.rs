@@ -13,7 +13,7 @@
 //!   cluster's prefix; after each put, and within 100 ms of every revision its watch delivers,
 //!   it enforces [`metronome_core::cluster::own_share`] of the records it has seen and its own
 //!   newest record.
-//! * **Where the share goes** ([`cell`]): the agent writes the share into the class's
+//! * **Where the share goes** ([`metronome_engine::allocator::cell`]): the agent writes the share into the class's
 //!   [`ClusterCell`]; the single loop puts it in force in its engine at its next iteration
 //!   ([`ClusterPort`]), or, with silos, the coordinator makes it the aggregate its allocator
 //!   splits over the silos (`crate::driver::silo::Allocator`). A zero share (a zero `floor`)
@@ -33,11 +33,10 @@
 //!   returns at the others' next period.
 
 pub mod agent;
-pub mod cell;
 pub mod record;
 
 pub use agent::{Agent, AgentState};
-pub use cell::{apply_share, ClusterCell, ClusterPort};
+pub use metronome_engine::allocator::cell::{apply_share, ClusterCell, ClusterPort};
 
 use crate::ops::config::cluster::ClusterSection;
 use crate::ops::config::Config;

@@ -582,7 +582,7 @@ fn validated(file: &Config, object: &ClassObject) -> Result<ClassConfig, ReplyEr
         .live_class(&table)
         .map_err(|e| ReplyError::new(&e.field, e.kind.to_string()))?;
     class.line = 0;
-    if let Some(field) = crate::datapath::engine::live_unsupported(&class, file) {
+    if let Some(field) = crate::datapath::engine::live_unsupported(&class, file.link.is_some()) {
         return Err(live_error(&LiveError::Unsupported(field)));
     }
     if let Some(port) = &class.matcher.to {

@@ -31,6 +31,7 @@
 mod class;
 mod class_table;
 pub mod cluster;
+mod engine;
 mod histogram;
 pub mod http;
 mod labels;
@@ -41,6 +42,7 @@ pub mod stats;
 
 pub use class::{ClassMetrics, DropReason, FairClassMetrics, NbaRateGauge};
 pub use class_table::{ClassSeries, ACTIVE_IDLE, ACTIVE_IDLE_SECS, CLASS_CELLS_BYTES};
+pub use engine::EngineMetrics;
 pub use histogram::{
     HistogramTally, Pow2Histogram, BATCH_BUCKETS, LATENESS_BASE_NS, LATENESS_BUCKETS,
 };

@@ -23,7 +23,6 @@
 //! ([`crate::driver::silo::run_silos`], Carousel §5.3); with 1, one loop on the calling thread
 //! ([`run_with`]).
 
-use crate::datapath::engine::Engine;
 use crate::driver::reload::{FileReload, Reloader};
 use crate::driver::run::{run_loop, Control, LoopOptions, LoopReport, Pools};
 use crate::driver::silo::{panic_message, run_silos_on, SiloReport};
@@ -191,10 +190,11 @@ pub fn run_on(
     // With a control socket, the engine starts with the API's classes too.
     let merged = control.live.as_ref().map(|l| l.merged(config));
     let config = merged.as_ref().unwrap_or(config);
-    let mut engine = Engine::seeded(config, pool.capacity(), metrics.clone(), seed);
+    let mut engine = crate::driver::reload::engine(config, pool.capacity(), metrics, seed);
     let options = LoopOptions::from_config(config).with_early(control.early_loop(0, true));
     let reloader = config_path.map(|p| {
         Reloader::new(p.to_path_buf(), config.clone())
+            .selecting(metrics)
             .publishing(control.applied.clone())
             .reattaching(control.reattach.clone())
             .keeping(control.live.clone())

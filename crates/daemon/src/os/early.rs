@@ -126,6 +126,8 @@ pub enum EarlyError {
 pub struct EarlyFilter {
     inner: Mutex<Inner>,
     program: RawFd,
+    /// `[daemon] early_multiple` (restart-only).
+    multiple: u32,
     /// Bit `i`: loop `i` is overloaded.
     overloaded: AtomicU64,
 }
@@ -215,6 +217,7 @@ impl EarlyFilter {
                 .map_err(|e| load_err("SETTINGS")(e.to_string()))?;
         }
         Ok(Some(EarlyFilter {
+            multiple: d.early_multiple.max(1),
             inner: Mutex::new(Inner {
                 _bpf: bpf,
                 rules,
@@ -251,11 +254,11 @@ impl EarlyFilter {
         inner.metrics = Some(metrics.clone());
         inner.export();
         let admission = engine.admission(MAX_RULES);
-        let d = &engine.config().daemon;
+        let e = engine.config();
         let knobs = [
-            action(d.malformed),
-            action(d.non_ip),
-            u64::from(d.early_multiple.max(1)),
+            action(e.malformed),
+            action(e.non_ip),
+            u64::from(self.multiple),
         ];
         if inner
             .table

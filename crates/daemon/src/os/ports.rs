@@ -208,10 +208,13 @@ pub fn frame_pool(config: &Config) -> FramePool {
 /// did. GRO is left on when the daemon stops: it is the kernel's default for most devices and
 /// changes nothing a receiver sees. A failure is logged and the daemon runs without it.
 pub fn enable_gro(config: &Config) {
-    if !config.daemon.gro || !config.daemon.vnet_hdr {
-        return;
+    if config.daemon.gro && config.daemon.vnet_hdr {
+        enable_gro_on(&config.interfaces.inside);
     }
-    let ifname = &config.interfaces.inside;
+}
+
+/// Switches GRO on at `ifname` if it is off (see [`enable_gro`]).
+pub fn enable_gro_on(ifname: &str) {
     let before = Offload::Gro.get(ifname).unwrap_or(false);
     if before {
         tracing::info!(interface = %ifname, "GRO already on");

@@ -47,10 +47,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use metronome_config::Config;
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{RateExchange, Timestamp};
-use metronome_daemon::driver::silo;
-use metronome_daemon::Config;
+use metronome_engine::allocator as silo;
 
 use super::rows::round;
 use crate::error::LabError;
@@ -324,7 +324,12 @@ fn coordinator(p: &Params, point: usize) -> Result<(silo::Allocator, Arc<RateExc
             point,
             message: e.to_string(),
         })?;
-    let allocator = silo::Allocator::new(&config, p.cores);
+    let allocator = silo::Allocator::new(
+        &config.engine(),
+        config.nba_period(),
+        config.placement(),
+        p.cores,
+    );
     let exchange = allocator
         .cells()
         .into_iter()

@@ -2,7 +2,7 @@
 //! becomes a real Ethernet + IPv4 + TCP frame in a [`FramePool`] slot, [`Engine::receive`]
 //! classifies it into the class of its service (one `[[class]]` per service, on a `[link]` of
 //! the port's rate, buffer, quantum and marking), and [`Engine::release`] moves it through the
-//! wheel into the link (`metronome_daemon::datapath::engine::link`), which marks CE in the frame,
+//! wheel into the link (`metronome_engine::engine::link`), which marks CE in the frame,
 //! drops when the buffer is full, and sends when its link clock says the link is free. The code
 //! that shares a link in `metronome run` is the port, in simulated time.
 //!
@@ -17,11 +17,10 @@
 //! destination port `5000 + service`, which is how the classes match.
 
 use super::SwitchScenario;
+use metronome_config::Config;
 use metronome_core::mq_port::MAX_QUEUES;
 use metronome_core::Timestamp;
-use metronome_daemon::datapath::engine::Engine;
-use metronome_daemon::ops::metrics::Metrics;
-use metronome_daemon::Config;
+use metronome_engine::engine::Engine;
 use metronome_io::{FramePool, RxFrame};
 use metronome_packet::build::{write_tcp_frame, TcpFrame};
 use metronome_packet::Ecn;
@@ -89,7 +88,7 @@ impl DaemonPort {
         let config = Config::from_toml_str(&config_text(sc, lambda, rule), "switch port")
             .map_err(|e| e.to_string())?;
         let slots = (sc.buffer_bytes / u64::from(sc.mtu)) as usize + SLOTS_SPARE;
-        let engine = Engine::new(&config, slots, Metrics::new());
+        let engine = Engine::new(&config.engine(), slots);
         let class_of = (0..sc.queues)
             .map(|s| engine.class_index(&format!("s{s}")).unwrap_or(0))
             .collect();

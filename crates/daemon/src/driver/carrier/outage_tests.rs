@@ -6,7 +6,6 @@
 //! neither does a class send more than its rate and its burst after the link's return.
 
 use super::*;
-use crate::datapath::engine::Engine;
 use crate::ops::config::Config;
 use metronome_io::FramePool;
 use metronome_io::{PacketPort, RxFrame};
@@ -84,7 +83,7 @@ fn run(s: &Scenario) -> Outcome {
     let config = Config::from_toml_str(&text, "t.toml").unwrap();
     let metrics = Metrics::new();
     let mut pool = FramePool::new(4096, 2048);
-    let mut engine = Engine::new(&config, pool.capacity(), metrics.clone());
+    let mut engine = crate::driver::reload::test_engine(&config, pool.capacity(), &metrics);
     let mut inside = metronome_io::MemoryPort::new(Default::default());
     let grace = config.daemon.link_down_grace;
     let mut link = Carrier::new("out0", Some((7, true)), grace, &metrics);

@@ -67,7 +67,7 @@ fn loop_parts(text: &str) -> Parts {
     let config = Config::from_toml_str(text, "t.toml").unwrap();
     let metrics = Metrics::new();
     let pool = FramePool::new(256, 2048);
-    let engine = Engine::new(&config, pool.capacity(), metrics.clone());
+    let engine = crate::driver::reload::test_engine(&config, pool.capacity(), &metrics);
     Parts {
         config,
         metrics,

@@ -3,6 +3,7 @@
 
 use super::*;
 use etherparse::PacketBuilder;
+use metronome_core::{Duration, Rate};
 use metronome_io::{FramePool, RxFrame, DEFAULT_SLOT_SIZE};
 
 /// A full-size (1514-byte) Ethernet + IPv4 + TCP frame from 10.1.0.`host`:`src` to
@@ -29,7 +30,7 @@ fn config(rate: &str) -> Config {
 
 #[test]
 fn the_allocator_starts_with_an_equal_split_and_water_fills() {
-    let mut a = Allocator::new(&config("200mbit"), 2);
+    let mut a = crate::driver::silo::allocator(&config("200mbit"), 2, &[]);
     let cells = a.cells();
     assert_eq!(cells.len(), 1);
     let x = &cells[0].exchange;
@@ -50,7 +51,7 @@ fn the_allocator_starts_with_an_equal_split_and_water_fills() {
     assert!(r0.bps() < 35_000_000 && r1.bps() > 165_000_000, "{r0} {r1}");
     assert_eq!(a.rates("bulk"), Some(&[r0, r1][..]));
     // A reload rescales and republishes with a later epoch.
-    a.apply(&config("100mbit"));
+    a.apply(&config("100mbit").engine());
     let (r0, e0) = x.read_rate(0);
     assert_eq!(e0, 3);
     assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 100_000_000);
@@ -63,7 +64,7 @@ fn with_bridges_a_from_class_is_shared_by_the_uplinks_and_a_to_class_by_the_brid
                 [[class]]\nname = \"in\"\nmatch = { to = \"veth-a\" }\nrate = \"30mbit\"\n\
                 [[class]]\nname = \"any\"\nmatch = { protocol = \"udp\" }\nrate = \"30mbit\"\n";
     let config = Config::from_toml_str(text, "silo.toml").unwrap();
-    let a = Allocator::new(&config, 3);
+    let a = crate::driver::silo::allocator(&config, 3, &[]);
     let cells = a.cells();
     let rates = |name: &str| {
         let x = &cells.iter().find(|c| c.class == name).unwrap().exchange;
@@ -98,7 +99,7 @@ impl SimSilo {
     ) -> Self {
         let pool = FramePool::new(16_384, DEFAULT_SLOT_SIZE);
         let metrics = metrics.for_silo(silo);
-        let engine = Engine::new(config, pool.capacity(), metrics.clone());
+        let engine = crate::driver::reload::test_engine(config, pool.capacity(), &metrics);
         let exchange = SiloExchange::new(silo, cells, &engine, metrics);
         let frames = (0..flows)
             .map(|f| tcp_frame(40_000 + f, 5201, silo as u8))
@@ -148,7 +149,7 @@ impl SimSilo {
 fn two_silos(offered: [u64; 2]) -> [f64; 2] {
     let config = config("100mbit");
     let metrics = Metrics::with_silos(2);
-    let mut allocator = Allocator::new(&config, 2);
+    let mut allocator = crate::driver::silo::allocator(&config, 2, &[]);
     let cells = allocator.cells();
     let mut silos = [
         SimSilo::new(0, &config, &cells, &metrics, 3),
@@ -240,9 +241,9 @@ fn a_reload_goes_through_the_coordinator_to_every_silo() {
     let running = Config::load(&path).unwrap();
     let mut reloader = Reloader::new(path.clone(), running.clone());
     let metrics = Metrics::with_silos(2);
-    let mut allocator = Allocator::new(&running, 2);
+    let mut allocator = crate::driver::silo::allocator(&running, 2, &[]);
     let mut engines: Vec<Engine> = (0..2)
-        .map(|i| Engine::new(&running, 64, metrics.for_silo(i)))
+        .map(|i| crate::driver::reload::test_engine(&running, 64, &metrics.for_silo(i)))
         .collect();
     let mut exchanges: Vec<SiloExchange> = (0..2)
         .map(|i| SiloExchange::new(i, &allocator.cells(), &engines[i], metrics.for_silo(i)))
@@ -408,7 +409,7 @@ fn a_cluster_share_is_the_aggregate_the_allocator_splits_and_zero_closes_the_cla
     use crate::ops::cluster::ClusterCell;
     let config = config("300mbit");
     let cell = Arc::new(ClusterCell::new("bulk", Rate::mbps(300), 2, Rate::mbps(3)));
-    let mut a = Allocator::with_cluster(&config, 2, std::slice::from_ref(&cell));
+    let mut a = allocator(&config, 2, std::slice::from_ref(&cell));
     let cells = a.cells();
     let x = &cells[0].exchange;
     // The floor, split: not the class's rate.
@@ -421,7 +422,7 @@ fn a_cluster_share_is_the_aggregate_the_allocator_splits_and_zero_closes_the_cla
     assert!(e0 > before);
     assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 150_000_000);
     // A reload keeps the share, not the file's rate.
-    a.apply(&config);
+    a.apply(&config.engine());
     assert_eq!(x.read_rate(0).0.bps() + x.read_rate(1).0.bps(), 150_000_000);
     // Zero: every silo gets a zero rate, which closes the class in its engine.
     cell.set_share(0);

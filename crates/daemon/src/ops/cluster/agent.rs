@@ -20,8 +20,8 @@
 //! its connection fails each one at once and so always looks ready (seen in a test run: with
 //! one member of three killed, a daemon's lease expired while the other two were up).
 
-use super::cell::ClusterCell;
 use super::record::{decode, encode};
+use super::ClusterCell;
 use crate::ops::config::cluster::ClusterSection;
 use crate::ops::metrics::cluster::ClusterMetrics;
 use etcd_client::{

@@ -27,7 +27,7 @@ fn spawn_loop(live: &Live, i: usize, n: usize, stop: &Arc<AtomicBool>) -> JoinHa
     let mut endpoint = live.endpoint(i, n).unwrap();
     let stop = stop.clone();
     std::thread::spawn(move || {
-        let mut engine = Engine::new(&file(), 64, Metrics::new());
+        let mut engine = crate::driver::reload::test_engine(&file(), 64, &Metrics::new());
         while !stop.load(Ordering::Relaxed) {
             endpoint.poll(&mut engine);
             std::thread::sleep(StdDuration::from_micros(100));
@@ -277,7 +277,7 @@ fn attach_loop(text: &str) -> (Arc<Live>, Arc<AtomicBool>, JoinHandle<Engine>) {
     let mut endpoint = live.endpoint(0, 1).unwrap();
     let flag = stop.clone();
     let thread = std::thread::spawn(move || {
-        let mut engine = Engine::new(&config, 64, Metrics::new());
+        let mut engine = crate::driver::reload::test_engine(&config, 64, &Metrics::new());
         while !flag.load(Ordering::Relaxed) {
             endpoint.poll(&mut engine);
             std::thread::sleep(StdDuration::from_micros(100));

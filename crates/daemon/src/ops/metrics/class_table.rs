@@ -29,7 +29,7 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -42,17 +42,7 @@ pub const ACTIVE_IDLE_SECS: u64 = 300;
 /// [`ACTIVE_IDLE_SECS`] as a duration.
 pub const ACTIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(ACTIVE_IDLE_SECS);
 
-/// Which classes have series of their own in a scrape (`[daemon] class_metrics`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum ClassSeries {
-    /// Every class.
-    #[default]
-    All,
-    /// The classes with traffic or a queue, until [`ACTIVE_IDLE`] after they went idle.
-    Active,
-    /// The classes named (names of no class are ignored).
-    Listed(HashSet<String>),
-}
+pub use metronome_config::ClassSeries;
 
 /// The counters of one class in one silo. `#[repr(C, align(64))]`: the fields the data path
 /// writes per batch (`queued`, `packets`, `bytes`) share the first cache line; 192 bytes with

@@ -9,11 +9,8 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Lateness buckets: upper bounds 1 µs × 2^k for k = 0..=17, i.e. 1 µs to 131 ms (covers
-/// 100 ms, the longest lateness worth telling apart; a departure later than that is in `+Inf`).
-pub const LATENESS_BASE_NS: u64 = 1_000;
-/// Number of finite lateness buckets (see [`LATENESS_BASE_NS`]).
-pub const LATENESS_BUCKETS: usize = 18;
+pub use metronome_engine::stats::{HistogramTally, LATENESS_BASE_NS, LATENESS_BUCKETS};
+
 /// TX batch buckets: 1, 2, 4, ... 1024 packets (the config's largest batch is below 1024).
 pub const BATCH_BUCKETS: usize = 11;
 
@@ -70,12 +67,7 @@ impl Pow2Histogram {
 
     /// An empty per-thread tally with this histogram's buckets.
     pub fn tally(&self) -> HistogramTally {
-        HistogramTally {
-            base: self.base,
-            buckets: vec![0; self.buckets.len()],
-            sum: 0,
-            count: 0,
-        }
+        HistogramTally::new(self.base, self.buckets.len() - 1)
     }
 
     /// Adds `tally` (of this histogram's layout) with one atomic add per non-empty bucket, and
@@ -93,28 +85,6 @@ impl Pow2Histogram {
             .fetch_add(std::mem::take(&mut tally.sum), Ordering::Relaxed);
         self.count
             .fetch_add(std::mem::take(&mut tally.count), Ordering::Relaxed);
-    }
-}
-
-/// Values of a [`Pow2Histogram`] counted by one thread in plain integers, merged into the shared
-/// histogram once per batch ([`Pow2Histogram::merge`]): the per-packet path then does no atomic
-/// read-modify-write (each costs about as much as the rest of a wheel insert).
-#[derive(Clone, Debug)]
-pub struct HistogramTally {
-    base: u64,
-    buckets: Vec<u64>,
-    sum: u64,
-    count: u64,
-}
-
-impl HistogramTally {
-    /// Records one value (bucket as [`Pow2Histogram::bucket_index`]).
-    pub fn observe(&mut self, v: u64) {
-        let q = v.saturating_sub(1) / self.base;
-        let k = ((u64::BITS - q.leading_zeros()) as usize).min(self.buckets.len() - 1);
-        self.buckets[k] += 1;
-        self.sum = self.sum.wrapping_add(v);
-        self.count += 1;
     }
 }
 

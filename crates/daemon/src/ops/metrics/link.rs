@@ -22,6 +22,7 @@
 //!
 //! Drops on the link are `metronome_class_drops_total{reason="link_buffer"|"link_not_ect"}`.
 
+pub use metronome_engine::stats::LinkClassSnapshot;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -164,29 +165,6 @@ pub struct LinkClassMetrics {
     queue_bytes: Gauge,
     queue_packets: Gauge,
     threshold: Gauge,
-}
-
-/// What [`LinkClassMetrics::publish`] sets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkClassSnapshot {
-    /// Cumulative wire bytes sent on the link.
-    pub bytes: u64,
-    /// Cumulative packets sent on the link.
-    pub packets: u64,
-    /// Cumulative CE marks.
-    pub marks: u64,
-    /// Cumulative not-ECT packets passed above the threshold.
-    pub not_ect: u64,
-    /// Cumulative delay, ns.
-    pub delay_sum_ns: u64,
-    /// Longest delay, ns.
-    pub delay_max_ns: u64,
-    /// Bytes queued now.
-    pub queue_bytes: u64,
-    /// Packets queued now.
-    pub queue_packets: u64,
-    /// Current threshold, bytes; `u64::MAX` without marking.
-    pub threshold_bytes: u64,
 }
 
 impl LinkClassMetrics {

@@ -26,9 +26,9 @@ fn encoding_holds_every_family() {
     let m = Metrics::new();
     let a = m.class("A");
     a.sent(3, 4_500);
-    a.dropped(DropReason::FlowLimit);
-    a.ecn_marked();
-    a.ecn_not_ect();
+    a.dropped_n(DropReason::FlowLimit, 1);
+    a.ecn_marked_n(1);
+    a.ecn_not_ect_n(1);
     a.set_queued(12);
     m.set_wheel_occupancy(40);
     m.observe_lateness_ns(1_500);
@@ -76,7 +76,7 @@ fn a_listed_selection_hides_the_other_classes_and_the_totals_count_them() {
     let m = Metrics::new();
     m.class("a").sent(2, 3_000);
     m.class("b").sent(5, 7_000);
-    m.class("b").dropped(DropReason::QueueFull);
+    m.class("b").dropped_n(DropReason::QueueFull, 1);
     m.class("c").set_queued(4);
     let all = m.encode();
     assert!(
@@ -132,7 +132,7 @@ fn the_active_selection_shows_classes_with_traffic_or_a_queue() {
         text.contains(r#"metronome_class_queued_packets{class="queued"} 0"#),
         "{text}"
     );
-    idle.dropped(DropReason::Horizon);
+    idle.dropped_n(DropReason::Horizon, 1);
     assert!(m.encode().contains(r#"class="idle""#));
 }
 
@@ -157,7 +157,7 @@ fn silos_sum_into_totals_of_their_own() {
 fn a_removed_class_leaves_the_scrape_and_its_counts_stay_in_the_totals() {
     let m = Metrics::new();
     m.class("gone").sent(3, 300);
-    m.class("gone").dropped(DropReason::QueueFull);
+    m.class("gone").dropped_n(DropReason::QueueFull, 1);
     m.class("kept").sent(1, 100);
     m.remove_class("gone");
     m.remove_class("never-there");
@@ -198,8 +198,8 @@ fn server_serves_and_stats_format() {
     let a = m.class("A");
     let b = m.class("B");
     a.sent(789, 123_456);
-    a.ecn_marked();
-    b.dropped(DropReason::Horizon);
+    a.ecn_marked_n(1);
+    b.dropped_n(DropReason::Horizon, 1);
     let server = m
         .serve(SocketAddr::from(([127, 0, 0, 1], 0)))
         .expect("bind loopback");

@@ -92,7 +92,7 @@ fn the_engine_hands_over_its_first_rules_in_first_match_order() {
                 [[class]]\nname = \"x\"\nmatch = { protocol = \"udp\" }\nrate = \"10mbit\"\n\
                 queue = { bytes = 100000 }\n\n[[class]]\nname = \"y\"\nmatch = { dst_port = \"80\" }\n";
     let config = Config::from_toml_str(text, "t.toml").unwrap();
-    let engine = Engine::new(&config, 4096, Metrics::new());
+    let engine = crate::driver::reload::test_engine(&config, 4096, &Metrics::new());
     let a = engine.admission(MAX_RULES);
     assert!(a.complete);
     assert_eq!(a.rules.len(), 2);
