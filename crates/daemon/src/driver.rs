@@ -8,10 +8,9 @@
 //! * [`silo`]: `--cores N`, per-core loops sharing class limits through the NIC-level bandwidth
 //!   allocator (Carousel §5.3).
 //! * [`reload`]: SIGHUP reloads, one path for the single loop and the silos.
-//! * [`attached`]: attach mode's run: the hooks' watcher, a stop that detaches before it drains,
-//!   and re-attaching in place when a reload changes the attached interfaces.
+//!
+//! Attach mode's run around these loops is start-up's ([`crate::ops::service::attached`]).
 
-pub mod attached;
 pub mod carrier;
 pub mod reload;
 pub mod run;

@@ -3,19 +3,19 @@
 //! The daemon behind `metronome run --config FILE [--cores N]`: a shaping bump in the wire
 //! between two interfaces. Its entry point is [`ops::service::run_daemon`].
 //!
-//! Its modules are grouped by layer:
+//! It runs the engine (`metronome-engine`, re-exported as [`datapath`]) on the configuration
+//! of `metronome-config` (re-exported as [`ops::config`]). Its own modules form layers, each
+//! importing only those below it (`tests/layers.rs` checks it), lowest first:
 //!
-//! * [`datapath`]: the per-packet pipeline without I/O ([`datapath::engine`]) and its per-flow
-//!   state.
-//! * [`driver`]: the loop that moves frames between two ports through the engine
-//!   ([`driver::run`]), the carrier state it waits out, per-core silos, reloads.
-//! * [`os`]: opening the ports, dropping privileges, service-manager notifications.
-//! * [`ops`]: the configuration, the metrics and their endpoint, `metronome run`'s start-up and
-//!   exit codes ([`ops::service`]).
-//!
-//! The data path does no I/O and reads no clock; of the other layers it uses only the
-//! configuration's types and the metrics' handles (both in [`ops`]). The driver runs it over the
-//! ports [`os`] opens, and [`ops::service`] puts the layers together at start-up.
+//! 1. [`ops::metrics`]: the counters, the Prometheus endpoint, `metronome stats`.
+//! 2. [`os`]: opening the ports, dropping privileges, the BPF programs, realtime priorities,
+//!    service-manager notifications.
+//! 3. The control plane: [`ops::refused`], [`ops::cluster`] (the etcd agent), [`ops::control`]
+//!    (the control socket), in that order.
+//! 4. [`driver`]: the loop that moves frames between two ports through the engine
+//!    ([`driver::run`]), the carrier state it waits out, per-core silos, reloads.
+//! 5. [`ops::service`]: `metronome run`'s start-up, attach mode, exit codes; it puts the
+//!    layers together.
 //!
 //! Topologies, traffic generation, `metronome demo` and `metronome compare` live in
 //! `metronome-testbed`, the pipeline benchmark in `metronome-bench`; this crate depends on

@@ -34,7 +34,9 @@ fn short_limits() -> HttpLimits {
 fn serve(limits: HttpLimits) -> (Metrics, MetricsServer) {
     let m = Metrics::new();
     m.class("bulk").sent(3, 4_500);
-    let server = m.serve_with(loopback(), limits).expect("bind loopback");
+    let server = m
+        .serve_with(loopback(), limits, || {})
+        .expect("bind loopback");
     (m, server)
 }
 

@@ -106,7 +106,7 @@ pub struct Control {
     /// hooks, `crate::ops::service`); taken by them.
     pub applied: Arc<std::sync::Mutex<Option<crate::ops::config::Config>>>,
     /// Attach mode: a reload that changes the attached interfaces leaves its configuration here;
-    /// the loops stop and start again on it (`crate::driver::attached`).
+    /// the loops stop and start again on it (`crate::ops::service::attached`).
     pub reattach: Arc<std::sync::Mutex<Option<crate::ops::config::Config>>>,
     /// The control socket's classes and the loops' inboxes (`crate::ops::control`); `None`
     /// without a control socket.
@@ -120,6 +120,16 @@ pub struct Control {
 }
 
 impl Control {
+    /// This control with the early filter of `config` when it has none (it shares its
+    /// requests; [`crate::os::early::load_logged`]).
+    pub fn with_early(&self, config: &Config) -> Control {
+        let mut control = self.clone();
+        if control.early.is_none() {
+            control.early = crate::os::early::load_logged(config);
+        }
+        control
+    }
+
     /// The [`EarlyLoop`] of loop `index`, which syncs the filter when `syncs`.
     pub fn early_loop(&self, index: usize, syncs: bool) -> Option<EarlyLoop> {
         self.early.as_ref().map(|filter| EarlyLoop {

@@ -309,7 +309,7 @@ pub fn run_silos(
 ) -> Result<Vec<SiloReport>, PortError> {
     let mut ports = open_silo_ports(config, config.daemon.cores.max(1), None)?;
     // After the ports, so that frames arriving while the filter loads wait on the sockets.
-    let control = &crate::ops::service::with_early(control, config);
+    let control = &control.with_early(config);
     if let Some(early) = &control.early {
         for (inside, _) in &mut ports {
             inside.set_socket_filter(early.program_fd())?;

@@ -35,7 +35,8 @@
 pub mod agent;
 pub mod record;
 
-pub use agent::{Agent, AgentState};
+pub use crate::ops::metrics::cluster::AgentState;
+pub use agent::Agent;
 pub use metronome_engine::allocator::cell::{apply_share, ClusterCell, ClusterPort};
 
 use crate::ops::config::cluster::ClusterSection;

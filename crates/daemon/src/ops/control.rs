@@ -187,7 +187,7 @@ impl Live {
     }
 
     /// Makes one inbox per loop for `loops` loops, replacing those there were (attach mode
-    /// starts its loops again on a re-attach, `crate::driver::attached`).
+    /// starts its loops again on a re-attach, `crate::ops::service::attached`).
     pub fn set_loops(&self, loops: usize) -> std::io::Result<()> {
         let _model = self.model();
         let inboxes = (0..loops.max(1))

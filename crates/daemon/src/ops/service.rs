@@ -23,6 +23,10 @@
 //! ([`crate::driver::silo::run_silos`], Carousel §5.3); with 1, one loop on the calling thread
 //! ([`run_with`]).
 
+pub mod attached;
+
+pub use crate::os::early::load_logged as load_early;
+
 use crate::driver::reload::{FileReload, Reloader};
 use crate::driver::run::{run_loop, Control, LoopOptions, LoopReport, Pools};
 use crate::driver::silo::{panic_message, run_silos_on, SiloReport};
@@ -148,7 +152,7 @@ pub fn log_ansi(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 
 /// Runs the shaping loop for `config` on the calling thread until `control.stop` is set;
 /// `control.reload` re-reads `config_path` (ignored when it is `None`). Loads the early filter
-/// as the daemon does when `control` has none ([`load_early`]), opens the ports, switches GRO
+/// as the daemon does when `control` has none ([`crate::os::early::load_logged`]), opens the ports, switches GRO
 /// on, then [`run_on`].
 pub fn run_with(
     config: &Config,
@@ -158,21 +162,12 @@ pub fn run_with(
 ) -> Result<LoopReport, PortError> {
     // The ports first, so that frames arriving while the filter loads wait on the socket.
     let (mut inside, outside) = open_ports(config, None)?;
-    let control = &with_early(control, config);
+    let control = &control.with_early(config);
     if let Some(early) = &control.early {
         inside.set_socket_filter(early.program_fd())?;
     }
     enable_gro(config);
     run_on(inside, outside, config, config_path, metrics, control)
-}
-
-/// `control` with the early filter of `config` when it has none (it shares its requests).
-pub fn with_early(control: &Control, config: &Config) -> Control {
-    let mut control = control.clone();
-    if control.early.is_none() {
-        control.early = load_early(config);
-    }
-    control
 }
 
 /// The single loop of [`run_with`] on ports already open.
@@ -341,7 +336,7 @@ pub fn run_daemon(
     }
     let mut control = Control::default();
     // In attach mode a stop request goes to the hooks' watcher first, which detaches the capture
-    // hooks before it stops the loops (`crate::driver::attached`).
+    // hooks before it stops the loops (`crate::ops::service::attached`).
     let quit = if config.is_attach() {
         Arc::new(AtomicBool::new(false))
     } else {
@@ -352,9 +347,9 @@ pub fn run_daemon(
         signal_hook::flag::register(signal, flag.clone()).map_err(DaemonError::Signals)?;
     }
     if config.is_attach() {
-        return crate::driver::attached::run_attached(config, config_path, &mut control, &quit);
+        return attached::run_attached(config, config_path, &mut control, &quit);
     }
-    control.early = load_early(&config);
+    control.early = crate::os::early::load_logged(&config);
     let ports = OpenPorts::open(&config, None, control.early.as_deref())?;
     enable_gro(&config);
     let bound = bind_control(&config)?;
@@ -378,26 +373,6 @@ pub fn run_daemon(
         .unwrap_or_else(PoisonError::into_inner)
         .take();
     runtime_outcome(run, first_panic)
-}
-
-/// The early filter of `config` (`crate::os::early`), loaded while the daemon may still load
-/// BPF programs; `None` when `[daemon] early_refuse = false` or it cannot be had (logged: the
-/// loop then reads every frame itself, as a daemon without it did).
-pub fn load_early(config: &Config) -> Option<Arc<crate::os::early::EarlyFilter>> {
-    match crate::os::early::EarlyFilter::load(config) {
-        Ok(Some(filter)) => {
-            tracing::info!(
-                multiple = config.daemon.early_multiple,
-                "early refusal: the receiving sockets' filter is loaded"
-            );
-            Some(Arc::new(filter))
-        }
-        Ok(None) => None,
-        Err(e) => {
-            tracing::warn!(error = %e, "early refusal off: the loop reads every frame");
-            None
-        }
-    }
 }
 
 /// With a `[cluster]`: the cells of its classes into `control` and what its agent needs from
@@ -527,7 +502,11 @@ pub(crate) fn serve_metrics(
             "metrics endpoint listens beyond loopback: it has no authentication"
         );
     }
-    let server = metrics.serve(config.daemon.metrics_listen)?;
+    let server = metrics.serve_with(
+        config.daemon.metrics_listen,
+        crate::ops::metrics::HttpLimits::default(),
+        crate::os::realtime::ordinary,
+    )?;
     tracing::info!(addr = %server.addr(), "metrics endpoint");
     Ok(server)
 }

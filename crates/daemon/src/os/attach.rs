@@ -418,7 +418,7 @@ impl Attachment {
             let name = self.uplinks[i].name.clone();
             // Its link going down and up, as the host's own routing sees it: while it is down
             // the host sends nothing through it, so the loop may never meet an error.
-            let up = crate::driver::carrier::probe_interface(&name).map(|(_, up)| up);
+            let up = crate::os::ports::probe_interface(&name).map(|(_, up)| up);
             if let (Some(was_up), Some(up)) = (self.uplinks[i].up, up) {
                 if was_up != up {
                     self.event(&name, if up { "up" } else { "down" });

@@ -48,6 +48,7 @@ use aya::Ebpf;
 use metronome_packet::ClassRule;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -535,6 +536,26 @@ impl OverloadJudge {
             self.overloaded = false;
         }
         self.overloaded
+    }
+}
+
+/// The early filter of `config`, loaded while the daemon may still load
+/// BPF programs; `None` when `[daemon] early_refuse = false` or it cannot be had (logged: the
+/// loop then reads every frame itself, as a daemon without it did).
+pub fn load_logged(config: &Config) -> Option<Arc<EarlyFilter>> {
+    match EarlyFilter::load(config) {
+        Ok(Some(filter)) => {
+            tracing::info!(
+                multiple = config.daemon.early_multiple,
+                "early refusal: the receiving sockets' filter is loaded"
+            );
+            Some(Arc::new(filter))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "early refusal off: the loop reads every frame");
+            None
+        }
     }
 }
 

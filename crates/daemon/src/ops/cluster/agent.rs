@@ -23,6 +23,7 @@
 use super::record::{decode, encode};
 use super::ClusterCell;
 use crate::ops::config::cluster::ClusterSection;
+use crate::ops::metrics::cluster::AgentState;
 use crate::ops::metrics::cluster::ClusterMetrics;
 use etcd_client::{
     Client, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
@@ -43,31 +44,6 @@ pub const MAX_HOSTS_PER_CLASS: usize = 100_000;
 const HOUSEKEEPING: StdDuration = StdDuration::from_millis(100);
 /// How long a stopping agent waits for etcd to revoke its lease: 1 s.
 const REVOKE_TIMEOUT: StdDuration = StdDuration::from_secs(1);
-
-/// The agent's state (`metronome_cluster_state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AgentState {
-    /// No share from etcd yet: the floors.
-    Joining,
-    /// Shares computed from etcd's records.
-    Shared,
-    /// etcd unreachable for at most `hold`: the last shares.
-    Holding,
-    /// etcd unreachable for longer than `hold`: the floors.
-    Floor,
-}
-
-impl AgentState {
-    /// The label value.
-    pub const fn label(self) -> &'static str {
-        match self {
-            AgentState::Joining => "joining",
-            AgentState::Shared => "shared",
-            AgentState::Holding => "holding",
-            AgentState::Floor => "floor",
-        }
-    }
-}
 
 /// One class as the agent keeps it.
 struct AgentClass {

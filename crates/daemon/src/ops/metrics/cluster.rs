@@ -4,13 +4,37 @@
 //! transitions. Written by the
 //! agent's thread only, none of them by a shaping loop.
 
-use crate::ops::cluster::AgentState;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
+
+/// The agent's state (`metronome_cluster_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentState {
+    /// No share from etcd yet: the floors.
+    Joining,
+    /// Shares computed from etcd's records.
+    Shared,
+    /// etcd unreachable for at most `hold`: the last shares.
+    Holding,
+    /// etcd unreachable for longer than `hold`: the floors.
+    Floor,
+}
+
+impl AgentState {
+    /// The label value.
+    pub const fn label(self) -> &'static str {
+        match self {
+            AgentState::Joining => "joining",
+            AgentState::Shared => "shared",
+            AgentState::Holding => "holding",
+            AgentState::Floor => "floor",
+        }
+    }
+}
 
 /// `{class="..."}` of the cluster series (the daemon's, never per silo).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -14,14 +14,17 @@ impl Metrics {
     /// dropped, under the default [`HttpLimits`]. Port 0 picks a free port
     /// ([`MetricsServer::addr`] tells which).
     pub fn serve(&self, addr: SocketAddr) -> Result<MetricsServer, MetricsError> {
-        self.serve_with(addr, HttpLimits::default())
+        self.serve_with(addr, HttpLimits::default(), || {})
     }
 
-    /// [`Metrics::serve`] under `limits` ([`http`]).
+    /// [`Metrics::serve`] under `limits` ([`http`]); the accepting thread first runs
+    /// `thread_start` (the daemon's makes the thread an ordinary task, `crate::os::realtime`),
+    /// which its connection threads inherit.
     pub fn serve_with(
         &self,
         addr: SocketAddr,
         limits: HttpLimits,
+        thread_start: fn(),
     ) -> Result<MetricsServer, MetricsError> {
         let bind = |e: std::io::Error| MetricsError::Bind {
             addr,
@@ -34,7 +37,7 @@ impl Metrics {
         let thread = std::thread::Builder::new()
             .name("metrics-http".into())
             .spawn(move || {
-                crate::os::realtime::ordinary();
+                thread_start();
                 http::accept_loop(&listener, metrics, limits, flag)
             })
             .map_err(bind)?;

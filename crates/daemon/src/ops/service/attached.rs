@@ -57,7 +57,7 @@ pub fn run_attached(
     let mut _agent = None;
     let mut metrics = Metrics::with_silos(config.daemon.cores);
     let mut attachment = Attachment::prepare(&config, &metrics)?;
-    control.early = crate::ops::service::load_early(&config);
+    control.early = crate::os::early::load_logged(&config);
     let mut first = true;
     let panicked = stop_on_panic(control.stop.clone());
     loop {
