@@ -98,8 +98,8 @@ pub enum RxMode {
     /// `recvmmsg` batches of up to 64 frames straight into pool slots, with `PACKET_AUXDATA`
     /// for the checksum status and VLAN tag, and a socket receive buffer of the ring's size.
     /// The default: it hands frames over as soon as they arrive, where the ring holds them until
-    /// a block is full or retired; measured on veth, one TCP flow through the daemon ran about
-    /// 20 % faster (`metronome compare --ceiling`).
+    /// a block is full or retired, which on veth slows one TCP flow through the daemon
+    /// (ARCHITECTURE.md, "The AF_PACKET port").
     #[default]
     Mmsg,
     /// The TPACKET_V3 memory-mapped ring of `block_count` blocks of `block_size` bytes.

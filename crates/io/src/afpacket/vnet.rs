@@ -16,8 +16,8 @@
 //! While super-frames arrive (the last receive that got frames had one), each message's third
 //! buffer is instead the tail of a free large slot, taken for the call (as many as the pool has
 //! free, up to the messages asked for, `next_recv_want`): a super-frame then lands in place and
-//! only its first small-slot's worth of bytes is copied (2 KiB instead of up to 64 KiB,
-//! measured as most of the daemon thread's own user time at 10 Gbit/s); the large slots no
+//! only its first small-slot's worth of bytes is copied (2 KiB instead of up to 64 KiB, a copy
+//! that would dominate the daemon thread's user time at high rates); the large slots no
 //! message used go back to the pool before the call returns.
 //!
 //! **Frames above 64 KiB.** With an interface's `gro_max_size` or `gso_max_size` raised above
