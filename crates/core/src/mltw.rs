@@ -10,10 +10,9 @@
 //! packet rounded at level `L` leaves no earlier than its slot's start and, polled every `g_L`,
 //! no later than `edt + g_L` (clamped packets excepted). Fixed size: [`structure_bytes`].
 //!
-//! Where it departs from the paper: exact level arithmetic, bitmap skipping to the next occupied
-//! slot, FIFO slots, rate estimation at enqueue from scheduled departures, the front advanced on
-//! enqueue, explicit rates ([`Mltw::set_rate`]). The algorithm, the guarantees and the reasons:
-//! `docs/design/flowbundler.md`.
+//! Where it departs from the paper: exact level arithmetic, bitmap skipping, FIFO slots, rate
+//! estimation at enqueue, the front advanced on enqueue, explicit rates ([`Mltw::set_rate`]). The
+//! algorithm, the guarantees and the reasons: `docs/design/flowbundler.md`.
 
 use crate::bitmap::OccupancyBitmap;
 use crate::packet::{FlowId, PacketRef};

@@ -191,6 +191,28 @@ pub struct GenericTimingWheel<S: SlotStore> {
 }
 
 /// Carousel's timing wheel: slots of pooled multi-reference nodes.
+///
+/// ```
+/// use metronome_core::{EdtQueue, TimingWheel, TimingWheelConfig, PacketRef, FlowId, ClassId,
+///                      Timestamp, Duration};
+///
+/// let mut wheel = TimingWheel::new(TimingWheelConfig {
+///     granularity: Duration::from_micros(2),
+///     horizon: Duration::from_millis(10),
+///     pool_packets: 1024,
+///     ..Default::default()
+/// });
+/// let now = Timestamp::from_nanos(1_000_000);
+/// let pkt = PacketRef::new(7, FlowId(1), ClassId(0), 1500);
+/// wheel.enqueue(now, now + Duration::from_micros(30), pkt).unwrap();
+/// assert_eq!(wheel.next_due(), Some(Timestamp::from_nanos(1_030_000)));
+///
+/// let mut out = [PacketRef::default(); 32];
+/// assert_eq!(wheel.dequeue(now, &mut out), 0); // not yet
+/// let later = now + Duration::from_micros(30);
+/// assert_eq!(wheel.dequeue(later, &mut out), 1);
+/// assert_eq!(out[0].id, 7);
+/// ```
 pub type TimingWheel = GenericTimingWheel<PoolSlots>;
 
 /// The timing wheel with per-packet allocating lists (baseline).
