@@ -25,10 +25,9 @@ pub const SCH_FQ_DEFAULT_FLOW_LIMIT: usize = 100;
 /// 8-byte alignment (computed from the layout; 24 on every 64-bit target).
 pub const FQ_PACKET_BYTES: usize = core::mem::size_of::<(Timestamp, PacketRef)>();
 
-/// Estimated bytes of `BTreeSet` node memory per backlogged flow. Measured with a counting
-/// allocator on `BTreeSet<(Timestamp, u32)>` (std 1.95, x86-64): 27 bytes per key under the steady
-/// pop-first/insert-later churn a time-ordered tree sees, 34 bytes per key for an ascending build.
-/// A leaf is 192 bytes holding up to 11 keys; splits leave 5 or 6. 32 sits between the two.
+/// Estimated bytes of `BTreeSet` node memory per backlogged flow, for `BTreeSet<(Timestamp,
+/// u32)>` on x86-64: a leaf is 192 bytes holding up to 11 keys and a split leaves 5 or 6, so a
+/// key costs 17 to 38 bytes of leaf; 32 is the estimate for leaves about six keys full.
 const BTREE_BYTES_PER_KEY: usize = 32;
 
 /// Width of a hashbrown control group in bytes (16 with SSE2, the x86-64 build; 8 elsewhere, where
