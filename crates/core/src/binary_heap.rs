@@ -1,11 +1,11 @@
 //! A single EDT-ordered binary min-heap: the textbook priority-queue baseline of the EDT model
-//! (Carousel §4, FlowBundler §II) at O(log n) per operation, which `metronome bench` measures beside
-//! the timing wheel as Carousel Table 1 does.
+//! (Carousel §4, FlowBundler §II) at O(log n) per operation, which `metronome bench` measures
+//! beside the timing wheel as Carousel Table 1 does.
 //!
-//! Where it departs from the wheel: no granularity (a packet leaves when `edt <= now`) and no horizon
-//! (an optional count, [`BinaryHeapQueue::with_capacity_limit`], hands back with
-//! [`RejectReason::Full`]). Equal EDTs leave FIFO by a sequence number. One `Vec` of 32-byte entries
-//! that grows by doubling and never shrinks. The reasons: `docs/design/carousel.md`.
+//! Where it departs from the wheel: no granularity (a packet leaves when `edt <= now`) and no
+//! horizon (an optional count, [`BinaryHeapQueue::with_capacity_limit`], hands back with
+//! [`RejectReason::Full`]). Equal EDTs leave FIFO by a sequence number. One `Vec` of 32-byte
+//! entries that grows by doubling and never shrinks. The reasons: `docs/design/carousel.md`.
 
 use crate::packet::PacketRef;
 use crate::queue::{EdtQueue, QueueCounters, RejectReason, Rejected};

@@ -2,15 +2,15 @@
 //! and the shares every daemon computes from the same set of records (Carousel §2, §5.3).
 //!
 //! The NBA's water-filling ([`crate::nba`]) one level up, without a central allocator: every daemon
-//! publishes a [`HostRecord`] per cluster class each period, and [`shares`] computes the same shares
-//! from one store revision on every daemon (deterministic, summing to at most the limit). Demand is
-//! estimated as the NBA does ([`crate::nba::estimate_demand`]), counting sent, queued and refused
-//! bytes. Pure and clock-free (CONTRIBUTING.md §1).
+//! publishes a [`HostRecord`] per cluster class each period, and [`shares`] computes the same
+//! shares from one store revision on every daemon (deterministic, summing to at most the limit).
+//! Demand is estimated as the NBA does ([`crate::nba::estimate_demand`]), counting sent, queued and
+//! refused bytes. Pure and clock-free (CONTRIBUTING.md §1).
 //!
-//! Where it departs from the NBA: refused bytes offered, a frame of slack, a lower cap threshold and
-//! larger headroom, each record carrying its previous sample, one idle reserve for the whole cluster,
-//! a join floor, a host's own newest record ([`own_share`]), weights ([`water_fill_weighted`]). The
-//! reasons: `docs/design/carousel.md`.
+//! Where it departs from the NBA: refused bytes offered, a frame of slack, a lower cap threshold
+//! and larger headroom, each record carrying its previous sample, one idle reserve for the whole
+//! cluster, a join floor, a host's own newest record ([`own_share`]), weights
+//! ([`water_fill_weighted`]). The reasons: `docs/design/carousel.md`.
 
 use crate::nba::DEFAULT_IDLE_FLOOR_FRACTION;
 use crate::nba::{estimate_demand, measured_rate, water_fill_weighted, DemandEstimate};

@@ -7,8 +7,8 @@
 //! [`EdtQueue`] and produces one [`Completion`] per packet, out of order across flows as Carousel's
 //! driver does (§5.2). A packet the queue hands back is a virtual drop, not in flight.
 //!
-//! Where it departs from the paper: a flow index beyond the tracker's capacity is untracked (counted
-//! in `untracked`), not refused. The reasons: `docs/design/carousel.md`.
+//! Where it departs from the paper: a flow index beyond the tracker's capacity is untracked
+//! (counted in `untracked`), not refused. The reasons: `docs/design/carousel.md`.
 
 use crate::packet::{FlowId, PacketRef};
 use crate::queue::{EdtQueue, QueueCounters, Rejected};

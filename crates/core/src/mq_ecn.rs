@@ -6,9 +6,9 @@
 //! average and idle decay; the sampling is in [`crate::mq_port`]) and [`Marking::Red`] (§3.3.2's
 //! probabilistic marking). Strict-priority queues use the standard threshold (§3.3.2).
 //!
-//! Where it departs from the paper: the instantaneous queue length with the arriving packet (DCTCP's
-//! setting), the standard threshold before the first `T_round` sample, RED's linear `p_b` alone, a
-//! seeded SplitMix64 coin ([`Red::seed`]), marking at enqueue only. The reasons:
+//! Where it departs from the paper: the instantaneous queue length with the arriving packet
+//! (DCTCP's setting), the standard threshold before the first `T_round` sample, RED's linear `p_b`
+//! alone, a seeded SplitMix64 coin ([`Red::seed`]), marking at enqueue only. The reasons:
 //! `docs/design/mq-ecn.md`.
 
 use crate::rate::Rate;

@@ -1,11 +1,11 @@
-//! A multi-queue switch port: DWRR or WRR over N FIFO queues under a strict-priority tier, a
-//! shared buffer with a per-port byte limit, and ECN marking at enqueue ([`crate::mq_ecn`]).
+//! A multi-queue switch port: DWRR or WRR over N FIFO queues under a strict-priority tier, a shared
+//! buffer with a per-port byte limit, and ECN marking at enqueue ([`crate::mq_ecn`]).
 //!
 //! The scheduler is the one MQ-ECN's prototype builds on (MQ-ECN §4.2, DWRR after Shreedhar and
-//! Varghese): a list of backlogged weighted queues served in turn, each turn ended eagerly so that a
-//! dequeue is O(1), and a `T_round` sample at the end of each turn (§4.2, §3.3.1). Strict-priority
-//! queues ([`QueueConfig::strict_priority`]) are served first (§3.3.2). One shared pool of packet
-//! references ([`crate::pool::NodePool`]), drop-tail by handing back
+//! Varghese): a list of backlogged weighted queues served in turn, each turn ended eagerly so that
+//! a dequeue is O(1), and a `T_round` sample at the end of each turn (§4.2, §3.3.1).
+//! Strict-priority queues ([`QueueConfig::strict_priority`]) are served first (§3.3.2). One shared
+//! pool of packet references ([`crate::pool::NodePool`]), drop-tail by handing back
 //! ([`MqRejectReason::BufferFull`], §5.1). An earlier `now` is taken as the latest seen.
 //!
 //! Where it departs from or reads the paper: a turn ends when its last packet has been transmitted,

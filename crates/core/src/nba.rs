@@ -1,10 +1,10 @@
 //! The NIC-level bandwidth allocator (NBA): one aggregate rate limit shared by per-core shapers
 //! (Carousel §5.3, component 1), redistributed every period ([`DEFAULT_PERIOD`], "≈ 100 ms") by
-//! water-filling over the cores' demands ([`Nba::record_demand`]), with a floor of the aggregate for
-//! idle cores ([`NbaConfig::idle_floor_fraction`], the paper's 1 %).
+//! water-filling over the cores' demands ([`Nba::record_demand`]), with a floor of the aggregate
+//! for idle cores ([`NbaConfig::idle_floor_fraction`], the paper's 1 %).
 //!
-//! The paper leaves the demand estimate open: here a core below [`NbaConfig::cap_threshold`] of
-//! its rate asks for its measured rate plus [`NbaConfig::headroom`], a core at its cap is taken as
+//! The paper leaves the demand estimate open: here a core below [`NbaConfig::cap_threshold`] of its
+//! rate asks for its measured rate plus [`NbaConfig::headroom`], a core at its cap is taken as
 //! unbounded, and a core without a new sample keeps its estimate ([`NbaCounters::stale_cores`]).
 //!
 //! Where it departs from the paper: rates in bit/s ([`Rate`]), and the rates always sum to exactly

@@ -5,8 +5,8 @@
 //! Per core a [`RateExchange`] holds a demand cell written by the silo
 //! ([`RateExchange::publish_demand`]) and a rate cell written by the allocator
 //! ([`RateExchange::publish_rate`]), each a sequence lock over atomics (no `unsafe`; Boehm, MSPC
-//! 2012, the fence-based variant) on its own cache lines. Writers never wait; the data path's `try_`
-//! readers give up instead of retrying. One exchange per aggregate limit. The loom models
+//! 2012, the fence-based variant) on its own cache lines. Writers never wait; the data path's
+//! `try_` readers give up instead of retrying. One exchange per aggregate limit. The loom models
 //! (CONTRIBUTING.md §13) check that no torn pair is read and that epochs only grow; the design:
 //! `docs/design/carousel.md`.
 

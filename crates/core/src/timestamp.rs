@@ -4,10 +4,11 @@
 //! A [`Timestamper`] holds per-flow pacing and per-aggregate rate-limit policies; a packet's EDT is
 //! the maximum over the policies it passes, `now` and any earlier timestamp the caller supplies.
 //! Each policy is a token bucket in EDT form (a GCRA): a train of up to `burst` bytes shares one
-//! release time (§5.1.2), an idle policy banks at most its burst, a rate change applies from the next
-//! packet. A zero rate pauses a policy: [`Timestamper::try_stamp_after`] hands back [`Paused`],
-//! [`Timestamper::stamp`] returns [`Timestamp::MAX`], and no state changes. [`PolicyStack`] is a
-//! shaper's per-packet composition (aggregate and pacing, peeked, then committed).
+//! release time (§5.1.2), an idle policy banks at most its burst, a rate change applies from the
+//! next packet. A zero rate pauses a policy: [`Timestamper::try_stamp_after`] hands back
+//! [`Paused`], [`Timestamper::stamp`] returns [`Timestamp::MAX`], and no state changes.
+//! [`PolicyStack`] is a shaper's per-packet composition (aggregate and pacing, peeked, then
+//! committed).
 //!
 //! Where it departs from the paper: a burst smaller than the packet counts as one packet. The exact
 //! arithmetic and the reasons: `docs/design/carousel.md`.

@@ -7,8 +7,8 @@
 //! per-packet [`ListSlots`] of Carousel Table 1's STDLIST row.
 //!
 //! Where it departs from Algorithm 1: a batch per extraction, empty slots skipped with an
-//! [`OccupancyBitmap`], the front never past the latest `now`'s slot, an empty wheel's front jumping
-//! to `now`. The reasons: `docs/design/carousel.md`.
+//! [`OccupancyBitmap`], the front never past the latest `now`'s slot, an empty wheel's front
+//! jumping to `now`. The reasons: `docs/design/carousel.md`.
 
 use crate::bitmap::OccupancyBitmap;
 use crate::packet::PacketRef;

@@ -1,12 +1,12 @@
 //! The token-bucket shaper architecture of HTB and policers: one FIFO and one token bucket per
-//! class, polled round-robin (Carousel §2, Figure 1), a baseline `metronome bench` measures beside the
-//! timing wheel as Carousel Table 1 does; its polling cost, linear in the classes (§3), stays
+//! class, polled round-robin (Carousel §2, Figure 1), a baseline `metronome bench` measures beside
+//! the timing wheel as Carousel Table 1 does; its polling cost, linear in the classes (§3), stays
 //! visible.
 //!
 //! The class is the packet's [`ClassId`] ([`RejectReason::UnknownClass`] otherwise); **the EDT
-//! argument of [`EdtQueue::enqueue`] is ignored**. Tokens start full, are refilled lazily and exactly
-//! ([`TOKEN_UNITS_PER_BYTE`]); a head packet leaves when `tokens >= min(len, burst)` and may drive
-//! them negative; `next_due` is O(classes); queues are unbounded. The rules in full:
+//! argument of [`EdtQueue::enqueue`] is ignored**. Tokens start full, are refilled lazily and
+//! exactly ([`TOKEN_UNITS_PER_BYTE`]); a head packet leaves when `tokens >= min(len, burst)` and
+//! may drive them negative; `next_due` is O(classes); queues are unbounded. The rules in full:
 //! `docs/design/carousel.md`.
 
 use crate::packet::{ClassId, PacketRef, PACKET_REF_BYTES};

@@ -58,25 +58,25 @@ pub struct AfPacketConfig {
     pub promiscuous: bool,
     /// Set `PACKET_QDISC_BYPASS` on the TX socket. Default true.
     pub qdisc_bypass: bool,
-    /// Join the RX socket to a `PACKET_FANOUT_HASH` group (see the module docs). Default none:
-    /// the socket sees every frame.
+    /// Join the RX socket to a `PACKET_FANOUT_HASH` group (ARCHITECTURE.md, "The AF_PACKET
+    /// port"). Default none: the socket sees every frame.
     pub fanout: Option<Fanout>,
     /// How frames are received: `recvmmsg` batches (default) or the TPACKET_V3 ring.
     pub rx: RxMode,
     /// Set `PACKET_VNET_HDR` on both sockets: receive GSO/GRO super-frames of up to
     /// [`crate::frame_pool::GSO_SLOT_SIZE`] bytes with their virtio-net header, send every frame
-    /// with one (see the module docs). Needs [`RxMode::Mmsg`]. Costs 4.2 MB of receive overflow
-    /// buffers per port (`RECV_BATCH × GSO_SLOT_SIZE`), besides the pool's large slots.
-    /// Default false.
+    /// with one (ARCHITECTURE.md, "The AF_PACKET port"). Needs [`RxMode::Mmsg`]. Costs 4.2 MB of
+    /// receive overflow buffers per port (`RECV_BATCH × GSO_SLOT_SIZE`), besides the pool's large
+    /// slots. Default false.
     pub vnet_hdr: bool,
-    /// The 802.1Q tag the kernel stripped from a received frame is the frame's origin tag: its
-    /// TCI is stored as the slot's [`FramePool::origin`] and the tag is not re-inserted; a frame
-    /// that arrives without a tag is dropped and counted in `rx_untagged` (see the module docs,
-    /// "Origin tags"). Needs [`RxMode::Mmsg`]. Default false: a stripped tag is re-inserted and
-    /// every slot's origin is 0.
+    /// The 802.1Q tag the kernel stripped from a received frame is the frame's origin tag: its TCI
+    /// is stored as the slot's [`FramePool::origin`] and the tag is not re-inserted; a frame that
+    /// arrives without a tag is dropped and counted in `rx_untagged` (ARCHITECTURE.md, "The
+    /// AF_PACKET port", origin tags). Needs [`RxMode::Mmsg`]. Default false: a stripped tag is
+    /// re-inserted and every slot's origin is 0.
     pub origin_tags: bool,
-    /// Receive frames. False opens a transmit-only port (see the module docs, "Transmit
-    /// only"); it cannot join a fanout group. Default true.
+    /// Receive frames. False opens a transmit-only port (ARCHITECTURE.md,
+    /// "The AF_PACKET port", transmit only); it cannot join a fanout group. Default true.
     pub receive: bool,
     /// `SO_MARK` of the transmit sockets: every frame sent carries this `skb->mark` (the kernel
     /// takes a packet socket's mark for each frame it sends, af_packet's `sockcm_init`); needs
@@ -92,7 +92,7 @@ pub struct AfPacketConfig {
     pub socket_filter: Option<std::os::fd::RawFd>,
 }
 
-/// How an [`AfPacketPort`] receives (see the module docs, "RX").
+/// How an [`AfPacketPort`] receives (ARCHITECTURE.md, "The AF_PACKET port").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RxMode {
     /// `recvmmsg` batches of up to 64 frames straight into pool slots, with `PACKET_AUXDATA`

@@ -1,6 +1,6 @@
-//! Frame parsing: Ethernet II, IEEE 802.1Q / 802.1ad VLAN tags (up to [`MAX_VLAN_TAGS`]), IPv4
-//! (RFC 791, fragments without ports after the first), IPv6 (RFC 8200, extension headers), TCP,
-//! UDP, ICMP and ICMPv6 (RFC 9293, 768, 792, 4443). Other EtherTypes are [`Parsed::NonIp`], other IP
+//! Frame parsing: Ethernet II, IEEE 802.1Q / 802.1ad VLAN tags (up to [`MAX_VLAN_TAGS`]), IPv4 (RFC
+//! 791, fragments without ports after the first), IPv6 (RFC 8200, extension headers), TCP, UDP,
+//! ICMP and ICMPv6 (RFC 9293, 768, 792, 4443). Other EtherTypes are [`Parsed::NonIp`], other IP
 //! protocols are shaped with ports 0, and anything that does not fit is [`Malformed`] with a named
 //! reason. The link layer and ports are read by hand, the IP headers through etherparse; nothing
 //! allocates and no input panics. The rules of each layer and the known limits: ARCHITECTURE.md,

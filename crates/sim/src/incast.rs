@@ -1,9 +1,9 @@
-//! Incast at a receiver, and Carousel's receiver-side ACK shaping (Carousel §6, §7.1.4,
-//! Figure 19): `senders` machines of `flows_per_sender` TCP flows, one switch, one receiver behind
-//! the bottleneck port, which must take `target_bps` in aggregate ([`IncastMode`]: ACK shaping
-//! through [`metronome_core::ack_shaping::AckShaper`], an ingress queue draining at the target, or
-//! unshaped). The receiver's advertised window (`rwnd_mtus`) is what turns slower ACKs into a slower
-//! sender. Measured: goodput windows, port queue and delay, drops, RTT, bytes held.
+//! Incast at a receiver, and Carousel's receiver-side ACK shaping (Carousel §6, §7.1.4, Figure 19):
+//! `senders` machines of `flows_per_sender` TCP flows, one switch, one receiver behind the
+//! bottleneck port, which must take `target_bps` in aggregate ([`IncastMode`]: ACK shaping through
+//! [`metronome_core::ack_shaping::AckShaper`], an ingress queue draining at the target, or
+//! unshaped). The receiver's advertised window (`rwnd_mtus`) is what turns slower ACKs into a
+//! slower sender. Measured: goodput windows, port queue and delay, drops, RTT, bytes held.
 //!
 //! Where it departs from the paper: Cubic or Reno with RFC 3168 ECN instead of DCTCP, and
 //! acknowledgements rounded down to whole MTUs (`rounded`). The topology and the reasons:

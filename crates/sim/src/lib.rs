@@ -1,15 +1,15 @@
 //! # metronome-sim
 //!
 //! A deterministic discrete-event simulator of an end host that shapes its traffic: sources (TCP
-//! with Reno, CUBIC, Vegas or DCTCP, or open-loop UDP), the shaper or scheduled buffer under test, a
-//! backpressure mode, a NIC at line rate, a path and receivers; it reproduces the set-ups of
+//! with Reno, CUBIC, Vegas or DCTCP, or open-loop UDP), the shaper or scheduled buffer under test,
+//! a backpressure mode, a NIC at line rate, a path and receivers; it reproduces the set-ups of
 //! Carousel §5.2 and §7.1 and of zD §4 and §6 at their scale, in seconds.
 //!
 //! [`scenario`] holds every parameter ([`Scenario`]), [`run`] makes one run ([`SimReport`]),
 //! [`event`] the `(time, sequence)` event queue, [`incast`] and [`switch`] the incast and
-//! switch-port models, [`tcp`], [`host`] and [`flows`] the transports, [`shaper`] the structure under
-//! test (for [`ShaperSpec::Daemon`] the daemon's own `Engine`), [`metrics`] and [`report`] the
-//! measurement. Deterministic (CONTRIBUTING.md §14): no wall clock except in [`report::Speed`].
+//! switch-port models, [`tcp`], [`host`] and [`flows`] the transports, [`shaper`] the structure
+//! under test (for [`ShaperSpec::Daemon`] the daemon's own `Engine`), [`metrics`] and [`report`]
+//! the measurement. Deterministic (CONTRIBUTING.md §14): no wall clock except in [`report::Speed`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

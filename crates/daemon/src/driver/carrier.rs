@@ -52,8 +52,8 @@ pub fn is_carrier_error(e: &PortError) -> bool {
 /// `getifaddrs(3)`) with link: `IFF_RUNNING`, or the driver's link state
 /// ([`metronome_io::offload::link_detected`]), which comes first: the kernel sets
 /// `IFF_RUNNING` from the operational state, which it updates at most once a second for most
-/// devices (on a veth set up again it can lag the carrier by hundreds of milliseconds). Cold path: only
-/// while a link is down.
+/// devices (on a veth set up again it can lag the carrier by hundreds of milliseconds). Cold
+/// path: only while a link is down.
 pub fn probe_interface(name: &str) -> Probe {
     use nix::net::if_::InterfaceFlags;
     let index = nix::net::if_::if_nametoindex(name).ok()?;

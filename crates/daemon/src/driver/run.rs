@@ -8,8 +8,8 @@
 //! ([`Engine::release`]) as one send batch (inter-flow batching, FlowBundler §IV-A), and, when
 //! nothing happened, sleep in `ppoll(2)` until `wake_after` or [`MAX_SLEEP`] (CONTRIBUTING.md §3)
 //! unless `busy_poll` spins. A partly taken batch is retried after [`TX_RETRY`]; a stop drains for
-//! [`LoopOptions::drain`]; a link down waits ([`crate::driver::carrier`]); [`Control::stop`] ends it.
-//! When a round reads a port and why: ARCHITECTURE.md, "The loop".
+//! [`LoopOptions::drain`]; a link down waits ([`crate::driver::carrier`]); [`Control::stop`] ends
+//! it. When a round reads a port and why: ARCHITECTURE.md, "The loop".
 
 use crate::datapath::engine::{Engine, EngineCounters};
 use crate::driver::carrier::Carrier;

@@ -1,14 +1,14 @@
-//! Per-core shaper silos (`[daemon] cores = N`, `metronome run --cores N`): Carousel §5.3,
-//! "Scaling Carousel with multiple cores".
+//! Per-core shaper silos (`[daemon] cores = N`, `metronome run --cores N`): Carousel §5.3, "Scaling
+//! Carousel with multiple cores".
 //!
-//! Each silo is one pinned thread with its own [`Engine`], [`metronome_io::FramePool`] and AF_PACKET
-//! ports, flows spread by the kernel's `PACKET_FANOUT_HASH` ([`metronome_io::Fanout`]); nothing is
-//! shared on the data path (each silo its own metric series, [`Metrics::for_silo`]; unpinned when
-//! CPUs are short, [`SiloReport::pinned`]). A class's `rate` spanning silos is split by an
-//! [`Allocator`] on the coordinator thread (an [`metronome_core::nba::Nba`] and a [`RateExchange`]
-//! per class, [`SiloExchange::poll`], [`Engine::set_class_rate`]). Reloads and live classes go
-//! through the coordinator; a failed silo stops them all ([`run_silos_on`]). With `cores = 1` the
-//! single loop runs instead. The exchange, the reload and the failure rules:
+//! Each silo is one pinned thread with its own [`Engine`], [`metronome_io::FramePool`] and
+//! AF_PACKET ports, flows spread by the kernel's `PACKET_FANOUT_HASH` ([`metronome_io::Fanout`]);
+//! nothing is shared on the data path (each silo its own metric series, [`Metrics::for_silo`];
+//! unpinned when CPUs are short, [`SiloReport::pinned`]). A class's `rate` spanning silos is split
+//! by an [`Allocator`] on the coordinator thread (an [`metronome_core::nba::Nba`] and a
+//! [`RateExchange`] per class, [`SiloExchange::poll`], [`Engine::set_class_rate`]). Reloads and
+//! live classes go through the coordinator; a failed silo stops them all ([`run_silos_on`]). With
+//! `cores = 1` the single loop runs instead. The exchange, the reload and the failure rules:
 //! `docs/design/carousel.md`.
 
 use crate::datapath::engine::Engine;

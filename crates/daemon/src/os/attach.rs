@@ -8,8 +8,8 @@
 //! `cgroup` matches the socket's cgroup; a bridge of `[interfaces] bridges` gets a pair and a loop,
 //! its `to` ports a `capture` hook, and sends with [`Uplink::send_mark`]. The hooks are BPF links
 //! held by the process, so a dead daemon fails open; [`Attachment::release`] detaches them first at
-//! a stop; [`Attachment::refresh`] re-attaches re-created interfaces every [`REFRESH`]. The packet's
-//! path step by step: docs/deploy.md, "How attach mode works".
+//! a stop; [`Attachment::refresh`] re-attaches re-created interfaces every [`REFRESH`]. The
+//! packet's path step by step: docs/deploy.md, "How attach mode works".
 
 use crate::ops::config::Config;
 use crate::ops::metrics::Metrics;

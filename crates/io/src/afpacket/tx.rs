@@ -73,10 +73,10 @@ impl Tx {
     }
 }
 
-/// [`PacketPort::send`](crate::port::PacketPort::send) on a bound packet socket: `sendmmsg`
-/// batches of up to 64 frames from `pool`, counted in `counters`. A busy device stops early
-/// (`tx_busy`), a frame refused for good is counted (`tx_errors`) and freed; an unexpected error is returned only while no id was
-/// consumed, so the caller still knows exactly which slots it owns.
+/// [`PacketPort::send`](crate::port::PacketPort::send) on a bound packet socket: `sendmmsg` batches
+/// of up to 64 frames from `pool`, counted in `counters`. A busy device stops early (`tx_busy`), a
+/// frame refused for good is counted (`tx_errors`) and freed; an unexpected error is returned only
+/// while no id was consumed, so the caller still knows exactly which slots it owns.
 ///
 /// With `vnet` (the socket has `PACKET_VNET_HDR`) each frame goes out behind its slot's
 /// [`FramePool::vnet`] header.

@@ -1,13 +1,13 @@
-//! Receive and send with `PACKET_VNET_HDR` (packet(7); net/packet/af_packet.c
-//! `packet_rcv_vnet`, `packet_snd_vnet_parse`).
+//! Receive and send with `PACKET_VNET_HDR` (packet(7); net/packet/af_packet.c `packet_rcv_vnet`,
+//! `packet_snd_vnet_parse`).
 //!
-//! Each received message is scattered over the header, a small pool slot and an overflow buffer (or,
-//! while super-frames arrive, the tail of a free large slot), so a small frame lands in place and a
-//! super-frame is copied at most once ([`FramePool::alloc_large`]; none free: `rx_no_large_slot`).
-//! Frames above 64 KiB (BIG TCP, [`MAX_IP_PACKET_BYTES`]) are dropped and counted; a re-inserted
-//! VLAN tag moves `csum_start`; every sent message starts with its header ([`FramePool::vnet`],
-//! [`AfPacketPort::send_pieces`]). The buffers and every case: ARCHITECTURE.md, "Super-frames with
-//! `PACKET_VNET_HDR`".
+//! Each received message is scattered over the header, a small pool slot and an overflow buffer
+//! (or, while super-frames arrive, the tail of a free large slot), so a small frame lands in place
+//! and a super-frame is copied at most once ([`FramePool::alloc_large`]; none free:
+//! `rx_no_large_slot`). Frames above 64 KiB (BIG TCP, [`MAX_IP_PACKET_BYTES`]) are dropped and
+//! counted; a re-inserted VLAN tag moves `csum_start`; every sent message starts with its header
+//! ([`FramePool::vnet`], [`AfPacketPort::send_pieces`]). The buffers and every case:
+//! ARCHITECTURE.md, "Super-frames with `PACKET_VNET_HDR`".
 
 use super::{
     alloc_batch, finish_tag, os_error, rx_tag, stripped_vlan, AfPacketPort, RxTag, RECV_BATCH,

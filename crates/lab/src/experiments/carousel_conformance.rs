@@ -1,12 +1,12 @@
 //! `carousel-conformance`: rate conformance of Carousel's timing wheel, of the `sch_fq` tree
 //! (FQ/pacing) and of an HTB-like token bucket driven by a 10 ms timer, against the target rate,
-//! the number of flows and the wheel's slot granularity (Carousel §7.1.1 and §7.1.3, Figures 12,
-//! 13 and 16), on the simulator (`metronome-sim`).
+//! the number of flows and the wheel's slot granularity (Carousel §7.1.1 and §7.1.3, Figures 12, 13
+//! and 16), on the simulator (`metronome-sim`).
 //!
-//! One point is one run of `flows` greedy TCP Cubic flows through the `shaper`: `timing_wheel`
-//! (the daemon's engine, [`ShaperSpec::Daemon`], with Deferred Completions at the sources),
-//! `fq_tree` (per-flow pacing, FQ's packet limit, TSQ) or `token_bucket_rr` (HTB's timer and default
-//! burst, TSQ); the deviation is taken from 100 ms samples against `target_bps`.
+//! One point is one run of `flows` greedy TCP Cubic flows through the `shaper`: `timing_wheel` (the
+//! daemon's engine, [`ShaperSpec::Daemon`], with Deferred Completions at the sources), `fq_tree`
+//! (per-flow pacing, FQ's packet limit, TSQ) or `token_bucket_rr` (HTB's timer and default burst,
+//! TSQ); the deviation is taken from 100 ms samples against `target_bps`.
 //!
 //! Where it departs from the paper: exact timers, no lock contention and no TSO, so only the errors
 //! of each structure show. The paper's findings, the model and the reasons:

@@ -1,6 +1,6 @@
-//! `fairq`: a sparse request/response flow beside N bulk flows under one aggregate limit, the
-//! class as one virtual FIFO (Carousel §5.1.1) against the class's fair mode (NicPic §3's pulls with
-//! fair sharing), through the daemon's own engine ([`metronome_sim::ShaperSpec::Daemon`]).
+//! `fairq`: a sparse request/response flow beside N bulk flows under one aggregate limit, the class
+//! as one virtual FIFO (Carousel §5.1.1) against the class's fair mode (NicPic §3's pulls with fair
+//! sharing), through the daemon's own engine ([`metronome_sim::ShaperSpec::Daemon`]).
 //!
 //! One point is one run: `flows` bulk TCP flows (`cc` = `cubic` or `paced`, a paced stand-in for
 //! BBR) and one sparse flow ([`metronome_sim::ProbeSpec`]) through one class, `mode` = `fifo` or

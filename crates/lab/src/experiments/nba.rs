@@ -2,11 +2,11 @@
 //! while the offered load moves between cores (Carousel §5.3): work conservation and convergence,
 //! which the paper claims without a figure.
 //!
-//! In simulated time, deterministic: `cores` cores, each a [`Timestamper`] with one aggregate policy
-//! and a FIFO, fed by constant-rate sources split by `splits`; the allocator is the daemon's own
-//! [`silo::Allocator`] over a [`RateExchange`] ([`silo::fresh_rate`], [`silo::DEMAND_PUBLISH`]),
-//! or `static`. Per phase: `periods_to_converge`, `achieved_bps`, `deviation_pct`; `trace = true`
-//! gives one row per window.
+//! In simulated time, deterministic: `cores` cores, each a [`Timestamper`] with one aggregate
+//! policy and a FIFO, fed by constant-rate sources split by `splits`; the allocator is the daemon's
+//! own [`silo::Allocator`] over a [`RateExchange`] ([`silo::fresh_rate`],
+//! [`silo::DEMAND_PUBLISH`]), or `static`. Per phase: `periods_to_converge`, `achieved_bps`,
+//! `deviation_pct`; `trace = true` gives one row per window.
 //!
 //! Where it departs from the paper: demand is what a silo stamped, sources are constant-rate, a
 //! published rate is picked up at once. The model and the reasons: `docs/design/carousel.md`.

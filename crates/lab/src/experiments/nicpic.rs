@@ -1,10 +1,10 @@
-//! `nicpic`: pacing accuracy and scheduler cost of many rate-limited classes (NicPic §2.3,
-//! Figure 2), for NicPic's scheduler against an HTB-like token bucket and Carousel's timing wheel.
+//! `nicpic`: pacing accuracy and scheduler cost of many rate-limited classes (NicPic §2.3, Figure
+//! 2), for NicPic's scheduler against an HTB-like token bucket and Carousel's timing wheel.
 //!
 //! In simulated time, deterministic bar the wall-clock column: `classes` classes of equal rate,
 //! always backlogged, on a 10 Gbit/s link, through `nicpic` ([`NicPic`]), `timing_wheel` (a
-//! [`Timestamper`] and a [`TimingWheel`]) or `token_bucket_rr` ([`TokenBucketRr`] with tc's burst and
-//! HTB's timer). `gap_cv` is the normalised deviation of each class's gaps, `ns_per_packet` the
+//! [`Timestamper`] and a [`TimingWheel`]) or `token_bucket_rr` ([`TokenBucketRr`] with tc's burst
+//! and HTB's timer). `gap_cv` is the normalised deviation of each class's gaps, `ns_per_packet` the
 //! event loop's wall time per frame.
 //!
 //! Where it departs from the paper: no kernel, CPU contention, NIC batching or sniffer, a simple

@@ -2,12 +2,12 @@
 //! (Carousel §7.1.3, Figure 16, with the metric of §7.1.1), in simulated time with the daemon's own
 //! engine ([`ShaperSpec::Daemon`]), deterministic: no TCP, no clock, no randomness.
 //!
-//! `flows` flows share one aggregate policy of `target_bps`, each keeping `packets_per_flow` packets
-//! in the shaper; the NIC polls the wheel every `granularity_ns`; the deviation is the mean of
-//! |achieved − target| over 100 ms windows.
+//! `flows` flows share one aggregate policy of `target_bps`, each keeping `packets_per_flow`
+//! packets in the shaper; the NIC polls the wheel every `granularity_ns`; the deviation is the mean
+//! of |achieved − target| over 100 ms windows.
 //!
-//! Where it departs from the paper: no TCP, congestion control or real NIC, so the wheel is the only
-//! source of error. The model and the reasons: `docs/design/carousel.md`.
+//! Where it departs from the paper: no TCP, congestion control or real NIC, so the wheel is the
+//! only source of error. The model and the reasons: `docs/design/carousel.md`.
 
 use std::collections::VecDeque;
 

@@ -7,8 +7,8 @@
 //! ([`metronome_sim::SimReport::delivery_latency`]), `flow_rtt_*` per flow
 //! ([`metronome_sim::SimReport::flow_delivery_latency`]), `echo_rtt_*` the echoed timestamps.
 //!
-//! Where it departs from the paper: no CPU model and one host queue, one MTU per packet. The paper's
-//! setup, the columns and the reasons: `docs/design/zd.md`.
+//! Where it departs from the paper: no CPU model and one host queue, one MTU per packet. The
+//! paper's setup, the columns and the reasons: `docs/design/zd.md`.
 
 use metronome_sim::{
     BackpressureMode, CongestionControl, LatencySummary, ShaperSpec, SimReport, SourceKind,

@@ -1,14 +1,15 @@
 //! Classification: configured rules map an IP packet to a traffic class; first match wins.
 //!
 //! A [`ClassRule`] (`rule.rs`) is a conjunction of optional fields (destination and source prefix,
-//! DSCP, protocol, ports, origin: the tag the receiving port gave the packet, [`IpPacket::origin`]);
-//! rules have a first-match order and a [`RuleId`] each ([`Classifier::new`], [`Classifier::push`],
-//! [`Classifier::remove`]; ids never reused). [`Classifier::class_of`] gives the result of trying
-//! the rules in order: a linear scan up to `LINEAR_MAX_RULES`, above it a tuple-space search as in
-//! Open vSwitch (`tuple_space.rs`, `shape.rs`, `keyed.rs`) over randomly keyed SipHash maps, with
-//! an exact-match cache in front ([`Classifier::classify`], `exact_cache.rs`). No allocation per
-//! packet; the index follows each push and remove without a rebuild. How the search finds the first
-//! match and what each step costs: ARCHITECTURE.md, "Classification".
+//! DSCP, protocol, ports, origin: the tag the receiving port gave the packet,
+//! [`IpPacket::origin`]); rules have a first-match order and a [`RuleId`] each
+//! ([`Classifier::new`], [`Classifier::push`], [`Classifier::remove`]; ids never reused).
+//! [`Classifier::class_of`] gives the result of trying the rules in order: a linear scan up to
+//! `LINEAR_MAX_RULES`, above it a tuple-space search as in Open vSwitch (`tuple_space.rs`,
+//! `shape.rs`, `keyed.rs`) over randomly keyed SipHash maps, with an exact-match cache in front
+//! ([`Classifier::classify`], `exact_cache.rs`). No allocation per packet; the index follows each
+//! push and remove without a rebuild. How the search finds the first match and what each step
+//! costs: ARCHITECTURE.md, "Classification".
 
 mod exact_cache;
 mod keyed;
