@@ -1,19 +1,10 @@
-//! Criterion benchmark of [`metronome_packet::Classifier::class_of`] against the number of
-//! rules, for the configurations of many tenants, and of single-rule updates
-//! ([`metronome_packet::Classifier::push`], [`metronome_packet::Classifier::remove`]) at
-//! 100 000 rules. Below `LINEAR_MAX_RULES` (16) the classifier scans; above, it searches its
-//! shape index (crates/packet/src/classify/mod.rs). Timing lives here, never in tests
-//! (CONTRIBUTING.md §15).
-//!
-//! * `classify/last_rule`, `classify/no_match`: N rules of one destination address each
-//!   (`/32`), TCP, destination port 80; the packet matching the last rule (the worst case of a
-//!   scan in configuration order), and a packet that matches none.
-//! * `classify_src_port/last_rule`: N rules `protocol = "udp", src_port = 1 + i` (exact
-//!   ports, up to 60 000 rules: ports are 16 bits).
-//! * `classify_origin/last_rule`: N rules of one origin tag each (up to 60 000: tags are 16
-//!   bits).
-//! * `update/push_remove_last`: push a rule at 100 000 and remove it;
-//!   `update/remove_oldest_push`: remove the oldest rule (its shape's first) and push it again.
+//! Criterion benchmark of [`metronome_packet::Classifier::class_of`] against the number of rules,
+//! and of single-rule updates ([`metronome_packet::Classifier::push`],
+//! [`metronome_packet::Classifier::remove`]) at 100 000 rules: `classify/last_rule`,
+//! `classify/no_match`, `classify_src_port/last_rule`, `classify_origin/last_rule`,
+//! `update/push_remove_last`, `update/remove_oldest_push`. Timing lives here, never in tests
+//! (CONTRIBUTING.md §15). What each configuration holds: ARCHITECTURE.md, "The classifier
+//! benchmark".
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ipnet::{IpNet, Ipv4Net};

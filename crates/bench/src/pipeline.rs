@@ -1,32 +1,13 @@
 //! The in-memory pipeline benchmark (`metronome bench --daemon`): the daemon's whole per-packet
-//! path on one core, against the project's target: parse, classify, timestamp, wheel, release
-//! in at most 60 ns per packet ([`TARGET_NS`]).
+//! path on one core, against the project's target of [`TARGET_NS`] per packet.
 //!
-//! The real [`Engine`] runs between [`MemoryPort`]s in **simulated time**: every step advances a
-//! virtual clock by the time one batch takes at the offered rate, receives one batch (the port
-//! copies each frame into the [`FramePool`], as the AF_PACKET port does), lets the engine
-//! classify, stamp and queue it, releases everything due as one transmit batch, and hands that
-//! batch to a port that counts and discards it (`keep_sent = false`), freeing the slots. Only the
-//! wall-clock time of the steps is measured, so the figure is CPU per packet, not a rate.
-//!
-//! The workload ([`workload_config`], [`workload_frames`]): [`FLOWS`] IPv4 TCP flows of 1514-byte
-//! frames, interleaved over four classes — two under an aggregate limit (one with ECN
-//! backpressure), one paced per flow, one unshaped (the default class) — offered at
-//! [`OFFERED_BPS`], each class below its limit, so the wheel holds a steady backlog of about one
-//! step of packets and nothing is dropped.
-//!
-//! To make the end-to-end number explainable the same run measures cumulative **stages**
-//! ([`Stage`]) built from the same pieces the engine uses: port I/O alone; then parse and
-//! classify added; then timestamping (flow table, aggregate and pacing policies); then
-//! timing-wheel enqueue and dequeue; and the full engine (which adds backpressure checks, per-slot
-//! bookkeeping and metrics). The difference between consecutive stages is the cost of what the
-//! later one adds.
-//!
-//! A last row, [`Stage::FairEngine`], runs the same engine on the same workload with both
-//! aggregate-limited classes `fair = true` ([`fair_workload_config`]): packets wait in per-flow
-//! queues and deficit round robin picks each one when its class has credit
-//! (`metronome_core::fair_queue`). Its ratio to the engine row is the per-packet cost of fair
-//! queueing against the single FIFO ([`FAIR_TARGET_RATIO`]).
+//! The real [`Engine`] runs between [`MemoryPort`]s in simulated time, and only the steps' wall
+//! time is measured (CPU per packet, not a rate), on a workload of [`FLOWS`] TCP flows over four
+//! classes offered at [`OFFERED_BPS`] ([`workload_config`], [`workload_frames`]). Cumulative
+//! [`Stage`]s (port I/O, parse and classify, timestamping, the wheel, the engine) explain the
+//! end-to-end figure; [`Stage::FairEngine`] runs it with `fair = true` ([`fair_workload_config`],
+//! [`FAIR_TARGET_RATIO`]). The workload and the stages in full: ARCHITECTURE.md, "The pipeline
+//! benchmark"; the results: docs/results/daemon.md.
 
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};

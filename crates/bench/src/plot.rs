@@ -1,21 +1,8 @@
-//! SVG plots of a bench [`Report`], one per report section.
-//!
-//! - `ns_per_packet.svg`: the steady-state cost of one enqueue plus one dequeue (median of the
-//!   repetitions, linear axis from zero) against the packets resident in the structure (log axis),
-//!   one line per structure: the steady-state measurement of Carousel Table 1 (see
-//!   [`crate::steady`]).
-//! - `memory.svg`: bytes of each fixed configuration with no packet queued, one horizontal bar per
-//!   row labelled `structure config`, on a log axis (the footprints span several decades).
-//! - `batching.svg`: packets released per dequeue call against the number of destinations at equal
-//!   rates (log2 axis), one line per structure.
-//!
-//! The style (bundled font, sizes, palette, axes, the line chart) is `metronome_plot`'s, the same
-//! as `metronome lab`'s plots.
-//!
-//! Values an axis cannot show are handled visibly, never by a panic: counts of zero sit at the
-//! floor of their log axis (1), negative costs at zero, and rows whose plotted value is NaN or
-//! infinite have no position, so they are left out and the plot's subtitle says how many. A section
-//! with no plottable row writes no file; [`write_plots`] returns the paths it did write.
+//! SVG plots of a bench [`Report`], one per report section: `ns_per_packet.svg` (Carousel Table 1's
+//! steady state, [`crate::steady`]), `memory.svg` and `batching.svg`, in `metronome_plot`'s style.
+//! Values an axis cannot show are left out visibly (the subtitle says how many), never by a panic;
+//! [`write_plots`] returns the paths it wrote. The axes of each plot: ARCHITECTURE.md, "The bench's
+//! plots".
 
 use std::error::Error;
 use std::fmt;

@@ -1,24 +1,10 @@
 //! `metronome demo [--duration 10s] [--offloads host|off] [--attach] [--json]`: with
-//! CAP_NET_ADMIN, real kernel TCP through the daemon on a throwaway sender/shaper/receiver
-//! topology, live per-class rates and a conformance table (`metronome_testbed::demo::run_real`);
-//! without it, one line saying so and the same scenario in the simulator
-//! (`metronome_testbed::demo::run_simulated`).
-//! Everything it creates is removed at the end, on an error and on Ctrl-C
-//! (`metronome_testbed::netns::cleanup_on_signals`).
-//!
-//! `--offloads host` (the default) keeps the host's offloads on the veths, so the daemon shapes
-//! GSO super-frames as on a user's host; `--offloads off` gives one-MTU frames.
-//!
-//! `--attach`: the daemon attached in place to a host's uplink instead, with the host's TCP and
-//! two workloads through it (`metronome_testbed::demo::attach`); needs CAP_NET_ADMIN (exit
-//! status 2 without it), and exits with status 1 and the daemon's reason when it refuses the
-//! attach configuration. Its `--json` document is the same, with `"offloads": "host"`.
-//!
-//! `--json`: the live lines and the text table go to standard error and standard output holds
-//! one document ([`DemoReport`]): `{"mode": "real"|"simulated", "offloads": "host"|"off"|null,
-//! "machine", "duration_s", "window_ms", "warmup_ms", "classes": [{"name", "target_bps"
-//! (null: unshaped), "achieved_bps" (mean of the 100 ms windows), "deviation_pct" (null:
-//! unshaped)}, ...]}`.
+//! CAP_NET_ADMIN, real kernel TCP through the daemon on a throwaway sender/shaper/receiver topology
+//! (`metronome_testbed::demo::run_real`); without it, one line saying so and the same scenario in
+//! the simulator (`metronome_testbed::demo::run_simulated`); everything removed at the end, on an
+//! error and on Ctrl-C (`metronome_testbed::netns::cleanup_on_signals`). `--attach` runs
+//! `metronome_testbed::demo::attach` instead; `--json` prints one [`DemoReport`] on standard
+//! output. The options, the exit statuses and the JSON document: docs/cli.md ("metronome demo").
 
 use clap::Args;
 use metronome_testbed::demo::attach::run_attached;

@@ -1,24 +1,13 @@
 //! `metronome-cni`, a chained CNI plugin (CNI specification 1.0.0) that gives a pod the limits of
 //! its `runtimeConfig.bandwidth` (the `kubernetes.io/egress-bandwidth` and `ingress-bandwidth`
-//! annotations) as two classes of the node's daemon, `metronome run` in attach mode, registered
-//! live through its control socket (docs/config.md, "Live classes: the control socket"):
+//! annotations) as two live classes of the node's daemon in attach mode, registered through its
+//! control socket: `cni.<id>.<ifname>.egress` matching `from` the pod's host veth and
+//! `cni.<id>.<ifname>.ingress` matching `to` it. docs/cni.md is the operator's page.
 //!
-//! * `cni.<id>.<ifname>.egress`, `match = { from = HOST_VETH }`: what the pod sends, shaped
-//!   where it leaves the host;
-//! * `cni.<id>.<ifname>.ingress`, `match = { to = HOST_VETH }`: what goes to the pod, shaped on
-//!   its host veth's way out of the bridge.
-//!
-//! docs/cni.md is the operator's page: the conflist, the keys, what the daemon needs, the limits
-//! and what happens when the daemon is down. The modules:
-//!
-//! * [`invocation`]: the `CNI_*` environment;
-//! * [`netconf`]: the network configuration on stdin;
-//! * [`host`]: finding the pod's host veth;
-//! * [`classes`]: class names, class objects, the state file the daemon's `class_dir` reads;
-//! * [`plugin`]: ADD, DEL, CHECK, VERSION;
-//! * [`error`]: the error object and its codes.
-//!
-//! The executable is `crates/cli/src/bin/metronome-cni.rs`, which calls [`main`].
+//! Modules: [`invocation`] (the `CNI_*` environment), [`netconf`] (the configuration on stdin),
+//! [`host`] (the pod's host veth), [`classes`] (class names and objects, the state file the
+//! daemon's `class_dir` reads), [`plugin`] (ADD, DEL, CHECK, VERSION), [`error`] (the error object
+//! and its codes). The executable, `crates/cli/src/bin/metronome-cni.rs`, calls [`main`].
 
 pub mod classes;
 pub mod error;

@@ -1,44 +1,16 @@
 //! Receiver-side ACK shaping (Carousel §6): the receiver slows incast senders down by releasing
 //! acknowledgements at a target rate instead of queueing their data.
 //!
-//! Per flow the shaper keeps the paper's three variables: the last acknowledged sequence number
-//! `SN_a` (the ACK number that last left the receiver), the time of that acknowledgement `T_a`,
-//! and the last received sequence number `SN_r` (the highest ACK number the receiver's own TCP
-//! produced). Every outgoing ACK is rewritten to
+//! Per flow the paper's `SN_a`, `T_a` and `SN_r`; every outgoing ACK is rewritten to
+//! `min((now - T_a) x Rate + SN_a, SN_r)` in sequence space, and an ACK is generated when none left
+//! for `MTU / Rate` while data is unacknowledged ([`AckShaper::poll`], [`AckShaper::next_due`]).
+//! `Rate` is per flow or an aggregate over the table's flows ([`AckRate`]). A preallocated table;
+//! a flow that finds it full passes unchanged (`table_full`). An earlier `now` is taken as the
+//! latest seen.
 //!
-//! ```text
-//! NewAck = min((now - T_a) x Rate + SN_a, SN_r)
-//! ```
-//!
-//! in TCP sequence space (mod 2^32, never moving an ACK backwards), and an ACK is generated when
-//! no ACK has left for `MTU / Rate` while received data remains unacknowledged
-//! ([`AckShaper::poll`], due at [`AckShaper::next_due`]). `Rate` is configured per flow, or is an
-//! aggregate divided by the flows in the table ([`AckRate`]).
-//!
-//! Departures from the paper, and why:
-//! * **Credit carried, capped at a burst.** The paper sets `T_a = now` on every advance, which
-//!   loses the unspent allowance when `SN_r` was the limit, and lets the allowance grow without
-//!   bound while a flow is idle (a later burst of data would be acknowledged all at once). Here
-//!   `T_a` is a virtual time advanced by exactly the bytes acknowledged (in the 40.24 fixed point
-//!   of [`Rate`], so no rounding accumulates) and never older than `burst / Rate` before `now`:
-//!   a token bucket of depth `burst` (default one MTU). Over any interval the bytes acknowledged
-//!   are at most `Rate x interval + burst`.
-//! * **Duplicate ACKs suppressed.** A pure ACK (no payload, no SYN/FIN/RST) whose rewritten number
-//!   would repeat the last one while data is held back would be a duplicate ACK to the sender and
-//!   trigger fast retransmit (RFC 5681 §3.2); it is suppressed ([`AckAction::Suppress`], counter
-//!   `suppressed`) and the generated ACK releases the data later. A true duplicate ACK (nothing
-//!   held back) passes unchanged.
-//! * **Active flows.** "Total available bandwidth divided by the number of flows": the flows
-//!   counted are those in the table, i.e. seen within `idle_timeout` or with data held back.
-//! * **Not handled:** SACK blocks and the advertised window are left as the receiver wrote them
-//!   (the window's right edge moves down with the ACK, which only restricts the sender further);
-//!   a SACK block above a held-back ACK may make a sender with real losses retransmit early.
-//!
-//! Memory: a preallocated table of `capacity` flows (80 bytes each plus two 4-byte index buckets,
-//! so the index stays at most half full); an ACK of a flow that finds the table full passes
-//! unchanged and is counted (`table_full`). Flows fully acknowledged and idle for `idle_timeout`
-//! are expired lazily. The generated-ACK order is an intrusive list sorted by due time, so
-//! [`AckShaper::next_due`] is O(1) and nothing allocates after construction.
+//! Where it departs from the paper: credit carried and capped at a burst, duplicate ACKs suppressed
+//! ([`AckAction::Suppress`]), active flows as the table's; SACK blocks and the window are not
+//! rewritten. The reasons: `docs/design/carousel.md`.
 
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp};

@@ -1,25 +1,11 @@
-//! A single EDT-ordered binary min-heap: the textbook priority-queue baseline.
+//! A single EDT-ordered binary min-heap: the textbook priority-queue baseline of the EDT model
+//! (Carousel §4, FlowBundler §II) at O(log n) per operation, which `metronome bench` measures
+//! beside the timing wheel as Carousel Table 1 does.
 //!
-//! Carousel §4 (tenet 1, "Single Queue Shaping") and FlowBundler §II describe the EDT model: every
-//! packet carries its departure time and one queue ordered by that time releases whatever is due.
-//! The timing wheel (Carousel §5.1.2) makes that queue O(1) by indexing time; this module is the
-//! same single queue built from the obvious ordered structure, `std`'s binary heap, at O(log n) per
-//! insertion and extraction. It is a baseline: `metronome bench` measures it side by side with the
-//! timing wheel, in the manner of Carousel Table 1 (nanoseconds per packet against the number of
-//! packets held).
-//!
-//! Departures from the wheel, both deliberate:
-//! * No granularity: a packet leaves when `edt <= now`, never earlier (the wheel rounds an EDT down
-//!   to its slot, Carousel §7.1.3).
-//! * No horizon: any EDT is accepted. The only limit is an optional packet count
-//!   ([`BinaryHeapQueue::with_capacity_limit`]), beyond which packets are handed back with
-//!   [`RejectReason::Full`].
-//!
-//! Equal EDTs leave first-in first-out: every entry carries a sequence number drawn from a
-//! monotonically increasing `u64` counter, and the heap orders by `(edt, seq)`.
-//!
-//! Memory: the heap is one `Vec` of 32-byte entries (EDT 8, sequence 8, [`PacketRef`] 16). It grows
-//! by doubling and never shrinks, so in steady state neither side allocates.
+//! Where it departs from the wheel: no granularity (a packet leaves when `edt <= now`) and no
+//! horizon (an optional count, [`BinaryHeapQueue::with_capacity_limit`], hands back with
+//! [`RejectReason::Full`]). Equal EDTs leave FIFO by a sequence number. One `Vec` of 32-byte
+//! entries that grows by doubling and never shrinks. The reasons: `docs/design/carousel.md`.
 
 use crate::packet::PacketRef;
 use crate::queue::{EdtQueue, QueueCounters, RejectReason, Rejected};

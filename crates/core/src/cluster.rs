@@ -1,64 +1,16 @@
 //! One limit shared by the daemons of a cluster: the per-host demand record each daemon publishes
 //! and the shares every daemon computes from the same set of records (Carousel §2, §5.3).
 //!
-//! Carousel enforces rates that "come from a central allocator" above the hosts (§2), and splits a
-//! limit that spans cores with the NIC-level bandwidth allocator's "simple water-filling algorithm
-//! to achieve work-conservation and max-min fairness" (§5.3, [`crate::nba`]). A cluster class
-//! does the second one level up, without a central allocator: every daemon publishes a
-//! [`HostRecord`] per cluster class into a shared store each period (under a lease that expires
-//! with the daemon), watches the others' records, and computes [`shares`] from the records of one
-//! store revision. The function is deterministic (the records are sorted by host id first, and the
-//! water-filling is integer arithmetic), so every daemon that computes from the same revision gets
-//! the same shares, and they sum to at most the limit, without a leader.
+//! The NBA's water-filling ([`crate::nba`]) one level up, without a central allocator: every daemon
+//! publishes a [`HostRecord`] per cluster class each period, and [`shares`] computes the same
+//! shares from one store revision on every daemon (deterministic, summing to at most the limit).
+//! Demand is estimated as the NBA does ([`crate::nba::estimate_demand`]), counting sent, queued and
+//! refused bytes. Pure and clock-free (CONTRIBUTING.md §1).
 //!
-//! Demand is estimated as the NBA does ([`crate::nba::estimate_demand`]): a host that used
-//! (nearly) all of the share it enforced is at its cap and counts as unbounded; below its cap it
-//! asks for its measured rate plus [`ClusterConfig::headroom`]; a host that sent nothing keeps the
-//! idle floor. What a host *offers* is its sent bytes plus the growth of its backlog (the bytes
-//! queued in its shaper), as a silo reports "transmitted + queued" bytes to the NBA, plus the
-//! bytes its shaper refused (dropped before queueing: for its queue bounds or horizon): a host
-//! held back by its share shows a backlog that grows or stays full, or refuses what arrives, and
-//! is at its cap.
-//!
-//! ## Departures from the NBA, and why
-//!
-//! * **Refused bytes are offered**: across cores the NBA's shares are large and a core's queue
-//!   shows its demand; a host at a small share (the idle reserve, a floor) may see its TCP
-//!   senders back off after drops and offer less than the share, which would read as satisfied
-//!   and keep it there. Counting what its shaper refused keeps such a host at its cap.
-//! * **A frame or two of slack** ([`ClusterConfig::cap_slack_bytes`]): at a small share one
-//!   frame is more than the cap threshold's 1 % of a period.
-//! * **A lower cap threshold, a larger headroom** ([`DEFAULT_CLUSTER_CAP_THRESHOLD`] 0.97,
-//!   [`DEFAULT_CLUSTER_HEADROOM`] 5 %, the NBA's 0.99 and 2 %): what a host offers is kernel
-//!   TCP's, over a period of a second, not a core's line-rate feed.
-//!
-//! * **Each record carries its previous sample**: a rate needs two samples, and a rate computed
-//!   from two store revisions would differ between daemons that saw different revisions (or that
-//!   started watching late). With the (count, timestamp) pair of the previous publish in the same
-//!   record, one revision determines every rate. Both timestamps come from the publishing host's
-//!   own clock, so clocks of different hosts are never compared.
-//! * **The idle floor is one reserve for the whole cluster**: Carousel reserves 1 % of the
-//!   aggregate per idle core; across 1 000 hosts that would be ten times the limit, and one busy
-//!   host among many idle ones would get almost nothing. Here the idle hosts keep
-//!   [`ClusterConfig::idle_reserve_fraction`] (1 %) of the limit *together*: each host's floor is
-//!   `limit × fraction / hosts`. A host at its floor that starts sending is at its cap and gets its
-//!   fair share at the next computation, whatever the floor's size.
-//! * **A host without a measured period** (a record with no previous sample) asks for
-//!   [`ClusterConfig::join_floor`], the rate a new daemon enforces before it has computed a share
-//!   from a revision: a new host starts at that floor and grows once its first period is measured.
-//! * **A host's own newest record**: a daemon computes right after publishing, when the revision
-//!   it has seen still holds its previous record. [`own_share`] takes the smaller of its share in
-//!   the revision and its share with the newest record in its place, so a host whose demand fell
-//!   gives the difference back at once, while a host whose demand rose waits for the revision as
-//!   the others do. Hosts computing from one revision therefore enforce at most the shares that
-//!   revision gives them, which sum to the limit; the sum of what all hosts enforce exceeds the
-//!   limit only by the floors of hosts that have not yet computed from a revision holding their
-//!   record (new hosts at their join floor) and by the disagreement between revisions while
-//!   demand moves.
-//! * **Weights**: each host publishes a weight (its share of the class when all are at their cap);
-//!   the water-filling is the NBA's, weighted ([`water_fill_weighted`]).
-//!
-//! Pure and clock-free (CONTRIBUTING.md §1): time is in the records, nothing is read or written.
+//! Where it departs from the NBA: refused bytes offered, a frame of slack, a lower cap threshold
+//! and larger headroom, each record carrying its previous sample, one idle reserve for the whole
+//! cluster, a join floor, a host's own newest record ([`own_share`]), weights
+//! ([`water_fill_weighted`]). The reasons: `docs/design/carousel.md`.
 
 use crate::nba::DEFAULT_IDLE_FLOOR_FRACTION;
 use crate::nba::{estimate_demand, measured_rate, water_fill_weighted, DemandEstimate};

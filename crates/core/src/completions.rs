@@ -1,28 +1,14 @@
 //! Deferred Completions: backpressure from the shaper to its sources by holding each packet's
 //! completion until the shaper releases the packet (Carousel §5.2, Figure 11).
 //!
-//! A source keeps at most a few packets in flight per flow, as TCP Small Queues does ([`InFlight`],
-//! default [`DEFAULT_INFLIGHT_LIMIT`] = 2), and may send again only when a completion comes back.
-//! When the completion is produced decides whether that limit bounds the shaper:
-//! * [`CompletionMode::AtEnqueue`]: the driver completes a packet as soon as the shaper accepts it
-//!   (Figure 11a). No backpressure: a flow can fill the shaper with a window's worth of packets.
-//! * [`CompletionMode::AtRelease`]: Deferred Completions (Figure 11b). The completion leaves with
-//!   the packet, so each flow holds at most its limit in the shaper and the shaper holds about
-//!   `limit x active flows` packets (Carousel §7.1.2, Figure 15: "approximately twice the number
-//!   of active flows").
+//! A source keeps at most [`DEFAULT_INFLIGHT_LIMIT`] packets in flight per flow ([`InFlight`]);
+//! [`CompletionMode::AtEnqueue`] completes at acceptance (Figure 11a, no backpressure),
+//! [`CompletionMode::AtRelease`] with the packet's release (Figure 11b). [`Deferred`] wraps any
+//! [`EdtQueue`] and produces one [`Completion`] per packet, out of order across flows as Carousel's
+//! driver does (§5.2). A packet the queue hands back is a virtual drop, not in flight.
 //!
-//! Completions are delivered out of order across flows, in release order, as Carousel's driver
-//! does ("we implemented out-of-order completions", §5.2): an in-order completion ring would
-//! hold a fast flow's completions behind a slow flow's.
-//!
-//! [`Deferred`] wraps any [`EdtQueue`], counts each flow's packets in flight and produces one
-//! [`Completion`] per packet. A packet the queue hands back is a virtual drop: it returns to the
-//! caller and does not count in flight. Nothing allocates after construction; completions go into
-//! a caller-supplied sink (`Vec::with_capacity` avoids growth).
-//!
-//! Departure from the paper: a flow index beyond the tracker's capacity is *untracked* (no limit,
-//! counted in `untracked`) rather than refused, since the shaper's job is to shape it, not to
-//! police the source's table size.
+//! Where it departs from the paper: a flow index beyond the tracker's capacity is untracked
+//! (counted in `untracked`), not refused. The reasons: `docs/design/carousel.md`.
 
 use crate::packet::{FlowId, PacketRef};
 use crate::queue::{EdtQueue, QueueCounters, Rejected};

@@ -1,99 +1,18 @@
 //! Fair queueing inside a rate-limited class: which flow's packet leaves when the class's
-//! aggregate may send its next bytes. Deficit round robin (Shreedhar and Varghese) with explicit
-//! rounds, and a list of flows that come back within their round's credit served first: the
-//! virtual start tags of start-time fair queueing (Goyal et al.) counted in DRR rounds.
+//! aggregate may send its next bytes (the pull "with fair sharing" of NicPic §3, where Carousel
+//! §5.1 makes an aggregate one virtual FIFO; FlowBundler §IV keeps flows apart likewise).
 //!
-//! Carousel §5.1 stamps every packet of an aggregate from one running departure time, so an
-//! aggregate is one virtual FIFO: a sparse flow's packet waits behind everything the bulk flows
-//! have queued. NicPic §3 instead lets the scheduler *pull* the next piece on demand, at the moment
-//! the class may send, "with fair sharing" among what is queued; FlowBundler §IV keeps one bucket
-//! per destination so that flows of one aggregate do not block each other. This module is that
-//! pull: the caller keeps the class's timestamper (the aggregate decides *when*), and asks
-//! [`FairQueue::dequeue`] *which* packet leaves at that moment.
+//! The caller keeps the class's timestamper (*when* the class sends) and asks
+//! [`FairQueue::dequeue`] *which* packet leaves: deficit round robin with explicit rounds, flows
+//! that come back with credit left in their round served first (start-time fair queueing's start
+//! tags counted in rounds). [`FairQueue::fattest_flow`] and [`FairQueue::drop_head`] shed from the
+//! longest flow; [`FairQueue::charge_sparse`] charges a packet let through at once. A flow's state
+//! is [`FLOW_STATE_BYTES`] = 32 bytes; nothing is allocated after [`FairQueue::new`].
 //!
-//! # The algorithm: DRR with rounds, sparse flows first
-//!
-//! Each class counts its *rounds*. Per class there are three lists of flows: *new* (flows that
-//! came back with credit left in the current round), *old* (backlogged flows of the current
-//! round) and *next* (flows whose credit for the current round is used up). Every flow keeps its
-//! credit (*deficit*, in bytes) and the round that credit belongs to (its *tag*).
-//!
-//! * [`FairQueue::dequeue`] looks at the head of the new list, else of the old list. A flow whose
-//!   deficit is used up (zero or less) gets one more quantum, is tagged with the next round and
-//!   moves to the tail of the next list; else its head packet leaves and its length is taken from
-//!   the deficit. A flow whose last packet leaves is *detached* at once (it is on no list) and
-//!   keeps its deficit and its tag.
-//! * When the new and old lists are both empty, the round turns: the next list becomes the old
-//!   list and the class's round counter goes up by one (no flow is touched: a flow on the old or
-//!   next list is told apart by its tag, so the turn is O(1)).
-//! * A packet for a detached flow: if the flow's tag is an earlier round, the rounds it was idle
-//!   gave it nothing (an idle flow banks no credit) and it starts the current round with one
-//!   quantum, less the debt of a packet that overran its last credit. If it still has credit in
-//!   the current round, it joins the tail of the new list; else it gets the next round's quantum
-//!   and joins the next list.
-//!
-//! So a flow never gets more than one quantum per round (plus the overrun of its last packet,
-//! paid back from its next quantum): two continuously backlogged flows have sent the same bytes
-//! within one quantum plus one packet, and a flow that sends one small packet at a time, going
-//! idle after each, cannot get more than a backlogged flow either. A sparse flow, whose packets
-//! find it detached with credit left, is served before every flow of the old list: its packet
-//! waits only for the flows on the new list ahead of it, each at most one quantum plus one
-//! packet. This is start-time fair queueing's rule, a newly active flow's start tag is
-//! `max(virtual time, its last finish tag)`, with the round number as the virtual time, at the
-//! cost of DRR (O(1) per packet, no sorted structure).
-//!
-//! `fq_codel` and Linux `fq` keep a flow that empties on their old list until the round robin
-//! comes back to it, so that a flow that keeps going idle cannot take a fresh quantum each time
-//! and starve the others. With many backlogged flows that visit is a whole round away: 256 flows
-//! of 1 514-byte quanta make a 31 ms round at 100 Mbit/s, and a flow sending a request every few
-//! milliseconds is never idle long enough to leave the old list, so each request waits up to a
-//! round. Here the tag bounds the credit instead, and the flow is detached at once.
-//!
-//! [`FairQueue::charge_sparse`] is for a caller that lets such a sparse flow's packet leave at
-//! once instead of at the class's next turn (the daemon, when the class's aggregate has just
-//! sent a piece and would hold the packet for that piece's wire time): the packet is not queued,
-//! but its flow is charged as if it had been enqueued and served from the new list, so the bound
-//! of one quantum per round holds for it too.
-//!
-//! Each packet's enqueue time is kept, so [`FairQueueDequeued::sojourn`] and
-//! [`FairQueue::flow_sojourn`] give the flow's *own* queueing delay for marking and dropping.
-//!
-//! # Dropping from the longest queue
-//!
-//! A class's backlog is bounded by the caller (its frame pool, its limits). When it must shed
-//! load, [`FairQueue::fattest_flow`] names the class's flow with the most bytes queued and
-//! [`FairQueue::drop_head`] takes that flow's oldest packet out (counted in
-//! [`FairQueueCounters::dropped`]), as `fq_codel` drops from its fattest flow instead of refusing
-//! an arriving packet, which would hit a sparse flow as hard as a bulk one. A flow left empty by a
-//! drop stays on its list until the round robin reaches it and detaches it.
-//!
-//! # Layout (CONTRIBUTING.md §5)
-//!
-//! Packets are the caller's ids (pool slots, `0..packets`): a flow's queue is linked through a
-//! preallocated per-slot record of 16 bytes (`next` id, length, enqueue time, read together), so
-//! nothing is allocated after [`FairQueue::new`]. Flows are the caller's indices `0..flows`
-//! (the daemon's flow-table entries), each [`FLOW_STATE_BYTES`] = 32 bytes (checked at compile
-//! time, within the 64-byte budget): head, tail, list link, packets, deficit, backlog bytes,
-//! round tag, class and list. One extra flow per class, its *overflow* flow, takes the packets
-//! that come without a flow index (the caller's flow state was full) or whose flow is busy in
-//! another class; both are counted ([`FairQueueCounters::overflowed`],
-//! [`FairQueueCounters::class_conflicts`]).
-//!
-//! # Where this departs from `fq_codel`
-//!
-//! * No hashing into a fixed number of queues: flows are the caller's exact indices, and the
-//!   bounded state is the caller's (its table being full sends a packet to the overflow flow).
-//! * No CoDel inside: the sojourn time is returned, and the caller decides to mark or drop.
-//! * The quantum is in bytes per class round, the same for every flow of every class (the
-//!   daemon uses one full frame, as `fq_codel`'s default quantum is one MTU plus headers).
-//! * Rounds and tags (above) in place of keeping emptied flows on the old list.
-//! * A flow holds at most 2^32 - 1 bytes; a packet that would pass that is handed back
-//!   ([`FairRejectReason::FlowFull`]).
-//! * Round tags are 32-bit and wrap: a flow idle for exactly a multiple of 2^32 rounds keeps the
-//!   credit it had left (at most one quantum), so the bound per round still holds.
-//!
-//! Time never goes backwards per packet: a sojourn is `now - enqueued_at`, saturating at zero if
-//! the caller passes an earlier `now`.
+//! Where it departs from `fq_codel`: exact flow indices instead of hashing, no CoDel inside (the
+//! sojourn is returned), one byte quantum per class round, round tags instead of keeping emptied
+//! flows on the old list. The algorithm and the reasons: `docs/design/nicpic.md`. A sojourn
+//! saturates at zero if the caller passes an earlier `now` (CONTRIBUTING.md §10).
 
 use crate::packet::{ClassId, FlowId, PacketRef};
 use crate::queue::Rejected;
@@ -101,6 +20,9 @@ use crate::time::{Duration, Timestamp};
 
 #[cfg(test)]
 mod tests;
+
+mod config;
+pub use config::{FairQueueConfig, FairQueueConfigError};
 
 /// Bytes of one flow's scheduling state (`Flow`); checked at compile time. The budget is 64
 /// bytes a flow (one cache line); this layout takes half.
@@ -252,41 +174,6 @@ impl ClassLists {
         backlogged: 0,
         bytes: 0,
     };
-}
-
-/// Sizes of a [`FairQueue`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FairQueueConfig {
-    /// Packet ids `0..packets` (the caller's pool slots).
-    pub packets: u32,
-    /// Flow indices `0..flows` (the caller's flow table).
-    pub flows: u32,
-    /// Classes `0..classes`, each with its own lists and overflow flow; at most
-    /// [`MAX_FAIR_CLASSES`].
-    pub classes: u32,
-    /// Bytes of credit a flow gets per round: one full frame (`fq_codel`'s default quantum is
-    /// the device's MTU plus its link header).
-    pub quantum: u32,
-}
-
-/// A [`FairQueueConfig`] that cannot be built.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum FairQueueConfigError {
-    /// A zero quantum would never serve a packet.
-    #[error("the quantum must be at least one byte")]
-    ZeroQuantum,
-    /// The quantum must fit the signed deficit.
-    #[error("the quantum must be below 2^30 bytes")]
-    QuantumTooLarge,
-    /// Flows plus overflow flows must stay below the list sentinels.
-    #[error("too many flows: flows + classes must be below 2^32 - 2")]
-    TooManyFlows,
-    /// Packet ids must stay below the list sentinels.
-    #[error("too many packets: at most 2^32 - 2")]
-    TooManyPackets,
-    /// More than [`MAX_FAIR_CLASSES`] classes.
-    #[error("too many classes: at most 2^30")]
-    TooManyClasses,
 }
 
 /// Why [`FairQueue::enqueue`] handed a packet back.

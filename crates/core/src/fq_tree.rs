@@ -1,37 +1,12 @@
 //! The structure of Linux `sch_fq` (FQ/pacing): per-flow FIFOs plus an ordered tree of the
-//! backlogged flows keyed by the EDT of each flow's head packet.
+//! backlogged flows keyed by the EDT of each flow's head packet (Carousel §2.3, FlowBundler §II), a
+//! baseline `metronome bench` measures beside the timing wheel as Carousel Table 1 does.
 //!
-//! Carousel §2.3 and FlowBundler §II describe FQ: "FQ puts all incoming packets into per-flow
-//! queues. To achieve packet pacing for outgoing packets, FQ uses an RB tree to maintain the EDT of
-//! the first packet in each per-flow queue. When transmitting a packet, it searches the RB tree to
-//! find the packet with the smallest departure time. The packet is allowed to be sent if its
-//! departure time is smaller than now." Carousel §3 and §7 measure its cost (per-flow state in
-//! rbtrees, a global packet limit and a per-flow limit). This module is that structure, used as a
-//! baseline: `metronome bench` measures it side by side with the timing wheel, in the manner of
-//! Carousel Table 1.
-//!
-//! Mapping to `sch_fq`:
-//! * Flow lookup: `sch_fq` hashes the socket into an array of rbtrees of flows; here a `HashMap`
-//!   from [`FlowId`] to a flow index.
-//! * Flow state: a slab (`Vec`) of flows indexed by a `u32`, each a FIFO of `(EDT, packet)`.
-//! * The throttled tree (`q->delayed`, keyed by `time_next_packet`): a `BTreeSet` of
-//!   `(head EDT, flow index)` holding every backlogged flow exactly once.
-//!
-//! Departures from `sch_fq`, deliberate:
-//! * No DRR round (quantum, `new_flows`/`old_flows`): a due flow's head leaves as soon as it is the
-//!   earliest, so the structure is a pure EDT queue behind the [`EdtQueue`] trait. What is kept is
-//!   the cost model: per-flow FIFOs, a hash lookup per packet, a tree operation per packet.
-//! * A flow's packets leave in FIFO order, as in `sch_fq`: a packet whose EDT is earlier than its
-//!   flow's head waits behind the head. Flows whose heads share an EDT leave in flow-index order
-//!   (the tree's tie-break), not in arrival order; within a flow the order is always FIFO.
-//! * Garbage collection: `sch_fq` detaches an empty flow and frees it after 3 s (`FQ_GC_AGE`). Here
-//!   a flow is collected the moment it empties: its map entry is removed and its slab slot goes on
-//!   a free list. The slot keeps its FIFO's buffer, which the next flow to take the slot reuses, so
-//!   steady-state traffic does not allocate for flows; memory is the high-water mark of
-//!   simultaneously backlogged flows.
-//! * Limits are optional ([`FqTree::with_limits`]); the defaults of `sch_fq` are given as
-//!   constants. A packet over a limit is handed back with [`RejectReason::Full`].
-//! * Release when the head's `edt <= now`; no granularity, no horizon.
+//! A `HashMap` from [`FlowId`] to a slab of flows, and a `BTreeSet` of `(head EDT, flow)` for
+//! `sch_fq`'s throttled tree. Where it departs from `sch_fq`: no DRR round (a pure EDT queue behind
+//! [`EdtQueue`], the cost model kept), ties in flow-index order, an empty flow collected at once,
+//! optional limits ([`FqTree::with_limits`]), no granularity or horizon. The mapping and the
+//! reasons: `docs/design/carousel.md`.
 
 use crate::packet::{FlowId, PacketRef};
 use crate::queue::{EdtQueue, QueueCounters, RejectReason, Rejected};
@@ -50,10 +25,9 @@ pub const SCH_FQ_DEFAULT_FLOW_LIMIT: usize = 100;
 /// 8-byte alignment (computed from the layout; 24 on every 64-bit target).
 pub const FQ_PACKET_BYTES: usize = core::mem::size_of::<(Timestamp, PacketRef)>();
 
-/// Estimated bytes of `BTreeSet` node memory per backlogged flow. Measured with a counting
-/// allocator on `BTreeSet<(Timestamp, u32)>` (std 1.95, x86-64): 27 bytes per key under the steady
-/// pop-first/insert-later churn a time-ordered tree sees, 34 bytes per key for an ascending build.
-/// A leaf is 192 bytes holding up to 11 keys; splits leave 5 or 6. 32 sits between the two.
+/// Estimated bytes of `BTreeSet` node memory per backlogged flow, for `BTreeSet<(Timestamp,
+/// u32)>` on x86-64: a leaf is 192 bytes holding up to 11 keys and a split leaves 5 or 6, so a
+/// key costs 17 to 38 bytes of leaf; 32 is the estimate for leaves about six keys full.
 const BTREE_BYTES_PER_KEY: usize = 32;
 
 /// Width of a hashbrown control group in bytes (16 with SSE2, the x86-64 build; 8 elsewhere, where

@@ -1,91 +1,18 @@
 //! FlowBundler's Multi-Level Timing Wheel (MLTW): inter-flow batching with per-destination rate
-//! estimation (FlowBundler §IV-B "Multi-Level Timing Wheel", §IV-C Algorithm 1, §IV-D
-//! Algorithm 2; parameters from §V-A).
+//! estimation (FlowBundler §IV-B "Multi-Level Timing Wheel", §IV-C Algorithm 1, §IV-D Algorithm
+//! 2; parameters from §V-A).
 //!
-//! # Structure (§IV-B)
+//! `levels` timing wheels of `S` slots, level `q` of granularity `g_min << q`, every slot a FIFO
+//! [`SlotList`] of nodes from one [`NodePool`]. Enqueue hashes the flow into one of 512
+//! destination buckets, takes the level from the bucket's rate, descends to a coarser level for a
+//! far EDT and accumulates into the coarsest level sharing the slot's start, so packets due at one
+//! instant share a slot and leave as one batch; dequeue releases slots earliest start first. A
+//! packet rounded at level `L` leaves no earlier than its slot's start and, polled every `g_L`,
+//! no later than `edt + g_L` (clamped packets excepted). Fixed size: [`structure_bytes`].
 //!
-//! `levels` timing wheels ("queues" in the paper) of `S` slots each. Level `q` has granularity
-//! `g_q = g_min << q`, so level `q`'s ring covers `S × g_q` ahead of the front. Every slot is a
-//! FIFO [`SlotList`] of multi-reference nodes from one preallocated [`NodePool`]; one
-//! [`OccupancyBitmap`] of `levels × S` bits marks occupied slots and a `u64` marks non-empty
-//! levels. With FlowBundler's §V-A parameters (1 ns, 64 levels, 1024 slots) the fixed structure
-//! is about 0.55 MB (§V-C reports ~1.1 MB for the kernel qdisc), see [`structure_bytes`].
-//!
-//! # Enqueue (§IV-C, Algorithm 1)
-//!
-//! 1. *Classify*: the packet's [`FlowId`] is hashed into one of 512 destination buckets;
-//!    collisions are tolerated and not resolved (§IV-C: two colliding destinations just batch a
-//!    little less).
-//! 2. *Level from rate*: a bucket keeps its estimated rate `R` and the level
-//!    `floor(log2(MTU / R / g_min))` (Algorithm 1 line 9), recomputed only when `R` changes.
-//! 3. *Clamp*: an EDT before the front is placed at the front ([`QueueCounters::past_due`]).
-//! 4. *Descend* (lines 10–15): an EDT beyond the level's ring moves to the finest coarser level
-//!    whose ring covers it. Beyond the top level, [`HorizonPolicy::Clamp`] puts it in the top
-//!    level's last slot and [`HorizonPolicy::Reject`] hands it back.
-//! 5. *Accumulate* (lines 16–21): slot `n` of level `q` starts at the same instant as slot
-//!    `n >> k` of level `q + k` for every `k <= trailing_zeros(n)`; the packet goes to the coarsest
-//!    such level (capped at the top). Every slot start time therefore has exactly one home
-//!    `(level, slot)`, and all packets due at one instant, whatever their flows' rates, share a
-//!    slot: one dequeue step releases them as one inter-flow batch.
-//!
-//! # Dequeue (§IV-D, Algorithm 2)
-//!
-//! Releases slots whose start time is `<= now`, earliest start first, FIFO within a slot, until
-//! `out` is full.
-//!
-//! # Rate estimation (§IV-D)
-//!
-//! Per bucket, every 5 packets (§IV-D) the estimator computes the instantaneous rate `S / T_r`
-//! of the packets' scheduled departures and filters it, `R <- (1 - alpha) R + alpha S / T_r` with
-//! `alpha = 0.25` (§V-A), in integer arithmetic. It runs at enqueue (see the departures below).
-//!
-//! # Release guarantees
-//!
-//! A packet whose EDT was rounded at level `L` (its bucket's rate level, or the coarser level a
-//! descend chose; see [`Mltw::placement`]) waits in the slot starting at
-//! `floor(max(edt, front) / g_L) × g_L`. Hence it is
-//! * never released before `floor(edt / g_L) × g_L` (nor before the front at enqueue), and
-//! * when `dequeue` is polled at least every `g_L` with room in `out`, released no later than
-//!   `edt + g_L`;
-//!
-//! except packets clamped beyond the horizon, which wait in the top level's last slot and may
-//! leave before their EDT (counted in [`QueueCounters::clamped_beyond_horizon`]). As in the
-//! paper (§IV-B, footnote 5), a flow whose rate is not a power-of-two multiple of `g_min` may send
-//! up to two MTUs back to back.
-//!
-//! Per-flow order is kept while a flow's level is constant: its packets land in slots in EDT
-//! order, and two packets with the same slot start share one FIFO slot. When the level becomes
-//! *coarser* (the rate estimate or [`Mltw::set_rate`] crosses a power of two downwards, or a far
-//! EDT descends) a later packet may round down to a start before an earlier packet's slot and
-//! overtake it. This is a property of FlowBundler itself, kept here.
-//!
-//! # Departures from the paper, and why
-//!
-//! * **Exact level arithmetic.** The paper's `FLS(MTU/g_min) - FLS(R)` can be one level off; we
-//!   take the FLS difference and correct it by one comparison, which gives `floor(log2(gap /
-//!   g_min))` exactly without dividing. Likewise the paper's descend `FLS(howfar / timerange)` is
-//!   an approximation: we start from the FLS bound and check coverage exactly (at most one more
-//!   step), so a packet is never placed outside its ring.
-//! * **Bitmap skipping.** Algorithm 2 walks the finest non-empty level slot by slot from the
-//!   front. We keep each non-empty level's earliest occupied slot (`heads`), found with the
-//!   occupancy bitmap, and the earliest of them (`next`), so dequeue and [`EdtQueue::next_due`] go
-//!   straight to the next occupied slot whatever the gap.
-//! * **FIFO slots.** The public BESS FlowBundler pops a bucket LIFO, which reorders a flow; our
-//!   slots are FIFO node chains (Carousel §5.1.2's global pool, [`crate::pool`]).
-//! * **Rate estimation from scheduled departures.** Algorithm 2 estimates at dequeue
-//!   (`ESTIMATERATE(packets, real_slotid)`), which hashes every released packet a second time
-//!   and times the window by slot start times as coarse as the level (65 µs at 150 Mbit/s). We
-//!   estimate at enqueue, where the bucket is already in hand, from the departure each packet is
-//!   scheduled for, `max(edt, now)`: the same `S / T_r` of §IV-D, measured on exact departure
-//!   times, at a fraction of the cost (the dequeue-side estimator cost ~10 ns per packet in
-//!   `metronome bench`). A window whose span is zero (a burst sharing one EDT) keeps accumulating
-//!   until time moves. As in the paper, a window that spans an idle period pulls the estimate
-//!   down (and the level coarser) for a few estimates.
-//! * **Front on enqueue.** `enqueue(now, ..)` advances the front to `now` (never past an occupied
-//!   slot), so an idle wheel's horizon is measured from `now`, not from the last dequeue.
-//! * **Explicit rates.** [`Mltw::set_rate`] lets a caller that knows a destination's shaping
-//!   rate (the timestamper does) set it directly (§IV-D: "the flow shaping rate can be directly
-//!   obtained"); with `estimate_every: 0` the estimator never overrides it.
+//! Where it departs from the paper: exact level arithmetic, bitmap skipping, FIFO slots, rate
+//! estimation at enqueue, the front advanced on enqueue, explicit rates ([`Mltw::set_rate`]). The
+//! algorithm, the guarantees and the reasons: `docs/design/flowbundler.md`.
 
 use crate::bitmap::OccupancyBitmap;
 use crate::packet::{FlowId, PacketRef};
@@ -97,6 +24,9 @@ use core::mem::size_of;
 
 #[cfg(test)]
 mod tests;
+
+mod estimator;
+use estimator::{Bucket, BUCKET_BYTES};
 
 /// Default minimum granularity, as log2 of nanoseconds: 0, i.e. 1 ns (FlowBundler §V-A, "the
 /// minimum granularity is set to 1ns"; §IV-B: enough for a 12 Tbit/s flow).
@@ -236,93 +166,6 @@ pub struct Placement {
     pub past_due: bool,
     /// The EDT lay beyond the top level's ring and went to its last slot.
     pub clamped: bool,
-}
-
-/// A destination bucket (FlowBundler §IV-C): its rate estimate and estimator window. 24 bytes,
-/// 512 of them in 12 KiB.
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    /// Estimated (or set) rate, bits per second.
-    rate_bps: u64,
-    /// Start time of the estimator window, ns (a packet's scheduled departure).
-    window_start: u64,
-    /// Bytes released since `window_start`.
-    window_bytes: u32,
-    /// Packets released since `window_start`.
-    window_packets: u16,
-    /// The level `rate_bps` maps to, cached so enqueue does no arithmetic on the rate.
-    level: u8,
-    /// `window_start` is meaningful (the bucket released at least one packet).
-    started: bool,
-}
-
-/// Size of a [`Bucket`] in bytes (checked at compile time).
-const BUCKET_BYTES: usize = 24;
-const _: () = assert!(size_of::<Bucket>() == BUCKET_BYTES);
-
-impl Bucket {
-    fn new(rate_bps: u64, level: u32) -> Self {
-        Bucket {
-            rate_bps,
-            window_start: 0,
-            window_bytes: 0,
-            window_packets: 0,
-            level: level as u8,
-            started: false,
-        }
-    }
-
-    /// Accounts one packet of `len` bytes scheduled to depart at `t`; every `every` packets
-    /// updates the rate by EWMA (FlowBundler §IV-D). True if the rate changed.
-    fn record(&mut self, t: u64, len: u16, every: u16, ewma_shift: u32) -> bool {
-        if !self.started {
-            // The first packet opens the window; its bytes left before it.
-            self.started = true;
-            self.window_start = t;
-            return false;
-        }
-        self.window_bytes = self.window_bytes.saturating_add(len as u32);
-        self.window_packets = self.window_packets.saturating_add(1);
-        if self.window_packets < every {
-            return false;
-        }
-        let elapsed = t.saturating_sub(self.window_start);
-        if elapsed == 0 {
-            return false; // keep accumulating until time moves
-        }
-        let inst = instantaneous_bps(self.window_bytes, elapsed);
-        self.rate_bps = ewma(self.rate_bps, inst, ewma_shift);
-        self.window_start = t;
-        self.window_bytes = 0;
-        self.window_packets = 0;
-        true
-    }
-}
-
-/// `bytes × 8 × 10^9 / elapsed_ns`, the rate in bits per second (rounded down, saturating).
-/// A 64-bit divide when the numerator fits 64 bits (windows below 2.3 GB, i.e. always in
-/// practice); the 128-bit divide, a library call several times slower, only beyond.
-#[inline]
-fn instantaneous_bps(bytes: u32, elapsed_ns: u64) -> u64 {
-    match (bytes as u64).checked_mul(8 * NANOS_PER_SEC) {
-        Some(bits_ns) => bits_ns / elapsed_ns,
-        None => {
-            let bits_ns = bytes as u128 * 8 * NANOS_PER_SEC as u128;
-            (bits_ns / elapsed_ns as u128).min(u64::MAX as u128) as u64
-        }
-    }
-}
-
-/// `R <- (1 - 2^-s) R + 2^-s inst`, exactly `((R << s) - R + inst) >> s` (which lies between `R`
-/// and `inst`), computed in 64 bits: `R + floor((inst - R) / 2^s)`, where the floor of a
-/// negative quotient `-d / 2^s` is `-(((d - 1) >> s) + 1)`.
-#[inline]
-fn ewma(rate: u64, inst: u64, shift: u32) -> u64 {
-    if inst >= rate {
-        rate + ((inst - rate) >> shift)
-    } else {
-        rate - (((rate - inst - 1) >> shift) + 1)
-    }
 }
 
 /// Level arithmetic: the one place where time becomes a slot and a rate becomes a level.

@@ -1,42 +1,15 @@
 //! ECN marking for a multi-queue port: the standard per-queue, minimum per-queue and per-port
 //! thresholds the MQ-ECN paper measures, and MQ-ECN itself (Bai et al., NSDI '16, §2-§3).
 //!
-//! * [`Marking::PerQueueStandard`]: every queue marks above the single-queue threshold
-//!   `K = C x RTT x lambda` (§2.1, Equation 1). High throughput, but N busy queues hold N x K.
-//! * [`Marking::PerQueueMin`]: `K_i = w_i / sum(w) x C x RTT x lambda` (§2.2, Equation 2), the
-//!   weight being the queue's quantum. Low latency, but a lone active queue is throttled.
-//! * [`Marking::PerPort`]: the port's total bytes against `K` (§2.3); breaks weighted sharing.
-//! * [`Marking::MqEcn`]: `K_i = min(quantum_i / T_round, C) x RTT x lambda` (§3.2, Equation 5),
-//!   `T_round` sampled whenever a weighted queue finishes its turn and smoothed with
-//!   `T_round = beta x T_round + (1 - beta) x T_sample` (§3.3.1, Equation 6); after `T_idle` of
-//!   port idleness `T_round` decays as if a sample of 0 arrived (§3.3.1), once per whole `T_idle`
-//!   elapsed. The sampling itself lives in [`crate::mq_port`], which owns the turns.
-//! * [`Marking::Red`]: any of the above with RED's two thresholds and maximum probability, scaled
-//!   as §3.3.2 "Probabilistic Marking" says: `K_i,min = K_min x s_i`, `K_i,max = K_max x s_i`,
-//!   `P_i,max = P_max`, where `s_i` is the rule's per-queue scale of the standard threshold
-//!   (`min(quantum_i / (C x T_round), 1)` for MQ-ECN).
+//! [`Marking::PerQueueStandard`] (§2.1, Equation 1), [`Marking::PerQueueMin`] (§2.2, Equation 2),
+//! [`Marking::PerPort`] (§2.3), [`Marking::MqEcn`] (§3.2, Equation 5, with §3.3.1's `T_round`
+//! average and idle decay; the sampling is in [`crate::mq_port`]) and [`Marking::Red`] (§3.3.2's
+//! probabilistic marking). Strict-priority queues use the standard threshold (§3.3.2).
 //!
-//! Strict-priority queues have no round: under every per-queue rule they use the standard
-//! threshold `C x RTT x lambda`, as §3.3.2 "Strict Priority Queueing" does for MQ-ECN; they do not
-//! take part in the minimum threshold's apportioning (their weight would be meaningless). Under
-//! [`Marking::PerPort`] their bytes count towards the port total like any other.
-//!
-//! Departures from the paper, and why:
-//! * The queue length compared with the threshold is the instantaneous length, not RED's
-//!   averaged one: DCTCP's setting (RED weight 1), which the paper's testbed and simulations use.
-//!   It includes the arriving packet: a packet is marked when the queue (the port under
-//!   [`Marking::PerPort`]) holds more than `K` bytes with it, as the authors' code does (ns-2
-//!   `queue/dwrr.cc`: `byteLength() > thresh` after `enque`; Linux `sch_dwrr`: `len_bytes >
-//!   ecn_thresh_bytes` after adding the packet).
-//! * Before the first sample `T_round` is unknown and the threshold is the standard one (`s_i =
-//!   1`); the first sample initialises the average instead of being blended with zero. §3.2 notes
-//!   that an under-estimated `T_round` cures itself, and Equation 5's cap keeps `K_i <= K`.
-//! * RED's probability between the thresholds is the linear `p_b` alone, without the count-based
-//!   spacing of Floyd & Jacobson's `p_a`: what switch ECN/RED profiles (and DCQCN's) configure.
-//! * The core has no RNG source: RED's coin is a SplitMix64 generator stored in the port, seeded
-//!   from [`Red::seed`], so a run is reproducible.
-//! * Marking happens at enqueue only (§2.4 "Compatible with legacy ECN/RED implementation");
-//!   [`crate::mq_port::MqDequeued::marked`] is always false.
+//! Where it departs from the paper: the instantaneous queue length with the arriving packet
+//! (DCTCP's setting), the standard threshold before the first `T_round` sample, RED's linear `p_b`
+//! alone, a seeded SplitMix64 coin ([`Red::seed`]), marking at enqueue only. The reasons:
+//! `docs/design/mq-ecn.md`.
 
 use crate::rate::Rate;
 use crate::time::Duration;

@@ -1,66 +1,16 @@
-//! A multi-queue switch port: DWRR or WRR over N FIFO queues under a strict-priority tier, a
-//! shared buffer with a per-port byte limit, and ECN marking at enqueue ([`crate::mq_ecn`]).
+//! A multi-queue switch port: DWRR or WRR over N FIFO queues under a strict-priority tier, a shared
+//! buffer with a per-port byte limit, and ECN marking at enqueue ([`crate::mq_ecn`]).
 //!
-//! The scheduler is the one MQ-ECN's prototype builds on (MQ-ECN §4.2, "Packet Scheduler"; DWRR
-//! after Shreedhar & Varghese, SIGCOMM '95): a list of active (backlogged) weighted queues; a
-//! queue that receives a packet while empty joins the tail; the head is served; a queue that
-//! finishes its turn and still holds packets goes back to the tail. Each queue stores `T_start`,
-//! the time it last joined the tail, and "whenever a queue finishes its service, we use current
-//! time minus T_start to get a sample of T_round" (§4.2, §3.3.1): a turn ends when the queue
-//! empties or when its next packet no longer fits its deficit (DWRR) or its packet count (WRR).
-//! Turns are ended eagerly, at the dequeue that sends their last packet, so every queue on the
-//! list can send its head packet and a dequeue is O(1): no scan, no loop.
+//! The scheduler is the one MQ-ECN's prototype builds on (MQ-ECN §4.2, DWRR after Shreedhar and
+//! Varghese): a list of backlogged weighted queues served in turn, each turn ended eagerly so that
+//! a dequeue is O(1), and a `T_round` sample at the end of each turn (§4.2, §3.3.1).
+//! Strict-priority queues ([`QueueConfig::strict_priority`]) are served first (§3.3.2). One shared
+//! pool of packet references ([`crate::pool::NodePool`]), drop-tail by handing back
+//! ([`MqRejectReason::BufferFull`], §5.1). An earlier `now` is taken as the latest seen.
 //!
-//! * **DWRR**: the deficit counter gains `quantum_i` bytes per turn and is reset to 0 when the
-//!   queue empties (§3.3.2). Quanta must be at least the MTU and packets at most the MTU, so the
-//!   head of a queue starting its turn always fits (the O(1) condition of Shreedhar & Varghese).
-//! * **WRR**: a queue sends `weight_i = quantum_bytes / mtu_bytes` packets per turn (the packet
-//!   form of WRR; §4.2: "resetting deficit counter to 0 whenever a queue finishes its service").
-//!   For MQ-ECN its quantum is `weight_i x MTU`, the most it can send in a round (§3.3.2).
-//! * **Strict priority**: queues with [`QueueConfig::strict_priority`] are served before every
-//!   weighted queue, the lowest index first (§3.3.2 "Strict Priority Queueing"). Their service
-//!   lengthens the weighted queues' rounds, which `T_round` then reflects.
-//!
-//! Buffer: one shared pool of packet references ([`crate::pool::NodePool`]) sized at
-//! construction for `buffer_bytes / MIN_PACKET_BYTES` packets plus one spare node per queue, so
-//! every queue may hold the whole buffer and nothing allocates after `new`. Each queue keeps its
-//! head packet outside the pool (the pool has no peek) and the rest in a pool list. A packet that
-//! would take the port past `buffer_bytes` is handed back ([`MqRejectReason::BufferFull`];
-//! drop-tail, "completely shared by all the queues in a first-in-first-serve bias", §5.1). Packets
-//! shorter than [`MIN_PACKET_BYTES`] can exhaust the pool first; they are handed back the same way.
-//!
-//! Time: `now` never goes backwards; an earlier `now` is treated as the latest one seen. The port
-//! is idle from the end of the last departure's transmission (`now + len / C` at the dequeue that
-//! emptied it) until the next enqueue, which applies MQ-ECN's idle decay. A turn ends when its
-//! last packet has been *served*, i.e. transmitted: at `now + len / C` of the dequeue that sends
-//! it (the caller dequeues when the link is free and serialises at `C`). The sample is that end
-//! minus `T_start`; the queue's next `T_start` is the same end, whether it goes back to the tail
-//! or empties (a queue that empties and receives a packet while its last one is still on the
-//! wire starts its next turn when that packet has left). This is the authors' ns-2 code for the
-//! paper's simulations (`queue/dwrr.cc` of MQ-ECN-NS2: `round_time_sample = now + pktSize * 8 /
-//! link_capacity_ - start_time`), and their Linux qdisc floors a sample at the last packet's
-//! transmission time the same way: a lone packet arriving at an idle port gives a sample of one
-//! transmission time (not 0), and a queue that joins a busy port measures its wait plus its own
-//! service. Successive samples of a backlogged queue are one round apart either way.
-//!
-//! ```
-//! use metronome_core::{Marking, MqPort, MqPortConfig, QueueConfig, PacketRef, FlowId, ClassId,
-//!                      Duration, Timestamp};
-//!
-//! let mut port = MqPort::new(MqPortConfig {
-//!     queues: vec![QueueConfig::weighted(1500); 4],
-//!     marking: Marking::MqEcn { rtt: Duration::from_micros(80), lambda: 0.15, beta: 0.75,
-//!                               t_idle: None },
-//!     ..Default::default() // 10 Gbit/s, 300 KB shared, DWRR, MTU 1500
-//! })
-//! .unwrap();
-//! assert_eq!(port.threshold_bytes(0), 15_000); // C x RTT x lambda before any round
-//! let now = Timestamp::from_nanos(0);
-//! let pkt = PacketRef::new(1, FlowId(9), ClassId(2), 1500); // queue 2
-//! assert!(!port.enqueue(now, pkt, true).unwrap().marked);
-//! let out = port.dequeue(now).unwrap();
-//! assert_eq!((out.pkt, out.queue), (pkt, 2));
-//! ```
+//! Where it departs from or reads the paper: a turn ends when its last packet has been transmitted,
+//! as the authors' ns-2 and Linux code time it, so a sample is never 0. The turn rules, the buffer
+//! and the timing: `docs/design/mq-ecn.md`.
 
 mod counters;
 #[cfg(test)]
@@ -232,6 +182,25 @@ struct Queue {
 }
 
 /// A multi-queue port with ECN marking. See the module docs.
+///
+/// ```
+/// use metronome_core::{Marking, MqPort, MqPortConfig, QueueConfig, PacketRef, FlowId, ClassId,
+///                      Duration, Timestamp};
+///
+/// let mut port = MqPort::new(MqPortConfig {
+///     queues: vec![QueueConfig::weighted(1500); 4],
+///     marking: Marking::MqEcn { rtt: Duration::from_micros(80), lambda: 0.15, beta: 0.75,
+///                               t_idle: None },
+///     ..Default::default() // 10 Gbit/s, 300 KB shared, DWRR, MTU 1500
+/// })
+/// .unwrap();
+/// assert_eq!(port.threshold_bytes(0), 15_000); // C x RTT x lambda before any round
+/// let now = Timestamp::from_nanos(0);
+/// let pkt = PacketRef::new(1, FlowId(9), ClassId(2), 1500); // queue 2
+/// assert!(!port.enqueue(now, pkt, true).unwrap().marked);
+/// let out = port.dequeue(now).unwrap();
+/// assert_eq!((out.pkt, out.queue), (pkt, 2));
+/// ```
 pub struct MqPort {
     // Read on every operation.
     queues: Vec<Queue>,

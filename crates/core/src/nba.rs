@@ -1,49 +1,15 @@
 //! The NIC-level bandwidth allocator (NBA): one aggregate rate limit shared by per-core shapers
-//! (Carousel §5.3, component 1).
+//! (Carousel §5.3, component 1), redistributed every period ([`DEFAULT_PERIOD`], "≈ 100 ms") by
+//! water-filling over the cores' demands ([`Nba::record_demand`]), with a floor of the aggregate
+//! for idle cores ([`NbaConfig::idle_floor_fraction`], the paper's 1 %).
 //!
-//! Carousel silos one shaper per core; a limit that spans cores (a tenant whose flows hash to
-//! several cores) is split by the NBA, which "accepts a total rate limit for flow-aggregates and
-//! redistributes each rate limit periodically to individual per-core Timestampers", by "a simple
-//! water-filling algorithm to achieve work-conservation and max-min fairness". Each core reports
-//! usage as "(byte count, timestamp of the byte count measurement) pairs" ([`Nba::record_demand`]);
-//! "if flows on any core have zero demand, then the central algorithm still reserves 1% of the
-//! aggregate rate, to provide headroom for ramping up" ([`NbaConfig::idle_floor_fraction`]); the
-//! update period is "≈ 100 ms" ([`DEFAULT_PERIOD`]).
+//! The paper leaves the demand estimate open: here a core below [`NbaConfig::cap_threshold`] of its
+//! rate asks for its measured rate plus [`NbaConfig::headroom`], a core at its cap is taken as
+//! unbounded, and a core without a new sample keeps its estimate ([`NbaCounters::stale_cores`]).
 //!
-//! ## How demand is estimated (the paper leaves it open)
-//!
-//! At each update, a core's *measured* rate is its byte count's growth between the last sample
-//! seen at the previous update and the latest sample, divided by the samples' time difference
-//! (their own timestamps, not the update times, so a late publish does not distort the rate).
-//! A shaped core never sends faster than its allocation, so its measurement only bounds its demand
-//! from below when it sent (nearly) all it was allowed to:
-//!
-//! * **below its cap** (measured < [`NbaConfig::cap_threshold`] × its rate during the period): the
-//!   core is satisfied and its demand is known; it asks for the measured rate plus
-//!   [`NbaConfig::headroom`] (2 % by default) so that it stays visibly below its next cap.
-//!   Without that margin a core whose demand equals its allocation exactly is indistinguishable
-//!   from a core held back by it, and the allocator oscillates between the two readings.
-//! * **at its cap**: the core may want more; its demand is taken as unbounded (the whole
-//!   aggregate; a growth factor of aggregate / measured). Water-filling then gives the satisfied
-//!   cores their demand and splits the rest equally among the cores at their cap, which is the
-//!   max-min fair share given what is known. A core ramps from the 1 % floor to its fair share in
-//!   one period, instead of the log_g(share / floor) periods a fixed growth factor g would take
-//!   (7 periods with g = 2 from 1 % to 100 %).
-//! * **no new sample** in a period (a silo that did not publish): the previous demand estimate is
-//!   kept and [`NbaCounters::stale_cores`] counts it.
-//!
-//! The margin of satisfied cores is the price of knowing who is satisfied: when demands sum to
-//! exactly the aggregate, a core at its cap receives up to `headroom` × the others' demand less
-//! than it could use (1 % of the aggregate when satisfied cores ask for half of it).
-//!
-//! ## Departures from the paper
-//!
-//! Rates go out in bit/s ([`Rate`]), not bytes per second. Whatever the demands, the rates always
-//! sum to exactly the aggregate (leftover capacity is split equally, [`water_fill`]): that is the
-//! work conservation of the paper, and the share given beyond a core's demand is its headroom.
-//!
-//! The allocator is pure and clock-free: `now` is an argument, and nothing allocates after
-//! [`Nba::new`].
+//! Where it departs from the paper: rates in bit/s ([`Rate`]), and the rates always sum to exactly
+//! the aggregate ([`water_fill`]). Pure and clock-free; nothing allocates after [`Nba::new`]. The
+//! estimate, its margin and the reasons: `docs/design/carousel.md`.
 
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp, NANOS_PER_SEC};

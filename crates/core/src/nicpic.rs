@@ -1,140 +1,27 @@
-//! NicPic's transmit scheduler: per-class rate limits over many classes whose queues live in the
-//! caller's (host) memory, a schedule computed one piece at a time, MTU-sized pulls out of large
-//! segments, and weighted sharing when the limits oversubscribe the link (NicPic §3, Figure 3).
+//! NicPic's transmit scheduler (NicPic §3, Figure 3): per-class rate limits over many classes
+//! whose queues stay in the caller's memory, a schedule computed one piece at a time, MTU-sized
+//! pulls out of large segments, and weighted sharing when the limits oversubscribe the link.
 //!
-//! NicPic inverts the duties of host and NIC (§3): "the CPU classifies and enqueues packets in
-//! transmit queues, while the NIC computes a schedule that obeys the rate limits, pulls packets
-//! from queues in host memory and transmits them". This module is the NIC's part:
+//! [`NicPic::backlog`] is §3.1's doorbell; [`NicPic::pull`] and [`NicPic::next_due`] are §3.2's
+//! on-demand schedule; a class keeps [`CLASS_BYTES`] = 32 bytes (§3.2's metadata). The schedule is
+//! a virtual clock capped at real time over a calendar queue of start tags: O(1) plus a few bitmap
+//! word scans, whatever the number of classes.
 //!
-//! * **Doorbell (§3.1).** "When the CPU enqueues a packet into a previously empty queue, it also
-//!   flags the queue as active and notifies the NIC": [`NicPic::backlog`] tells the scheduler that
-//!   a class has a head segment of `len` bytes. The queue itself stays with the caller.
-//! * **On-demand scheduling (§3.2).** "The NIC only computes the order in which a small number of
-//!   future packets must be transmitted": [`NicPic::pull`] picks the one next piece when the link
-//!   is free, and [`NicPic::next_due`] says when the next one will be ready, so the loop sleeps
-//!   until then. Pieces are pulled at the link's speed, never faster.
-//! * **Metadata (§3.2).** Per class the scheduler keeps [`CLASS_BYTES`] = 32 bytes (checked at
-//!   compile time): the virtual start tag of its next piece, its rate, the head segment's length
-//!   and the *TSO offset*, and the links of an intrusive list. 10 000 classes take 320 KB, "a few
-//!   100s of kB" as §3.2 estimates; [`MAX_CLASSES`] is over four billion.
-//! * **Segmentation offload (§3.2).** A segment is pulled "in MTU sized chunks" through the offset:
-//!   [`Pull`] names `(class, offset, len)` and the class goes back into the schedule after each
-//!   piece, so a 64 KB segment of one class interleaves with the others' pieces.
-//! * **Rate enforcement with a weighted-sharing fallback (§3.2).** "A modified virtual time based
-//!   weighted fair queueing scheduler which uses real time to enforce rate limits when the link is
-//!   not oversubscribed and uses virtual time otherwise, to share bandwidth in the ratio of
-//!   configured rate limits." See below.
-//!
-//! # The algorithm
-//!
-//! A system virtual time `V` advances at `min(1, C / Σr)` times real time, where `C` is the link
-//! rate and `Σr` the sum of the limits of the backlogged classes. Each class has a start tag `S`:
-//! its next piece may leave once `V >= S`, after which `S += piece / r`. A class that becomes
-//! backlogged after being idle starts at `S = max(S, V)` (no credit for idleness). When the limits
-//! fit in the link, `V` is real time and each class is paced at exactly its rate; when they do not,
-//! `V` slows down so that the pieces that become eligible per second fill exactly the link, and
-//! every class gets `r_i × C / Σr`: shares in proportion to the limits, each still evenly paced.
-//! This is WFQ's virtual time (the fluid system's `dV/dt = C / Σφ` with weights `φ_i = r_i`),
-//! capped at real time so that a limit is never exceeded. Eligible pieces leave smallest tag first
-//! (up to one granularity, see below); the link serialises them.
-//!
-//! Tags live in a calendar queue of `buckets` buckets of `granularity` virtual nanoseconds each:
-//! an intrusive doubly linked FIFO per bucket and an [`OccupancyBitmap`] to find the first
-//! non-empty bucket, so every operation is O(1) plus a few word scans, independent of the number of
-//! classes.
-//!
-//! # Where this departs from the paper, and why
-//!
-//! * The paper leaves the algorithm open ("NicPic is agnostic to the specific rate limiting
-//!   algorithm"); the virtual clock above is this module's choice of the "modified virtual time"
-//!   scheduler §3.2 proposes.
-//! * Within a bucket classes leave in FIFO order, not exact tag order; a piece is never released
-//!   before its exact tag, so a piece can be late by up to one granularity (default 1.024 µs, under
-//!   one MTU at 10 Gbit/s), never early.
-//! * A tag more than the window (`buckets × granularity`, default 67 ms of virtual time) ahead is
-//!   parked in the window's last bucket and put back when that bucket comes up
-//!   ([`NicPicCounters::clamped_beyond_window`], [`NicPicCounters::reinserted`]). Size the window
-//!   to cover the largest gap, `mtu / r`, of the classes that matter.
-//! * A class that was served late (the link was busy) keeps its tags and may catch up: long-run
-//!   conformance holds from the class's activation (bytes by `t` <= one piece + `r × (t - t0)`),
-//!   not over every short window.
-//! * Time is in whole nanoseconds, so pulls are at least 1 ns apart; the link's own clock keeps
-//!   fractions, so back-to-back pieces of 64 bytes or more (51 ns at 10 Gbit/s) fill it exactly.
-//! * Segments are at most [`MAX_SEGMENT_BYTES`] = 64 KiB (Linux's GSO limit), so the offset fits
-//!   16 bits; rates must be positive (a zero rate would hold a class forever).
-//! * A rate change takes effect from the next piece: the rest of the current wait is rescaled to
-//!   the new rate, and every later gap is at the new rate (§3.2: "the NIC can immediately compute
-//!   schedules using the updated rate limits").
-//! * To keep its place, a class must be backlogged again in the same instant as the pull that
-//!   finished its segment (`last`); later it restarts at `max(S, V)` like any idle class.
-//!
-//! # Example
-//!
-//! ```
-//! use metronome_core::nicpic::{NicPic, NicPicConfig, Pull};
-//! use metronome_core::{Rate, Timestamp};
-//!
-//! // Two classes of 2 Gbit/s each on a 10 Gbit/s link.
-//! let mut nic = NicPic::new(NicPicConfig::default(), &[Rate::gbps(2); 2]).unwrap();
-//! let t0 = Timestamp::ZERO;
-//! nic.backlog(t0, 0, 64 * 1024).unwrap(); // a 64 KB TSO segment in class 0's queue
-//! nic.backlog(t0, 1, 1500).unwrap();      // one MTU in class 1's queue
-//!
-//! let mut pulls = Vec::new();
-//! let mut now = t0;
-//! while let Some(due) = nic.next_due() {
-//!     now = now.max(due);
-//!     if let Some(p) = nic.pull(now) {
-//!         // DMA `p.len` bytes at `p.offset` of the head segment of queue `p.class`.
-//!         if p.last && p.class == 1 && pulls.len() < 4 {
-//!             nic.backlog(now, 1, 1500).unwrap(); // class 1 had another segment queued
-//!         }
-//!         pulls.push(p);
-//!     }
-//! }
-//! // The big segment goes out in MTU pieces, interleaved with class 1's packets.
-//! assert_eq!(pulls[0], Pull { class: 0, offset: 0, len: 1500, last: false });
-//! assert_eq!(pulls[1], Pull { class: 1, offset: 0, len: 1500, last: true });
-//! assert_eq!(pulls[2], Pull { class: 0, offset: 1500, len: 1500, last: false });
-//! // Each class is paced at its 2 Gbit/s: 1500 bytes every 6 us.
-//! let last = pulls.last().unwrap();
-//! assert_eq!((last.class, last.offset + last.len), (0, 64 * 1024));
-//! assert_eq!(nic.counters().bytes, 64 * 1024 + 3 * 1500);
-//! ```
+//! Where it departs from the paper: the algorithm itself (§3.2 leaves it open), FIFO order inside
+//! a calendar bucket (a piece late by up to one granularity, never early), tags beyond the window
+//! parked in its last bucket, catch-up of a class served late, whole-nanosecond pulls, 64 KiB
+//! segments, rate changes from the next piece. The algorithm and the reasons:
+//! `docs/design/nicpic.md`.
 
 use crate::bitmap::OccupancyBitmap;
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp, NANOS_PER_SEC};
 
-/// Bytes of per-class metadata (`Class`); checked at compile time. NicPic §3.2 budgets "a few
-/// 100s of kB" for "10s of thousands" of classes; Metronome's budget is 32 bytes a class.
-pub const CLASS_BYTES: usize = 32;
-
-/// Most classes a scheduler can hold: class indices must stay below the list sentinels.
-pub const MAX_CLASSES: usize = (u32::MAX - 2) as usize;
-
-/// Largest segment a class may announce: 64 KiB, Linux's `GSO_MAX_SIZE` (the "64kB" bursts of
-/// NicPic §2.2.2). Stored as `len - 1` in 16 bits.
-pub const MAX_SEGMENT_BYTES: u32 = 1 << 16;
-
-/// Default piece size: 1500 bytes, the Ethernet MTU (NicPic §3.2: "MTU sized chunks").
-pub const DEFAULT_MTU: u32 = 1500;
-
-/// Default calendar granularity: 1024 ns of virtual time (a power of two so that a tag's bucket
-/// is a shift), under one 1500-byte packet time at 10 Gbit/s (1.2 µs), the lateness bound.
-pub const DEFAULT_GRANULARITY: Duration = Duration::from_nanos(1024);
-
-/// Default calendar buckets: 2^16, a window of 67 ms at the default granularity, which covers the
-/// gap between two 1500-byte pieces of any class limited to 180 kbit/s or more; 512 KB of bucket
-/// heads plus an 8 KB bitmap.
-pub const DEFAULT_BUCKETS: usize = 1 << 16;
-
-/// Most calendar buckets (requests are capped): 2^24, 128 MiB of bucket heads.
-pub const MAX_BUCKETS: usize = 1 << 24;
-
-/// Fractional bits of virtual time and tags: one tick is 1/256 ns, so a tag advances by
-/// `piece / r` with an error under 4 ps per piece, and a `u64` of ticks spans 2.2 years.
-pub const TICK_BITS: u32 = 8;
+mod config;
+pub use config::{
+    NicPicConfig, NicPicConfigError, CLASS_BYTES, DEFAULT_BUCKETS, DEFAULT_GRANULARITY,
+    DEFAULT_MTU, MAX_BUCKETS, MAX_CLASSES, MAX_SEGMENT_BYTES, TICK_BITS,
+};
 
 /// A piece is due when `V` is within this many ticks (1/256 ns) of its tag. Rates are rounded to
 /// [`Rate`]'s fixed point, so a class whose limit equals the link's share of it can fall a few
@@ -158,51 +45,6 @@ const IDLE: u32 = u32::MAX;
 /// `Class::bucket` of a class whose segment finished at the latest `now`: it still counts as
 /// backlogged until time moves on, so that an immediate [`NicPic::backlog`] keeps its place.
 const DRAINED: u32 = u32::MAX - 1;
-
-/// Configuration of a [`NicPic`] scheduler.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NicPicConfig {
-    /// The access link's rate `C`: pieces are pulled no faster, and limits beyond it are shared.
-    /// Default 10 Gbit/s (NicPic §2.3's 82599 NIC).
-    pub link: Rate,
-    /// Largest piece pulled at once, bytes (1..=[`MAX_SEGMENT_BYTES`]). Default [`DEFAULT_MTU`].
-    pub mtu: u32,
-    /// Width of a calendar bucket in virtual time; rounded down to a power of two of ns.
-    /// Default [`DEFAULT_GRANULARITY`].
-    pub granularity: Duration,
-    /// Calendar buckets; rounded up to a power of two, at least 2 (a parked class must be able to
-    /// move), at most [`MAX_BUCKETS`].
-    /// Default [`DEFAULT_BUCKETS`].
-    pub buckets: usize,
-}
-
-impl Default for NicPicConfig {
-    fn default() -> Self {
-        NicPicConfig {
-            link: Rate::gbps(10),
-            mtu: DEFAULT_MTU,
-            granularity: DEFAULT_GRANULARITY,
-            buckets: DEFAULT_BUCKETS,
-        }
-    }
-}
-
-/// Why a scheduler could not be built.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NicPicConfigError {
-    /// The link rate is zero.
-    #[error("link rate must be positive")]
-    ZeroLinkRate,
-    /// `mtu` is 0 or beyond [`MAX_SEGMENT_BYTES`].
-    #[error("mtu must be 1..=65536 bytes")]
-    BadMtu,
-    /// More than [`MAX_CLASSES`] classes.
-    #[error("too many classes")]
-    TooManyClasses,
-    /// A class's rate is zero.
-    #[error("class {0} has a zero rate")]
-    ZeroRate(u32),
-}
 
 /// Why [`NicPic::backlog`] refused a doorbell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
@@ -337,6 +179,38 @@ fn gap_ticks(len: u32, npb: u64) -> u64 {
 }
 
 /// The NicPic scheduler. See the module documentation.
+///
+/// ```
+/// use metronome_core::nicpic::{NicPic, NicPicConfig, Pull};
+/// use metronome_core::{Rate, Timestamp};
+///
+/// // Two classes of 2 Gbit/s each on a 10 Gbit/s link.
+/// let mut nic = NicPic::new(NicPicConfig::default(), &[Rate::gbps(2); 2]).unwrap();
+/// let t0 = Timestamp::ZERO;
+/// nic.backlog(t0, 0, 64 * 1024).unwrap(); // a 64 KB TSO segment in class 0's queue
+/// nic.backlog(t0, 1, 1500).unwrap();      // one MTU in class 1's queue
+///
+/// let mut pulls = Vec::new();
+/// let mut now = t0;
+/// while let Some(due) = nic.next_due() {
+///     now = now.max(due);
+///     if let Some(p) = nic.pull(now) {
+///         // DMA `p.len` bytes at `p.offset` of the head segment of queue `p.class`.
+///         if p.last && p.class == 1 && pulls.len() < 4 {
+///             nic.backlog(now, 1, 1500).unwrap(); // class 1 had another segment queued
+///         }
+///         pulls.push(p);
+///     }
+/// }
+/// // The big segment goes out in MTU pieces, interleaved with class 1's packets.
+/// assert_eq!(pulls[0], Pull { class: 0, offset: 0, len: 1500, last: false });
+/// assert_eq!(pulls[1], Pull { class: 1, offset: 0, len: 1500, last: true });
+/// assert_eq!(pulls[2], Pull { class: 0, offset: 1500, len: 1500, last: false });
+/// // Each class is paced at its 2 Gbit/s: 1500 bytes every 6 us.
+/// let last = pulls.last().unwrap();
+/// assert_eq!((last.class, last.offset + last.len), (0, 64 * 1024));
+/// assert_eq!(nic.counters().bytes, 64 * 1024 + 3 * 1500);
+/// ```
 #[derive(Clone, Debug)]
 pub struct NicPic {
     // Virtual clock, touched on every call.

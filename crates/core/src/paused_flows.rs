@@ -1,33 +1,14 @@
 //! The paused-flows queue of zD (zD §4.3): the flows that backpressure has paused, in the order in
-//! which departures resume them.
+//! which departures resume them, [`Discipline::Fifo`] or [`Discipline::EdtOrdered`].
 //!
-//! "The order in which flows are sorted within this global queue determines the overall scheduling
-//! policy for traffic going through the stack" (zD §4.3); zD ships FIFO and rate-limiting
-//! disciplines. Here two [`Discipline`]s:
-//! * [`Discipline::Fifo`]: resume in pause order.
-//! * [`Discipline::EdtOrdered`]: resume the flow whose held packet has the earliest EDT first, i.e.
-//!   ordered like the EDT shaper it feeds; ties (same coarse slot) in pause order.
+//! Each flow costs [`PER_FLOW_BYTES`] = 8 bytes (zD §4's memory budget), checked at compile time.
+//! The EDT order is a small calendar queue over [`SlotClock::slot_of`] with an
+//! [`OccupancyBitmap`]; `pause` and `pop` are O(1) plus a bitmap scan, nothing allocates after
+//! construction.
 //!
-//! Memory: zD reports "less than 160 KB" for 20 000 flows (zD §4, "Memory overhead"), i.e. 8 bytes
-//! per flow. Each flow here costs exactly [`PER_FLOW_BYTES`] = 8 bytes: an intrusive singly linked
-//! list link (`next: u32`, a flow index) and a 32-bit key (the low 32 bits of the flow's EDT slot),
-//! checked at compile time. Flow ids are dense indices `0..capacity` fixed at construction.
-//!
-//! The EDT order is a small calendar queue: a power-of-two ring of buckets, each a FIFO list
-//! (head/tail, 8 bytes per bucket), and an [`OccupancyBitmap`] to find the first non-empty bucket
-//! in a few word scans. A flow's bucket is `slot mod buckets`, where `slot` is its EDT rounded down
-//! to the granularity ([`SlotClock::slot_of`], the one time-to-slot conversion). The queue keeps
-//! every key inside one window of `buckets` consecutive slots starting at `lo` (a lower bound of
-//! the keys present), so ring order from `lo` is key order and pops are exact. Departures from an
-//! exact priority queue, and why (bounded memory, O(1) pause):
-//! * A key more than a window later than `lo` is clamped to the window's last slot
-//!   (`clamped_late`).
-//! * A key earlier than `lo` moves `lo` back when the window still covers every key present;
-//!   otherwise it is clamped up to `lo` (`clamped_early`) and resumes after the flows already
-//!   there.
-//!
-//! `pause` and `pop` are O(1) plus a bitmap scan; `remove` walks one bucket (FIFO: the whole
-//! queue), as it serves a flow going away, not the data path. Nothing allocates after construction.
+//! Where it departs from an exact priority queue (bounded memory, O(1) pause): keys beyond the
+//! window are clamped to its last slot, keys before it clamped up to its start (`clamped_late`,
+//! `clamped_early`). The layout and the reasons: `docs/design/zd.md`.
 
 use crate::bitmap::OccupancyBitmap;
 use crate::packet::FlowId;

@@ -1,29 +1,14 @@
 //! Lock-free exchange of usage and rates between per-core silos and the NIC-level bandwidth
-//! allocator (Carousel §5.3, component 2).
+//! allocator (Carousel §5.3, component 2: "lazy updates to avoid the overhead of locking the data
+//! path").
 //!
-//! "Usage updates by Timestampers and the dissemination of rates by NBA are performed
-//! periodically in a lazy manner. We chose lazy updates to avoid the overhead of locking the data
-//! path with every update." Per core, a [`RateExchange`] holds two cells, each with a single
-//! writer:
-//!
-//! * the **demand cell**, written by the core's silo: its cumulative byte count and the timestamp
-//!   of that count ([`RateExchange::publish_demand`]), read by the allocator;
-//! * the **rate cell**, written by the allocator: the core's rate and the epoch (update number) it
-//!   belongs to ([`RateExchange::publish_rate`]), read by the silo.
-//!
-//! Each cell is a sequence lock over atomics (no `unsafe`, no lock): the writer makes the sequence
-//! odd, stores both words, and makes it even again; a reader retries while the sequence is odd or
-//! changed during its read, so it never returns a torn pair (Boehm, "Can Seqlocks Get Along With
-//! Programming Language Memory Models?", MSPC 2012, the fence-based variant). Writers never wait.
-//! Readers on the data path use the `try_` forms, which give up instead of retrying and let the
-//! silo keep its previous rate until its next look. Each core's cells sit on their own cache lines
-//! so that silos do not false-share.
-//!
-//! One exchange serves one aggregate limit; a daemon with several limits that span cores keeps one
-//! exchange per limit (class), each keyed by core.
-//!
-//! Loom model tests (`RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib loom`)
-//! check that a reader never sees a torn pair and that epochs only grow.
+//! Per core a [`RateExchange`] holds a demand cell written by the silo
+//! ([`RateExchange::publish_demand`]) and a rate cell written by the allocator
+//! ([`RateExchange::publish_rate`]), each a sequence lock over atomics (no `unsafe`; Boehm, MSPC
+//! 2012, the fence-based variant) on its own cache lines. Writers never wait; the data path's
+//! `try_` readers give up instead of retrying. One exchange per aggregate limit. The loom models
+//! (CONTRIBUTING.md §13) check that no torn pair is read and that epochs only grow; the design:
+//! `docs/design/carousel.md`.
 
 use crate::rate::Rate;
 use crate::sync::{fence, spin_hint, AtomicU64, Ordering, Padded};

@@ -2,22 +2,11 @@
 //! for handing packets between cores without locks (Carousel §5.3: one shaper per core "allows
 //! lock-free queuing of packets to a NIC instance on a specific core").
 //!
-//! The classic Lamport ring over atomics only, no `unsafe`: slots are `AtomicU64`, the producer
-//! owns `tail`, the consumer owns `head`, both monotonic counters (wrapping at 2^64) on their own
-//! cache lines. The producer publishes slots with a Release store of `tail` that the consumer
-//! reads with Acquire, and the consumer frees slots with a Release store of `head` that the
-//! producer reads with Acquire before overwriting them. Each side caches the other's index and
-//! rereads it only when the ring looks full (empty), so a batch costs one shared load and one
-//! shared store. Capacity is a power of two so that a slot index is a mask.
-//!
-//! Nothing is dropped: [`Producer::push`] hands a token back when the ring is full and
-//! [`Producer::push_batch`] says how many it took; [`Producer::refused`] counts refusals.
-//! Hand-written rather than taken from a crate such as `rtrb` (CONTRIBUTING.md, Dependencies):
-//! tokens are plain `u64`s stored in atomic slots, which needs no `unsafe` here (the core forbids
-//! it) and runs under loom; `rtrb` is generic over `T` with `unsafe` inside and cannot be
-//! loom-tested.
-//!
-//! Loom model tests: `RUSTFLAGS="--cfg loom" cargo test -p metronome-core --release --lib loom`.
+//! Lamport's ring over atomics only, no `unsafe`: each side owns its monotonic index on its own
+//! cache line and caches the other's. Nothing is dropped: [`Producer::push`] hands a token back
+//! when the ring is full, [`Producer::push_batch`] says how many it took, [`Producer::refused`]
+//! counts refusals. Hand-written rather than `rtrb` so that it runs under loom without `unsafe`
+//! (CONTRIBUTING.md, Dependencies; §13). The memory orderings: `docs/design/carousel.md`.
 
 use crate::sync::{spin_hint, Arc, AtomicU64, Ordering, Padded};
 

@@ -1,43 +1,17 @@
-//! EDT timestamping from stacked policies (Carousel §5.1.1).
+//! EDT timestamping from stacked policies (Carousel §5.1.1): "we choose the largest of timestamps,
+//! which avoids violating any of the policies associated with the packet".
 //!
-//! "Policy i enforces a rate R_i and keeps track of the latest timestamp it creates, LTS_i ...
-//! we choose the largest of timestamps, which avoids violating any of the policies associated with
-//! the packet." A [`Timestamper`] holds policies of two kinds, per-flow pacing and per-aggregate
-//! rate limits (many flows share one, and a packet may pass several); a packet that passes none is
-//! unshaped and gets `now`. Its EDT is the maximum over the policies it passes, and at least any
-//! earlier timestamp the caller supplies (a transport's own pacing, Carousel §5.1.1's first step).
+//! A [`Timestamper`] holds per-flow pacing and per-aggregate rate-limit policies; a packet's EDT is
+//! the maximum over the policies it passes, `now` and any earlier timestamp the caller supplies.
+//! Each policy is a token bucket in EDT form (a GCRA): a train of up to `burst` bytes shares one
+//! release time (§5.1.2), an idle policy banks at most its burst, a rate change applies from the
+//! next packet. A zero rate pauses a policy: [`Timestamper::try_stamp_after`] hands back
+//! [`Paused`], [`Timestamper::stamp`] returns [`Timestamp::MAX`], and no state changes.
+//! [`PolicyStack`] is a shaper's per-packet composition (aggregate and pacing, peeked, then
+//! committed).
 //!
-//! Each policy is a token bucket written in EDT form (a GCRA): it keeps `tat`, the instant at which
-//! all the bytes it has stamped would have left at its rate. A packet of `len` bytes may leave at
-//! `max(now, tat - (burst - len) / R)`, after which `tat = max(tat, now) + len / R`. So:
-//! * a train of up to `burst` bytes arriving at an idle policy shares one release time (Carousel
-//!   §5.1.2: "a train of consecutive packets of a total size of burst can be configured to be
-//!   transmitted at the same time");
-//! * an idle policy never banks more credit than its burst (`tat` is never behind `now`);
-//! * a backlogged policy spaces packets exactly `len / R` apart;
-//! * a rate change takes effect from the next packet: bytes already stamped keep their times.
-//!
-//! A policy whose rate is zero is *paused*: it sends nothing. A packet that passes a paused policy
-//! gets no EDT: [`Timestamper::try_stamp_after`] hands back [`Paused`] naming the policy, and
-//! [`Timestamper::stamp`] / [`Timestamper::stamp_after`] return [`Timestamp::MAX`], the end of
-//! time. Such a packet changes no policy's state (it is counted in [`Policy::paused`] and
-//! [`TimestamperCounters::paused`]), so the caller may hold it and stamp it again once the rate is
-//! restored. A restored rate takes effect from the next packet, as any rate change does: bytes
-//! stamped before the pause keep their times, and a policy that was idle through the pause grants
-//! at most its configured burst, as any idle policy does.
-//!
-//! Precisely, with `slack = burst - len` (zero when the packet is larger than the burst), a
-//! policy's EDT is `max(now, floor(tat) - round(slack / R))`, and the packet's EDT the maximum of
-//! that over its policies, `now` and `earliest`. Times are whole nanoseconds; `tat` also keeps the
-//! sub-nanosecond remainder of `len / R` in [`Rate`]'s fixed point, so a long run keeps the exact
-//! rate.
-//!
-//! [`PolicyStack`] is the composition a shaper uses per packet: the class's aggregate policy and
-//! the flow's pacing policy, peeked and checked before the packet is accepted, then committed.
-//!
-//! As in Carousel each policy advances its own timestamp, independently of the others;
-//! consolidation only takes the maximum. A burst smaller than the packet is treated as one packet,
-//! so a packet is never held beyond what a full bucket allows.
+//! Where it departs from the paper: a burst smaller than the packet counts as one packet. The exact
+//! arithmetic and the reasons: `docs/design/carousel.md`.
 
 use crate::rate::Rate;
 use crate::time::{Duration, Timestamp};

@@ -1,27 +1,14 @@
 //! Carousel's single time-indexed queue: a timing wheel (Carousel §5.1.2, Algorithm 1).
 //!
-//! An array of `horizon / granularity` slots represents time from the wheel's front to its horizon;
-//! slot `s` holds the packets whose EDT rounds down to `s` ([`SlotClock::slot_of`]). Insertion and
-//! extraction are O(1); within a slot packets leave FIFO. Past-due packets go to the front slot;
-//! packets beyond the horizon are clamped to the last slot or handed back, per [`HorizonPolicy`].
+//! `horizon / granularity` slots from the front to the horizon, slot `s` holding the packets whose
+//! EDT rounds down to `s` ([`SlotClock::slot_of`]); O(1) insertion and extraction, FIFO within a
+//! slot, the horizon's overflow per [`HorizonPolicy`]. Generic over the slot store ([`SlotStore`]):
+//! [`TimingWheel`] uses [`PoolSlots`] (the Global Pool, [`crate::pool`]), [`TimingWheelList`] the
+//! per-packet [`ListSlots`] of Carousel Table 1's STDLIST row.
 //!
-//! The wheel logic is written once and is generic over how a slot stores its references
-//! ([`SlotStore`]), so Carousel Table 1's two rows are the same wheel:
-//! * [`PoolSlots`]: the Global Pool, preallocated nodes of seven references ([`crate::pool`]);
-//!   no allocation per packet. [`TimingWheel`] is the wheel with this store.
-//! * [`ListSlots`]: a linked list per slot that allocates a node per packet, the "STDLIST" row.
-//!   [`TimingWheelList`] is the wheel with this store (a baseline, not for production).
-//!
-//! Departures from Algorithm 1, and why:
-//! * Extraction returns every packet due at `now` in one call, up to the caller's buffer (a
-//!   transmit batch), instead of one packet per call.
-//! * Empty slots are skipped with an [`OccupancyBitmap`] rather than visited one by one, so a long
-//!   idle gap costs a few word scans (tokio's wheel does the same with its `occupied` word).
-//! * The front never moves past the slot of the latest `now` seen, so a packet enqueued with an
-//!   EDT at or before `now` lands in a slot that is already due: Algorithm 1 moves its front past
-//!   `now` and would hold such a packet for one more granularity.
-//! * When the wheel is empty its front jumps to `now`; while due packets wait, the front trails
-//!   `now` and the horizon is measured from the front.
+//! Where it departs from Algorithm 1: a batch per extraction, empty slots skipped with an
+//! [`OccupancyBitmap`], the front never past the latest `now`'s slot, an empty wheel's front
+//! jumping to `now`. The reasons: `docs/design/carousel.md`.
 
 use crate::bitmap::OccupancyBitmap;
 use crate::packet::PacketRef;
@@ -204,6 +191,28 @@ pub struct GenericTimingWheel<S: SlotStore> {
 }
 
 /// Carousel's timing wheel: slots of pooled multi-reference nodes.
+///
+/// ```
+/// use metronome_core::{EdtQueue, TimingWheel, TimingWheelConfig, PacketRef, FlowId, ClassId,
+///                      Timestamp, Duration};
+///
+/// let mut wheel = TimingWheel::new(TimingWheelConfig {
+///     granularity: Duration::from_micros(2),
+///     horizon: Duration::from_millis(10),
+///     pool_packets: 1024,
+///     ..Default::default()
+/// });
+/// let now = Timestamp::from_nanos(1_000_000);
+/// let pkt = PacketRef::new(7, FlowId(1), ClassId(0), 1500);
+/// wheel.enqueue(now, now + Duration::from_micros(30), pkt).unwrap();
+/// assert_eq!(wheel.next_due(), Some(Timestamp::from_nanos(1_030_000)));
+///
+/// let mut out = [PacketRef::default(); 32];
+/// assert_eq!(wheel.dequeue(now, &mut out), 0); // not yet
+/// let later = now + Duration::from_micros(30);
+/// assert_eq!(wheel.dequeue(later, &mut out), 1);
+/// assert_eq!(out[0].id, 7);
+/// ```
 pub type TimingWheel = GenericTimingWheel<PoolSlots>;
 
 /// The timing wheel with per-packet allocating lists (baseline).

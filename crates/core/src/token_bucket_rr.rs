@@ -1,39 +1,13 @@
 //! The token-bucket shaper architecture of HTB and policers: one FIFO and one token bucket per
-//! class, polled round-robin.
+//! class, polled round-robin (Carousel §2, Figure 1), a baseline `metronome bench` measures beside
+//! the timing wheel as Carousel Table 1 does; its polling cost, linear in the classes (§3), stays
+//! visible.
 //!
-//! Carousel §2 (Figure 1, "pre-filtering with multiple token bucket queues") describes it: a
-//! classifier divides packets into queues, one per traffic aggregate; each queue has a token bucket
-//! that is "re-filled according to a target rate and capped by a maximum burst" (§2.1); "a
-//! scheduler services queues in round-robin order" (§2). HTB (§2.2) buffers packets waiting for
-//! tokens instead of dropping them, as here. Carousel §3 attributes the architecture's CPU cost to
-//! "the need to poll queues", linear in the number of queues; this module keeps that cost visible.
-//! It is a baseline: `metronome bench` measures it side by side with the timing wheel, in the
-//! manner of Carousel Table 1.
-//!
-//! Behaviour:
-//! * The class is the packet's [`ClassId`], an index into the classes given to
-//!   [`TokenBucketRr::new`]. A packet of an unconfigured class is handed back with
-//!   [`RejectReason::UnknownClass`].
-//! * **The EDT argument of [`EdtQueue::enqueue`] is ignored.** This architecture predates EDT
-//!   (Carousel §4 contrasts the two): when a packet leaves is decided by its class's tokens alone.
-//! * Tokens start full. A class's bucket is refilled lazily, when the round-robin visits it, from
-//!   the time elapsed since its previous refill, and capped at its burst. Tokens are counted in
-//!   units of 1/8e9 byte ([`TOKEN_UNITS_PER_BYTE`]), so a refill of `elapsed_ns * bits_per_second`
-//!   units is exact: no rate is lost to rounding however long the run.
-//! * **Send rule:** the head packet of `len` bytes leaves when `tokens >= min(len, burst)`, and
-//!   then costs its full `len`. A packet larger than the burst therefore leaves once the bucket is
-//!   full and drives the tokens negative (a debt, as HTB's tokens go negative), so nothing waits
-//!   forever and the long-run rate stays exact. Bytes released by `t` are at most
-//!   `burst + rate * t`, plus `len - burst` for one packet when packets exceed the burst.
-//! * A burst of 0 bytes is raised to 1 byte.
-//! * `dequeue` visits each backlogged class at most once per call, in round-robin order, and
-//!   releases head packets while the tokens allow. A blocked class moves to the back of the list.
-//!   When `out` fills while the class being served could still send, that class stays at the front
-//!   and the next call resumes with it; it can release at most one burst per visit, which serves
-//!   as the round-robin quantum.
-//! * `next_due` scans the backlogged classes: O(classes), as the architecture is.
-//! * Queues are unbounded (HTB's per-class limit, 16K packets in Carousel §7, is left to the
-//!   caller's backpressure).
+//! The class is the packet's [`ClassId`] ([`RejectReason::UnknownClass`] otherwise); **the EDT
+//! argument of [`EdtQueue::enqueue`] is ignored**. Tokens start full, are refilled lazily and
+//! exactly ([`TOKEN_UNITS_PER_BYTE`]); a head packet leaves when `tokens >= min(len, burst)` and
+//! may drive them negative; `next_due` is O(classes); queues are unbounded. The rules in full:
+//! `docs/design/carousel.md`.
 
 use crate::packet::{ClassId, PacketRef, PACKET_REF_BYTES};
 use crate::queue::{EdtQueue, QueueCounters, RejectReason, Rejected};

@@ -1,38 +1,15 @@
 //! zD: zero drops at the end host by pausing sources instead of dropping their packets
-//! (zD §3-4, Algorithm 1).
+//! (zD §3-4, Algorithm 1; its three parts, zD Figure 6).
 //!
-//! Three parts (zD Figure 6):
-//! * **Source buffer regulator** (§4.1) lives with the caller: a source keeps its packet until the
-//!   shaper takes it, sends nothing while paused, and sends again when told it is resumed.
-//! * **Backpressure interface** (§4.2): [`ScheduledBuffer::probe`] says whether the scheduled
-//!   buffer has room for a flow's packet. Implemented for [`Pfifo`] (the paper's pfifo_fast),
-//!   [`TbfBuffer`] (its TBF) and [`CappedWheel`] (Carousel's timing wheel with a packet capacity).
-//! * **Paused-flows queue** (§4.3): [`PausedFlows`], FIFO or EDT ordered.
+//! The source buffer regulator (§4.1) lives with the caller; [`ScheduledBuffer::probe`] is the
+//! backpressure interface (§4.2) of [`Pfifo`], [`TbfBuffer`] and [`CappedWheel`]; [`PausedFlows`]
+//! is the paused-flows queue (§4.3). [`Zd::offer`] is Algorithm 1's `ProcessFlow`, [`Zd::dequeue`]
+//! its `ResumeFlow`. A refused packet goes back to its source ([`Overflow::HandBack`]); only
+//! [`Overflow::Drop`], the baseline, drops. [`Zd::bytes_per_flow`] = 9.
 //!
-//! [`Zd::offer`] is Algorithm 1's `ProcessFlow`: a paused flow sends nothing; a failed probe
-//! pauses the flow and appends it (the probe copy is virtually dropped: the packet goes back to
-//! the source, which keeps it); otherwise the packet is enqueued unless the flow has used its turn
-//! and others wait. [`Zd::dequeue`] is `ResumeFlow`: "each departure resumes the head of that
-//! queue"; resumed flows are reported to the caller, whose sources then offer again.
-//!
-//! Reading of Algorithm 1 line 7 (`!F.sendTwo() or PausedFlowsQ.empty()`): `sendTwo` is true once
-//! the flow has pushed [`DEFAULT_PER_FLOW_LIMIT`] packets since it was last resumed ("making sure
-//! that an active flow has two packets pushed to the scheduled buffer before it is paused again",
-//! §4.1); past that, it keeps sending only while no one waits, and otherwise pauses so others get
-//! their turn. Separately, §4.1's cap holds: a flow "never exceeds two packets" in the buffer, so a
-//! flow at the cap pauses (its own departures guarantee a later resume).
-//!
-//! Deadlock freedom relies on the regulator's contract: a resumed flow offers its held packet
-//! (or, if it has nothing to send, calls [`Zd::pass_turn`]). Every pause then happens while the
-//! buffer is non-empty or a resumed flow is about to offer, so departures keep resuming flows.
-//!
-//! Drops: a buffer refuses a packet it has no room for by handing it back ([`Overflow::HandBack`],
-//! a virtual drop). Only a buffer built with [`Overflow::Drop`] drops it physically, to model the
-//! baseline without backpressure; [`ZdCounters::physical_drops`] stays zero otherwise.
-//!
-//! Per-flow state: one byte in [`Zd`] (packets in the buffer and packets pushed since resume, one
-//! nibble each; "paused" is membership of the paused-flows queue) plus the queue's 8 bytes:
-//! [`Zd::bytes_per_flow`] = 9.
+//! Where it reads the paper: `sendTwo` of Algorithm 1 line 7 and §4.1's cap of two packets per
+//! flow, and deadlock freedom from the regulator's contract (a resumed flow offers or calls
+//! [`Zd::pass_turn`]). The reading and the reasons: `docs/design/zd.md`.
 
 use std::collections::VecDeque;
 

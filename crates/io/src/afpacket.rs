@@ -1,91 +1,29 @@
 //! [`AfPacketPort`]: a [`PacketPort`] on a Linux interface, receiving with `recvmmsg` batches
-//! (default) or a TPACKET_V3 memory-mapped RX ring, and transmitting with `sendmmsg` batches.
+//! ([`RxMode::Mmsg`], the default) or a TPACKET_V3 memory-mapped RX ring ([`RxMode::Ring`]), and
+//! transmitting with `sendmmsg` batches on a second socket with `PACKET_QDISC_BYPASS`, after
+//! packet(7) and the kernel's Documentation/networking/packet_mmap.rst.
 //!
-//! After packet(7) and the kernel's Documentation/networking/packet_mmap.rst:
-//!
-//! * **RX, [`RxMode::Mmsg`]** (default): an `AF_PACKET`/`SOCK_RAW` socket with `PACKET_AUXDATA`
-//!   (each frame's `tp_status`: checksum not ready, stripped VLAN tag) and a receive buffer as
-//!   large as the ring would be (`SO_RCVBUFFORCE`), bound, promiscuous and ignoring outgoing
-//!   frames as below; `recvmmsg` writes up to 64 frames straight into pool slots (one copy, like
-//!   the ring's), and a stripped 802.1Q tag is re-inserted in place. Frames are handed over as
-//!   soon as they arrive. Why this is the default: on veth the ring's blocks hold frames until
-//!   they fill or retire (at least 1 ms), which measured about 20 % off one TCP flow's throughput
-//!   through the daemon (`metronome compare --ceiling`). Socket buffer overflows are counted in
-//!   `rx_ring_drops` (`PACKET_STATISTICS` counts them for both modes).
-//! * **RX, [`RxMode::Ring`]**: the socket opened with protocol 0 (so it receives nothing
-//!   yet), `PACKET_VERSION = TPACKET_V3`, `PACKET_RX_RING` (blocks of `block_size` bytes, retired
-//!   to user space when full or after `retire_timeout_ms`), `mmap`, then `bind` to the interface
-//!   with `ETH_P_ALL`. Promiscuous through `PACKET_ADD_MEMBERSHIP`/`PACKET_MR_PROMISC` (a bump in
-//!   the wire forwards frames not addressed to it; the membership dies with the socket), and
-//!   `PACKET_IGNORE_OUTGOING` so the frames we transmit on the interface do not loop back (frames
-//!   with `sll_pkttype == PACKET_OUTGOING` are skipped as well, for older kernels).
-//!   Each frame is copied into the caller's [`FramePool`] and the block goes back to the kernel as
-//!   soon as its last frame is copied (see [`crate::frame_pool`] for why one copy beats holding
-//!   blocks). The kernel strips 802.1Q tags into `tp_vlan_tci` before packet taps see them; the
-//!   copy re-inserts the tag so a forwarded frame leaves as it came.
-//! * **TX**: a second socket, protocol 0 (it receives nothing), bound to the interface, with
-//!   `PACKET_QDISC_BYPASS` (the frame goes straight to the driver: Metronome is the qdisc), fed by
-//!   `sendmmsg` batches of up to 64 frames. Chosen over a TPACKET TX ring: the frames are in pool
-//!   slots already, so a TX ring would add a second copy into its slots plus status-word handling
-//!   and a `send` kick, for a gain (fewer syscalls) `sendmmsg` batching mostly gets too;
-//!   the forwarder the daemon's throughput is measured against is `sendmmsg` with batches of 64.
-//!   A `vnet_hdr` port with the bypass has a second TX socket without it, for GSO frames the
-//!   device cannot take whole: the bypass path drops a frame the kernel must segment in
-//!   software (see `Tx`); they are counted in `tx_gso_software`.
-//!
-//! * **Origin tags** ([`AfPacketConfig::origin_tags`], [`RxMode::Mmsg`] only): the port reads a
-//!   capture interface into which a BPF program redirects the packets of other interfaces,
-//!   after pushing an 802.1Q tag whose TCI names where each came from (the daemon's attach
-//!   mode). The kernel strips the tag into the auxiliary data as for any tagged frame; here its
-//!   TCI becomes the slot's origin tag ([`FramePool::origin`], which the classifier matches
-//!   through `metronome_packet::ClassRule::origin`) and is not re-inserted: the frame leaves
-//!   as the workload sent it. A frame without a tag is not the program's (the capture
-//!   interface's own IPv6 neighbour discovery, say): dropped and counted in `rx_untagged`.
-//! * **Transmit only** ([`AfPacketConfig::receive`] false): the RX socket is bound with protocol
-//!   0, so it receives nothing, without promiscuous membership, ring or receive buffer;
-//!   [`PacketPort::recv`] returns no frame without a system call. For a port the daemon only
-//!   sends on (in attach mode, frames arrive on another interface).
-//!
-//! * **Fanout** (per-core silos, Carousel §5.3): with [`AfPacketConfig::fanout`] set, the RX
-//!   socket joins a `PACKET_FANOUT` group of type `PACKET_FANOUT_HASH` right after `bind`: the
-//!   kernel hashes each frame's flow (`skb_get_hash`, the same for every packet of a 5-tuple) and
-//!   delivers it to one socket of the group only, so each silo's ring sees whole flows. The first
-//!   socket creates the group with `PACKET_FANOUT_FLAG_UNIQUEID` (the kernel picks an id no
-//!   other group in the namespace uses; [`AfPacketPort::fanout_group`] reads it back), the
-//!   others join that id. Between a socket's `bind` and its joining (microseconds at start-up)
-//!   it sees every frame, like a plain tap: a frame may then be delivered twice, never lost.
-//!
-//! Offloads: with GRO/GSO/TSO on, frames up to 64 KiB reach the socket with a partial checksum.
-//! Three ways to handle them:
-//!
-//! * **[`AfPacketConfig::vnet_hdr`]** (module `vnet`): `PACKET_VNET_HDR` on both sockets. Every
-//!   received frame comes with its `struct virtio_net_hdr` ([`metronome_packet::VnetHdr`]: GSO
-//!   type and size, `NEEDS_CSUM` offsets), stored with the frame's slot
-//!   ([`FramePool::vnet`]); [`PacketPort::send`] sends each frame with its slot's header, so the
-//!   kernel segments a super-frame only where a device needs it and completes the checksum;
-//!   [`AfPacketPort::send_pieces`] sends pieces cut with [`metronome_packet::SuperFrame::piece`]
-//!   as (header, headers, payload) iovecs without copying the payload. Receive mode
-//!   [`RxMode::Mmsg`] only: [`RxMode::Ring`] with `vnet_hdr` is refused with
-//!   [`PortError::Config`] (the ring would need a second per-frame header walk and its blocks
-//!   hold 64 KiB frames poorly). Use a pool with a large class ([`FramePool::with_large`],
-//!   [`crate::frame_pool::GSO_SLOT_SIZE`]).
-//! * A [`crate::frame_pool::JUMBO_SLOT_SIZE`] pool without the header: frames arrive whole but
-//!   must leave as MTU frames, which a super-frame is not (`tx_errors`).
-//! * Turning them off (`ethtool -K IF gro off gso off tso off`; without `ethtool`,
-//!   `ip link set IF gso_max_segs 1` stops TCP building super-frames on the sending side).
-//!   Frames from a local sender with checksum offload still arrive with
-//!   [`RxFrame::csum_not_ready`] set.
+//! Options: origin tags of attach mode ([`AfPacketConfig::origin_tags`]), transmit only
+//! ([`AfPacketConfig::receive`]), a `PACKET_FANOUT_HASH` group per silo
+//! ([`AfPacketConfig::fanout`], Carousel §5.3), and GSO/GRO super-frames with their
+//! virtio-net header ([`AfPacketConfig::vnet_hdr`], module `vnet`). Why `recvmmsg` is the default,
+//! why `sendmmsg` over a TX ring, and the three ways to handle offloads: ARCHITECTURE.md, "The
+//! AF_PACKET port".
 
 use crate::frame_pool::{FramePool, StoreError};
 use crate::piece::{self, PieceScratch, PieceSink, TxPiece};
 use crate::port::{PacketPort, PortCapabilities, PortCounters, PortError, RxFrame};
 use crate::sys::{self, RxRing, MSG_PARTS, SEND_BATCH};
-use metronome_packet::VNET_HDR_LEN;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 mod reopen;
+mod tx;
 mod vnet;
+use tx::{send_batches, Tx};
+
+#[cfg(test)]
+mod tests;
 
 pub use reopen::rejoin_group;
 
@@ -120,25 +58,25 @@ pub struct AfPacketConfig {
     pub promiscuous: bool,
     /// Set `PACKET_QDISC_BYPASS` on the TX socket. Default true.
     pub qdisc_bypass: bool,
-    /// Join the RX socket to a `PACKET_FANOUT_HASH` group (see the module docs). Default none:
-    /// the socket sees every frame.
+    /// Join the RX socket to a `PACKET_FANOUT_HASH` group (ARCHITECTURE.md, "The AF_PACKET
+    /// port"). Default none: the socket sees every frame.
     pub fanout: Option<Fanout>,
     /// How frames are received: `recvmmsg` batches (default) or the TPACKET_V3 ring.
     pub rx: RxMode,
     /// Set `PACKET_VNET_HDR` on both sockets: receive GSO/GRO super-frames of up to
     /// [`crate::frame_pool::GSO_SLOT_SIZE`] bytes with their virtio-net header, send every frame
-    /// with one (see the module docs). Needs [`RxMode::Mmsg`]. Costs 4.2 MB of receive overflow
-    /// buffers per port (`RECV_BATCH × GSO_SLOT_SIZE`), besides the pool's large slots.
-    /// Default false.
+    /// with one (ARCHITECTURE.md, "The AF_PACKET port"). Needs [`RxMode::Mmsg`]. Costs 4.2 MB of
+    /// receive overflow buffers per port (`RECV_BATCH × GSO_SLOT_SIZE`), besides the pool's large
+    /// slots. Default false.
     pub vnet_hdr: bool,
-    /// The 802.1Q tag the kernel stripped from a received frame is the frame's origin tag: its
-    /// TCI is stored as the slot's [`FramePool::origin`] and the tag is not re-inserted; a frame
-    /// that arrives without a tag is dropped and counted in `rx_untagged` (see the module docs,
-    /// "Origin tags"). Needs [`RxMode::Mmsg`]. Default false: a stripped tag is re-inserted and
-    /// every slot's origin is 0.
+    /// The 802.1Q tag the kernel stripped from a received frame is the frame's origin tag: its TCI
+    /// is stored as the slot's [`FramePool::origin`] and the tag is not re-inserted; a frame that
+    /// arrives without a tag is dropped and counted in `rx_untagged` (ARCHITECTURE.md, "The
+    /// AF_PACKET port", origin tags). Needs [`RxMode::Mmsg`]. Default false: a stripped tag is
+    /// re-inserted and every slot's origin is 0.
     pub origin_tags: bool,
-    /// Receive frames. False opens a transmit-only port (see the module docs, "Transmit
-    /// only"); it cannot join a fanout group. Default true.
+    /// Receive frames. False opens a transmit-only port (ARCHITECTURE.md,
+    /// "The AF_PACKET port", transmit only); it cannot join a fanout group. Default true.
     pub receive: bool,
     /// `SO_MARK` of the transmit sockets: every frame sent carries this `skb->mark` (the kernel
     /// takes a packet socket's mark for each frame it sends, af_packet's `sockcm_init`); needs
@@ -154,14 +92,14 @@ pub struct AfPacketConfig {
     pub socket_filter: Option<std::os::fd::RawFd>,
 }
 
-/// How an [`AfPacketPort`] receives (see the module docs, "RX").
+/// How an [`AfPacketPort`] receives (ARCHITECTURE.md, "The AF_PACKET port").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RxMode {
     /// `recvmmsg` batches of up to 64 frames straight into pool slots, with `PACKET_AUXDATA`
     /// for the checksum status and VLAN tag, and a socket receive buffer of the ring's size.
     /// The default: it hands frames over as soon as they arrive, where the ring holds them until
-    /// a block is full or retired; measured on veth, one TCP flow through the daemon ran about
-    /// 20 % faster (`metronome compare --ceiling`).
+    /// a block is full or retired, which on veth slows one TCP flow through the daemon
+    /// (ARCHITECTURE.md, "The AF_PACKET port").
     #[default]
     Mmsg,
     /// The TPACKET_V3 memory-mapped ring of `block_count` blocks of `block_size` bytes.
@@ -456,142 +394,6 @@ fn copy_frame(
     slot[MAC_ADDRS_LEN + 4..len].copy_from_slice(&data[MAC_ADDRS_LEN..]);
     pool.set_len(id, len);
     Ok(id)
-}
-
-/// The transmit side of a port: the bound socket (with `PACKET_QDISC_BYPASS` when configured)
-/// and, for a `vnet_hdr` port with the bypass, a second bound socket without it.
-///
-/// Why two: a GSO frame sent on a bypass socket goes to `__dev_direct_xmit` (net/core/dev.c),
-/// which runs `validate_xmit_skb_list` and drops the frame if that replaced it, i.e. if the
-/// device could not take it whole and the kernel segmented it in software (TSO off, a
-/// `gso_type` the device has no offload for, more segments than `gso_max_segs`): `sendmsg`
-/// fails with `ENOBUFS` and the device counts `tx_dropped`. Through the queueing layer
-/// (`__dev_queue_xmit`) the same frame leaves as its segments.
-struct Tx {
-    fd: OwnedFd,
-    /// No bypass: GSO frames the device must segment in software go here.
-    soft: Option<OwnedFd>,
-    /// Set when the device is known not to take GSO frames whole: every GSO frame goes to
-    /// `soft`. Set at open when the device has no TSO, or at the first GSO frame the bypass
-    /// path refuses; it stays set for the port's life.
-    gso_via_soft: bool,
-    /// The errno of the last send refused because the interface is down or gone (`ENETDOWN`,
-    /// `ENXIO`), until a transmit-only port's `recv` reports it (see [`PacketPort::recv`] of
-    /// [`AfPacketPort`]).
-    gone: Option<i32>,
-}
-
-impl Tx {
-    /// Sends a leading run of `msgs` with one `sendmmsg`, `gso[i]` saying whether message `i`
-    /// is a GSO frame. Returns how many the kernel took (GSO frames that went through the
-    /// queueing layer also counted in `tx_gso_software`); an error means it took none.
-    fn send(
-        &mut self,
-        msgs: &[[&[u8]; MSG_PARTS]],
-        gso: &[bool],
-        counters: &mut PortCounters,
-    ) -> io::Result<usize> {
-        let Some(soft) = self.soft.as_ref() else {
-            return sys::send_msgs(&self.fd, msgs);
-        };
-        let first_gso = gso.first().copied().unwrap_or(false);
-        if self.gso_via_soft {
-            let run = gso.iter().take_while(|&&g| g == first_gso).count();
-            let run = run.max(1).min(msgs.len());
-            if !first_gso {
-                return sys::send_msgs(&self.fd, &msgs[..run]);
-            }
-            let sent = sys::send_msgs(soft, &msgs[..run])?;
-            counters.tx_gso_software += sent as u64;
-            return Ok(sent);
-        }
-        match sys::send_msgs(&self.fd, msgs) {
-            Err(e) if first_gso && e.raw_os_error() == Some(libc::ENOBUFS) => {
-                // Refused by the bypass path (see the type's docs), or the device was busy:
-                // through the queueing layer it either leaves (the device needs software
-                // segmentation: so do the GSO frames after it) or is busy there too.
-                let sent = sys::send_msgs(soft, &msgs[..1]).map_err(|_| e)?;
-                if sent == 1 {
-                    self.gso_via_soft = true;
-                    counters.tx_gso_software += 1;
-                }
-                Ok(sent)
-            }
-            other => other,
-        }
-    }
-}
-
-/// [`PacketPort::send`] on a bound packet socket: `sendmmsg` batches of up to 64 frames from
-/// `pool`, counted in `counters`. A busy device stops early (`tx_busy`), a frame refused for good
-/// is counted (`tx_errors`) and freed; an unexpected error is returned only while no id was
-/// consumed, so the caller still knows exactly which slots it owns.
-///
-/// With `vnet` (the socket has `PACKET_VNET_HDR`) each frame goes out behind its slot's
-/// [`FramePool::vnet`] header.
-fn send_batches(
-    tx: &mut Tx,
-    vnet: bool,
-    counters: &mut PortCounters,
-    pool: &mut FramePool,
-    ids: &[u32],
-) -> io::Result<usize> {
-    let mut done = 0;
-    while done < ids.len() {
-        let batch = &ids[done..ids.len().min(done + SEND_BATCH)];
-        let mut headers = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
-        let mut gso = [false; SEND_BATCH];
-        if vnet {
-            for ((h, g), &id) in headers.iter_mut().zip(&mut gso).zip(batch) {
-                let vnet = pool.vnet(id);
-                *h = vnet.to_bytes();
-                *g = vnet.is_gso();
-            }
-        }
-        let mut msgs: [[&[u8]; MSG_PARTS]; SEND_BATCH] = [[&[]; MSG_PARTS]; SEND_BATCH];
-        for ((m, &id), h) in msgs.iter_mut().zip(batch).zip(&headers) {
-            let header: &[u8] = if vnet { h } else { &[] };
-            *m = [header, pool.frame(id), &[]];
-        }
-        match tx.send(&msgs[..batch.len()], &gso[..batch.len()], counters) {
-            Ok(sent) => {
-                for &id in &batch[..sent] {
-                    counters.tx_packets += 1;
-                    counters.tx_bytes += pool.len(id) as u64;
-                    pool.free(id);
-                }
-                done += sent;
-                if sent == 0 {
-                    counters.tx_busy += 1;
-                    break;
-                }
-            }
-            Err(e) => match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => {
-                    counters.tx_busy += 1;
-                    break;
-                }
-                // The first frame of the batch was refused for good: count, free, go on.
-                Some(
-                    errno @ (libc::EMSGSIZE
-                    | libc::EINVAL
-                    | libc::ENETDOWN
-                    | libc::ENXIO
-                    | libc::EFAULT),
-                ) => {
-                    if matches!(errno, libc::ENETDOWN | libc::ENXIO) {
-                        tx.gone = Some(errno);
-                    }
-                    counters.tx_errors += 1;
-                    pool.free(batch[0]);
-                    done += 1;
-                }
-                _ if done > 0 => break,
-                _ => return Err(e),
-            },
-        }
-    }
-    Ok(done)
 }
 
 /// The [`PortError`] naming `ifname` for an OS error of operation `op`: `EPERM`/`EACCES` are
@@ -894,347 +696,5 @@ impl PieceSink for AfPacketPort {
 
     fn send_pieces(&mut self, pieces: &[TxPiece<'_>]) -> Result<usize, PortError> {
         AfPacketPort::send_pieces(self, pieces)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Says why a privileged test is skipped, or panics with that reason when
-    /// `METRONOME_REQUIRE_PRIVILEGED=1` (`.ci/run` sets it when it runs as root).
-    fn skip_unprivileged(why: &dyn std::fmt::Display) {
-        if std::env::var("METRONOME_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it");
-        }
-        eprintln!("skipping: {why}");
-    }
-
-    #[test]
-    fn the_receive_batch_follows_what_arrives_within_its_bounds() {
-        // A full batch grows four-fold up to the whole batch.
-        assert_eq!(
-            next_recv_want(MIN_RECV_WANT, MIN_RECV_WANT),
-            4 * MIN_RECV_WANT
-        );
-        assert_eq!(next_recv_want(RECV_BATCH, RECV_BATCH), RECV_BATCH);
-        let mut want = MIN_RECV_WANT;
-        let mut calls = 1;
-        while want < RECV_BATCH {
-            want = next_recv_want(want, want);
-            calls += 1;
-        }
-        assert!(calls <= 3, "{calls} calls to reach a whole batch");
-        // Nothing or one frame: halves, never below the minimum.
-        assert_eq!(next_recv_want(RECV_BATCH, 0), RECV_BATCH / 2);
-        assert_eq!(next_recv_want(MIN_RECV_WANT, 0), MIN_RECV_WANT);
-        assert_eq!(next_recv_want(MIN_RECV_WANT, 1), MIN_RECV_WANT);
-        // Otherwise twice what came, within the bounds, and always more than came.
-        for want in MIN_RECV_WANT..=RECV_BATCH {
-            for got in 0..=want {
-                let next = next_recv_want(want, got);
-                assert!((MIN_RECV_WANT..=RECV_BATCH).contains(&next), "{want} {got}");
-                assert!(next >= want / 2, "{want} {got} -> {next}");
-                if got < RECV_BATCH {
-                    assert!(next > got, "{want} {got} -> {next}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn vlan_tag_is_reinserted_in_place() {
-        let mut slot = [0u8; 32];
-        let frame: Vec<u8> = (1..=20).collect();
-        slot[..20].copy_from_slice(&frame);
-        assert_eq!(insert_vlan(&mut slot, 20, (0x8100, 0x0123)), Some(24));
-        assert_eq!(&slot[..12], &frame[..12]);
-        assert_eq!(&slot[12..16], &[0x81, 0x00, 0x01, 0x23]);
-        assert_eq!(&slot[16..24], &frame[12..]);
-        // No room for the tag: refused, the caller counts it.
-        let mut full = [0u8; 22];
-        assert_eq!(insert_vlan(&mut full, 20, (0x8100, 1)), None);
-        assert_eq!(
-            stripped_vlan(libc::TP_STATUS_VLAN_VALID, 0, 7),
-            Some((ETH_P_8021Q, 7))
-        );
-        assert_eq!(stripped_vlan(0, 0x88a8, 7), None);
-    }
-
-    #[test]
-    fn both_receive_modes_open_on_loopback() {
-        // Root in CI; without CAP_NET_RAW opening fails with a permission error: nothing to test.
-        // Any other error fails the test.
-        for rx in [RxMode::Mmsg, RxMode::Ring] {
-            let config = AfPacketConfig {
-                rx,
-                promiscuous: false,
-                ..AfPacketConfig::DEFAULT
-            };
-            let mut port = match AfPacketPort::open("lo", &config) {
-                Ok(p) => p,
-                Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
-                Err(e) => panic!("{rx:?}: {e}"),
-            };
-            let mut pool = FramePool::new(64, 2048);
-            let mut out = [RxFrame::default(); 64];
-            // Whatever lo carries right now arrives whole, every slot accounted for.
-            let n = port.recv(&mut pool, &mut out).unwrap();
-            assert_eq!(pool.in_use(), n, "{rx:?}");
-            for f in &out[..n] {
-                assert_eq!(pool.len(f.id), f.len as usize);
-            }
-        }
-    }
-
-    #[test]
-    fn a_mark_is_set_on_every_transmit_socket() {
-        // Root in CI; without CAP_NET_RAW (or CAP_NET_ADMIN for SO_MARK) opening fails with a
-        // permission error: nothing to test. Any other error fails the test.
-        let mark_of = |fd: &OwnedFd| sys::mark(fd).unwrap();
-        for mark in [0, 0x0fff_0000] {
-            let config = AfPacketConfig {
-                receive: false,
-                promiscuous: false,
-                vnet_hdr: true,
-                mark,
-                ..AfPacketConfig::DEFAULT
-            };
-            let port = match AfPacketPort::open("lo", &config) {
-                Ok(p) => p,
-                Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
-                Err(e) => panic!("{e}"),
-            };
-            assert_eq!(mark_of(&port.tx.fd), mark);
-            let soft = port
-                .tx
-                .soft
-                .as_ref()
-                .expect("vnet_hdr and bypass: a soft socket");
-            assert_eq!(mark_of(soft), mark);
-        }
-    }
-
-    #[test]
-    fn default_config_is_valid() {
-        assert_eq!(AfPacketConfig::default().check(), Ok(()));
-        let bad = AfPacketConfig {
-            block_size: 5000,
-            ..Default::default()
-        };
-        assert!(bad.check().is_err());
-        let bad = AfPacketConfig {
-            frame_size: 2049,
-            ..Default::default()
-        };
-        assert!(bad.check().is_err());
-        let vnet = AfPacketConfig {
-            vnet_hdr: true,
-            ..Default::default()
-        };
-        assert_eq!(vnet.check(), Ok(()));
-        let ring = AfPacketConfig {
-            rx: RxMode::Ring,
-            ..vnet
-        };
-        assert!(ring.check().unwrap_err().contains("vnet_hdr"));
-        let origin = AfPacketConfig {
-            origin_tags: true,
-            ..Default::default()
-        };
-        assert_eq!(origin.check(), Ok(()));
-        assert_eq!(
-            AfPacketConfig {
-                vnet_hdr: true,
-                ..origin
-            }
-            .check(),
-            Ok(())
-        );
-        let ring = AfPacketConfig {
-            rx: RxMode::Ring,
-            ..origin
-        };
-        assert!(ring.check().unwrap_err().contains("origin_tags"));
-        let tx_only = AfPacketConfig {
-            receive: false,
-            ..Default::default()
-        };
-        assert_eq!(tx_only.check(), Ok(()));
-        let fanout = AfPacketConfig {
-            fanout: Some(Fanout::NewGroup),
-            ..tx_only
-        };
-        assert!(fanout.check().unwrap_err().contains("fanout"));
-    }
-
-    #[test]
-    fn an_origin_tag_goes_to_the_slot_and_an_untagged_frame_is_dropped() {
-        let mut pool = FramePool::new(4, 64);
-        let mut counters = PortCounters::default();
-        let frame: Vec<u8> = (1..=20).collect();
-        let tagged = stripped_vlan(libc::TP_STATUS_VLAN_VALID, 0, 7);
-        // Origin tags: the TCI is the slot's origin, the frame stays as received.
-        let id = pool.store(&frame).unwrap();
-        let tag = rx_tag(true, tagged);
-        assert_eq!(tag, RxTag::Origin(7));
-        assert_eq!(finish_tag(&mut pool, id, 20, tag, &mut counters), Some(20));
-        assert_eq!(pool.origin(id), 7);
-        assert_eq!(&pool.slot_mut(id)[..20], &frame[..]);
-        // No tag on such a port: dropped and counted, the slot's origin untouched.
-        let untagged = pool.store(&frame).unwrap();
-        let tag = rx_tag(true, stripped_vlan(0, 0, 7));
-        assert_eq!(tag, RxTag::Untagged);
-        assert_eq!(
-            finish_tag(&mut pool, untagged, 20, tag, &mut counters),
-            None
-        );
-        assert_eq!(pool.origin(untagged), 0);
-        assert_eq!(
-            counters,
-            PortCounters {
-                rx_untagged: 1,
-                ..PortCounters::default()
-            }
-        );
-        // Without origin tags a stripped tag is re-inserted and the origin stays 0.
-        let plain = pool.store(&frame).unwrap();
-        let tag = rx_tag(false, tagged);
-        assert_eq!(tag, RxTag::Reinsert(Some((ETH_P_8021Q, 7))));
-        assert_eq!(
-            finish_tag(&mut pool, plain, 20, tag, &mut counters),
-            Some(24)
-        );
-        assert_eq!(&pool.slot_mut(plain)[12..16], &[0x81, 0x00, 0x00, 0x07]);
-        assert_eq!(pool.origin(plain), 0);
-        assert_eq!(rx_tag(false, None), RxTag::Reinsert(None));
-        assert_eq!(counters.rx_untagged, 1);
-    }
-
-    #[test]
-    fn a_transmit_only_port_sends_and_receives_nothing() {
-        // Loopback, not promiscuous: a frame one port sends comes back on lo; the receiving
-        // port sees it, the transmit-only port (bound with protocol 0) does not.
-        let rx_config = AfPacketConfig {
-            promiscuous: false,
-            block_count: 2,
-            ..Default::default()
-        };
-        let mut rx = match AfPacketPort::open("lo", &rx_config) {
-            Ok(p) => p,
-            Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
-            Err(e) => panic!("{e}"),
-        };
-        let tx_config = AfPacketConfig {
-            receive: false,
-            promiscuous: true,
-            ..rx_config
-        };
-        let mut tx = AfPacketPort::open("lo", &tx_config).unwrap();
-        let mut pool = FramePool::new(64, 2048);
-        let mut out = [RxFrame::default(); 64];
-        // Whatever lo carried before this test.
-        while rx.recv(&mut pool, &mut out).unwrap() > 0 {
-            for f in &out {
-                pool.free(f.id);
-            }
-        }
-        // An IEEE 802 local experimental EtherType (0x88B5): no protocol of the host reads it.
-        let mut frame = [0u8; 60];
-        frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
-        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
-        frame[12..14].copy_from_slice(&[0x88, 0xb5]);
-        frame[14..18].copy_from_slice(b"mtio");
-        let id = pool.store(&frame).unwrap();
-        assert_eq!(tx.send(&mut pool, &[id]).unwrap(), 1);
-        assert_eq!(tx.counters().tx_packets, 1);
-        let readable =
-            crate::wait_readable(rx.poll_fd().unwrap(), std::time::Duration::from_secs(5));
-        assert!(readable.unwrap(), "the receiving port never saw the frame");
-        let n = rx.recv(&mut pool, &mut out).unwrap();
-        assert!(
-            out[..n].iter().any(|f| pool.frame(f.id) == frame),
-            "{n} frames"
-        );
-        // The transmit-only socket queued nothing (it would be readable by now), and its recv
-        // hands out nothing.
-        let fd = tx.poll_fd().unwrap();
-        assert!(!crate::wait_readable(fd, std::time::Duration::ZERO).unwrap());
-        let in_use = pool.in_use();
-        assert_eq!(tx.recv(&mut pool, &mut out).unwrap(), 0);
-        assert_eq!(pool.in_use(), in_use);
-        assert_eq!(tx.counters().rx_packets, 0);
-    }
-
-    #[test]
-    fn missing_interface_is_named() {
-        let err = AfPacketPort::open("mtio-nope0", &AfPacketConfig::default()).unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.contains("mtio-nope0"), "{msg}");
-        assert!(!msg.contains('\n'));
-    }
-
-    #[test]
-    fn fanout_members_share_the_group_the_first_created() {
-        // Loopback, not promiscuous: no effect on the host beyond two short-lived sockets.
-        let first = AfPacketConfig {
-            promiscuous: false,
-            block_count: 2,
-            fanout: Some(Fanout::NewGroup),
-            ..Default::default()
-        };
-        let a = match AfPacketPort::open("lo", &first) {
-            Ok(p) => p,
-            Err(e @ PortError::Permission { .. }) => return skip_unprivileged(&e),
-            Err(e) => panic!("{e}"),
-        };
-        let id = a.fanout_group().expect("a fanout group");
-        let join = AfPacketConfig {
-            fanout: Some(Fanout::Join(id)),
-            ..first
-        };
-        let b = AfPacketPort::open("lo", &join).unwrap();
-        assert_eq!(b.fanout_group(), Some(id));
-        // A second new group gets another id.
-        let c = AfPacketPort::open("lo", &first).unwrap();
-        assert_ne!(c.fanout_group(), Some(id));
-        let plain = AfPacketConfig {
-            fanout: None,
-            ..first
-        };
-        assert_eq!(
-            AfPacketPort::open("lo", &plain).unwrap().fanout_group(),
-            None
-        );
-    }
-
-    #[test]
-    fn vlan_tag_is_reinserted() {
-        let mut pool = FramePool::new(2, 64);
-        let frame: Vec<u8> = (0..20).collect();
-        let id = copy_frame(&mut pool, &frame, Some((0x8100, 0x0123))).unwrap();
-        let got = pool.frame(id);
-        assert_eq!(got.len(), 24);
-        assert_eq!(&got[..12], &frame[..12]);
-        assert_eq!(&got[12..16], &[0x81, 0x00, 0x01, 0x23]);
-        assert_eq!(&got[16..], &frame[12..]);
-        // 62 + 4 > 64: refused without using a slot.
-        assert_eq!(
-            copy_frame(&mut pool, &[0; 62], Some((0x8100, 1))),
-            Err(StoreError::Oversize {
-                len: 66,
-                slot_size: 64
-            })
-        );
-        assert_eq!(pool.in_use(), 1);
-        // With a large class it goes there; with that full it is refused by name.
-        let mut two = FramePool::with_large(1, 64, 1, 128);
-        let id = copy_frame(&mut two, &[1; 62], Some((0x8100, 1))).unwrap();
-        assert!(two.is_large(id));
-        assert_eq!(two.frame(id).len(), 66);
-        assert_eq!(
-            copy_frame(&mut two, &[1; 62], Some((0x8100, 1))),
-            Err(StoreError::NoLargeSlot { len: 66 })
-        );
     }
 }

@@ -1,39 +1,13 @@
 //! The frame pool: N preallocated, fixed-size frame buffers with a free list, indexed by `u32`.
 //!
-//! The shaper queues packet *references* ([`metronome_core::PacketRef`], Carousel §5.2), so the
-//! bytes must stay put while a reference waits in the wheel — possibly for the whole horizon. A
-//! port therefore copies every received frame once into a pool slot and hands the kernel its ring
-//! block back at once; `PacketRef::id` is the slot index. The alternative — pointing into the
-//! TPACKET_V3 ring and holding its blocks until every packet in them departs — is zero-copy but
-//! stalls the ring: one slow flow pins a whole block, the kernel freezes the queue
-//! (`tp_freeze_q_cnt`) and drops everything behind it (`tp_drops`). One `memcpy` of at most one
-//! MTU per packet is the price of a ring that never waits for the shaper.
-//!
-//! Layout (CONTRIBUTING.md §5): one contiguous `Vec<u8>` of `small × slot_size` bytes (slot `i`
-//! starts at `i × slot_size`) followed by `large × large_slot_size` bytes for the large class,
-//! parallel vectors of frame lengths, [`VnetHdr`]s and origin tags, and one LIFO free stack per
-//! class (the
-//! slot freed last is reused first, so it is likely still in cache). Allocation and release are
-//! O(1) and never allocate.
-//!
-//! Two size classes because super-frames (up to 64 KiB with GSO/GRO and
-//! `AfPacketConfig::vnet_hdr`) would make a pool of one class 32 times larger: most frames of a
-//! TCP transfer are still small (ACKs, MTU frames), so many [`DEFAULT_SLOT_SIZE`] slots and a
-//! bounded number of [`GSO_SLOT_SIZE`] slots hold them. A super-frame that finds no free large
-//! slot is refused with [`StoreError::NoLargeSlot`] (a port counts it in `rx_no_large_slot`);
-//! small frames never take large slots, so bulk traffic cannot starve ACKs. The pool is owned by
-//! the caller, not by a port, so a bump in the wire can receive on one port and transmit the same
-//! slot on the other.
-//!
-//! A slot also carries its frame's origin tag ([`FramePool::origin`]): which workload interface
-//! or cgroup the frame came from, as an `AfPacketConfig::origin_tags` port read it from the VLAN
-//! tag its capture program pushed (0: no known origin). The classifier matches on it
-//! (`metronome_packet::ClassRule::origin`). Allocating and freeing a slot reset it to 0, so a
-//! reused slot never carries the tag of an earlier frame.
-//!
-//! A slot also carries the cut of its super-frame when a shaper sends it as pieces
-//! ([`crate::piece`]: [`FramePool::set_cut`], [`FramePool::free_entry`]), with the pool's
-//! [`CutCounters`].
+//! The shaper queues packet references ([`metronome_core::PacketRef`], Carousel §5.2), so a port
+//! copies every received frame once into a pool slot and hands the kernel its ring block back at
+//! once. One contiguous buffer per size class ([`DEFAULT_SLOT_SIZE`] slots and a bounded number of
+//! [`GSO_SLOT_SIZE`] slots for super-frames, [`StoreError::NoLargeSlot`] when none is free), with
+//! parallel vectors of lengths, [`VnetHdr`]s and origin tags ([`FramePool::origin`]), and a LIFO
+//! free stack per class: O(1), no allocation (CONTRIBUTING.md §5). A slot also carries the cut of
+//! its super-frame ([`FramePool::set_cut`], [`FramePool::free_entry`], [`CutCounters`]). Why one
+//! copy beats holding ring blocks, and why two classes: ARCHITECTURE.md, "The frame pool".
 
 use crate::piece::{decode, CutCounters, SlotCut};
 use metronome_packet::VnetHdr;

@@ -1,45 +1,15 @@
 //! # metronome-io
 //!
-//! Everything around the core that touches the operating system (CONTRIBUTING.md §1):
-//!
-//! * [`clock`]: the real monotonic [`MonotonicClock`].
-//! * [`port`]: the packet I/O seam, [`PacketPort`], that the daemon loop drives, with its
-//!   [`RxFrame`], [`PortCounters`] and [`PortError`].
-//! * [`frame_pool`]: the [`FramePool`] of preallocated frame buffers that received frames are
-//!   copied into, in two size classes (MTU frames and, for `PACKET_VNET_HDR`, 64 KiB
-//!   super-frames), each slot with its virtio-net header; the shaper queues their `u32` ids as
-//!   `PacketRef::id`.
-//! * [`afpacket`]: [`AfPacketPort`], Linux AF_PACKET with `recvmmsg` batches or a TPACKET_V3
-//!   memory-mapped RX ring, and `sendmmsg` TX (packet(7),
-//!   Documentation/networking/packet_mmap.rst); with [`AfPacketConfig::vnet_hdr`], GSO/GRO
-//!   super-frames with their virtio-net header, and [`AfPacketPort::send_pieces`] for pieces cut
-//!   from them.
-//! * [`piece`]: super-frames cut into pieces, the cut kept with the pool slot
-//!   ([`FramePool::set_cut`]) and the pieces sent by the port itself ([`PacketPort::send`]).
-//! * [`memory_port`]: [`MemoryPort`], an in-memory port for tests and benchmarks.
-//! * [`offload`]: turning an interface's offloads (TSO, GSO, GRO, checksum) on or off, as
-//!   `ethtool -K` does.
-//! * [`thread_cpu`]: [`ThreadCpu`], the on-CPU time of one thread (`/proc/thread-self/schedstat`).
-//!
-//! All `unsafe` code (libc calls, the ring mapping) lives in one private module, `sys`.
-//!
-//! ```
-//! use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
-//!
-//! let mut port = MemoryPort::new(MemoryPortConfig::default());
-//! let mut pool = FramePool::new(256, 2048);
-//! port.inject(&[0xab; 64]).unwrap();
-//!
-//! let mut batch = [RxFrame::default(); 32];
-//! let n = port.recv(&mut pool, &mut batch).unwrap();
-//! assert_eq!(n, 1);
-//! assert_eq!(pool.frame(batch[0].id), &[0xab; 64][..]);
-//!
-//! // ... the shaper holds batch[0].id for a while, then releases it:
-//! assert_eq!(port.send(&mut pool, &[batch[0].id]).unwrap(), 1);
-//! assert_eq!(port.pop_sent().unwrap(), vec![0xab; 64]);
-//! assert_eq!(pool.in_use(), 0);
-//! ```
+//! Everything around the core that touches the operating system (CONTRIBUTING.md §1): the
+//! monotonic clock ([`clock`], [`MonotonicClock`]); the packet I/O seam the daemon's loop drives
+//! ([`port`], [`PacketPort`], [`RxFrame`], [`PortCounters`], [`PortError`]); the [`FramePool`] of
+//! preallocated frame buffers in two size classes, each slot with its virtio-net header
+//! ([`frame_pool`]); Linux AF_PACKET ([`afpacket`], [`AfPacketPort`], with GSO/GRO super-frames
+//! by [`AfPacketConfig::vnet_hdr`]); super-frames cut into pieces sent by the port ([`piece`],
+//! [`FramePool::set_cut`]); an in-memory port for tests and benchmarks ([`memory_port`],
+//! [`MemoryPort`]); interface offloads on or off as `ethtool -K` does ([`offload`]); one thread's
+//! on-CPU time ([`thread_cpu`], [`ThreadCpu`]). All `unsafe` code (libc calls, the ring mapping)
+//! lives in one private module, `sys`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -44,6 +44,24 @@ impl Default for MemoryPortConfig {
 
 /// An in-memory port: frames injected on one side come out of `recv`; frames given to `send`
 /// queue up on the other side.
+///
+/// ```
+/// use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
+///
+/// let mut port = MemoryPort::new(MemoryPortConfig::default());
+/// let mut pool = FramePool::new(256, 2048);
+/// port.inject(&[0xab; 64]).unwrap();
+///
+/// let mut batch = [RxFrame::default(); 32];
+/// let n = port.recv(&mut pool, &mut batch).unwrap();
+/// assert_eq!(n, 1);
+/// assert_eq!(pool.frame(batch[0].id), &[0xab; 64][..]);
+///
+/// // ... the shaper holds batch[0].id for a while, then releases it:
+/// assert_eq!(port.send(&mut pool, &[batch[0].id]).unwrap(), 1);
+/// assert_eq!(port.pop_sent().unwrap(), vec![0xab; 64]);
+/// assert_eq!(pool.in_use(), 0);
+/// ```
 pub struct MemoryPort {
     /// Backing store of both queues.
     store: FramePool,

@@ -1,24 +1,12 @@
-//! Pieces of cut super-frames (NicPic §3: a large segment bursts, so a shaper sends it as
-//! smaller pieces, each with its own departure time, and classes interleave at fine granularity).
+//! Pieces of cut super-frames (NicPic §3: a large segment bursts, so a shaper sends it as smaller
+//! pieces, each with its own departure time, and classes interleave at fine granularity).
 //!
-//! * **The cut travels with the slot.** A shaper that cuts the super-frame in a pool slot
-//!   records it there ([`FramePool::set_cut`]: segments per piece, pieces outstanding), as the
-//!   slot carries its virtio-net header ([`FramePool::vnet`]). The frame stays whole in its slot;
-//!   nothing is copied or allocated per piece.
-//! * **Piece ids.** Piece `k` of the frame in slot `s` is the id [`encode`]`(s, k)`: the slot in
-//!   the low [`PIECE_SHIFT`] bits, the piece index above ([`decode`]). An uncut frame's id is its
-//!   slot's, piece 0.
-//! * **The port sends pieces itself.** [`crate::PacketPort::send`] takes piece ids among frame
-//!   ids: for a piece it writes the piece's headers into its own scratch
-//!   ([`metronome_packet::SuperFrame::piece`]) and sends headers and a slice of the pooled frame
-//!   (the AF_PACKET port gathers them in one message, `AfPacketPort::send_pieces`; the memory
-//!   port copies them into one frame). The slot is freed after its last piece is sent or
-//!   discarded ([`FramePool::free_entry`]).
-//! * **Counted** in the pool's [`CutCounters`]: frames cut, pieces sent, pieces whose headers
-//!   could not be rewritten when due (dropped).
-//!
-//! A piece's wire length fits the `u16` of a `metronome_core::PacketRef`: the shaper bounds its
-//! segments by 65 535 wire bytes ([`metronome_packet::SuperFrame::segments_within`]).
+//! The cut travels with the pool slot ([`FramePool::set_cut`]); piece `k` of slot `s` is the id
+//! [`encode`]`(s, k)` ([`PIECE_SHIFT`], [`decode`]); the port sends pieces itself
+//! ([`crate::PacketPort::send`], headers written from [`metronome_packet::SuperFrame::piece`]) and
+//! the slot is freed after its last piece ([`FramePool::free_entry`]); counted in [`CutCounters`].
+//! A piece's wire length fits a `PacketRef`'s `u16`
+//! ([`metronome_packet::SuperFrame::segments_within`]). In full: `docs/design/nicpic.md`.
 
 use crate::frame_pool::FramePool;
 use crate::port::PortError;

@@ -1,17 +1,9 @@
 //! # metronome-lab
 //!
-//! The lab behind `metronome lab <experiment>`: experiments are declarative plans
-//! (CONTRIBUTING.md §15, after s2n-quic-sim's `plans/`), TOML files under `lab/plans/` that name
-//! an experiment function, document its output columns, fix base parameters, sweep others, give
-//! the paper's reference values and the plots to draw. The lab expands a plan into points, runs
-//! them (two at a time), and writes `rows.csv`, `rows.json` and SVG plots, with a table that puts
-//! the paper's numbers beside ours.
-//!
-//! * [`plan`]: the plan format and its checks; [`sweep`]: expansion into [`Point`]s.
-//! * [`plans`]: the plans embedded in the binary.
-//! * [`experiments`]: the registry of experiment functions (`fn(&Point) -> Result<Vec<Row>,
-//!   LabError>`).
-//! * [`runner`]: runs a plan, with progress on stderr; [`output`] and [`plot`]: what it writes.
+//! The lab behind `metronome lab <experiment>`: declarative plans (CONTRIBUTING.md §15; [`plan`],
+//! expanded into [`Point`]s by [`sweep`], embedded by [`plans`]) run through the registered
+//! experiment functions ([`experiments`]) by the [`runner`], which writes `rows.csv`, `rows.json`
+//! and SVG plots ([`output`], [`plot`]) with the paper's numbers beside ours.
 //!
 //! ```
 //! use metronome_lab::{experiments, plans, runner};

@@ -1,53 +1,8 @@
 //! Experiment plans: the TOML files under `lab/plans/` (CONTRIBUTING.md §15, after s2n-quic-sim's
-//! `plans/`).
-//!
-//! ```toml
-//! [experiment]
-//! name = "wheel-granularity"            # the registered experiment function it runs
-//! title = "Rate conformance vs slot granularity"
-//! paper = "Carousel §7.1.3, Fig. 16"
-//! description = "..."
-//! keys = ["granularity_ns"]             # columns that identify a row; [[paper]] rows match on them
-//!
-//! [columns]                             # every output column -> what it means (required)
-//! granularity_ns = "Slot granularity, ns"
-//! deviation_pct = "Mean absolute deviation from the target, % of target"
-//!
-//! [base]                                # fixed parameters, free-form, handed to the experiment
-//! target_bps = 5_000_000_000
-//!
-//! [[sweep]]                             # one series of points; several [[sweep]] = several series
-//! name = "granularity"
-//! combine = "product"                   # or "zip"; default "product"
-//! [sweep.params]                        # parameter -> list of values
-//! granularity_ns = [1_000, 2_000, 4_000]
-//!
-//! [quick]                               # what `--quick` changes
-//! base = { duration_ms = 300 }
-//! sweep.granularity = { granularity_ns = [2_000, 4_000] }
-//!
-//! [[paper]]                             # reference values printed beside ours
-//! granularity_ns = 4_000_000
-//! deviation_pct = 6.0
-//! note = "~300 Mbit/s off 5 Gbit/s"
-//!
-//! [[plot]]
-//! file = "deviation.svg"
-//! title = "Deviation vs granularity"
-//! x = "granularity_ns"
-//! y = ["deviation_pct"]                 # one column or a list
-//! series = "shaper"                     # optional: one line per value of this column
-//! sweep = "granularity"                 # optional: only the rows of this sweep
-//! log_x = true
-//! ```
-//!
-//! A sweep's `combine` says how its parameters vary together: `"product"` takes every
-//! combination (the first parameter varies slowest, the last fastest); `"zip"` takes the i-th value
-//! of every parameter together and requires lists of equal length. A plan without `[[sweep]]` runs
-//! one point, `[base]` alone. Unknown fields are errors, so a typo cannot silently do nothing.
-//!
-//! Parsing reports the `toml` crate's message with line and column ([`LabError::PlanSyntax`]);
-//! the consistency checks after it name the field as a dotted path ([`LabError::PlanField`]).
+//! `plans/`). [`Plan`] documents the format with an annotated example. Unknown fields are
+//! errors, so a typo cannot silently do nothing; parsing reports the `toml` crate's message with
+//! line and column ([`LabError::PlanSyntax`]), the consistency checks after it name the field as a
+//! dotted path ([`LabError::PlanField`]).
 
 use std::path::Path;
 
@@ -55,7 +10,52 @@ use serde::Deserialize;
 
 use crate::error::LabError;
 
-/// A parsed and checked plan.
+/// A parsed and checked plan. The format:
+///
+/// ```toml
+/// [experiment]
+/// name = "wheel-granularity"            # the registered experiment function it runs
+/// title = "Rate conformance vs slot granularity"
+/// paper = "Carousel §7.1.3, Fig. 16"
+/// description = "..."
+/// keys = ["granularity_ns"]             # columns that identify a row; [[paper]] rows match on them
+///
+/// [columns]                             # every output column -> what it means (required)
+/// granularity_ns = "Slot granularity, ns"
+/// deviation_pct = "Mean absolute deviation from the target, % of target"
+///
+/// [base]                                # fixed parameters, free-form, handed to the experiment
+/// target_bps = 5_000_000_000
+///
+/// [[sweep]]                             # one series of points; several [[sweep]] = several series
+/// name = "granularity"
+/// combine = "product"                   # or "zip"; default "product"
+/// [sweep.params]                        # parameter -> list of values
+/// granularity_ns = [1_000, 2_000, 4_000]
+///
+/// [quick]                               # what `--quick` changes
+/// base = { duration_ms = 300 }
+/// sweep.granularity = { granularity_ns = [2_000, 4_000] }
+///
+/// [[paper]]                             # reference values printed beside ours
+/// granularity_ns = 4_000_000
+/// deviation_pct = 6.0
+/// note = "~300 Mbit/s off 5 Gbit/s"
+///
+/// [[plot]]
+/// file = "deviation.svg"
+/// title = "Deviation vs granularity"
+/// x = "granularity_ns"
+/// y = ["deviation_pct"]                 # one column or a list
+/// series = "shaper"                     # optional: one line per value of this column
+/// sweep = "granularity"                 # optional: only the rows of this sweep
+/// log_x = true
+/// ```
+///
+/// A sweep's `combine` says how its parameters vary together: `"product"` takes every
+/// combination (the first parameter varies slowest, the last fastest); `"zip"` takes the i-th value
+/// of every parameter together and requires lists of equal length. A plan without `[[sweep]]` runs
+/// one point, `[base]` alone. Unknown fields are errors, so a typo cannot silently do nothing.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {

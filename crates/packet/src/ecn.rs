@@ -1,22 +1,8 @@
 //! ECN marking: set Congestion Experienced in place, with the RFC 1624 checksum update.
-//!
-//! RFC 3168 §5: "Routers treat the ECT(0) and ECT(1) codepoints as equivalent"; a router that
-//! would drop a packet for congestion sets CE instead if the packet is ECN-capable (ECT(0) or
-//! ECT(1)), and must not set CE on a Not-ECT packet (§5, "the CE codepoint is set ... only if
-//! the ECT codepoint is set"). A packet already marked CE stays as it is (§5.1 forbids turning
-//! CE back). The shaper's `ecn` backpressure mode calls [`mark_ce`] once a flow's queued delay
-//! passes its threshold.
-//!
-//! * IPv4: the ECN field is the low two bits of the TOS byte (offset 1). The header checksum
-//!   (offset 10) is updated incrementally, RFC 1624 §3 equation 3, `HC' = ~(~HC + ~m + m')` in
-//!   one's-complement arithmetic, over the 16-bit word holding version/IHL and TOS. Eqn. 3 is
-//!   the form that never produces the `0xFFFF` ("-0") RFC 1624 §4 warns of, so the result equals
-//!   a full recomputation (tested below and by the fuzz tests).
-//! * IPv6 (RFC 8200 §3, RFC 3168 §5): the ECN field is the low two bits of the Traffic Class,
-//!   bits 4..5 of the second byte; IPv6 has no header checksum.
-//!
-//! The frame is re-read at the offset the parse recorded, so a mark never trusts stale parse
-//! results for the codepoint: calling [`mark_ce`] twice gives `Marked`, then `AlreadyCe`.
+//! [`mark_ce`] marks only ECT(0) and ECT(1) packets and leaves CE as it is (RFC 3168 §5); the IPv4
+//! header checksum is updated by RFC 1624 §3 equation 3, which equals a full recomputation; IPv6
+//! has no header checksum. The frame is re-read at the parse's offset, so a second call gives
+//! `AlreadyCe`. The codepoints and the arithmetic: ARCHITECTURE.md, "ECN marking".
 
 use crate::frame::Parsed;
 use core::net::IpAddr;

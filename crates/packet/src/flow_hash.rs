@@ -1,27 +1,9 @@
-//! Flow identity: a seeded 32-bit hash of the 5-tuple.
-//!
-//! The shaper keys per-flow state (pacing timestamps, in-flight counts, paused flows) by
-//! [`FlowId`], so the hash must be cheap, spread nearby tuples (consecutive ports, adjacent
-//! addresses) over all 32 bits, and be stable: the same tuple and seed give the same id in every
-//! process and every version of this crate (the lab and the daemon's tests rely on it).
-//!
-//! The mixing step is the *folded multiply* of wyhash (Wang Yi, 2019) and foldhash (Orson
-//! Peters, 2024): multiply two 64-bit words into 128 bits and XOR the halves. Each 64-bit word of
-//! the tuple is XORed into the state and folded against a constant; the last step folds the
-//! state against the seed-derived key so that every input bit reaches every output bit, and the
-//! 64-bit result is folded to 32 bits by XORing its halves. The tuple is absorbed as a fixed
-//! sequence of words (family tag and ports first, then the addresses), so an IPv4 tuple never
-//! collides by construction with the IPv4-mapped IPv6 form of it.
-//!
-//! It is not a cryptographic hash: a sender who knows the seed can craft tuples whose ids
-//! collide, or share the low bits that pick a bucket of the daemon's flow table, and so crowd a
-//! victim flow's per-flow state. The seed is therefore a secret in the daemon: `metronome run`
-//! draws one from the OS random source at every start and keeps it across reloads
-//! (`metronome_daemon::datapath::flow_seed`, passed in through
-//! [`crate::Classifier::with_flow_seed`]). [`DEFAULT_FLOW_SEED`] is public and is the seed of
-//! [`crate::Classifier::new`]: tests, the simulator, the lab and the benchmarks use it for
-//! reproducible ids. The hash is directional: `(a, b, ...)` and `(b, a, ...)` are different flows,
-//! as the shaper only sees one direction.
+//! Flow identity: a seeded 32-bit hash of the 5-tuple ([`FlowId`]), cheap, well spread and stable
+//! across processes and versions: wyhash's and foldhash's folded multiply over a fixed sequence of
+//! words (an IPv4 tuple never collides by construction with its IPv4-mapped form); directional.
+//! Not cryptographic: the daemon keeps its seed secret (`metronome_daemon::datapath::flow_seed`,
+//! [`crate::Classifier::with_flow_seed`]); [`DEFAULT_FLOW_SEED`] is for tests, the simulator, the
+//! lab and the benchmarks. Why the seed is a secret: ARCHITECTURE.md, "Flow identity".
 
 use crate::frame::FiveTuple;
 use core::net::IpAddr;

@@ -1,35 +1,10 @@
-//! Frame parsing: Ethernet II, IEEE 802.1Q / 802.1ad VLAN tags, IPv4, IPv6, TCP, UDP, ICMP.
-//!
-//! What it implements, layer by layer:
-//!
-//! * **Ethernet II** (IEEE 802.3 clause 3.2.6 type field): 14 bytes, the EtherType at offset 12.
-//! * **VLAN tags** (IEEE 802.1Q-2018 §9.6): up to [`MAX_VLAN_TAGS`] tags of 4 bytes, each
-//!   announced by a TPID of `0x8100` (C-tag), `0x88A8` (802.1ad S-tag, "QinQ") or `0x9100`
-//!   (the pre-standard QinQ TPID still emitted by some switches). A third tag is
-//!   [`Malformed::TooManyVlanTags`]: the shaper does not run on triple-tagged provider cores.
-//! * **IPv4** (RFC 791 §3.1) through etherparse's `Ipv4HeaderSlice` (version, IHL, options);
-//!   the total length is checked here against the frame. Fragments (RFC 791 §2.3): a non-first
-//!   fragment (offset ≠ 0) carries no transport header and gets ports 0; the first fragment
-//!   (offset 0, MF set) gets its ports only if the whole fixed TCP (20 bytes) or UDP (8 bytes)
-//!   header is inside it. Consequence: the first fragment of a datagram and its later fragments
-//!   hash to different flows; fragments are rare on a shaped path and IP reassembly tolerates
-//!   the reordering this can cause.
-//! * **IPv6** (RFC 8200 §3, §4) through etherparse's `Ipv6Slice`, which walks Hop-by-Hop,
-//!   Routing, Fragment, Destination Options and Authentication headers; the transport protocol
-//!   is the last Next Header. Known limit: etherparse keeps walking after a non-first Fragment
-//!   header, so a later fragment whose Fragment header names another extension header is read
-//!   as that header and may come out [`Malformed::BadExtensionHeader`].
-//! * **TCP, UDP** (RFC 9293 §3.1, RFC 768): the two ports; TCP's data offset must be at least 5
-//!   words and fit the segment; UDP's length at least 8 and at most the IP payload (jumbograms,
-//!   RFC 2675, cannot occur: frames are at most [`MAX_FRAME_BYTES`]).
-//! * **ICMP, ICMPv6** (RFC 792, RFC 4443): at least the 8-byte header; no ports.
-//!
-//! Any other EtherType (ARP, LLDP, MPLS, PPPoE, 802.3 length frames) is [`Parsed::NonIp`]: the
-//! shaper passes it unshaped. Any other IP protocol (GRE, ESP, SCTP, ...) is shaped with ports 0.
-//!
-//! The link layer and the port reads are hand-written (a few byte reads each, and they need our
-//! named reasons); the IP headers and the IPv6 extension chain use etherparse. Nothing here
-//! allocates, and no input panics: every index is checked.
+//! Frame parsing: Ethernet II, IEEE 802.1Q / 802.1ad VLAN tags (up to [`MAX_VLAN_TAGS`]), IPv4 (RFC
+//! 791, fragments without ports after the first), IPv6 (RFC 8200, extension headers), TCP, UDP,
+//! ICMP and ICMPv6 (RFC 9293, 768, 792, 4443). Other EtherTypes are [`Parsed::NonIp`], other IP
+//! protocols are shaped with ports 0, and anything that does not fit is [`Malformed`] with a named
+//! reason. The link layer and ports are read by hand, the IP headers through etherparse; nothing
+//! allocates and no input panics. The rules of each layer and the known limits: ARCHITECTURE.md,
+//! "Frame parsing".
 
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};

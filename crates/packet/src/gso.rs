@@ -1,30 +1,10 @@
-//! GSO/GRO super-frames: the virtio-net header a packet socket exchanges with `PACKET_VNET_HDR`,
-//! the bytes a super-frame occupies on the wire, and cutting a TCP or UDP super-frame into pieces.
-//!
-//! With TSO/GSO on at a sender (or GRO at the ingress interface) an AF_PACKET socket receives TCP
-//! frames of up to 64 KiB whose transport checksum is still to be computed (`CHECKSUM_PARTIAL`).
-//! With `PACKET_VNET_HDR` (packet(7)) every frame is preceded by a `struct virtio_net_hdr`
-//! (uapi `linux/virtio_net.h`, virtio 1.x spec §5.1.6 "Device Operation") that says so:
-//! [`VnetHdr`]. Sent back with the same header, the kernel segments the frame only where a device
-//! needs it and completes the checksum.
-//!
-//! * [`VnetHdr`]: the 10-byte header, [`VnetHdr::parse`] / [`VnetHdr::to_bytes`], with a named
-//!   [`VnetError`] for anything the kernel would not produce. Byte order: the packet socket
-//!   fills the header with `virtio_net_hdr_from_skb(.., vio_le(), ..)` (net/packet/af_packet.c),
-//!   where `vio_le()` is `virtio_legacy_is_little_endian()`: the CPU's own byte order (legacy
-//!   virtio is guest-native), i.e. little-endian on x86-64 and aarch64. The fields are read and
-//!   written native-endian here, which is right on either.
-//! * [`wire_bytes`]: what a super-frame's segments occupy on the wire (see the function for the
-//!   byte-accounting convention and [`RX_BYTES_FRAMING`]).
-//! * [`SuperFrame`] (module `cut`): the headers of a TCP or UDP (`UDP_L4`) GSO frame, walked
-//!   once, and [`SuperFrame::piece`]: piece `k` of at most `N` segments, its rewritten headers
-//!   written into a caller's scratch buffer and its payload a range of the original frame, as
-//!   the kernel's own `tcp_gso_segment` (net/ipv4/tcp_offload.c) and `__udp_gso_segment`
-//!   (net/ipv4/udp_offload.c) rewrite each segment.
-//! * [`complete_partial_checksum`]: what a NIC does with `NEEDS_CSUM` (software fallback and
-//!   test oracle).
-//!
-//! No allocation, no panic on any input (fuzzed with bolero in `tests/fuzz.rs`).
+//! GSO/GRO super-frames: the virtio-net header a packet socket exchanges with `PACKET_VNET_HDR`
+//! ([`VnetHdr`], [`VnetHdr::parse`], [`VnetHdr::to_bytes`], [`VnetError`]; packet(7), virtio 1.x
+//! §5.1.6, in the CPU's byte order), the bytes a super-frame occupies on the wire ([`wire_bytes`],
+//! [`RX_BYTES_FRAMING`]), cutting a TCP or UDP super-frame into pieces ([`SuperFrame`],
+//! [`SuperFrame::piece`], as the kernel's `tcp_gso_segment` and `__udp_gso_segment` do), and
+//! [`complete_partial_checksum`]. No allocation, no panic on any input (fuzzed in `tests/fuzz.rs`).
+//! Why the byte order is native: ARCHITECTURE.md, "GSO/GRO super-frames".
 
 mod cut;
 

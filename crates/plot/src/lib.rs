@@ -1,20 +1,10 @@
 //! # metronome-plot
 //!
-//! The one plot style of Metronome's SVG figures, shared by `metronome bench`
-//! (`metronome_bench::plot`) and `metronome lab` (`metronome_lab::plot`), so a figure of either
-//! reads the same: canvas, text sizes, margins, the palette, the axes and the line chart with its
-//! legend.
-//!
-//! * [`register_font`]: text is laid out with the bundled DejaVu Sans (`assets/DejaVuSans.ttf`,
-//!   licence in `assets/README.md`) registered through plotters' `ab_glyph` support as the
-//!   [`FONT`] family, so plotting never reads the system's fonts or fontconfig.
-//! * [`draw_lines`]: points joined by lines, one series per legend entry, on any pair of linear
-//!   ([`linear_range`]) or logarithmic ([`LogSpan`]) axes.
-//! * [`format_number`], [`si`]: short tick labels (`4M`, `0.25`).
-//!
-//! Values an axis cannot show are the caller's to leave out, and to say so in the subtitle; the
-//! axis helpers here never panic on them ([`LogSpan::covering`] takes a value that is not finite
-//! and positive as 1, [`min_max`] ignores NaN).
+//! The one plot style of Metronome's SVG figures, shared by `metronome bench` and `metronome lab`:
+//! the bundled DejaVu Sans ([`register_font`], [`FONT`]; no system fonts or fontconfig), the line
+//! chart ([`draw_lines`]) on linear ([`linear_range`]) or logarithmic ([`LogSpan`]) axes, and tick
+//! labels ([`format_number`], [`si`]). Values an axis cannot show are the caller's to leave out;
+//! the helpers never panic on them ([`LogSpan::covering`], [`min_max`]).
 
 use std::fmt;
 use std::io;

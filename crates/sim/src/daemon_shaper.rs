@@ -1,23 +1,10 @@
 //! The daemon's own shaping pipeline as the simulator's shaper: every segment becomes a real
 //! Ethernet + IPv4 + TCP frame in a [`FramePool`] slot, [`Engine::receive`] classifies, applies
-//! backpressure (ECN marking, per-flow drop limit), stamps it with the class's aggregate and the
-//! flow's pacing policy (Carousel §5.1.1, `metronome_core::timestamp::PolicyStack`) and queues it
-//! in its timing wheel (§5.1.2); [`Engine::release`] hands it to the simulated NIC. `now` is the
-//! simulated clock, so the code that shapes real traffic in `metronome run` shapes the simulated
-//! flows, in simulated time.
-//!
-//! The configuration is one class, `[default]`, built from the [`ShaperSpec::Daemon`] fields
-//! through the daemon's own TOML validation: `rate` = the aggregate, `pacing` = the per-flow rate,
-//! `fair` = the class's fair mode (which flow's packet leaves when the aggregate allows),
-//! `burst` = one segment (the strictest conformance, as the simulator's other EDT shapers), the
-//! wheel's granularity, horizon and node pool = the spec's, the interfaces' MTU = one segment.
-//!
-//! A frame's wire length is the segment's bytes, the size the simulated NIC serializes, so the
-//! engine counts the same bytes against its rates as the simulator's own shapers do. Flow `f`'s
-//! frames carry `10.f.f.f` (its 24 low bits) as source address, so the engine's flow hash tells
-//! the flows apart (its bounded flow table and hash are the daemon's: a hash collision merges two
-//! flows' pacing, as it would in `metronome run`). Frames are ECT(0) when the transport is
-//! ECN-capable; a CE mark set by the engine is read back from the frame at release.
+//! backpressure, stamps (Carousel §5.1.1) and queues it in its wheel (§5.1.2), [`Engine::release`]
+//! hands it to the simulated NIC, all in simulated time. One `[default]` class built from the
+//! [`ShaperSpec::Daemon`] fields through the daemon's own validation; flow `f` sends from
+//! `10.f.f.f`. How the fields map and what the frames carry: ARCHITECTURE.md, "The daemon's engine
+//! as the simulator's shaper".
 
 use crate::scenario::{DaemonBackpressure, ScenarioError, ShaperSpec};
 use metronome_config::Config;

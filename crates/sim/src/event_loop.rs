@@ -1,24 +1,10 @@
 //! The event loop: sources, shaper, NIC, path and receivers wired together (Carousel §5.2,
-//! Figure 11; zD §4, Figure 6).
-//!
-//! A packet's life: the source builds a segment when its window, its pacing timer and the
-//! backpressure allow ([`Sim::try_send`]); the shaper stamps it (Carousel §5.1.1) and takes it,
-//! drops it, or (zD) pauses the flow; the NIC pulls due packets one at a time when idle and
-//! serializes each at line rate; the packet reaches the receiver base RTT / 2 later; the ACK
-//! comes back after another base RTT / 2.
-//!
-//! Where the completion happens is what distinguishes the backpressure modes:
-//! * `None`, `DelayBased`: at enqueue (Figure 11a); only cwnd and the socket buffer limit.
-//! * `DeferredCompletions`: at release from the shaper (Figure 11b), tracked per flow by
-//!   [`metronome_core::completions::InFlight`].
-//! * `Tsq`: at NIC transmit (the skb is freed after the driver sent it, zD §5.1).
-//! * `Zd`: no completion limit; [`metronome_core::zd::Zd`] pauses and resumes flows.
-//!
-//! A physical drop frees the packet at once (its completion, as freeing an skb does) and is a
-//! network loss to TCP; a virtual drop leaves the segment unsent at the source.
-//!
-//! Nothing allocates per packet: descriptors live in a slab with a free list, ready flows in a
-//! reused queue, resumed flows in a reused vector.
+//! Figure 11; zD §4, Figure 6). The backpressure modes differ in where the completion happens: at
+//! enqueue (`None`, `DelayBased`, Figure 11a), at release (`DeferredCompletions`, Figure 11b,
+//! [`metronome_core::completions::InFlight`]), at NIC transmit (`Tsq`, zD §5.1), or not at all
+//! (`Zd`, [`metronome_core::zd::Zd`]). A physical drop is a network loss to TCP, a virtual drop
+//! leaves the segment at the source. Nothing allocates per packet. A packet's life step by step:
+//! ARCHITECTURE.md, "The event loop".
 
 use crate::event::{Ack, Event, EventQueue};
 use crate::flows::{Slab, TcpFlows};

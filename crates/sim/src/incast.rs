@@ -1,39 +1,13 @@
-//! Incast at a receiver, and Carousel's receiver-side ACK shaping (Carousel §6, §7.1.4,
-//! Figure 19).
+//! Incast at a receiver, and Carousel's receiver-side ACK shaping (Carousel §6, §7.1.4, Figure 19):
+//! `senders` machines of `flows_per_sender` TCP flows, one switch, one receiver behind the
+//! bottleneck port, which must take `target_bps` in aggregate ([`IncastMode`]: ACK shaping through
+//! [`metronome_core::ack_shaping::AckShaper`], an ingress queue draining at the target, or
+//! unshaped). The receiver's advertised window (`rwnd_mtus`) is what turns slower ACKs into a
+//! slower sender. Measured: goodput windows, port queue and delay, drops, RTT, bytes held.
 //!
-//! Topology: `senders` machines, each with a NIC at `line_rate_bps` carrying
-//! `flows_per_sender` TCP flows, one switch, and one receiver behind the switch port toward it
-//! (the bottleneck: "100:1 incast: 10 machines with 10 connections each send incast traffic to
-//! one machine", §7.1.4). The base RTT is split a quarter sender to switch, a quarter switch to
-//! receiver, a half for the ACK's way back (an uncongested path).
-//!
-//! The receiver must take `target_bps` in aggregate. Three ways ([`IncastMode`]):
-//! * [`IncastMode::AckShaping`]: the port runs at line rate; the receiver's ACKs pass through
-//!   [`metronome_core::ack_shaping::AckShaper`] with the target shared among the active flows
-//!   (Carousel §6), which suppresses would-be duplicates and generates ACKs when due.
-//! * [`IncastMode::IngressQueue`]: no ACK shaping; the port toward the receiver drains at the
-//!   target (the receiver's ingress is the limit and its data queues, "the direct way ... which
-//!   can consume considerable memory", §6).
-//! * [`IncastMode::Unshaped`]: neither; the senders take what the line gives.
-//!
-//! The receiver's advertised window (`rwnd_mtus`, the sender's `snd_una + rwnd` right edge) is
-//! what turns a slower ACK stream into a slower sender: with ACKs held back, a sender's window
-//! fills with data the receiver already has, and the sender can only send as fast as the ACKs
-//! free its window. Without it a sender in slow start would send twice as fast as it is
-//! acknowledged, for ever.
-//!
-//! Departures from the paper, and why: the senders run the simulator's Cubic (or Reno) with the
-//! RFC 3168 ECN reaction (halve once per RTT on ECE), not DCTCP, which the simulator does not
-//! model; the switch marks CE above `ecn_threshold_packets` (DCTCP's K). Sequence numbers count
-//! MTUs ([`crate::tcp`]), so a rewritten acknowledgement (bytes) is rounded down to a whole MTU,
-//! and an acknowledgement that the rounding leaves equal to the last one sent is not sent
-//! (`rounded`; the credit it carried is in the next one).
-//!
-//! Measurement: goodput at the receiver (in-order bytes) in `window_ns` windows after the
-//! warm-up; the deviation is the mean absolute deviation of the windows from the target, in
-//! percent (Carousel §7.1.1's metric); packets queued at the port when each one arrives, their
-//! queueing delay, drops, the senders' RTT samples and the bytes the receiver holds received but
-//! unacknowledged.
+//! Where it departs from the paper: Cubic or Reno with RFC 3168 ECN instead of DCTCP, and
+//! acknowledgements rounded down to whole MTUs (`rounded`). The topology and the reasons:
+//! `docs/design/carousel.md`.
 
 use crate::event::Ack;
 use crate::flows::{Slab, TcpFlows};

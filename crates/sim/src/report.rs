@@ -1,31 +1,12 @@
-//! What a run reports: [`SimReport`], serde-serializable for plans that write JSON or CSV.
+//! What a run reports: [`SimReport`], serde-serializable for plans that write JSON or CSV. All
+//! but [`SimReport::speed`] (wall-clock figures) is a function of the scenario alone, so
+//! determinism checks compare [`SimReport::deterministic`].
 //!
-//! Everything but [`SimReport::speed`] is a function of the scenario alone (same seed and
-//! scenario, same report, bit for bit); `speed` holds the wall-clock figures, the only
-//! non-deterministic part, so determinism checks compare [`SimReport::deterministic`].
-//!
-//! The metrics follow the papers:
-//! * Rate conformance (Carousel §7.1.1): the achieved rate in windows of 100 ms at the shaper's
-//!   output, and the mean absolute deviation of those samples from the target, in percent.
-//! * Packets held in the shaper (Carousel §7.1.2, Figures 14–15), sampled each time a packet is
-//!   extracted from it.
-//! * Drops, retransmissions and RTT (zD §6.2, Figures 9–12 and Table 1), physical and virtual
-//!   drops counted apart.
-//! * Two latencies of data, measured at the sender when an ACK arrives:
-//!   - [`SimReport::rtt`], the RTT sample of each ACK: now minus the send time the ACK echoes
-//!     (RFC 7323 timestamps). It covers the host's scheduled buffer, the NIC, the path and the
-//!     receiver's ACK delay of the segment that triggered the ACK, but not loss recovery: a
-//!     segment resent after an RTO echoes the retransmission's time, so the stall is invisible.
-//!   - [`SimReport::delivery_latency`], per segment of new data: the ACK time minus the time the
-//!     segment first left the source (was handed to the shaper, accepted or physically dropped),
-//!     taken when an ACK first covers it cumulatively. It adds what the RTT sample leaves out:
-//!     retransmission and RTO stalls, and head-of-line blocking behind a lost segment. This is the
-//!     latency experienced by data that zD's Figures 3 and 12 plot as RTT (tails of seconds for
-//!     TSQ, from RTO backoff). Neither includes the time a segment waits at the source before its
-//!     first transmission (TSQ throttling, a zD pause, the congestion window), as TCP's RTT does
-//!     not.
-//!   - [`SimReport::flow_delivery_latency`], the same per flow: each flow's worst delivery
-//!     latency, so flows that deliver little (starved in RTO backoff) weigh as much as the rest.
+//! The metrics follow the papers: rate conformance in 100 ms windows (Carousel §7.1.1), packets
+//! held in the shaper (§7.1.2), drops, retransmissions and RTT (zD §6.2), with two latencies of
+//! data: [`SimReport::rtt`] from echoed timestamps and [`SimReport::delivery_latency`] (with
+//! [`SimReport::flow_delivery_latency`] per flow), which includes loss-recovery stalls as zD's
+//! Figures 3 and 12 do. What each latency covers: ARCHITECTURE.md, "The simulator's report".
 
 use crate::scenario::Scenario;
 use serde::Serialize;

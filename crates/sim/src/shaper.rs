@@ -1,28 +1,11 @@
-//! The shaper or scheduled buffer under test, behind one enum (CONTRIBUTING.md §4: enum dispatch
-//! on the hot path).
-//!
-//! [`ShaperSpec::Daemon`] is the daemon's own engine (`crate::daemon_shaper`): it builds each
-//! packet's frame, stamps it with the same [`PolicyStack`] composition and queues it in its own
-//! wheel, so the simulated host runs the code `metronome run` shapes real traffic with.
-//!
-//! The simulator's own EDT shapers (timing wheel, `sch_fq` tree) get their EDTs from a
-//! [`metronome_core::timestamp::PolicyStack`] over one
-//! [`metronome_core::timestamp::Timestamper`] (Carousel §5.1.1): an aggregate policy when the spec
-//! sets an aggregate rate, a pacing policy per flow when it sets a per-flow rate, and the
-//! transport's own pacing time as the earliest departure. Timestamp-free baselines (the HTB-like
-//! token bucket, `pfifo`, `tbf`) ignore EDTs.
-//!
-//! Every variant holds at most `capacity` packets. Without zD a packet over it, or one the core
-//! structure hands back, is a physical drop that the caller counts (CONTRIBUTING.md §11). Under zD
-//! (zD §4) the scheduled buffer is one of `metronome_core::zd`'s (pfifo, tbf, capped timing
-//! wheel) behind the [`Zd`] controller: a full buffer pauses the flow instead (a virtual drop),
-//! and each departure resumes a paused flow. The NIC pulls one packet
-//! at a time ([`Shaper::dequeue_one`]) whenever it is idle, so a due packet waits here while the
-//! NIC is busy, as on a host whose transmit ring is full.
-//!
-//! The HTB-like token bucket is polled on a timer when it waits for tokens (Carousel §2: the
-//! watchdog that makes HTB bursty): [`Shaper::poll_time`] rounds its next deadline up to the
-//! timer's period. The NIC's own transmit completions poll it immediately, as `qdisc_run` does.
+//! The shaper or scheduled buffer under test, behind one enum (CONTRIBUTING.md §4).
+//! [`ShaperSpec::Daemon`] is the daemon's own engine (`crate::daemon_shaper`); the simulator's own
+//! EDT shapers are stamped by a [`metronome_core::timestamp::PolicyStack`] (Carousel §5.1.1); the
+//! timestamp-free baselines (HTB-like, `pfifo`, `tbf`) ignore EDTs, and the HTB-like bucket is
+//! polled on a timer ([`Shaper::poll_time`], Carousel §2). Every variant holds at most `capacity`
+//! packets: a packet over it is a physical drop, or under zD (zD §4, [`Zd`]) a pause. The NIC pulls
+//! one packet at a time ([`Shaper::dequeue_one`]). In full: ARCHITECTURE.md, "The shaper under
+//! test".
 
 use crate::daemon_shaper::{Admit, DaemonShaper};
 use crate::scenario::{ScenarioError, ShaperSpec, ZdDiscipline};

@@ -1,40 +1,14 @@
 //! The TCP-like transport of a simulated source: sequence state, congestion control (Reno, CUBIC,
-//! Vegas), fast retransmit / fast recovery, RTO with backoff and the ECN reaction.
+//! Vegas, DCTCP), fast retransmit / fast recovery, RTO with backoff and the ECN reaction.
 //!
-//! Units: sequence numbers and windows count MTUs (a TSO segment of `k` MTUs covers `k`
-//! sequence numbers), so the congestion window means the same thing with and without TSO.
+//! Sequence numbers and windows count MTUs. Reno and NewReno recovery after RFC 5681 and RFC 6582,
+//! RTO after RFC 6298 (up to [`MAX_RTO`]) from echoed timestamps (RFC 7323, shaper time included as
+//! Carousel §5.2 asks), CUBIC after RFC 8312, Vegas as Carousel §5.2's delay-based backpressure
+//! (Linux `tcp_vegas.c`), ECN after RFC 3168, DCTCP after RFC 8257 ([`DCTCP_G`]).
+//! [`TcpSender::take_delivered`] gives each segment's delivery latency (zD §2.3, §6.2).
 //!
-//! * Slow start and congestion avoidance: RFC 5681 §3.1 (Reno: `cwnd += acked / cwnd` per ACK).
-//! * Fast retransmit on the third duplicate ACK and NewReno fast recovery with partial ACKs:
-//!   RFC 5681 §3.2, RFC 6582 §3.2. A new recovery starts only once `snd_una` passed the previous
-//!   `recover` point, so duplicates caused by a go-back-N after an RTO do not halve twice.
-//! * RTO: RFC 6298 (SRTT/RTTVAR, `RTO = SRTT + 4 RTTVAR`, a minimum, doubling backoff up to
-//!   [`MAX_RTO`]); on expiry `cwnd = 1`, go-back-N from `snd_una`. RTT samples come from the
-//!   timestamp each ACK echoes (RFC 7323), so retransmitted segments give valid samples; they
-//!   include the time spent in the shaper, as Carousel §5.2 requires for RTO computations.
-//! * CUBIC: RFC 8312 §4 (`C = 0.4`, `beta = 0.7`, fast convergence, the TCP-friendly region).
-//! * Vegas: Carousel §5.2's delay-based backpressure. Once per RTT, `diff = cwnd * (rtt - base) /
-//!   rtt` with `base` the minimum RTT ever seen and `rtt` the minimum of the last RTT; below
-//!   `alpha` grow by one, above `beta` shrink by one; slow start ends when `diff > 1` (Linux
-//!   `tcp_vegas.c`, `gamma = 1`). The pacing component of the delay is not discounted (Carousel
-//!   notes it should be; the brief asks for nothing fancy).
-//! * ECN: an ACK with ECE reduces the window as a loss would, at most once per RTT (RFC 3168
-//!   §6.1.2), without retransmitting.
-//! * DCTCP (RFC 8257 §3.3–3.5; Alizadeh et al., SIGCOMM 2010 §3.1): per observation window
-//!   (one window of data: it ends when `snd_una` passes the `snd_nxt` recorded at its start) the
-//!   sender counts MTUs acknowledged and those acknowledged by ACKs with ECE, then updates
-//!   `alpha = (1 - g) alpha + g F` with `g = 1/16` ([`DCTCP_G`]). An ECE reduces the window to
-//!   `cwnd (1 - alpha / 2)` at most once per window (the same once-per-RTT gate as RFC 3168).
-//!   Growth is Reno's; a loss halves the window like Reno (RFC 8257 §3.5). `alpha` starts at 1
-//!   (Linux `dctcp_alpha_on_init` default), so the first marks halve as RFC 3168 would. The
-//!   receiver echoes the CE of each segment exactly when it ACKs every segment (no delayed
-//!   ACKs); with delayed ACKs it echoes CE if any of the two segments carried it (RFC 8257 §3.2
-//!   would send an immediate ACK on a CE change, which the simulator does not model).
-//! * Delivery latency (not a TCP mechanism; a measurement for zD §2.3 and §6.2, Figures 3 and 12):
-//!   each segment's first transmission time is kept until an ACK cumulatively covers it, and
-//!   [`TcpSender::take_delivered`] yields `ack time - first transmission time`. Unlike the echoed
-//!   RTT above, this includes the stalls of losses: a segment dropped in the host and resent
-//!   after an RTO shows a latency above the RTO (the multi-second tails of zD Figure 12).
+//! Where it departs from the RFCs: no pacing discount in Vegas, no immediate ACK on a CE change,
+//! no SACK. The rules in full: ARCHITECTURE.md, "The simulated TCP".
 
 use crate::event::{Ack, LazyTimer, TimerFire};
 use crate::scenario::{CongestionControl, MAX_RTO};

@@ -1,24 +1,10 @@
-//! Silo scaling (`metronome bench --daemon`): packets per second of the whole per-packet
-//! path with one silo and with two silos side by side in the same run (Carousel §5.3: one
-//! independent shaper per core).
-//!
-//! Each silo is a thread (pinned to its own CPU when the affinity mask has enough, as the daemon
-//! does) running the benchmark's engine [`Rig`] on its own in-memory ports, pool and traffic: the
-//! same [`super::workload_frames`] at [`super::OFFERED_BPS`] in its own simulated time. Like the
-//! daemon's silos, the two-silo run counts into one registry made by [`Metrics::with_silos`]
-//! (each silo its own series) and polls a [`metronome_daemon::driver::silo::SiloExchange`] every
-//! step (rate cells read, demand published every simulated millisecond); its classes' aggregate
-//! rates are doubled and split by the allocator, so that each silo shapes exactly what the one silo
-//! shapes. The one-silo run is the single loop (no link, [`Metrics::new`]).
-//!
-//! Each repetition times one silo alone, then two together: all threads wait at a barrier, each
-//! processes the same number of packets, and the run's rate is all packets over the wall time
-//! from the barrier to the last thread's end. The ratio of the medians is reported against the
-//! target of 1.8 ([`TARGET_RATIO`]). It is only meaningful on a machine with two idle cores, so
-//! each thread also reads its own CPU time (`/proc/thread-self/schedstat`): CPU ns per packet in
-//! each silo shows whether a silo slows down when another one runs (shared caches, memory
-//! bandwidth, false sharing) apart from how much CPU the machine granted;
-//! [`ScalingReport::cpu_ratio`] is the ratio two silos would reach with two whole cores.
+//! Silo scaling (`metronome bench --daemon`): packets per second of the whole per-packet path with
+//! one silo and with two silos side by side in the same run (Carousel §5.3: one independent shaper
+//! per core), each silo a pinned thread running the benchmark's `Rig` on its own ports, pool and
+//! traffic, the two-silo run with the daemon's [`metronome_daemon::driver::silo::SiloExchange`]
+//! and [`Metrics::with_silos`]. The ratio of the medians is reported against [`TARGET_RATIO`], and
+//! each thread's CPU time gives [`ScalingReport::cpu_ratio`]. The method: ARCHITECTURE.md, "Silo
+//! scaling".
 
 use super::{workload_config, workload_frames, Rig, Stage};
 use metronome_daemon::driver::silo::pin;

@@ -1,57 +1,14 @@
 //! Carrier state of the loop's two ports: a link that goes down (`ENETDOWN`, or `ENXIO`/`ENODEV`
 //! while the interface is away) is an event, not a fatal error.
 //!
-//! When a port operation fails with such an error, [`Carrier::on_error`] marks the link down,
-//! counts it in `metronome_link_down_total{interface}` and logs the transition once. While it is
-//! down the loop neither receives from nor sends to that port.
-//!
-//! **The shaping clock stops while the outside link is down**, for at most
-//! `daemon.link_down_grace` per outage ([`Carrier::shaping_time`]): the loop hands the engine
-//! the wall time minus the time the clock stood still ([`Carrier::paused`]), so every queued EDT
-//! and every class's timestamper (Carousel §5.1.1: each policy's last timestamp) move by the
-//! outage together, and what was queued leaves after the link's return at its class's rate,
-//! as if the outage had not happened. Nothing in the engine changes (it reads no clock,
-//! CONTRIBUTING.md §1); its time is the loop's. A release at the link's return therefore sends
-//! at most what was due at the instant it went down, so no class sends more than its burst at
-//! once (on the wall's time, everything that fell due during the outage would be due at once).
-//! So:
-//! * an outage of at most the grace loses nothing: every frame queued for `outside` (in the
-//!   wheel, stamped before or during the outage) leaves the outage's length after its EDT;
-//! * when an outage outlasts the grace the clock runs again (the engine's time stays `grace`
-//!   behind the wall's): nothing is released, and every wheel entry that falls due meanwhile
-//!   is dropped (`crate::driver::run::release_shaped`, `Engine::expire`), counted in
-//!   `metronome_link_down_dropped_total{interface}` and per class in
-//!   `metronome_class_drops_total{reason="link_down"}`; so no frame leaves more than the grace
-//!   after its EDT, and the class's timeline resumes where it stands (no catch-up burst, no
-//!   backlog of dropped frames still holding the class back). When the link returns, the
-//!   entries still queued leave at their EDT, the grace after their wall-time EDT.
-//! * frames keep arriving on `inside` during an outage and are stamped and queued as usual
-//!   (bounded by the frame pool, the wheel's horizon and their class's backpressure, each with
-//!   its counter);
-//! * frames already in a port's transmit batch when its link went down (released at their EDT,
-//!   passed unshaped, or ACKs passed back to `inside`; at most two batches) are sent when the
-//!   link returns after an outage of at most the grace, and dropped when it was longer
-//!   ([`Carrier::returned`]).
-//!
-//! The clock stops only for `outside`: an outage of `inside` leaves the wheel releasing to
-//! `outside` at the wall time, and what waits for `inside` is the reverse direction's transmit
-//! batch. ACK shaping's generated ACKs (to `inside`) follow the engine's clock: they acknowledge
-//! data the receivers behind `outside` took, and wait with it. Frames in a fair class's flow
-//! queues and in the `[link]` stage have no EDT yet: they wait, and leave at their class's or
-//! the link's rate on the return. Frames the other port receives while the transmit batch is
-//! full wait in its ring, whose overflow the kernel counts (`rx_ring_drops`).
-//!
-//! Every [`CARRIER_POLL`] the loop probes the interface by name ([`probe_interface`]: its ifindex
-//! and whether it is up with carrier); when it has been up again for [`CARRIER_SETTLE`] with the
-//! same index, the AF_PACKET socket (bound to that index) works again, and the loop logs the
-//! transition and resumes.
-//! An interface that came back with another index, or that was seen absent meanwhile (deleted
-//! and re-created), cannot be used by the bound socket: [`CarrierEvent::Replaced`]; the loop opens
-//! the port again by name (`PacketPort::reopen`, the silos rejoining one fanout group; on the
-//! inside interface GRO is switched on again, `ports::enable_gro`, as at start) and calls
-//! [`Carrier::reopened`], which counts it in `metronome_link_reopened_total{interface}`, logs it
-//! once and resumes. A reopening that fails because the interface went away again leaves the
-//! link down and probed every `CARRIER_POLL`.
+//! [`Carrier::on_error`] marks the link down (counted, logged once); the loop then leaves that port
+//! alone. While `outside` is down the shaping clock stops for at most `daemon.link_down_grace`
+//! ([`Carrier::shaping_time`], [`Carrier::paused`]), so queued EDTs and timestampers (Carousel
+//! §5.1.1) move by the outage together; beyond the grace, what falls due is dropped and counted.
+//! Every [`CARRIER_POLL`] the loop probes the interface ([`probe_interface`]); up for
+//! [`CARRIER_SETTLE`] with the same index, it resumes; with another index it reopens
+//! ([`CarrierEvent::Replaced`], [`Carrier::reopened`]). What each outage does to each queue:
+//! ARCHITECTURE.md, "Carrier state".
 
 use crate::ops::metrics::Metrics;
 use metronome_core::{Duration, Timestamp};
@@ -68,10 +25,9 @@ pub const CARRIER_POLL: Duration = Duration::from_millis(10);
 /// carrier can flicker while a link comes up, and it can come on before the far end can
 /// answer: on a veth pair the kernel starts the peer's transmit queue from its link watcher,
 /// after the carrier (`dev_activate` from `linkwatch_do_dev`), so frames a host answers at once
-/// can be dropped in its own stopped queue. Measured on the real-traffic test (`link_flap`,
-/// flaps of `in0`, the hosts' neighbour entries dynamic): without it 3 of 15 flaps resumed
-/// only 524 to 717 ms after the link's return, at the sender's retransmission timer; with it,
-/// 1 of 22.
+/// can be dropped in its own stopped queue, and the sender then resumes only at its
+/// retransmission timer. The real-traffic test `link_flap` exercises it; its results:
+/// docs/results/daemon.md ("Link faults, garbage and the soak").
 pub const CARRIER_SETTLE: Duration = Duration::from_millis(20);
 
 pub use crate::os::ports::{probe_interface, Probe};

@@ -3,18 +3,16 @@
 //! [`Reloader::reload`] re-reads the configuration file, keeps the running silo count (`--cores`
 //! may override the file, and the count cannot change without a restart) and control socket
 //! (likewise `--control`), refuses a file whose changes need a restart
-//! ([`crate::ops::config::ReloadPlan::needs_restart`]), hands the accepted
-//! configuration to the caller's `apply` and, when that succeeds, logs what changed and makes it
-//! the running configuration. Every failure is logged and leaves the running configuration in
-//! force.
-//!
+//! ([`crate::ops::config::ReloadPlan::needs_restart`]), hands the accepted configuration to the
+//! caller's `apply` and, when that succeeds, logs what changed and makes it the running
+//! configuration. Every failure is logged and leaves the running configuration in force.
 //! * The single loop ([`FileReload`], its [`LoopHook`]) applies it to its engine
 //!   ([`install`]) and takes the new `busy_poll`; between two reloads it applies the control
 //!   socket's operations ([`LiveEndpoint`]).
 //! * With a control socket, what is installed is the file's classes then the API's
 //!   ([`Reloader::keeping`], `crate::ops::control`).
-//! * With silos the coordinator (`silo::run_silos`) applies it to its allocators and
-//!   hands it to every silo, which [`install`]s it in its own engine.
+//! * With silos the coordinator (`silo::run_silos`) applies it to its allocators and hands it
+//!   to every silo, which [`install`]s it in its own engine.
 
 use crate::datapath::engine::Engine;
 use crate::datapath::flow_seed::FlowSeed;

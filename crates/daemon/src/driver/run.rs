@@ -1,50 +1,15 @@
-//! The daemon's loop (`metronome run`): a shaping bump in the wire between two ports.
+//! The daemon's loop (`metronome run`): a shaping bump in the wire between two ports, as Carousel
+//! §5 runs its shaper in a busy-polling software NIC.
 //!
-//! Carousel §5 runs its shaper inside a busy-polling software NIC: each iteration takes a batch of
-//! packets, timestamps them into the timing wheel and hands whatever the wheel says is due to the
-//! NIC. [`run_loop`] does the same between two [`PacketPort`]s sharing one [`FramePool`]:
-//!
-//! 0. call the loop's [`LoopHook`]: the single loop's reloads (`reload::FileReload`), a
-//!    silo's rate and demand exchange and reloads (`silo::SiloExchange`), or nothing (`()`);
-//!    both apply the control socket's operations (`crate::ops::control`), whose eventfd is in
-//!    the idle loop's `ppoll` set ([`LoopHook::wake_fd`]);
-//! 1. receive a batch on `inside`, classify / stamp / queue it ([`Engine::receive`]); frames that
-//!    are not shaped join the outgoing batch at once;
-//! 2. receive a batch on `outside` and pass it to `inside` unshaped (checksums completed,
-//!    [`Engine::pass_through`]), except the TCP ACKs of classes with `ack_shaping`, rewritten or
-//!    suppressed ([`Engine::shape_acks`]); add the ACKs that ACK shaping generates now
-//!    ([`Engine::generate_acks`], due at [`Engine::next_due`] like the wheel's packets);
-//! 3. release everything due from the wheel ([`Engine::release`]) and send it together with the
-//!    unshaped frames as **one** `send` batch per tick (inter-flow batching, FlowBundler §IV-A);
-//! 4. when nothing happened, sleep in `ppoll(2)` on both ports' descriptors until the wheel's
-//!    `next_due` plus `[daemon] timer_slack` ([`wake_after`]: frames due within the slack leave
-//!    in one batch, none before its EDT) or [`MAX_SLEEP`] (CONTRIBUTING.md §3: no timer per
-//!    packet), unless `busy_poll` keeps spinning (Carousel's mode; lowest lateness, one core at
-//!    100 %). The thread's kernel timer slack is set to 1 ns so that the kernel does not round
-//!    the sleep up by its default 50 µs: the loop's own slack is the only one.
-//!    A round asks a port for frames only when it may have some: after a `ppoll` that
-//!    reported it readable, after a receive that filled its batch, or after the previous round
-//!    sent on it (the far end's answer is then already queued, see `side::next_may_read`);
-//!    otherwise at least every [`UNREAD_MAX`] while the loop is busy. At 1 Gbit/s with
-//!    super-frames most wake-ups are for one due frame, and a `recvmmsg` that finds nothing
-//!    costs about as much as the frame's own work: the loop's cycle per frame is one `ppoll`,
-//!    the send, the receive of the answer on that port, its send on the other port and the
-//!    receive of the answer there. A round that did work is followed by another (no sleep
-//!    before ACK shaping's generated ACKs); a round that did nothing goes to `ppoll`, which
-//!    returns at once for frames that arrived meanwhile.
-//!
-//! A transmit batch the device only partly takes (`tx_busy`) stays pending and is retried first,
-//! after [`TX_RETRY`]: nothing is dropped. When `stop` is set the loop receives no more and
-//! sends what is queued at its EDT for at most [`LoopOptions::drain`]; the rest is discarded
-//! and counted. A port whose link goes down (`ENETDOWN`, `ENXIO`) is
-//! left alone until its link is back ([`crate::driver::carrier`]): its frames wait. During an
-//! outage of `outside` the engine's time (the link's [`Carrier::shaping_time`]) stands still for at
-//! most `daemon.link_down_grace`, so what was queued leaves at its class's rate on the return, and
-//! what would leave later than the grace after its EDT is dropped and counted. The loop keeps
-//! running; when its
-//! interface came back with a new index the port is opened again by name (`PacketPort::reopen`) and
-//! its frames leave on the new socket. The loop stops when its `stop` flag
-//! ([`Control::stop`]) is set.
+//! [`run_loop`] moves frames between two [`PacketPort`]s through the engine, each round: the
+//! [`LoopHook`] (reloads, a silo's exchange, the control socket's operations), receive and stamp on
+//! `inside` ([`Engine::receive`]), pass `outside`'s frames back ([`Engine::pass_through`], with ACK
+//! shaping, [`Engine::shape_acks`], [`Engine::generate_acks`]), release what is due
+//! ([`Engine::release`]) as one send batch (inter-flow batching, FlowBundler §IV-A), and, when
+//! nothing happened, sleep in `ppoll(2)` until `wake_after` or [`MAX_SLEEP`] (CONTRIBUTING.md §3)
+//! unless `busy_poll` spins. A partly taken batch is retried after [`TX_RETRY`]; a stop drains for
+//! [`LoopOptions::drain`]; a link down waits ([`crate::driver::carrier`]); [`Control::stop`] ends
+//! it. When a round reads a port and why: ARCHITECTURE.md, "The loop".
 
 use crate::datapath::engine::{Engine, EngineCounters};
 use crate::driver::carrier::Carrier;
@@ -226,7 +191,7 @@ impl LoopReport {
 }
 
 /// The early filter a loop feeds ([`crate::os::early`]): its overload, and, for the one loop
-/// that `syncs`, the engine's classes and the refusal counts every [`COUNTER_PERIOD_NS`].
+/// that `syncs`, the engine's classes and the refusal counts every `COUNTER_PERIOD_NS`.
 #[derive(Clone, Debug)]
 pub struct EarlyLoop {
     /// The daemon's filter.
@@ -250,7 +215,7 @@ pub struct LoopOptions {
     /// (`[daemon] link_down_grace`, [`crate::driver::carrier`]).
     pub link_down_grace: metronome_core::Duration,
     /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
-    /// timer_slack`, [`wake_after`]).
+    /// timer_slack`, `wake_after`).
     pub timer_slack: metronome_core::Duration,
     /// The receiving sockets' early filter this loop feeds; `None`: none.
     pub early: Option<EarlyLoop>,

@@ -1,50 +1,15 @@
-//! Per-core shaper silos (`[daemon] cores = N`, `metronome run --cores N`): Carousel §5.3,
-//! "Scaling Carousel with multiple cores".
+//! Per-core shaper silos (`[daemon] cores = N`, `metronome run --cores N`): Carousel §5.3, "Scaling
+//! Carousel with multiple cores".
 //!
-//! "It is easy to scale Carousel by using independent Timing Wheels, one per CPU. For our
-//! approach, each TCP connection is hashed to a single Timing Wheel." Here each **silo** is one
-//! thread with its own [`Engine`] (classifier, timestamper, flow table, timing wheel), its own
-//! [`metronome_io::FramePool`] and its own pair of AF_PACKET ports; the kernel does the hashing:
-//! every silo's inside RX socket is in one `PACKET_FANOUT_HASH` group and every outside RX socket
-//! in another ([`metronome_io::Fanout`]), so all packets of a flow reach the same silo, and each
-//! silo sends on TX sockets of its own. Nothing is shared on the data path: no lock, no shared
-//! counter (each silo counts into its own metric series, [`Metrics::for_silo`]), and no packet
-//! crosses cores — the reverse direction is fanned out by the same hash, so the silo-to-silo SPSC
-//! ring (`metronome_core::spsc`) is not needed by this design. Each silo thread is pinned to one
-//! CPU of the process's affinity mask when there are enough; otherwise it runs unpinned and says so
-//! ([`SiloReport::pinned`], a log line), never failing.
-//!
-//! **Aggregate limits that span cores** (Carousel §5.3, "NBA" and "Communication between NBA and
-//! per-core Timestampers"): for every class with a `rate`, an [`Allocator`] on the calling
-//! thread (the coordinator, which otherwise only waits) keeps one
-//! [`metronome_core::nba::Nba`] and one [`RateExchange`]. Each silo publishes its class's
-//! cumulative stamped bytes at most every [`DEMAND_PUBLISH`] ([`SiloExchange::poll`]); every
-//! `[daemon] nba_period` (100 ms by default, the paper's "≈ 100 ms") the allocator reads them,
-//! water-fills the aggregate over the measured demands and publishes each silo's rate with a new
-//! epoch. A silo looks at its rate cells at the top of every loop iteration (a few atomic loads)
-//! and, when the epoch moved, sets its class's aggregate policy to its share
-//! ([`Engine::set_class_rate`]): the rate applies from the next packet. Per-flow pacing needs no
-//! exchange, a flow living on one silo. Before the silos start, each one's rate is the equal
-//! split, so the first period cannot exceed the aggregate.
-//!
-//! **Reload** (SIGHUP) goes to the coordinator, which validates the file once, refuses changes
-//! that need a restart, rescales or adds the allocators of changed classes, then hands the
-//! configuration to every silo ([`SiloExchange`]), which reloads its engine and re-applies its
-//! shares (the engine's reload puts the classes' whole rates back). Reading, validating and logging
-//! the file is the single loop's path too ([`Reloader`]). These hand-offs take a mutex, on the
-//! reload path only. Unlike the single loop, silos keep their `busy_poll` until a restart.
-//!
-//! **Failure**: a silo whose loop stops on an error or panics sets the shared stop flag, so every
-//! silo stops; [`run_silos_on`] then returns the error or continues the panic on the calling
-//! thread. The daemon never goes on shaping with part of its silos.
-//!
-//! **Live classes** (the control socket, `crate::ops::control`): each silo applies every
-//! operation to its engine (the reply waits for all of them); a class added or changed with a
-//! `rate` takes the equal split in each silo at once, and the coordinator gives the allocator
-//! the classes in force within [`COORDINATOR_SLEEP`], which publishes the shares as for a
-//! reload.
-//!
-//! With `cores = 1` none of this runs: `service::run_with` runs the single loop.
+//! Each silo is one pinned thread with its own [`Engine`], [`metronome_io::FramePool`] and
+//! AF_PACKET ports, flows spread by the kernel's `PACKET_FANOUT_HASH` ([`metronome_io::Fanout`]);
+//! nothing is shared on the data path (each silo its own metric series, [`Metrics::for_silo`];
+//! unpinned when CPUs are short, [`SiloReport::pinned`]). A class's `rate` spanning silos is split
+//! by an [`Allocator`] on the coordinator thread (an [`metronome_core::nba::Nba`] and a
+//! [`RateExchange`] per class, [`SiloExchange::poll`], [`Engine::set_class_rate`]). Reloads and
+//! live classes go through the coordinator; a failed silo stops them all ([`run_silos_on`]). With
+//! `cores = 1` the single loop runs instead. The exchange, the reload and the failure rules:
+//! `docs/design/carousel.md`.
 
 use crate::datapath::engine::Engine;
 use crate::driver::reload::{install, Reloader};
@@ -323,7 +288,7 @@ pub fn run_silos(
 /// calling thread coordinates (see [`run_silos`]).
 ///
 /// One silo that stops stops them all: its loop's error, or its panic, sets `control.stop`
-/// (the coordinator notices a finished silo within [`COORDINATOR_SLEEP`]). Once every silo is
+/// (the coordinator notices a finished silo within `COORDINATOR_SLEEP`). Once every silo is
 /// joined, the first error is returned; a panic goes on unwinding on the calling thread
 /// (`std::panic::resume_unwind`, its message prefixed with the silo's number), so that no
 /// caller takes a partly shaping run for a clean stop. A panic of the coordinator itself sets

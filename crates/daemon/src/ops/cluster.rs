@@ -1,36 +1,14 @@
 //! Cluster classes: one limit held by the daemons of a cluster together, through etcd
-//! (`[cluster]`, a class's `scope = "cluster"`; docs/config.md "Cluster classes").
+//! (`[cluster]`, a class's `scope = "cluster"`; docs/config.md "Cluster classes"), by the NBA's
+//! water-filling one level up (Carousel §2, §5.3; `metronome_core::cluster`), with no allocator of
+//! our own: every daemon computes the same shares from the same revision.
 //!
-//! Carousel's rates of aggregates "come from a central allocator" above the hosts (§2) and a
-//! limit spanning cores is split by water-filling over the cores' measured demands (§5.3,
-//! `metronome_core::nba`). Here the same water-filling runs one level up, on every daemon, over
-//! the demands the daemons publish in etcd (`metronome_core::cluster`), with no allocator of our
-//! own: every daemon computes the same shares from the same revision.
-//!
-//! * **Protocol** ([`agent`]): each period every daemon puts a record per cluster class at
-//!   `<prefix>/<cluster>/<class>/<host>` ([`record`]: its demand sample, the previous one, the
-//!   share it enforced between them, its weight), attached to its lease; it watches the
-//!   cluster's prefix; after each put, and within 100 ms of every revision its watch delivers,
-//!   it enforces [`metronome_core::cluster::own_share`] of the records it has seen and its own
-//!   newest record.
-//! * **Where the share goes** ([`metronome_engine::allocator::cell`]): the agent writes the share into the class's
-//!   [`ClusterCell`]; the single loop puts it in force in its engine at its next iteration
-//!   ([`ClusterPort`]), or, with silos, the coordinator makes it the aggregate its allocator
-//!   splits over the silos (`crate::driver::silo::Allocator`). A zero share (a zero `floor`)
-//!   closes the class: its frames are refused at admission (`queue_full`).
-//! * **Demand**: every loop publishes each cluster class's bytes sent and held (its backlog) to
-//!   the cell every millisecond; the agent sums them once per period.
-//! * **Failures**: before its first share (a new daemon, or etcd unreachable at start) a daemon
-//!   enforces the `floor`. A daemon that vanishes stops renewing its lease; etcd deletes its
-//!   records when the lease expires and the others compute without it within 100 ms of the
-//!   deletion: its share returns within the lease plus one period. When etcd cannot be reached (no request
-//!   answered for a period, each failing or passing its one-period deadline), the daemon keeps its last shares for `hold`
-//!   (counted from the last request etcd took), then falls to the floors; it logs both and
-//!   `metronome_cluster_state` says which. With `hold` at most the lease (the default), a
-//!   daemon cut off from a working etcd is at its floor before its lease can expire and the
-//!   others take its share: the sum of what the daemons enforce exceeds the limit by at most the
-//!   floors of the daemons without a share. A stopping daemon revokes its lease: its share
-//!   returns at the others' next period.
+//! Each period the [`agent`] puts a [`record`] per cluster class under its lease, watches the
+//! cluster's prefix and enforces [`metronome_core::cluster::own_share`]; the share goes through a
+//! [`ClusterCell`] ([`metronome_engine::allocator::cell`]) to the single loop's engine ([`ClusterPort`]) or to the silos'
+//! allocator. Before a first share, and after `hold` without etcd, a daemon enforces the `floor`; a
+//! vanished daemon's share returns within its lease plus a period. The protocol and the failure
+//! rules: `docs/design/carousel.md`.
 
 pub mod agent;
 pub mod record;

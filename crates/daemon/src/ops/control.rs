@@ -1,36 +1,14 @@
 //! The control socket (`[daemon] control`): classes added, changed and deleted while the
-//! daemon shapes, without a reload. docs/config.md ("Live classes: the control socket") is the
-//! operator's page: the protocol, every op, the CLI (`metronome class`), the errors and the
-//! rules below.
+//! daemon shapes, without a reload. The protocol, the model's rules (the file's classes win at a
+//! reload, origin tags, nothing persisted but `[daemon] class_dir`) and the socket's permissions
+//! are the operator's page, docs/config.md ("Live classes: the control socket").
 //!
-//! * **Protocol** ([`protocol`]): a Unix stream socket, one JSON object per line each way,
-//!   several requests per connection in turn. A class is the keys of a `[[class]]` table,
-//!   validated by the configuration's own checks (`Config::live_class`): an error names the
-//!   field.
-//! * **The model** ([`Live`]): the file's classes (the configuration in force, learnt from the
-//!   reloader at each SIGHUP, [`Live::merged`] / [`Live::reloaded`]) and the API's, in the order
-//!   they were added, after the file's in first-match order. The API adds, changes and deletes
-//!   its own classes only; a class of the file is changed in the file. A reload keeps the API's
-//!   classes except one whose name the file now defines: the file's wins (logged, counted as
-//!   `metronome_class_changes_total{op="reload",result="shadowed"}`). The daemon persists
-//!   nothing: a restart starts from the file and from `[daemon] class_dir`, whose files
-//!   ([`ClassFile`], written by `metronome-cni`) give classes of the API back ([`class_dir`]).
-//! * **Origin tags** (attach mode): a class matching `from`, `to` or `cgroup` takes the tag its
-//!   name has among the classes in force, else the lowest free one
-//!   (`crate::ops::config::origin_tags`); a reload keeps the tags of the names still named
-//!   ([`Live::merged`]). An operation on such a class tells attach mode's watcher, which hooks
-//!   and unhooks within its tick ([`Live::take_origins_changed`]).
-//! * **Applying** ([`inbox`]): the control thread validates a request and updates the model
-//!   under one lock, posts the operation to every shaping loop's inbox (waking them through an
-//!   eventfd in their `ppoll` set), and replies once every loop applied it, with the time from
-//!   the request's arrival to the last loop's apply (`applied_us`). Each loop applies it between
-//!   two packets (`crate::datapath::engine`'s `live` module).
-//! * **The socket** ([`ControlServer`]): mode 0600, its directory made 0700 when missing; a
-//!   stale socket (connection refused: its daemon died) is replaced; a socket a daemon listens
-//!   on is a start error. With `[daemon] user`, it is made before the switch and given to that
-//!   user. At most [`MAX_CONNECTIONS`] connections at once, a thread each.
-//!
-//! [`Client`] is the client the CLI and the tests use.
+//! * [`protocol`]: one JSON object per line each way; a class is the keys of a `[[class]]` table.
+//! * [`Live`]: the file's classes (learnt at each SIGHUP, [`Live::merged`]) and the API's.
+//! * [`inbox`]: each operation posted to every shaping loop, applied between two packets, and
+//!   answered once every loop applied it (`applied_us`).
+//! * [`ControlServer`]: the socket, at most [`MAX_CONNECTIONS`] connections, a thread each;
+//!   [`class_dir`]: the [`ClassFile`]s written by `metronome-cni`; [`Client`]: the CLI's client.
 
 pub mod class_dir;
 pub mod client;

@@ -1,52 +1,15 @@
 //! Attach mode (`[interfaces] attach`): the daemon shapes what leaves interfaces in place, as a
 //! qdisc would, without changing an address, a route or a bridge of the host.
 //!
-//! How a packet goes (the programs are in `crates/daemon/bpf/attach.bpf.c`):
-//! 1. at the **tcx egress** hook of an attached interface (say `eth0`), the `capture` program
-//!    pushes an 802.1Q tag into the skb's metadata whose TCI is the packet's *origin tag* and
-//!    redirects it to the capture veth pair the daemon made for `eth0` (`mtc<ifindex>` ->
-//!    `mtc<ifindex>r`); ARP and other non-IP frames go on unshaped;
-//! 2. the daemon's AF_PACKET port on `mtc<ifindex>r` receives it (the kernel hands the tag over
-//!    as auxiliary data, `metronome_io::AfPacketConfig::origin_tags`), the `discard` program at
-//!    that end's ingress keeps the frame out of the host's stack;
-//! 3. the engine classifies it (origin included: `match = { from = ... }` and `cgroup`) and
-//!    stamps it; when its time comes the loop sends it out of `eth0` through an AF_PACKET socket
-//!    with `PACKET_QDISC_BYPASS`, whose transmit (`dev_direct_xmit`) does not pass the egress
-//!    hook again: no loop.
-//!
-//! Origins. A class's `from = "veth-a"` means "entered the host through `veth-a`": the `stamp`
-//! program at `veth-a`'s tcx ingress writes the interface's tag into the bits
-//! `[interfaces] origin_mark` of the packet's mark, which survives bridging and routing to the
-//! uplink, where `capture` reads it and clears those bits. With `origin_mark = 0` nothing is
-//! written and only the interface the packet arrived on (`skb->ingress_ifindex`) counts, which
-//! is right for routed veths and for bridges the uplink is a port of, but gives the bridge for
-//! traffic routed out of a bridge. `cgroup = "/system.slice/x.service"` matches the host's own
-//! packets whose socket belongs to that cgroup v2 or one below it (`bpf_skb_ancestor_cgroup_id`).
-//!
-//! Bridges (`[interfaces] bridges`) and `to` ports. A class's `to = "veth-a"` means "leaves
-//! the host through `veth-a`", a port of a listed bridge. Each bridge gets a capture pair and a
-//! silo like an attached interface, but no hook at its own egress, and the silo's outside port
-//! is the bridge itself with `SO_MARK` = every `origin_mark` bit ([`Uplink::send_mark`]). The
-//! `capture` program is attached at each `to` port's tcx egress while engaged, with `CAPTURE`
-//! pointing at the pair of the port's master bridge (asked by netlink, `IFLA_MASTER`) and
-//! `TO_IF` giving its tag: what leaves toward the port goes to the bridge's silo, which sends it
-//! out of the bridge (`br_dev_xmit` forwards it by the FDB to the port), and the port's
-//! `capture` sees it again with all the mark bits set: it clears them and lets it pass
-//! (`already_shaped`). The all-ones tag is reserved for that
-//! (`crate::ops::config::origin_tags`). A multicast or broadcast frame to a `to` port passes
-//! unshaped (`not_unicast`).
-//!
-//! Failing open. The hooks are tcx BPF links held by this process's file descriptors: when the
-//! daemon dies, however it dies, the kernel detaches them and traffic leaves unshaped at once.
-//! The capture veth pair stays behind (it carries nothing without the hook); the next start
-//! deletes and re-creates it. A clean stop ([`Attachment::release`]) detaches the capture hooks
-//! first, lets the loop read and send what was captured, then removes everything else.
-//!
-//! Interfaces come and go: [`Attachment::refresh`] (every [`REFRESH`]) re-attaches to an
-//! attached, `from` or `to` interface re-created under its name and counts what it saw
-//! (`metronome_attach_events_total{interface,event}`), an attached interface's link going down
-//! and up included: while it is down the host routes nothing through it, so the loop may never
-//! meet a send error to tell it.
+//! The `capture` program (`crates/daemon/bpf/attach.bpf.c`) at an attached interface's tcx egress
+//! tags each packet with its origin and redirects it into a capture veth pair the daemon made; the
+//! loop receives it there and sends it out of the interface with `PACKET_QDISC_BYPASS`, past the
+//! hook. The `stamp` program writes a `from` interface's tag into `[interfaces] origin_mark`;
+//! `cgroup` matches the socket's cgroup; a bridge of `[interfaces] bridges` gets a pair and a loop,
+//! its `to` ports a `capture` hook, and sends with [`Uplink::send_mark`]. The hooks are BPF links
+//! held by the process, so a dead daemon fails open; [`Attachment::release`] detaches them first at
+//! a stop; [`Attachment::refresh`] re-attaches re-created interfaces every [`REFRESH`]. The
+//! packet's path step by step: docs/deploy.md, "How attach mode works".
 
 use crate::ops::config::Config;
 use crate::ops::metrics::Metrics;

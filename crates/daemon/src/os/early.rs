@@ -1,42 +1,14 @@
-//! Early refusal: what a class cannot take is refused in the kernel, before the shaping loop
-//! pays for it (zD §1-3: no class may lose because another is flooded; Carousel §5.1.2:
-//! bounded queues).
+//! Early refusal: what a class cannot take is refused in the kernel, before the shaping loop pays
+//! for it (zD §1-3: no class may lose because another is flooded; Carousel §5.1.2: bounded queues).
 //!
-//! Without it, every frame of a flood is received, copied, parsed and classified by the loop
-//! before admission refuses it, so on a busy machine the flood's frames take the loop's time
-//! and a well-behaved class's frames wait behind them. [`EarlyFilter`] loads the socket filter
-//! `admit` (`crates/daemon/bpf/early.bpf.c`) and every receiving socket of the shaped
-//! direction runs it (`metronome_io::AfPacketConfig::socket_filter`, attached before the
-//! socket is bound and again when a port is reopened). For each frame, in the kernel:
-//!
-//! * it parses and classifies the frame by the first [`MAX_RULES`] rules of the engine's
-//!   classifier in first-match order (the same fields: prefixes, DSCP, protocol, ports,
-//!   origin); with more rules, a frame that matches none of those passes to the loop;
-//! * a class with a rate has a bucket at `[daemon] early_multiple` (default 2) times its rate
-//!   whose depth is the class's `queue` bound in bytes: a frame beyond it is refused and
-//!   counted. An ideal shaper draining the class at its rate would hold more than its queue
-//!   bound by then, so the filter refuses only frames the class's admission would have
-//!   refused too, and the loop reads at most `early_multiple` times a flooded class's rate;
-//! * malformed and non-IP frames (what the filter cannot read: more than two VLAN tags or
-//!   [`MAX_EXT_HEADERS`] IPv6 extension headers count as malformed here) go to a bucket of the
-//!   default class's rate and depth of their own (so that garbage does not take the default
-//!   class's IP packets' bucket), pass or are refused, as `[daemon] malformed` and `non_ip`
-//!   say;
-//! * while a loop is overloaded ([`EarlyFilter::set_overloaded`]: its receive socket dropped
-//!   frames, or it did not sleep for a whole period of [`OVERLOAD_PERIOD`]), every bucket runs
-//!   at 1 times its class's rate: classes within their rates keep what they send, classes
-//!   above them are held to their rates before the loop, so the loop's time goes to the
-//!   frames of the classes within their rates first.
-//!
-//! Counted per class and reason in `metronome_early_refused_frames_total` and `_bytes_total`
-//! ([`EarlyFilter::sync`] exports them); the totals are [`EarlyFilter::refused`].
-//!
-//! The filter follows the engine's classes: the loop that owns it calls [`EarlyFilter::sync`]
-//! every 100 ms, which rewrites the kernel's tables when the classes, their rates or queue
-//! bounds changed (a reload, the control socket). Failure: without the BPF object (a build
-//! without clang) or when the kernel refuses the program, [`EarlyFilter::load`] fails, the
-//! daemon logs it and runs without (`metronome_early_filter_active` 0): the loop then reads
-//! every frame, as before.
+//! [`EarlyFilter`] loads the socket filter `admit` (`crates/daemon/bpf/early.bpf.c`), which every
+//! receiving socket of the shaped direction runs: it classifies by the first [`MAX_RULES`] rules,
+//! refuses what exceeds a bucket of `[daemon] early_multiple` times a class's rate as deep as its
+//! `queue` bound, gives malformed and non-IP frames a bucket of their own, and holds classes to
+//! their rates while a loop is overloaded ([`EarlyFilter::set_overloaded`], [`OVERLOAD_PERIOD`]).
+//! [`EarlyFilter::sync`] follows the engine's classes and exports the counters; without the BPF
+//! object the daemon runs without it. The rules and why they refuse only what admission would:
+//! ARCHITECTURE.md, "Early refusal"; the keys: docs/config.md ("Early refusal").
 
 use crate::datapath::engine::{Admission, AdmittedClass, Engine};
 use crate::datapath::unclassified::Unclassified;

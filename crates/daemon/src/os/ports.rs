@@ -1,23 +1,9 @@
-//! The daemon's AF_PACKET ports and frame pool size: [`open_ports`] for the single loop,
-//! [`open_silo_ports`] for silos (every silo's receive sockets in one `PACKET_FANOUT_HASH` group
-//! per interface, so all packets of a flow reach the same silo, Carousel §5.3),
-//! the inside ports' receive sockets running the early filter ([`crate::os::early`]) when
-//! one is given, [`frame_slots`], the pool size a configuration asks for, [`frame_pool`], the pool itself, and
-//! and [`enable_gro`], which switches GRO on on the inside interface. A port whose interface was
-//! deleted and re-created is opened again by name with `PacketPort::reopen`
-//! (`crate::driver::carrier`).
-//!
-//! With `daemon.vnet_hdr` (the default) both ports are opened with `PACKET_VNET_HDR`: the
-//! host's GSO/GRO super-frames arrive whole, up to 64 KiB, with their virtio-net header, and
-//! leave with it (the kernel or the device segments them and completes their checksums). The
-//! pool then has two size classes: [`frame_slots`] small slots of
-//! [`metronome_io::DEFAULT_SLOT_SIZE`] bytes and `daemon.gso_slots` large slots of
-//! [`metronome_io::GSO_SLOT_SIZE`] bytes (`FramePool::with_large`).
-//!
-//! A small slot holds one frame of the configured `interfaces.mtu` ([`small_slot_size`]): the
-//! default [`metronome_io::DEFAULT_SLOT_SIZE`] up to a 1500-byte MTU plus two VLAN tags, larger
-//! for jumbo frames (an MTU of 9000 on a data-centre host), so that a frame the MTU allows is
-//! never refused as `oversize` for want of a slot.
+//! The daemon's AF_PACKET ports and frame pool: [`open_ports`] for the single loop,
+//! [`open_silo_ports`] for silos (one `PACKET_FANOUT_HASH` group per interface, Carousel §5.3), the
+//! inside ports' receive sockets running the early filter ([`crate::os::early`]), [`frame_slots`]
+//! and [`frame_pool`] (small slots of [`small_slot_size`] for the configured MTU, large slots of
+//! [`metronome_io::GSO_SLOT_SIZE`] for super-frames with `daemon.vnet_hdr`), and [`enable_gro`].
+//! A re-created interface is opened again with `PacketPort::reopen` (`crate::driver::carrier`).
 
 use crate::ops::config::Config;
 use crate::os::early::EarlyFilter;
@@ -38,7 +24,7 @@ const FRAME_OVERHEAD: usize = 14 + 2 * 4;
 const SLOT_ALIGN: usize = 128;
 
 /// Bytes of a small slot for `config`: [`metronome_io::DEFAULT_SLOT_SIZE`], or a frame of
-/// `interfaces.mtu` plus [`FRAME_OVERHEAD`] rounded up to [`SLOT_ALIGN`] when that is larger
+/// `interfaces.mtu` plus `FRAME_OVERHEAD` rounded up to `SLOT_ALIGN` when that is larger
 /// (9 088 bytes for an MTU of 9000).
 pub fn small_slot_size(config: &Config) -> usize {
     let mtu = usize::try_from(config.interfaces.mtu).unwrap_or(usize::MAX / 2);
@@ -240,8 +226,8 @@ pub type Probe = Option<(u32, bool)>;
 /// `getifaddrs(3)`) with link: `IFF_RUNNING`, or the driver's link state
 /// ([`metronome_io::offload::link_detected`]), which comes first: the kernel sets
 /// `IFF_RUNNING` from the operational state, which it updates at most once a second for most
-/// devices (measured on a veth set up again: up to 410 ms after its carrier). Cold path: only
-/// while a link is down.
+/// devices (on a veth set up again it can lag the carrier by hundreds of milliseconds). Cold
+/// path: only while a link is down.
 pub fn probe_interface(name: &str) -> Probe {
     use nix::net::if_::InterfaceFlags;
     let index = nix::net::if_::if_nametoindex(name).ok()?;

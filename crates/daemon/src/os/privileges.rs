@@ -1,44 +1,12 @@
 //! Least privilege for `metronome run` ([`drop_privileges`]): once its ports are open, the daemon
-//! keeps only the two capabilities its running loop can still need ([`KEPT`]), sets
-//! `PR_SET_NO_NEW_PRIVS`, and with `[daemon] user` switches to that user, keeping those two.
-//! One more only when the configuration asks for what needs it: CAP_SYS_NICE with
-//! `[daemon] realtime_priority` where `RLIMIT_RTPRIO` cannot allow it (`crate::os::realtime`).
+//! keeps only the two capabilities its running loop can still need ([`KEPT`]: CAP_NET_RAW to reopen
+//! AF_PACKET sockets, CAP_NET_ADMIN for `SO_RCVBUFFORCE` and GRO), sets `PR_SET_NO_NEW_PRIVS`, and
+//! with `[daemon] user` switches to that user, keeping those two; CAP_SYS_NICE too only where
+//! `[daemon] realtime_priority` needs it (`crate::os::realtime`).
 //!
-//! Why these two (capabilities(7)): **CAP_NET_RAW** creates AF_PACKET sockets, which the loop
-//! does again when an interface is deleted and re-created (`metronome_io::PacketPort::reopen`);
-//! **CAP_NET_ADMIN** lets those sockets take their receive buffer beyond `net.core.rmem_max`
-//! (`SO_RCVBUFFORCE`, `metronome_io::AfPacketPort::open`) and switches GRO on
-//! (`crate::os::ports::enable_gro`, the `SIOCETHTOOL` ioctl). Nothing else the loop does needs one:
-//! pinning its own threads (`sched_setaffinity`), its timer slack (`prctl`), `ppoll`, sending and
-//! receiving on open sockets, the metrics endpoint on an unprivileged port, the `NOTIFY_SOCKET`
-//! datagrams.
-//!
-//! What [`drop_privileges`] does, in this order (each step is allowed by the one before):
-//! 1. resolves `user` (`getpwnam`) before anything is dropped, so a missing user is a clean
-//!    start-up error;
-//! 2. removes every other capability from the **bounding set** (`PR_CAPBSET_DROP`), where it
-//!    may (it needs CAP_SETPCAP; without it, as under systemd's `CapabilityBoundingSet=`, the
-//!    bounding set is left as the supervisor made it);
-//! 3. with `user`: sets `PR_SET_KEEPCAPS`, then `setgroups` to the user's groups (its primary
-//!    group and those `/etc/group` lists it in), `setresgid` and `setresuid` to the user's ids,
-//!    then clears `PR_SET_KEEPCAPS`. The uid change empties the effective set and keeps the
-//!    permitted one (that is what `PR_SET_KEEPCAPS` is for);
-//! 4. sets the effective and permitted sets to [`KEPT`] (those of them the process had: a
-//!    process without them keeps nothing and does not fail), empties the inheritable set and
-//!    the ambient set;
-//! 5. sets `PR_SET_NO_NEW_PRIVS`: no `execve` can ever raise a privilege again;
-//! 6. reads the sets and ids back and fails if they are not what was asked.
-//!
-//! Capabilities belong to a **thread** (capset(2) acts on the calling thread only, and so do
-//! `PR_CAPBSET_DROP`, `PR_SET_KEEPCAPS` and `PR_SET_NO_NEW_PRIVS`); threads inherit them when
-//! spawned. So `crate::ops::service::run_daemon` calls this while the daemon has one thread, after
-//! its ports are open and before the metrics endpoint and the silos start their threads: every
-//! thread of the process then has the reduced sets. The uid change is process-wide (glibc
-//! applies `setresuid` to every thread).
-//!
-//! Switching user needs CAP_SETUID and CAP_SETGID. A process without them (a developer, a test,
-//! a unit whose systemd `User=` already set the user) gets a one-line error naming
-//! `[daemon] user`, unless it already runs as that user, which then is no switch at all.
+//! Capabilities are per thread, so it runs while the daemon has one thread, before the metrics
+//! endpoint and the silos start theirs. Why these two, the six steps in order and what fails how:
+//! ARCHITECTURE.md, "Least privilege"; the operator's view: docs/config.md ("Privileges").
 
 use caps::{CapSet, Capability, CapsHashSet};
 use nix::unistd::{Gid, Uid, User};

@@ -1,22 +1,10 @@
-//! The shaping loops' real-time priority (`[daemon] realtime_priority`).
-//!
-//! A kernel qdisc shapes in softirq context, which runs before any task; a user-space loop is a
-//! task among its host's, and on a busy host its own senders can take its CPU for milliseconds
-//! (docs/results/classes.md). With the key set, each loop's thread (the single loop, each silo)
-//! makes itself `SCHED_FIFO` at that priority when it starts ([`enter`]): it then runs whenever
-//! it has work, before every ordinary task, and sleeps in `ppoll` otherwise (with
-//! `busy_poll` it never sleeps: the kernel's real-time throttling,
-//! `kernel.sched_rt_runtime_us`, then leaves ordinary tasks 5 % of that CPU by default). The
-//! control socket's threads run one priority below ([`control_priority`]): they validate an
-//! operation before a loop applies it, and left ordinary they waited behind the host's busy
-//! tasks (docs/results/classes.md). The metrics endpoint and the cluster agent stay ordinary.
-//!
-//! What allows it is settled while the daemon still has its privileges ([`prepare`]): where
-//! the process may raise its `RLIMIT_RTPRIO` to the priority (root with CAP_SYS_RESOURCE, or a
-//! hard limit already that high, systemd's `LimitRTPRIO=`), it does, and an unprivileged thread
-//! may then take `SCHED_FIFO` up to that limit (sched(7)): no capability is kept. Otherwise, with
-//! CAP_SYS_NICE permitted, that one capability is kept beside CAP_NET_RAW and CAP_NET_ADMIN
-//! (`crate::os::privileges`). Otherwise the daemon does not start, naming the key.
+//! The shaping loops' real-time priority (`[daemon] realtime_priority`): each loop's thread makes
+//! itself `SCHED_FIFO` at that priority when it starts ([`enter`]), so that it runs before the
+//! host's ordinary tasks; the control socket's threads run one below ([`control_priority`]).
+//! [`prepare`] settles what allows it while the daemon still has its privileges: a raised
+//! `RLIMIT_RTPRIO`, else CAP_SYS_NICE kept, else a start error naming the key. Why a user-space
+//! loop needs it: ARCHITECTURE.md, "Real-time priority"; the measurements:
+//! docs/results/classes.md.
 
 use caps::{CapSet, Capability};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};

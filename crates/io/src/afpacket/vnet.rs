@@ -1,42 +1,13 @@
-//! Receive and send with `PACKET_VNET_HDR` (packet(7); net/packet/af_packet.c
-//! `packet_rcv_vnet`, `packet_snd_vnet_parse`).
+//! Receive and send with `PACKET_VNET_HDR` (packet(7); net/packet/af_packet.c `packet_rcv_vnet`,
+//! `packet_snd_vnet_parse`).
 //!
-//! **Receive.** `recvmsg` on a socket with the option writes the 10-byte `virtio_net_hdr`
-//! first, then the frame, scattered over the message's buffers in order, and returns
-//! `10 + bytes copied`; a frame longer than the buffers is cut short and flagged `MSG_TRUNC`.
-//! Each message of a `recvmmsg` batch is scattered over three buffers: the header, a fresh small
-//! pool slot, and this port's overflow buffer for that message (`GSO_SLOT_SIZE − slot_size`
-//! bytes). A frame that fits the small slot (ACKs, MTU frames: nearly every frame) lands there
-//! with no further copy; a super-frame is copied once, small slot then overflow, into a large
-//! slot ([`FramePool::alloc_large`]) and the small slot is freed. No large slot free: dropped
-//! and counted in `rx_no_large_slot` (never silently, never stalling the small frames behind
-//! it). The overflow buffers are `RECV_BATCH × GSO_SLOT_SIZE` bytes (4.2 MB) per port,
-//! allocated once at open.
-//!
-//! While super-frames arrive (the last receive that got frames had one), each message's third
-//! buffer is instead the tail of a free large slot, taken for the call (as many as the pool has
-//! free, up to the messages asked for, `next_recv_want`): a super-frame then lands in place and
-//! only its first small-slot's worth of bytes is copied (2 KiB instead of up to 64 KiB,
-//! measured as most of the daemon thread's own user time at 10 Gbit/s); the large slots no
-//! message used go back to the pool before the call returns.
-//!
-//! **Frames above 64 KiB.** With an interface's `gro_max_size` or `gso_max_size` raised above
-//! 65 536 (BIG TCP) the kernel can queue larger frames; the socket copies the first
-//! `GSO_SLOT_SIZE` bytes and sets `MSG_TRUNC`. They are dropped and counted in
-//! `rx_gso_truncated`, and so is a frame that arrives whole but whose IP packet is longer than
-//! [`MAX_IP_PACKET_BYTES`] (BIG TCP; its IPv4 total length is 0). A GRO frame of a full-size
-//! IP packet (up to 65 549 bytes untagged) is a super-frame like any other. A frame whose GSO type
-//! virtio cannot express fails the receive with `EINVAL` (`virtio_net_hdr_from_skb`), the frame
-//! already consumed: counted in `rx_vnet_errors`.
-//!
-//! **VLAN.** The kernel strips an 802.1Q tag into the auxiliary data before packet taps see the
-//! frame, and its `csum_start` counts from the untagged frame; re-inserting the tag moves the
-//! headers 4 bytes, so `csum_start` (and a non-zero `hdr_len`) move with them. With
-//! `origin_tags` the tag is the frame's origin and is not re-inserted: the header stays as it
-//! came; a frame without a tag is dropped (`rx_untagged`) before it takes a large slot.
-//!
-//! **Send.** Every message starts with a header: a slot's [`FramePool::vnet`] for
-//! [`crate::PacketPort::send`], the piece's own for [`AfPacketPort::send_pieces`].
+//! Each received message is scattered over the header, a small pool slot and an overflow buffer
+//! (or, while super-frames arrive, the tail of a free large slot), so a small frame lands in place
+//! and a super-frame is copied at most once ([`FramePool::alloc_large`]; none free:
+//! `rx_no_large_slot`). Frames above 64 KiB (BIG TCP, [`MAX_IP_PACKET_BYTES`]) are dropped and
+//! counted; a re-inserted VLAN tag moves `csum_start`; every sent message starts with its header
+//! ([`FramePool::vnet`], [`AfPacketPort::send_pieces`]). The buffers and every case:
+//! ARCHITECTURE.md, "Super-frames with `PACKET_VNET_HDR`".
 
 use super::{
     alloc_batch, finish_tag, os_error, rx_tag, stripped_vlan, AfPacketPort, RxTag, RECV_BATCH,

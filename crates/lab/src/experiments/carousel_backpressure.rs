@@ -2,32 +2,12 @@
 //! against the number of flows and against the aggregate rate (Carousel §5.2 and §7.1.2,
 //! Figures 14 and 15), on the simulator (`metronome-sim`).
 //!
-//! Carousel compares Deferred Completions (the completion of a packet is held until the shaper
-//! releases it, so a flow keeps a bounded number of packets in the shaper, Figure 11b) with
-//! delay-based congestion control (TCP Vegas senses the shaper's delay) and with no backpressure
-//! (completion at enqueue, Figure 11a). It samples the packets held "every time a new packet is
-//! extracted from the shaper" and finds Deferred Completions at "approximately twice the number
-//! of active flows", Vegas at twice that in the 99th percentile (Figure 14), and without
-//! backpressure "the flows continually send until all of the 70K memory in the shaper is filled"
-//! (Figure 15).
+//! One point is one run of `flows` greedy TCP flows through the daemon's engine
+//! ([`metronome_sim::ShaperSpec::Daemon`]) with `mode` = `dc` (Deferred Completions at the sources,
+//! Cubic), `vegas` (TCP Vegas) or `none` (completion at enqueue, a shaper of `capacity_packets`).
 //!
-//! One point is one simulated run: `flows` greedy TCP flows through the daemon's own engine
-//! ([`metronome_sim::ShaperSpec::Daemon`]: `metronome run`'s code on real frames, in simulated
-//! time), one class with an aggregate rate limit of `rate_bps` and a timing wheel of
-//! `granularity_ns` slots (2 µs, Carousel §7.1), on a NIC of `line_rate_bps`, with the path's
-//! `base_rtt_us`. `mode` picks the
-//! backpressure, which the simulated host applies above the shaper: Deferred Completions and
-//! Vegas act at the sources (a bump in the wire cannot defer a local socket's completions), so
-//! the engine's own backpressure stays `none`:
-//! * `dc`: Deferred Completions, at most `dc_limit` packets per flow in the shaper, TCP Cubic
-//!   (Carousel §7.1.2: "Our experiments for Deferred Completions used TCP Cubic in Linux");
-//! * `vegas`: completion at enqueue, TCP Vegas with `vegas_alpha` / `vegas_beta` packets queued;
-//! * `none`: completion at enqueue, TCP Cubic; the shaper holds at most `capacity_packets`
-//!   (70 000 in the paper) and drops what is over.
-//!
-//! Where this departs from the paper, and why: no TSO (one MTU per shaper packet) and no TSQ
-//! above the shaper, so the "bump at 1 Gbps" that Carousel attributes to "an interaction of TSQ
-//! and TSO autosizing" cannot appear; flows are greedy for the whole run.
+//! Where it departs from the paper: no TSO and no TSQ above the shaper, greedy flows. The paper's
+//! findings and the model: `docs/design/carousel.md`.
 
 use metronome_sim::{BackpressureMode, CongestionControl, SourceKind};
 

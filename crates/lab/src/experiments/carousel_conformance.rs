@@ -1,42 +1,16 @@
 //! `carousel-conformance`: rate conformance of Carousel's timing wheel, of the `sch_fq` tree
 //! (FQ/pacing) and of an HTB-like token bucket driven by a 10 ms timer, against the target rate,
-//! the number of flows and the wheel's slot granularity (Carousel §7.1.1 and §7.1.3, Figures 12,
-//! 13 and 16), on the simulator (`metronome-sim`).
+//! the number of flows and the wheel's slot granularity (Carousel §7.1.1 and §7.1.3, Figures 12, 13
+//! and 16), on the simulator (`metronome-sim`).
 //!
-//! Carousel measures "the absolute deviation from the target rate ... collecting achieved rate
-//! samples once every 100 milliseconds" at the shaper's output. It finds Carousel within about
-//! 0.5 % of the target, HTB at a "consistent 5%" and FQ/pacing at 6 % for one flow (Figure 12),
-//! HTB still at 5 % and FQ degrading "beyond 200 flows" because of its packet limits (Figure 13),
-//! and the wheel good up to 8-16 µs slots but 300 Mbit/s (6 %) off 5 Gbit/s at 4 ms (Figure 16).
+//! One point is one run of `flows` greedy TCP Cubic flows through the `shaper`: `timing_wheel` (the
+//! daemon's engine, [`ShaperSpec::Daemon`], with Deferred Completions at the sources), `fq_tree`
+//! (per-flow pacing, FQ's packet limit, TSQ) or `token_bucket_rr` (HTB's timer and default burst,
+//! TSQ); the deviation is taken from 100 ms samples against `target_bps`.
 //!
-//! One point is one simulated run of `flows` greedy TCP Cubic flows on a NIC of `line_rate_bps`
-//! and a path of `base_rtt_us`, through the `shaper`:
-//! * `timing_wheel`: Carousel as the daemon runs it: `metronome run`'s own engine
-//!   ([`ShaperSpec::Daemon`], real frames in simulated time), one class whose aggregate policy of
-//!   `target_bps` stamps EDTs into a wheel of `granularity_ns` slots holding at most
-//!   `wheel_capacity_packets`, with Deferred Completions of `dc_limit` packets per flow
-//!   (Carousel §5) modelled at the simulated sources;
-//! * `fq_tree`: FQ/pacing, every flow paced at `target_bps / flows` (Carousel §7.1.1: "a maximum
-//!   pacing rate is configured in TCP using SO_MAX_PACING_RATE"), at most `fq_capacity_packets`
-//!   (FQ's global limit of 10K packets, §7.1), with TCP Small Queues of `tsq_limit` packets;
-//! * `token_bucket_rr`: HTB, one class of `target_bps`, at most `htb_capacity_packets` (16K,
-//!   §7.1), polled by a timer of `htb_timer_ms` (Carousel §7.1.1: "HTB's timer fires once every
-//!   10ms") when it waits for tokens, with TCP Small Queues. Its burst is what `tc` gives an HTB
-//!   class by default, `rate / HZ + MTU` (iproute2 `q_htb.c`), with `HZ = htb_hz`: 100, the tick
-//!   whose period is that 10 ms timer.
-//!
-//! The deviation is computed here from the simulator's 100 ms samples against `target_bps` (not
-//! the simulator's own target, which for per-flow pacing is the line rate).
-//!
-//! Where this departs from the paper, and why: the simulated FQ and HTB have exact timers (the
-//! HTB timer is exactly periodic, FQ's is exact), no lock contention and no TSO, so they show only
-//! the errors their structure causes (timer period and burst, packet limits), not the timer
-//! slack the paper blames for their 5-6 % at one flow. The simulator's NIC takes a due packet
-//! as soon as it is free (a busy-polling Software NIC) and the wheel releases a slot's packets
-//! from the slot's start, so a coarse slot makes line-rate bursts but, with Deferred Completions
-//! refilling the current slot at once, costs no rate: Figure 16's degradation at 4 ms does not
-//! appear here (`wheel-granularity`, which polls the wheel once per slot, shows it).
-//! `granularity_ns` applies to the wheel only; the other shapers ignore it and report 0.
+//! Where it departs from the paper: exact timers, no lock contention and no TSO, so only the errors
+//! of each structure show. The paper's findings, the model and the reasons:
+//! `docs/design/carousel.md`.
 
 use metronome_sim::{
     BackpressureMode, CongestionControl, DaemonBackpressure, ShaperSpec, SourceKind,

@@ -1,49 +1,14 @@
 //! `cluster`: one tenant limit shared by the daemons of a cluster through a store like etcd, each
 //! daemon computing its own share from the published demand records of one revision
-//! ([`metronome_core::cluster`]; Carousel §2, §5.3).
+//! ([`metronome_core::cluster`]; Carousel §2, §5.3, which give no figure for it): periods to
+//! settle after a change, the store's writes per second, and the overshoot while hosts disagree,
+//! at 3 to 1 000 hosts.
 //!
-//! Carousel gives no figure for this; the experiment measures what the protocol promises at
-//! 3 to 1 000 hosts: how many periods the shares take to settle after a change, the writes per
-//! second the store carries, and how far the sum of the enforced shares goes above the limit
-//! while the hosts disagree.
-//!
-//! The model, in simulated time on the simulator's event queue ([`TimedQueue`], ordered by
-//! `(time, sequence)`) with one seeded generator per host ([`Rng`]), so a point always gives the
-//! same row:
-//! * **Hosts.** Host `h` has weight `weights[h % len]`. Traffic is a fluid: a busy host offers
-//!   `busy_factor` × the limit, an idle one nothing; it sends at the share it enforces while it
-//!   has data, and queues the excess up to `queue_ms` of its share (a shaper's horizon; beyond
-//!   it the excess is dropped, and not counted as offered). Its record counts sent bytes and the
-//!   backlog (the offered bytes of [`metronome_core::cluster::UsageSample`]).
-//! * **Protocol.** Every `period_ms`, at its own phase (uniform in the first period after it
-//!   joins), a host publishes its record (its sample, the previous one, the share it enforced
-//!   since) and then sets its share to what [`own_share`] gives it from the latest revision it
-//!   has seen and that record (its share in the revision, lowered if its newest record asks for
-//!   less; no record of its own in the revision: it keeps what it has). A new host takes its baseline
-//!   sample when it joins and enforces the join floor until its first computation. Each host
-//!   holds a lease of `lease_ms` and sends a keep-alive every `lease_ms / 3`.
-//! * **Store.** A write (a publish or a keep-alive) takes effect a commit latency after it is
-//!   sent; a publish makes a new revision, in commit order. Each watcher receives the revisions
-//!   in order, each one a watch delay after its commit (and not before the previous one). Both
-//!   latencies are `median × (0.5 + u)` with `u` uniform in [0, 1), and `tail_factor` times that
-//!   with probability `tail_pct` % (etcd's commit is a Raft round plus an fsync, about 2 ms on a
-//!   local network with a long tail). A host that disappears stops writing; when its lease
-//!   expires (`lease_ms` after its last keep-alive took effect) the store deletes its record, a
-//!   revision like any other.
-//!
-//! Scenarios (`scenario`), each with a change at `change_at` (0 for `start`, otherwise
-//! `warmup_periods` periods plus 0.37 of one, off every host's grid):
-//! * `start`: all hosts join busy at once; settled when the enforced shares sum to within
-//!   `sum_pct` of the limit and every busy host is within `fair_pct` of its fair share (weighted
-//!   max-min over the true demands, [`water_fill_weighted`]).
-//! * `shift`: all busy, then all but host 0 go idle; settled when host 0 holds at least
-//!   `hold_pct` % of the limit.
-//! * `leave`: all busy, then the last host disappears; settled when the others' shares sum to
-//!   the limit less 1 % of the share it held (its share has come back), and each is fair.
-//! * `join`: all but the last busy, then the last joins busy; settled as `start`.
-//!
-//! Shares are sampled ten times a period; `periods_to_settle` is the time from the change to the
-//! first sample from which every later one is settled, in periods.
+//! Deterministic, on the simulator's event queue ([`TimedQueue`]) with a seeded [`Rng`] per host:
+//! fluid hosts with weights, each publishing every `period_ms` and enforcing [`own_share`], a store
+//! with commit and watch latencies and leases; scenarios `start`, `shift`, `leave` and `join`,
+//! settled against the weighted max-min shares ([`water_fill_weighted`]). The model in full:
+//! `docs/design/carousel.md`.
 
 use metronome_core::cluster::{own_share, ClusterConfig, Floor, HostRecord, UsageSample};
 use metronome_core::{water_fill_weighted, Rate, Timestamp};

@@ -1,36 +1,14 @@
-//! `fairq`: a sparse request/response flow beside N bulk flows under one aggregate limit, the
-//! class as one virtual FIFO against the class's fair mode, on the simulator (`metronome-sim`)
-//! driving the daemon's own engine ([`metronome_sim::ShaperSpec::Daemon`]: the code of
-//! `metronome run`, on real frames, in simulated time).
+//! `fairq`: a sparse request/response flow beside N bulk flows under one aggregate limit, the class
+//! as one virtual FIFO (Carousel §5.1.1) against the class's fair mode (NicPic §3's pulls with fair
+//! sharing), through the daemon's own engine ([`metronome_sim::ShaperSpec::Daemon`]).
 //!
-//! A class's aggregate timestamper stamps every packet from one running departure time (Carousel
-//! §5.1.1), so the class drains in arrival order: a sparse flow's packet waits behind everything
-//! the bulk flows queued. In the fair mode (`fair = true` in the class) the aggregate still decides
-//! when the class may send its next bytes, and a per-class flow scheduler decides which flow's
-//! packet leaves then, new and sparse flows first (NicPic §3's on-demand pulls with fair sharing,
-//! the way Linux `fq_codel` serves a new flow).
+//! One point is one run: `flows` bulk TCP flows (`cc` = `cubic` or `paced`, a paced stand-in for
+//! BBR) and one sparse flow ([`metronome_sim::ProbeSpec`]) through one class, `mode` = `fifo` or
+//! `fair`; columns: the sparse flow's latency, the aggregate's deviation, Jain's index, drops and
+//! marks.
 //!
-//! One point is one simulated run: `flows` bulk TCP flows and one sparse flow
-//! ([`metronome_sim::ProbeSpec`]: a `request_bytes` request every `request_interval_us`, open loop;
-//! the response comes back on the unshaped reverse path) through one class of aggregate
-//! `rate_bps` on a NIC of `line_rate_bps`. `mode` is `fifo` (`fair = false`) or `fair`; `cc`
-//! is the bulk senders':
-//! * `cubic`: TCP Cubic, unpaced (Linux's default);
-//! * `paced`: TCP Cubic whose transport paces each flow at `pacing_gain` times its fair share of
-//!   the aggregate: a rate-based paced sender standing in for BBR, which paces at about the
-//!   bandwidth it measured. The simulator has no BBR model (no bandwidth probing, no min-RTT
-//!   state, no inflight cap), so this is not BBR; it shows what pacing at the fair share changes.
-//!
-//! Columns: the sparse flow's request-to-response latency p50/p99 (request offered to the shaper
-//! to response at the requester), requests lost; the aggregate's deviation from the limit
-//! (Carousel §7.1.1) and the bulk flows' Jain's index over their bytes after the warm-up; the
-//! engine's drops and CE marks.
-//!
-//! Where this departs from real traffic, and why: the daemon is a bump in the wire, so the bulk
-//! flows' completions come at enqueue (no TSQ, no Deferred Completions, as for traffic forwarded
-//! by `metronome run`); the simulator's Cubic does not negotiate ECN, so the engine's queue is
-//! bounded by its horizon (`horizon_policy = "reject"`, as `metronome compare` configures it) and
-//! its frame pool, and the senders back off on those drops.
+//! Where it departs from real traffic: completions at enqueue (a bump in the wire), no ECN in the
+//! simulator's Cubic. The reasons: `docs/design/nicpic.md`.
 
 use metronome_sim::{BackpressureMode, CongestionControl, ProbeSpec, SimReport, SourceKind};
 

@@ -1,22 +1,11 @@
 //! The registry of experiment functions, looked up by the name in a plan's `[experiment]`.
 //!
-//! An experiment is a plain function from one [`Point`] (the merged parameters) to the rows it
-//! measured there. It reads its parameters with the point's typed getters, keeps all randomness
-//! seeded from the point (runs are deterministic), never prints, and returns only columns its plan
-//! documents in `[columns]` (the runner rejects any other). To add one:
-//!
-//! 1. write `src/experiments/<name>.rs` with `pub fn run(point: &Point) -> Result<Vec<Row>,
-//!    LabError>`;
-//! 2. add `mod <name>;` below and an [`Experiment`] entry to [`REGISTRY`];
-//! 3. write `lab/plans/<name>.toml` and list it in [`crate::plans::EMBEDDED`].
-//!
-//! [`wheel_granularity`] models the wheel alone; [`carousel_backpressure`] (Carousel Fig. 14-15)
-//! and [`carousel_conformance`] (Fig. 12, 13, 16) run whole hosts on the simulator
-//! (`metronome-sim`), sharing `simulated`, as does [`zd`] (zD Fig. 3, 9-12: TSQ vs zD);
-//! [`incast`] (Carousel Fig. 19) runs the simulator's incast model and [`mqecn`] its switch-port
-//! scenario (MQ-ECN Fig. 1, 3, 6-10). [`fairq`] runs a sparse flow beside bulk flows through the
-//! daemon's engine, one class as a single FIFO and in its fair mode (NicPic §3). [`cluster`]
-//! simulates daemons sharing one limit through an etcd-like store on the simulator's event queue.
+//! An experiment is a plain function from one [`Point`] to the rows it measured there: typed
+//! getters, randomness seeded from the point, no printing, only the columns its plan documents. To
+//! add one: write `src/experiments/<name>.rs` with `pub fn run(point: &Point) -> Result<Vec<Row>,
+//! LabError>`, add `mod <name>;` and an [`Experiment`] entry to [`REGISTRY`], and write
+//! `lab/plans/<name>.toml`, listed in [`crate::plans::EMBEDDED`]. What each experiment reproduces:
+//! the `Lab:` sections of docs/design/ (carousel.md, zd.md, mq-ecn.md, nicpic.md).
 
 pub mod carousel_backpressure;
 pub mod carousel_conformance;

@@ -2,35 +2,14 @@
 //! per-queue with the minimum threshold, per-port, and MQ-ECN (Bai et al., NSDI 2016: §2
 //! Figures 1 and 3, §5.1 Figures 6-8, §5.2 Figures 9-10).
 //!
-//! One point is one port and one workload, run under every scheme of `schemes` (one row each),
-//! so that each row can also say how it compares with per-queue-standard at the same point
-//! (`*_vs_standard_pct`), the form in which the paper states its results. The simulator is
-//! [`metronome_sim::switch`]: DCTCP senders, hosts with a NIC at line rate, a
-//! [`metronome_core::MqPort`] as the bottleneck, and one receiver echoing CE.
+//! One point is one port and one workload run under every scheme of `schemes`, each row also
+//! compared with per-queue-standard (`*_vs_standard_pct`), on [`metronome_sim::switch`] (DCTCP
+//! senders, a [`metronome_core::MqPort`] bottleneck): `long_lived` greedy flows per service, or
+//! `poisson` web-search flows with FCT by size class.
 //!
-//! * `workload = "long_lived"`: `flows` greedy flows, e.g. `"1+4"` = one flow in service 1 and
-//!   four in service 2 (Figures 3 and 6, sent by one host per service when `senders =
-//!   "per_service"`), or `"2+2+2+2"` = two flows in each of four services (Figure 1's 8 flows
-//!   over 1-8 queues, one host per flow with `senders = "per_flow"`). Goodput shares, queue
-//!   occupancy, RTT and utilisation are measured after `warmup_ms`.
-//! * `workload = "poisson"`: `flow_count` web-search flows (lab/data/websearch.cdf) arriving as
-//!   a Poisson process at `load` of the line rate, each in a random one of `services` queues and
-//!   sent by a random one of `hosts` hosts (§5.1.2 balanced traffic). FCT by size class.
-//!
-//! Where this departs from the paper, and why: a single switch port (the paper's §5.2 uses a
-//! 144-host leaf-spine fabric; its 10 Gbit/s parameters are used here for one port); the port
-//! serialises at exactly line rate (the testbed's software switch shapes to 99.5 %); flows start
-//! with the initial window instead of reusing persistent connections; ping RTT is replaced by the
-//! echoed-timestamp RTT of every ACK (the same queueing delay, sampled by data packets).
-//!
-//! What sets the small-flow tail (the plan's description has the numbers): `small_timeout_pct`
-//! and `fct_small_p99_no_timeout_us` split it into flows that waited for a retransmission
-//! timeout and the others. Per-queue-standard's p99 at 80-90 % load is RTO_min plus backoff
-//! (3-16 % of its small flows time out on the 1 Gbit/s port); MQ-ECN's, per-queue-min's and
-//! per-port's is the no-timeout tail. That tail includes each flow being a new DCTCP connection
-//! whose `alpha` starts at 1 (the first mark halves the window), where the testbed's persistent
-//! connections carry `alpha` over (no run here separates that share). The ratio to the
-//! standard threshold varies with the seed (sweeps `seeds_1g_unbalanced_*`).
+//! Where it departs from the paper: one switch port, exact line rate, new connections per flow,
+//! the echoed-timestamp RTT. The reasons and what sets the small-flow tail:
+//! `docs/design/mq-ecn.md`.
 
 use metronome_sim::switch::{self, MarkingSpec, SwitchReport, SwitchScenario, Workload};
 use metronome_sim::CongestionControl;

@@ -1,48 +1,15 @@
 //! `nba`: an aggregate limit shared by per-core shapers through the NIC-level bandwidth allocator
-//! while the offered load moves between cores (Carousel §5.3).
+//! while the offered load moves between cores (Carousel §5.3): work conservation and convergence,
+//! which the paper claims without a figure.
 //!
-//! Carousel gives no figure for the NBA; this experiment measures the two properties §5.3 claims
-//! for it, work conservation (the aggregate reaches its limit whatever the split between cores) and
-//! convergence (how many ≈ 100 ms update periods the split takes to follow a shift of demand).
+//! In simulated time, deterministic: `cores` cores, each a [`Timestamper`] with one aggregate
+//! policy and a FIFO, fed by constant-rate sources split by `splits`; the allocator is the daemon's
+//! own [`silo::Allocator`] over a [`RateExchange`] ([`silo::fresh_rate`],
+//! [`silo::DEMAND_PUBLISH`]), or `static`. Per phase: `periods_to_converge`, `achieved_bps`,
+//! `deviation_pct`; `trace = true` gives one row per window.
 //!
-//! The model, in simulated time with the core's timestamper and the daemon's allocator (no
-//! simulator crate, no randomness: the same point always gives the same rows):
-//! * `cores` cores, each with its own [`Timestamper`] holding one aggregate policy at the core's
-//!   allocated rate, burst one packet (Carousel §5.1.1), and a FIFO of stamped packets released at
-//!   their EDT (one policy per core, so EDTs are in order: the FIFO stands for the core's wheel).
-//! * Offered load: `offered_bps` in total, split between cores by `splits` (`"80/20,20/80,0/100"`:
-//!   percentages per core, one group per phase). Each core's source generates `packet_bytes`
-//!   packets at a constant rate into a buffer of `source_buffer_packets` (an application that
-//!   blocks when it is full: the excess is not offered) and hands them to its shaper while fewer
-//!   than `inflight_packets` are there (the per-flow bound of Deferred Completions, Carousel §5.2).
-//!   Phase `i` starts at `i × phase_ms + shift_lag_ms` (phase 0 at 0): the lag keeps shifts off the
-//!   update grid, as they would be.
-//! * The allocator is the daemon's own coordinator, [`silo::Allocator`], made from the daemon
-//!   configuration `metronome run --cores N` would read (`[default] rate = aggregate_bps`,
-//!   `[daemon] nba_period = period_ms`): one [`metronome_core::nba::Nba`] and one
-//!   [`RateExchange`] for the class. Each silo publishes its (cumulative bytes stamped, time) pair
-//!   through the exchange; at every update [`silo::Allocator::step`] reads them, water-fills and
-//!   publishes the rates with a new epoch, and says when the next update is due; each silo takes
-//!   its rate back as a daemon silo does ([`silo::fresh_rate`]: when the epoch moved) and sets it
-//!   on its policy. A daemon silo publishes on a 1 ms grid ([`silo::DEMAND_PUBLISH`]),
-//!   which holds every update instant, so publishing at the update gives the allocator the same
-//!   samples. With `allocator = "static"` the allocator never steps and the rates stay at the
-//!   equal split it publishes first (the baseline without an NBA).
-//! * The aggregate's departures are counted in windows of one period, aligned with the updates.
-//!
-//! Per phase: the target is `min(aggregate_bps, offered_bps)`; `periods_to_converge` is the
-//! smallest `j >= 1` such that every window from the `j`-th update after the shift to the end of
-//! the phase is within `converge_pct` of the target (the window cut by the shift does not count);
-//! `achieved_bps`, `deviation_pct` (mean absolute deviation) and `max_deviation_pct` are taken over
-//! those settled windows, or over all whole windows of the phase if it never settles.
-//!
-//! With `trace = true` a point returns one row per window instead (`time_ms`, `window_bps`): the
-//! aggregate rate over time, for the plot of convergence.
-//!
-//! Departures from the paper, and why: the demand a silo reports is what it stamped (transmitted
-//! plus queued in the shaper), Carousel's "flow usage data"; sources are constant-rate, not TCP,
-//! so the only dynamics are the allocator's; silos pick up a published rate at once, while a real
-//! silo would at its next poll (microseconds, far below one period).
+//! Where it departs from the paper: demand is what a silo stamped, sources are constant-rate, a
+//! published rate is picked up at once. The model and the reasons: `docs/design/carousel.md`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

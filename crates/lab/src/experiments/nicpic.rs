@@ -1,43 +1,14 @@
-//! `nicpic`: pacing accuracy and scheduler cost of many rate-limited classes (NicPic §2.3,
-//! Figure 2), for NicPic's scheduler against an HTB-like token bucket and Carousel's timing wheel.
+//! `nicpic`: pacing accuracy and scheduler cost of many rate-limited classes (NicPic §2.3, Figure
+//! 2), for NicPic's scheduler against an HTB-like token bucket and Carousel's timing wheel.
 //!
-//! NicPic §2.3 gives every class "an equal rate", totals of 1, 5 and 9 Gbit/s on a 10 Gbit/s NIC,
-//! 1500-byte packets, and measures per class "the standard deviation of inter-packet arrival
-//! times ... normalize[d] to the class's ideal expected inter-packet arrival time", plus the
-//! kernel's CPU time. Here, in simulated time (no simulator, no clock in the model, no randomness:
-//! the same point gives the same row, bar the wall-clock column):
-//! * `classes` classes, each limited to `total_bps / classes`, each source starting at a seeded
-//!   random instant within one segment's ideal gap (`start_spread`, as independent UDP generators
-//!   would; all at 0 otherwise), then always backlogged with segments of `segment_bytes` (1500:
-//!   the paper's UDP packets; 64 500: TSO segments of 43 MTUs).
-//! * A 10 Gbit/s link sends one frame (at most `mtu` bytes) at a time; a frame's start time is its
-//!   "arrival" at the receiver (a fixed propagation delay does not change the gaps).
-//! * `nicpic`: [`NicPic`] with the segments announced by doorbell, pulled in MTU pieces.
-//! * `timing_wheel`: per class a [`Timestamper`] pacing policy at the class's rate (burst one
-//!   segment) and one [`TimingWheel`] of `wheel_granularity_ns`; each class keeps one segment in
-//!   the wheel and stamps the next when one leaves it; released segments queue for the link, which
-//!   sends a segment's frames back to back (TSO in the NIC).
-//! * `token_bucket_rr`: [`TokenBucketRr`] with one class per class, tc's default burst
-//!   (`rate / htb_hz + mtu`), two segments queued per class; the NIC takes one segment whenever
-//!   the link is free and, when nothing is sendable, polls again at the next instant tokens
-//!   suffice rounded up to the `htb_timer_ms` timer (Carousel §7.1.1: "HTB's timer fires once
-//!   every 10ms"), as `carousel-conformance` does.
+//! In simulated time, deterministic bar the wall-clock column: `classes` classes of equal rate,
+//! always backlogged, on a 10 Gbit/s link, through `nicpic` ([`NicPic`]), `timing_wheel` (a
+//! [`Timestamper`] and a [`TimingWheel`]) or `token_bucket_rr` ([`TokenBucketRr`] with tc's burst
+//! and HTB's timer). `gap_cv` is the normalised deviation of each class's gaps, `ns_per_packet` the
+//! event loop's wall time per frame.
 //!
-//! Measured: `gap_cv` is, per class, the standard deviation of the gaps between consecutive
-//! frames' start times divided by the ideal gap (`mtu × 8 / rate`), averaged over classes;
-//! `gap_cv_p99` is its 99th percentile over classes. The first `warmup_frames` frames of every
-//! class are skipped; `achieved_bps` counts from the end of the start window plus the warm-up. Each
-//! class sends at least `gaps_per_class` gaps and the run lasts long enough for `min_frames` frames
-//! in all. `ns_per_packet` is the wall time of the event loop (scheduler calls plus the few
-//! operations of the driver: refilling the sources, the link's clock, appending each frame's class
-//! and time to a preallocated log) divided by frames sent, the least over `repeats` runs (fewer
-//! once 2 s of wall time are spent): the only
-//! non-deterministic column. Gap statistics are computed after the clock stops.
-//!
-//! Departures from the paper, and why: no kernel, no CPU contention, no NIC batching, no 500 ns
-//! sniffer resolution; HTB is the simple round-robin token bucket of `token_bucket_rr` (linear in
-//! the classes, as Carousel §3 describes), and hardware rate limiters (`hwrl`) are not modelled.
-//! The figure's "OS overhead" (fraction of CPU in the kernel) becomes scheduler ns per packet.
+//! Where it departs from the paper: no kernel, CPU contention, NIC batching or sniffer, a simple
+//! round-robin HTB, no hardware limiters. The model and the reasons: `docs/design/nicpic.md`.
 
 use std::collections::VecDeque;
 use std::time::Instant;

@@ -1,34 +1,13 @@
 //! `wheel-granularity`: rate conformance of one timing wheel as its slot granularity grows
-//! (Carousel §7.1.3, Figure 16, with the metric of §7.1.1).
+//! (Carousel §7.1.3, Figure 16, with the metric of §7.1.1), in simulated time with the daemon's own
+//! engine ([`ShaperSpec::Daemon`]), deterministic: no TCP, no clock, no randomness.
 //!
-//! Carousel measures "the absolute deviation from the target rate ... collecting achieved rate
-//! samples once every 100 milliseconds" at the shaper's output, for a 5 Gbit/s target and slot
-//! granularities from microseconds to 4 ms, and finds that "a granularity of 8-16 µs suffices to
-//! maintain a small deviation from the target rate" while 4 ms "deviates by 300 Mbps".
+//! `flows` flows share one aggregate policy of `target_bps`, each keeping `packets_per_flow`
+//! packets in the shaper; the NIC polls the wheel every `granularity_ns`; the deviation is the mean
+//! of |achieved − target| over 100 ms windows.
 //!
-//! The model, in simulated time with the daemon's own engine (`metronome run`'s code, through
-//! `metronome_sim`'s [`ShaperSpec::Daemon`]: each packet a real frame; no TCP, no clock, no
-//! randomness: the same point always gives the same row):
-//! * `flows` flows share one class's aggregate rate-limit policy of `target_bps`, burst one
-//!   packet (Carousel §5.1.1). Every packet is `packet_bytes` long on the wire.
-//! * Each flow keeps `packets_per_flow` packets in the shaper and hands it the next one when one of
-//!   its packets has left the NIC: the bound that Deferred Completions (Carousel §5.2) or TSQ put
-//!   on a flow. The packet is stamped at that instant and enqueued in a wheel of `granularity_ns`
-//!   slots and `horizon_ms` horizon; a packet whose delay would reach the horizon is dropped
-//!   (`horizon_policy = "reject"`, never clamped), which ends the run with an error.
-//! * The NIC polls the wheel every `granularity_ns` (Carousel §5.1.2: the wheel is visited once
-//!   per slot, g_min = 1 / f_max), on the grid of multiples of the granularity, skipping polls
-//!   while the wheel is empty, and sends what it gets back to back at `line_rate_bps`.
-//! * Bytes count in the 100 ms window (`window_ms`) in which their transmission ends; the
-//!   deviation is the mean over the `duration_ms / window_ms` windows of |achieved − target|,
-//!   in percent of the target.
-//!
-//! Where this departs from the paper, and why: there is no TCP, no congestion control and no
-//! real NIC, so the only source of error is the wheel itself. A coarse wheel holds a packet up to
-//! one granularity; when the packets a flow may keep in the shaper (`flows × packets_per_flow ×
-//! packet_bytes`) cover less than `target × granularity`, the aggregate cannot keep its rate and
-//! the achieved rate falls below the target. Finer effects of the paper's testbed (timer jitter,
-//! TSO bursts) are not modelled.
+//! Where it departs from the paper: no TCP, congestion control or real NIC, so the wheel is the
+//! only source of error. The model and the reasons: `docs/design/carousel.md`.
 
 use std::collections::VecDeque;
 

@@ -1,35 +1,14 @@
 //! `zd`: many TCP flows through one small scheduled buffer at 10 Gbit/s, TCP Small Queues over a
 //! drop-tail pfifo vs zD over the same pfifo (zD §2.3–2.4, Figure 3; §6.2, Figures 9–12; Table 1).
 //!
-//! zD varies "the number of flows from 500 to 16k and measure\[s\] throughput, ... and TCP
-//! retransmissions" (§6.2) and the RTT at 4k flows (Figure 12); §2.3 compares a pfifo of 1k slots
-//! with one of 8k slots, "TSQ operation point where no packets are dropped (i.e., 2 packets are
-//! enqueued per flow)" for 4000 flows, and finds that "bufferbloat, when pfifo queue size is 8k
-//! slots, leads to two orders of magnitude degradation in RTT" (Figure 3).
+//! One point is one run of [`metronome_sim::run`]: `flows` greedy TCP flows through one pfifo,
+//! `mode` = `tsq_pfifo_<N>` (TSQ over a pfifo of `N` packets, a full one drops) or `zd` (zD over a
+//! pfifo of `zd_pfifo_slots`). The RTT columns are per-segment delivery latency
+//! ([`metronome_sim::SimReport::delivery_latency`]), `flow_rtt_*` per flow
+//! ([`metronome_sim::SimReport::flow_delivery_latency`]), `echo_rtt_*` the echoed timestamps.
 //!
-//! One point is one run of [`metronome_sim::run`]: `flows` greedy TCP flows (CUBIC by default)
-//! start within `start_spread_ms` and send through one pfifo drained by a `line_rate_bps` NIC, over
-//! a path of `base_rtt_us`. The `mode` names the backpressure and the buffer:
-//! * `tsq_pfifo_<N>`: TCP Small Queues (at most `tsq_limit` packets per flow between the socket
-//!   and the NIC's transmit completion) over a pfifo of `N` packets; a full pfifo drops the packet
-//!   (a physical drop, a network loss to TCP).
-//! * `zd`: zD (§4) over a pfifo of `zd_pfifo_slots` packets: a flow whose probe finds the pfifo
-//!   full is paused (a virtual drop) and resumed in FIFO order when a packet leaves.
-//!
-//! The RTT columns are the simulator's per-segment delivery latency
-//! ([`metronome_sim::SimReport::delivery_latency`]): time from a segment's first transmission to
-//! the ACK that covers it, so they include the host's buffer (the 8k pfifo's bufferbloat) and
-//! retransmission and RTO stalls (the seconds-long tails of Figure 12). The echoed-timestamp RTT,
-//! which hides those stalls, is kept as `echo_rtt_*` for comparison. The `flow_rtt_*` columns are
-//! percentiles over flows of each flow's worst delivery latency
-//! ([`metronome_sim::SimReport::flow_delivery_latency`], zD Figure 15's "CDF of flow RTT"): the
-//! per-segment figures weigh flows by what they deliver, so flows starved in RTO backoff, which
-//! deliver almost nothing, barely move them; per flow, they count as much as the others.
-//!
-//! Where this departs from the paper, and why: the paper's bottleneck includes CPUs (vhost and
-//! the VM's cores, Figures 9b–c) and a VM/hypervisor pair of queues; the simulator has no CPU model
-//! and one host queue, so throughput differences that come from CPU saturation are not reproduced,
-//! only those from drops and congestion control. Packets are one MTU (no TSO autosizing, §2.4).
+//! Where it departs from the paper: no CPU model and one host queue, one MTU per packet. The
+//! paper's setup, the columns and the reasons: `docs/design/zd.md`.
 
 use metronome_sim::{
     BackpressureMode, CongestionControl, LatencySummary, ShaperSpec, SimReport, SourceKind,

@@ -1,19 +1,9 @@
-//! The exact-match cache in front of the tuple-space index ([`ExactCache`]), as Open vSwitch
-//! keeps one in front of its classifier: the class the index found for a packet's exact fields
-//! (five-tuple, DSCP, origin, whether it has ports), in a direct-mapped table indexed by the
-//! packet's flow hash. A packet of a flow seen recently costs one compare of its fields instead
-//! of the index's key hashing and lookups; with many classes those lookups are cache misses
-//! over tables of hundreds of thousands of keys.
-//!
-//! * **Exact**: an entry answers only a packet whose every field the rules can read equals the
-//!   entry's, so the cache never changes a packet's class; a miss asks the index and overwrites
-//!   the entry (no eviction policy beyond the slot).
-//! * **Invalidated by generation**: every rule pushed or removed starts a new generation, and an
-//!   entry of an older one is a miss. Nothing is cleared per change (a change costs O(1)); after
-//!   2^32 - 1 generations every entry is cleared once.
-//! * **Hostile senders**: flows that collide in a slot, or new flows with every packet, only
-//!   make every packet a miss: the index's cost, plus one compare and one store.
-//! * [`CACHE_ENTRIES`] entries of 64 bytes: 256 KiB per classifier, made when its index is.
+//! The exact-match cache in front of the tuple-space index ([`ExactCache`]), as Open vSwitch keeps
+//! one in front of its classifier: the class the index found for a packet's exact fields, in a
+//! direct-mapped table indexed by its flow hash, so a recent flow's packet costs one compare. Exact
+//! (it never changes a class), invalidated by generation at every push and remove, no worse than
+//! the index under hostile senders; [`CACHE_ENTRIES`] entries of 64 bytes. In full:
+//! ARCHITECTURE.md, "The exact-match cache".
 
 use crate::frame::IpPacket;
 use metronome_core::{ClassId, FlowId};

@@ -1,65 +1,15 @@
 //! Classification: configured rules map an IP packet to a traffic class; first match wins.
 //!
-//! What a configuration can say: classes match on destination prefix, source prefix, DSCP,
-//! protocol, port and origin; first match wins; a default class; non-IP frames pass unshaped.
-//!
-//! The origin is not in the frame: it is the tag the receiving port gave the packet
-//! ([`IpPacket::origin`], 0 for none; the daemon's attach mode sets it from the VLAN tag its
-//! capture program pushed, naming the workload interface or cgroup the packet came from). A
-//! rule's [`ClassRule::origin`] matches that tag exactly; `Some(0)` matches the packets of no
-//! known origin.
-//!
-//! A [`ClassRule`] (`rule.rs`) is a conjunction of optional fields; an absent field matches
-//! anything, so `ClassRule::default()` matches every IP packet. Address prefixes carry their
-//! family: a rule with an IPv4 prefix never matches an IPv6 packet and vice versa (an
-//! IPv4-mapped IPv6 address is IPv6 here), while a rule without prefixes (only DSCP, protocol,
-//! ports or origin) matches both families. A port range never matches a packet without ports
-//! (ICMP, a later fragment, a first fragment cut before its transport header), even if the
-//! range contains 0.
-//!
-//! Rules have an order, first-match order, and each rule a [`RuleId`] that is its place in it:
-//! [`Classifier::new`] numbers its rules 0, 1, ...; [`Classifier::push`] appends a rule after
-//! every rule present with the next id; [`Classifier::remove`] takes one out and leaves the
-//! order of the others as it was. Ids are never reused.
-//!
-//! How a packet finds its rule ([`Classifier::class_of`]), with the same result as trying the
-//! rules one by one in first-match order:
-//!
-//! * Up to 16 rules (`LINEAR_MAX_RULES`), a linear scan: for the few rules most shaper
-//!   configurations hold, a handful of compares per rule costs less than hashing a key.
-//! * Above it, a tuple-space search, as in Open vSwitch's classifier (`tuple_space.rs`): the
-//!   rules are grouped by their shape (`shape.rs`: destination prefix family and length or
-//!   none, source prefix family and length or none, DSCP present, protocol present, origin
-//!   present, destination port exact, source port exact). Each shape holds a hash map from the
-//!   masked key (destination, source, DSCP, protocol, origin, exact ports; absent fields as 0)
-//!   to its rules in first-match order (`keyed.rs`), each with its port ranges. A packet costs
-//!   one key and one lookup per shape, whatever the number of rules; in a shape the first rule
-//!   whose port ranges match wins, and across shapes the smallest rule id wins. An exact port
-//!   (`lo == hi`) is part of the key, so that 10 000 rules differing only in their port are
-//!   10 000 keys of one shape, not one list to scan; a range is compared in the key's list.
-//! * A shape with few keys (`FEW_KEYS`) compares them in turn instead of hashing: a
-//!   configuration of many shapes with a few rules each costs about what scanning it would.
-//! * Shapes are visited in the order of their first rule, and the search stops at the first
-//!   shape whose first rule comes after the best match found: a configuration whose early
-//!   rules match most traffic pays for few shapes.
-//! * The maps use the standard library's `HashMap` with its default, randomly keyed SipHash
-//!   ([`std::collections::hash_map::RandomState`]): the keys come from the packets of untrusted
-//!   senders, who must not be able to compute colliding addresses that turn a lookup into a
-//!   scan.
-//! * In front of the index, an exact-match cache (`exact_cache.rs`, Open vSwitch's EMC): the
-//!   class the index found for a packet's exact fields, in a slot chosen by its flow hash, so
-//!   that the packets of a flow seen recently cost one compare instead of the index's lookups
-//!   ([`Classifier::classify`]; [`Classifier::class_of`] always asks the index). Every push and
-//!   remove makes its entries stale; it never changes a packet's class.
-//! * Unsatisfiable rules ([`ClassRule::is_unsatisfiable`]) match nothing and are left out of
-//!   the index; [`Classifier::rules`] still returns every rule, in order.
-//!
-//! Classifying reads only the classifier and the parsed packet: no allocation. The index
-//! follows each [`Classifier::push`] and [`Classifier::remove`] without a rebuild: a push is
-//! O(1) amortized, a removal costs the rules of its key (and, when it removes its shape's first
-//! rule, a move of the shape in the visiting order, at most the number of shapes). A classifier
-//! that grows past `LINEAR_MAX_RULES` by pushes builds its index then (once, from at most 17
-//! rules); one that shrinks to half of it drops the index and scans again.
+//! A [`ClassRule`] (`rule.rs`) is a conjunction of optional fields (destination and source prefix,
+//! DSCP, protocol, ports, origin: the tag the receiving port gave the packet,
+//! [`IpPacket::origin`]); rules have a first-match order and a [`RuleId`] each
+//! ([`Classifier::new`], [`Classifier::push`], [`Classifier::remove`]; ids never reused).
+//! [`Classifier::class_of`] gives the result of trying the rules in order: a linear scan up to
+//! `LINEAR_MAX_RULES`, above it a tuple-space search as in Open vSwitch (`tuple_space.rs`,
+//! `shape.rs`, `keyed.rs`) over randomly keyed SipHash maps, with an exact-match cache in front
+//! ([`Classifier::classify`], `exact_cache.rs`). No allocation per packet; the index follows each
+//! push and remove without a rebuild. How the search finds the first match and what each step
+//! costs: ARCHITECTURE.md, "Classification".
 
 mod exact_cache;
 mod keyed;
@@ -122,6 +72,30 @@ impl Verdict {
 }
 
 /// Ordered rules, a default class and the flow-hash seed.
+///
+/// ```
+/// use metronome_packet::{parse, mark_ce, ClassRule, Classifier, EcnMark, Verdict};
+/// use metronome_core::ClassId;
+///
+/// // An Ethernet + IPv4 + UDP frame to 10.1.2.3:5001, ECT(0).
+/// let mut frame = vec![0u8; 14 + 20 + 8];
+/// frame[12..14].copy_from_slice(&[0x08, 0x00]);
+/// frame[14..34].copy_from_slice(&[
+///     0x45, 0x02, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 1, 2, 3,
+/// ]);
+/// let sum = metronome_packet::ipv4_header_checksum(&frame[14..34]).unwrap();
+/// frame[24..26].copy_from_slice(&sum.to_be_bytes());
+/// frame[34..42].copy_from_slice(&[0x13, 0x88, 0x13, 0x89, 0, 8, 0, 0]);
+///
+/// let tenant = ClassRule { dst: Some("10.1.0.0/16".parse().unwrap()), ..Default::default() };
+/// let classifier = Classifier::new(vec![(tenant, ClassId(1))], ClassId(0));
+/// let parsed = parse(&frame);
+/// let Verdict::Shape { class, len, .. } = classifier.classify(&parsed) else { panic!() };
+/// assert_eq!((class, len), (ClassId(1), 42));
+///
+/// assert_eq!(mark_ce(&mut frame, &parsed), EcnMark::Marked);
+/// assert_eq!(frame[15] & 0b11, 0b11);
+/// ```
 #[derive(Clone)]
 pub struct Classifier {
     rules: RuleList,

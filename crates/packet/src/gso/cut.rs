@@ -1,31 +1,10 @@
 //! Cutting a TCP or UDP (`UDP_L4`) GSO super-frame into pieces of at most `N` segments, without
-//! copying payload.
-//!
-//! What each piece gets, as `tcp_gso_segment` (net/ipv4/tcp_offload.c), `__udp_gso_segment`
-//! (net/ipv4/udp_offload.c) and `inet_gso_segment` / `ipv6_gso_segment` (net/ipv4/af_inet.c,
-//! net/ipv6/ip6_offload.c) give each segment:
-//!
-//! * IPv4: total length of its own bytes; identification `id + s` where `s` is the index of
-//!   its first segment (the kernel numbers segments consecutively, and segmenting the piece
-//!   continues from there); the header checksum recomputed (RFC 791 §3.1).
-//! * IPv6: payload length of its own bytes (RFC 8200 §3).
-//! * TCP: sequence number advanced by the payload bytes before it (wrapping, RFC 9293 §3.4);
-//!   CWR kept only on the first piece, FIN and PSH only on the last (RFC 3168 §6.1.2: CWR marks
-//!   the first segment after a window reduction; FIN and PSH end the data).
-//! * UDP: the length field is the piece's own UDP length (RFC 768); a piece of several
-//!   segments is itself a `UDP_L4` GSO frame, which the kernel or device segments into
-//!   datagrams of `gso_size` payload bytes each, as it would have segmented the original.
-//! * Checksum: the TCP (UDP) checksum field holds the pseudo-header sum (addresses, protocol,
-//!   the piece's own TCP (UDP) length; RFC 9293 §3.1, RFC 768) folded but not complemented, and
-//!   the piece's [`VnetHdr`] has `NEEDS_CSUM` with `csum_start` at the transport header and
-//!   `csum_offset` 16 (6 for UDP): the device (or [`super::complete_partial_checksum`])
-//!   finishes it, as the kernel's GSO leaves it for checksum offload.
-//! * Its [`VnetHdr`]: the original `gso_type` and `gso_size` when it has more than one segment
-//!   (the ECN bit only if it still carries CWR), `GsoType::None` and `gso_size` 0 when it has one.
-//!
-//! [`SuperFrame::piece`] writes the headers (Ethernet through TCP, `H` bytes) into the
-//! caller's scratch buffer and returns the payload as a range of the original frame, so a
-//! sender can pass `[vnet header, scratch[..H], &frame[range]]` as one message's iovec.
+//! copying payload, each piece's headers rewritten as `tcp_gso_segment`, `__udp_gso_segment` and
+//! `inet_gso_segment` / `ipv6_gso_segment` rewrite each segment: lengths, IPv4 identification and
+//! checksum, TCP sequence and flags (CWR first, FIN and PSH last), a partial checksum with
+//! `NEEDS_CSUM` in the piece's [`VnetHdr`]. [`SuperFrame::piece`] writes the headers into the
+//! caller's scratch and returns the payload as a range of the frame. Field by field:
+//! ARCHITECTURE.md, "Cutting a super-frame".
 
 use super::{GsoError, GsoType, VnetHdr, FLAG_NEEDS_CSUM};
 use crate::checksum::{TCP_CHECKSUM_OFFSET, TCP_MIN_HEADER, UDP_CHECKSUM_OFFSET, UDP_HEADER};

@@ -1,20 +1,9 @@
 //! The switch port as the daemon's own shared link ([`SwitchScenario::daemon`]): every packet
-//! becomes a real Ethernet + IPv4 + TCP frame in a [`FramePool`] slot, [`Engine::receive`]
-//! classifies it into the class of its service (one `[[class]]` per service, on a `[link]` of
-//! the port's rate, buffer, quantum and marking), and [`Engine::release`] moves it through the
-//! wheel into the link (`metronome_engine::engine::link`), which marks CE in the frame,
-//! drops when the buffer is full, and sends when its link clock says the link is free. The code
-//! that shares a link in `metronome run` is the port, in simulated time.
-//!
-//! The scenario's port has no ceilings: the classes are unshaped, so a packet's EDT is its
-//! arrival and it joins the link's queue as it reaches the switch. Each arrival is followed by a
-//! release of one packet: while the port serialises the link clock is busy and nothing leaves,
-//! the packet only joins its queue (the marking decision is made then, as in the core's port);
-//! on an idle port it leaves at once and is handed to the next [`DaemonPort::dequeue`].
-//!
-//! Departures from the core's port, and why: the daemon's link takes frames up to `mtu + 22`
-//! bytes, so its quantum is at least that; a service's flow `f` sends from `10.f.f.f` to
-//! destination port `5000 + service`, which is how the classes match.
+//! becomes a real frame, [`Engine::receive`] classifies it into its service's class on a `[link]`
+//! of the port's rate, buffer, quantum and marking, and [`Engine::release`] moves it through the
+//! link (`metronome_engine::engine::link`), which marks, drops and sends by its clock;
+//! [`DaemonPort::dequeue`] hands it on. Where it departs from the core's port (the link's frame
+//! size sets the quantum) and why: `docs/design/mq-ecn.md`.
 
 use super::SwitchScenario;
 use metronome_config::Config;

@@ -1,38 +1,13 @@
 //! A switch egress port with several service queues, the set-up of MQ-ECN (Bai et al., NSDI
-//! 2016): senders grouped into services, each service mapped to one queue of a
-//! [`metronome_core::MqPort`] (DWRR or WRR, shared buffer, ECN marking at enqueue) that is the
-//! bottleneck of rate `C` towards one receiver; DCTCP senders; the receiver echoes CE.
+//! 2016): services mapped to the queues of a [`metronome_core::MqPort`] bottleneck of rate `C`,
+//! DCTCP senders, a receiver echoing CE. [`Workload::LongLived`] (greedy flows per service, §2.2,
+//! §2.3, §5.1.1) or [`Workload::Poisson`] (web-search sizes, [`workload::FlowSizeCdf`], §5.1.2).
+//! Hosts' NICs keep two packets per flow; delays are set for an idle-path RTT of `base_rtt_ns`.
+//! Deterministic: one seeded generator; the only wall-clock figure is [`SwitchReport::wall_ns`].
 //!
-//! Two workloads ([`Workload`]):
-//! * [`Workload::LongLived`]: a static number of greedy flows per service (MQ-ECN §2.2 Figure 1:
-//!   8 flows over 1-8 queues; §2.3 Figure 3 and §5.1.1 Figure 6: service 1 with 1 flow, service 2
-//!   with 4), measuring goodput shares, queue occupancy and RTT after a warm-up.
-//! * [`Workload::Poisson`]: flows arriving as a Poisson process with web-search sizes
-//!   ([`workload::FlowSizeCdf`]) at a given load, each mapped to a random service and sent by a
-//!   random host (MQ-ECN §5.1.2, Figures 7-8: 8 servers, 4 queues, balanced traffic), measuring
-//!   flow completion times.
-//!
-//! Topology and timing: every host has a NIC of rate `C` that serialises its flows' packets in
-//! FIFO order, each flow keeping at most two packets there (TCP Small Queues); a packet then takes
-//! a propagation delay to the switch, waits in the port, is serialised at `C` and propagates to the
-//! receiver, whose ACK returns to the sender over an uncongested path (ACKs do not queue). The
-//! propagation delays are set so that an MTU packet on an idle path has an RTT of exactly
-//! `base_rtt_ns` (two serialisations of one MTU included): a quarter of the rest on each forward
-//! hop, half on the way back. MQ-ECN's testbed measures "∼250µs" base RTT end to end, the same
-//! quantity.
-//!
-//! Departures from the paper, and why: the testbed's switch is a server with a token-bucket rate
-//! limiter at 99.5 % of line rate (§4.2); here the port serialises at exactly `C`. Flows are not
-//! carried on persistent connections (§5.1.2): each starts with the initial window. The FCT is
-//! measured from the flow's arrival to the ACK of its last byte at the sender (no request
-//! message, no handshake). One receiver; the hosts are only senders. Each flow is a new
-//! [`crate::tcp::TcpSender`]: DCTCP's `alpha` starts at 1 for every flow (Linux's
-//! `dctcp_alpha_on_init`), whereas a persistent connection carries it over from earlier
-//! responses; the senders are NewReno without SACK (the testbed's Linux 3.18 has SACK). Both
-//! lengthen small-flow tails, the first most ([`SwitchReport::fct_small_p99_no_timeout_us`]).
-//!
-//! Determinism: one seeded generator for arrivals, sizes and placement, events ordered by
-//! `(time, sequence)`; the only wall-clock figure is [`SwitchReport::wall_ns`].
+//! Where it departs from the paper: the port serialises at exactly `C`, no persistent connections
+//! (DCTCP's `alpha` starts at 1 per flow), FCT from arrival to the last ACK, one receiver, NewReno
+//! without SACK. The topology and the reasons: `docs/design/mq-ecn.md`.
 
 mod daemon_port;
 mod event_loop;

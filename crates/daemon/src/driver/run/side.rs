@@ -21,9 +21,9 @@ use metronome_core::{Duration, Timestamp};
 use metronome_io::{FramePool, PacketPort, PortCounters, PortError, RxFrame};
 
 /// Frames per `send` at most (16). A veth's transmit runs the peer namespace's stack in the
-/// sending thread (its TCP, its taps), about 10-25 µs a frame on a 2-core machine, so one
-/// `sendmmsg` of a whole batch (up to `2 × batch_size` frames) held the loop for over a
-/// millisecond; between two chunks the loop applies the control socket's operations
+/// sending thread (its TCP, its taps), tens of microseconds a frame, so one `sendmmsg` of a
+/// whole batch (up to `2 × batch_size` frames) would hold the loop for a millisecond or more;
+/// between two chunks the loop applies the control socket's operations
 /// (`LoopHook::poll_live`), so that one waits at most for a chunk. A chunk still amortises the
 /// system call over 16 frames.
 pub(super) const TX_CHUNK: usize = 16;

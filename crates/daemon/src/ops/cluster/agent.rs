@@ -1,24 +1,12 @@
-//! The cluster agent: one thread with a single-threaded tokio runtime that talks to etcd for
-//! every cluster class of the daemon (the module docs of `crate::ops::cluster` give the
-//! protocol and the failure behaviour).
+//! The cluster agent: one thread with a single-threaded tokio runtime that talks to etcd for every
+//! cluster class of the daemon (the protocol and the failures: `crate::ops::cluster`).
 //!
-//! The session: connect, grant a lease of `[cluster] lease`, read every record of the cluster
-//! (one revision) and watch the prefix from the next revision. Each period: read each class's
-//! demand from its [`ClusterCell`], put the record under the lease, then put in force
-//! [`own_share`] of the records the watch has delivered and the record just written; again
-//! within [`HOUSEKEEPING`] of every revision the watch delivers (the others' records of this
-//! period, a record deleted with its lease), so that a share follows the others' records as
-//! they come, not a period later. A keep-alive goes out every third of the lease. Every request has a deadline of one period; a
-//! request that fails or passes it makes etcd unreachable until one succeeds.
-//!
-//! One member at a time: the client talks to one member of `[cluster] etcd`, the first listed
-//! to begin with. A request that fails or passes its deadline moves the session to the next
-//! member ([`Runner::fail_over`]: a client for it, a keep-alive stream for the same lease, the
-//! records read again and watched from there) and the request is sent once more. A lease and
-//! the records are the cluster's, not a member's, so nothing else changes. A client balancing
-//! over every member instead keeps sending a share of the requests to a member that is gone:
-//! its connection fails each one at once and so always looks ready (seen in a test run: with
-//! one member of three killed, a daemon's lease expired while the other two were up).
+//! The session grants a lease, reads the cluster's records at one revision and watches from the
+//! next; each period it puts each class's record from its [`ClusterCell`] and enforces
+//! [`own_share`], again within `HOUSEKEEPING` of every revision the watch delivers. Every request
+//! has a one-period deadline; a failure moves the session to the next member of `[cluster] etcd`
+//! (`Runner::fail_over`), one member at a time. Why one member at a time rather than balancing:
+//! `docs/design/carousel.md`.
 
 use super::record::{decode, encode};
 use super::ClusterCell;

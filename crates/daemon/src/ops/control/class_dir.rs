@@ -1,19 +1,9 @@
 //! `[daemon] class_dir`: a directory of JSON files, one per workload interface, each naming the
 //! classes the control socket registers for it (docs/config.md, "Live classes: the control
-//! socket"). `metronome-cni` writes them (one per pod interface, atomically, mode 0644) so that
-//! a daemon started after the pods learns their classes again; [`ClassFile`] is the format both
-//! sides share, so the plugin writes exactly what the daemon reads.
-//!
-//! At start, once the control socket's model exists and before the loops start ([`restore`]),
-//! the daemon adds every file's classes as classes of the API, the files (`*.json`) in name
-//! order, each file's classes in its order:
-//! * a file whose `interface` no longer exists is removed (the workload went while the daemon
-//!   was down) and its classes are not added: `metronome_class_changes_total{op="restore",
-//!   result="gone"}`, once per file;
-//! * a class refused as an `add` would be (its name exists already, a bad field) is skipped
-//!   and logged: `result="refused"`; an added class counts `result="ok"`;
-//! * a file that cannot be read or parsed is logged and left as it is (nothing counted: it
-//!   names no class the daemon could count).
+//! socket"). `metronome-cni` writes them; [`ClassFile`] is the format both sides share. At start,
+//! before the loops ([`restore`]), the daemon adds every file's classes as classes of the API, in
+//! name order; a file whose interface is gone is removed, a refused class skipped, an unreadable
+//! file left, each counted or logged as that page says.
 
 use super::protocol::ClassObject;
 use super::Live;

@@ -2,23 +2,11 @@
 //! capture pairs of [`crate::os::attach`] around the same loops as the bump in the wire, one per
 //! attached interface and bridge (one loop, or silos sharing the classes' rates).
 //!
-//! A watcher thread ([`watch`]) owns the [`Attachment`] while the loops run: every
-//! [`crate::os::attach::REFRESH`] it follows interfaces that come, go or are re-created, and
-//! takes the origins of a reloaded configuration (`Control::applied`) and, within one tick, those
-//! of the control socket's classes (`Live::take_origins_changed`). A stop request (SIGINT,
-//! SIGTERM: `quit`) reaches it first: it detaches the capture hooks, so traffic flows unshaped
-//! from then on, lets the loops read what was already captured ([`RELEASE_SETTLE`]), then stops
-//! them; they drain what they hold as in the bump in the wire. The attachment is dropped (every
-//! hook and capture pair removed) only once the loops are done.
-//!
-//! Re-attaching in place: a reload whose only restart-needing change is `[interfaces] attach`
-//! (`crate::driver::reload::Reloader::reattaching`) leaves the new configuration in
-//! `Control::reattach`; the watcher stops the loops the same way, then [`run_attached`] moves
-//! the attachment to the new interfaces (`Attachment::retarget`: pairs of interfaces no longer
-//! listed removed, new ones made; the programs stay loaded, so no privilege beyond the two kept
-//! is needed) and starts the loops again on the new configuration, with a fresh metrics registry
-//! (the number of silos may have changed) on the same endpoint. Between the two, traffic flows
-//! unshaped for as long as a start takes.
+//! A watcher thread ([`watch`]) owns the [`Attachment`]: every [`crate::os::attach::REFRESH`] it
+//! follows interfaces and origins; at a stop it detaches the capture hooks first, waits
+//! [`RELEASE_SETTLE`], then stops the loops, which drain. A reload that changes only
+//! `[interfaces] attach` re-attaches in place (`Attachment::retarget`) and restarts the loops. The
+//! order of a stop and of a re-attach: docs/deploy.md, "Attach mode's run".
 
 use crate::driver::run::Control;
 use crate::ops::config::Config;
