@@ -11,11 +11,11 @@
 
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{Duration, EdtQueue, PacketRef, Timestamp, TimingWheel, TimingWheelConfig};
-use metronome_daemon::datapath::engine::Engine;
-use metronome_daemon::datapath::flow_table::{FlowTable, Lookup};
 use metronome_daemon::driver::silo::{LimitCell, SiloExchange};
 use metronome_daemon::ops::config::{Config, MAX_BATCH_SIZE};
 use metronome_daemon::ops::metrics::Metrics;
+use metronome_engine::engine::Engine;
+use metronome_engine::flow_table::{FlowTable, Lookup};
 use metronome_io::{FramePool, MemoryPort, MemoryPortConfig, PacketPort, RxFrame};
 use metronome_packet::{parse, Classifier, Verdict};
 use std::time::Instant;
@@ -23,7 +23,7 @@ use std::time::Instant;
 /// The daemon's engine for `config`, counting into `metrics` as a loop does (flows hashed with
 /// the fixed seed, so runs are comparable).
 pub(crate) fn daemon_engine(config: &Config, pool_slots: usize, metrics: &Metrics) -> Engine {
-    let seed = metronome_daemon::datapath::flow_seed::FlowSeed::FIXED;
+    let seed = metronome_engine::flow_seed::FlowSeed::FIXED;
     metronome_daemon::driver::reload::engine(config, pool_slots, metrics, seed)
 }
 

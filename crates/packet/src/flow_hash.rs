@@ -1,7 +1,7 @@
 //! Flow identity: a seeded 32-bit hash of the 5-tuple ([`FlowId`]), cheap, well spread and stable
 //! across processes and versions: wyhash's and foldhash's folded multiply over a fixed sequence of
 //! words (an IPv4 tuple never collides by construction with its IPv4-mapped form); directional.
-//! Not cryptographic: the daemon keeps its seed secret (`metronome_daemon::datapath::flow_seed`,
+//! Not cryptographic: the daemon keeps its seed secret (`metronome_engine::flow_seed`,
 //! [`crate::Classifier::with_flow_seed`]); [`DEFAULT_FLOW_SEED`] is for tests, the simulator, the
 //! lab and the benchmarks. Why the seed is a secret: ARCHITECTURE.md, "Flow identity".
 

@@ -30,13 +30,13 @@ use crate::netns::{Namespace, TopoError};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport, Transport};
 use frames::{Rng, Spoof};
 use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
-use metronome_daemon::datapath::engine::Engine;
 use metronome_daemon::driver::run::{
     run_loop, Control, EarlyLoop, LoopHook, LoopOptions, LoopReport, Pools,
 };
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::{Metrics, MetricsServer};
 use metronome_daemon::os::ports::{enable_gro, frame_pool, open_ports, reverse_pool};
+use metronome_engine::engine::Engine;
 use metronome_io::{
     wait_readable, AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PacketPort,
     PortCounters, PortError, RxFrame,
@@ -603,7 +603,7 @@ fn checked_loop(
     let mut pool = frame_pool(config);
     let mut back = reverse_pool(config);
     // A seed drawn as the daemon draws it: the spoofed flows cannot be aimed at a bucket.
-    let seed = metronome_daemon::datapath::flow_seed::FlowSeed::draw();
+    let seed = metronome_engine::flow_seed::FlowSeed::draw();
     let mut engine =
         metronome_daemon::driver::reload::engine(config, pool.capacity(), metrics, seed);
     let clock = MonotonicClock::new();

@@ -18,10 +18,10 @@
 //! less); the lower bounds take the smaller of what was sent and what the rate allows.
 //! Skips, saying why, without CAP_NET_ADMIN.
 
-use metronome_daemon::datapath::engine::Engine;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_daemon::os::early::EarlyFilter;
+use metronome_engine::engine::Engine;
 use metronome_io::{AfPacketConfig, AfPacketPort, FramePool, PacketPort, RxFrame};
 use metronome_testbed::flood::frames::mac_of;
 use metronome_testbed::netns::{bump_in_the_wire_or_skip, Topology};

@@ -35,12 +35,12 @@
 mod common;
 
 use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
-use metronome_daemon::datapath::engine::Engine;
 use metronome_daemon::driver::reload::{FileReload, Reloader};
 use metronome_daemon::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_daemon::os::ports::{frame_pool, open_ports, reverse_pool};
+use metronome_engine::engine::Engine;
 use metronome_io::{AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PacketPort};
 use metronome_testbed::netns::Topology;
 use std::net::Ipv4Addr;
@@ -337,7 +337,7 @@ fn spawn_loop(
             touch(&mut pool);
             let mut back = reverse_pool(&config);
             touch(&mut back);
-            let seed = metronome_daemon::datapath::flow_seed::FlowSeed::FIXED;
+            let seed = metronome_engine::flow_seed::FlowSeed::FIXED;
             let mut engine =
                 metronome_daemon::driver::reload::engine(&config, pool.capacity(), &metrics, seed);
             let clock = MonotonicClock::new();
