@@ -134,6 +134,88 @@ fn architecture_md_states_the_real_crate_graph() {
     );
 }
 
+/// The crates the engine, the simulator and the lab must not pull in, even transitively: a
+/// runtime, the etcd client, BPF, netlink and the metrics library are the daemon's.
+const DAEMON_ONLY: [&str; 6] = [
+    "tokio",
+    "etcd-client",
+    "aya",
+    "netlink-sys",
+    "netlink-packet-route",
+    "prometheus-client",
+];
+
+/// Every package `root` reaches over normal dependencies (build and dev dependencies left out),
+/// by name, from `cargo metadata`'s resolved graph.
+fn normal_closure(root: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .arg("--manifest-path")
+        .arg(self::root().join("Cargo.toml"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(output.status.success(), "cargo metadata failed");
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let nodes = metadata["resolve"]["nodes"]
+        .as_array()
+        .expect("a resolve graph");
+    let name_of = |id: &str| {
+        metadata["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .find(|p| p["id"] == id)
+            .and_then(|p| p["name"].as_str())
+            .unwrap_or("?")
+            .to_string()
+    };
+    let start = nodes
+        .iter()
+        .find(|n| name_of(n["id"].as_str().unwrap_or("")) == root)
+        .unwrap_or_else(|| panic!("{root} is in the graph"));
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![start["id"].as_str().expect("an id").to_string()];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let node = nodes
+            .iter()
+            .find(|n| n["id"] == id.as_str())
+            .expect("a node");
+        for dep in node["deps"].as_array().expect("deps") {
+            let normal = dep["dep_kinds"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k["kind"].is_null()));
+            if normal {
+                stack.push(dep["pkg"].as_str().expect("a package id").to_string());
+            }
+        }
+    }
+    seen.iter().map(|id| name_of(id)).collect()
+}
+
+#[test]
+fn the_engine_the_simulator_and_the_lab_run_without_the_daemons_dependencies() {
+    for root in ["metronome-engine", "metronome-sim", "metronome-lab"] {
+        let closure = normal_closure(root);
+        assert!(closure.contains("metronome-core"), "{root}: {closure:?}");
+        assert!(
+            !closure.contains("metronome-daemon"),
+            "{root} needs the daemon"
+        );
+        for name in DAEMON_ONLY {
+            assert!(!closure.contains(name), "{root} pulls in {name}");
+        }
+    }
+    assert!(
+        normal_closure("metronome-daemon").contains("tokio"),
+        "the check sees tokio"
+    );
+}
+
 #[test]
 fn the_comparison_names_each_differing_edge() {
     let doc = "## The crates\n\n```text\na -> b, c\nb  -> c\nc ->\n```\n";
