@@ -1,11 +1,11 @@
-//! Real kernel TCP through the daemon: a sender, shaper and receiver
-//! namespace, the daemon's loop on AF_PACKET ports in the shaper, 4 TCP flows for 3 s into one
-//! class limited to 100 Mbit/s and then 500 Mbit/s, with the host's default offloads (the
-//! sender's TSO/GSO super-frames reach the daemon whole; it must receive some). Asserts the rate
-//! on the wire — the receiver's payload on the receiver's veth with every full segment's headers (a
-//! veth counts a super-frame's headers once, see `common::wire_of_payload`) — within 3 % of the
-//! target, and that every frame the daemon received is accounted for: `rx = tx + named drops +
-//! queued`. Skips, saying why, without CAP_NET_ADMIN; the topology is removed on every path (its
+//! Real kernel TCP through the daemon: a sender, shaper and receiver namespace, the daemon's loop
+//! on AF_PACKET ports in the shaper, 4 TCP flows for 3 s into one class limited to 100 Mbit/s and
+//! then 500 Mbit/s, with the host's default offloads (the sender's TSO/GSO super-frames reach the
+//! daemon whole; it must receive some). Asserts the rate on the wire — the receiver's payload on
+//! the receiver's veth with every full segment's headers (a veth counts a super-frame's headers
+//! once, see `common::wire_of_payload`) — within 3 % of the target, and that every frame the daemon
+//! received is accounted for: `rx = tx + named drops + queued`. Fails without CAP_NET_ADMIN (skips,
+//! saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology is removed on every path (its
 //! `Drop`).
 
 mod common;
