@@ -112,10 +112,10 @@ fn failed_rates(topo: &Topology, rates: &[(&str, f64)], flows: usize) -> Vec<Str
     failures
 }
 
-/// A measurement at higher rates, 8 flows at 2, 5 and 10 Gbit/s (run it in release on an idle
-/// machine: `cargo test --release -p metronome-testbed --test real_traffic -- --ignored
-/// --nocapture`). Asserts the accounting like the test above and the rate within the same
-/// tolerance; ignored by default because a loaded 2-core machine cannot carry it.
+/// A measurement at higher rates, 8 flows at 2, 5 and 10 Gbit/s (run it fully optimised on an
+/// idle machine: `cargo test --profile optimised -p metronome-testbed --test real_traffic --
+/// --ignored --nocapture`). Asserts the accounting like the test above and the rate within the
+/// same tolerance; ignored by default because a loaded 2-core machine cannot carry it.
 #[test]
 #[ignore]
 fn kernel_tcp_through_the_daemon_at_2_5_and_10_gbit() {
