@@ -31,8 +31,8 @@
 //! engine's own `add_class` and `delete_class` take 3 us together there. The test prints the
 //! figures; `metronome compare --churn` reports them.
 //!
-//! Needs root or CAP_NET_ADMIN and iproute2; skips, saying why, otherwise (a failure under
-//! `METRONOME_REQUIRE_PRIVILEGED=1`).
+//! Needs root or CAP_NET_ADMIN and iproute2; fails otherwise (skips, saying why, under
+//! `METRONOME_SKIP_PRIVILEGED=1`).
 
 use metronome_testbed::compare::churn::{self, ChurnOptions, ChurnReport};
 use metronome_testbed::netns;

@@ -26,8 +26,8 @@
 //! with its figure. Two attempts (CONTRIBUTING.md: rates measured on a shared machine); the
 //! test fails when both miss a target.
 //!
-//! Skips, saying why, without CAP_NET_ADMIN or without the `etcd` binary (a failure with
-//! METRONOME_REQUIRE_PRIVILEGED=1); everything is removed on every path (the runner's drops).
+//! Fails without CAP_NET_ADMIN or without the `etcd` binary (skips, saying why, under
+//! METRONOME_SKIP_PRIVILEGED=1); everything is removed on every path (the runner's drops).
 
 use metronome_testbed::compare::cluster::{
     self, phases, ClusterOptions, ClusterReport, Enforcement,

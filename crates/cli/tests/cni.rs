@@ -18,7 +18,7 @@
 //! * (d) CHECK passes for a pod with its classes, and fails with the plugin's CNI error after
 //!   `metronome class del` removed one of them behind its back.
 //!
-//! Skips, saying why, without CAP_NET_ADMIN (a failure with METRONOME_REQUIRE_PRIVILEGED=1); the
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the
 //! topology and the daemon are removed on every path (their `Drop`).
 
 use metronome_daemon::os::attach::tcx_programs;

@@ -7,8 +7,7 @@
 //! or did not stop cleanly would be a row with an error), the host's rate within
 //! [`TOLERANCE`] of the target for both shapers and each workload's within [`TOLERANCE`] of its
 //! limit; the topology's namespaces are gone afterwards. Prints the rows (`--nocapture`). Needs
-//! CAP_NET_ADMIN; skips, saying why, otherwise (a failure under
-//! `METRONOME_REQUIRE_PRIVILEGED=1`).
+//! CAP_NET_ADMIN; fails otherwise (skips, saying why, under `METRONOME_SKIP_PRIVILEGED=1`).
 
 use metronome_testbed::compare::attach::{self, AttachOptions, HostRow, WorkloadShaper, NS_PREFIX};
 use metronome_testbed::compare::Shaper;

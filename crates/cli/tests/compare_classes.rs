@@ -16,8 +16,8 @@
 //!
 //! The two run one after the other ([`SERIAL`]): the packet-rate flood takes a core, which would
 //! starve the per-class run's daemon of CPU on a 2-core machine. Both check that the topology's
-//! namespaces are gone afterwards. Need CAP_NET_ADMIN; skip,
-//! saying why, otherwise (a failure under `METRONOME_REQUIRE_PRIVILEGED=1`).
+//! namespaces are gone afterwards. Need CAP_NET_ADMIN; fail otherwise (skip, saying why, under
+//! `METRONOME_SKIP_PRIVILEGED=1`).
 
 use metronome_testbed::compare::classes::{self, ClassesOptions, ClassesOutcome, ClassesShaper};
 use metronome_testbed::compare::packet_rate::{self, PacketRateOptions, PacketRateOutcome};

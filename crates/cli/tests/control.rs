@@ -18,8 +18,8 @@
 //! * SIGTERM stops the daemon with exit status 0 and removes the socket.
 //!
 //! Rates are measured on a shared machine: a step's rate gets two attempts (CONTRIBUTING.md,
-//! "Privileged tests"). Needs root or CAP_NET_ADMIN and iproute2; skips, saying why, otherwise
-//! (a failure under `METRONOME_REQUIRE_PRIVILEGED=1`).
+//! "Privileged tests"). Needs root or CAP_NET_ADMIN and iproute2; fails otherwise (skips, saying
+//! why, under `METRONOME_SKIP_PRIVILEGED=1`).
 
 mod common;
 

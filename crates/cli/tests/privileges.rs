@@ -8,8 +8,8 @@
 //! with the two capabilities still there, and when its outside interface is deleted and
 //! re-created, every silo opens its port again. SIGTERM then stops it with exit status 0.
 //!
-//! Needs root (to have capabilities to drop and to switch user) and iproute2; skips, saying why,
-//! otherwise (a failure under `METRONOME_REQUIRE_PRIVILEGED=1`). The topology (its own `mtr-pv`
+//! Needs root (to have capabilities to drop and to switch user) and iproute2; fails otherwise
+//! (skips, saying why, under `METRONOME_SKIP_PRIVILEGED=1`). The topology (its own `mtr-pv`
 //! names) is removed on every path, and the daemon is killed if the test fails while it runs.
 
 mod common;

@@ -23,7 +23,7 @@
 //! * SIGTERM stops the new process with exit status 0.
 //!
 //! Prints its per-second figures (`--nocapture`). Needs root or CAP_NET_ADMIN and iproute2;
-//! skips, saying why, otherwise (a failure under `METRONOME_REQUIRE_PRIVILEGED=1`). The topology
+//! fails otherwise (it skips, saying why, under `METRONOME_SKIP_PRIVILEGED=1`). The topology
 //! (its own `mtr-rs` names) is removed on every path (its `Drop`), a daemon still running when
 //! the test fails is killed (`Daemon`'s `Drop`), and the test's scratch directory is removed.
 

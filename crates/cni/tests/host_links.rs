@@ -1,6 +1,6 @@
 //! Privileged: [`SystemLinks`] on real interfaces, in the testbed's attach topology (a host
 //! namespace with a bridge `br0` and workloads whose host-side veths are its ports). Without
-//! CAP_NET_ADMIN the test says why and passes, unless METRONOME_REQUIRE_PRIVILEGED=1.
+//! CAP_NET_ADMIN the test fails, or says why and passes under METRONOME_SKIP_PRIVILEGED=1.
 
 use metronome_cni::host::{host_interface, Links, SystemLinks};
 use metronome_testbed::netns::attach::{attach_or_skip, WorkloadLink};

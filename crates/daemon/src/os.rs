@@ -18,5 +18,7 @@ pub mod early;
 pub mod netlink;
 pub mod notify;
 pub mod ports;
+#[cfg(test)]
+pub(crate) mod privileged_tests;
 pub mod privileges;
 pub mod realtime;

@@ -1,5 +1,6 @@
 //! Runs one scenario (optionally from a TOML file given as the first argument) and prints its
-//! report as JSON, speed included: `cargo run --release -p metronome-sim --example speed`.
+//! report as JSON, speed included:
+//! `cargo run --profile optimised -p metronome-sim --example speed`.
 
 use metronome_sim::{run, BackpressureMode, Scenario, ShaperSpec};
 

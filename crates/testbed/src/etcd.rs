@@ -391,9 +391,8 @@ impl Drop for EtcdCluster {
 }
 
 /// [`EtcdCluster::start`], or `None` after saying why test `test` is skipped when there is no
-/// etcd binary ([`crate::netns::skip_unprivileged`]: a panic when
-/// [`crate::netns::REQUIRE_PRIVILEGED_ENV`] is `1`, as `.ci/run` sets it as root, where the
-/// tests install etcd). Any other failure to start panics.
+/// etcd binary and [`crate::netns::SKIP_PRIVILEGED_ENV`] is `1` (without it,
+/// [`crate::netns::skip_unprivileged`] panics). Any other failure to start panics.
 pub fn start_or_skip(size: usize, test: &str) -> Option<EtcdCluster> {
     match EtcdCluster::start(size) {
         Ok(cluster) => Some(cluster),

@@ -39,7 +39,8 @@
 //!   shares state through etcd; members killed one by one or all at once, removed on drop.
 //!
 //! Building a topology needs CAP_NET_ADMIN; without it the entry points return
-//! [`netns::TopoError::MissingPrivilege`] and the integration tests skip.
+//! [`netns::TopoError::MissingPrivilege`] and the integration tests fail, or skip saying why when
+//! the run sets `METRONOME_SKIP_PRIVILEGED=1` ([`netns::skip_unprivileged`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -696,11 +696,12 @@ fn add_namespace(name: &str) -> Result<(), TopoError> {
     process::run("ip", &["netns", "add", name]).map(drop)
 }
 
-/// The environment variable that turns a privileged test's skip into a failure: `.ci/run` sets
-/// it to `1` when it runs as root, where a skip can only hide a broken set-up.
-pub const REQUIRE_PRIVILEGED_ENV: &str = "METRONOME_REQUIRE_PRIVILEGED";
+/// The environment variable that lets a run skip the privileged tests it cannot run: with it set
+/// to `1`, a privileged test without its privilege (root or CAP_NET_ADMIN) or without a tool it
+/// needs (the `etcd` binary, say) passes after saying so ([`skip_unprivileged`]); without it,
+/// such a test fails. `.ci/run` never sets it.
+pub const SKIP_PRIVILEGED_ENV: &str = "METRONOME_SKIP_PRIVILEGED";
 
-/// Says why privileged test `test` is skipped, or panics with that reason when
 /// Creates the veth pair `a_if` (in `a`) - `b_if` (in `b`).
 pub(crate) fn add_veth(
     a: &Namespace,
@@ -725,17 +726,39 @@ pub(crate) fn add_veth(
     process::run("ip", &args).map(drop)
 }
 
-/// [`REQUIRE_PRIVILEGED_ENV`] is `1`.
+/// Privileged test `test` cannot run, for reason `why`: panics saying so and how to run it,
+/// unless [`SKIP_PRIVILEGED_ENV`] is `1`, where it returns (the caller returns from the test)
+/// after writing `SKIPPED test: why` to the standard error. That line goes to the process's
+/// stderr itself, not through `eprintln!`, which the test harness captures and shows only for
+/// failed tests, so a skip stays visible in the output of a passing run.
 pub fn skip_unprivileged(test: &str, why: &dyn std::fmt::Display) {
-    if std::env::var(REQUIRE_PRIVILEGED_ENV).as_deref() == Ok("1") {
-        panic!("{test} would skip ({why}) but {REQUIRE_PRIVILEGED_ENV}=1 requires it to run");
+    if !skip_privileged_requested() {
+        panic!(
+            "{test} cannot run: {why}. The privileged tests need root or CAP_NET_ADMIN and the \
+             tools README.md lists; set {SKIP_PRIVILEGED_ENV}=1 to skip them instead"
+        );
     }
-    eprintln!("skipping {test}: {why}");
+    report_skip(test, why);
+}
+
+/// Whether [`SKIP_PRIVILEGED_ENV`] is `1`.
+pub fn skip_privileged_requested() -> bool {
+    std::env::var(SKIP_PRIVILEGED_ENV).as_deref() == Ok("1")
+}
+
+/// Writes `SKIPPED test (METRONOME_SKIP_PRIVILEGED=1): why` to the process's stderr, past the
+/// test harness's capture.
+fn report_skip(test: &str, why: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test} ({SKIP_PRIVILEGED_ENV}=1): {why}"
+    );
 }
 
 /// [`Topology::bump_in_the_wire`] with namespaces named `prefix`-..., or `None` after saying why
-/// privileged test `test` is skipped (no CAP_NET_ADMIN, [`skip_unprivileged`]: a panic when the
-/// privileged tests are required). Any other failure to build it panics.
+/// privileged test `test` is skipped (no CAP_NET_ADMIN and [`SKIP_PRIVILEGED_ENV`] set; without
+/// it, [`skip_unprivileged`] panics). Any other failure to build it panics.
 pub fn bump_in_the_wire_or_skip(prefix: &str, test: &str) -> Option<Topology> {
     match Topology::bump_in_the_wire(prefix) {
         Ok(topo) => Some(topo),

@@ -14,7 +14,7 @@
 //! * Without a baseline, the host's traffic reaches the receiver well above 100 Mbit/s (so the
 //!   limits above are the baselines' doing, not the path's).
 //!
-//! Skips, saying why, without CAP_NET_ADMIN (a failure with METRONOME_REQUIRE_PRIVILEGED=1); the
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the
 //! topology is removed on every path (its `Drop`).
 
 use metronome_testbed::compare::attach::{run_workloads, wire_windows, workload_rate};

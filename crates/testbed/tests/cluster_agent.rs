@@ -5,8 +5,8 @@
 //! checked is the protocol and the failure behaviour; real traffic through three daemons is
 //! crates/cli/tests/cluster.rs.
 //!
-//! Needs the `etcd` binary (Debian: etcd-server); without it the tests skip, unless
-//! METRONOME_REQUIRE_PRIVILEGED=1 (`.ci/run` as root), where they fail.
+//! Needs the `etcd` binary (Debian: etcd-server); without it the tests fail, or skip saying why
+//! under METRONOME_SKIP_PRIVILEGED=1.
 
 // Only the etcd helper of the shared test module: the rest is for the real-traffic tests.
 #[path = "common/etcd.rs"]

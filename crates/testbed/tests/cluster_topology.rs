@@ -4,8 +4,8 @@
 //! see), the sites' subnets and names do not collide, and dropping the topology removes the
 //! namespaces, the bridge and the host ends of the veths.
 //!
-//! Needs CAP_NET_ADMIN and the `etcd` binary; without them it skips, unless
-//! METRONOME_REQUIRE_PRIVILEGED=1, where it fails.
+//! Needs CAP_NET_ADMIN and the `etcd` binary; without them it fails, or skips saying why under
+//! METRONOME_SKIP_PRIVILEGED=1.
 
 use metronome_testbed::etcd::{EtcdCluster, EtcdError};
 use metronome_testbed::netns::cluster::{cluster_or_skip, MGMT_IF};

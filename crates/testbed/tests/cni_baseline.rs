@@ -12,7 +12,7 @@
 //! * DEL (reverse order): no veth, no IFB, no host-local lease left; a second DEL succeeds (the
 //!   spec's DEL is idempotent).
 //!
-//! Skips, saying why, without CAP_NET_ADMIN (a failure with METRONOME_REQUIRE_PRIVILEGED=1); the
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the
 //! topology is removed on every path (its `Drop`).
 
 use metronome_testbed::compare::cni::burst_bits;

@@ -16,7 +16,7 @@
 //!
 //! The rate bounds are upper bounds from the bucket's definition (a slower sender only sends
 //! less); the lower bounds take the smaller of what was sent and what the rate allows.
-//! Skips, saying why, without CAP_NET_ADMIN.
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1).
 
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;

@@ -4,8 +4,8 @@
 //! replays a put, put and get still working with one of three members killed, and a put that
 //! fails with an error once all members are gone.
 //!
-//! Needs the `etcd` binary (Debian: etcd-server); without it the tests skip, unless
-//! METRONOME_REQUIRE_PRIVILEGED=1 (`.ci/run` as root), where they fail.
+//! Needs the `etcd` binary (Debian: etcd-server); without it the tests fail, or skip saying why
+//! under METRONOME_SKIP_PRIVILEGED=1.
 
 // Only the etcd helper of the shared test module: the rest is for the real-traffic tests.
 #[path = "common/etcd.rs"]

@@ -1,15 +1,15 @@
-//! Real kernel TCP through a fair class (`fair = true`): a sender, shaper and receiver namespace,
-//! 8 bulk TCP flows for 3 s and the RTT probe (a sparse request/response flow) in one class
-//! limited to 100 Mbit/s, with the host's default offloads. Then the same with `fair = false`
-//! (the single FIFO), side by side. Asserts, for the fair class, the rate on the wire within 3 %
-//! of the target (two attempts, as `real_traffic.rs`), that every frame the daemon received is
-//! accounted for (frames still in the flow queues at stop included), that the fair queues were
-//! used and that the probe was answered. The probe's RTT in both modes is printed, not asserted:
-//! `metronome compare` measures it (three runs in a row with a load average of 2-3 printed a
-//! p99 of 245 to 970 us fair, 222 to 239 packets sent at once as sparse; 86 ms through the FIFO
-//! in another run). Skips, saying why, without CAP_NET_ADMIN; the topology is
-//! removed on every path (its `Drop`). A second test sends the probe alone through the fair class
-//! and through a bridge with an HTB at the same rate: the floor of its RTT through each path.
+//! Real kernel TCP through a fair class (`fair = true`): a sender, shaper and receiver namespace, 8
+//! bulk TCP flows for 3 s and the RTT probe (a sparse request/response flow) in one class limited
+//! to 100 Mbit/s, with the host's default offloads. Then the same with `fair = false` (the single
+//! FIFO), side by side. Asserts, for the fair class, the rate on the wire within 3 % of the target
+//! (two attempts, as `real_traffic.rs`), that every frame the daemon received is accounted for
+//! (frames still in the flow queues at stop included), that the fair queues were used and that the
+//! probe was answered. The probe's RTT in both modes is printed, not asserted: `metronome compare`
+//! measures it (three runs in a row with a load average of 2-3 printed a p99 of 245 to 970 us fair,
+//! 222 to 239 packets sent at once as sparse; 86 ms through the FIFO in another run). Fails without
+//! CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology is removed on
+//! every path (its `Drop`). A second test sends the probe alone through the fair class and through
+//! a bridge with an HTB at the same rate: the floor of its RTT through each path.
 
 mod common;
 

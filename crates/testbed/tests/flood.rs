@@ -28,7 +28,8 @@
 //! CPU hog, `metronome_testbed::load`); every attempt's line names the machine's load average,
 //! kernel time and steal time over it.
 //!
-//! Skips, saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology
+//! is removed on every path (its `Drop`).
 
 mod common;
 

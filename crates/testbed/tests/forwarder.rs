@@ -11,7 +11,8 @@
 //!   the frames back with their header, and super-frames cross (more bytes per frame than an MTU
 //!   frame carries).
 //!
-//! Skips, saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology
+//! is removed on every path (its `Drop`).
 
 mod common;
 

@@ -22,7 +22,8 @@
 //! within 1 s under every abuse, so no other assertion is made on its time. Prints its
 //! per-second figures (`--nocapture`).
 //!
-//! Skips, saying why, without CAP_NET_ADMIN; the topology is removed on every path (its `Drop`).
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology
+//! is removed on every path (its `Drop`).
 
 mod common;
 

@@ -1,9 +1,8 @@
 //! `compare --link-sharing` in short: the two-class scenario (weights 1:3, 16 Cubic flows each,
 //! ECN on) on a 200 Mbit/s link through Metronome's `[link]` and through kernel HTB, 1 s warm-up
 //! and 2 s measured. Asserts that every class gets traffic through and that each shaper divides
-//! the link by the weights within the tolerance below. Skips, saying why, without
-//! CAP_NET_ADMIN (and fails instead under `METRONOME_REQUIRE_PRIVILEGED=1`); the topology is
-//! removed on every path.
+//! the link by the weights within the tolerance below. Fails without CAP_NET_ADMIN (skips,
+//! saying why, under `METRONOME_SKIP_PRIVILEGED=1`); the topology is removed on every path.
 
 use metronome_testbed::compare::link_sharing::{self, LinkOptions, LinkShaper, Scenario};
 use metronome_testbed::netns;

@@ -1,11 +1,11 @@
-//! Real kernel TCP through the daemon: a sender, shaper and receiver
-//! namespace, the daemon's loop on AF_PACKET ports in the shaper, 4 TCP flows for 3 s into one
-//! class limited to 100 Mbit/s and then 500 Mbit/s, with the host's default offloads (the
-//! sender's TSO/GSO super-frames reach the daemon whole; it must receive some). Asserts the rate
-//! on the wire — the receiver's payload on the receiver's veth with every full segment's headers (a
-//! veth counts a super-frame's headers once, see `common::wire_of_payload`) — within 3 % of the
-//! target, and that every frame the daemon received is accounted for: `rx = tx + named drops +
-//! queued`. Skips, saying why, without CAP_NET_ADMIN; the topology is removed on every path (its
+//! Real kernel TCP through the daemon: a sender, shaper and receiver namespace, the daemon's loop
+//! on AF_PACKET ports in the shaper, 4 TCP flows for 3 s into one class limited to 100 Mbit/s and
+//! then 500 Mbit/s, with the host's default offloads (the sender's TSO/GSO super-frames reach the
+//! daemon whole; it must receive some). Asserts the rate on the wire — the receiver's payload on
+//! the receiver's veth with every full segment's headers (a veth counts a super-frame's headers
+//! once, see `common::wire_of_payload`) — within 3 % of the target, and that every frame the daemon
+//! received is accounted for: `rx = tx + named drops + queued`. Fails without CAP_NET_ADMIN (skips,
+//! saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology is removed on every path (its
 //! `Drop`).
 
 mod common;
@@ -112,10 +112,10 @@ fn failed_rates(topo: &Topology, rates: &[(&str, f64)], flows: usize) -> Vec<Str
     failures
 }
 
-/// A measurement at higher rates, 8 flows at 2, 5 and 10 Gbit/s (run it in release on an idle
-/// machine: `cargo test --release -p metronome-testbed --test real_traffic -- --ignored
-/// --nocapture`). Asserts the accounting like the test above and the rate within the same
-/// tolerance; ignored by default because a loaded 2-core machine cannot carry it.
+/// A measurement at higher rates, 8 flows at 2, 5 and 10 Gbit/s (run it fully optimised on an
+/// idle machine: `cargo test --profile optimised -p metronome-testbed --test real_traffic --
+/// --ignored --nocapture`). Asserts the accounting like the test above and the rate within the
+/// same tolerance; ignored by default because a loaded 2-core machine cannot carry it.
 #[test]
 #[ignore]
 fn kernel_tcp_through_the_daemon_at_2_5_and_10_gbit() {

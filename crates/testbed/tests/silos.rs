@@ -3,16 +3,16 @@
 //! engines, the NIC-level bandwidth allocator splitting one class's 200 Mbit/s between them), 16
 //! TCP connections for 3 s with the host's default offloads.
 //!
-//! Asserts what the silos are about: that both silos carried shaped traffic, that every frame
-//! each silo received is accounted for (`rx = tx + named drops + queued`), that the allocator's
-//! per-silo rates are in the metrics and sum to the limit, and that the aggregate on the wire
-//! (the receiver's payload on the receiver's veth with every full segment's headers) is within
-//! `OVER` above and `UNDER` below 200 Mbit/s, in one attempt. The bounds are asymmetric because
-//! the errors are: load from other processes on this 2-core machine (two silos pinned to both
-//! cores while the namespaces' kernel TCP shares them) starves the senders and can only lower
-//! the rate, never make the shaper release more. Accuracy figures belong to `metronome compare`
-//! and the benchmarks. Skips, saying why, without CAP_NET_ADMIN; the topology (its own `mtr-sl`
-//! names) is removed on every path, panics included (its `Drop`).
+//! Asserts what the silos are about: that both silos carried shaped traffic, that every frame each
+//! silo received is accounted for (`rx = tx + named drops + queued`), that the allocator's per-silo
+//! rates are in the metrics and sum to the limit, and that the aggregate on the wire (the
+//! receiver's payload on the receiver's veth with every full segment's headers) is within `OVER`
+//! above and `UNDER` below 200 Mbit/s, in one attempt. The bounds are asymmetric because the errors
+//! are: load from other processes on this 2-core machine (two silos pinned to both cores while the
+//! namespaces' kernel TCP shares them) starves the senders and can only lower the rate, never make
+//! the shaper release more. Accuracy figures belong to `metronome compare` and the benchmarks.
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology
+//! (its own `mtr-sl` names) is removed on every path, panics included (its `Drop`).
 mod common;
 
 use metronome_daemon::driver::run::Control;

@@ -29,8 +29,8 @@
 //!   (`NETDEV_UP`), and a frame it delivers in between goes to the namespace's own stack only
 //!   (dropped there as addressed to another host), which no counter of the loop can see.
 //!
-//! Skips, saying why, without CAP_NET_ADMIN; the topology and the configuration file are
-//! removed on every path.
+//! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the topology
+//! and the configuration file are removed on every path.
 
 mod common;
 

@@ -161,6 +161,7 @@ pub fn ordinary() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::privileged_tests::skip_unprivileged;
 
     #[test]
     fn every_nice_value_has_its_crossplatform_value() {
@@ -180,9 +181,8 @@ mod tests {
         })
         .join()
         .unwrap();
-        if !got.0 && std::env::var_os("METRONOME_REQUIRE_PRIVILEGED").is_none() {
-            eprintln!("skipped: no CAP_SYS_NICE for a negative nice value");
-            return;
+        if !got.0 {
+            return skip_unprivileged("no CAP_SYS_NICE for a negative nice value");
         }
         assert_eq!(got, (true, Some(-5), Some(0)));
         // A thread may always raise its own.
@@ -208,9 +208,10 @@ mod tests {
     fn a_thread_takes_the_priority_where_the_process_may() {
         // Root has CAP_SYS_NICE (CI runs as root): there it must work.
         let allowed = prepare(1);
-        if allowed.is_err() && std::env::var_os("METRONOME_REQUIRE_PRIVILEGED").is_none() {
-            eprintln!("skipped: neither RLIMIT_RTPRIO nor CAP_SYS_NICE allows SCHED_FIFO here");
-            return;
+        if allowed.is_err() {
+            return skip_unprivileged(
+                "neither RLIMIT_RTPRIO nor CAP_SYS_NICE allows SCHED_FIFO here",
+            );
         }
         allowed.unwrap();
         let got = std::thread::spawn(|| enter(1).map(|()| current()))

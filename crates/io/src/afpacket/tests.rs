@@ -1,12 +1,21 @@
 use super::*;
 
-/// Says why a privileged test is skipped, or panics with that reason when
-/// `METRONOME_REQUIRE_PRIVILEGED=1` (`.ci/run` sets it when it runs as root).
+/// A privileged test cannot run (`why`): panics saying so, unless
+/// `METRONOME_SKIP_PRIVILEGED=1`, where it writes `SKIPPED: why` to the process's stderr (past
+/// the test harness's capture, so that the skip shows in a passing run) and returns. The same
+/// rule as `metronome_testbed::netns::skip_unprivileged` (CONTRIBUTING.md, "Privileged tests").
 fn skip_unprivileged(why: &dyn std::fmt::Display) {
-    if std::env::var("METRONOME_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-        panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it");
+    use std::io::Write;
+    if std::env::var("METRONOME_SKIP_PRIVILEGED").as_deref() != Ok("1") {
+        panic!(
+            "the privileged test cannot run: {why}; it needs root or CAP_NET_ADMIN and \
+             CAP_NET_RAW (set METRONOME_SKIP_PRIVILEGED=1 to skip it instead)"
+        );
     }
-    eprintln!("skipping: {why}");
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED (METRONOME_SKIP_PRIVILEGED=1): {why}"
+    );
 }
 
 #[test]

@@ -26,14 +26,22 @@ pub fn ip(args: &[&str]) -> Result<(), String> {
 /// `CAP_NET_ADMIN` (bit 12) and `CAP_NET_RAW` (bit 13), capabilities(7).
 const NEEDED_CAPS: [(u32, &str); 2] = [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW")];
 
-/// Says why a privileged test is skipped, or panics with that reason when
-/// `METRONOME_REQUIRE_PRIVILEGED=1` (`.ci/run` sets it when it runs as root, where a skip can
-/// only hide a broken set-up).
+/// A privileged test cannot run (`why`): panics saying so, unless
+/// `METRONOME_SKIP_PRIVILEGED=1`, where it writes `SKIPPED: why` to the process's stderr (past
+/// the test harness's capture, so that the skip shows in a passing run) and returns. The same
+/// rule as `metronome_testbed::netns::skip_unprivileged` (CONTRIBUTING.md, "Privileged tests").
 pub fn skip_unprivileged(why: &str) {
-    if std::env::var("METRONOME_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-        panic!("the test would skip ({why}) but METRONOME_REQUIRE_PRIVILEGED=1 requires it to run");
+    use std::io::Write;
+    if std::env::var("METRONOME_SKIP_PRIVILEGED").as_deref() != Ok("1") {
+        panic!(
+            "the privileged test cannot run: {why}; it needs root or CAP_NET_ADMIN and \
+             CAP_NET_RAW (set METRONOME_SKIP_PRIVILEGED=1 to skip it instead)"
+        );
     }
-    eprintln!("skipping: {why}");
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED (METRONOME_SKIP_PRIVILEGED=1): {why}"
+    );
 }
 
 /// Checks the effective capability set (`CapEff` in /proc/self/status) for [`NEEDED_CAPS`].
@@ -53,7 +61,8 @@ pub fn check_capabilities() -> Result<(), String> {
 }
 
 /// A `(process id, counter)` pair unique to this call, to name a test's namespaces and
-/// interfaces; `None` (after saying why the test is skipped) without the capabilities.
+/// interfaces; without the capabilities a panic, or `None` after saying why the test is skipped
+/// ([`skip_unprivileged`]).
 pub fn unique_ids() -> Option<(u32, u32)> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     if let Err(why) = check_capabilities() {

@@ -540,7 +540,8 @@ pub fn ifb_tbf_limit_bytes(rate_bps: u64, burst_bytes: u32) -> u32 {
 }
 
 /// [`AttachTopology::with_link`] with namespaces named `prefix`-..., or `None` after saying why
-/// privileged test `test` is skipped ([`super::skip_unprivileged`]). Any other failure panics.
+/// privileged test `test` is skipped (no CAP_NET_ADMIN and [`super::SKIP_PRIVILEGED_ENV`] set;
+/// without it, [`super::skip_unprivileged`] panics). Any other failure panics.
 pub fn attach_or_skip(
     prefix: &str,
     (workloads, link): (usize, WorkloadLink),

@@ -187,8 +187,8 @@ impl Drop for ClusterTopology {
 }
 
 /// [`ClusterTopology::new`], or `None` after saying why privileged test `test` is skipped (no
-/// CAP_NET_ADMIN, [`super::skip_unprivileged`]: a panic when the privileged tests are
-/// required). Any other failure to build it panics.
+/// CAP_NET_ADMIN and [`super::SKIP_PRIVILEGED_ENV`] set; without it,
+/// [`super::skip_unprivileged`] panics). Any other failure to build it panics.
 pub fn cluster_or_skip(prefix: &str, sites: usize, test: &str) -> Option<ClusterTopology> {
     match ClusterTopology::new(prefix, sites) {
         Ok(topo) => Some(topo),

@@ -340,8 +340,9 @@ pub fn link_names(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// [`CniTopology::new`], or `None` after saying why privileged test `test` is skipped
-/// ([`super::skip_unprivileged`]). Any other failure panics.
+/// [`CniTopology::new`], or `None` after saying why privileged test `test` is skipped (no
+/// CAP_NET_ADMIN and [`super::SKIP_PRIVILEGED_ENV`] set; without it,
+/// [`super::skip_unprivileged`] panics). Any other failure panics.
 pub fn cni_or_skip(prefix: &str, pods: usize, test: &str) -> Option<CniTopology> {
     match CniTopology::new(prefix, pods) {
         Ok(topo) => Some(topo),

@@ -1,6 +1,7 @@
-//! What the real-traffic tests share: the topology that skips without the privilege, driving
-//! kernel TCP while sampling the receiver's wire counter, the wire rate over the steady part, the
-//! frame accounting of a loop, and the two attempts a rate gets on this shared machine.
+//! What the real-traffic tests share: the topology (without the privilege a failure, or a skip
+//! under METRONOME_SKIP_PRIVILEGED=1), driving kernel TCP while sampling the receiver's wire
+//! counter, the wire rate over the steady part, the frame accounting of a loop, and the two
+//! attempts a rate gets on this shared machine.
 #![allow(dead_code)] // each test binary uses a part
 
 pub mod garbage;
