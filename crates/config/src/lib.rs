@@ -79,8 +79,8 @@ pub const DEFAULT_CONTROL: &str = "/run/metronome/control.sock";
 pub const DEFAULT_BATCH_SIZE: usize = 64;
 /// Default MTU in bytes: Ethernet's.
 pub const DEFAULT_MTU: u32 = 1500;
-/// Most wheel slots accepted: 2^27 slots of 8-byte heads is 1 GiB (the README's memory table
-/// measures 8.13 MB for 2^20 slots, 2 µs x 2 s).
+/// Most wheel slots accepted: 2^27 slots of 8-byte heads is 1 GiB (the wheel's measured memory
+/// is in docs/results/bench.md).
 pub const MAX_WHEEL_SLOTS: usize = 1 << 27;
 /// Most pool packets accepted: the pool is preallocated at start-up and 2^28 packets take about
 /// 4.9 GB at 18.3 bytes per packet (a full pool node, `metronome_core::pool`).

@@ -55,9 +55,9 @@ pub use frame::{tcp_view, TcpView, TEMPLATE_BYTES};
 /// MTUs of ACK credit a flow may bank: 2. A generated ACK is due when one MTU of credit has
 /// accrued; with a one-MTU cap (the core's default, exact in the simulator) every poll that the
 /// loop makes late (a `ppoll` wake-up, another batch first) would lose the credit of its
-/// lateness, and the rate would fall short: measured on kernel TCP at 100 Mbit/s, 1.4-3.3 % short
-/// with one MTU. Two absorb a poll up to one MTU time late (120 µs at 100 Mbit/s per flow); the
-/// bound on acknowledged bytes becomes `rate x interval + 2 MTU`.
+/// lateness, and a kernel TCP sender's rate would fall a few percent short of the class's.
+/// Two absorb a poll up to one MTU time late; the bound on acknowledged bytes becomes
+/// `rate x interval + 2 MTU`.
 const DAEMON_BURST_MTUS: u32 = 2;
 
 /// Generated ACKs taken per poll call, a batch (the caller's room bounds it further); the loop

@@ -1,32 +1,15 @@
-//! The daemon's Prometheus text endpoint: per class bytes, packets,
-//! drops by reason, ECN marks and not-ECT fallbacks, queued packets; wheel occupancy; a lateness
-//! histogram of actual against scheduled departure; TX batch sizes; RX ring drops; malformed
-//! frames by reason; pass-through traffic. Served by [`http`], a small HTTP/1.1 server on
-//! `std::net` that bounds what a client can make it hold (head size, no request body, read and
-//! write timeouts, a deadline per connection, a cap on connections) and counts what it refuses
-//! (`metronome_metrics_http_refused_total{reason}`); its accepting thread and its connection
-//! threads are none of the shaping threads. On loopback unless configured otherwise
-//! ([`crate::ops::config::DEFAULT_METRICS_LISTEN`]; `metronome run` warns about any other address).
+//! The daemon's Prometheus text endpoint: per class bytes, packets, drops by reason, ECN marks
+//! and not-ECT fallbacks, queued packets; wheel occupancy; a lateness histogram of actual
+//! against scheduled departure; TX batch sizes; RX ring drops; malformed frames by reason;
+//! pass-through traffic. Served by [`http`] on threads that are none of the shaping threads, on
+//! loopback unless configured otherwise ([`crate::ops::config::DEFAULT_METRICS_LISTEN`]).
 //!
-//! The registry and the text encoding are `prometheus-client`'s (OpenMetrics text, which
-//! Prometheus scrapes natively). The hot path never touches the registry: the daemon asks once,
-//! at start-up and after each reload, for one [`ClassMetrics`] per class (a bundle of shared
-//! atomics), and per packet or batch it does relaxed atomic adds only. Histograms are this
-//! module's [`Pow2Histogram`] (atomic power-of-two buckets, O(1) index from a leading-zeros
-//! count) rather than `prometheus-client`'s `Histogram`, which takes a lock per observation.
-//! Malformed frames are counted through a label lookup (a read lock and a hash) because they
-//! are rare and their reasons belong to the parser crate.
-//!
-//! **Silos** (`[daemon] cores > 1`, Carousel §5.3): every silo counts into series of its own,
-//! so that no cache line is shared between cores on the data path. Every series then carries a
-//! `silo` label (`metronome_class_bytes_total{class="bulk",silo="1"}`,
-//! `metronome_wheel_occupancy_packets{silo="0"}`); the names stay those of one silo, and a sum by
-//! `class` (or over `silo`) gives the daemon's total. With one silo there is no `silo` label and
-//! the series are those of a daemon without silos. [`Metrics::with_silos`] builds the registry,
-//! [`Metrics::for_silo`] the handle a silo counts through. `metronome_nba_rate_bps{class,silo}`
-//! is the share of a class's aggregate rate the NIC-level bandwidth allocator gave each silo.
-//!
-//! `metronome stats` reads the endpoint back with [`fetch_and_format`] (see [`stats`]).
+//! The hot path never touches the registry (`prometheus-client`'s): it counts through one
+//! [`ClassMetrics`] per class with relaxed atomic adds, and histograms are [`Pow2Histogram`]s,
+//! not the lock-taking `Histogram`. With silos (Carousel §5.3) every silo counts into series of
+//! its own under a `silo` label ([`Metrics::with_silos`], [`Metrics::for_silo`]). Why each, in
+//! docs/deploy.md, "The metrics endpoint". `metronome stats` reads the endpoint back with
+//! [`fetch_and_format`] (see [`stats`]).
 
 mod class;
 mod class_table;

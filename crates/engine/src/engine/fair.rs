@@ -53,10 +53,9 @@ const POOL_RESERVE: usize = 8;
 /// A fair class sheds from its fattest flow when fewer than 1/`LARGE_RESERVE` of the pool's
 /// large slots are free: a queued super-frame holds its large slot until its flow's turn, so with
 /// as many backlogged flows as large slots every slot is held and arriving super-frames are
-/// refused (`rx_no_large_slot`) whatever their flow. 1/32 is 8 of the default 256 slots;
-/// measured with `metronome compare --target 100mbit,1gbit --flows 256` on a loaded 2-core
-/// machine (docs/results/daemon.md): 1/8 gave the same Jain's index (0.997) and a lower rate at
-/// 1 Gbit/s (938 against 990 Mbit/s), no large-slot shedding a Jain's index of 0.76-0.95.
+/// refused (`rx_no_large_slot`) whatever their flow. 1/32 is 8 of the default 256 slots; how it
+/// was chosen against 1/8 and against no large-slot shedding is in docs/results/daemon.md, "How
+/// the fair mode's settings were chosen".
 const LARGE_RESERVE: usize = 32;
 
 /// Most frames one [`Engine::fair_shed`] drops (`fq_codel`'s `drop_batch_size`: 64).

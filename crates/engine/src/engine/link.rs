@@ -1,41 +1,17 @@
 //! The shared link (`[link]`, [`crate::config::link`]): packets of the classes on it leave the
 //! timing wheel at their class's ceiling EDT (Carousel §5.1, as every class) into a multi-queue
 //! port ([`metronome_core::MqPort`]: DWRR or WRR across the weighted classes under a
-//! strict-priority tier, one shared buffer, MQ-ECN §4.2), which a link clock drains at the link's
-//! rate.
+//! strict-priority tier, one shared buffer, MQ-ECN §4.2), which a link clock ([`LinkClock`])
+//! drains at the link's rate; marking follows MQ-ECN §3 ([`metronome_core::mq_ecn`], CE by
+//! [`mark_ce`]) as a packet joins the port.
 //!
-//! * **Composition.** The wheel holds a packet until its class's ceiling allows it; the port
-//!   holds it until the link is free and the scheduler picks its class. So a class never exceeds
-//!   its ceiling (its departures are no earlier than its EDTs) and the link never exceeds its rate
-//!   (the link clock stamps departures `len / rate` apart). The port is work-conserving: a class
-//!   with nothing queued takes no turn, and what it leaves goes to the others at once.
-//! * **The link clock** ([`LinkClock`]) keeps the time the link is free, in nanoseconds with the
-//!   rate's fractional bits so that back-to-back frames fill the link exactly. A packet may leave
-//!   when the link is free; its departure is stamped at the later of that time and `now` minus the
-//!   link's catch-up allowance (`[link] burst` bytes at the rate), so a loop that wakes late sends
-//!   what the link owes in one batch, but never more than `burst` beyond the rate. An empty port
-//!   makes the link idle: the next packet finds it free at `now`.
-//! * **Marking** (MQ-ECN §3, [`metronome_core::mq_ecn`]) happens as a packet joins the port, on
-//!   its queue's (or the port's) bytes, with MQ-ECN's round time measured by the port as its
-//!   queues finish their turns. A marked ECN-capable packet gets CE ([`mark_ce`]); a not
-//!   ECN-capable one follows its class's `non_ect`: passed unmarked (counted) or dropped
-//!   (counted). The port is built with [`NonEctPolicy::Drop`] and is told "ECN-capable" for the
-//!   packets of `pass` classes, so that it never drops them and a mark request on a not-ECT packet
-//!   is counted here.
-//! * **Super-frames** are charged their wire bytes: by the link clock (the frame's wire bytes
-//!   kept with its slot, `super::slots`, or a piece's length) and by the port's DWRR deficits,
-//!   buffer and marking thresholds (their `PacketRef` length). A `PacketRef` length stops at
-//!   65 535 bytes, so the engine cuts a super-frame of a class on the link above it into pieces
-//!   of equal segments within it (`cut_segments`): a TSO sender's 64 KiB frames (44 segments,
-//!   66 616 wire bytes) would otherwise be charged 3 % short, and a class of one fast flow, whose
-//!   frames are the longest, would take that much more of the link than classes of many slower
-//!   flows.
-//! * **Reload** ([`LinkStage::configure`]) rebuilds the port for the new weights, priorities,
-//!   rate and marking, and moves every queued packet over in its queue's order; packets of a class
-//!   that left the link leave at the next release. Nothing queued is lost.
-//!
-//! Accounting: every packet the wheel hands to the stage is queued in the port, dropped under a
-//! named reason ([`LinkCounters`]) or released; [`LinkStage::invariants`] checks it.
+//! Departures: the link clock lets a late loop catch up by at most `[link] burst` bytes; a not
+//! ECN-capable packet follows its class's `non_ect` (the port is built with
+//! [`NonEctPolicy::Drop`] and told "ECN-capable" for `pass` classes); super-frames are charged
+//! their wire bytes, cut into pieces within a `PacketRef`'s 65 535 bytes (`cut_segments`); a
+//! reload ([`LinkStage::configure`]) moves every queued packet into the new port. Why each, in
+//! docs/design/mq-ecn.md, "The daemon's shared link". Accounting: every packet is queued,
+//! dropped under a named reason ([`LinkCounters`]) or released; [`LinkStage::invariants`].
 
 use crate::config::{ClassLink, LinkConfig};
 use crate::stats::{LinkClassSnapshot, Telemetry};

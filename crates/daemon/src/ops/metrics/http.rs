@@ -1,46 +1,17 @@
 //! The metrics endpoint's HTTP server: the smallest HTTP/1.1 server (RFC 9112) on `std::net`
 //! that answers `GET /metrics` and `HEAD /metrics` with the Prometheus text, and bounds
-//! everything a client can make it hold: bytes, time and threads.
+//! everything a client can make it hold: bytes, time and threads. Why it is hand-written, and
+//! its bounds in full, are in docs/deploy.md, "The metrics endpoint's HTTP server".
 //!
-//! **Why hand-written.** The endpoint has one document and one kind of client, a scraper, so the
-//! whole protocol it needs is: read one request head, answer, close. The HTTP servers that do
-//! not need an async runtime (`tiny_http`, and `rouille` on top of it) allocate a declared
-//! request body up front (a `Content-Length: 900000000000` aborts the process), set no socket
-//! timeouts (a client that declares a body and sends none holds the serving thread forever)
-//! and bound neither the head nor the connections; `hyper` and the servers built on it need
-//! `tokio`, a runtime the daemon has no other use for. Here the request parser is a pure
-//! function, [`parse_request`] (bytes in, a request or a typed [`RequestError`] out), fuzzed by
-//! `crates/daemon/tests/http_fuzz.rs`, and the socket code around it is a few small functions.
-//!
-//! **Bounds** ([`HttpLimits`], defaults in the constants below):
-//! * the request line and headers together: [`MAX_HEAD_BYTES`]; beyond, `431`;
-//! * no request body: a `Content-Length` above 0 or any `Transfer-Encoding` is answered `413`
-//!   without reading the body;
-//! * every read waits at most [`READ_TIMEOUT`], every write [`WRITE_TIMEOUT`], and a connection
-//!   lives at most [`CONNECTION_DEADLINE`] in all; a request head not complete in time is
-//!   answered `408` and closed;
-//! * at most [`MAX_CONNECTIONS`] connections are served at once, each on a thread of its own.
-//!   When all are taken, a new connection takes the place of the oldest one that has not sent
-//!   its request yet (no complete head and no byte waiting to be read): that one is closed
-//!   without an answer and counted `idle`, so idle or trickling clients cannot lock a scraper,
-//!   which sends its request at once, out (Envoy's overload manager sheds the same way). When
-//!   every connection is being answered (or as many are still closing), the new one is answered
-//!   `503` by the accepting thread with one non-blocking write and closed: at most twice
-//!   [`MAX_CONNECTIONS`] threads ever run;
-//! * only `GET` and `HEAD` of `/metrics` (any query string) are answered `200`; another path
-//!   gets `404`, another method `405`, a malformed head `400`;
-//! * every response carries `Connection: close` and the connection is closed after it (no
-//!   keep-alive, no pipelining).
-//!
-//! Every refusal is counted once per connection, under the first reason it met, in
-//! `metronome_metrics_http_refused_total{reason}` ([`Refusal`]). A connection closed before it
-//! sent a byte made no request and is not counted. The accepting thread checks its stop flag
-//! every [`ACCEPT_POLL`]; connections being served when it stops end within their deadline.
-//!
-//! Departures from RFC 9112, all on the strict side: request-line parts are separated by exactly
-//! one space; header lines folded onto the next line (obs-fold), a space before the colon and a
-//! bare CR are `400`; a `Host` header is not required (a scraper that omits it still gets its
-//! metrics); an HTTP version other than 1.0 and 1.1 is `400` rather than `505`.
+//! The request parser is a pure function, [`parse_request`], fuzzed by
+//! `crates/daemon/tests/http_fuzz.rs`. Bounds ([`HttpLimits`]): the head at most
+//! [`MAX_HEAD_BYTES`] (`431`), no body (`413`), [`READ_TIMEOUT`], [`WRITE_TIMEOUT`] and
+//! [`CONNECTION_DEADLINE`] (`408`), at most [`MAX_CONNECTIONS`] served at once, the oldest idle
+//! one giving its place to a new one, `503` when all are answering; `Connection: close` always.
+//! Each refusal is counted once per connection as a [`Refusal`]; the accepting thread checks its
+//! stop flag every [`ACCEPT_POLL`]. Departures from RFC 9112, all strict: one space between
+//! request-line parts, obs-fold, a space before the colon and a bare CR are `400`; `Host` is not
+//! required; a version other than 1.0 and 1.1 is `400`, not `505`.
 
 mod connection;
 mod refusal;

@@ -26,11 +26,9 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest a whole scrape may take: 10 s, the endpoint's [`super::http::CONNECTION_DEADLINE`]
 /// (and Prometheus' default `scrape_timeout`).
 pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(10);
-/// Largest response a scrape reads, bytes: 64 MiB. A class costs at most about 900 bytes of
-/// text per silo (measured on [`super::Metrics::encode`] with 100 classes of 8-character
-/// names: 806 bytes each with one silo, 920 per class and silo with two), so this holds some
-/// 70 000 class-silo pairs (4 096 classes on 16 silos); a larger answer is refused with
-/// [`MetricsError::TooLarge`] rather than read.
+/// Largest response a scrape reads, bytes: 64 MiB, room for tens of thousands of class-silo
+/// pairs of [`super::Metrics::encode`]'s text (each about a kilobyte at most with short class
+/// names); a larger answer is refused with [`MetricsError::TooLarge`] rather than read.
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// Why the endpoint could not be served or read.
