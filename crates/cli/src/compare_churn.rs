@@ -267,8 +267,9 @@ pub fn run(args: &ChurnArgs, json: bool) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use metronome_testbed::compare::churn::{
-        MachineStalls, PhaseRate, SlowOp, Spread, TcpClassRow, UdpRow,
+        MachineStalls, PhaseRate, SlowOp, TcpClassRow, UdpRow,
     };
+    use metronome_testbed::stats::Spread;
 
     fn report() -> ChurnReport {
         let phase = |mean_bps, deviation_pct, worst_window_pct| PhaseRate {

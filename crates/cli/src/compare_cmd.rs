@@ -301,16 +301,6 @@ pub fn format_table(reports: &[RunReport], offloads: OffloadMode) -> String {
     out
 }
 
-/// The median of `values` (0 when empty).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
-
 /// `--ceiling` (run with `offloads`, the forwarder in `forwarder`): one line per run, then per
 /// flow count the median throughput of each shaper and the ratios of the throughput target
 /// (shaped vs the forwarder, shaped vs the daemon's pass-through).
@@ -348,12 +338,12 @@ pub fn format_ceiling(
     flows.dedup();
     for f in flows {
         let med = |s: Shaper| {
-            let mut v: Vec<f64> = reports
+            let v: Vec<f64> = reports
                 .iter()
                 .filter(|r| r.row.shaper == s && r.row.flows == f)
                 .map(|r| r.row.achieved_bps)
                 .collect();
-            median(&mut v)
+            metronome_testbed::stats::median(&v).unwrap_or(0.0)
         };
         let (fwd, pass, shaped) = (
             med(Shaper::Forwarder),

@@ -72,7 +72,7 @@
 //! daemon thread's own CPU per Gbit/s is reported besides ([`Row::daemon_cpu_pct`], from that
 //! thread's `schedstat`: the loop's user and kernel time, its `recvmmsg`/`sendmmsg` included, and
 //! nothing else). The bulk connections' fairness is [`Row::jain_bulk`]: Jain's index of the bytes
-//! each bulk connection delivered to the receiver over its whole run ([`measure::jain_index`]).
+//! each bulk connection delivered to the receiver over its whole run ([`crate::stats::jain_index`]).
 
 pub mod attach;
 pub mod churn;
@@ -86,9 +86,10 @@ pub mod packet_rate;
 use crate::forwarder::ForwarderMode;
 use crate::netns::{InterfaceCounters, QdiscSpec, TopoError, Topology};
 pub use crate::offloads::OffloadMode;
+use crate::stats::{jain_index, mean, mean_abs_deviation_pct};
 use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
-use measure::{cpu_pct_per_gbit, jain_index, mean, mean_abs_deviation_pct, MachineCpu};
+use measure::{cpu_pct_per_gbit, MachineCpu};
 use metronome_daemon::driver::run::Control;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;

@@ -153,26 +153,15 @@ fn target_bps(config: &Config, name: &str, flows: usize) -> Option<f64> {
 
 /// Mean and mean absolute deviation (percent of `target`) of `windows`.
 pub fn conformance(windows: &[f64], target: Option<f64>) -> (f64, Option<f64>) {
-    if windows.is_empty() {
-        return (0.0, None);
-    }
-    let n = windows.len() as f64;
-    let mean = windows.iter().sum::<f64>() / n;
-    let dev = target
-        .filter(|t| *t > 0.0)
-        .map(|t| windows.iter().map(|w| (w - t).abs()).sum::<f64>() / n / t * 100.0);
-    (mean, dev)
+    let dev = target.and_then(|t| crate::stats::mean_abs_deviation_pct(windows, t));
+    (crate::stats::mean(windows), dev)
 }
 
 /// Per-class transmitted bytes from the daemon's metrics text.
 pub fn class_bytes(text: &str) -> Vec<(String, u64)> {
-    const HEAD: &str = "metronome_class_bytes_total{class=\"";
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(HEAD)?;
-            let (name, value) = rest.split_once("\"}")?;
-            Some((name.to_owned(), value.trim().parse().ok()?))
-        })
+    crate::scrape::Scrape::parse(text)
+        .samples("metronome_class_bytes_total")
+        .filter_map(|s| Some((s.label("class")?.to_owned(), s.value as u64)))
         .collect()
 }
 

@@ -48,13 +48,15 @@
 //! where the scheduler puts it in either case: on an attached host it shares the machine with
 //! the daemon.
 
-use super::measure::{self, mean, mean_abs_deviation_pct};
+use super::measure;
 use super::{
     endpoint_rps_mask, measure_run, volume_cap, CompareError, Row, Shaper, TrafficPath,
     FAIR_GSO_SLOTS, TAIL,
 };
 use crate::netns::attach::{AttachTopology, WorkloadLink};
 use crate::netns::{Namespace, QdiscSpec, TopoError};
+use crate::scrape::Scrape;
+use crate::stats::{mean, mean_abs_deviation_pct};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 use metronome_daemon::ops::config::Config;
 use std::io::Write;
@@ -399,7 +401,7 @@ impl AttachedDaemon {
                     daemon.stderr_tail()
                 )));
             }
-            if daemon.metrics_text().is_ok() {
+            if daemon.metrics_text().is_some() {
                 return Ok(Ok(daemon));
             }
             if Instant::now() > give_up {
@@ -437,12 +439,13 @@ impl AttachedDaemon {
 
     /// The daemon's metrics text (`GET /metrics` on its endpoint, from inside the host
     /// namespace).
-    pub fn metrics_text(&self) -> Result<String, TopoError> {
-        let addr = self.metrics;
-        let stream = self
-            .host
-            .run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)))??;
-        http_get_metrics(stream).map_err(TopoError::Io)
+    pub fn metrics_text(&self) -> Option<String> {
+        Scrape::fetch_text(&self.host, self.metrics)
+    }
+
+    /// The daemon's metrics, parsed ([`AttachedDaemon::metrics_text`]).
+    pub fn metrics(&self) -> Option<Scrape> {
+        Scrape::fetch(&self.host, self.metrics)
     }
 
     /// The last lines of the daemon's standard error (its log), one line.
@@ -522,23 +525,6 @@ fn spawn_with_stop_signals(mut command: Command) -> std::io::Result<Child> {
     })
     .join()
     .map_err(|_| std::io::Error::other("the thread starting the daemon panicked"))?
-}
-
-/// `GET /metrics` over `stream`, returning the body of a `200` answer.
-fn http_get_metrics(mut stream: std::net::TcpStream) -> std::io::Result<String> {
-    use std::io::Read;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("metrics: no HTTP header end"))?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        let status = head.lines().next().unwrap_or("").to_owned();
-        return Err(std::io::Error::other(format!("metrics: {status}")));
-    }
-    Ok(body.to_owned())
 }
 
 /// Hands out the runs' destination ports.

@@ -60,16 +60,16 @@
 //! its cores.
 
 use super::attach::AttachedDaemon;
-use super::measure::{mean, mean_abs_deviation_pct};
 use super::CompareError;
 use crate::flood::frames::classify_ipv4;
 use crate::flood::{value_at, FloodError, Tap};
 use crate::netns::{Namespace, TopoError, Topology};
+use crate::scrape::Scrape;
 use crate::stall::{self, StallProbe, StallSummary, Stalls};
+use crate::stats::{mean, mean_abs_deviation_pct, Spread};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::control::{ClassObject, Client, ClientError};
-use metronome_daemon::ops::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -239,37 +239,6 @@ impl ChurnOptions {
     /// The churn phase's nominal length: `ops × pace`.
     pub fn churn_nominal(&self) -> Duration {
         self.pace * u32::try_from(self.ops).unwrap_or(u32::MAX)
-    }
-}
-
-/// p50, p99 and the largest of some samples (nearest rank), microseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Spread {
-    /// Median.
-    pub p50_us: u64,
-    /// 99th percentile.
-    pub p99_us: u64,
-    /// Largest.
-    pub max_us: u64,
-}
-
-impl Spread {
-    /// Of `samples` (any order; all 0 when empty).
-    pub fn of(mut samples: Vec<u64>) -> Spread {
-        samples.sort_unstable();
-        let n = samples.len();
-        let pct = |q: f64| {
-            if n == 0 {
-                return 0;
-            }
-            // Nearest rank: the smallest sample with at least q of the samples at or below it.
-            samples[((q * n as f64).ceil() as usize).clamp(1, n) - 1]
-        };
-        Spread {
-            p50_us: pct(0.50),
-            p99_us: pct(0.99),
-            max_us: samples.last().copied().unwrap_or(0),
-        }
     }
 }
 
@@ -782,11 +751,11 @@ fn measure(
         .count();
     let applied_of = |kind: &str| {
         Spread::of(
-            ops.carried
+            &ops.carried
                 .iter()
                 .filter(|o| o.kind == kind)
                 .map(|o| o.applied_us)
-                .collect(),
+                .collect::<Vec<_>>(),
         )
     };
     let (applied_add, applied_del) = (applied_of("add"), applied_of("del"));
@@ -809,12 +778,12 @@ fn measure(
         ops_ok: ops.ok,
         pace_us: u64::try_from(options.pace.as_micros()).unwrap_or(u64::MAX),
         errors: ops.errors,
-        applied: Spread::of(ops.applied_us),
+        applied: Spread::of(&ops.applied_us),
         applied_add,
         applied_del,
         applied_over_target,
         applied_over_target_beyond_stalls,
-        round_trip: Spread::of(ops.round_trip_us),
+        round_trip: Spread::of(&ops.round_trip_us),
         changes_counted: scraped.get(CHANGES_OK).map_or(0, |c| c.packets),
         calm_s: options.calm.as_secs_f64(),
         churn_s: (churn_end - churn_start).as_secs_f64(),
@@ -1123,47 +1092,34 @@ impl Scraper {
 
 /// The daemon's metrics text, from inside the shaper namespace; `None` when it did not answer.
 fn scrape(ns: &Namespace) -> Option<String> {
-    let addr: SocketAddr = METRICS_LISTEN.parse().ok()?;
-    ns.run(move || scrape_bounded(addr, MAX_RESPONSE_BYTES, Duration::from_secs(2)))
-        .ok()?
-        .ok()
+    Scrape::fetch_text(ns, METRICS_LISTEN.parse().ok()?)
 }
 
 /// Adds one scrape's class packets and drops (all reasons summed) and the successful changes
 /// to `seen`, keeping the largest value of each (the counters only grow while a class exists).
 fn merge_counts(body: &str, seen: &mut BTreeMap<String, ClassCounts>) {
+    let scrape = Scrape::parse(body);
     let mut now: BTreeMap<String, ClassCounts> = BTreeMap::new();
-    for line in body.lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let value = value as u64;
-        let label = |key: &str| {
-            let start = series.find(&format!("{key}=\""))? + key.len() + 2;
-            let len = series[start..].find('"')?;
-            Some(series[start..start + len].to_owned())
-        };
-        if series.starts_with("metronome_class_packets_total{") {
-            if let Some(class) = label("class") {
-                now.entry(class).or_default().packets += value;
-            }
-        } else if series.starts_with("metronome_class_queued_packets{") {
-            if let Some(class) = label("class") {
-                now.entry(class).or_default().queued += value;
-            }
-        } else if series.starts_with("metronome_class_drops_total{") {
-            if let Some(class) = label("class") {
-                now.entry(class).or_default().drops += value;
-            }
-        } else if series.starts_with("metronome_class_changes_total{")
-            && label("result").as_deref() == Some("ok")
-            && matches!(label("op").as_deref(), Some("add" | "del"))
-        {
-            now.entry(CHANGES_OK.to_owned()).or_default().packets += value;
-        }
+    let per_class = |name: &'static str| {
+        scrape
+            .samples(name)
+            .filter_map(|s| Some((s.label("class")?.to_owned(), s.value as u64)))
+    };
+    for (class, value) in per_class("metronome_class_packets_total") {
+        now.entry(class).or_default().packets += value;
+    }
+    for (class, value) in per_class("metronome_class_queued_packets") {
+        now.entry(class).or_default().queued += value;
+    }
+    for (class, value) in per_class("metronome_class_drops_total") {
+        now.entry(class).or_default().drops += value;
+    }
+    let changes_ok = scrape
+        .samples("metronome_class_changes_total")
+        .filter(|s| s.label("result") == Some("ok") && matches!(s.label("op"), Some("add" | "del")))
+        .map(|s| s.value as u64);
+    for value in changes_ok {
+        now.entry(CHANGES_OK.to_owned()).or_default().packets += value;
     }
     for (class, c) in now {
         let e = seen.entry(class).or_default();
@@ -1256,13 +1212,6 @@ mod tests {
         let r = PhaseRate::of(&w, &[], 100e6);
         assert!((r.worst_window_pct + 1.0).abs() < 1e-9, "{r:?}");
         assert!((r.deviation_pct - 1.0 / 11.0).abs() < 1e-9, "{r:?}");
-    }
-
-    #[test]
-    fn spreads_use_nearest_rank() {
-        let s = Spread::of((1..=200).rev().collect());
-        assert_eq!((s.p50_us, s.p99_us, s.max_us), (100, 198, 200));
-        assert_eq!(Spread::of(Vec::new()), Spread::default());
     }
 
     #[test]

@@ -444,9 +444,8 @@ fn run_one(
             let mut cpu = || daemon.cpu_ns();
             let measured = measure(topo, options, macs, (&mut cpu, &[daemon.pid()]));
             let drops = daemon
-                .metrics_text()
-                .ok()
-                .map(|t| metric_sum(&t, "metronome_rx_ring_drops_total"));
+                .metrics()
+                .map(|m| m.sum("metronome_rx_ring_drops_total") as u64);
             let stopped = daemon.stop();
             let row = measured.map_err(|e| e.to_string()).and_then(|m| {
                 stopped?;
@@ -480,17 +479,6 @@ fn run_one(
             Ok(row)
         }
     }
-}
-
-/// The sum of the samples of metric `name` (any labels) in a Prometheus text.
-pub fn metric_sum(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 /// Writes `batch` to a scratch file and runs `tc -batch` on it in the shaper namespace.
@@ -751,19 +739,5 @@ mod tests {
             "no rate is worst"
         );
         assert_eq!(row.setup_ms, 7);
-    }
-
-    #[test]
-    fn a_metric_sums_over_its_labels_only() {
-        let text = "# HELP metronome_rx_ring_drops_total x\nmetronome_rx_ring_drops_total{silo=\"0\"} 3\n\
-                    metronome_rx_ring_drops_total{silo=\"1\"} 4\nmetronome_rx_ring_drops_totalx 9\n";
-        assert_eq!(metric_sum(text, "metronome_rx_ring_drops_total"), 7);
-        assert_eq!(
-            metric_sum(
-                "metronome_rx_ring_drops_total 2\n",
-                "metronome_rx_ring_drops_total"
-            ),
-            2
-        );
     }
 }

@@ -50,6 +50,7 @@ use super::CompareError;
 use crate::etcd::EtcdCluster;
 use crate::netns::cluster::{ClusterTopology, Site};
 use crate::netns::{InterfaceCounters, Namespace, TopoError};
+use crate::scrape::Scrape as Exposition;
 use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 use metronome_daemon::ops::config::Config;
@@ -249,60 +250,31 @@ pub fn site_config_text(
     text
 }
 
-/// The value of the series `name` whose labels hold `key="value"` (any series `name` without
-/// `label`) in a Prometheus text exposition.
-pub fn metric_value(text: &str, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
-    let wanted = label.map(|(k, v)| format!("{k}=\"{v}\""));
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let (series, value) = line.trim().rsplit_once(' ')?;
-            let (series_name, labels) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            if series_name != name {
-                return None;
-            }
-            if let Some(w) = &wanted {
-                if !labels.split(',').any(|l| l.trim() == w) {
-                    return None;
-                }
-            }
-            value.parse().ok()
-        })
-}
-
 /// The state whose `metronome_cluster_state` series is 1, if any.
-pub fn current_state(text: &str) -> Option<String> {
+pub fn current_state(scrape: &Exposition) -> Option<String> {
     metronome_daemon::ops::metrics::cluster::CLUSTER_STATES
         .into_iter()
-        .find(|s| metric_value(text, "metronome_cluster_state", Some(("state", s))) == Some(1.0))
+        .find(|s| scrape.value("metronome_cluster_state", Some(("state", s))) == Some(1.0))
         .map(str::to_owned)
-}
-
-/// A daemon's metrics text, or `None` when it does not answer (scraped from inside its
-/// namespace).
-fn scrape_text(ns: &Namespace, addr: SocketAddr) -> Option<String> {
-    ns.run(move || metronome_daemon::ops::metrics::scrape(addr))
-        .ok()?
-        .ok()
 }
 
 /// Every daemon's share of the class and state at one scrape, by site.
 type Scraped = (Vec<Option<f64>>, Vec<Option<String>>);
 
-/// A scrape of every daemon: its share of the class and its state.
+/// A scrape of every daemon (from inside its namespace): its share of the class and its state.
 fn scrape_all(targets: &[(Namespace, SocketAddr)]) -> Scraped {
-    let texts: Vec<Option<String>> = targets.iter().map(|(n, a)| scrape_text(n, *a)).collect();
-    let shares = texts
+    let scrapes: Vec<Option<Exposition>> = targets
         .iter()
-        .map(|t| {
-            let t = t.as_deref()?;
-            metric_value(t, "metronome_cluster_share_bps", Some(("class", CLASS)))
+        .map(|(n, a)| Exposition::fetch(n, *a))
+        .collect();
+    let shares = scrapes
+        .iter()
+        .map(|s| {
+            s.as_ref()?
+                .value("metronome_cluster_share_bps", Some(("class", CLASS)))
         })
         .collect();
-    let states = texts.iter().map(|t| current_state(t.as_deref()?)).collect();
+    let states = scrapes.iter().map(|s| current_state(s.as_ref()?)).collect();
     (shares, states)
 }
 
@@ -628,28 +600,14 @@ mod tests {
     }
 
     #[test]
-    fn metric_values_are_found_by_name_and_label() {
-        let text = "# HELP metronome_cluster_share_bps x\n\
-                    metronome_cluster_share_bps{class=\"other\"} 5\n\
-                    metronome_cluster_share_bps{class=\"tenant\"} 148500000\n\
-                    metronome_cluster_state{state=\"joining\"} 0\n\
-                    metronome_cluster_state{state=\"shared\"} 1\n\
-                    metronome_cluster_revision 17\n";
+    fn the_state_is_the_one_whose_series_is_one() {
+        let text = "metronome_cluster_state{state=\"joining\"} 0\n\
+                    metronome_cluster_state{state=\"shared\"} 1\n";
         assert_eq!(
-            metric_value(
-                text,
-                "metronome_cluster_share_bps",
-                Some(("class", "tenant"))
-            ),
-            Some(148_500_000.0)
+            current_state(&Exposition::parse(text)).as_deref(),
+            Some("shared")
         );
-        assert_eq!(
-            metric_value(text, "metronome_cluster_revision", None),
-            Some(17.0)
-        );
-        assert_eq!(metric_value(text, "metronome_cluster_peers", None), None);
-        assert_eq!(current_state(text).as_deref(), Some("shared"));
-        assert_eq!(current_state("metronome_up 1\n"), None);
+        assert_eq!(current_state(&Exposition::parse("metronome_up 1\n")), None);
     }
 
     #[test]

@@ -433,33 +433,6 @@ fn parse_size(s: &str) -> Option<u64> {
     Some(num.parse::<u64>().ok()? * mult)
 }
 
-/// The value of gauge `metric` labelled `class="<class>"` in Prometheus text.
-pub fn parse_class_gauge(text: &str, metric: &str, class: &str) -> Option<u64> {
-    let label = format!("class=\"{class}\"");
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (key, value) = l.rsplit_once(' ')?;
-            let (name, labels) = key.split_once('{')?;
-            (name == metric && labels.split(',').any(|x| x.trim_end_matches('}') == label))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .map(|v| v.max(0.0) as u64)
-        .next()
-}
-
-/// The nearest-rank percentile `q` of `samples` (sorted in place); `None` when empty.
-pub fn percentile(samples: &mut [u64], q: f64) -> Option<u64> {
-    samples.sort_unstable();
-    let n = samples.len();
-    if n == 0 {
-        return None;
-    }
-    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-    Some(samples[rank - 1])
-}
-
 /// Runs the scenarios of `options`: builds the topology, runs every (scenario, shaper) and
 /// removes everything. One progress line per class and run goes to `progress`.
 pub fn run(options: &LinkOptions, progress: &mut dyn Write) -> Result<Vec<LinkRow>, CompareError> {
@@ -547,10 +520,13 @@ impl Active {
     fn queues(&self, topo: &Topology, classes: &[ClassSpec]) -> Vec<Option<u64>> {
         match self {
             Active::Daemon { metrics, .. } => {
-                let text = metrics.encode();
+                let scrape = crate::scrape::Scrape::parse(&metrics.encode());
                 classes
                     .iter()
-                    .map(|c| parse_class_gauge(&text, LINK_QUEUE_METRIC, &c.name))
+                    .map(|c| {
+                        let queued = scrape.value(LINK_QUEUE_METRIC, Some(("class", &c.name)));
+                        queued.map(|v| v.max(0.0) as u64)
+                    })
                     .collect()
             }
             Active::Htb => tc(topo, &["-s", "class", "show", "dev", &topo.shaper_out])
@@ -776,7 +752,7 @@ fn mean_between(windows: &[(Instant, f64)], from: Instant, to: Instant) -> f64 {
         .filter(|(end, _)| *end >= from + SAMPLE && *end <= to)
         .map(|(_, bps)| *bps)
         .collect();
-    measure::mean(&inside)
+    crate::stats::mean(&inside)
 }
 
 /// Milliseconds from `stop` to the end of the first window after it in which `rates` (one
@@ -794,7 +770,7 @@ fn rows_of(
     (scenario, shaper): (Scenario, LinkShaper),
     classes: &[ClassSpec],
     plans: &[(bool, TrafficReport)],
-    mut seen: Seen,
+    seen: Seen,
 ) -> Vec<LinkRow> {
     let reports: Vec<TrafficReport> = plans.iter().map(|(_, r)| r.clone()).collect();
     let reports = reports.as_slice();
@@ -861,7 +837,7 @@ fn rows_of(
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let q = &mut seen.queues[i];
+            let q = &seen.queues[i];
             let avg = (!q.is_empty()).then(|| q.iter().sum::<u64>() as f64 / q.len() as f64);
             let remains = stop.is_some() && !c.stops_half_way;
             LinkRow {
@@ -877,7 +853,7 @@ fn rows_of(
                 share_pct: (!c.priority && weighted_total > 0.0)
                     .then(|| achieved[i] / weighted_total * 100.0),
                 link_pct: achieved[i] / link * 100.0,
-                queue_p99_bytes: percentile(q, 0.99),
+                queue_p99_bytes: crate::stats::percentile(q, 0.99),
                 queue_avg_bytes: avg,
                 rtt_p99_us: if c.priority {
                     seen.probe
@@ -1007,17 +983,6 @@ mod tests {
     }
 
     #[test]
-    fn class_gauges_are_read_from_prometheus_text() {
-        let text = "# TYPE metronome_link_class_queue_bytes gauge\n\
-                    metronome_link_class_queue_bytes{class=\"a\"} 1500\n\
-                    metronome_link_class_queue_bytes{class=\"ab\"} 9\n\
-                    other{class=\"a\"} 7\n";
-        assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "a"), Some(1500));
-        assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "ab"), Some(9));
-        assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "b"), None);
-    }
-
-    #[test]
     fn borrowing_ends_at_the_first_window_at_the_floor() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
@@ -1031,8 +996,5 @@ mod tests {
         // Stop at 30 ms: the window ending at 40 is below, the one ending at 80 reaches 980.
         assert_eq!(borrow_ms(&sums, at(30), 980.0), Some(50.0));
         assert_eq!(borrow_ms(&sums, at(90), 980.0), None);
-        let mut q = vec![5, 1, 3];
-        assert_eq!(percentile(&mut q, 0.99), Some(5));
-        assert_eq!(percentile(&mut [], 0.5), None);
     }
 }

@@ -256,9 +256,8 @@ fn run_one(
     let setup = started.elapsed();
     let measured = measure(topo, options, macs, &daemon);
     let drops = daemon
-        .metrics_text()
-        .ok()
-        .map(|t| super::classes::metric_sum(&t, "metronome_rx_ring_drops_total"));
+        .metrics()
+        .map(|m| m.sum("metronome_rx_ring_drops_total") as u64);
     let stopped = daemon.stop();
     let (sent, frames, cpu_ns) = measured.map_err(|e| e.to_string())?;
     stopped?;
@@ -353,21 +352,12 @@ pub fn medians(outcomes: &[PacketRateOutcome]) -> Vec<(usize, f64, f64)> {
                     _ => None,
                 })
                 .collect();
-            let mut fps: Vec<f64> = rows.iter().map(|r| r.delivered_fps).collect();
-            let mut ns: Vec<f64> = rows.iter().map(|r| r.daemon_ns_per_frame).collect();
-            (n, median(&mut fps), median(&mut ns))
+            let fps: Vec<f64> = rows.iter().map(|r| r.delivered_fps).collect();
+            let ns: Vec<f64> = rows.iter().map(|r| r.daemon_ns_per_frame).collect();
+            let median = |v: &[f64]| crate::stats::median(v).unwrap_or(f64::NAN);
+            (n, median(&fps), median(&ns))
         })
         .collect()
-}
-
-/// The median of `values` (NaN when empty).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 #[cfg(test)]

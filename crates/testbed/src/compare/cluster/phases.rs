@@ -11,6 +11,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The median of the finite ones of `values` (`None` when none is).
+pub fn median(values: &[f64]) -> Option<f64> {
+    let finite: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    crate::stats::median(&finite)
+}
+
 /// Windows in a span whose median judges a rate (see the module docs).
 pub const SPAN: usize = 3;
 
@@ -43,21 +49,6 @@ pub struct Scrape {
     pub share_bps: Vec<Option<f64>>,
     /// Each daemon's `metronome_cluster_state` that is 1 (`None`: no answer or no series).
     pub state: Vec<Option<String>>,
-}
-
-/// The median of `values` (`None` when empty).
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// The windows that end in `(from_s, to_s]`.

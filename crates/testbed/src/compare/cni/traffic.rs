@@ -21,10 +21,10 @@
 //! in the other, so a limit on what the pod sends would also carry the ACKs of what it receives,
 //! and neither direction's figure would be the limit's alone.
 
-use crate::compare::measure::{mean, mean_abs_deviation_pct};
 use crate::compare::{answered, CompareError, TAIL};
 use crate::netns::cni::CniTopology;
 use crate::netns::TopoError;
+use crate::stats::{mean, mean_abs_deviation_pct, median};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 use std::time::Duration;
 
@@ -112,25 +112,14 @@ pub fn pod_rate(
     (warmup, span): (Duration, Duration),
     limit_bps: u64,
 ) -> Option<PodRate> {
-    let mut windows = crate::compare::attach::wire_windows(report, (warmup, span))?;
+    let windows = crate::compare::attach::wire_windows(report, (warmup, span))?;
     let deviation_pct = mean_abs_deviation_pct(&windows, limit_bps as f64)?;
     let mean_bps = mean(&windows);
-    windows.sort_by(f64::total_cmp);
     Some(PodRate {
-        median_bps: median_of_sorted(&windows),
+        median_bps: median(&windows)?,
         mean_bps,
         deviation_pct,
     })
-}
-
-/// The median of sorted, non-empty `values` (the mean of the middle two for an even count).
-fn median_of_sorted(values: &[f64]) -> f64 {
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 /// What the fair probe measured.
@@ -228,11 +217,5 @@ mod tests {
         let r = report(vec![1e6]);
         let timing = (Duration::from_millis(500), Duration::from_millis(400));
         assert_eq!(pod_rate(&r, timing, 1), None);
-    }
-
-    #[test]
-    fn an_even_count_takes_the_middle_two() {
-        assert_eq!(median_of_sorted(&[1.0, 2.0, 4.0, 8.0]), 3.0);
-        assert_eq!(median_of_sorted(&[5.0]), 5.0);
     }
 }
