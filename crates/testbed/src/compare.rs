@@ -363,7 +363,7 @@ pub(crate) fn started(
     Ok(thread)
 }
 
-/// Why the comparison failed.
+/// Why a comparison or the demo failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
     /// Building or using the topology failed (also: CAP_NET_ADMIN missing).
@@ -378,6 +378,12 @@ pub enum CompareError {
     /// An etcd cluster of the run could not be started or driven.
     #[error("{0}")]
     Etcd(#[from] crate::etcd::EtcdError),
+    /// The simulator refused the scenario (the simulated `demo`).
+    #[error("simulator: {0}")]
+    Sim(#[from] metronome_sim::ScenarioError),
+    /// The daemon refused the configuration or stopped at once (`demo --attach`).
+    #[error("{0}")]
+    Refused(String),
     /// No bulk traffic reached the receiver in time.
     #[error("{shaper} at {target_bps} bit/s with {flows} flows: no traffic reached the receiver within {START_TIMEOUT:?}")]
     NoTraffic {

@@ -49,25 +49,9 @@ pub const WARMUP: Duration = Duration::from_millis(500);
 /// Prefix of the demo's namespaces.
 pub const NS_PREFIX: &str = "mtr-demo";
 
-/// Why the demo failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    /// Building or using the topology failed.
-    #[error("{0}")]
-    Topo(#[from] TopoError),
-    /// The traffic generator failed.
-    #[error("{0}")]
-    Traffic(#[from] TrafficError),
-    /// The daemon failed (an interface, a capability).
-    #[error("{0}")]
-    Port(#[from] metronome_io::PortError),
-    /// The simulator refused the scenario.
-    #[error("simulator: {0}")]
-    Sim(#[from] metronome_sim::ScenarioError),
-    /// The daemon refused the configuration or stopped at once (`--attach`: [`attach`]).
-    #[error("{0}")]
-    Refused(String),
-}
+/// Why the demo failed: the harness's error ([`crate::compare::CompareError`]; the simulator's
+/// refusal is its `Sim`, a daemon that refused or stopped at once, `--attach`, its `Refused`).
+pub type DemoError = crate::compare::CompareError;
 
 /// One line of the conformance table (a class of the JSON report).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

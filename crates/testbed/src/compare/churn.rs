@@ -38,7 +38,7 @@
 //!   first, within `applied_us`), and the slowest operations with when they were sent;
 //! * each TCP class's rate on the wire: an AF_PACKET [`Tap`] on the receiver's veth counts the
 //!   frame bytes (Ethernet header included, no FCS: what the daemon charges a class) of the
-//!   class's ports at the time the kernel received each frame ([`Tap::spawn_stamped`]: a tap
+//!   class's ports at the time the kernel received each frame ([`TapClock::Kernel`]: a tap
 //!   thread that reads late on the loaded machine does not move bytes into the next window), in
 //!   100 ms windows ([`WINDOW`]) over each phase; their mean, their mean absolute deviation from
 //!   the class's rate (Carousel §7.1.1), the worst window and the worst of the windows in which
@@ -62,7 +62,7 @@
 use super::attach::AttachedDaemon;
 use super::CompareError;
 use crate::flood::frames::classify_ipv4;
-use crate::flood::{value_at, FloodError, Tap};
+use crate::flood::{value_at, FloodError, Tap, TapClock};
 use crate::netns::{Namespace, TopoError, Topology};
 use crate::scrape::Scrape;
 use crate::stall::{self, StallProbe, StallSummary, Stalls};
@@ -619,12 +619,12 @@ fn measure(
 ) -> Result<ChurnReport, ChurnError> {
     let origin = Instant::now();
     let probe = StallProbe::spawn(origin).map_err(TopoError::Io)?;
-    let tap = Tap::spawn_stamped(
+    let tap = Tap::spawn_with(
         &topo.receiver,
         &topo.receiver_if,
-        tcp_bucket,
-        MAX_TCP_CLASSES,
+        (tcp_bucket, MAX_TCP_CLASSES),
         origin,
+        TapClock::Kernel,
     )?;
     let mut client = connect(control)?;
 
