@@ -256,6 +256,10 @@ pub struct ChurnArgs {
     /// 1..=99; default: an ordinary task).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=99))]
     pub realtime_priority: Option<u8>,
+    /// Print the JSON schema of the `--json` document (generated from its types) instead of
+    /// running.
+    #[arg(long)]
+    pub schema: bool,
 }
 
 /// The options of `compare cluster`.

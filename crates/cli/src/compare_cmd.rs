@@ -307,6 +307,10 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             let modes = (a.isolate_daemon, a.workload_link, a.json);
             crate::compare_attach::run(a.quick, (targets, a.flows), modes)
         }
+        Mode::Churn(a) if a.schema => {
+            println!("{}", crate::compare_churn::schema()?);
+            Ok(())
+        }
         Mode::Churn(a) => {
             if a.flows.len() > 1 {
                 usage("--churn takes one --flows (connections per class)");

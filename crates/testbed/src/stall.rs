@@ -58,7 +58,16 @@ pub struct Stalls {
 }
 
 /// The stalls of one span of time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct StallSummary {
     /// Stalls longer than 1 ms that fall (at least partly) in the span.
     pub over_1ms: usize,

@@ -31,7 +31,17 @@ pub fn percentile(samples: &[u64], q: f64) -> Option<u64> {
 }
 
 /// p50, p99 and the largest of some samples (nearest rank), microseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct Spread {
     /// Median.
     pub p50_us: u64,
