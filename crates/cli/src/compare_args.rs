@@ -67,6 +67,12 @@ pub enum Mode {
     /// one idle): the start, a site stopping, a daemon killed, an etcd member killed, then every
     /// member. Needs `etcd`.
     Cluster(ClusterArgs),
+    /// Print the JSON schema of MODE's `--json` document (generated from its types).
+    Schema {
+        /// The mode.
+        #[arg(value_enum)]
+        mode: crate::compare_schema::SchemaOf,
+    },
 }
 
 /// The options of the kernel grid and of the ceiling.
@@ -256,10 +262,6 @@ pub struct ChurnArgs {
     /// 1..=99; default: an ordinary task).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=99))]
     pub realtime_priority: Option<u8>,
-    /// Print the JSON schema of the `--json` document (generated from its types) instead of
-    /// running.
-    #[arg(long)]
-    pub schema: bool,
 }
 
 /// The options of `compare cluster`.

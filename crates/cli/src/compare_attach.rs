@@ -1,18 +1,14 @@
-//! `metronome compare --attach [--quick] [--target RATES] [--flows N,...] [--isolate-daemon]
-//! [--workload-link bridge|routed] [--json]`: the daemon attached in place to a host's uplink
-//! against the kernel's qdiscs on the same uplink (what is run and measured:
-//! `metronome_testbed::compare::attach`).
+//! `metronome compare attach`: the daemon attached in place to a host's uplink against the
+//! kernel's qdiscs on the same uplink (what is run and measured:
+//! `metronome_testbed::compare::attach`; the options: [`crate::compare_args::AttachArgs`]).
 //!
 //! Output: the host part as the side-by-side table of `metronome compare`
 //! ([`crate::compare_cmd::format_table`]), a row whose shaper could not run shown as `-` and its
 //! error listed under the table; then the workload part, one line per workload with each
-//! shaper's rate and deviation, and a summary line per shaper. With `--json` exactly
-//! `{"machine", "steering", "workload_link": "bridge"|"routed", "host": [...], "workloads":
-//! [...]}` on standard output: each host row is a `metronome compare` row (`{"shaper",
-//! "target_bps", "flows", "achieved_bps", ...}`) or `{"shaper", "target_bps", "flows",
-//! "error"}`; each workload row is `{"shaper", "workload", "target_bps", "flows",
-//! "achieved_bps", "deviation_pct"}` (both `null` with an `"error"`). Progress lines go to
-//! standard error. Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
+//! shaper's rate and deviation, and a summary line per shaper. With `--json` an
+//! [`AttachDocument`] on standard output (its schema: `metronome compare schema attach`); a row
+//! that could not run carries its `"error"` and no figures. Progress lines go to standard error.
+//! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
 use crate::compare_cmd::{format_table, or_exit};
 use metronome_testbed::compare::attach::{
@@ -24,7 +20,7 @@ use metronome_testbed::offloads::OffloadMode;
 use std::fmt::Write;
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct AttachDocument {
     pub(crate) machine: String,
     #[serde(flatten)]

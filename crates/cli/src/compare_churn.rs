@@ -1,15 +1,14 @@
-//! `metronome compare --churn [--ops N] [--pace DURATION] [--target RATES] [--flows N]
-//! [--udp-rate R] [--class-rate R] [--congestion NAME] [--realtime-priority N]
-//! [--json]`: classes added and deleted through the daemon's
-//! control socket while TCP runs through other classes (what is run and measured:
-//! `metronome_testbed::compare::churn`). The daemon is this very binary's `run`.
+//! `metronome compare churn`: classes added and deleted through the daemon's control socket
+//! while TCP runs through other classes (what is run and measured:
+//! `metronome_testbed::compare::churn`; the options: [`crate::compare_args::ChurnArgs`]). The
+//! daemon is this very binary's `run`.
 //!
 //! Output ([`format_report`]): the operations (the daemon's `applied_us` p50/p99/max, how many
 //! above 1 ms and how many of those the machine's own stalls do not account for, the client's
 //! round trip), one line per TCP class with its calm and churn phases side by side, the
 //! machine's stalls in each phase and the UDP flow. With `--json` a [`ChurnDocument`] on
-//! standard output; its JSON schema, generated from the types, is what `--schema` prints
-//! ([`schema`]). Progress lines go to standard error. Without CAP_NET_ADMIN: one line naming the
+//! standard output; its JSON schema, generated from the types, is what
+//! `metronome compare schema churn` prints. Progress lines go to standard error. Without CAP_NET_ADMIN: one line naming the
 //! privilege, exit status 2; options out of bounds: exit status 2.
 
 use metronome_testbed::compare::churn::{self, ChurnError, ChurnOptions, ChurnReport};
@@ -226,11 +225,6 @@ pub fn format_report(r: &ChurnReport) -> String {
     out
 }
 
-/// The JSON schema of the `--json` document ([`ChurnDocument`]), generated from its types.
-pub fn schema() -> serde_json::Result<String> {
-    serde_json::to_string_pretty(&schemars::schema_for!(ChurnDocument))
-}
-
 /// Runs `metronome compare --churn`.
 pub fn run(args: &ChurnArgs, json: bool) -> anyhow::Result<()> {
     let mut options = args.options();
@@ -367,17 +361,10 @@ mod tests {
         let text = serde_json::to_string_pretty(&doc).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        let schema: serde_json::Value = serde_json::from_str(&schema().unwrap()).unwrap();
-        let mut want: Vec<&str> = schema["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        want.sort_unstable();
+        let want = crate::compare_schema::fields(crate::compare_schema::SchemaOf::Churn);
         keys.sort_unstable();
         assert_eq!(keys, want);
-        assert!(want.contains(&"machine") && want.contains(&"realtime_priority"));
+        assert!(want.iter().any(|k| k == "realtime_priority"));
         assert_eq!(v["classes"][0]["churn"]["deviation_pct"], 0.5);
         assert_eq!(v["udp"]["lost"], 0);
         let back: ChurnDocument = serde_json::from_str(&text).unwrap();
@@ -400,42 +387,5 @@ mod tests {
             (o.ops, o.tcp_rates_bps.len(), o.churn_rate_bps),
             (10, 1, 8_000_000)
         );
-    }
-
-    /// Whether `all` holds every field of `some`, with the same value (recursively).
-    fn holds(all: &serde_json::Value, some: &serde_json::Value) -> bool {
-        use serde_json::Value;
-        match (all, some) {
-            (Value::Object(a), Value::Object(b)) => b
-                .iter()
-                .all(|(k, v)| a.get(k).is_some_and(|x| holds(x, v))),
-            (Value::Array(a), Value::Array(b)) => {
-                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| holds(x, y))
-            }
-            (a, b) => a == b,
-        }
-    }
-
-    #[test]
-    fn the_committed_results_have_the_documents_shape() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/results/classes");
-        let mut read = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if !(name.starts_with("churn-") && name.ends_with(".json")) {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let before: serde_json::Value = serde_json::from_str(&text).unwrap();
-            if before.get("realtime_priority").is_none() {
-                continue; // written before the document's last field existed
-            }
-            let doc: ChurnDocument = serde_json::from_str(&text).unwrap();
-            let after = serde_json::to_value(&doc).unwrap();
-            assert!(holds(&after, &before), "{name}: {after}");
-            read += 1;
-        }
-        assert!(read > 0);
     }
 }

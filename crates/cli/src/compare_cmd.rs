@@ -193,7 +193,7 @@ pub fn format_ceiling(
 /// (`--link-sharing` only), the daemon rows' loop mode (when not the defaults) and one row per
 /// run ([`Row`], or
 /// [`metronome_testbed::compare::link_sharing::LinkRow`] per class with `--link-sharing`).
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct Document<R> {
     pub(crate) offloads: OffloadMode,
     pub(crate) machine: String,
@@ -307,8 +307,8 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             let modes = (a.isolate_daemon, a.workload_link, a.json);
             crate::compare_attach::run(a.quick, (targets, a.flows), modes)
         }
-        Mode::Churn(a) if a.schema => {
-            println!("{}", crate::compare_churn::schema()?);
+        Mode::Schema { mode } => {
+            println!("{}", crate::compare_schema::schema(mode)?);
             Ok(())
         }
         Mode::Churn(a) => {

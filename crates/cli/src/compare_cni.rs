@@ -1,20 +1,16 @@
-//! `metronome compare --cni [--quick] [--pods N] [--rates RATES] [--flows N] [--json]`: pods
-//! limited through a chained CNI plugin, `metronome-cni` against the containernetworking
-//! `bandwidth` plugin (what is run and measured: `metronome_testbed::compare::cni`).
+//! `metronome compare cni`: pods limited through a chained CNI plugin, `metronome-cni` against
+//! the containernetworking `bandwidth` plugin (what is run and measured:
+//! `metronome_testbed::compare::cni`).
 //!
 //! The `metronome-cni` rows run this binary's `run` as the node's daemon and the
 //! `metronome-cni` binary next to it (`target/<profile>/metronome-cni`, as Cargo builds both).
 //!
 //! Output: per rate, one line per pod with each shaper's egress and ingress rate and deviation
 //! side by side ([`format_pods`]), a summary line per shaper and direction, the errors; the fair
-//! probe's RTT per shaper; the cycle check's leftovers per shaper. With `--json` exactly
-//! `{"machine", "pods": [...], "probes": [...], "cycles": [...]}` on standard output: each pod
-//! row is `{"shaper": "metronome-cni"|"bandwidth", "target_bps", "direction":
-//! "egress"|"ingress", "pod", "flows", "achieved_bps" (the windows' median), "mean_bps",
-//! "deviation_pct"}` (the figures `null` with an `"error"`); each probe row `{"shaper",
-//! "target_bps", "bulk_flows", "rtt_p50_us", "rtt_p99_us"}`; each cycle row `{"shaper",
-//! "cycles", "failed", "leftovers": [...]}`. Progress lines go to standard error. Without
-//! CAP_NET_ADMIN: one line naming the privilege, exit status 2.
+//! probe's RTT per shaper; the cycle check's leftovers per shaper. With `--json` a
+//! [`CniDocument`] (its schema: `metronome compare schema cni`; a pod's rate is its windows'
+//! median). Progress lines go to standard error. Without CAP_NET_ADMIN: one line naming the
+//! privilege, exit status 2.
 
 use crate::compare_attach::{largest_error_pct, write_not_measured};
 use crate::compare_cmd::or_exit;
@@ -38,7 +34,7 @@ pub struct CniArgs {
 }
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct CniDocument {
     pub(crate) machine: String,
     #[serde(flatten)]

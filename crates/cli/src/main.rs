@@ -12,6 +12,7 @@ mod compare_cmd;
 mod compare_cni;
 mod compare_link;
 mod compare_plot;
+mod compare_schema;
 mod demo_cmd;
 mod lab_cmd;
 mod run_cmd;

@@ -75,7 +75,9 @@ pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(6);
 const BASE_PORT: u16 = 20_000;
 
 /// One of the compared shapers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Shaper {
     /// The Metronome daemon.
@@ -238,7 +240,7 @@ impl CompareOptions {
 }
 
 /// One row of the report: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Row {
     /// Which shaper.
     pub shaper: Shaper,

@@ -54,7 +54,7 @@ pub const NS_PREFIX: &str = "mtr-demo";
 pub type DemoError = crate::compare::CompareError;
 
 /// One line of the conformance table (a class of the JSON report).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ClassRow {
     /// The class name.
     pub name: String,
@@ -67,7 +67,9 @@ pub struct ClassRow {
 }
 
 /// Where the demo ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DemoMode {
     /// Real kernel TCP through the daemon on a topology ([`run_real`]).
@@ -77,7 +79,7 @@ pub enum DemoMode {
 }
 
 /// The conformance table as one document: what `metronome demo --json` prints.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DemoReport {
     /// Real traffic or the simulator.
     pub mode: DemoMode,

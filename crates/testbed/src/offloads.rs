@@ -11,7 +11,17 @@
 use crate::netns::{TopoError, Topology};
 
 /// Which offloads the topology's veths run with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OffloadMode {
     /// The host's default offloads: super-frames reach the shaper.

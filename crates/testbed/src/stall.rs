@@ -26,7 +26,9 @@ pub const RECORDED: Duration = Duration::from_micros(200);
 const PRIORITY: u8 = 50;
 
 /// A CPU that did not run this machine's tasks for a while.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Stall {
     /// The CPU.
     pub cpu: usize,

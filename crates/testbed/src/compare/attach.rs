@@ -49,7 +49,9 @@ const BASE_PORT: u16 = 30_000;
 const LAST_PORT: u16 = 60_000;
 
 /// A shaper of the workload part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub enum WorkloadShaper {
     /// The daemon, one class per workload matched by `from`.
     #[serde(rename = "metronome")]
@@ -149,7 +151,7 @@ impl AttachOptions {
 }
 
 /// One run of the host part: its figures, or why it has none.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum HostRow {
     /// The run was measured ([`Row`], as the bump-in-the-wire comparison reports it).
@@ -188,7 +190,7 @@ impl HostRow {
 }
 
 /// One workload under one shaper of the workload part.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct WorkloadRow {
     /// The shaper.
     pub shaper: WorkloadShaper,
@@ -208,7 +210,7 @@ pub struct WorkloadRow {
 }
 
 /// What `metronome compare --attach` reports.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct AttachReport {
     /// The CPU steering of the run, in words (see the module docs).
     pub steering: String,

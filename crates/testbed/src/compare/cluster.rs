@@ -89,7 +89,7 @@ pub const JOIN_TIMEOUT: Duration = Duration::from_secs(15);
 const BASE_PORT: u16 = 34_000;
 
 /// How the daemons share the limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Enforcement {
     /// One cluster class over etcd.
     #[serde(rename = "cluster")]

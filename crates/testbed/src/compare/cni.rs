@@ -58,7 +58,9 @@ const BASE_PORT: u16 = 31_000;
 const LAST_PORT: u16 = 60_000;
 
 /// A shaper of the comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub enum CniShaper {
     /// `metronome-cni`: two classes per pod on the node's daemon.
     #[serde(rename = "metronome-cni")]
@@ -134,7 +136,7 @@ impl CniOptions {
 }
 
 /// One pod, one direction, one shaper and rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PodRow {
     /// The shaper.
     pub shaper: CniShaper,
@@ -158,7 +160,7 @@ pub struct PodRow {
 }
 
 /// The fair probe under one shaper and rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ProbeRow {
     /// The shaper.
     pub shaper: CniShaper,
@@ -176,7 +178,7 @@ pub struct ProbeRow {
 }
 
 /// The cycle check of one shaper.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct CycleRow {
     /// The shaper.
     pub shaper: CniShaper,
@@ -192,7 +194,9 @@ pub struct CycleRow {
 }
 
 /// What `metronome compare --cni` reports.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct CniReport {
     /// Per pod, direction, shaper and rate.
     pub pods: Vec<PodRow>,

@@ -72,7 +72,9 @@ const TAIL: Duration = Duration::from_millis(300);
 const START_BYTES: u64 = 64 << 10;
 
 /// A link-sharing scenario.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Scenario {
     /// Two classes, weights 1:3, 16 flows each.
@@ -273,7 +275,7 @@ impl LinkOptions {
 }
 
 /// One row of the report: one class under one shaper in one scenario.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct LinkRow {
     /// `metronome`, `metronome-per-queue` or `htb`.
     pub shaper: String,

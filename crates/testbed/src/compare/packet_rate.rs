@@ -93,7 +93,7 @@ impl PacketRateOptions {
 }
 
 /// One run: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PacketRateRow {
     /// Classes of the daemon's configuration.
     pub classes: usize,
@@ -118,7 +118,7 @@ pub struct PacketRateRow {
 }
 
 /// A run: its row, or why it could not run.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum PacketRateOutcome {
     /// Measured.

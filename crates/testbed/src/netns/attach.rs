@@ -83,7 +83,17 @@ pub struct Workload {
 }
 
 /// How the workloads' veths join the host.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadLink {
     /// Enslaved to the bridge `br0`, which holds the gateway address (the workloads share one

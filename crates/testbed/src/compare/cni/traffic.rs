@@ -33,7 +33,9 @@ use std::time::Duration;
 pub const PROBE_BULK_FLOWS: usize = 16;
 
 /// Which way a run's traffic goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Pod -> receiver (`egressRate`: what the pod sends).
