@@ -17,10 +17,12 @@ use metronome_testbed::compare::attach::{
 use metronome_testbed::compare::RunReport;
 use metronome_testbed::netns::attach::WorkloadLink;
 use metronome_testbed::offloads::OffloadMode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct AttachDocument {
     pub(crate) machine: String,
     #[serde(flatten)]

@@ -12,11 +12,13 @@
 //! privilege, exit status 2; options out of bounds: exit status 2.
 
 use metronome_testbed::compare::churn::{self, ChurnError, ChurnOptions, ChurnReport};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::time::Duration;
 
 /// The `--json` document: the machine, then the fields of [`ChurnReport`].
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct ChurnDocument {
     pub(crate) machine: String,
     #[serde(flatten)]

@@ -16,18 +16,20 @@ use metronome_testbed::compare::classes::{self, ClassesOptions, ClassesOutcome};
 use metronome_testbed::compare::packet_rate::{
     self, medians, sender_limited, PacketRateOptions, PacketRateOutcome,
 };
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::time::Duration;
 
 /// The `--json` document of `--classes`.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct ClassesDocument {
     pub(crate) machine: String,
     pub(crate) classes: Vec<ClassesOutcome>,
 }
 
 /// The `--json` document of `--packet-rate`.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct PacketRateDocument {
     pub(crate) machine: String,
     pub(crate) packet_rate: Vec<PacketRateOutcome>,

@@ -14,9 +14,11 @@
 
 use crate::compare_cmd::or_exit;
 use metronome_testbed::compare::cluster::{self, ClusterOptions, ClusterReport, Enforcement};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct ClusterDocument {
     pub(crate) machine: String,
     #[serde(flatten)]

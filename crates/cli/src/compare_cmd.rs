@@ -19,6 +19,8 @@ use metronome_testbed::compare::{
 };
 use metronome_testbed::forwarder::ForwarderMode;
 use metronome_testbed::offloads::OffloadMode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// Width of one shaper's block, without the daemon column.
@@ -193,7 +195,7 @@ pub fn format_ceiling(
 /// (`--link-sharing` only), the daemon rows' loop mode (when not the defaults) and one row per
 /// run ([`Row`], or
 /// [`metronome_testbed::compare::link_sharing::LinkRow`] per class with `--link-sharing`).
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct Document<R> {
     pub(crate) offloads: OffloadMode,
     pub(crate) machine: String,

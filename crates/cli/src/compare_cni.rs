@@ -17,6 +17,8 @@ use crate::compare_cmd::or_exit;
 use metronome_testbed::compare::cni::{
     self, CniOptions, CniReport, CniShaper, CycleRow, Direction, PodRow, ProbeRow,
 };
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// What `--cni` was asked for on the command line (`None`/empty: the defaults of
@@ -34,7 +36,7 @@ pub struct CniArgs {
 }
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct CniDocument {
     pub(crate) machine: String,
     #[serde(flatten)]

@@ -37,6 +37,8 @@ pub use arms::{
 };
 pub use error::CompareError;
 use metronome_daemon::ops::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::time::Duration;
 pub use traffic_run::answered;
@@ -75,9 +77,7 @@ pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(6);
 const BASE_PORT: u16 = 20_000;
 
 /// One of the compared shapers.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Shaper {
     /// The Metronome daemon.
@@ -240,7 +240,7 @@ impl CompareOptions {
 }
 
 /// One row of the report: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
     /// Which shaper.
     pub shaper: Shaper,

@@ -36,6 +36,8 @@ use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, Transport};
 use metronome_daemon::driver::run::Control;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -54,7 +56,7 @@ pub const NS_PREFIX: &str = "mtr-demo";
 pub type DemoError = crate::compare::CompareError;
 
 /// One line of the conformance table (a class of the JSON report).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClassRow {
     /// The class name.
     pub name: String,
@@ -67,9 +69,7 @@ pub struct ClassRow {
 }
 
 /// Where the demo ran.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DemoMode {
     /// Real kernel TCP through the daemon on a topology ([`run_real`]).
@@ -79,7 +79,7 @@ pub enum DemoMode {
 }
 
 /// The conformance table as one document: what `metronome demo --json` prints.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DemoReport {
     /// Real traffic or the simulator.
     pub mode: DemoMode,

@@ -14,7 +14,7 @@
 //! * [`trafficgen`]: kernel TCP (and UDP) flow groups from the sender to sinks in the receiver,
 //!   goodput windows and an RTT probe.
 //! * [`shaper`]: the daemon's loop ([`shaper::spawn_shaper`]) or its silos
-//!   ([`shaper::spawn_silos`]) on a thread inside a namespace.
+//!   ([`shaper::spawn_daemon`] with `run_silos`) on a thread inside a namespace.
 //! * [`demo`]: `metronome demo`, the daemon on a topology with a conformance table, or the same
 //!   scenario in `metronome-sim` without the privilege.
 //! * [`compare`]: `metronome compare`, the daemon against kernel HTB and TBF on the same path;

@@ -4,6 +4,9 @@
 //! and their spread, means, the mean absolute deviation from a target (Carousel §7.1.1) and
 //! Jain's fairness index. Plain functions over slices; nothing here reads a clock or a socket.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 /// The median of `values` (the mean of the middle two for an even count); `None` when empty.
 /// Values are ordered by [`f64::total_cmp`], so a NaN sorts last and is not filtered out.
 pub fn median(values: &[f64]) -> Option<f64> {
@@ -31,17 +34,7 @@ pub fn percentile(samples: &[u64], q: f64) -> Option<u64> {
 }
 
 /// p50, p99 and the largest of some samples (nearest rank), microseconds.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Spread {
     /// Median.
     pub p50_us: u64,

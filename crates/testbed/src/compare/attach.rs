@@ -26,6 +26,8 @@ use crate::stats::{mean, mean_abs_deviation_pct};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 pub use daemon::{AttachedDaemon, READY_TIMEOUT, STOP_TIMEOUT};
 use metronome_daemon::ops::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,9 +51,7 @@ const BASE_PORT: u16 = 30_000;
 const LAST_PORT: u16 = 60_000;
 
 /// A shaper of the workload part.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum WorkloadShaper {
     /// The daemon, one class per workload matched by `from`.
     #[serde(rename = "metronome")]
@@ -151,7 +151,7 @@ impl AttachOptions {
 }
 
 /// One run of the host part: its figures, or why it has none.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum HostRow {
     /// The run was measured ([`Row`], as the bump-in-the-wire comparison reports it).
@@ -190,7 +190,7 @@ impl HostRow {
 }
 
 /// One workload under one shaper of the workload part.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkloadRow {
     /// The shaper.
     pub shaper: WorkloadShaper,
@@ -210,7 +210,7 @@ pub struct WorkloadRow {
 }
 
 /// What `metronome compare --attach` reports.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AttachReport {
     /// The CPU steering of the run, in words (see the module docs).
     pub steering: String,

@@ -48,6 +48,8 @@ use crate::flood::FloodError;
 use crate::netns::{run_command, TopoError, Topology};
 use crate::trafficgen::sleep_until;
 use metronome_daemon::ops::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
@@ -85,9 +87,7 @@ const PORTS: (u16, u16) = (40_000, 9);
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One of the shapers of `compare --classes`.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClassesShaper {
     /// `metronome run`, a class per destination.
@@ -180,7 +180,7 @@ impl ClassesOptions {
 }
 
 /// The worst class of a run: the one furthest from its rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WorstClass {
     /// Its index.
     pub class: usize,
@@ -195,7 +195,7 @@ pub struct WorstClass {
 }
 
 /// One shaper's run: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClassesRow {
     /// Which shaper.
     pub shaper: ClassesShaper,
@@ -245,7 +245,7 @@ pub struct ClassesRow {
 }
 
 /// A shaper's run: its row, or why it could not run.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ClassesOutcome {
     /// Measured.

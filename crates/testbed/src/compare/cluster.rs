@@ -57,6 +57,7 @@ use metronome_daemon::ops::config::Config;
 use phases::{Scrape, Window};
 use report::figures;
 pub use report::{describe, event_at, ClusterReport, Event, Reach};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -89,7 +90,7 @@ pub const JOIN_TIMEOUT: Duration = Duration::from_secs(15);
 const BASE_PORT: u16 = 34_000;
 
 /// How the daemons share the limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Enforcement {
     /// One cluster class over etcd.
     #[serde(rename = "cluster")]

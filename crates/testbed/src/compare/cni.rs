@@ -36,6 +36,8 @@ use crate::compare::{volume_cap, CompareError, TAIL};
 use crate::netns::cni::{Bandwidth, CniRuntime, CniTopology, RuntimeConfig};
 use crate::netns::QdiscSpec;
 use node::{runtime_for, Leftovers, NodeDaemon};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,9 +60,7 @@ const BASE_PORT: u16 = 31_000;
 const LAST_PORT: u16 = 60_000;
 
 /// A shaper of the comparison.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum CniShaper {
     /// `metronome-cni`: two classes per pod on the node's daemon.
     #[serde(rename = "metronome-cni")]
@@ -136,7 +136,7 @@ impl CniOptions {
 }
 
 /// One pod, one direction, one shaper and rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PodRow {
     /// The shaper.
     pub shaper: CniShaper,
@@ -160,7 +160,7 @@ pub struct PodRow {
 }
 
 /// The fair probe under one shaper and rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProbeRow {
     /// The shaper.
     pub shaper: CniShaper,
@@ -178,7 +178,7 @@ pub struct ProbeRow {
 }
 
 /// The cycle check of one shaper.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CycleRow {
     /// The shaper.
     pub shaper: CniShaper,
@@ -194,9 +194,7 @@ pub struct CycleRow {
 }
 
 /// What `metronome compare --cni` reports.
-#[derive(
-    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CniReport {
     /// Per pod, direction, shaper and rate.
     pub pods: Vec<PodRow>,

@@ -37,6 +37,8 @@ use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
 pub use arms::{htb_commands, link_config, parse_htb_backlogs};
 use arms::{start, Active};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -72,9 +74,7 @@ const TAIL: Duration = Duration::from_millis(300);
 const START_BYTES: u64 = 64 << 10;
 
 /// A link-sharing scenario.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scenario {
     /// Two classes, weights 1:3, 16 flows each.
@@ -275,7 +275,7 @@ impl LinkOptions {
 }
 
 /// One row of the report: one class under one shaper in one scenario.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LinkRow {
     /// `metronome`, `metronome-per-queue` or `htb`.
     pub shaper: String,

@@ -30,6 +30,8 @@ use crate::flood::frames::mac_of;
 use crate::flood::FloodError;
 use crate::netns::{TopoError, Topology};
 use metronome_daemon::ops::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
@@ -93,7 +95,7 @@ impl PacketRateOptions {
 }
 
 /// One run: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PacketRateRow {
     /// Classes of the daemon's configuration.
     pub classes: usize,
@@ -118,7 +120,7 @@ pub struct PacketRateRow {
 }
 
 /// A run: its row, or why it could not run.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum PacketRateOutcome {
     /// Measured.

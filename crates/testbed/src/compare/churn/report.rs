@@ -4,18 +4,11 @@
 use super::WINDOW;
 use crate::stall::StallSummary;
 use crate::stats::{mean, mean_abs_deviation_pct, Spread};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// A class's rate on the wire over one phase, in [`WINDOW`]s.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PhaseRate {
     /// Windows in the phase.
     pub windows: usize,
@@ -72,7 +65,7 @@ impl PhaseRate {
 }
 
 /// One TCP class: calm and churn side by side.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TcpClassRow {
     /// Its name in the file (`tcp0`, ...).
     pub name: String,
@@ -90,9 +83,7 @@ pub struct TcpClassRow {
 }
 
 /// The UDP flow and the churn classes.
-#[derive(
-    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UdpRow {
     /// Its rate, bit/s of payload.
     pub rate_bps: u64,
@@ -121,7 +112,7 @@ pub struct UdpRow {
 }
 
 /// One operation of [`ChurnReport::slowest`].
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SlowOp {
     /// Its number, from 0.
     pub op: usize,
@@ -139,9 +130,7 @@ pub struct SlowOp {
 }
 
 /// The machine's own stalls ([`crate::stall`]) in each phase.
-#[derive(
-    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MachineStalls {
     /// Whether the probe ran at real-time priority (else its stalls include the scheduler's
     /// queueing).
@@ -187,7 +176,7 @@ pub struct MachineStalls {
 ///
 /// The machine's load is in every figure: the traffic, the tap, the daemon and the client share
 /// its cores.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChurnReport {
     /// Operations sent.
     pub ops: usize,

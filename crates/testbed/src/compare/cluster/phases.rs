@@ -9,6 +9,7 @@
 //! rate is counted from the event to the end of the first window from which it holds: the first
 //! window, in the first span whose median reaches the rate, that reaches it by itself.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The median of the finite ones of `values` (`None` when none is).
@@ -31,7 +32,7 @@ pub const SITE_TOLERANCE: f64 = 0.02;
 pub const ALONE_FRACTION: f64 = 0.97;
 
 /// One 100 ms window of the sites' rates on the wire.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Window {
     /// The window's end, seconds since the traffic started.
     pub end_s: f64,
@@ -40,7 +41,7 @@ pub struct Window {
 }
 
 /// One scrape of every daemon's metrics.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Scrape {
     /// When, seconds since the traffic started.
     pub at_s: f64,
@@ -91,7 +92,7 @@ pub fn sum_of(w: &Window, sites: &[usize]) -> f64 {
 
 /// What the busy sites did from an event at which they all sent (the start, or a site's
 /// return).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Settling {
     /// Seconds from the event to the end of the first window from which the span medians of the
     /// sum and of each busy site met their targets (the sum within [`SUM_TOLERANCE`] of the
@@ -217,7 +218,7 @@ pub fn share_time_to_alone(
 }
 
 /// What an etcd member's death changed while the busy sites sent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Unchanged {
     /// The median of the busy sites' sum over the [`BEFORE_S`] before the event, bits/s.
     pub sum_before_bps: Option<f64>,
@@ -302,7 +303,7 @@ pub fn unchanged(
 }
 
 /// One daemon while etcd is gone.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Holding {
     /// The site.
     pub site: String,
@@ -318,7 +319,7 @@ pub struct Holding {
 }
 
 /// The sum of the live daemons' shares at one scrape while etcd is gone.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ShareSum {
     /// Seconds since etcd stopped.
     pub after_s: f64,
@@ -327,7 +328,7 @@ pub struct ShareSum {
 }
 
 /// What the daemons did with every etcd member gone.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EtcdGone {
     /// Per live daemon.
     pub daemons: Vec<Holding>,

@@ -26,6 +26,8 @@ use crate::netns::cni::CniTopology;
 use crate::netns::TopoError;
 use crate::stats::{mean, mean_abs_deviation_pct, median};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Bulk connections of the pod that carries the fair probe: 16, the bulk of the probe runs of
@@ -33,9 +35,7 @@ use std::time::Duration;
 pub const PROBE_BULK_FLOWS: usize = 16;
 
 /// Which way a run's traffic goes.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Pod -> receiver (`egressRate`: what the pod sends).
