@@ -11,10 +11,8 @@
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
 use crate::compare_cmd::{format_table, or_exit};
-use metronome_testbed::compare::attach::{
-    self, AttachOptions, AttachReport, HostRow, WorkloadRow, WorkloadShaper,
-};
-use metronome_testbed::compare::RunReport;
+use metronome_testbed::compare::attach::{self, AttachOptions, AttachReport, HostRow, WorkloadRow};
+use metronome_testbed::compare::{RunReport, Shaper};
 use metronome_testbed::netns::attach::WorkloadLink;
 use metronome_testbed::offloads::OffloadMode;
 use schemars::JsonSchema;
@@ -73,7 +71,7 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
     let Some(first) = rows.first() else {
         return String::new();
     };
-    let shapers: Vec<WorkloadShaper> = WorkloadShaper::ALL
+    let shapers: Vec<Shaper> = Shaper::WORKLOADS
         .into_iter()
         .filter(|s| rows.iter().any(|r| r.shaper == *s))
         .collect();
@@ -231,7 +229,7 @@ mod tests {
         }
     }
 
-    fn workload(shaper: WorkloadShaper, name: &str, achieved: Option<f64>) -> WorkloadRow {
+    fn workload(shaper: Shaper, name: &str, achieved: Option<f64>) -> WorkloadRow {
         WorkloadRow {
             shaper,
             workload: name.into(),
@@ -266,8 +264,8 @@ mod tests {
                 workload_link: WorkloadLink::Routed,
                 host: vec![failed(), row(Shaper::Tbf, 1e8)],
                 workloads: vec![
-                    workload(WorkloadShaper::Metronome, "hv0", None),
-                    workload(WorkloadShaper::IfbTbf, "hv0", Some(1e8)),
+                    workload(Shaper::Metronome, "hv0", None),
+                    workload(Shaper::IfbTbf, "hv0", Some(1e8)),
                 ],
             },
         };
@@ -288,10 +286,10 @@ mod tests {
     #[test]
     fn the_workload_table_has_one_line_per_workload_and_a_summary_per_shaper() {
         let rows = vec![
-            workload(WorkloadShaper::HtbU32, "hv0", Some(99e6)),
-            workload(WorkloadShaper::HtbU32, "hv1", Some(102e6)),
-            workload(WorkloadShaper::IfbTbf, "hv0", Some(100e6)),
-            workload(WorkloadShaper::IfbTbf, "hv1", Some(100e6)),
+            workload(Shaper::HtbU32, "hv0", Some(99e6)),
+            workload(Shaper::HtbU32, "hv1", Some(102e6)),
+            workload(Shaper::IfbTbf, "hv0", Some(100e6)),
+            workload(Shaper::IfbTbf, "hv1", Some(100e6)),
         ];
         let text = format_workloads(&rows);
         assert!(text.contains("workloads: 2 x 4 TCP flows"), "{text}");

@@ -230,12 +230,13 @@ pub fn run_packet_rate(quick: bool, classes: Option<usize>, json: bool) -> anyho
 #[cfg(test)]
 mod tests {
     use super::*;
-    use metronome_testbed::compare::classes::{ClassesRow, ClassesShaper, WorstClass};
+    use metronome_testbed::compare::classes::{ClassesRow, WorstClass};
     use metronome_testbed::compare::packet_rate::PacketRateRow;
+    use metronome_testbed::compare::Shaper;
 
     fn row() -> ClassesRow {
         ClassesRow {
-            shaper: ClassesShaper::Metronome,
+            shaper: Shaper::Metronome,
             classes: 1000,
             frame_bytes: 9014,
             target_bps: 1.5e9,
@@ -266,7 +267,7 @@ mod tests {
     #[test]
     fn the_classes_lines_name_the_worst_class_and_a_failure() {
         let failed = ClassesOutcome::Failed {
-            shaper: ClassesShaper::HtbU32,
+            shaper: Shaper::HtbU32,
             classes: 1000,
             error: "tc -batch: RTNETLINK answers: File exists".into(),
         };
@@ -291,7 +292,7 @@ mod tests {
             classes: vec![
                 ClassesOutcome::Measured(row()),
                 ClassesOutcome::Failed {
-                    shaper: ClassesShaper::HtbU32,
+                    shaper: Shaper::HtbU32,
                     classes: 1000,
                     error: "x".into(),
                 },

@@ -15,8 +15,9 @@
 use crate::compare_attach::{largest_error_pct, write_not_measured};
 use crate::compare_cmd::or_exit;
 use metronome_testbed::compare::cni::{
-    self, CniOptions, CniReport, CniShaper, CycleRow, Direction, PodRow, ProbeRow,
+    self, CniOptions, CniReport, CycleRow, Direction, PodRow, ProbeRow,
 };
+use metronome_testbed::compare::Shaper;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
@@ -75,7 +76,7 @@ pub fn format_pods(rows: &[PodRow], rate_bps: u64) -> String {
     let Some(first) = rows.first() else {
         return String::new();
     };
-    let shapers: Vec<CniShaper> = CniShaper::ALL
+    let shapers: Vec<Shaper> = Shaper::PODS
         .into_iter()
         .filter(|s| rows.iter().any(|r| r.shaper == *s))
         .collect();
@@ -194,7 +195,7 @@ pub fn run(args: &CniArgs, json: bool) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn row(shaper: CniShaper, direction: Direction, pod: &str, a: Option<f64>) -> PodRow {
+    fn row(shaper: Shaper, direction: Direction, pod: &str, a: Option<f64>) -> PodRow {
         PodRow {
             shaper,
             target_bps: 100_000_000,
@@ -211,11 +212,11 @@ mod tests {
     #[test]
     fn the_table_has_one_line_per_pod_and_a_summary_per_shaper_and_direction() {
         let rows = vec![
-            row(CniShaper::Bandwidth, Direction::Egress, "p0", Some(99e6)),
-            row(CniShaper::Bandwidth, Direction::Ingress, "p0", Some(101e6)),
-            row(CniShaper::Bandwidth, Direction::Egress, "p1", Some(100e6)),
-            row(CniShaper::Bandwidth, Direction::Ingress, "p1", Some(100e6)),
-            row(CniShaper::MetronomeCni, Direction::Egress, "p0", None),
+            row(Shaper::Bandwidth, Direction::Egress, "p0", Some(99e6)),
+            row(Shaper::Bandwidth, Direction::Ingress, "p0", Some(101e6)),
+            row(Shaper::Bandwidth, Direction::Egress, "p1", Some(100e6)),
+            row(Shaper::Bandwidth, Direction::Ingress, "p1", Some(100e6)),
+            row(Shaper::MetronomeCni, Direction::Egress, "p0", None),
         ];
         let text = format_pods(&rows, 100_000_000);
         assert_eq!(
@@ -259,12 +260,12 @@ mod tests {
             machine: "test".into(),
             report: CniReport {
                 pods: vec![
-                    row(CniShaper::MetronomeCni, Direction::Egress, "p0", None),
-                    row(CniShaper::Bandwidth, Direction::Ingress, "p0", Some(1e8)),
+                    row(Shaper::MetronomeCni, Direction::Egress, "p0", None),
+                    row(Shaper::Bandwidth, Direction::Ingress, "p0", Some(1e8)),
                 ],
                 probes: Vec::new(),
                 cycles: vec![CycleRow {
-                    shaper: CniShaper::Bandwidth,
+                    shaper: Shaper::Bandwidth,
                     cycles: 100,
                     failed: 0,
                     leftovers: Vec::new(),

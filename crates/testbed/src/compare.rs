@@ -76,19 +76,32 @@ pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(6);
 /// run meets a previous run's connections.
 const BASE_PORT: u16 = 20_000;
 
-/// One of the compared shapers.
+/// A shaper under test, of any mode: the daemon in one of its configurations, a kernel qdisc
+/// set-up, the CNI bandwidth plugin or the plain forwarder. Each mode runs the ones of its list
+/// ([`Shaper::ALL`], [`Shaper::WORKLOADS`], [`Shaper::CLASSES`], [`Shaper::PODS`],
+/// [`Shaper::LINK`]); its name is the same in every report and JSON document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Shaper {
-    /// The Metronome daemon.
+    /// The Metronome daemon (in `link-sharing`: its `[link]` with MQ-ECN marking).
     Metronome,
     /// The Metronome daemon, its class in the fair mode (`fair = true`).
-    #[serde(rename = "metronome-fair")]
     MetronomeFair,
-    /// Kernel HTB, one class.
+    /// The daemon's `[link]` with per-queue standard marking (`link-sharing`).
+    MetronomePerQueue,
+    /// `metronome-cni`: two classes per pod on the node's daemon (`cni`).
+    MetronomeCni,
+    /// Kernel HTB (one class; in `link-sharing` a leaf per class).
     Htb,
+    /// Kernel HTB, a leaf per class or workload, u32 filters (`classes`: hashed on the
+    /// destination; `attach`: on the workloads' source addresses).
+    HtbU32,
     /// Kernel TBF.
     Tbf,
+    /// The `bandwidth` plugin's IFB with a TBF per workload (`attach`).
+    IfbTbf,
+    /// The containernetworking `bandwidth` plugin (`cni`).
+    Bandwidth,
     /// The daemon with no class: every frame passes unshaped (`--ceiling` only).
     Passthrough,
     /// The `recvmmsg`/`sendmmsg` forwarder of [`crate::forwarder`] (`--ceiling` only).
@@ -96,32 +109,61 @@ pub enum Shaper {
 }
 
 impl Shaper {
-    /// The four shapers of a comparison, in report order.
+    /// The four shapers of the kernel grid, in report order.
     pub const ALL: [Shaper; 4] = [
         Shaper::Metronome,
         Shaper::MetronomeFair,
         Shaper::Htb,
         Shaper::Tbf,
     ];
+    /// The shapers of `attach`'s workload part, in report order.
+    pub const WORKLOADS: [Shaper; 3] = [Shaper::Metronome, Shaper::HtbU32, Shaper::IfbTbf];
+    /// The shapers of `classes`, in report order.
+    pub const CLASSES: [Shaper; 2] = [Shaper::Metronome, Shaper::HtbU32];
+    /// The shapers of `cni`, in report order.
+    pub const PODS: [Shaper; 2] = [Shaper::MetronomeCni, Shaper::Bandwidth];
+    /// The shapers of `link-sharing`, in report order.
+    pub const LINK: [Shaper; 3] = [Shaper::Metronome, Shaper::MetronomePerQueue, Shaper::Htb];
 
     /// The name used in reports and JSON.
     pub fn name(self) -> &'static str {
         match self {
             Shaper::Metronome => "metronome",
             Shaper::MetronomeFair => "metronome-fair",
+            Shaper::MetronomePerQueue => "metronome-per-queue",
+            Shaper::MetronomeCni => "metronome-cni",
             Shaper::Htb => "htb",
+            Shaper::HtbU32 => "htb-u32",
             Shaper::Tbf => "tbf",
+            Shaper::IfbTbf => "ifb-tbf",
+            Shaper::Bandwidth => "bandwidth",
             Shaper::Passthrough => "passthrough",
             Shaper::Forwarder => "forwarder",
         }
     }
 
-    /// Whether the Metronome daemon runs this shaper (its thread's CPU is reported).
+    /// Whether the Metronome daemon runs this shaper in the kernel grid (its thread's CPU is
+    /// reported).
     pub fn is_daemon(self) -> bool {
         matches!(
             self,
             Shaper::Metronome | Shaper::MetronomeFair | Shaper::Passthrough
         )
+    }
+
+    /// Why this shaper cannot run in `mode` (a shaper of another mode's list).
+    pub fn not_in(self, mode: &str) -> String {
+        format!("{} is not a shaper of {mode}", self.name())
+    }
+
+    /// The marking of the daemon's `[link]` this shaper runs (`link-sharing`); `None` for the
+    /// kernel's.
+    pub fn link_marking(self) -> Option<link_sharing::Marking> {
+        match self {
+            Shaper::Metronome => Some(link_sharing::Marking::MqEcn),
+            Shaper::MetronomePerQueue => Some(link_sharing::Marking::PerQueue),
+            _ => None,
+        }
     }
 }
 

@@ -229,6 +229,7 @@ fn start_shaper(
             topo.install_qdisc(&out, &spec)?;
             Ok(ActiveShaper::Kernel)
         }
+        other => Err(CompareError::Refused(other.not_in("the kernel grid"))),
     }
 }
 

@@ -50,38 +50,6 @@ const BASE_PORT: u16 = 30_000;
 /// Ports are taken from [`BASE_PORT`] up to this one and then again from the start.
 const LAST_PORT: u16 = 60_000;
 
-/// A shaper of the workload part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum WorkloadShaper {
-    /// The daemon, one class per workload matched by `from`.
-    #[serde(rename = "metronome")]
-    Metronome,
-    /// HTB on the uplink, one class per workload, u32 filters on the source address.
-    #[serde(rename = "htb-u32")]
-    HtbU32,
-    /// The `bandwidth` plugin's IFB with a TBF per workload.
-    #[serde(rename = "ifb-tbf")]
-    IfbTbf,
-}
-
-impl WorkloadShaper {
-    /// The three, in report order.
-    pub const ALL: [WorkloadShaper; 3] = [
-        WorkloadShaper::Metronome,
-        WorkloadShaper::HtbU32,
-        WorkloadShaper::IfbTbf,
-    ];
-
-    /// The name used in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            WorkloadShaper::Metronome => "metronome",
-            WorkloadShaper::HtbU32 => "htb-u32",
-            WorkloadShaper::IfbTbf => "ifb-tbf",
-        }
-    }
-}
-
 /// What the attach comparison runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttachOptions {
@@ -99,7 +67,7 @@ pub struct AttachOptions {
     /// Each workload's limit, bits/s.
     pub workload_rate_bps: u64,
     /// Shapers of the workload part, in this order.
-    pub workload_shapers: Vec<WorkloadShaper>,
+    pub workload_shapers: Vec<Shaper>,
     /// Skipped after the bulk traffic starts.
     pub warmup: Duration,
     /// Measured after the warm-up, in 100 ms windows.
@@ -129,7 +97,7 @@ impl AttachOptions {
             workloads: WORKLOADS,
             workload_flows: WORKLOAD_FLOWS,
             workload_rate_bps: WORKLOAD_RATE_BPS,
-            workload_shapers: WorkloadShaper::ALL.to_vec(),
+            workload_shapers: Shaper::WORKLOADS.to_vec(),
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(3),
             isolate_daemon: false,
@@ -193,7 +161,7 @@ impl HostRow {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkloadRow {
     /// The shaper.
-    pub shaper: WorkloadShaper,
+    pub shaper: Shaper,
     /// The workload's host-side veth (`hv<i>`), which names it.
     pub workload: String,
     /// Its limit, bits/s.
@@ -490,10 +458,7 @@ fn host_run(
                 Err(e) => failed(e),
             })
         }
-        Shaper::Passthrough | Shaper::Forwarder => Ok(failed(format!(
-            "{} is not a shaper of the attach comparison",
-            shaper.name()
-        ))),
+        other => Ok(failed(other.not_in("the attach comparison"))),
     }
 }
 
@@ -614,7 +579,7 @@ pub fn wire_windows(
 fn workload_run(
     topo: &mut AttachTopology,
     options: &AttachOptions,
-    shaper: WorkloadShaper,
+    shaper: Shaper,
     ports: &mut Ports,
 ) -> Result<Vec<WorkloadRow>, CompareError> {
     let rate = options.workload_rate_bps;
@@ -648,14 +613,15 @@ fn workload_run(
     let rates = vec![rate; topo.workloads.len()];
     let mut daemon = None;
     match shaper {
-        WorkloadShaper::HtbU32 => topo.install_workload_htb(&rates)?,
-        WorkloadShaper::IfbTbf => topo.install_workload_ifb_tbf(&rates)?,
-        WorkloadShaper::Metronome => {
+        Shaper::HtbU32 => topo.install_workload_htb(&rates)?,
+        Shaper::IfbTbf => topo.install_workload_ifb_tbf(&rates)?,
+        Shaper::Metronome => {
             match start_daemon(topo, options, &workload_config_text(topo, rate))? {
                 Ok(d) => daemon = Some(d),
                 Err(e) => return Ok(rows_with(Err(e))),
             }
         }
+        other => return Ok(rows_with(Err(other.not_in("the workload part")))),
     }
     let duration = options.warmup + options.measure + TAIL;
     let first_port = ports.take(u16::try_from(topo.workloads.len()).unwrap_or(u16::MAX));

@@ -39,7 +39,7 @@
 
 use super::attach::AttachedDaemon;
 use super::measure::{cpu_pct_per_gbit, MachineCpu};
-use super::CompareError;
+use super::{CompareError, Shaper};
 use crate::class_traffic::{
     send_classes, wait_forwarding, ClassCounter, ClassFlows, CountReport, Schedule, SendReport,
 };
@@ -86,29 +86,6 @@ const PORTS: (u16, u16) = (40_000, 9);
 /// (it builds its engine in between): 60 s, far more than 65 534 classes take.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// One of the shapers of `compare --classes`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum ClassesShaper {
-    /// `metronome run`, a class per destination.
-    Metronome,
-    /// Kernel HTB, a leaf per class, u32 filters hashed on the destination.
-    HtbU32,
-}
-
-impl ClassesShaper {
-    /// Both, in report order.
-    pub const ALL: [ClassesShaper; 2] = [ClassesShaper::Metronome, ClassesShaper::HtbU32];
-
-    /// The name in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            ClassesShaper::Metronome => "metronome",
-            ClassesShaper::HtbU32 => "htb-u32",
-        }
-    }
-}
-
 /// What `compare --classes` runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassesOptions {
@@ -127,7 +104,7 @@ pub struct ClassesOptions {
     /// The largest deviation from its rate a class may show, percent (the target: 2).
     pub tolerance_pct: f64,
     /// The shapers, in turn.
-    pub shapers: Vec<ClassesShaper>,
+    pub shapers: Vec<Shaper>,
     /// The `metronome` binary whose `run` the daemon rows start.
     pub daemon_binary: Option<PathBuf>,
 }
@@ -144,7 +121,7 @@ impl ClassesOptions {
             warmup: Duration::from_secs(3),
             measure: Duration::from_secs(20),
             tolerance_pct: 2.0,
-            shapers: ClassesShaper::ALL.to_vec(),
+            shapers: Shaper::CLASSES.to_vec(),
             daemon_binary: None,
         }
     }
@@ -198,7 +175,7 @@ pub struct WorstClass {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClassesRow {
     /// Which shaper.
-    pub shaper: ClassesShaper,
+    pub shaper: Shaper,
     /// Classes.
     pub classes: usize,
     /// Frame length, bytes.
@@ -253,7 +230,7 @@ pub enum ClassesOutcome {
     /// Not measured.
     Failed {
         /// Which shaper.
-        shaper: ClassesShaper,
+        shaper: Shaper,
         /// Classes.
         classes: usize,
         /// Why, in one line.
@@ -406,10 +383,10 @@ fn run_one(
     topo: &mut Topology,
     options: &ClassesOptions,
     macs: ([u8; 6], [u8; 6]),
-    shaper: ClassesShaper,
+    shaper: Shaper,
 ) -> Result<Result<ClassesRow, String>, CompareError> {
     match shaper {
-        ClassesShaper::Metronome => {
+        Shaper::Metronome => {
             let Some(binary) = &options.daemon_binary else {
                 return Ok(Err(
                     "no `metronome` binary to run the daemon with".to_owned()
@@ -457,7 +434,7 @@ fn run_one(
             });
             Ok(row)
         }
-        ClassesShaper::HtbU32 => {
+        Shaper::HtbU32 => {
             topo.bridge_shaper()?;
             topo.shaper.ip(&[
                 "link",
@@ -480,6 +457,7 @@ fn run_one(
             topo.unbridge_shaper()?;
             Ok(row)
         }
+        other => Ok(Err(other.not_in("the classes comparison"))),
     }
 }
 
@@ -554,7 +532,7 @@ fn measure(
 
 impl Measured {
     /// The row of `shaper`'s run.
-    fn row(&self, shaper: ClassesShaper, options: &ClassesOptions, setup: Duration) -> ClassesRow {
+    fn row(&self, shaper: Shaper, options: &ClassesOptions, setup: Duration) -> ClassesRow {
         let tol = options.tolerance_pct;
         let mut row = ClassesRow {
             shaper,
@@ -730,7 +708,7 @@ mod tests {
             machine_cores: 0.5,
             daemon_cores: None,
         };
-        let row = m.row(ClassesShaper::HtbU32, &o, Duration::from_millis(7));
+        let row = m.row(Shaper::HtbU32, &o, Duration::from_millis(7));
         assert_eq!((row.measured, row.within_tolerance), (2, 1));
         assert!((row.deviation_max_pct - 2.564).abs() < 0.01, "{row:?}");
         assert!(row.deviation_min_pct.abs() < 1e-9, "{row:?}");

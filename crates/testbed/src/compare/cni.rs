@@ -32,6 +32,7 @@
 pub mod node;
 pub mod traffic;
 
+use crate::compare::Shaper;
 use crate::compare::{volume_cap, CompareError, TAIL};
 use crate::netns::cni::{Bandwidth, CniRuntime, CniTopology, RuntimeConfig};
 use crate::netns::QdiscSpec;
@@ -59,30 +60,6 @@ const BASE_PORT: u16 = 31_000;
 /// Ports are taken up to this one and then again from [`BASE_PORT`].
 const LAST_PORT: u16 = 60_000;
 
-/// A shaper of the comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum CniShaper {
-    /// `metronome-cni`: two classes per pod on the node's daemon.
-    #[serde(rename = "metronome-cni")]
-    MetronomeCni,
-    /// The containernetworking `bandwidth` plugin.
-    #[serde(rename = "bandwidth")]
-    Bandwidth,
-}
-
-impl CniShaper {
-    /// Both, in report order.
-    pub const ALL: [CniShaper; 2] = [CniShaper::MetronomeCni, CniShaper::Bandwidth];
-
-    /// The name used in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            CniShaper::MetronomeCni => "metronome-cni",
-            CniShaper::Bandwidth => "bandwidth",
-        }
-    }
-}
-
 /// What the comparison runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CniOptions {
@@ -93,7 +70,7 @@ pub struct CniOptions {
     /// TCP connections per pod and direction.
     pub flows: usize,
     /// Shapers, in this order.
-    pub shapers: Vec<CniShaper>,
+    pub shapers: Vec<Shaper>,
     /// Skipped after the traffic starts.
     pub warmup: Duration,
     /// Measured after the warm-up, in 100 ms windows.
@@ -115,7 +92,7 @@ impl CniOptions {
             pods: PODS,
             rates_bps: RATES_BPS.to_vec(),
             flows: FLOWS,
-            shapers: CniShaper::ALL.to_vec(),
+            shapers: Shaper::PODS.to_vec(),
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(3),
             cycles: CYCLES,
@@ -139,7 +116,7 @@ impl CniOptions {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PodRow {
     /// The shaper.
-    pub shaper: CniShaper,
+    pub shaper: Shaper,
     /// The pod's limit, bits/s.
     pub target_bps: u64,
     /// The direction.
@@ -163,7 +140,7 @@ pub struct PodRow {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProbeRow {
     /// The shaper.
-    pub shaper: CniShaper,
+    pub shaper: Shaper,
     /// The pod's egress limit, bits/s.
     pub target_bps: u64,
     /// The pod's bulk connections besides the probe.
@@ -181,7 +158,7 @@ pub struct ProbeRow {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CycleRow {
     /// The shaper.
-    pub shaper: CniShaper,
+    pub shaper: Shaper,
     /// Cycles run (ADD then DEL of a new pod).
     pub cycles: usize,
     /// Operations (ADD or DEL) that failed.
@@ -254,9 +231,9 @@ impl Session {
     fn start(
         topo: &CniTopology,
         options: &CniOptions,
-        shaper: CniShaper,
+        shaper: Shaper,
     ) -> Result<Result<Session, String>, CompareError> {
-        if shaper == CniShaper::Bandwidth {
+        if shaper == Shaper::Bandwidth {
             let runtime = runtime_for(topo, shaper, None);
             return Ok(runtime.map(|runtime| Session {
                 runtime,
@@ -320,7 +297,7 @@ pub fn run(options: &CniOptions, progress: &mut dyn Write) -> Result<CniReport, 
 fn rate_run(
     topo: &mut CniTopology,
     options: &CniOptions,
-    (shaper, rate): (CniShaper, u64),
+    (shaper, rate): (Shaper, u64),
     ports: &mut Ports,
 ) -> Result<(Vec<PodRow>, ProbeRow), CompareError> {
     let names: Vec<String> = (0..topo.pods.len()).map(|i| format!("p{i}")).collect();
@@ -457,7 +434,7 @@ fn measure_pods(
 fn cycle_check(
     topo: &mut CniTopology,
     options: &CniOptions,
-    shaper: CniShaper,
+    shaper: Shaper,
 ) -> Result<CycleRow, CompareError> {
     let mut row = CycleRow {
         shaper,
@@ -580,7 +557,7 @@ mod tests {
         assert_eq!(full.pods, 8);
         assert_eq!(full.flows, 4);
         assert_eq!(full.cycles, 100);
-        assert_eq!(full.shapers, CniShaper::ALL);
+        assert_eq!(full.shapers, Shaper::PODS);
     }
 
     #[test]
@@ -593,7 +570,7 @@ mod tests {
     #[test]
     fn an_error_row_has_no_figures() {
         let r = PodRow {
-            shaper: CniShaper::MetronomeCni,
+            shaper: Shaper::MetronomeCni,
             target_bps: 100_000_000,
             direction: Direction::Ingress,
             pod: "p3".into(),

@@ -3,7 +3,7 @@
 //! and through kernel HTB, on the same path with the same traffic.
 //!
 //! The topology is [`Topology::bump_in_the_wire`], as for the rest of `compare`. For each
-//! [`Scenario`] the shapers ([`LinkShaper`], started by [`arms`]) take turns on the shaper
+//! [`Scenario`] the shapers ([`Shaper`], started by [`arms`]) take turns on the shaper
 //! namespace: the daemon's `[link]` ([`link_config`]) and kernel HTB ([`htb_commands`]).
 //!
 //! The senders ([`crate::trafficgen`]) are kernel TCP with Cubic set per socket
@@ -31,7 +31,7 @@
 mod arms;
 
 use super::measure;
-use super::{CompareError, OffloadMode, START_POLL, START_TIMEOUT};
+use super::{CompareError, OffloadMode, Shaper, START_POLL, START_TIMEOUT};
 use crate::netns::Topology;
 use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
@@ -140,14 +140,10 @@ impl Scenario {
     }
 
     /// The shapers compared in this scenario.
-    pub fn shapers(self) -> Vec<LinkShaper> {
+    pub fn shapers(self) -> Vec<Shaper> {
         match self {
-            Scenario::Marking => vec![
-                LinkShaper::Metronome(Marking::MqEcn),
-                LinkShaper::Metronome(Marking::PerQueue),
-                LinkShaper::Htb,
-            ],
-            _ => vec![LinkShaper::Metronome(Marking::MqEcn), LinkShaper::Htb],
+            Scenario::Marking => vec![Shaper::Metronome, Shaper::MetronomePerQueue, Shaper::Htb],
+            _ => vec![Shaper::Metronome, Shaper::Htb],
         }
     }
 
@@ -202,33 +198,6 @@ impl Marking {
     }
 }
 
-/// A shaper of the link-sharing comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkShaper {
-    /// The daemon's `[link]` with this marking.
-    Metronome(Marking),
-    /// Kernel HTB.
-    Htb,
-}
-
-impl LinkShaper {
-    /// All three, in report order.
-    pub const ALL: [LinkShaper; 3] = [
-        LinkShaper::Metronome(Marking::MqEcn),
-        LinkShaper::Metronome(Marking::PerQueue),
-        LinkShaper::Htb,
-    ];
-
-    /// The name used in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            LinkShaper::Metronome(Marking::MqEcn) => "metronome",
-            LinkShaper::Metronome(Marking::PerQueue) => "metronome-per-queue",
-            LinkShaper::Htb => "htb",
-        }
-    }
-}
-
 /// What to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkOptions {
@@ -243,7 +212,7 @@ pub struct LinkOptions {
     /// The veths' offloads.
     pub offloads: OffloadMode,
     /// The shapers run, each in the scenarios that compare it ([`Scenario::shapers`]).
-    pub shapers: Vec<LinkShaper>,
+    pub shapers: Vec<Shaper>,
     /// The daemon's `[link] rtt`: the base round-trip time of its marking thresholds
     /// (`K = C x RTT x lambda`).
     pub link_rtt: Duration,
@@ -259,7 +228,7 @@ impl LinkOptions {
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(8),
             offloads: OffloadMode::Host,
-            shapers: LinkShaper::ALL.to_vec(),
+            shapers: Shaper::LINK.to_vec(),
             link_rtt: DEFAULT_LINK_RTT,
         }
     }
@@ -382,7 +351,7 @@ fn run_one(
     topo: &mut Topology,
     options: &LinkOptions,
     scenario: Scenario,
-    shaper: LinkShaper,
+    shaper: Shaper,
     base: u16,
 ) -> Result<Vec<LinkRow>, CompareError> {
     let classes = scenario.classes();
@@ -543,7 +512,7 @@ pub fn borrow_ms(sums: &[(Instant, f64)], stop: Instant, floor_bps: f64) -> Opti
 /// half-way) and what was sampled beside them.
 fn rows_of(
     options: &LinkOptions,
-    (scenario, shaper): (Scenario, LinkShaper),
+    (scenario, shaper): (Scenario, Shaper),
     classes: &[ClassSpec],
     plans: &[(bool, TrafficReport)],
     seen: Seen,

@@ -13,10 +13,8 @@
 //!   interface's `txqueuelen`, drop-tail: HTB marks nothing).
 //!
 
-use super::{
-    ClassSpec, LinkOptions, LinkShaper, Marking, HTB_QUEUE_SAMPLE, LINK_QUEUE_METRIC, QUEUE_SAMPLE,
-};
-use crate::compare::CompareError;
+use super::{ClassSpec, LinkOptions, Marking, HTB_QUEUE_SAMPLE, LINK_QUEUE_METRIC, QUEUE_SAMPLE};
+use crate::compare::{CompareError, Shaper};
 use crate::netns::{run_command, TopoError, Topology};
 use metronome_daemon::driver::run::Control;
 use metronome_daemon::ops::config::Config;
@@ -203,12 +201,12 @@ fn tc(topo: &Topology, args: &[&str]) -> Result<String, TopoError> {
 pub(super) fn start(
     topo: &mut Topology,
     options: &LinkOptions,
-    shaper: LinkShaper,
+    shaper: Shaper,
     classes: &[(&ClassSpec, u16)],
 ) -> Result<Active, CompareError> {
     let out = topo.shaper_out.clone();
     match shaper {
-        LinkShaper::Htb => {
+        Shaper::Htb => {
             topo.bridge_shaper()?;
             for cmd in htb_commands(&out, options.link_bps, classes) {
                 let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
@@ -216,7 +214,10 @@ pub(super) fn start(
             }
             Ok(Active::Htb)
         }
-        LinkShaper::Metronome(marking) => {
+        other => {
+            let marking = other
+                .link_marking()
+                .ok_or_else(|| CompareError::Refused(other.not_in("link sharing")))?;
             topo.remove_qdisc(&out)?;
             topo.unbridge_shaper()?;
             let link = (options.link_bps, options.link_rtt);
