@@ -10,10 +10,8 @@
 //! A run is kernel TCP bulk flows plus a TCP ping probe in the same shaped queue, bounded by
 //! [`TAIL`] and [`volume_cap`]; what is measured, and how, is [`measure`]'s.
 //!
-//! Where it departs from Carousel §7.1.1: rates are bits on the wire at the receiver's veth
-//! ([`measure::wire_bytes`]), and the CPU is the whole machine's kernel time plus this process's
-//! user time ([`measure::MachineCpu`]): the kernel shapers work in softirq context that no thread
-//! can be charged for.
+//! Where it departs from Carousel §7.1.1: rates are bits on the wire at the receiver's veth,
+//! and the CPU is the machine's, not a thread's ([`measure`]'s module docs say why).
 
 mod arms;
 pub mod attach;

@@ -7,35 +7,6 @@
 //! (jumbo frames: an MTU of 9000, as data-centre hosts run). Class `i` is every frame to
 //! [`ClassFlows::dst`]`(i)` (one destination /32), limited to [`ClassesOptions::rate_bps`]`(i)`
 //! (spread linearly from the smallest rate to the largest). The shapers take turns:
-//!
-//! * **metronome**: `metronome run` on `in0`/`out0` ([`daemon_config_text`]: a `[[class]]` per
-//!   class matching its /32, `rate`, the default one-frame burst, [`queue_packets`] frames of
-//!   queue; `[interfaces] mtu` the veths' and plain frames, `vnet_hdr = false`), a process of its
-//!   own as a user runs it ([`AttachedDaemon`]), measured once it forwards a first frame
-//!   ([`wait_forwarding`]: its metrics endpoint answers before it has built its engine);
-//! * **htb-u32**: a bridge joins `in0` and `out0`; `out0` gets HTB with a leaf per class (`rate` =
-//!   `ceil` = the class's rate, `burst` = `cburst` = one frame, as the daemon's) and u32 filters
-//!   hashed on the destination address in two levels (the third octet, then the fourth: one
-//!   lookup per level whatever the number of classes, tc's `u32` hash tables), built with one
-//!   `tc -batch` ([`htb_batch`]).
-//!
-//! The traffic ([`crate::class_traffic`]): raw UDP frames of [`ClassesOptions::frame_bytes`], each
-//! class paced at its rate times [`ClassesOptions::overload`], so every class is over its rate and
-//! the shaper, not the sender, sets what it delivers. After [`ClassesOptions::warmup`] (the
-//! shaper's first burst and the classes' queues filling) each class's rate over
-//! [`ClassesOptions::measure`] is measured at the receiver from its first to its last frame
-//! ([`crate::class_traffic::ClassArrivals::rate_bps`]), and compared with its limit: the mean
-//! absolute deviation, the smallest and largest signed deviation, the classes within
-//! [`ClassesOptions::tolerance_pct`] and the worst class. CPU as `metronome compare` reports it
-//! ([`super::measure`]): the machine's kernel time plus the user time of this process and of the
-//! daemon, per Gbit/s delivered, and the daemon process's own (user + system) per Gbit/s.
-//!
-//! Why jumbo frames: the aggregate of 10 000 classes at 1 Mbit/s is 10 Gbit/s, 833 000 frames/s
-//! of 1 514 bytes, more than a raw sender, the daemon and a receiver share on a 2-core machine;
-//! at 9 014 bytes it is 139 000 frames/s. The per-class work of the shapers (classify, one EDT
-//! per frame) is per frame, so fewer, larger frames carry the same classes and rates. What the
-//! sender could not offer is reported ([`ClassesRow::offered_bps`], [`ClassesRow::sender_lag_ms`]):
-//! a class offered less than its rate measures the sender, not the shaper.
 
 use super::attach::AttachedDaemon;
 use super::measure::{cpu_pct_per_gbit, MachineCpu};
@@ -315,6 +286,35 @@ pub fn htb_batch(options: &ClassesOptions, iface: &str) -> String {
 /// Runs `options`, printing progress to `progress`; one outcome per shaper. Only a failure of
 /// the topology itself (also: no CAP_NET_ADMIN) is an error; a shaper that could not run is a
 /// [`ClassesOutcome::Failed`].
+///
+/// * **metronome**: `metronome run` on `in0`/`out0` ([`daemon_config_text`]: a `[[class]]` per
+///   class matching its /32, `rate`, the default one-frame burst, [`queue_packets`] frames of
+///   queue; `[interfaces] mtu` the veths' and plain frames, `vnet_hdr = false`), a process of its
+///   own as a user runs it ([`AttachedDaemon`]), measured once it forwards a first frame
+///   ([`wait_forwarding`]: its metrics endpoint answers before it has built its engine);
+/// * **htb-u32**: a bridge joins `in0` and `out0`; `out0` gets HTB with a leaf per class (`rate` =
+///   `ceil` = the class's rate, `burst` = `cburst` = one frame, as the daemon's) and u32 filters
+///   hashed on the destination address in two levels (the third octet, then the fourth: one
+///   lookup per level whatever the number of classes, tc's `u32` hash tables), built with one
+///   `tc -batch` ([`htb_batch`]).
+///
+/// The traffic ([`crate::class_traffic`]): raw UDP frames of [`ClassesOptions::frame_bytes`], each
+/// class paced at its rate times [`ClassesOptions::overload`], so every class is over its rate and
+/// the shaper, not the sender, sets what it delivers. After [`ClassesOptions::warmup`] (the
+/// shaper's first burst and the classes' queues filling) each class's rate over
+/// [`ClassesOptions::measure`] is measured at the receiver from its first to its last frame
+/// ([`crate::class_traffic::ClassArrivals::rate_bps`]), and compared with its limit: the mean
+/// absolute deviation, the smallest and largest signed deviation, the classes within
+/// [`ClassesOptions::tolerance_pct`] and the worst class. CPU as `metronome compare` reports it
+/// ([`super::measure`]): the machine's kernel time plus the user time of this process and of the
+/// daemon, per Gbit/s delivered, and the daemon process's own (user + system) per Gbit/s.
+///
+/// Why jumbo frames: the aggregate of 10 000 classes at 1 Mbit/s is 10 Gbit/s, 833 000 frames/s
+/// of 1 514 bytes, more than a raw sender, the daemon and a receiver share on a 2-core machine;
+/// at 9 014 bytes it is 139 000 frames/s. The per-class work of the shapers (classify, one EDT
+/// per frame) is per frame, so fewer, larger frames carry the same classes and rates. What the
+/// sender could not offer is reported ([`ClassesRow::offered_bps`], [`ClassesRow::sender_lag_ms`]):
+/// a class offered less than its rate measures the sender, not the shaper.
 pub fn run(
     options: &ClassesOptions,
     progress: &mut dyn Write,

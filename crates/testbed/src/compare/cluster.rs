@@ -2,44 +2,8 @@
 //! through etcd (a cluster class, `scope = "cluster"`; the daemons' `[cluster]`), measured on
 //! real kernel TCP while traffic moves between the sites, a daemon dies and etcd fails.
 //!
-//! The set-up: a [`ClusterTopology`] of [`SITES`] sites (`site-a`, `site-b`, `site-c`, each a
-//! bump in the wire), a three-member [`EtcdCluster`] listening on the topology's management
-//! bridge, and on every site `metronome run` in its shaper namespace ([`AttachedDaemon`]: a
-//! process of its own, as a user runs it, the binary of [`ClusterOptions::daemon_binary`]) with
-//! one class `tenant` of all TCP to the site's receiver, [`ClusterOptions::limit_bps`] for all
-//! sites together ([`site_config_text`]). Sites a and b are busy ([`ClusterOptions::flows`]
-//! TCP connections each from their sender to their receiver), site c stays idle. Measured all
-//! along, on one time line from the moment the traffic starts: each site's rate on the wire at
-//! its receiver's veth (`rcv0`'s counters, [`measure::wire_bytes`], as the bump-in-the-wire
-//! comparison measures) in 100 ms windows, and every [`SCRAPE_EVERY`] windows each daemon's
-//! `metronome_cluster_share_bps` and `metronome_cluster_state` from its metrics endpoint.
-//!
-//! The sequence ([`Schedule`]), one set-up for all of it; the figures of each step are computed
-//! from the records afterwards ([`phases`]):
-//!
-//! * **a. start**: a and b start at once; the first window from which the busy sites' sum is
-//!   within 1 % of the limit and each site within 2 % of its half ([`phases::settling`]);
-//! * **b. shift**: a's traffic stops; the time until b holds at least 97 % of the limit
-//!   ([`phases::time_to_alone`]);
-//! * **rejoin**: a starts again; the same figures as the start;
-//! * **c. a daemon killed**: SIGKILL of a's daemon while a still sends; the time until b's share,
-//!   and b's rate, are at least 97 % of the limit (a's record goes when its lease expires,
-//!   target: lease + period);
-//! * **d. an etcd member killed** (SIGKILL of the first member) while b sends alone: the largest
-//!   distance of the busy sites' sum from what it was before, the largest change of a share, any
-//!   state other than `shared` ([`phases::unchanged`]); after the crash, so that what it
-//!   measures does not depend on how site a came back, and only the last step runs with two
-//!   members left;
-//! * **e. etcd gone**: every member killed; the live daemons' shares over time (held for `hold`,
-//!   then the floor), the sum of the shares and the largest sum of the sites' rates against the
-//!   limit plus the live daemons' floors ([`phases::etcd_gone`]).
-//!
-//! [`Enforcement::PerHost`] runs the same sequence with plain per-host classes (each daemon the
-//! limit divided by the busy sites, no `[cluster]`): the static split a cluster class replaces,
-//! and a check of the harness itself where the daemon has no cluster classes.
-//!
-//! A daemon that refuses its configuration, does not come up or does not reach the state
-//! `shared` in [`JOIN_TIMEOUT`] gives the report an error and no figures.
+//! The set-up, the sequence of events and what each step measures are [`run`]'s; the
+//! figures of each step are computed from the records afterwards ([`phases`]).
 
 pub mod phases;
 mod report;
@@ -420,6 +384,45 @@ fn wait_shared(targets: &[(Namespace, SocketAddr)], names: &[String]) -> Result<
 
 /// Runs the comparison (module docs): builds the topology and etcd, runs the sequence, removes
 /// everything. Progress lines go to `progress`.
+///
+/// The set-up: a [`ClusterTopology`] of [`SITES`] sites (`site-a`, `site-b`, `site-c`, each a
+/// bump in the wire), a three-member [`EtcdCluster`] listening on the topology's management
+/// bridge, and on every site `metronome run` in its shaper namespace ([`AttachedDaemon`]: a
+/// process of its own, as a user runs it, the binary of [`ClusterOptions::daemon_binary`]) with
+/// one class `tenant` of all TCP to the site's receiver, [`ClusterOptions::limit_bps`] for all
+/// sites together ([`site_config_text`]). Sites a and b are busy ([`ClusterOptions::flows`]
+/// TCP connections each from their sender to their receiver), site c stays idle. Measured all
+/// along, on one time line from the moment the traffic starts: each site's rate on the wire at
+/// its receiver's veth (`rcv0`'s counters, [`measure::wire_bytes`], as the bump-in-the-wire
+/// comparison measures) in 100 ms windows, and every [`SCRAPE_EVERY`] windows each daemon's
+/// `metronome_cluster_share_bps` and `metronome_cluster_state` from its metrics endpoint.
+///
+/// The sequence ([`Schedule`]), one set-up for all of it; the figures of each step are computed
+/// from the records afterwards ([`phases`]):
+///
+/// * **a. start**: a and b start at once; the first window from which the busy sites' sum is
+///   within 1 % of the limit and each site within 2 % of its half ([`phases::settling`]);
+/// * **b. shift**: a's traffic stops; the time until b holds at least 97 % of the limit
+///   ([`phases::time_to_alone`]);
+/// * **rejoin**: a starts again; the same figures as the start;
+/// * **c. a daemon killed**: SIGKILL of a's daemon while a still sends; the time until b's share,
+///   and b's rate, are at least 97 % of the limit (a's record goes when its lease expires,
+///   target: lease + period);
+/// * **d. an etcd member killed** (SIGKILL of the first member) while b sends alone: the largest
+///   distance of the busy sites' sum from what it was before, the largest change of a share, any
+///   state other than `shared` ([`phases::unchanged`]); after the crash, so that what it
+///   measures does not depend on how site a came back, and only the last step runs with two
+///   members left;
+/// * **e. etcd gone**: every member killed; the live daemons' shares over time (held for `hold`,
+///   then the floor), the sum of the shares and the largest sum of the sites' rates against the
+///   limit plus the live daemons' floors ([`phases::etcd_gone`]).
+///
+/// [`Enforcement::PerHost`] runs the same sequence with plain per-host classes (each daemon the
+/// limit divided by the busy sites, no `[cluster]`): the static split a cluster class replaces,
+/// and a check of the harness itself where the daemon has no cluster classes.
+///
+/// A daemon that refuses its configuration, does not come up or does not reach the state
+/// `shared` in [`JOIN_TIMEOUT`] gives the report an error and no figures.
 pub fn run(
     options: &ClusterOptions,
     progress: &mut dyn Write,

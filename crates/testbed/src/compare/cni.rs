@@ -3,31 +3,8 @@
 //! (an IFB with a TBF for egress, a TBF on the host veth for ingress), on one [`CniTopology`]
 //! with the same conflist around them (`bridge` + `host-local`) and the same traffic.
 //!
-//! For each rate and shaper, every pod is added through the shaper's conflist with
-//! `runtimeConfig.bandwidth` = the rate both ways and a bucket of 1 ms of the rate, at least two
-//! frames ([`burst_bits`], the bucket of [`crate::netns::QdiscSpec::tbf`]: the same for both
-//! shapers, not a runtime's default), then:
-//!
-//! * **per pod, each direction** ([`PodRow`]): [`CniOptions::flows`] TCP connections per pod,
-//!   all pods at once, egress (pod -> receiver) then ingress (receiver -> pod); each pod's rate
-//!   is the median of its 100 ms goodput windows after the warm-up, on the wire, with the mean
-//!   and the mean absolute deviation from the rate beside it ([`traffic`]);
-//! * **the fair probe** ([`ProbeRow`]): the first pod sends [`traffic::PROBE_BULK_FLOWS`] bulk
-//!   connections at its egress limit and a sparse probe; its RTT p50/p99 (`metronome-cni`
-//!   registers the pod's classes with `fair = true`: the probe's packets do not wait behind the
-//!   bulk; the `bandwidth` plugin's TBF holds 25 ms in one FIFO);
-//!
-//! then every pod is deleted. Last, **the cycle check** ([`CycleRow`]) per shaper:
-//! [`CniOptions::cycles`] times a new pod is added and deleted; what the node holds afterwards
-//! beyond what it held before is counted ([`node::Leftovers`]: links, host-local leases, the
-//! uplink's `tc` filters and qdiscs, BPF attachments, the daemon's state files and `cni.`
-//! classes).
-//!
-//! The `metronome-cni` side runs `metronome run` in the node namespace ([`node::NodeDaemon`],
-//! the binary of [`CniOptions::daemon_binary`]) and the plugin of
-//! [`CniOptions::plugin_binary`]. A daemon that refuses its configuration or does not come up, a
-//! plugin missing, or an ADD that fails gives that shaper's rows an error (`error`, no figures),
-//! never a number; the other shaper runs regardless.
+//! What is run for each rate and shaper, and measured, is [`run`]'s; a shaper that cannot run
+//! gives its rows an error, never a number.
 
 pub mod node;
 pub mod traffic;
@@ -266,6 +243,32 @@ impl Session {
 
 /// Runs the comparison: builds the topology, runs every rate and shaper, the cycle checks, and
 /// removes everything. One progress line per row goes to `progress`.
+///
+/// For each rate and shaper, every pod is added through the shaper's conflist with
+/// `runtimeConfig.bandwidth` = the rate both ways and a bucket of 1 ms of the rate, at least two
+/// frames ([`burst_bits`], the bucket of [`crate::netns::QdiscSpec::tbf`]: the same for both
+/// shapers, not a runtime's default), then:
+///
+/// * **per pod, each direction** ([`PodRow`]): [`CniOptions::flows`] TCP connections per pod,
+///   all pods at once, egress (pod -> receiver) then ingress (receiver -> pod); each pod's rate
+///   is the median of its 100 ms goodput windows after the warm-up, on the wire, with the mean
+///   and the mean absolute deviation from the rate beside it ([`traffic`]);
+/// * **the fair probe** ([`ProbeRow`]): the first pod sends [`traffic::PROBE_BULK_FLOWS`] bulk
+///   connections at its egress limit and a sparse probe; its RTT p50/p99 (`metronome-cni`
+///   registers the pod's classes with `fair = true`: the probe's packets do not wait behind the
+///   bulk; the `bandwidth` plugin's TBF holds 25 ms in one FIFO);
+///
+/// then every pod is deleted. Last, **the cycle check** ([`CycleRow`]) per shaper:
+/// [`CniOptions::cycles`] times a new pod is added and deleted; what the node holds afterwards
+/// beyond what it held before is counted ([`node::Leftovers`]: links, host-local leases, the
+/// uplink's `tc` filters and qdiscs, BPF attachments, the daemon's state files and `cni.`
+/// classes).
+///
+/// The `metronome-cni` side runs `metronome run` in the node namespace ([`node::NodeDaemon`],
+/// the binary of [`CniOptions::daemon_binary`]) and the plugin of
+/// [`CniOptions::plugin_binary`]. A daemon that refuses its configuration or does not come up, a
+/// plugin missing, or an ADD that fails gives that shaper's rows an error (`error`, no figures),
+/// never a number; the other shaper runs regardless.
 pub fn run(options: &CniOptions, progress: &mut dyn Write) -> Result<CniReport, CompareError> {
     let _ = crate::netns::remove_stale(NS_PREFIX);
     let mut topo = CniTopology::new(NS_PREFIX, options.pods)?;

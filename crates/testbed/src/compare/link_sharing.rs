@@ -6,27 +6,7 @@
 //! [`Scenario`] the shapers ([`Shaper`], started by [`arms`]) take turns on the shaper
 //! namespace: the daemon's `[link]` ([`link_config`]) and kernel HTB ([`htb_commands`]).
 //!
-//! The senders ([`crate::trafficgen`]) are kernel TCP with Cubic set per socket
-//! (`TCP_CONGESTION`, [`CONGESTION`]) and ECN on in the sender namespace
-//! (`net.ipv4.tcp_ecn=1`). Each class is one flow group to its own destination port.
-//!
-//! Measured, per class, over the measured interval (after [`LinkOptions::warmup`] from the
-//! writers' start, for [`LinkOptions::measure`]):
-//!
-//! * **achieved_bps**: the class's goodput windows of [`SAMPLE`] at its sinks, scaled to bytes on
-//!   the wire of full segments ([`measure::WIRE_PER_PAYLOAD`]: Ethernet header included, as the
-//!   rest of `compare` counts). `share_pct` is the class's part of what the weighted classes
-//!   together achieved (the division the weights govern); `link_pct` is its rate in percent of
-//!   the link.
-//! * **queue**: the class's queued bytes sampled every [`QUEUE_SAMPLE`] (Metronome: the
-//!   daemon's per-class link queue gauge, [`LINK_QUEUE_METRIC`]; HTB: the leaf's backlog from
-//!   `tc -s class show`), their p99 (nearest rank) and mean.
-//! * **borrowing** ([`Scenario::Borrow`]): the first class stops writing half-way through the
-//!   measured interval; `borrow_ms` is the time from that instant to the end of the first
-//!   [`SAMPLE`] window in which the remaining classes together carry at least [`BORROW_SHARE`]
-//!   of the link.
-//! * **probe RTT** ([`Scenario::Priority`]): a TCP ping every 10 ms in the priority class while
-//!   the others saturate the link, opened at the start of the measured interval; its p99.
+//! The senders, and what is measured per class, are [`run`]'s.
 
 mod arms;
 
@@ -285,6 +265,28 @@ pub struct LinkRow {
 
 /// Runs the scenarios of `options`: builds the topology, runs every (scenario, shaper) and
 /// removes everything. One progress line per class and run goes to `progress`.
+///
+/// The senders ([`crate::trafficgen`]) are kernel TCP with Cubic set per socket
+/// (`TCP_CONGESTION`, [`CONGESTION`]) and ECN on in the sender namespace
+/// (`net.ipv4.tcp_ecn=1`). Each class is one flow group to its own destination port.
+///
+/// Measured, per class, over the measured interval (after [`LinkOptions::warmup`] from the
+/// writers' start, for [`LinkOptions::measure`]):
+///
+/// * **achieved_bps**: the class's goodput windows of [`SAMPLE`] at its sinks, scaled to bytes on
+///   the wire of full segments ([`measure::WIRE_PER_PAYLOAD`]: Ethernet header included, as the
+///   rest of `compare` counts). `share_pct` is the class's part of what the weighted classes
+///   together achieved (the division the weights govern); `link_pct` is its rate in percent of
+///   the link.
+/// * **queue**: the class's queued bytes sampled every [`QUEUE_SAMPLE`] (Metronome: the
+///   daemon's per-class link queue gauge, [`LINK_QUEUE_METRIC`]; HTB: the leaf's backlog from
+///   `tc -s class show`), their p99 (nearest rank) and mean.
+/// * **borrowing** ([`Scenario::Borrow`]): the first class stops writing half-way through the
+///   measured interval; `borrow_ms` is the time from that instant to the end of the first
+///   [`SAMPLE`] window in which the remaining classes together carry at least [`BORROW_SHARE`]
+///   of the link.
+/// * **probe RTT** ([`Scenario::Priority`]): a TCP ping every 10 ms in the priority class while
+///   the others saturate the link, opened at the start of the measured interval; its p99.
 pub fn run(options: &LinkOptions, progress: &mut dyn Write) -> Result<Vec<LinkRow>, CompareError> {
     let _ = crate::netns::remove_stale(NS_PREFIX);
     let mut topo = Topology::bump_in_the_wire(NS_PREFIX)?;

@@ -1,28 +1,13 @@
-//! What `metronome compare` measures, and how.
+//! What `metronome compare` measures, and how: the rate on the wire ([`WindowSampler`],
+//! [`wire_bytes`]), the machine's CPU ([`MachineCpu`]) and the thread CPU of the daemon
+//! ([`metronome_io::ThreadCpu`]); the statistics over them are `crate::stats`'s.
 //!
-//! * **Rate on the wire** ([`WindowSampler`], [`wire_bytes`]): the bytes the receiver's TCP
-//!   payload occupies on a wire in full segments (Ethernet frames with their 14-byte header,
-//!   without FCS, as `/proc/net/dev` counts MTU frames), from the receiver veth's `rx_bytes` and
-//!   `rx_packets` read every [`WINDOW`]. A veth counts a GSO super-frame once with its length
-//!   (one set of headers for up to 45 segments, about 3.5 % below what a wire carries), so the
-//!   payload (bytes minus one set of headers per packet counted) is scaled by a full segment's
-//!   frame-to-payload ratio: exact for MTU frames and super-frames alike, and the same for every
-//!   shaper. Each window's rate is its byte delta over the *measured* time between the two
-//!   reads, so a late wake-up does not bias the rate.
-//! * **Deviation** ([`crate::stats::mean_abs_deviation_pct`]): the mean absolute deviation of the window rates
-//!   from the target, in percent of the target (Carousel §7.1.1 measures conformance the same way,
-//!   in 100 ms windows).
-//! * **Machine CPU** ([`MachineCpu`]): from the first line of `/proc/stat` (`user nice system
-//!   idle iowait irq softirq steal`, clock ticks summed over all CPUs) the machine's kernel time,
-//!   `system + irq + softirq`, plus the user time of **this process** (`utime` of
-//!   `/proc/self/stat`, same ticks): the kernel's softirq time, where HTB and TBF do their work
-//!   and which no thread can be charged for, the kernel TCP of the traffic generator (the same
-//!   for every shaper), and the daemon's own user time; but not the user time of unrelated
-//!   processes (a compiler running beside the comparison). Reported in CPUs busy.
-//! * **Thread CPU** ([`metronome_io::ThreadCpu`]): the on-CPU time of one thread, the first field
-//!   of `/proc/thread-self/schedstat` (nanoseconds), opened *by that thread* and re-read by another
-//!   (the file keeps naming the task that opened it, as `/proc/thread-self/net/dev` keeps its
-//!   namespace, see [`crate::netns`]).
+//! Where it departs from Carousel §7.1.1 (conformance in 100 ms windows): the rate is the bytes
+//! the receiver's TCP payload occupies on a wire in full segments, from the receiver veth's
+//! `rx_bytes` and `rx_packets` ([`wire_bytes`]: a veth counts a GSO super-frame once, so the
+//! payload is scaled by a full segment's frame-to-payload ratio), each window's over the
+//! *measured* time between two reads; the CPU is the machine's kernel time plus this process's
+//! user time ([`MachineCpu`]), not a thread's, since the kernel shapers work in softirq context.
 
 use std::fs::File;
 use std::io::{Read, Seek};

@@ -3,23 +3,7 @@
 //! frame (NicPic §1: the per-packet work of tens of thousands of rate limiters must not grow
 //! with their number).
 //!
-//! The traffic is the same for every run: [`crate::class_traffic::send_classes`] as fast as the
-//! sender goes ([`Schedule::Flood`]), [`PacketRateOptions::frame_bytes`]-byte UDP frames to the
-//! destinations of the largest class count in turn, one flow per destination. A run with `n`
-//! classes gives class `i` the destination /32 of flow `i` ([`daemon_config_text`]); the run with
-//! one class gives its class all of them (one prefix). Every class's rate is
-//! [`CLASS_RATE_BPS`], far above what arrives, so that the daemon's per-packet work (parse,
-//! classify, stamp, send), not the shaping, limits what passes.
-//!
-//! Each run starts once `metronome run` forwards a first frame
-//! ([`crate::class_traffic::wait_forwarding`]). Measured after [`PacketRateOptions::warmup`], over
-//! [`PacketRateOptions::measure`]: the frames the receiver's veth got per second (`rx_packets`),
-//! the frames the sender's socket took per second, and the daemon process's CPU (user + system time
-//! of all its threads) per delivered frame. The runs alternate ([`PacketRateOptions::rounds`]
-//! times), so that a noisy moment of the shared machine does not fall on one class count only. When
-//! the sender, not the daemon, limits (the daemon delivers about everything it is sent,
-//! [`sender_limited`]), the ratio of frames per second compares nothing, and the CPU per frame is
-//! the figure.
+//! The traffic, the runs and what they measure are [`run`]'s.
 
 use super::attach::AttachedDaemon;
 use super::CompareError;
@@ -167,6 +151,24 @@ pub fn sender_limited(row: &PacketRateRow) -> bool {
 
 /// Runs `options`, printing progress to `progress`: every class count once per round, in
 /// turn. Only a failure of the topology itself is an error.
+///
+/// The traffic is the same for every run: [`crate::class_traffic::send_classes`] as fast as the
+/// sender goes ([`Schedule::Flood`]), [`PacketRateOptions::frame_bytes`]-byte UDP frames to the
+/// destinations of the largest class count in turn, one flow per destination. A run with `n`
+/// classes gives class `i` the destination /32 of flow `i` ([`daemon_config_text`]); the run with
+/// one class gives its class all of them (one prefix). Every class's rate is
+/// [`CLASS_RATE_BPS`], far above what arrives, so that the daemon's per-packet work (parse,
+/// classify, stamp, send), not the shaping, limits what passes.
+///
+/// Each run starts once `metronome run` forwards a first frame
+/// ([`crate::class_traffic::wait_forwarding`]). Measured after [`PacketRateOptions::warmup`], over
+/// [`PacketRateOptions::measure`]: the frames the receiver's veth got per second (`rx_packets`),
+/// the frames the sender's socket took per second, and the daemon process's CPU (user + system time
+/// of all its threads) per delivered frame. The runs alternate ([`PacketRateOptions::rounds`]
+/// times), so that a noisy moment of the shared machine does not fall on one class count only. When
+/// the sender, not the daemon, limits (the daemon delivers about everything it is sent,
+/// [`sender_limited`]), the ratio of frames per second compares nothing, and the CPU per frame is
+/// the figure.
 pub fn run(
     options: &PacketRateOptions,
     progress: &mut dyn Write,

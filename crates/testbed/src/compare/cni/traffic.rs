@@ -1,25 +1,10 @@
 //! The traffic of `compare --cni` and of the CNI tests: kernel TCP per pod in one direction at a
 //! time, each pod's rate measured at the receiving end, and the fair probe.
 //!
-//! * [`run_pods`]: every pod at once, [`Direction::Egress`] (the pod sends to the receiver: what
-//!   leaves the node through the uplink) or [`Direction::Ingress`] (the receiver sends to the
-//!   pod: what the node delivers through the pod's host veth), `flows` TCP connections per pod,
-//!   each pod to its own port. The sinks count per pod ([`crate::trafficgen`]).
-//! * [`pod_rate`]: a pod's rate from its goodput windows (100 ms) after the warm-up, scaled to
-//!   full segments on the wire ([`measure::WIRE_PER_PAYLOAD`], as `compare --attach` measures
-//!   its workloads, [`crate::compare::attach::workload_rate`]): the windows' **median** (a
-//!   receiver descheduled on a shared machine reads its socket late and puts a burst above the
-//!   limit into a later window without the limit having let more through; see
-//!   `crates/testbed/tests/attach_kernel.rs`), their mean beside it, and their mean absolute
-//!   deviation from the limit.
-//! * [`fair_probe`]: a pod sending [`PROBE_BULK_FLOWS`] bulk TCP connections to the receiver at
-//!   its egress limit and, from the warm-up on, a sparse probe (an 8-byte TCP ping every 10 ms)
-//!   from the same pod: the probe's RTT p50/p99, as `compare --attach` measures its probe (a
-//!   connection of its own opened after the warm-up, so slow start's queue is not in it).
-//!
-//! The two directions run one after the other, not together: the ACKs of one direction travel
-//! in the other, so a limit on what the pod sends would also carry the ACKs of what it receives,
-//! and neither direction's figure would be the limit's alone.
+//! What each function runs and measures is on it: [`run_pods`] (every pod at once, one
+//! direction), [`pod_rate`] (a pod's rate from its goodput windows: their median) and
+//! [`fair_probe`]; the two directions run one after the other, since the ACKs of one travel in
+//! the other.
 
 use crate::compare::{answered, CompareError, TAIL};
 use crate::netns::cni::CniTopology;
@@ -72,6 +57,15 @@ pub struct PodRate {
 /// an address from its ADD) in `direction`, all pods at once, pod `k` of the list to port
 /// `first_port + k`, for `duration`, each connection capped at `cap` bytes; returns each pod's
 /// traffic report, in the list's order.
+///
+/// Every pod at once, [`Direction::Egress`] (the pod sends to the receiver: what
+///   leaves the node through the uplink) or [`Direction::Ingress`] (the receiver sends to the
+///   pod: what the node delivers through the pod's host veth), `flows` TCP connections per pod,
+///   each pod to its own port. The sinks count per pod ([`crate::trafficgen`]).
+///
+/// The two directions run one after the other, not together: the ACKs of one direction travel
+/// in the other, so a limit on what the pod sends would also carry the ACKs of what it receives,
+/// and neither direction's figure would be the limit's alone.
 pub fn run_pods(
     topo: &CniTopology,
     pods: &[usize],
@@ -107,8 +101,16 @@ fn no_pod(i: usize) -> CompareError {
     )))
 }
 
+/// A pod's rate from its goodput windows (100 ms) after the warm-up, scaled to
+/// full segments on the wire ([`measure::WIRE_PER_PAYLOAD`], as `compare --attach` measures
+/// its workloads, [`crate::compare::attach::workload_rate`]): the windows' **median** (a
+/// receiver descheduled on a shared machine reads its socket late and puts a burst above the
+/// limit into a later window without the limit having let more through; see
+/// `crates/testbed/tests/attach_kernel.rs`), their mean beside it, and their mean absolute
+/// deviation from the limit.
+///
 /// The rate of `report`'s first group over the windows from `warmup` on, `span` long, on the
-/// wire, against `limit_bps` (module docs); `None` when no window falls in it.
+/// wire, against `limit_bps` (above); `None` when no window falls in it.
 pub fn pod_rate(
     report: &TrafficReport,
     (warmup, span): (Duration, Duration),
@@ -135,7 +137,12 @@ pub struct ProbeFigures {
     pub p99_us: u64,
 }
 
-/// The fair probe (module docs) from pod `pod` (with an address): [`PROBE_BULK_FLOWS`]
+/// A pod sending [`PROBE_BULK_FLOWS`] bulk TCP connections to the receiver at
+/// its egress limit and, from the warm-up on, a sparse probe (an 8-byte TCP ping every 10 ms)
+/// from the same pod: the probe's RTT p50/p99, as `compare --attach` measures its probe (a
+/// connection of its own opened after the warm-up, so slow start's queue is not in it).
+///
+/// The fair probe (above) from pod `pod` (with an address): [`PROBE_BULK_FLOWS`]
 /// connections to `port` of the receiver for the warm-up, `span` and [`crate::compare::TAIL`],
 /// each capped at `cap` bytes, and the probe to `port + 1` for `span` from the warm-up on.
 /// `Ok(None)` when no ping was answered.
