@@ -11,6 +11,7 @@
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
 use crate::compare_cmd::{format_table, or_exit};
+use crate::compare_table::{header, rate_cells, Block, RATE_COLUMNS};
 use metronome_testbed::compare::attach::{self, AttachOptions, AttachReport, HostRow, WorkloadRow};
 use metronome_testbed::compare::{RunReport, Shaper};
 use metronome_testbed::netns::attach::WorkloadLink;
@@ -81,29 +82,22 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
             names.push(&r.workload);
         }
     }
+    let blocks: Vec<Block> = shapers
+        .iter()
+        .map(|s| Block::new(s.name(), &RATE_COLUMNS))
+        .collect();
+    let (top, sub) = header(&format!("{:<9}", "workload"), &" ".repeat(9), &blocks);
     let mut out = format!(
-        "workloads: {} x {} TCP flows, each limited to {:.0} Mbit/s\n{:<9}",
+        "workloads: {} x {} TCP flows, each limited to {:.0} Mbit/s\n{top}\n{sub}\n",
         names.len(),
         first.flows,
         first.target_bps as f64 / 1e6,
-        "workload"
     );
-    for s in &shapers {
-        let _ = write!(out, " | {:<17}", s.name());
-    }
-    let _ = write!(out, "\n{:<9}", "");
-    for _ in &shapers {
-        let _ = write!(out, " | {:>9} {:>7}", "Mbit/s", "dev %");
-    }
-    out.push('\n');
-    let cell = |r: Option<&WorkloadRow>| match r.and_then(|r| r.achieved_bps.zip(r.deviation_pct)) {
-        Some((a, d)) => format!(" | {:>9.2} {:>7.2}", a / 1e6, d),
-        None => format!(" | {:>9} {:>7}", "-", "-"),
-    };
     for name in &names {
         let _ = write!(out, "{name:<9}");
-        for s in &shapers {
-            out += &cell(rows.iter().find(|r| r.shaper == *s && r.workload == *name));
+        for (s, block) in shapers.iter().zip(&blocks) {
+            let row = rows.iter().find(|r| r.shaper == *s && r.workload == *name);
+            out += &rate_cells(block, row.and_then(|r| r.achieved_bps.zip(r.deviation_pct)));
         }
         out.push('\n');
     }
@@ -297,5 +291,19 @@ mod tests {
         let summary = "htb-u32: 2 workloads measured, mean 100.50 Mbit/s, largest error from the \
                        limit +2.00 %";
         assert!(text.contains(summary), "{text}");
+    }
+
+    #[test]
+    fn the_table_is_the_golden_one_to_the_byte() {
+        let rows = vec![
+            workload(Shaper::Metronome, "hv0", Some(99.5e6)),
+            workload(Shaper::HtbU32, "hv0", Some(101.25e6)),
+            workload(Shaper::Metronome, "hv1", None),
+            workload(Shaper::IfbTbf, "hv1", Some(97e6)),
+        ];
+        assert_eq!(
+            format_workloads(&rows),
+            include_str!("../tests/golden/compare_workloads.txt")
+        );
     }
 }

@@ -14,6 +14,7 @@
 
 use crate::compare_args::{CompareArgs, GridArgs, Mode};
 use crate::compare_plot;
+use crate::compare_table::{fixed, header, Block};
 use metronome_testbed::compare::{
     self, format_rtt_us, CompareOptions, DaemonLoop, Row, RunReport, Shaper,
 };
@@ -23,57 +24,44 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
-/// Width of one shaper's block, without the daemon column.
-const BLOCK: usize = 44;
-/// Width of the daemon-thread CPU column of the metronome block.
-const DAEMON: usize = 11;
+/// The columns of one shaper's block of the grid's table.
+const GRID_COLUMNS: [(&str, usize); 5] = [
+    ("Mbit/s", 9),
+    ("dev %", 7),
+    ("p99 us", 9),
+    ("cpu %/G", 9),
+    ("jain", 6),
+];
+/// The daemon-thread CPU column of a daemon's block.
+const DAEMON_COLUMN: (&str, usize) = ("daemon %/G", 10);
 
-fn header(shapers: &[Shaper], offloads: OffloadMode) -> String {
-    let mut top = format!("{:<17}", "");
-    let mut sub = format!("{:<11}{:>6}", "target", "flows");
-    for &s in shapers {
-        let width = BLOCK + if s.is_daemon() { DAEMON } else { 0 };
-        let _ = write!(top, " | {:<width$}", s.name());
-        let _ = write!(
-            sub,
-            " | {:>9} {:>7} {:>9} {:>9} {:>6}",
-            "Mbit/s", "dev %", "p99 us", "cpu %/G", "jain"
-        );
-        if s.is_daemon() {
-            let _ = write!(sub, " {:>10}", "daemon %/G");
-        }
+/// The block of `shaper` in the grid's table.
+fn block_of(shaper: Shaper) -> Block {
+    let mut block = Block::new(shaper.name(), &GRID_COLUMNS);
+    if shaper.is_daemon() {
+        block.columns.push(DAEMON_COLUMN);
     }
-    format!(
-        "offloads: {}\n{}\n{}\n",
-        offloads.describe(),
-        top.trim_end(),
-        sub
-    )
+    block
 }
 
+/// The cells of one run in its shaper's block; one `-` over the block without a run.
 fn block(report: Option<&RunReport>, shaper: Shaper) -> String {
+    let block = block_of(shaper);
     let Some(r) = report else {
-        let width = BLOCK + if shaper.is_daemon() { DAEMON } else { 0 };
-        return format!(" | {:<width$}", "-");
+        return block.dash();
     };
     let row = &r.row;
-    let mut s = format!(
-        " | {:>9.2} {:>7.2} {:>9} {:>9.1} {:>6}",
-        row.achieved_bps / 1e6,
-        row.deviation_pct,
+    let mut cells = vec![
+        fixed(row.achieved_bps / 1e6, 2),
+        fixed(row.deviation_pct, 2),
         format_rtt_us(row.rtt_p99_us),
-        row.cpu_pct,
-        row.jain_bulk.map_or("-".to_owned(), |j| format!("{j:.3}"))
-    );
+        fixed(row.cpu_pct, 1),
+        row.jain_bulk.map_or("-".to_owned(), |j| fixed(j, 3)),
+    ];
     if shaper.is_daemon() {
-        match row.daemon_cpu_pct {
-            Some(d) => {
-                let _ = write!(s, " {d:>10.1}");
-            }
-            None => s.push_str(&format!(" {:>10}", "-")),
-        }
+        cells.push(row.daemon_cpu_pct.map_or("-".to_owned(), |d| fixed(d, 1)));
     }
-    s
+    block.cells(&cells)
 }
 
 /// Formats `reports` (run with `offloads`) as the side-by-side table, in the order the
@@ -90,7 +78,17 @@ pub fn format_table(reports: &[RunReport], offloads: OffloadMode) -> String {
             keys.push(key);
         }
     }
-    let mut out = header(&shapers, offloads);
+    let blocks: Vec<Block> = shapers.iter().map(|&s| block_of(s)).collect();
+    let (top, sub) = header(
+        &" ".repeat(17),
+        &format!("{:<11}{:>6}", "target", "flows"),
+        &blocks,
+    );
+    let mut out = format!(
+        "offloads: {}\n{}\n{sub}\n",
+        offloads.describe(),
+        top.trim_end()
+    );
     for (target, flows) in keys {
         let _ = write!(
             out,
@@ -633,5 +631,25 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["metronome", "metronome-fair", "htb", "tbf"]);
+    }
+
+    #[test]
+    fn the_table_is_the_golden_one_to_the_byte() {
+        let mut slow = report(Shaper::Tbf, 1_000_000_000, 950e6);
+        slow.row.rtt_p99_us = None;
+        slow.row.jain_bulk = None;
+        let mut silos = report(Shaper::Metronome, 1_000_000_000, 990e6);
+        silos.row.daemon_cpu_pct = None;
+        let reports = [
+            report(Shaper::Metronome, 100_000_000, 99.9e6),
+            report(Shaper::MetronomeFair, 100_000_000, 99.8e6),
+            report(Shaper::Htb, 100_000_000, 95.0e6),
+            silos,
+            slow,
+        ];
+        assert_eq!(
+            format_table(&reports, OffloadMode::Off),
+            include_str!("../tests/golden/compare_grid.txt")
+        );
     }
 }

@@ -14,6 +14,7 @@
 
 use crate::compare_attach::{largest_error_pct, write_not_measured};
 use crate::compare_cmd::or_exit;
+use crate::compare_table::{header, rate_cells, Block, RATE_COLUMNS};
 use metronome_testbed::compare::cni::{
     self, CniOptions, CniReport, CycleRow, Direction, PodRow, ProbeRow,
 };
@@ -86,39 +87,28 @@ pub fn format_pods(rows: &[PodRow], rate_bps: u64) -> String {
             pods.push(&r.pod);
         }
     }
+    let arms: Vec<(Shaper, Direction)> = shapers
+        .iter()
+        .flat_map(|&s| Direction::BOTH.map(|d| (s, d)))
+        .collect();
+    let blocks: Vec<Block> = arms
+        .iter()
+        .map(|(s, d)| Block::new(format!("{} {}", s.name(), d.name()), &RATE_COLUMNS))
+        .collect();
+    let (top, sub) = header(&format!("{:<5}", "pod"), &" ".repeat(5), &blocks);
     let mut out = format!(
-        "{} pods at {:.0} Mbit/s each way, {} TCP flows per pod and direction\n{:<5}",
+        "{} pods at {:.0} Mbit/s each way, {} TCP flows per pod and direction\n{top}\n{sub}\n",
         pods.len(),
         rate_bps as f64 / 1e6,
         first.flows,
-        "pod"
     );
-    for s in &shapers {
-        for d in Direction::BOTH {
-            let _ = write!(out, " | {:<17}", format!("{} {}", s.name(), d.name()));
-        }
-    }
-    let _ = write!(out, "\n{:<5}", "");
-    for _ in 0..shapers.len() * 2 {
-        let _ = write!(out, " | {:>9} {:>7}", "Mbit/s", "dev %");
-    }
-    out.push('\n');
     for pod in &pods {
         let _ = write!(out, "{pod:<5}");
-        for s in &shapers {
-            for d in Direction::BOTH {
-                let row = rows
-                    .iter()
-                    .find(|r| r.shaper == *s && r.direction == d && r.pod == *pod);
-                match row.and_then(|r| r.achieved_bps.zip(r.deviation_pct)) {
-                    Some((a, dev)) => {
-                        let _ = write!(out, " | {:>9.2} {:>7.2}", a / 1e6, dev);
-                    }
-                    None => {
-                        let _ = write!(out, " | {:>9} {:>7}", "-", "-");
-                    }
-                }
-            }
+        for (&(s, d), block) in arms.iter().zip(&blocks) {
+            let row = rows
+                .iter()
+                .find(|r| r.shaper == s && r.direction == d && r.pod == *pod);
+            out += &rate_cells(block, row.and_then(|r| r.achieved_bps.zip(r.deviation_pct)));
         }
         out.push('\n');
     }
@@ -282,5 +272,24 @@ mod tests {
         assert_eq!(v["cycles"][0]["cycles"], 100);
         let back: CniDocument = serde_json::from_str(&text).unwrap();
         assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn the_table_is_the_golden_one_to_the_byte() {
+        let rows = vec![
+            row(Shaper::Bandwidth, Direction::Egress, "p0", Some(99e6)),
+            row(Shaper::Bandwidth, Direction::Ingress, "p0", Some(101e6)),
+            row(
+                Shaper::MetronomeCni,
+                Direction::Ingress,
+                "p1",
+                Some(100.5e6),
+            ),
+            row(Shaper::MetronomeCni, Direction::Egress, "p0", None),
+        ];
+        assert_eq!(
+            format_pods(&rows, 100_000_000),
+            include_str!("../tests/golden/compare_pods.txt")
+        );
     }
 }

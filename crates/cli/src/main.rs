@@ -13,6 +13,7 @@ mod compare_cni;
 mod compare_link;
 mod compare_plot;
 mod compare_schema;
+mod compare_table;
 mod demo_cmd;
 mod lab_cmd;
 mod run_cmd;
