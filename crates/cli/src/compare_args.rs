@@ -128,18 +128,43 @@ pub struct KernelArgs {
     pub grid: GridArgs,
 }
 
+/// `--quick` and `--json`, as every mode but `churn` and `cluster` takes them.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct RunArgs {
+    /// The mode's short run: fewer rates, flow counts, classes or cycles (each mode's
+    /// `quick()` options).
+    #[arg(long)]
+    pub quick: bool,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// `--json`, as every mode takes it (`churn` and `cluster` alone, having no short run).
+#[derive(Args, Debug, Clone, Copy)]
+pub struct Output {
+    /// Print the mode's JSON document instead of the table (`compare schema MODE`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--classes [N]`: the class count of `classes` and `packet-rate`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct ClassCount {
+    /// The class count (`classes`: default 10 000, with `--quick` 1 000; `packet-rate`: the
+    /// large count, default 65 534).
+    #[arg(long, value_name = "N", num_args = 0..=1,
+          value_parser = clap::value_parser!(u64).range(1..=8_388_608))]
+    pub classes: Option<Option<u64>>,
+}
+
 /// The options of `compare link-sharing`.
 #[derive(Args, Debug)]
 pub struct LinkArgs {
-    /// Fewer and shorter runs.
-    #[arg(long)]
-    pub quick: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// The veths' offloads (`host` or `off`).
     #[arg(long, default_value = "host")]
     pub offloads: OffloadMode,
-    /// Print the JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
     /// Only these scenarios (`shares,borrow,marking,priority`).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<metronome_testbed::compare::link_sharing::Scenario>,
@@ -151,12 +176,8 @@ pub struct LinkArgs {
 /// The options of `compare attach`.
 #[derive(Args, Debug)]
 pub struct AttachArgs {
-    /// 100 Mbit/s and 1 Gbit/s with 16 flows, and the workloads.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print the JSON document instead of the tables.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Only these target rates of the host part (`100mbit,1gbit`).
     #[arg(long, value_delimiter = ',')]
     pub target: Vec<Rate>,
@@ -175,12 +196,8 @@ pub struct AttachArgs {
 /// The options of `compare cni`.
 #[derive(Args, Debug)]
 pub struct CniArgs {
-    /// 100 Mbit/s only and 20 cycles.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print the JSON document instead of the tables.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Connections per pod and direction (one value, default 4).
     #[arg(long, value_delimiter = ',')]
     pub flows: Vec<usize>,
@@ -195,16 +212,10 @@ pub struct CniArgs {
 /// The options of `compare classes`.
 #[derive(Args, Debug)]
 pub struct ClassesArgs {
-    /// 1 000 classes instead of 10 000.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print the JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// The class count (default 10 000; `--quick`: 1 000).
-    #[arg(long, value_name = "N", num_args = 0..=1,
-          value_parser = clap::value_parser!(u64).range(1..=8_388_608))]
-    pub classes: Option<Option<u64>>,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub count: ClassCount,
     /// The class rates, one for all or the smallest and the largest (`1mbit,10mbit`: spread
     /// linearly over the classes).
     #[arg(long, value_delimiter = ',')]
@@ -218,24 +229,17 @@ pub struct ClassesArgs {
 /// The options of `compare packet-rate`.
 #[derive(Args, Debug)]
 pub struct PacketRateArgs {
-    /// Fewer runs.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print the JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// The large class count (default 65 534).
-    #[arg(long, value_name = "N", num_args = 0..=1,
-          value_parser = clap::value_parser!(u64).range(1..=8_388_608))]
-    pub classes: Option<Option<u64>>,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub count: ClassCount,
 }
 
 /// The options of `compare churn`.
 #[derive(Args, Debug)]
 pub struct ChurnArgs {
-    /// Print the JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: Output,
     /// The TCP file classes' rates (default 200mbit,100mbit).
     #[arg(long, value_delimiter = ',')]
     pub target: Vec<Rate>,
@@ -267,9 +271,8 @@ pub struct ChurnArgs {
 /// The options of `compare cluster`.
 #[derive(Args, Debug)]
 pub struct ClusterArgs {
-    /// Print the JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: Output,
     /// A per-host class of half the limit on each daemon instead of the cluster class (the
     /// static split).
     #[arg(long)]
@@ -404,7 +407,7 @@ mod tests {
         let Ok(Mode::Churn(a)) = parse(&args) else {
             panic!()
         };
-        assert!(a.json);
+        assert!(a.output.json);
         assert_eq!(a.ops, Some(300));
         assert_eq!(a.pace.map(|d| d.as_nanos()), Some(10_000_000));
         assert_eq!(a.target.len(), 2);
@@ -439,7 +442,7 @@ mod tests {
         let Ok(Mode::Attach(a)) = parse(&args) else {
             panic!()
         };
-        assert!(a.quick && a.json && a.isolate_daemon);
+        assert!(a.run.quick && a.run.output.json && a.isolate_daemon);
         assert_eq!(a.workload_link, WorkloadLink::Bridge);
         assert_eq!(a.flows, [16]);
         let bps: Vec<u64> = a.target.iter().map(|r| r.bps()).collect();
@@ -484,7 +487,7 @@ mod tests {
         let Ok(Mode::LinkSharing(a)) = parse(&args) else {
             panic!()
         };
-        assert!(a.quick);
+        assert!(a.run.quick);
         assert_eq!(a.scenario, [Scenario::Shares, Scenario::Marking]);
         assert_eq!(a.link_rtt_us, Some(4000));
         assert!(parse(&["compare", "--scenario", "shares"]).is_err());
@@ -498,7 +501,7 @@ mod tests {
         let Ok(Mode::Classes(a)) = parse(&["compare", "--classes"]) else {
             panic!()
         };
-        assert_eq!(a.classes, Some(None));
+        assert_eq!(a.count.classes, Some(None));
         let args = [
             "compare",
             "--classes",
@@ -512,20 +515,20 @@ mod tests {
         let Ok(Mode::Classes(a)) = parse(&args) else {
             panic!()
         };
-        assert_eq!(a.classes, Some(Some(500)));
+        assert_eq!(a.count.classes, Some(Some(500)));
         let rates: Vec<u64> = a.class_rates.iter().map(|r| r.bps()).collect();
         assert_eq!(rates, [1_000_000, 10_000_000]);
         assert_eq!(a.frame_bytes, Some(1514));
         let Ok(Mode::Classes(a)) = parse(&["compare", "classes", "--classes=20"]) else {
             panic!()
         };
-        assert_eq!(a.classes, Some(Some(20)));
+        assert_eq!(a.count.classes, Some(Some(20)));
         let args = ["compare", "--packet-rate", "--classes", "100", "--quick"];
         let Ok(Mode::PacketRate(a)) = parse(&args) else {
             panic!()
         };
-        assert!(a.quick);
-        assert_eq!(a.classes, Some(Some(100)));
+        assert!(a.run.quick);
+        assert_eq!(a.count.classes, Some(Some(100)));
         assert!(parse(&["compare", "--classes", "--attach"]).is_err());
         assert!(parse(&["compare", "--class-rates", "1mbit"]).is_err());
         assert!(parse(&["compare", "--classes", "0"]).is_err());
@@ -537,11 +540,11 @@ mod tests {
         let Ok(Mode::Cluster(a)) = parse(&["compare", "--cluster"]) else {
             panic!()
         };
-        assert!(!a.per_host && !a.json);
+        assert!(!a.per_host && !a.output.json);
         let Ok(Mode::Cluster(a)) = parse(&["compare", "cluster", "--per-host", "--json"]) else {
             panic!()
         };
-        assert!(a.per_host && a.json);
+        assert!(a.per_host && a.output.json);
         assert!(parse(&["compare", "--per-host"]).is_err());
         assert!(parse(&["compare", "--cluster", "--cni"]).is_err());
         assert!(parse(&["compare", "--cluster", "--quick"]).is_err());
@@ -573,7 +576,7 @@ mod tests {
         let rates: Vec<u64> = a.rates.iter().map(|r| r.bps()).collect();
         assert_eq!(rates, [100_000_000, 1_000_000_000]);
         assert_eq!(a.flows, [2]);
-        assert!(a.quick && a.json);
+        assert!(a.run.quick && a.run.output.json);
         assert!(parse(&["compare", "--cni", "--attach"]).is_err());
         assert!(parse(&["compare", "--cni", "--churn"]).is_err());
         assert!(parse(&["compare", "--pods", "3"]).is_err());

@@ -274,38 +274,40 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     match mode {
         Mode::Kernel(k) => run_grid(&k.grid, k.quick, false),
         Mode::Ceiling(g) => run_grid(&g, false, true),
-        Mode::PacketRate(a) => {
-            crate::compare_classes::run_packet_rate(a.quick, class_count(a.classes), a.json)
-        }
+        Mode::PacketRate(a) => crate::compare_classes::run_packet_rate(
+            a.run.quick,
+            class_count(a.count),
+            a.run.output.json,
+        ),
         Mode::Classes(a) => {
             let choice = crate::compare_classes::ClassesChoice {
-                quick: a.quick,
-                classes: class_count(a.classes),
+                quick: a.run.quick,
+                classes: class_count(a.count),
                 rates_bps: a.class_rates.iter().map(|r| r.bps()).collect(),
                 frame_bytes: a.frame_bytes.map(|b| b as usize),
             };
-            crate::compare_classes::run_classes(choice, a.json)
+            crate::compare_classes::run_classes(choice, a.run.output.json)
         }
-        Mode::Cluster(a) => crate::compare_cluster::run(a.per_host, a.json),
+        Mode::Cluster(a) => crate::compare_cluster::run(a.per_host, a.output.json),
         Mode::Cni(a) => {
             if a.flows.len() > 1 || a.flows.contains(&0) {
                 usage("--cni takes one --flows of at least 1");
             }
             let cni = crate::compare_cni::CniArgs {
-                quick: a.quick,
+                quick: a.run.quick,
                 pods: a.pods.map(|p| usize::try_from(p).unwrap_or(usize::MAX)),
                 rates_bps: a.rates.iter().map(|r| r.bps()).collect(),
                 flows: a.flows.first().copied(),
             };
-            crate::compare_cni::run(&cni, a.json)
+            crate::compare_cni::run(&cni, a.run.output.json)
         }
         Mode::Attach(a) => {
             if a.flows.contains(&0) {
                 usage("--flows: a flow count must be at least 1");
             }
             let targets = a.target.iter().map(|r| r.bps()).collect();
-            let modes = (a.isolate_daemon, a.workload_link, a.json);
-            crate::compare_attach::run(a.quick, (targets, a.flows), modes)
+            let modes = (a.isolate_daemon, a.workload_link, a.run.output.json);
+            crate::compare_attach::run(a.run.quick, (targets, a.flows), modes)
         }
         Mode::Schema { mode } => {
             println!("{}", crate::compare_schema::schema(mode)?);
@@ -327,19 +329,20 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                 congestion: a.congestion,
                 realtime_priority: a.realtime_priority,
             };
-            crate::compare_churn::run(&churn, a.json)
+            crate::compare_churn::run(&churn, a.output.json)
         }
         Mode::LinkSharing(a) => {
             let rtt = a.link_rtt_us.map(std::time::Duration::from_micros);
-            let modes = (a.offloads, a.json);
-            crate::compare_link::run(a.quick, &a.scenario, rtt, modes)
+            let modes = (a.offloads, a.run.output.json);
+            crate::compare_link::run(a.run.quick, &a.scenario, rtt, modes)
         }
     }
 }
 
 /// `--classes [N]` as a count (`None`: the mode's default).
-fn class_count(classes: Option<Option<u64>>) -> Option<usize> {
-    classes
+fn class_count(count: crate::compare_args::ClassCount) -> Option<usize> {
+    count
+        .classes
         .flatten()
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
 }
