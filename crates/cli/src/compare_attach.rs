@@ -1,30 +1,27 @@
-//! `metronome compare --attach [--quick] [--target RATES] [--flows N,...] [--isolate-daemon]
-//! [--workload-link bridge|routed] [--json]`: the daemon attached in place to a host's uplink
-//! against the kernel's qdiscs on the same uplink (what is run and measured:
-//! `metronome_testbed::compare::attach`).
+//! `metronome compare attach`: the daemon attached in place to a host's uplink against the
+//! kernel's qdiscs on the same uplink (what is run and measured:
+//! `metronome_testbed::compare::attach`; the options: [`crate::compare_args::AttachArgs`]).
 //!
 //! Output: the host part as the side-by-side table of `metronome compare`
 //! ([`crate::compare_cmd::format_table`]), a row whose shaper could not run shown as `-` and its
 //! error listed under the table; then the workload part, one line per workload with each
-//! shaper's rate and deviation, and a summary line per shaper. With `--json` exactly
-//! `{"machine", "steering", "workload_link": "bridge"|"routed", "host": [...], "workloads":
-//! [...]}` on standard output: each host row is a `metronome compare` row (`{"shaper",
-//! "target_bps", "flows", "achieved_bps", ...}`) or `{"shaper", "target_bps", "flows",
-//! "error"}`; each workload row is `{"shaper", "workload", "target_bps", "flows",
-//! "achieved_bps", "deviation_pct"}` (both `null` with an `"error"`). Progress lines go to
-//! standard error. Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
+//! shaper's rate and deviation, and a summary line per shaper. With `--json` an
+//! [`AttachDocument`] on standard output (its schema: `metronome compare schema attach`); a row
+//! that could not run carries its `"error"` and no figures. Progress lines go to standard error.
+//! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
 use crate::compare_cmd::{format_table, or_exit};
-use metronome_testbed::compare::attach::{
-    self, AttachOptions, AttachReport, HostRow, WorkloadRow, WorkloadShaper,
-};
-use metronome_testbed::compare::RunReport;
+use crate::compare_table::{header, rate_cells, Block, RATE_COLUMNS};
+use metronome_testbed::compare::attach::{self, AttachOptions, AttachReport, HostRow, WorkloadRow};
+use metronome_testbed::compare::{RunReport, Shaper};
 use metronome_testbed::netns::attach::WorkloadLink;
 use metronome_testbed::offloads::OffloadMode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct AttachDocument {
     pub(crate) machine: String,
     #[serde(flatten)]
@@ -75,7 +72,7 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
     let Some(first) = rows.first() else {
         return String::new();
     };
-    let shapers: Vec<WorkloadShaper> = WorkloadShaper::ALL
+    let shapers: Vec<Shaper> = Shaper::WORKLOADS
         .into_iter()
         .filter(|s| rows.iter().any(|r| r.shaper == *s))
         .collect();
@@ -85,29 +82,22 @@ pub fn format_workloads(rows: &[WorkloadRow]) -> String {
             names.push(&r.workload);
         }
     }
+    let blocks: Vec<Block> = shapers
+        .iter()
+        .map(|s| Block::new(s.name(), &RATE_COLUMNS))
+        .collect();
+    let (top, sub) = header(&format!("{:<9}", "workload"), &" ".repeat(9), &blocks);
     let mut out = format!(
-        "workloads: {} x {} TCP flows, each limited to {:.0} Mbit/s\n{:<9}",
+        "workloads: {} x {} TCP flows, each limited to {:.0} Mbit/s\n{top}\n{sub}\n",
         names.len(),
         first.flows,
         first.target_bps as f64 / 1e6,
-        "workload"
     );
-    for s in &shapers {
-        let _ = write!(out, " | {:<17}", s.name());
-    }
-    let _ = write!(out, "\n{:<9}", "");
-    for _ in &shapers {
-        let _ = write!(out, " | {:>9} {:>7}", "Mbit/s", "dev %");
-    }
-    out.push('\n');
-    let cell = |r: Option<&WorkloadRow>| match r.and_then(|r| r.achieved_bps.zip(r.deviation_pct)) {
-        Some((a, d)) => format!(" | {:>9.2} {:>7.2}", a / 1e6, d),
-        None => format!(" | {:>9} {:>7}", "-", "-"),
-    };
     for name in &names {
         let _ = write!(out, "{name:<9}");
-        for s in &shapers {
-            out += &cell(rows.iter().find(|r| r.shaper == *s && r.workload == *name));
+        for (s, block) in shapers.iter().zip(&blocks) {
+            let row = rows.iter().find(|r| r.shaper == *s && r.workload == *name);
+            out += &rate_cells(block, row.and_then(|r| r.achieved_bps.zip(r.deviation_pct)));
         }
         out.push('\n');
     }
@@ -233,7 +223,7 @@ mod tests {
         }
     }
 
-    fn workload(shaper: WorkloadShaper, name: &str, achieved: Option<f64>) -> WorkloadRow {
+    fn workload(shaper: Shaper, name: &str, achieved: Option<f64>) -> WorkloadRow {
         WorkloadRow {
             shaper,
             workload: name.into(),
@@ -268,8 +258,8 @@ mod tests {
                 workload_link: WorkloadLink::Routed,
                 host: vec![failed(), row(Shaper::Tbf, 1e8)],
                 workloads: vec![
-                    workload(WorkloadShaper::Metronome, "hv0", None),
-                    workload(WorkloadShaper::IfbTbf, "hv0", Some(1e8)),
+                    workload(Shaper::Metronome, "hv0", None),
+                    workload(Shaper::IfbTbf, "hv0", Some(1e8)),
                 ],
             },
         };
@@ -290,10 +280,10 @@ mod tests {
     #[test]
     fn the_workload_table_has_one_line_per_workload_and_a_summary_per_shaper() {
         let rows = vec![
-            workload(WorkloadShaper::HtbU32, "hv0", Some(99e6)),
-            workload(WorkloadShaper::HtbU32, "hv1", Some(102e6)),
-            workload(WorkloadShaper::IfbTbf, "hv0", Some(100e6)),
-            workload(WorkloadShaper::IfbTbf, "hv1", Some(100e6)),
+            workload(Shaper::HtbU32, "hv0", Some(99e6)),
+            workload(Shaper::HtbU32, "hv1", Some(102e6)),
+            workload(Shaper::IfbTbf, "hv0", Some(100e6)),
+            workload(Shaper::IfbTbf, "hv1", Some(100e6)),
         ];
         let text = format_workloads(&rows);
         assert!(text.contains("workloads: 2 x 4 TCP flows"), "{text}");
@@ -301,5 +291,19 @@ mod tests {
         let summary = "htb-u32: 2 workloads measured, mean 100.50 Mbit/s, largest error from the \
                        limit +2.00 %";
         assert!(text.contains(summary), "{text}");
+    }
+
+    #[test]
+    fn the_table_is_the_golden_one_to_the_byte() {
+        let rows = vec![
+            workload(Shaper::Metronome, "hv0", Some(99.5e6)),
+            workload(Shaper::HtbU32, "hv0", Some(101.25e6)),
+            workload(Shaper::Metronome, "hv1", None),
+            workload(Shaper::IfbTbf, "hv1", Some(97e6)),
+        ];
+        assert_eq!(
+            format_workloads(&rows),
+            include_str!("../tests/golden/compare_workloads.txt")
+        );
     }
 }

@@ -1,37 +1,24 @@
-//! `metronome compare --churn [--ops N] [--pace DURATION] [--target RATES] [--flows N]
-//! [--udp-rate R] [--class-rate R] [--congestion NAME] [--realtime-priority N]
-//! [--json]`: classes added and deleted through the daemon's
-//! control socket while TCP runs through other classes (what is run and measured:
-//! `metronome_testbed::compare::churn`). The daemon is this very binary's `run`.
+//! `metronome compare churn`: classes added and deleted through the daemon's control socket
+//! while TCP runs through other classes (what is run and measured:
+//! `metronome_testbed::compare::churn`; the options: [`crate::compare_args::ChurnArgs`]). The
+//! daemon is this very binary's `run`.
 //!
-//! Output ([`format_report`]): the operations (how many carried out, the daemon's `applied_us`
-//! p50/p99/max, how many above 1 ms and how many of those the machine's own stalls do not
-//! account for, the client's round trip), one line per TCP class with its calm and churn phases
-//! side by side (mean rate, mean absolute deviation, worst 100 ms window, worst window in which
-//! no CPU stalled), the machine's stalls in each phase (`metronome_testbed::stall`), and the
-//! UDP flow (datagrams sent, received, lost; the churn classes' packets and drops the scrapes
-//! saw). With `--json` exactly `{"machine", ...}` and the fields of `ChurnReport` (`"ops"`,
-//! `"ops_ok"`, `"pace_us"`, `"errors"`, `"applied"`: `{"p50_us", "p99_us", "max_us"}`,
-//! `"applied_add"`, `"applied_del"` (the same of each kind), `"applied_over_target"`,
-//! `"applied_over_target_beyond_stalls"`, `"round_trip"`, `"slowest"`: `[{"op", "kind",
-//! "applied_us", "round_trip_us", "at_s", "stall_us"}]`, `"changes_counted"`, `"calm_s"`,
-//! `"churn_s"`, `"classes"`: `[{"name", "rate_bps", "flows", "calm", "churn", "drops"}]` with
-//! each phase `{"windows", "mean_bps", "deviation_pct", "worst_window_pct",
-//! "worst_window_at_s", "stalled_windows", "worst_unstalled_window_pct"}`, `"udp"`:
-//! `{"rate_bps", "class_rate_bps", "sent", "send_errors", "received", "lost", "duplicates",
-//! "class_packets_seen", "class_drops_seen", "classes_seen", "class_queued_max_seen"}`,
-//! `"tap_missed"`, `"stalls"`: `{"realtime", "cpus", "calm", "churn", "steal_calm_ms",
-//! "steal_churn_ms"}` with each phase `{"over_1ms", "longest_us", "stalled_ms"}`,
-//! `"congestion"`, `"realtime_priority"` (`null` when not set)) on standard output. Progress lines go to standard error. Without
-//! CAP_NET_ADMIN: one line naming the privilege, exit status 2; options out of bounds: exit
-//! status 2.
+//! Output ([`format_report`]): the operations (the daemon's `applied_us` p50/p99/max, how many
+//! above 1 ms and how many of those the machine's own stalls do not account for, the client's
+//! round trip), one line per TCP class with its calm and churn phases side by side, the
+//! machine's stalls in each phase and the UDP flow. With `--json` a [`ChurnDocument`] on
+//! standard output; its JSON schema, generated from the types, is what
+//! `metronome compare schema churn` prints. Progress lines go to standard error. Without CAP_NET_ADMIN: one line naming the
+//! privilege, exit status 2; options out of bounds: exit status 2.
 
 use metronome_testbed::compare::churn::{self, ChurnError, ChurnOptions, ChurnReport};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::time::Duration;
 
-/// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+/// The `--json` document: the machine, then the fields of [`ChurnReport`].
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct ChurnDocument {
     pub(crate) machine: String,
     #[serde(flatten)]
@@ -267,8 +254,9 @@ pub fn run(args: &ChurnArgs, json: bool) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use metronome_testbed::compare::churn::{
-        MachineStalls, PhaseRate, SlowOp, Spread, TcpClassRow, UdpRow,
+        MachineStalls, PhaseRate, SlowOp, TcpClassRow, UdpRow,
     };
+    use metronome_testbed::stats::Spread;
 
     fn report() -> ChurnReport {
         let phase = |mean_bps, deviation_pct, worst_window_pct| PhaseRate {
@@ -367,41 +355,18 @@ mod tests {
     }
 
     #[test]
-    fn json_has_the_documented_fields_and_round_trips() {
+    fn json_has_the_fields_of_its_schema_and_round_trips() {
         let doc = ChurnDocument {
             machine: "m".into(),
             report: report(),
         };
         let text = serde_json::to_string_pretty(&doc).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        let mut want = vec![
-            "machine",
-            "ops",
-            "ops_ok",
-            "pace_us",
-            "errors",
-            "applied",
-            "applied_add",
-            "applied_del",
-            "applied_over_target",
-            "round_trip",
-            "slowest",
-            "changes_counted",
-            "calm_s",
-            "churn_s",
-            "classes",
-            "udp",
-            "tap_missed",
-            "applied_over_target_beyond_stalls",
-            "stalls",
-            "congestion",
-            "realtime_priority",
-        ];
-        want.sort_unstable();
-        let mut keys = keys;
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let want = crate::compare_schema::fields(crate::compare_schema::SchemaOf::Churn);
         keys.sort_unstable();
         assert_eq!(keys, want);
+        assert!(want.iter().any(|k| k == "realtime_priority"));
         assert_eq!(v["classes"][0]["churn"]["deviation_pct"], 0.5);
         assert_eq!(v["udp"]["lost"], 0);
         let back: ChurnDocument = serde_json::from_str(&text).unwrap();

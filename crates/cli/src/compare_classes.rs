@@ -1,41 +1,35 @@
-//! `metronome compare --classes [N] [--class-rates MIN[,MAX]] [--frame-bytes B] [--quick]
-//! [--json]`: N classes (default 10 000), each held to its own rate, measured class by class at
-//! the receiver through `metronome run` and through kernel HTB with hashed u32 filters (what is
-//! run and measured: `metronome_testbed::compare::classes`); and `metronome compare
-//! --packet-rate [--classes N] [--quick] [--json]`: small UDP frames per second through
-//! `metronome run` with N classes (default 65 534) against one class
+//! `metronome compare classes`: N classes (default 10 000), each held to its own rate, measured
+//! class by class at the receiver through `metronome run` and through kernel HTB with hashed u32
+//! filters (`metronome_testbed::compare::classes`); and `metronome compare packet-rate`: small
+//! UDP frames per second through `metronome run` with N classes (default 65 534) against one
 //! (`metronome_testbed::compare::packet_rate`).
 //!
-//! Output of `--classes`: one line per shaper (classes within the tolerance, deviations, the
-//! worst class, rates, CPU), a failed shaper with its error; with `--json` exactly `{"machine",
-//! "classes": [...]}`, each row a `ClassesRow` (`{"shaper", "classes", "frame_bytes",
-//! "target_bps", "offered_bps", "achieved_bps", "measured", "within_tolerance",
-//! "tolerance_pct", "deviation_mean_pct", "deviation_min_pct", "deviation_max_pct", "worst",
-//! "cpu_pct", "daemon_cpu_pct", "setup_ms", "sender_lag_ms", "receiver_missed",
-//! "daemon_socket_drops"}`) or `{"shaper",
-//! "classes", "error"}`. Output of `--packet-rate`: a line per run, then the medians per class
-//! count and their ratios, saying when the sender, not the daemon, limited; with `--json`
-//! exactly `{"machine", "packet_rate": [...]}` (`PacketRateRow`s, or `{"classes", "round",
-//! "error"}`). Progress lines go to standard error. Without CAP_NET_ADMIN: one line naming the
-//! privilege, exit status 2.
+//! Output of `classes`: one line per shaper (classes within the tolerance, deviations, the worst
+//! class, rates, CPU), a failed shaper with its error; of `packet-rate`: a line per run, then the
+//! medians per class count and their ratios, saying when the sender, not the daemon, limited.
+//! With `--json` a [`ClassesDocument`] or a [`PacketRateDocument`] (their schemas:
+//! `metronome compare schema classes`, `... packet-rate`). Progress lines go to standard error.
+//! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
 use crate::compare_cmd::or_exit;
 use metronome_testbed::compare::classes::{self, ClassesOptions, ClassesOutcome};
 use metronome_testbed::compare::packet_rate::{
     self, medians, sender_limited, PacketRateOptions, PacketRateOutcome,
 };
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::time::Duration;
 
 /// The `--json` document of `--classes`.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct ClassesDocument {
     pub(crate) machine: String,
     pub(crate) classes: Vec<ClassesOutcome>,
 }
 
 /// The `--json` document of `--packet-rate`.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct PacketRateDocument {
     pub(crate) machine: String,
     pub(crate) packet_rate: Vec<PacketRateOutcome>,
@@ -236,12 +230,13 @@ pub fn run_packet_rate(quick: bool, classes: Option<usize>, json: bool) -> anyho
 #[cfg(test)]
 mod tests {
     use super::*;
-    use metronome_testbed::compare::classes::{ClassesRow, ClassesShaper, WorstClass};
+    use metronome_testbed::compare::classes::{ClassesRow, WorstClass};
     use metronome_testbed::compare::packet_rate::PacketRateRow;
+    use metronome_testbed::compare::Shaper;
 
     fn row() -> ClassesRow {
         ClassesRow {
-            shaper: ClassesShaper::Metronome,
+            shaper: Shaper::Metronome,
             classes: 1000,
             frame_bytes: 9014,
             target_bps: 1.5e9,
@@ -272,7 +267,7 @@ mod tests {
     #[test]
     fn the_classes_lines_name_the_worst_class_and_a_failure() {
         let failed = ClassesOutcome::Failed {
-            shaper: ClassesShaper::HtbU32,
+            shaper: Shaper::HtbU32,
             classes: 1000,
             error: "tc -batch: RTNETLINK answers: File exists".into(),
         };
@@ -297,7 +292,7 @@ mod tests {
             classes: vec![
                 ClassesOutcome::Measured(row()),
                 ClassesOutcome::Failed {
-                    shaper: ClassesShaper::HtbU32,
+                    shaper: Shaper::HtbU32,
                     classes: 1000,
                     error: "x".into(),
                 },

@@ -1,27 +1,24 @@
-//! `metronome compare --cluster [--per-host] [--json]`: one limit enforced by three daemons
-//! together through etcd (a cluster class), while the traffic moves between the sites, a daemon
-//! is killed and etcd fails (what is run and measured: `metronome_testbed::compare::cluster`).
+//! `metronome compare cluster`: one limit enforced by three daemons together through etcd (a
+//! cluster class), while the traffic moves between the sites, a daemon is killed and etcd fails
+//! (what is run and measured: `metronome_testbed::compare::cluster`).
 //!
 //! Each site's daemon is this binary's `run`; the etcd members are Debian's `etcd` (or the
 //! binary named by `METRONOME_ETCD`). `--per-host` runs the same sequence with a per-host class
 //! of half the limit on each daemon instead (the static split a cluster class replaces).
 //!
-//! Output: one line per step of the sequence (a. the start, b. a site stopping, its return,
-//! c. a daemon killed, d. an etcd member killed, e. etcd gone), each with its figures and the
-//! target it is measured against, then the events' times. With `--json` exactly `{"machine",
-//! ...}` and the fields of `ClusterReport` on standard output: the options (`enforcement`,
-//! `limit_bps`, `period_s`, `lease_s`, `hold_s`, `floor_bps`, `sites`, `busy`, `flows`), each
-//! step's figures (`start`, `shift`, `rejoin`, `member_killed`, `crash`, `etcd_gone`; `null`
-//! with an `"error"`), the `events`, `stop_errors`, and what was measured: every 100 ms window
-//! of the sites' rates (`windows`: `{"end_s", "site_bps": [...]}`) and every scrape of the
-//! daemons (`scrapes`: `{"at_s", "share_bps": [...], "state": [...]}`). Progress lines go to
-//! standard error. Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
+//! Output: one line per step of the sequence (the start, a site stopping and its return, a
+//! daemon killed, an etcd member killed, etcd gone), each with its figures and the target it is
+//! measured against, then the events' times. With `--json` a [`ClusterDocument`] (its schema:
+//! `metronome compare schema cluster`); a step that failed carries its `"error"`. Progress lines
+//! go to standard error. Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
 use crate::compare_cmd::or_exit;
 use metronome_testbed::compare::cluster::{self, ClusterOptions, ClusterReport, Enforcement};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct ClusterDocument {
     pub(crate) machine: String,
     #[serde(flatten)]

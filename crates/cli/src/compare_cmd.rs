@@ -1,259 +1,67 @@
-//! `metronome compare [--quick] [--offloads host|off] [--attach] [--json]`
-//! (`--link-sharing`: [`crate::compare_link`]; `--attach`: [`crate::compare_attach`]; `--cni`:
-//! [`crate::compare_cni`];
-//! `--classes` and `--packet-rate`: [`crate::compare_classes`]; `--churn`:
-//! [`crate::compare_churn`]; `--cluster`: [`crate::compare_cluster`]):
-//! Metronome (its class as one FIFO, and in the
-//! fair mode as `metronome-fair`), kernel HTB and kernel TBF on the same sender/shaper/receiver
-//! topology with the same kernel TCP traffic, at
-//! 100 Mbit/s, 500 Mbit/s, 1, 2, 5 and 10 Gbit/s with 1, 16 and 256 flows (`--quick`:
-//! 100 Mbit/s, 1 Gbit/s and 10 Gbit/s with 16 flows). What is measured, and how, is documented
-//! in `metronome_testbed::compare`. `--offloads host` (the default) keeps the host's offloads on
-//! the veths (GSO super-frames reach the shapers, as on a user's host); `--offloads off` gives
-//! one-MTU frames with the offloads off. `--busy-poll` and `--timer-slack` set how the daemon
-//! rows' loop waits for work (`[daemon] busy_poll`, `[daemon] timer_slack`), named in the
-//! output (`"daemon_loop"` in `--json`, absent with the defaults).
+//! `metronome compare` without a mode (the kernel grid) and `compare ceiling`: Metronome (its
+//! class as one FIFO, and in the fair mode as `metronome-fair`), kernel HTB and kernel TBF on
+//! the same sender/shaper/receiver topology with the same kernel TCP traffic, over a grid of
+//! targets and flow counts (`--quick`: fewer); what is measured, and how, is documented in
+//! `metronome_testbed::compare`. The other modes run from [`run`] too, each in its module
+//! (`crate::compare_attach`, `compare_cni`, `compare_classes`, `compare_churn`,
+//! `compare_cluster`, `compare_link`); their options are in [`crate::compare_args`].
 //!
-//! Output: the side-by-side table ([`format_table`]: the offload mode, then one line per
-//! (target, flows), the shapers side by side, the metronome block with the daemon thread's own
-//! CPU besides), or with `--json` exactly `{"offloads": "host"|"off", "machine": "...",
-//! "daemon_loop" (only when set), "rows": [{"shaper", "target_bps", "flows", "achieved_bps",
-//! "deviation_pct", "rtt_p99_us", "rtt_p50_us" (both null: the probe got no answer),
-//! "cpu_pct", "daemon_cpu_pct" (null: not the daemon), "jain_bulk" (null: no bulk bytes)},
-//! ...]}`
-//! on standard output. Progress lines go to standard error.
-//! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2. Everything created is
-//! removed at the end, on an error and on Ctrl-C (`metronome_testbed::netns::cleanup_on_signals`,
-//! installed by `main` before any thread starts).
+//! Output: the side-by-side table ([`format_table`]) or the ceiling's ([`format_ceiling`]), or
+//! with `--json` the [`Document`] of [`Row`]s on standard output; progress lines go to standard
+//! error. Without CAP_NET_ADMIN: one line naming the privilege, exit status 2. Everything
+//! created is removed at the end, on an error and on Ctrl-C
+//! (`metronome_testbed::netns::cleanup_on_signals`, installed by `main` before any thread).
 
+use crate::compare_args::{CompareArgs, GridArgs, Mode};
 use crate::compare_plot;
-use clap::Args;
+use crate::compare_table::{fixed, header, Block};
 use metronome_testbed::compare::{
     self, format_rtt_us, CompareOptions, DaemonLoop, Row, RunReport, Shaper,
 };
 use metronome_testbed::forwarder::ForwarderMode;
 use metronome_testbed::offloads::OffloadMode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
-/// Options of `metronome compare`.
-#[derive(Args, Debug)]
-pub struct CompareArgs {
-    /// Only 100 Mbit/s, 1 Gbit/s and 10 Gbit/s with 16 flows (about a minute).
-    #[arg(long)]
-    quick: bool,
-    /// The veths' offloads: `host` (the host's defaults: GSO super-frames reach the shapers) or
-    /// `off` (one-MTU frames: TSO, GSO, GRO and checksum offload off).
-    #[arg(long, default_value = "host")]
-    offloads: OffloadMode,
-    /// Print `{"offloads", "machine", "rows": [...]}` instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Only these target rates, tc-like (`100mbit,1gbit`), instead of the grid's.
-    #[arg(long, value_delimiter = ',')]
-    target: Vec<metronome_core::Rate>,
-    /// Only these flow counts (`1,16,256`), instead of the grid's.
-    #[arg(long, value_delimiter = ',')]
-    flows: Vec<usize>,
-    /// Run the daemon with this many shaper silos (`[daemon] cores`: one thread each, flows
-    /// hashed among them) instead of its single loop; the daemon thread's CPU is then not
-    /// reported.
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u16).range(1..=256))]
-    daemon_cores: u16,
-    /// Give the daemon a core of its own, as between separate hosts: its loop pinned to CPU 0,
-    /// the end hosts' veth receive steered to the other CPUs (`rps_cpus`), for every shaper.
-    #[arg(long)]
-    isolate_daemon: bool,
-    /// The daemon rows' loop spins instead of sleeping when idle (`[daemon] busy_poll = true`,
-    /// Carousel's busy-polling mode: the lowest latency, one core at 100 %).
-    #[arg(long, conflicts_with = "link_sharing")]
-    busy_poll: bool,
-    /// The daemon rows' `[daemon] timer_slack` instead of its default (200us): how long after a
-    /// departure the idle loop may wake, e.g. `0us` (more wake-ups, less delay).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration,
-          conflicts_with = "link_sharing")]
-    timer_slack: Option<metronome_core::Duration>,
-    /// Throughput ceiling instead: one TCP flow at an unreachable target (40 Gbit/s) through the
-    /// recvmmsg/sendmmsg forwarder (with virtio-net headers under the host's offloads), the
-    /// daemon passing everything, and the daemon shaping, three times in turn.
-    #[arg(long, conflicts_with = "quick")]
-    ceiling: bool,
-    /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into
-    /// DIR.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<std::path::PathBuf>,
-    /// Do not run: read the rows of a saved `--json` output and draw them (needs `--plot`).
-    #[arg(long, value_name = "FILE", requires = "plot")]
-    replot: Option<std::path::PathBuf>,
-    /// Link sharing instead: weighted and priority classes on one 1 Gbit/s link through
-    /// Metronome's `[link]` and kernel HTB (shares, borrowing, MQ-ECN marking, priority).
-    #[arg(long, conflicts_with_all = ["ceiling", "target", "flows", "plot"])]
-    link_sharing: bool,
-    /// With `--link-sharing`: only these scenarios (`shares,borrow,marking,priority`).
-    #[arg(long, value_delimiter = ',', requires = "link_sharing")]
-    scenario: Vec<metronome_testbed::compare::link_sharing::Scenario>,
-    /// With `--link-sharing`: the daemon's `[link] rtt` (the base RTT of its marking
-    /// thresholds), microseconds.
-    #[arg(long, value_name = "US", requires = "link_sharing")]
-    link_rtt_us: Option<u64>,
-    /// The daemon attached in place to a host's uplink instead (`[interfaces] attach`): the
-    /// host's own TCP at 100 Mbit/s, 1 and 10 Gbit/s with 16 and 256 flows (metronome,
-    /// metronome-fair, HTB and TBF on the uplink), then 8 workloads of 4 TCP flows limited to
-    /// 100 Mbit/s each (metronome classes by `from`, HTB with u32 source filters, the bandwidth
-    /// plugin's IFB+TBF). With `--quick`: 100 Mbit/s and 1 Gbit/s with 16 flows, and the
-    /// workloads. The veths keep the host's offloads.
-    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "plot", "replot", "offloads",
-          "daemon_cores", "busy_poll", "timer_slack"])]
-    attach: bool,
-    /// Pods limited through a chained CNI plugin instead: `metronome-cni` (classes on the node's
-    /// `metronome run`, found next to this binary) against the containernetworking `bandwidth`
-    /// plugin, both after `bridge` + `host-local`; per pod the rate each way (`--flows`
-    /// connections per pod and direction, default 4), the fair probe's RTT, and 100 ADD/DEL
-    /// cycles' leftovers. With `--quick`: 100 Mbit/s only and 20 cycles.
-    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot",
-          "offloads", "daemon_cores", "isolate_daemon", "busy_poll", "timer_slack", "target",
-          "classes", "packet_rate", "churn"])]
-    cni: bool,
-    /// With `--cni`: pods (default 8).
-    #[arg(long, value_name = "N", requires = "cni",
-          value_parser = clap::value_parser!(u64).range(1..=200))]
-    pods: Option<u64>,
-    /// With `--cni`: the pods' rates, each way (default 100mbit,1gbit).
-    #[arg(long, value_delimiter = ',', requires = "cni")]
-    rates: Vec<metronome_core::Rate>,
-    /// With `--attach`: how the workloads' veths join the host, `bridge` (enslaved to a bridge
-    /// holding their gateway) or `routed` (no bridge, a /32 route per workload).
-    #[arg(long, default_value = "bridge", requires = "attach")]
-    workload_link: metronome_testbed::netns::attach::WorkloadLink,
-    /// Many classes instead: N classes (default 10 000; `--quick`: 1 000), one destination /32
-    /// each, every class over its rate with raw UDP in jumbo frames, each class's rate measured
-    /// at the receiver, through `metronome run` and kernel HTB with hashed u32 filters. With
-    /// `--packet-rate`: the large class count (default 65 534).
-    #[arg(long, value_name = "N", num_args = 0..=1,
-          value_parser = clap::value_parser!(u64).range(1..=8_388_608),
-          conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot", "target",
-          "flows"])]
-    classes: Option<Option<u64>>,
-    /// With `--classes`: the class rates, one for all or the smallest and the largest
-    /// (`1mbit,10mbit`: spread linearly over the classes).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        requires = "classes",
-        conflicts_with = "packet_rate"
-    )]
-    class_rates: Vec<metronome_core::Rate>,
-    /// With `--classes`: frame length in bytes, Ethernet header included (default 9014, an MTU
-    /// of 9000); the veths' and the daemon's MTU follow.
-    #[arg(long, value_name = "BYTES", requires = "classes", conflicts_with = "packet_rate",
-          value_parser = clap::value_parser!(u64).range(64..=65_549))]
-    frame_bytes: Option<u64>,
-    /// Packets per second instead: 64-byte UDP frames as fast as the sender goes through
-    /// `metronome run` with one class and with many (`--classes`, default 65 534), and the
-    /// daemon's CPU per frame.
-    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot",
-          "target", "flows"])]
-    packet_rate: bool,
-    /// Live classes instead: classes added and deleted through the daemon's control socket
-    /// (`--ops`, one every `--pace`) while TCP runs through file classes (`--target`: their
-    /// rates, default 200mbit,100mbit; `--flows`: connections per class, default 4) and a UDP
-    /// flow (`--udp-rate`) passes through each added class: the operations' applied time, the
-    /// TCP classes' rates calm and during the churn, the datagrams lost.
-    #[arg(long, conflicts_with_all = ["ceiling", "link_sharing", "attach", "plot", "replot",
-          "offloads", "daemon_cores", "isolate_daemon", "busy_poll", "timer_slack", "quick",
-          "classes", "packet_rate"])]
-    churn: bool,
-    /// With `--churn`: operations, `add` and `del` alternating (even; default 1000).
-    #[arg(long, value_name = "N", requires = "churn")]
-    ops: Option<usize>,
-    /// With `--churn`: time between two operations (default 5ms).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "churn")]
-    pace: Option<metronome_core::Duration>,
-    /// With `--churn`: the UDP flow's rate of payload (default 4mbit).
-    #[arg(long, value_name = "RATE", requires = "churn")]
-    udp_rate: Option<metronome_core::Rate>,
-    /// With `--churn`: the added classes' rate, above the UDP flow's on the wire (default
-    /// 6mbit).
-    #[arg(long, value_name = "RATE", requires = "churn")]
-    class_rate: Option<metronome_core::Rate>,
-    /// With `--churn`: the TCP flows' congestion control (`TCP_CONGESTION`, for example
-    /// `cubic`; default: the sender namespace's, the host's).
-    #[arg(long, value_name = "NAME", requires = "churn")]
-    congestion: Option<String>,
-    /// With `--churn`: the daemon's `[daemon] realtime_priority` (its loop `SCHED_FIFO` at this
-    /// priority, 1..=99; default: an ordinary task).
-    #[arg(long, value_name = "N", requires = "churn",
-          value_parser = clap::value_parser!(u8).range(1..=99))]
-    realtime_priority: Option<u8>,
-    /// One limit over three daemons through etcd instead (a cluster class of 300 Mbit/s, two
-    /// sites busy, one idle): the start, a site stopping, a daemon killed, an etcd member
-    /// killed, then every member; each step's time and rates against its target. Needs `etcd`.
-    #[arg(long, conflicts_with_all = ["quick", "ceiling", "link_sharing", "attach", "cni",
-          "plot", "replot", "offloads", "daemon_cores", "isolate_daemon", "busy_poll",
-          "timer_slack", "target", "flows", "classes", "packet_rate", "churn"])]
-    cluster: bool,
-    /// With `--cluster`: a per-host class of half the limit on each daemon instead of the
-    /// cluster class (the static split).
-    #[arg(long, requires = "cluster")]
-    per_host: bool,
-}
+/// The columns of one shaper's block of the grid's table.
+const GRID_COLUMNS: [(&str, usize); 5] = [
+    ("Mbit/s", 9),
+    ("dev %", 7),
+    ("p99 us", 9),
+    ("cpu %/G", 9),
+    ("jain", 6),
+];
+/// The daemon-thread CPU column of a daemon's block.
+const DAEMON_COLUMN: (&str, usize) = ("daemon %/G", 10);
 
-/// `--timer-slack`'s value, as the configuration writes durations (`200us`, `0us`).
-fn parse_duration(text: &str) -> Result<metronome_core::Duration, String> {
-    metronome_daemon::ops::units::parse_duration(text).map_err(|e| e.to_string())
-}
-
-/// Width of one shaper's block, without the daemon column.
-const BLOCK: usize = 44;
-/// Width of the daemon-thread CPU column of the metronome block.
-const DAEMON: usize = 11;
-
-fn header(shapers: &[Shaper], offloads: OffloadMode) -> String {
-    let mut top = format!("{:<17}", "");
-    let mut sub = format!("{:<11}{:>6}", "target", "flows");
-    for &s in shapers {
-        let width = BLOCK + if s.is_daemon() { DAEMON } else { 0 };
-        let _ = write!(top, " | {:<width$}", s.name());
-        let _ = write!(
-            sub,
-            " | {:>9} {:>7} {:>9} {:>9} {:>6}",
-            "Mbit/s", "dev %", "p99 us", "cpu %/G", "jain"
-        );
-        if s.is_daemon() {
-            let _ = write!(sub, " {:>10}", "daemon %/G");
-        }
+/// The block of `shaper` in the grid's table.
+fn block_of(shaper: Shaper) -> Block {
+    let mut block = Block::new(shaper.name(), &GRID_COLUMNS);
+    if shaper.is_daemon() {
+        block.columns.push(DAEMON_COLUMN);
     }
-    format!(
-        "offloads: {}\n{}\n{}\n",
-        offloads.describe(),
-        top.trim_end(),
-        sub
-    )
+    block
 }
 
+/// The cells of one run in its shaper's block; one `-` over the block without a run.
 fn block(report: Option<&RunReport>, shaper: Shaper) -> String {
+    let block = block_of(shaper);
     let Some(r) = report else {
-        let width = BLOCK + if shaper.is_daemon() { DAEMON } else { 0 };
-        return format!(" | {:<width$}", "-");
+        return block.dash();
     };
     let row = &r.row;
-    let mut s = format!(
-        " | {:>9.2} {:>7.2} {:>9} {:>9.1} {:>6}",
-        row.achieved_bps / 1e6,
-        row.deviation_pct,
+    let mut cells = vec![
+        fixed(row.achieved_bps / 1e6, 2),
+        fixed(row.deviation_pct, 2),
         format_rtt_us(row.rtt_p99_us),
-        row.cpu_pct,
-        row.jain_bulk.map_or("-".to_owned(), |j| format!("{j:.3}"))
-    );
+        fixed(row.cpu_pct, 1),
+        row.jain_bulk.map_or("-".to_owned(), |j| fixed(j, 3)),
+    ];
     if shaper.is_daemon() {
-        match row.daemon_cpu_pct {
-            Some(d) => {
-                let _ = write!(s, " {d:>10.1}");
-            }
-            None => s.push_str(&format!(" {:>10}", "-")),
-        }
+        cells.push(row.daemon_cpu_pct.map_or("-".to_owned(), |d| fixed(d, 1)));
     }
-    s
+    block.cells(&cells)
 }
 
 /// Formats `reports` (run with `offloads`) as the side-by-side table, in the order the
@@ -270,7 +78,17 @@ pub fn format_table(reports: &[RunReport], offloads: OffloadMode) -> String {
             keys.push(key);
         }
     }
-    let mut out = header(&shapers, offloads);
+    let blocks: Vec<Block> = shapers.iter().map(|&s| block_of(s)).collect();
+    let (top, sub) = header(
+        &" ".repeat(17),
+        &format!("{:<11}{:>6}", "target", "flows"),
+        &blocks,
+    );
+    let mut out = format!(
+        "offloads: {}\n{}\n{sub}\n",
+        offloads.describe(),
+        top.trim_end()
+    );
     for (target, flows) in keys {
         let _ = write!(
             out,
@@ -299,16 +117,6 @@ pub fn format_table(reports: &[RunReport], offloads: OffloadMode) -> String {
             daemon %/G: the Metronome daemon thread's own CPU (its schedstat: user + kernel time \
             of the loop thread, recvmmsg/sendmmsg included) in % of one CPU per Gbit/s achieved\n";
     out
-}
-
-/// The median of `values` (0 when empty).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// `--ceiling` (run with `offloads`, the forwarder in `forwarder`): one line per run, then per
@@ -348,12 +156,12 @@ pub fn format_ceiling(
     flows.dedup();
     for f in flows {
         let med = |s: Shaper| {
-            let mut v: Vec<f64> = reports
+            let v: Vec<f64> = reports
                 .iter()
                 .filter(|r| r.row.shaper == s && r.row.flows == f)
                 .map(|r| r.row.achieved_bps)
                 .collect();
-            median(&mut v)
+            metronome_testbed::stats::median(&v).unwrap_or(0.0)
         };
         let (fwd, pass, shaped) = (
             med(Shaper::Forwarder),
@@ -385,7 +193,7 @@ pub fn format_ceiling(
 /// (`--link-sharing` only), the daemon rows' loop mode (when not the defaults) and one row per
 /// run ([`Row`], or
 /// [`metronome_testbed::compare::link_sharing::LinkRow`] per class with `--link-sharing`).
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct Document<R> {
     pub(crate) offloads: OffloadMode,
     pub(crate) machine: String,
@@ -446,105 +254,133 @@ pub fn install_cleanup() {
     }
 }
 
-/// Runs the comparison.
+/// Runs the comparison `args` asks for.
 pub fn run(args: CompareArgs) -> anyhow::Result<()> {
-    if let (Some(file), Some(dir)) = (&args.replot, &args.plot) {
-        return replot(file, dir);
+    let mode = args.into_mode();
+    let replot = match &mode {
+        Mode::Kernel(k) => Some(&k.grid),
+        Mode::Ceiling(g) => Some(g),
+        _ => None,
+    };
+    if let Some(GridArgs {
+        replot: Some(file),
+        plot: Some(dir),
+        ..
+    }) = replot
+    {
+        return replot_file(file, dir);
     }
     metronome_daemon::ops::service::init_logging(Default::default());
-    let classes = args
+    match mode {
+        Mode::Kernel(k) => run_grid(&k.grid, k.quick, false),
+        Mode::Ceiling(g) => run_grid(&g, false, true),
+        Mode::PacketRate(a) => crate::compare_classes::run_packet_rate(
+            a.run.quick,
+            class_count(a.count),
+            a.run.output.json,
+        ),
+        Mode::Classes(a) => {
+            let choice = crate::compare_classes::ClassesChoice {
+                quick: a.run.quick,
+                classes: class_count(a.count),
+                rates_bps: a.class_rates.iter().map(|r| r.bps()).collect(),
+                frame_bytes: a.frame_bytes.map(|b| b as usize),
+            };
+            crate::compare_classes::run_classes(choice, a.run.output.json)
+        }
+        Mode::Cluster(a) => crate::compare_cluster::run(a.per_host, a.output.json),
+        Mode::Cni(a) => {
+            if a.flows.len() > 1 || a.flows.contains(&0) {
+                usage("--cni takes one --flows of at least 1");
+            }
+            let cni = crate::compare_cni::CniArgs {
+                quick: a.run.quick,
+                pods: a.pods.map(|p| usize::try_from(p).unwrap_or(usize::MAX)),
+                rates_bps: a.rates.iter().map(|r| r.bps()).collect(),
+                flows: a.flows.first().copied(),
+            };
+            crate::compare_cni::run(&cni, a.run.output.json)
+        }
+        Mode::Attach(a) => {
+            if a.flows.contains(&0) {
+                usage("--flows: a flow count must be at least 1");
+            }
+            let targets = a.target.iter().map(|r| r.bps()).collect();
+            let modes = (a.isolate_daemon, a.workload_link, a.run.output.json);
+            crate::compare_attach::run(a.run.quick, (targets, a.flows), modes)
+        }
+        Mode::Schema { mode } => {
+            println!("{}", crate::compare_schema::schema(mode)?);
+            Ok(())
+        }
+        Mode::Churn(a) => {
+            if a.flows.len() > 1 {
+                usage("--churn takes one --flows (connections per class)");
+            }
+            let churn = crate::compare_churn::ChurnArgs {
+                ops: a.ops,
+                pace: a
+                    .pace
+                    .map(|d| std::time::Duration::from_nanos(d.as_nanos())),
+                rates_bps: a.target.iter().map(|r| r.bps()).collect(),
+                flows: a.flows.first().copied(),
+                udp_rate_bps: a.udp_rate.map(|r| r.bps()),
+                class_rate_bps: a.class_rate.map(|r| r.bps()),
+                congestion: a.congestion,
+                realtime_priority: a.realtime_priority,
+            };
+            crate::compare_churn::run(&churn, a.output.json)
+        }
+        Mode::LinkSharing(a) => {
+            let rtt = a.link_rtt_us.map(std::time::Duration::from_micros);
+            let modes = (a.offloads, a.run.output.json);
+            crate::compare_link::run(a.run.quick, &a.scenario, rtt, modes)
+        }
+    }
+}
+
+/// `--classes [N]` as a count (`None`: the mode's default).
+fn class_count(count: crate::compare_args::ClassCount) -> Option<usize> {
+    count
         .classes
         .flatten()
-        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-    if args.packet_rate {
-        return crate::compare_classes::run_packet_rate(args.quick, classes, args.json);
-    }
-    if args.classes.is_some() {
-        let choice = crate::compare_classes::ClassesChoice {
-            quick: args.quick,
-            classes,
-            rates_bps: args.class_rates.iter().map(|r| r.bps()).collect(),
-            frame_bytes: args.frame_bytes.map(|b| b as usize),
-        };
-        return crate::compare_classes::run_classes(choice, args.json);
-    }
-    if args.cluster {
-        return crate::compare_cluster::run(args.per_host, args.json);
-    }
-    if args.cni {
-        if args.flows.len() > 1 || args.flows.contains(&0) {
-            eprintln!("metronome compare: --cni takes one --flows of at least 1");
-            std::process::exit(2);
-        }
-        let cni = crate::compare_cni::CniArgs {
-            quick: args.quick,
-            pods: args.pods.map(|p| usize::try_from(p).unwrap_or(usize::MAX)),
-            rates_bps: args.rates.iter().map(|r| r.bps()).collect(),
-            flows: args.flows.first().copied(),
-        };
-        return crate::compare_cni::run(&cni, args.json);
-    }
-    if args.attach {
-        if args.flows.contains(&0) {
-            eprintln!("metronome compare: --flows: a flow count must be at least 1");
-            std::process::exit(2);
-        }
-        let targets = args.target.iter().map(|r| r.bps()).collect();
-        let grid = (targets, args.flows.clone());
-        let modes = (args.isolate_daemon, args.workload_link, args.json);
-        return crate::compare_attach::run(args.quick, grid, modes);
-    }
-    if args.churn {
-        if args.flows.len() > 1 {
-            eprintln!("metronome compare: --churn takes one --flows (connections per class)");
-            std::process::exit(2);
-        }
-        let churn = crate::compare_churn::ChurnArgs {
-            ops: args.ops,
-            pace: args
-                .pace
-                .map(|d| std::time::Duration::from_nanos(d.as_nanos())),
-            rates_bps: args.target.iter().map(|r| r.bps()).collect(),
-            flows: args.flows.first().copied(),
-            udp_rate_bps: args.udp_rate.map(|r| r.bps()),
-            class_rate_bps: args.class_rate.map(|r| r.bps()),
-            congestion: args.congestion.clone(),
-            realtime_priority: args.realtime_priority,
-        };
-        return crate::compare_churn::run(&churn, args.json);
-    }
-    if args.link_sharing {
-        let rtt = args.link_rtt_us.map(std::time::Duration::from_micros);
-        let modes = (args.offloads, args.json);
-        return crate::compare_link::run(args.quick, &args.scenario, rtt, modes);
-    }
-    let mut options = if args.ceiling {
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Says why the options are refused and exits with status 2.
+fn usage(why: &str) -> ! {
+    eprintln!("metronome compare: {why}");
+    std::process::exit(2);
+}
+
+/// The kernel grid (`quick` or full) or, with `ceiling`, the ceiling, with the options of `g`.
+fn run_grid(g: &GridArgs, quick: bool, ceiling: bool) -> anyhow::Result<()> {
+    let mut options = if ceiling {
         CompareOptions::ceiling()
-    } else if args.quick {
+    } else if quick {
         CompareOptions::quick()
     } else {
         CompareOptions::full()
     };
-    options.offloads = args.offloads;
-    options.daemon_cores = usize::from(args.daemon_cores);
-    options.isolate_daemon = args.isolate_daemon;
+    options.offloads = g.offloads;
+    options.daemon_cores = usize::from(g.daemon_cores);
+    options.isolate_daemon = g.isolate_daemon;
     options.daemon_loop = DaemonLoop {
-        busy_poll: args.busy_poll,
-        timer_slack: args.timer_slack,
+        busy_poll: g.busy_poll,
+        timer_slack: g.timer_slack,
     };
-    if !args.target.is_empty() {
-        options.targets_bps = args.target.iter().map(|r| r.bps()).collect();
+    if !g.target.is_empty() {
+        options.targets_bps = g.target.iter().map(|r| r.bps()).collect();
     }
-    if !args.flows.is_empty() {
-        if args.flows.contains(&0) {
-            eprintln!("metronome compare: --flows: a flow count must be at least 1");
-            std::process::exit(2);
+    if !g.flows.is_empty() {
+        if g.flows.contains(&0) {
+            usage("--flows: a flow count must be at least 1");
         }
-        options.flows = args.flows.clone();
+        options.flows = g.flows.clone();
     }
     let reports = or_exit(compare::run(&options, &mut std::io::stderr()));
     let machine = metronome_bench::machine::describe();
-    if args.json {
+    if g.json {
         let modes = (options.offloads, options.daemon_loop);
         println!("{}", to_json(&reports, modes, &machine)?);
     } else {
@@ -552,7 +388,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         if let Some(mode) = options.daemon_loop.describe() {
             println!("daemon loop: {mode}");
         }
-        if args.ceiling {
+        if ceiling {
             print!(
                 "{}",
                 format_ceiling(&reports, options.offloads, options.forwarder_mode())
@@ -561,7 +397,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             print!("{}", format_table(&reports, options.offloads));
         }
     }
-    if let Some(dir) = &args.plot {
+    if let Some(dir) = &g.plot {
         let rows: Vec<&Row> = reports.iter().map(|r| &r.row).collect();
         report_plots(compare_plot::write(compare_plot::rows_of(&rows), dir)?);
     }
@@ -569,7 +405,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
 }
 
 /// `--replot FILE --plot DIR`: the plots of a saved `--json` document.
-fn replot(file: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<()> {
+fn replot_file(file: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
     let rows = compare_plot::rows_from_json(&text)
@@ -588,13 +424,7 @@ fn report_plots(written: Vec<std::path::PathBuf>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser, Debug)]
-    struct Cli {
-        #[command(flatten)]
-        compare: CompareArgs,
-    }
+    use crate::compare_args::parse_duration;
 
     fn report(shaper: Shaper, target_bps: u64, achieved_bps: f64) -> RunReport {
         RunReport {
@@ -613,134 +443,6 @@ mod tests {
             windows: 30,
             probe_samples: 400,
         }
-    }
-
-    #[test]
-    fn offloads_default_to_the_hosts_and_parse() {
-        let a = Cli::try_parse_from(["compare"]).unwrap().compare;
-        assert_eq!(a.offloads, OffloadMode::Host);
-        let a = Cli::try_parse_from(["compare", "--ceiling", "--offloads", "off"])
-            .unwrap()
-            .compare;
-        assert_eq!(a.offloads, OffloadMode::Off);
-        assert!(a.ceiling);
-        let a = Cli::try_parse_from(["compare", "--quick", "--offloads=host", "--json"])
-            .unwrap()
-            .compare;
-        assert_eq!(a.offloads, OffloadMode::Host);
-        assert!(a.quick && a.json);
-        assert!(Cli::try_parse_from(["compare", "--offloads", "tso"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--quick", "--ceiling"]).is_err());
-    }
-
-    #[test]
-    fn churn_takes_its_options_the_rates_and_one_flow_count_but_no_other_mode() {
-        let a = Cli::try_parse_from([
-            "compare",
-            "--churn",
-            "--ops",
-            "300",
-            "--pace",
-            "10ms",
-            "--target",
-            "50mbit,20mbit",
-            "--flows",
-            "2",
-            "--udp-rate",
-            "2mbit",
-            "--class-rate",
-            "3mbit",
-            "--congestion",
-            "cubic",
-            "--realtime-priority",
-            "10",
-            "--json",
-        ])
-        .unwrap()
-        .compare;
-        assert!(a.churn && a.json);
-        assert_eq!(a.ops, Some(300));
-        assert_eq!(a.pace.map(|d| d.as_nanos()), Some(10_000_000));
-        assert_eq!(a.target.len(), 2);
-        assert_eq!(a.udp_rate.map(|r| r.bps()), Some(2_000_000));
-        assert_eq!(a.class_rate.map(|r| r.bps()), Some(3_000_000));
-        assert_eq!(a.congestion.as_deref(), Some("cubic"));
-        assert_eq!(a.realtime_priority, Some(10));
-        assert!(Cli::try_parse_from(["compare", "--churn", "--realtime-priority", "0"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--ops", "10"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--congestion", "cubic"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--churn", "--attach"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--churn", "--offloads", "off"]).is_err());
-    }
-
-    #[test]
-    fn attach_takes_the_grid_and_the_steering_but_no_other_mode() {
-        let a = Cli::try_parse_from([
-            "compare",
-            "--attach",
-            "--quick",
-            "--json",
-            "--target",
-            "100mbit",
-            "--flows",
-            "16",
-            "--isolate-daemon",
-        ])
-        .unwrap()
-        .compare;
-        assert!(a.attach && a.quick && a.json && a.isolate_daemon);
-        assert_eq!(
-            a.workload_link,
-            metronome_testbed::netns::attach::WorkloadLink::Bridge
-        );
-        assert_eq!(a.flows, [16]);
-        assert_eq!(
-            a.target.iter().map(|r| r.bps()).collect::<Vec<_>>(),
-            [100_000_000]
-        );
-        let routed = ["compare", "--attach", "--workload-link", "routed"];
-        let a = Cli::try_parse_from(routed).unwrap().compare;
-        assert_eq!(
-            a.workload_link,
-            metronome_testbed::netns::attach::WorkloadLink::Routed
-        );
-        assert!(Cli::try_parse_from(["compare", "--workload-link", "routed"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--attach", "--workload-link", "nat"]).is_err());
-        for other in [
-            &["--ceiling"][..],
-            &["--link-sharing"],
-            &["--offloads", "off"],
-            &["--daemon-cores", "2"],
-            &["--busy-poll"],
-            &["--plot", "dir"],
-        ] {
-            let mut args = vec!["compare", "--attach"];
-            args.extend_from_slice(other);
-            assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
-        }
-    }
-
-    #[test]
-    fn link_sharing_takes_scenarios_and_a_link_rtt_and_nothing_of_the_grid() {
-        use metronome_testbed::compare::link_sharing::Scenario;
-        let a = Cli::try_parse_from([
-            "compare",
-            "--link-sharing",
-            "--quick",
-            "--scenario",
-            "shares,marking",
-            "--link-rtt-us",
-            "4000",
-        ])
-        .unwrap()
-        .compare;
-        assert!(a.link_sharing && a.quick);
-        assert_eq!(a.scenario, [Scenario::Shares, Scenario::Marking]);
-        assert_eq!(a.link_rtt_us, Some(4000));
-        assert!(Cli::try_parse_from(["compare", "--scenario", "shares"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--scenario", "x"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--ceiling"]).is_err());
-        assert!(Cli::try_parse_from(["compare", "--link-sharing", "--flows", "4"]).is_err());
     }
 
     #[test]
@@ -935,74 +637,22 @@ mod tests {
     }
 
     #[test]
-    fn classes_takes_an_optional_count_rates_and_a_frame_size() {
-        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.compare);
-        let a = parse(&["compare", "--classes"]).unwrap();
-        assert_eq!(a.classes, Some(None));
-        let a = parse(&[
-            "compare",
-            "--classes",
-            "500",
-            "--class-rates",
-            "1mbit,10mbit",
-            "--frame-bytes",
-            "1514",
-            "--json",
-        ])
-        .unwrap();
-        assert_eq!(a.classes, Some(Some(500)));
-        let rates: Vec<u64> = a.class_rates.iter().map(|r| r.bps()).collect();
-        assert_eq!(rates, [1_000_000, 10_000_000]);
-        assert_eq!(a.frame_bytes, Some(1514));
-        let a = parse(&["compare", "--packet-rate", "--classes", "100", "--quick"]).unwrap();
-        assert!(a.packet_rate && a.quick);
-        assert_eq!(a.classes, Some(Some(100)));
-        assert!(parse(&["compare", "--classes", "--attach"]).is_err());
-        assert!(parse(&["compare", "--class-rates", "1mbit"]).is_err());
-        assert!(parse(&["compare", "--classes", "0"]).is_err());
-        assert!(parse(&["compare", "--packet-rate", "--frame-bytes", "64"]).is_err());
-    }
-
-    #[test]
-    fn cluster_takes_per_host_and_json_but_no_other_mode() {
-        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.compare);
-        let a = parse(&["compare", "--cluster"]).unwrap();
-        assert!(a.cluster && !a.per_host && !a.json);
-        let a = parse(&["compare", "--cluster", "--per-host", "--json"]).unwrap();
-        assert!(a.cluster && a.per_host && a.json);
-        assert!(parse(&["compare", "--per-host"]).is_err());
-        assert!(parse(&["compare", "--cluster", "--cni"]).is_err());
-        assert!(parse(&["compare", "--cluster", "--quick"]).is_err());
-        assert!(parse(&["compare", "--cluster", "--flows", "2"]).is_err());
-    }
-
-    #[test]
-    fn cni_takes_pods_rates_flows_quick_and_json_but_no_other_mode() {
-        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.compare);
-        let a = parse(&["compare", "--cni"]).unwrap();
-        assert!(a.cni && a.pods.is_none() && a.rates.is_empty());
-        let a = parse(&[
-            "compare",
-            "--cni",
-            "--pods",
-            "3",
-            "--rates",
-            "100mbit,1gbit",
-            "--flows",
-            "2",
-            "--quick",
-            "--json",
-        ])
-        .unwrap();
-        assert_eq!(a.pods, Some(3));
-        let rates: Vec<u64> = a.rates.iter().map(|r| r.bps()).collect();
-        assert_eq!(rates, [100_000_000, 1_000_000_000]);
-        assert_eq!(a.flows, [2]);
-        assert!(a.quick && a.json);
-        assert!(parse(&["compare", "--cni", "--attach"]).is_err());
-        assert!(parse(&["compare", "--cni", "--churn"]).is_err());
-        assert!(parse(&["compare", "--pods", "3"]).is_err());
-        assert!(parse(&["compare", "--rates", "1mbit"]).is_err());
-        assert!(parse(&["compare", "--cni", "--pods", "0"]).is_err());
+    fn the_table_is_the_golden_one_to_the_byte() {
+        let mut slow = report(Shaper::Tbf, 1_000_000_000, 950e6);
+        slow.row.rtt_p99_us = None;
+        slow.row.jain_bulk = None;
+        let mut silos = report(Shaper::Metronome, 1_000_000_000, 990e6);
+        silos.row.daemon_cpu_pct = None;
+        let reports = [
+            report(Shaper::Metronome, 100_000_000, 99.9e6),
+            report(Shaper::MetronomeFair, 100_000_000, 99.8e6),
+            report(Shaper::Htb, 100_000_000, 95.0e6),
+            silos,
+            slow,
+        ];
+        assert_eq!(
+            format_table(&reports, OffloadMode::Off),
+            include_str!("../tests/golden/compare_grid.txt")
+        );
     }
 }

@@ -1,26 +1,26 @@
-//! `metronome compare --cni [--quick] [--pods N] [--rates RATES] [--flows N] [--json]`: pods
-//! limited through a chained CNI plugin, `metronome-cni` against the containernetworking
-//! `bandwidth` plugin (what is run and measured: `metronome_testbed::compare::cni`).
+//! `metronome compare cni`: pods limited through a chained CNI plugin, `metronome-cni` against
+//! the containernetworking `bandwidth` plugin (what is run and measured:
+//! `metronome_testbed::compare::cni`).
 //!
 //! The `metronome-cni` rows run this binary's `run` as the node's daemon and the
 //! `metronome-cni` binary next to it (`target/<profile>/metronome-cni`, as Cargo builds both).
 //!
 //! Output: per rate, one line per pod with each shaper's egress and ingress rate and deviation
 //! side by side ([`format_pods`]), a summary line per shaper and direction, the errors; the fair
-//! probe's RTT per shaper; the cycle check's leftovers per shaper. With `--json` exactly
-//! `{"machine", "pods": [...], "probes": [...], "cycles": [...]}` on standard output: each pod
-//! row is `{"shaper": "metronome-cni"|"bandwidth", "target_bps", "direction":
-//! "egress"|"ingress", "pod", "flows", "achieved_bps" (the windows' median), "mean_bps",
-//! "deviation_pct"}` (the figures `null` with an `"error"`); each probe row `{"shaper",
-//! "target_bps", "bulk_flows", "rtt_p50_us", "rtt_p99_us"}`; each cycle row `{"shaper",
-//! "cycles", "failed", "leftovers": [...]}`. Progress lines go to standard error. Without
-//! CAP_NET_ADMIN: one line naming the privilege, exit status 2.
+//! probe's RTT per shaper; the cycle check's leftovers per shaper. With `--json` a
+//! [`CniDocument`] (its schema: `metronome compare schema cni`; a pod's rate is its windows'
+//! median). Progress lines go to standard error. Without CAP_NET_ADMIN: one line naming the
+//! privilege, exit status 2.
 
 use crate::compare_attach::{largest_error_pct, write_not_measured};
 use crate::compare_cmd::or_exit;
+use crate::compare_table::{header, rate_cells, Block, RATE_COLUMNS};
 use metronome_testbed::compare::cni::{
-    self, CniOptions, CniReport, CniShaper, CycleRow, Direction, PodRow, ProbeRow,
+    self, CniOptions, CniReport, CycleRow, Direction, PodRow, ProbeRow,
 };
+use metronome_testbed::compare::Shaper;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// What `--cni` was asked for on the command line (`None`/empty: the defaults of
@@ -38,7 +38,7 @@ pub struct CniArgs {
 }
 
 /// The `--json` document.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct CniDocument {
     pub(crate) machine: String,
     #[serde(flatten)]
@@ -77,7 +77,7 @@ pub fn format_pods(rows: &[PodRow], rate_bps: u64) -> String {
     let Some(first) = rows.first() else {
         return String::new();
     };
-    let shapers: Vec<CniShaper> = CniShaper::ALL
+    let shapers: Vec<Shaper> = Shaper::PODS
         .into_iter()
         .filter(|s| rows.iter().any(|r| r.shaper == *s))
         .collect();
@@ -87,39 +87,28 @@ pub fn format_pods(rows: &[PodRow], rate_bps: u64) -> String {
             pods.push(&r.pod);
         }
     }
+    let arms: Vec<(Shaper, Direction)> = shapers
+        .iter()
+        .flat_map(|&s| Direction::BOTH.map(|d| (s, d)))
+        .collect();
+    let blocks: Vec<Block> = arms
+        .iter()
+        .map(|(s, d)| Block::new(format!("{} {}", s.name(), d.name()), &RATE_COLUMNS))
+        .collect();
+    let (top, sub) = header(&format!("{:<5}", "pod"), &" ".repeat(5), &blocks);
     let mut out = format!(
-        "{} pods at {:.0} Mbit/s each way, {} TCP flows per pod and direction\n{:<5}",
+        "{} pods at {:.0} Mbit/s each way, {} TCP flows per pod and direction\n{top}\n{sub}\n",
         pods.len(),
         rate_bps as f64 / 1e6,
         first.flows,
-        "pod"
     );
-    for s in &shapers {
-        for d in Direction::BOTH {
-            let _ = write!(out, " | {:<17}", format!("{} {}", s.name(), d.name()));
-        }
-    }
-    let _ = write!(out, "\n{:<5}", "");
-    for _ in 0..shapers.len() * 2 {
-        let _ = write!(out, " | {:>9} {:>7}", "Mbit/s", "dev %");
-    }
-    out.push('\n');
     for pod in &pods {
         let _ = write!(out, "{pod:<5}");
-        for s in &shapers {
-            for d in Direction::BOTH {
-                let row = rows
-                    .iter()
-                    .find(|r| r.shaper == *s && r.direction == d && r.pod == *pod);
-                match row.and_then(|r| r.achieved_bps.zip(r.deviation_pct)) {
-                    Some((a, dev)) => {
-                        let _ = write!(out, " | {:>9.2} {:>7.2}", a / 1e6, dev);
-                    }
-                    None => {
-                        let _ = write!(out, " | {:>9} {:>7}", "-", "-");
-                    }
-                }
-            }
+        for (&(s, d), block) in arms.iter().zip(&blocks) {
+            let row = rows
+                .iter()
+                .find(|r| r.shaper == s && r.direction == d && r.pod == *pod);
+            out += &rate_cells(block, row.and_then(|r| r.achieved_bps.zip(r.deviation_pct)));
         }
         out.push('\n');
     }
@@ -196,7 +185,7 @@ pub fn run(args: &CniArgs, json: bool) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn row(shaper: CniShaper, direction: Direction, pod: &str, a: Option<f64>) -> PodRow {
+    fn row(shaper: Shaper, direction: Direction, pod: &str, a: Option<f64>) -> PodRow {
         PodRow {
             shaper,
             target_bps: 100_000_000,
@@ -213,11 +202,11 @@ mod tests {
     #[test]
     fn the_table_has_one_line_per_pod_and_a_summary_per_shaper_and_direction() {
         let rows = vec![
-            row(CniShaper::Bandwidth, Direction::Egress, "p0", Some(99e6)),
-            row(CniShaper::Bandwidth, Direction::Ingress, "p0", Some(101e6)),
-            row(CniShaper::Bandwidth, Direction::Egress, "p1", Some(100e6)),
-            row(CniShaper::Bandwidth, Direction::Ingress, "p1", Some(100e6)),
-            row(CniShaper::MetronomeCni, Direction::Egress, "p0", None),
+            row(Shaper::Bandwidth, Direction::Egress, "p0", Some(99e6)),
+            row(Shaper::Bandwidth, Direction::Ingress, "p0", Some(101e6)),
+            row(Shaper::Bandwidth, Direction::Egress, "p1", Some(100e6)),
+            row(Shaper::Bandwidth, Direction::Ingress, "p1", Some(100e6)),
+            row(Shaper::MetronomeCni, Direction::Egress, "p0", None),
         ];
         let text = format_pods(&rows, 100_000_000);
         assert_eq!(
@@ -261,12 +250,12 @@ mod tests {
             machine: "test".into(),
             report: CniReport {
                 pods: vec![
-                    row(CniShaper::MetronomeCni, Direction::Egress, "p0", None),
-                    row(CniShaper::Bandwidth, Direction::Ingress, "p0", Some(1e8)),
+                    row(Shaper::MetronomeCni, Direction::Egress, "p0", None),
+                    row(Shaper::Bandwidth, Direction::Ingress, "p0", Some(1e8)),
                 ],
                 probes: Vec::new(),
                 cycles: vec![CycleRow {
-                    shaper: CniShaper::Bandwidth,
+                    shaper: Shaper::Bandwidth,
                     cycles: 100,
                     failed: 0,
                     leftovers: Vec::new(),
@@ -283,5 +272,24 @@ mod tests {
         assert_eq!(v["cycles"][0]["cycles"], 100);
         let back: CniDocument = serde_json::from_str(&text).unwrap();
         assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn the_table_is_the_golden_one_to_the_byte() {
+        let rows = vec![
+            row(Shaper::Bandwidth, Direction::Egress, "p0", Some(99e6)),
+            row(Shaper::Bandwidth, Direction::Ingress, "p0", Some(101e6)),
+            row(
+                Shaper::MetronomeCni,
+                Direction::Ingress,
+                "p1",
+                Some(100.5e6),
+            ),
+            row(Shaper::MetronomeCni, Direction::Egress, "p0", None),
+        ];
+        assert_eq!(
+            format_pods(&rows, 100_000_000),
+            include_str!("../tests/golden/compare_pods.txt")
+        );
     }
 }

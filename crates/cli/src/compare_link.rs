@@ -1,12 +1,11 @@
-//! `metronome compare --link-sharing [--quick] [--scenario NAME,...] [--json]`: one 1 Gbit/s
-//! link shared by weighted and priority classes through Metronome's `[link]` and through kernel
-//! HTB, side by side (what is run and measured: `metronome_testbed::compare::link_sharing`).
+//! `metronome compare link-sharing`: one 1 Gbit/s link shared by weighted and priority classes
+//! through Metronome's `[link]` and through kernel HTB, side by side (what is run and measured:
+//! `metronome_testbed::compare::link_sharing`).
 //!
-//! Output: a table with one line per (scenario, shaper, class), or with `--json` exactly
-//! `{"offloads", "machine", "link_bps", "rows": [{"shaper", "scenario", "class", "weight",
-//! "priority", "flows", "expected_share_pct", "achieved_bps", "share_pct", "link_pct",
-//! "queue_p99_bytes", "queue_avg_bytes", "rtt_p99_us", "borrow_ms", "after_stop_link_pct"},
-//! ...]}` (`null` where a field does not apply or was not measured).
+//! Output: a table with one line per (scenario, shaper, class), or with `--json` a
+//! [`crate::compare_cmd::Document`] of `LinkRow`s (its schema:
+//! `metronome compare schema link-sharing`; `null` where a field does not apply or was not
+//! measured).
 
 use crate::compare_cmd::Document;
 use metronome_testbed::compare::link_sharing::{self, LinkOptions, LinkRow, Scenario};

@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod class_cmd;
+mod compare_args;
 mod compare_attach;
 mod compare_churn;
 mod compare_classes;
@@ -11,6 +12,8 @@ mod compare_cmd;
 mod compare_cni;
 mod compare_link;
 mod compare_plot;
+mod compare_schema;
+mod compare_table;
 mod demo_cmd;
 mod lab_cmd;
 mod run_cmd;
@@ -45,11 +48,13 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Shape the same kernel TCP on the same topology with Metronome, kernel HTB and kernel TBF
     /// and compare achieved rate, deviation, probe RTT and CPU (needs CAP_NET_ADMIN).
-    Compare(compare_cmd::CompareArgs),
+    Compare(compare_args::CompareArgs),
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(compare_args::with_mode_aliases(
+        std::env::args_os().collect(),
+    ));
     if matches!(cli.command, Command::Demo(_)) {
         // Before any thread exists: SIGINT/SIGTERM then remove the demo's namespaces.
         demo_cmd::install_cleanup();

@@ -25,8 +25,9 @@ use metronome_daemon::os::attach::tcx_programs;
 use metronome_testbed::compare::cni::node::{
     cni_classes, files_in, runtime_for, Leftovers, NodeDaemon,
 };
+use metronome_testbed::compare::cni::symmetric;
 use metronome_testbed::compare::cni::traffic::{pod_rate, run_pods, Direction};
-use metronome_testbed::compare::cni::{symmetric, CniShaper};
+use metronome_testbed::compare::Shaper;
 use metronome_testbed::netns::cni::{cni_or_skip, CniRuntime, CniTopology, Pod, RuntimeConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -61,7 +62,7 @@ fn node(prefix: &str, pods: usize, test: &str) -> Option<(CniTopology, NodeDaemo
         .unwrap_or_else(|e| panic!("the node's daemon did not come up: {e}"));
     let rt = runtime_for(
         &topo,
-        CniShaper::MetronomeCni,
+        Shaper::MetronomeCni,
         Some((Path::new(PLUGIN), &daemon)),
     )
     .expect("the metronome-cni runtime");

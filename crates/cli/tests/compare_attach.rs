@@ -9,7 +9,7 @@
 //! limit; the topology's namespaces are gone afterwards. Prints the rows (`--nocapture`). Needs
 //! CAP_NET_ADMIN; fails otherwise (skips, saying why, under `METRONOME_SKIP_PRIVILEGED=1`).
 
-use metronome_testbed::compare::attach::{self, AttachOptions, HostRow, WorkloadShaper, NS_PREFIX};
+use metronome_testbed::compare::attach::{self, AttachOptions, HostRow, NS_PREFIX};
 use metronome_testbed::compare::Shaper;
 use metronome_testbed::netns;
 use std::time::Duration;
@@ -26,7 +26,7 @@ fn attached_daemon_and_kernel_rows_hold_their_rates() {
         flows: vec![16],
         host_shapers: vec![Shaper::Metronome, Shaper::Htb],
         workload_rate_bps: RATE_BPS,
-        workload_shapers: vec![WorkloadShaper::Metronome],
+        workload_shapers: vec![Shaper::Metronome],
         warmup: Duration::from_secs(1),
         measure: Duration::from_secs(2),
         daemon_binary: Some(env!("CARGO_BIN_EXE_metronome").into()),

@@ -19,8 +19,9 @@
 //! namespaces are gone afterwards. Need CAP_NET_ADMIN; fail otherwise (skip, saying why, under
 //! `METRONOME_SKIP_PRIVILEGED=1`).
 
-use metronome_testbed::compare::classes::{self, ClassesOptions, ClassesOutcome, ClassesShaper};
+use metronome_testbed::compare::classes::{self, ClassesOptions, ClassesOutcome};
 use metronome_testbed::compare::packet_rate::{self, PacketRateOptions, PacketRateOutcome};
+use metronome_testbed::compare::Shaper;
 use metronome_testbed::netns;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -82,7 +83,7 @@ fn a_thousand_classes_each_hold_their_rate() {
         let (daemon, htb) = (rows[0], rows[1]);
         assert_eq!(
             (daemon.shaper, htb.shaper),
-            (ClassesShaper::Metronome, ClassesShaper::HtbU32)
+            (Shaper::Metronome, Shaper::HtbU32)
         );
         assert_eq!(
             htb.measured, options.classes,

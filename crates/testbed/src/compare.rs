@@ -1,102 +1,46 @@
-//! `metronome compare`: Metronome against the kernel's HTB and TBF on the same path with the same
-//! traffic.
+//! `metronome compare`: Metronome against the kernel's HTB and TBF on the same path with the
+//! same traffic (the kernel grid), and the modes beside it: [`attach`], [`cni`], [`classes`],
+//! [`packet_rate`], [`churn`], [`cluster`], [`link_sharing`].
 //!
-//! One [`Topology::bump_in_the_wire`] serves every run. For each target rate and flow count, the
-//! shapers take turns on the shaper namespace:
+//! One [`Topology::bump_in_the_wire`] serves every run; for each target rate and flow count the
+//! shapers ([`Shaper`]) take turns on the shaper namespace: the daemon with one class
+//! ([`metronome_config`], in the fair mode [`metronome_fair_config`]), HTB and TBF on a bridge
+//! (`crate::netns::QdiscSpec`), and for the ceiling ([`CompareOptions::ceiling`]) the plain
+//! forwarder ([`crate::forwarder`]) and the daemon passing everything ([`passthrough_config`]).
+//! A run is kernel TCP bulk flows plus a TCP ping probe in the same shaped queue, bounded by
+//! [`TAIL`] and [`volume_cap`]; what is measured, and how, is [`measure`]'s.
 //!
-//! * **metronome**: the daemon's loop ([`metronome_daemon::ops::service::run_with`]) on AF_PACKET
-//!   ports on `in0`/`out0`, with a one-class configuration ([`metronome_config`]): all TCP to the
-//!   receiver limited to the target as an aggregate, the default burst (one frame), `ecn`
-//!   backpressure at 1 ms of queued delay (the sender negotiates ECN, as in the demo), and a hard
-//!   limit: a 250 ms horizon with `horizon_policy = "reject"` (Carousel §5.1.2: dropping beyond
-//!   the horizon suits a hard rate limit; clamping lets a full wheel overshoot, which 256 flows
-//!   that ignore ECN — the host's default BBR — did, by 7 % at 100 Mbit/s);
-//! * **metronome-fair**: the same daemon and class with `fair = true` ([`metronome_fair_config`]):
-//!   the aggregate still decides when the class sends, a per-class flow scheduler decides which
-//!   flow's packet leaves, new and sparse flows first, so the probe does not wait behind the bulk
-//!   (and a sparse packet that finds the class holding for the piece it has just sent leaves at
-//!   once, charged to the class's rate);
-//!   with [`FAIR_GSO_SLOTS`] super-frame slots (queued super-frames wait for their flow's turn);
-//! * **htb**: a Linux bridge joins `in0` and `out0` and `out0` gets one HTB class, rate = ceil =
-//!   target, the `tc` default burst ([`QdiscSpec::Htb`]);
-//! * **tbf**: the same bridge with a TBF whose bucket and queue [`QdiscSpec::tbf`] picks.
-//!
-//! `--ceiling` ([`CompareOptions::ceiling`]) measures the daemon's throughput ceiling instead: one
-//! TCP flow at an unreachable target ([`CEILING_TARGET_BPS`]) through, in turn, the
-//! `recvmmsg`/`sendmmsg` forwarder ([`crate::forwarder`]; with the host's offloads in its
-//! `vnet_hdr` mode, which forwards super-frames with their virtio-net header, with offloads off
-//! in its plain mode), the daemon with no class ([`passthrough_config`]) and the daemon shaping
-//! at the target, three rounds.
-//!
-//! The daemon runs its single loop, or [`CompareOptions::daemon_cores`] silos
-//! (`--daemon-cores`). With [`CompareOptions::isolate_daemon`] (`--isolate-daemon`) the
-//! daemon's loop is pinned to CPU 0 and the end hosts' veth receive is steered to the other CPUs
-//! for every shaper: a veth transmit otherwise runs the receiving end host's TCP in the
-//! transmitting thread, so the daemon's thread would pay for both end hosts' stacks, which no
-//! bump in the wire between separate hosts does.
-//!
-//! [`CompareOptions::daemon_loop`] (`--busy-poll`, `--timer-slack`) sets how the daemon rows'
-//! loop waits for work ([`DaemonLoop`]); the defaults are the configuration's.
-//!
-//! `--link-sharing` ([`link_sharing`]) shares one link among weighted and priority classes
-//! through the daemon's `[link]` and through kernel HTB instead.
-//!
-//! `--classes` ([`classes`]) holds thousands of classes, each to its own rate, through
-//! `metronome run` and through kernel HTB with hashed u32 filters, measured class by class at the
-//! receiver; `--packet-rate` ([`packet_rate`]) counts small frames per second through
-//! `metronome run` with many classes against one.
-//!
-//! Offloads ([`CompareOptions::offloads`], [`OffloadMode`]): by default the veths keep the
-//! host's offloads, so the sender's TCP hands the shapers GSO super-frames, as on the hosts
-//! Metronome shapes; [`OffloadMode::Off`] gives one-MTU frames with offloads off on all four
-//! veths. The mode is in every report.
-//!
-//! The traffic ([`crate::trafficgen`]): `flows` kernel TCP connections from the sender to one
-//! port of the receiver plus the RTT probe (a TCP ping every 10 ms) to the next port; the probe
-//! is TCP to the receiver too, so it waits in the same shaped queue as the bulk flows under all
-//! three shapers. Each run is bounded in time (warm-up + measurement + [`TAIL`]) and volume (each
-//! connection stops after the target's whole volume for the run, [`volume_cap`]).
-//!
-//! Measured per run (see [`measure`]): after [`CompareOptions::warmup`] counted from the first
-//! bulk bytes at the receiver, `rcv0`'s bytes on the wire ([`measure::wire_bytes`]: every
-//! segment's headers counted, also when the veth received a super-frame) in 100 ms windows for
-//! [`CompareOptions::measure`]; the achieved rate is the windows' mean (bits on the wire,
-//! Ethernet header included), the deviation their mean absolute deviation from the target
-//! (Carousel §7.1.1), the p99 RTT of a probe connection opened when the windows start (so the
-//! warm-up's slow-start queue is not in it; `None` when no ping was answered), and `cpu_pct`: the
-//! **whole machine's** kernel time (system, irq, softirq) plus this process's user time over the
-//! windows ([`MachineCpu`]), in percent of one CPU, per Gbit/s achieved. The kernel shapers work in
-//! softirq context that no thread can be charged for, so only a machine-wide figure compares the
-//! three; it includes the traffic generator's own TCP work, the same for all shapers, and leaves
-//! out the user time of unrelated processes. For the daemon (metronome and pass-through runs) the
-//! daemon thread's own CPU per Gbit/s is reported besides ([`Row::daemon_cpu_pct`], from that
-//! thread's `schedstat`: the loop's user and kernel time, its `recvmmsg`/`sendmmsg` included, and
-//! nothing else). The bulk connections' fairness is [`Row::jain_bulk`]: Jain's index of the bytes
-//! each bulk connection delivered to the receiver over its whole run ([`measure::jain_index`]).
+//! Where it departs from Carousel §7.1.1: rates are bits on the wire at the receiver's veth,
+//! and the CPU is the machine's, not a thread's ([`measure`]'s module docs say why).
 
+mod arms;
 pub mod attach;
 pub mod churn;
 pub mod classes;
 pub mod cluster;
 pub mod cni;
+mod error;
 pub mod link_sharing;
 pub mod measure;
 pub mod packet_rate;
+mod traffic_run;
 
 use crate::forwarder::ForwarderMode;
-use crate::netns::{InterfaceCounters, QdiscSpec, TopoError, Topology};
+use crate::netns::Topology;
 pub use crate::offloads::OffloadMode;
-use crate::trafficgen::sleep_until;
-use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
-use measure::{cpu_pct_per_gbit, jain_index, mean, mean_abs_deviation_pct, MachineCpu};
-use metronome_daemon::driver::run::Control;
+use arms::run_one;
+pub(crate) use arms::started;
+pub use arms::{
+    endpoint_rps_mask, metronome_config, metronome_fair_config, passthrough_config, FAIR_GSO_SLOTS,
+};
+pub use error::CompareError;
 use metronome_daemon::ops::config::Config;
-use metronome_daemon::ops::metrics::Metrics;
-use metronome_daemon::ops::service::run_with;
-use metronome_io::ThreadCpu;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+pub use traffic_run::answered;
+pub(crate) use traffic_run::{measure_run, TrafficPath};
 
 /// Prefix of the comparison's namespaces.
 pub const NS_PREFIX: &str = "mtr-cmp";
@@ -119,30 +63,43 @@ pub const FULL_FLOWS: [usize; 3] = [1, 16, 256];
 pub const TAIL: Duration = Duration::from_millis(300);
 /// Bytes at the receiver, beyond the handshakes, that mark the start of the bulk traffic: 64 KiB
 /// plus 200 bytes per connection (a SYN and an ACK, 74 + 66 bytes on the wire, rounded up).
-const START_BYTES: u64 = 64 << 10;
+pub(crate) const START_BYTES: u64 = 64 << 10;
 /// Per-connection allowance of [`START_BYTES`], bytes.
-const START_BYTES_PER_FLOW: u64 = 200;
+pub(crate) const START_BYTES_PER_FLOW: u64 = 200;
 /// How often the start of the traffic is polled for.
-const START_POLL: Duration = Duration::from_millis(5);
+pub(crate) const START_POLL: Duration = Duration::from_millis(5);
 /// How long the bulk bytes may take to appear: the trafficgen's 5 s setup timeout plus 1 s.
-const START_TIMEOUT: Duration = Duration::from_secs(6);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(6);
 /// First destination port; run `i` uses ports `BASE_PORT + 2i` (bulk) and `+ 1` (probe), so no
 /// run meets a previous run's connections.
 const BASE_PORT: u16 = 20_000;
 
-/// One of the compared shapers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// A shaper under test, of any mode: the daemon in one of its configurations, a kernel qdisc
+/// set-up, the CNI bandwidth plugin or the plain forwarder. Each mode runs the ones of its list
+/// ([`Shaper::ALL`], [`Shaper::WORKLOADS`], [`Shaper::CLASSES`], [`Shaper::PODS`],
+/// [`Shaper::LINK`]); its name is the same in every report and JSON document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
 pub enum Shaper {
-    /// The Metronome daemon.
+    /// The Metronome daemon (in `link-sharing`: its `[link]` with MQ-ECN marking).
     Metronome,
     /// The Metronome daemon, its class in the fair mode (`fair = true`).
-    #[serde(rename = "metronome-fair")]
     MetronomeFair,
-    /// Kernel HTB, one class.
+    /// The daemon's `[link]` with per-queue standard marking (`link-sharing`).
+    MetronomePerQueue,
+    /// `metronome-cni`: two classes per pod on the node's daemon (`cni`).
+    MetronomeCni,
+    /// Kernel HTB (one class; in `link-sharing` a leaf per class).
     Htb,
+    /// Kernel HTB, a leaf per class or workload, u32 filters (`classes`: hashed on the
+    /// destination; `attach`: on the workloads' source addresses).
+    HtbU32,
     /// Kernel TBF.
     Tbf,
+    /// The `bandwidth` plugin's IFB with a TBF per workload (`attach`).
+    IfbTbf,
+    /// The containernetworking `bandwidth` plugin (`cni`).
+    Bandwidth,
     /// The daemon with no class: every frame passes unshaped (`--ceiling` only).
     Passthrough,
     /// The `recvmmsg`/`sendmmsg` forwarder of [`crate::forwarder`] (`--ceiling` only).
@@ -150,32 +107,61 @@ pub enum Shaper {
 }
 
 impl Shaper {
-    /// The four shapers of a comparison, in report order.
+    /// The four shapers of the kernel grid, in report order.
     pub const ALL: [Shaper; 4] = [
         Shaper::Metronome,
         Shaper::MetronomeFair,
         Shaper::Htb,
         Shaper::Tbf,
     ];
+    /// The shapers of `attach`'s workload part, in report order.
+    pub const WORKLOADS: [Shaper; 3] = [Shaper::Metronome, Shaper::HtbU32, Shaper::IfbTbf];
+    /// The shapers of `classes`, in report order.
+    pub const CLASSES: [Shaper; 2] = [Shaper::Metronome, Shaper::HtbU32];
+    /// The shapers of `cni`, in report order.
+    pub const PODS: [Shaper; 2] = [Shaper::MetronomeCni, Shaper::Bandwidth];
+    /// The shapers of `link-sharing`, in report order.
+    pub const LINK: [Shaper; 3] = [Shaper::Metronome, Shaper::MetronomePerQueue, Shaper::Htb];
 
     /// The name used in reports and JSON.
     pub fn name(self) -> &'static str {
         match self {
             Shaper::Metronome => "metronome",
             Shaper::MetronomeFair => "metronome-fair",
+            Shaper::MetronomePerQueue => "metronome-per-queue",
+            Shaper::MetronomeCni => "metronome-cni",
             Shaper::Htb => "htb",
+            Shaper::HtbU32 => "htb-u32",
             Shaper::Tbf => "tbf",
+            Shaper::IfbTbf => "ifb-tbf",
+            Shaper::Bandwidth => "bandwidth",
             Shaper::Passthrough => "passthrough",
             Shaper::Forwarder => "forwarder",
         }
     }
 
-    /// Whether the Metronome daemon runs this shaper (its thread's CPU is reported).
+    /// Whether the Metronome daemon runs this shaper in the kernel grid (its thread's CPU is
+    /// reported).
     pub fn is_daemon(self) -> bool {
         matches!(
             self,
             Shaper::Metronome | Shaper::MetronomeFair | Shaper::Passthrough
         )
+    }
+
+    /// Why this shaper cannot run in `mode` (a shaper of another mode's list).
+    pub fn not_in(self, mode: &str) -> String {
+        format!("{} is not a shaper of {mode}", self.name())
+    }
+
+    /// The marking of the daemon's `[link]` this shaper runs (`link-sharing`); `None` for the
+    /// kernel's.
+    pub fn link_marking(self) -> Option<link_sharing::Marking> {
+        match self {
+            Shaper::Metronome => Some(link_sharing::Marking::MqEcn),
+            Shaper::MetronomePerQueue => Some(link_sharing::Marking::PerQueue),
+            _ => None,
+        }
     }
 }
 
@@ -294,7 +280,7 @@ impl CompareOptions {
 }
 
 /// One row of the report: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
     /// Which shaper.
     pub shaper: Shaper,
@@ -340,103 +326,6 @@ pub struct RunReport {
 /// An RTT for the text reports: microseconds, or `no answer` when the probe got none.
 pub fn format_rtt_us(rtt: Option<u64>) -> String {
     rtt.map_or_else(|| "no answer".to_owned(), |us| us.to_string())
-}
-
-/// Waits for the daemon's `thread` to open its ports and map its rings (100 ms); returns the
-/// thread while its loop runs, or why the loop stopped by itself (its ports could not be
-/// opened).
-pub(crate) fn started(
-    control: &Control,
-    thread: crate::shaper::ShaperThread,
-) -> Result<crate::shaper::ShaperThread, CompareError> {
-    std::thread::sleep(Duration::from_millis(100));
-    if control.stop.load(Ordering::Relaxed) {
-        let result = thread
-            .join()
-            .map_err(|_| TopoError::ThreadPanicked("shaper".into()))??;
-        return Err(match result {
-            Err(e) => e.into(),
-            Ok(_) => TopoError::Io(std::io::Error::other("the daemon stopped at once")).into(),
-        });
-    }
-    Ok(thread)
-}
-
-/// Why the comparison failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CompareError {
-    /// Building or using the topology failed (also: CAP_NET_ADMIN missing).
-    #[error("{0}")]
-    Topo(#[from] TopoError),
-    /// The traffic generator failed.
-    #[error("{0}")]
-    Traffic(#[from] TrafficError),
-    /// The daemon could not open its ports.
-    #[error("{0}")]
-    Port(#[from] metronome_io::PortError),
-    /// An etcd cluster of the run could not be started or driven.
-    #[error("{0}")]
-    Etcd(#[from] crate::etcd::EtcdError),
-    /// No bulk traffic reached the receiver in time.
-    #[error("{shaper} at {target_bps} bit/s with {flows} flows: no traffic reached the receiver within {START_TIMEOUT:?}")]
-    NoTraffic {
-        /// The shaper of the run.
-        shaper: &'static str,
-        /// Its target.
-        target_bps: u64,
-        /// Its flows.
-        flows: usize,
-    },
-}
-
-impl CompareError {
-    /// Whether this is the missing CAP_NET_ADMIN (the CLI exits 2 with one line).
-    pub fn is_missing_privilege(&self) -> bool {
-        matches!(self, CompareError::Topo(TopoError::MissingPrivilege(_)))
-    }
-}
-
-/// The daemon's configuration for a run: one class, all TCP to `receiver`, `target_bps`
-/// aggregate, ECN backpressure at 1 ms, a 250 ms horizon that rejects beyond it (see the module
-/// docs).
-pub fn metronome_config(receiver: std::net::Ipv4Addr, target_bps: u64) -> Config {
-    class_config(receiver, target_bps, "")
-}
-
-/// Large (super-frame) slots of the fair row's daemon: a fair class holds each backlogged flow's
-/// queued super-frames until its turn, so 256 flows hold the default 256 slots and arriving
-/// super-frames are refused. 1 024 (66 MiB): measured with `metronome compare --target
-/// 100mbit,1gbit --flows 256` on a loaded 2-core machine, 256 slots gave 1.5-2.1 % below the
-/// rate with 6 000-10 600 frames shed; 1 024 gave 0.6-1.2 % and 300-3 200.
-pub const FAIR_GSO_SLOTS: u32 = 1024;
-
-/// [`metronome_config`] with the class in the fair mode (`fair = true`) and
-/// [`FAIR_GSO_SLOTS`] large slots.
-pub fn metronome_fair_config(receiver: std::net::Ipv4Addr, target_bps: u64) -> Config {
-    let mut c = class_config(receiver, target_bps, "fair = true\n");
-    c.daemon.gso_slots = FAIR_GSO_SLOTS;
-    c
-}
-
-/// The one-class configuration of the metronome runs, `extra` added to the class table.
-fn class_config(receiver: std::net::Ipv4Addr, target_bps: u64, extra: &str) -> Config {
-    let text = format!(
-        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n[wheel]\nhorizon = \"250ms\"\n\n[[class]]\nname = \"compare\"\n\
-         match = {{ dst = \"{receiver}\", protocol = \"tcp\" }}\nrate = {target_bps}\n\
-         horizon_policy = \"reject\"\n\
-         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n{extra}"
-    );
-    // Built from well-formed values; a failure would be a defect of this function, tested by
-    // `the_metronome_config_is_valid`.
-    Config::from_toml_str(&text, "compare.toml").expect("the compare config is valid")
-}
-
-/// The daemon's configuration for the pass-through runs of `--ceiling`: the same interfaces and
-/// wheel, no class, so every frame is parsed, classified to the default and sent at once.
-pub fn passthrough_config() -> Config {
-    let text = "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n";
-    // A constant, well-formed text; tested by `the_metronome_config_is_valid`.
-    Config::from_toml_str(text, "passthrough.toml").expect("the pass-through config is valid")
 }
 
 /// Per-connection byte cap of a run: the target's whole volume over the run (a connection can
@@ -508,398 +397,10 @@ fn prepare(topo: &mut Topology, options: &CompareOptions) -> Result<(), CompareE
     Ok(())
 }
 
-/// The `rps_cpus` mask of every CPU but CPU 0 on a machine of `cpus` CPUs (sysfs format:
-/// hexadecimal, 32-bit words separated by commas, most significant first); `None` with fewer
-/// than two CPUs.
-pub fn endpoint_rps_mask(cpus: usize) -> Option<String> {
-    if cpus < 2 {
-        return None;
-    }
-    let word = |w: usize| -> u32 {
-        let bits = (cpus - w * 32).min(32);
-        let all = if bits == 32 {
-            u32::MAX
-        } else {
-            (1u32 << bits) - 1
-        };
-        if w == 0 {
-            all & !1
-        } else {
-            all
-        }
-    };
-    let parts: Vec<String> = (0..cpus.div_ceil(32))
-        .rev()
-        .map(|w| format!("{:08x}", word(w)))
-        .collect();
-    Some(parts.join(","))
-}
-
-/// Pins the calling thread to CPU 0 (see [`CompareOptions::isolate_daemon`]); a failure is a
-/// warning.
-pub(crate) fn pin_to_cpu0() {
-    let mut set = nix::sched::CpuSet::new();
-    let pinned = set
-        .set(0)
-        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
-    if let Err(e) = pinned {
-        tracing::warn!("could not pin the daemon to CPU 0: {e}");
-    }
-}
-
-/// The shaper of one run, set up; [`ActiveShaper::stop`] tears it down.
-enum ActiveShaper {
-    Daemon {
-        control: Control,
-        thread: crate::shaper::ShaperThread,
-        cpu: Option<ThreadCpu>,
-        /// Silos; with more than one their reports are logged by the thread itself.
-        cores: usize,
-    },
-    Kernel,
-    Forwarder {
-        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-        thread: std::thread::JoinHandle<
-            Result<Result<crate::forwarder::ForwarderReport, metronome_io::PortError>, TopoError>,
-        >,
-    },
-}
-
-fn start_shaper(
-    topo: &mut Topology,
-    shaper: Shaper,
-    target: u64,
-    (forwarder, offloads, cores, isolate): (ForwarderMode, OffloadMode, usize, bool),
-    daemon_loop: DaemonLoop,
-) -> Result<ActiveShaper, CompareError> {
-    let out = topo.shaper_out.clone();
-    match shaper {
-        Shaper::Forwarder => {
-            topo.remove_qdisc(&out)?;
-            topo.unbridge_shaper()?;
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let s = stop.clone();
-            let (inside, outside) = (topo.shaper_in.clone(), out.clone());
-            let thread = topo
-                .shaper
-                .spawn(move || crate::forwarder::forward_with(&inside, &outside, forwarder, &s))?;
-            std::thread::sleep(Duration::from_millis(100)); // sockets open
-            Ok(ActiveShaper::Forwarder { stop, thread })
-        }
-        Shaper::Metronome | Shaper::MetronomeFair | Shaper::Passthrough => {
-            topo.remove_qdisc(&out)?;
-            topo.unbridge_shaper()?;
-            let mut config = match shaper {
-                Shaper::Passthrough => passthrough_config(),
-                Shaper::MetronomeFair => metronome_fair_config(topo.receiver_addr, target),
-                _ => metronome_config(topo.receiver_addr, target),
-            };
-            offloads.configure(&mut config);
-            daemon_loop.configure(&mut config);
-            let cores = cores.max(1);
-            config.daemon.cores = cores;
-            let control = Control::default();
-            let (tx, rx) = std::sync::mpsc::channel();
-            let c = control.clone();
-            let thread = topo.shaper.spawn(move || {
-                // The hook of `daemon_cpu_pct`: this thread's schedstat, read by the caller
-                // (with silos this thread only coordinates: nothing to read).
-                if isolate && cores == 1 {
-                    // Silos pin themselves, one CPU each.
-                    pin_to_cpu0();
-                }
-                let cpu = if cores == 1 {
-                    ThreadCpu::of_current_thread().ok()
-                } else {
-                    None
-                };
-                let _ = tx.send(cpu);
-                let result = if cores == 1 {
-                    run_with(&config, None, &Metrics::new(), &c)
-                } else {
-                    let metrics = Metrics::with_silos(cores);
-                    metronome_daemon::driver::silo::run_silos(&config, None, &metrics, &c).map(
-                        |silos| {
-                            for s in &silos {
-                                metronome_daemon::ops::service::log_report(&s.report);
-                            }
-                            metronome_daemon::driver::run::LoopReport::default()
-                        },
-                    )
-                };
-                if result.is_err() {
-                    c.stop.store(true, Ordering::Relaxed);
-                }
-                result
-            })?;
-            let cpu = rx.recv_timeout(Duration::from_secs(1)).ok().flatten();
-            let thread = started(&control, thread)?;
-            Ok(ActiveShaper::Daemon {
-                control,
-                thread,
-                cpu,
-                cores,
-            })
-        }
-        Shaper::Htb | Shaper::Tbf => {
-            topo.bridge_shaper()?;
-            let spec = match shaper {
-                Shaper::Htb => QdiscSpec::Htb {
-                    rate_bps: target,
-                    burst_bytes: None,
-                },
-                _ => QdiscSpec::tbf(target),
-            };
-            topo.install_qdisc(&out, &spec)?;
-            Ok(ActiveShaper::Kernel)
-        }
-    }
-}
-
-impl ActiveShaper {
-    fn stop(self, topo: &Topology) -> Result<(), CompareError> {
-        match self {
-            ActiveShaper::Daemon {
-                control,
-                thread,
-                cores,
-                ..
-            } => {
-                control.stop.store(true, Ordering::Relaxed);
-                let report = thread
-                    .join()
-                    .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
-                if cores == 1 {
-                    metronome_daemon::ops::service::log_report(&report);
-                }
-                Ok(())
-            }
-            ActiveShaper::Forwarder { stop, thread } => {
-                stop.store(true, Ordering::Relaxed);
-                let report = thread
-                    .join()
-                    .map_err(|_| TopoError::ThreadPanicked("forwarder".into()))???;
-                tracing::info!(?report, "forwarder stopped");
-                Ok(())
-            }
-            ActiveShaper::Kernel => {
-                if let Ok(stats) = topo.qdisc_stats(&topo.shaper_out) {
-                    tracing::debug!("{}", stats.trim());
-                }
-                Ok(topo.remove_qdisc(&topo.shaper_out)?)
-            }
-        }
-    }
-
-    fn cpu_ns(&mut self) -> Option<u64> {
-        match self {
-            ActiveShaper::Daemon { cpu: Some(c), .. } => c.read().ok(),
-            _ => None,
-        }
-    }
-}
-
-/// One run: start the shaper, drive the traffic, measure, stop the shaper.
-fn run_one(
-    topo: &mut Topology,
-    options: &CompareOptions,
-    shaper: Shaper,
-    target: u64,
-    flows: usize,
-    port: u16,
-) -> Result<RunReport, CompareError> {
-    let modes = (
-        options.forwarder_mode(),
-        options.offloads,
-        options.daemon_cores,
-        options.isolate_daemon,
-    );
-    let mut active = start_shaper(topo, shaper, target, modes, options.daemon_loop)?;
-    let path = TrafficPath::of(topo);
-    let timing = (options.warmup, options.measure);
-    let mut cpu = || active.cpu_ns();
-    let measured = measure_run(
-        &path,
-        timing,
-        (&mut cpu, &[]),
-        shaper,
-        (target, flows),
-        port,
-    );
-    let stopped = active.stop(topo);
-    let report = measured?;
-    stopped?;
-    Ok(report)
-}
-
-/// What the measured part of a run saw.
-struct Measured {
-    /// Window rates on the wire, bits/s.
-    rates: Vec<f64>,
-    /// CPUs busy over the windows ([`MachineCpu`]).
-    machine_cores: f64,
-    /// The daemon thread's CPUs over the windows.
-    daemon_cores: Option<f64>,
-    /// The probe, run during the windows only.
-    probe: ProbeReport,
-}
-
-/// Where a run's traffic goes: from `sender` to `receiver_addr` in `receiver`, measured on the
-/// receiver's `receiver_if` (the bump in the wire's `snd0` -> `rcv0`, or the attach topology's
-/// host -> `rcv0`, [`attach`]).
-#[derive(Clone, Debug)]
-pub(crate) struct TrafficPath {
-    pub(crate) sender: crate::netns::Namespace,
-    pub(crate) receiver: crate::netns::Namespace,
-    pub(crate) receiver_if: String,
-    pub(crate) receiver_addr: std::net::Ipv4Addr,
-}
-
-impl TrafficPath {
-    fn of(topo: &Topology) -> Self {
-        TrafficPath {
-            sender: topo.sender.clone(),
-            receiver: topo.receiver.clone(),
-            receiver_if: topo.receiver_if.clone(),
-            receiver_addr: topo.receiver_addr,
-        }
-    }
-}
-
-/// Drives the traffic of one run through the started shaper and measures it: `timing` is the
-/// warm-up and the measured time; `daemon_cpu` reads the daemon's CPU time (ns), `None` when no
-/// daemon runs, and `processes` are other processes whose user time the machine's CPU counts (a
-/// daemon run as a process of its own).
-pub(crate) fn measure_run(
-    path: &TrafficPath,
-    timing: (Duration, Duration),
-    (daemon_cpu, processes): (&mut dyn FnMut() -> Option<u64>, &[u32]),
-    shaper: Shaper,
-    (target, flows): (u64, usize),
-    port: u16,
-) -> Result<RunReport, CompareError> {
-    let (warmup, span) = timing;
-    let duration = warmup + span + TAIL;
-    let mut group = FlowGroup::tcp("bulk", port, flows);
-    group.max_bytes_per_flow = volume_cap(target, duration);
-    let plan = TrafficPlan::new(path.receiver_addr, vec![group], duration);
-    let mut counters = path.receiver.interface_counters(&path.receiver_if)?;
-    let mut machine = MachineCpu::with_processes(processes).map_err(TopoError::Io)?;
-    let traffic = spawn_traffic(path, plan);
-
-    // The bulk traffic starts after every connection is accepted: wait for its first bytes.
-    let base = counters.read()?.rx_bytes;
-    let threshold = START_BYTES + START_BYTES_PER_FLOW * flows as u64;
-    let give_up = Instant::now() + START_TIMEOUT;
-    let started = loop {
-        if counters.read()?.rx_bytes.saturating_sub(base) > threshold {
-            break Some(Instant::now());
-        }
-        if traffic.is_finished() || Instant::now() > give_up {
-            break None;
-        }
-        std::thread::sleep(START_POLL);
-    };
-    let measured = match started {
-        Some(t0) => Some(measure_windows(
-            path,
-            span,
-            daemon_cpu,
-            (&mut counters, &mut machine),
-            t0 + warmup,
-            port + 1,
-        )?),
-        None => None,
-    };
-    let bulk = traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
-    let per_flow: Vec<f64> = bulk
-        .groups
-        .first()
-        .map(|g| g.bytes_per_flow.iter().map(|&b| b as f64).collect())
-        .unwrap_or_default();
-    let Some(m) = measured else {
-        return Err(CompareError::NoTraffic {
-            shaper: shaper.name(),
-            target_bps: target,
-            flows,
-        });
-    };
-    let achieved = mean(&m.rates);
-    Ok(RunReport {
-        row: Row {
-            shaper,
-            target_bps: target,
-            flows,
-            achieved_bps: achieved,
-            deviation_pct: mean_abs_deviation_pct(&m.rates, target as f64).unwrap_or(100.0),
-            rtt_p99_us: answered(&m.probe).map(|p| p.p99_us),
-            rtt_p50_us: answered(&m.probe).map(|p| p.p50_us),
-            cpu_pct: cpu_pct_per_gbit(m.machine_cores, achieved),
-            daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
-            jain_bulk: jain_index(&per_flow),
-        },
-        windows: m.rates.len(),
-        probe_samples: m.probe.samples,
-    })
-}
-
-/// The probe's report if at least one ping was answered (its percentiles are then measured).
-pub fn answered(probe: &ProbeReport) -> Option<&ProbeReport> {
-    (probe.samples > 0).then_some(probe)
-}
-
-type TrafficThread = std::thread::JoinHandle<Result<TrafficReport, TrafficError>>;
-
-fn spawn_traffic(path: &TrafficPath, plan: TrafficPlan) -> TrafficThread {
-    let (snd, rcv) = (path.sender.clone(), path.receiver.clone());
-    std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)))
-}
-
-/// From `first` on: the probe (its own connection, so the warm-up's slow-start queue is not in
-/// its percentiles), the rate windows, and the CPU over them.
-fn measure_windows(
-    path: &TrafficPath,
-    span: Duration,
-    daemon_cpu: &mut dyn FnMut() -> Option<u64>,
-    (counters, machine): (&mut InterfaceCounters, &mut MachineCpu),
-    first: Instant,
-    probe_port: u16,
-) -> Result<Measured, CompareError> {
-    sleep_until(first);
-    let probe_plan = TrafficPlan::new(path.receiver_addr, Vec::new(), span).with_probe(probe_port);
-    let probe = spawn_traffic(path, probe_plan);
-    let cpu0 = (machine.read().map_err(TopoError::Io)?, daemon_cpu());
-    let mut sampler = measure::WindowSampler::default();
-    let wire = |c: &mut InterfaceCounters| -> Result<u64, CompareError> {
-        let l = c.read()?;
-        Ok(measure::wire_bytes(l.rx_bytes, l.rx_packets))
-    };
-    sampler.push(Instant::now(), wire(counters)?);
-    let n = (span.as_nanos() / measure::WINDOW.as_nanos()).max(1) as u32;
-    for k in 1..=n {
-        sleep_until(first + measure::WINDOW * k);
-        sampler.push(Instant::now(), wire(counters)?);
-    }
-    let elapsed = Instant::now().saturating_duration_since(first);
-    let cpu1 = (machine.read().map_err(TopoError::Io)?, daemon_cpu());
-    let probe = probe.join().map_err(|_| TrafficError::ThreadPanicked)??;
-    let daemon_cores = match (cpu0.1, cpu1.1) {
-        (Some(a), Some(b)) if !elapsed.is_zero() => {
-            Some(b.saturating_sub(a) as f64 / elapsed.as_nanos() as f64)
-        }
-        _ => None,
-    };
-    Ok(Measured {
-        rates: sampler.rates(),
-        machine_cores: cpu1.0.cores_since(&cpu0.0),
-        daemon_cores,
-        probe: probe.probe.unwrap_or_default(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trafficgen::ProbeReport;
 
     #[test]
     fn the_passthrough_config_has_no_class() {

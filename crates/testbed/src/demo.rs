@@ -36,6 +36,8 @@ use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, Transport};
 use metronome_daemon::driver::run::Control;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -49,28 +51,12 @@ pub const WARMUP: Duration = Duration::from_millis(500);
 /// Prefix of the demo's namespaces.
 pub const NS_PREFIX: &str = "mtr-demo";
 
-/// Why the demo failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    /// Building or using the topology failed.
-    #[error("{0}")]
-    Topo(#[from] TopoError),
-    /// The traffic generator failed.
-    #[error("{0}")]
-    Traffic(#[from] TrafficError),
-    /// The daemon failed (an interface, a capability).
-    #[error("{0}")]
-    Port(#[from] metronome_io::PortError),
-    /// The simulator refused the scenario.
-    #[error("simulator: {0}")]
-    Sim(#[from] metronome_sim::ScenarioError),
-    /// The daemon refused the configuration or stopped at once (`--attach`: [`attach`]).
-    #[error("{0}")]
-    Refused(String),
-}
+/// Why the demo failed: the harness's error ([`crate::compare::CompareError`]; the simulator's
+/// refusal is its `Sim`, a daemon that refused or stopped at once, `--attach`, its `Refused`).
+pub type DemoError = crate::compare::CompareError;
 
 /// One line of the conformance table (a class of the JSON report).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClassRow {
     /// The class name.
     pub name: String,
@@ -83,7 +69,7 @@ pub struct ClassRow {
 }
 
 /// Where the demo ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DemoMode {
     /// Real kernel TCP through the daemon on a topology ([`run_real`]).
@@ -93,7 +79,7 @@ pub enum DemoMode {
 }
 
 /// The conformance table as one document: what `metronome demo --json` prints.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DemoReport {
     /// Real traffic or the simulator.
     pub mode: DemoMode,
@@ -153,26 +139,15 @@ fn target_bps(config: &Config, name: &str, flows: usize) -> Option<f64> {
 
 /// Mean and mean absolute deviation (percent of `target`) of `windows`.
 pub fn conformance(windows: &[f64], target: Option<f64>) -> (f64, Option<f64>) {
-    if windows.is_empty() {
-        return (0.0, None);
-    }
-    let n = windows.len() as f64;
-    let mean = windows.iter().sum::<f64>() / n;
-    let dev = target
-        .filter(|t| *t > 0.0)
-        .map(|t| windows.iter().map(|w| (w - t).abs()).sum::<f64>() / n / t * 100.0);
-    (mean, dev)
+    let dev = target.and_then(|t| crate::stats::mean_abs_deviation_pct(windows, t));
+    (crate::stats::mean(windows), dev)
 }
 
 /// Per-class transmitted bytes from the daemon's metrics text.
 pub fn class_bytes(text: &str) -> Vec<(String, u64)> {
-    const HEAD: &str = "metronome_class_bytes_total{class=\"";
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(HEAD)?;
-            let (name, value) = rest.split_once("\"}")?;
-            Some((name.to_owned(), value.trim().parse().ok()?))
-        })
+    crate::scrape::Scrape::parse(text)
+        .samples("metronome_class_bytes_total")
+        .filter_map(|s| Some((s.label("class")?.to_owned(), s.value as u64)))
         .collect()
 }
 

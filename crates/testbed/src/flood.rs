@@ -370,11 +370,23 @@ impl<T: Send + 'static> Receiver<T> {
     }
 }
 
+/// Which time a [`Tap`] counts a frame at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TapClock {
+    /// When the tap's thread read it.
+    Read,
+    /// When the kernel received it (a TPACKET_V3 ring's timestamps, `RxFrame::stamp_ns`): on a
+    /// loaded machine the thread may read late, which would move bytes from one window of a
+    /// rate to the next (a dip and a peak that the traffic did not have). The series' samples
+    /// then fall on the [`TAP_SAMPLE_EVERY`] boundaries as the frames' times pass them.
+    Kernel,
+}
+
 /// What a [`Tap`] counted.
 #[derive(Clone, Debug)]
 pub struct TapReport {
     /// Per bucket: cumulative bytes with the time since the origin: when they were read, or
-    /// with [`Tap::spawn_stamped`] the time the kernel received the frames.
+    /// with [`TapClock::Kernel`] the time the kernel received the frames.
     pub series: Vec<Vec<(Duration, u64)>>,
     /// Frames per bucket.
     pub frames: Vec<u64>,
@@ -394,31 +406,18 @@ impl Tap {
         buckets: usize,
         origin: Instant,
     ) -> Result<Tap, FloodError> {
-        Tap::open(ns, iface, (classify, buckets), origin, false)
+        Tap::spawn_with(ns, iface, (classify, buckets), origin, TapClock::Read)
     }
 
-    /// [`Tap::spawn`], but every frame counts at the time the kernel received it (a TPACKET_V3
-    /// ring's timestamps, `RxFrame::stamp_ns`), not when this thread read it: on a loaded
-    /// machine the thread may read late, which moved bytes from one window of a rate to the
-    /// next (a dip and a peak that the traffic did not have). The series' samples then fall on
-    /// the [`TAP_SAMPLE_EVERY`] boundaries as the frames' times pass them.
-    pub fn spawn_stamped(
-        ns: &Namespace,
-        iface: &str,
-        classify: Classify,
-        buckets: usize,
-        origin: Instant,
-    ) -> Result<Tap, FloodError> {
-        Tap::open(ns, iface, (classify, buckets), origin, true)
-    }
-
-    fn open(
+    /// [`Tap::spawn`] with the times of `clock`.
+    pub fn spawn_with(
         ns: &Namespace,
         iface: &str,
         (classify, buckets): (Classify, usize),
         origin: Instant,
-        stamped: bool,
+        clock: TapClock,
     ) -> Result<Tap, FloodError> {
+        let stamped = clock == TapClock::Kernel;
         let rx = if stamped {
             metronome_io::RxMode::Ring
         } else {
@@ -612,23 +611,17 @@ fn checked_loop(
         next: clock.now(),
         checks: 0,
     };
-    let pools = Pools {
-        shaped: &mut pool,
-        reverse: &mut back,
-    };
-    let report = run_loop(
-        &mut inside,
-        &mut outside,
-        pools,
-        &mut engine,
-        &clock,
-        metrics,
-        &LoopOptions::from_config(config).with_early(early.clone().map(|filter| EarlyLoop {
-            filter,
-            index: 0,
-            syncs: true,
-        })),
-        &control.stop,
+    let early_loop = early.clone().map(|filter| EarlyLoop {
+        filter,
+        index: 0,
+        syncs: true,
+    });
+    let report = run_hooked(
+        (&mut inside, &mut outside),
+        (&mut pool, &mut back),
+        (&mut engine, &clock),
+        (config, metrics, control),
+        early_loop,
         &mut hook,
     )?;
     engine.invariants();
@@ -638,6 +631,32 @@ fn checked_loop(
         pool_in_use: pool.in_use() + back.in_use(),
         early_refused: early.map(|f| f.refused()),
     })
+}
+
+/// Runs the daemon's loop (`metronome_daemon::driver::run::run_loop`) on AF_PACKET `ports` with
+/// `pools`, `engine` on `clock`, the loop options of `config` (feeding `early`, when given) and
+/// `hook`, until `control.stop` is set.
+pub fn run_hooked<H: LoopHook>(
+    (inside, outside): (&mut AfPacketPort, &mut AfPacketPort),
+    (shaped, reverse): (&mut FramePool, &mut FramePool),
+    (engine, clock): (&mut Engine, &MonotonicClock),
+    (config, metrics, control): (&Config, &Metrics, &Control),
+    early: Option<EarlyLoop>,
+    hook: &mut H,
+) -> Result<LoopReport, PortError> {
+    let pools = Pools { shaped, reverse };
+    let options = LoopOptions::from_config(config).with_early(early);
+    run_loop(
+        inside,
+        outside,
+        pools,
+        engine,
+        clock,
+        metrics,
+        &options,
+        &control.stop,
+        hook,
+    )
 }
 
 /// The hook of [`spawn_checked_shaper`]: the engine's invariants every `every`.

@@ -14,7 +14,7 @@
 //! * [`trafficgen`]: kernel TCP (and UDP) flow groups from the sender to sinks in the receiver,
 //!   goodput windows and an RTT probe.
 //! * [`shaper`]: the daemon's loop ([`shaper::spawn_shaper`]) or its silos
-//!   ([`shaper::spawn_silos`]) on a thread inside a namespace.
+//!   ([`shaper::spawn_daemon`] with `run_silos`) on a thread inside a namespace.
 //! * [`demo`]: `metronome demo`, the daemon on a topology with a conformance table, or the same
 //!   scenario in `metronome-sim` without the privilege.
 //! * [`compare`]: `metronome compare`, the daemon against kernel HTB and TBF on the same path;
@@ -35,6 +35,8 @@
 //!   (`METRONOME_TEST_CPU_HOG`), and the machine's load and steal time printed with its figures.
 //! * [`stall`]: a probe of the machine's own stalls (a real-time thread per CPU that wakes every
 //!   millisecond), beside a run whose tail latencies it explains.
+//! * [`stats`]: medians, nearest-rank percentiles, means, deviation and Jain's index;
+//!   [`scrape`]: the daemon's Prometheus text parsed once and queried by name and label.
 //! * [`etcd`]: throwaway etcd clusters (one or more members) on loopback for the tests of what
 //!   shares state through etcd; members killed one by one or all at once, removed on drop.
 //!
@@ -53,6 +55,8 @@ pub mod forwarder;
 pub mod load;
 pub mod netns;
 pub mod offloads;
+pub mod scrape;
 pub mod shaper;
 pub mod stall;
+pub mod stats;
 pub mod trafficgen;

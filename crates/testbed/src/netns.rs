@@ -183,6 +183,14 @@ impl Namespace {
         process::run("ip", &full)
     }
 
+    /// The MAC address of `iface` as `ip -o link show` writes it (`aa:bb:...`), `None` when the
+    /// link has no `link/ether` address.
+    pub fn link_mac(&self, iface: &str) -> Result<Option<String>, TopoError> {
+        let shown = self.ip(&["-o", "link", "show", "dev", iface])?;
+        let mut words = shown.split_whitespace().skip_while(|w| *w != "link/ether");
+        Ok(words.nth(1).map(str::to_owned))
+    }
+
     /// Adds bridge `name` without STP and without forwarding delay, so its ports forward at once.
     pub fn add_bridge(&self, name: &str) -> Result<(), TopoError> {
         self.ip(&bridge_add_args(name)).map(drop)
@@ -453,13 +461,7 @@ impl Topology {
     /// returns the far end's MAC address, for [`Topology::recreate_veth`].
     pub fn delete_veth(&self, shaper_if: &str) -> Result<String, TopoError> {
         let (ns, iface, _) = self.peer_of(shaper_if);
-        let shown = ns.ip(&["-o", "link", "show", "dev", iface])?;
-        let mac = shown
-            .split_whitespace()
-            .skip_while(|w| *w != "link/ether")
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned();
+        let mac = ns.link_mac(iface)?.unwrap_or_default();
         self.shaper.ip(&["link", "del", shaper_if])?;
         Ok(mac)
     }

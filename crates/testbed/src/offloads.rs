@@ -9,9 +9,11 @@
 //!   daemon is told not to switch GRO back on on its inside interface ([`OffloadMode::configure`]).
 
 use crate::netns::{TopoError, Topology};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Which offloads the topology's veths run with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OffloadMode {
     /// The host's default offloads: super-frames reach the shaper.

@@ -1,12 +1,13 @@
-//! The daemon on a topology: [`spawn_shaper`] runs [`metronome_daemon::ops::service::run_with`]
-//! (the single loop) and [`spawn_silos`] runs [`metronome_daemon::driver::silo::run_silos`] on a
-//! new thread inside a network namespace, so that the AF_PACKET ports open on that namespace's
-//! interfaces (`in0` / `out0` of a [`crate::netns::Topology`]). `metronome demo`, `metronome
-//! compare` and the integration tests use them.
+//! The daemon on a topology: [`spawn_daemon`] runs an entry point of the daemon (the single
+//! loop, [`metronome_daemon::ops::service::run_with`], which [`spawn_shaper`] runs, or the silos,
+//! [`metronome_daemon::driver::silo::run_silos`]) on a new thread inside a network namespace, so
+//! that the AF_PACKET ports open on that namespace's interfaces (`in0` / `out0` of a
+//! [`crate::netns::Topology`]). `metronome demo`, `metronome compare` and the integration tests
+//! use them.
 
 use crate::netns::{Namespace, TopoError};
 use metronome_daemon::driver::run::{Control, LoopReport};
-use metronome_daemon::driver::silo::{run_silos, SiloReport};
+use metronome_daemon::driver::silo::SiloReport;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_daemon::ops::service::run_with;
@@ -19,7 +20,8 @@ use std::sync::atomic::Ordering;
 pub type DaemonThread<T> = std::thread::JoinHandle<Result<Result<T, PortError>, TopoError>>;
 /// The thread of [`spawn_shaper`]: joins to the loop's report, or why it could not run.
 pub type ShaperThread = DaemonThread<LoopReport>;
-/// The thread of [`spawn_silos`]: joins to every silo's report, or why they could not run.
+/// The thread of [`spawn_daemon`] with `run_silos`: joins to every silo's report, or why they
+/// could not run.
 pub type SilosThread = DaemonThread<Vec<SiloReport>>;
 
 /// Runs the loop for `config` on a new thread inside namespace `ns` (ports are opened there).
@@ -30,27 +32,17 @@ pub fn spawn_shaper(
     metrics: Metrics,
     control: Control,
 ) -> Result<ShaperThread, TopoError> {
-    spawn_in(ns, config, metrics, control, run_with)
+    spawn_daemon(ns, config, metrics, control, run_with)
 }
 
-/// Runs `config.daemon.cores` silos for `config` inside namespace `ns` (ports are opened
-/// there; the calling thread of [`run_silos`] is the new one). `metrics` must have as many silos
-/// ([`Metrics::with_silos`]). Set `control.stop` and join the handle for the reports.
-pub fn spawn_silos(
-    ns: &Namespace,
-    config: Config,
-    metrics: Metrics,
-    control: Control,
-) -> Result<SilosThread, TopoError> {
-    spawn_in(ns, config, metrics, control, run_silos)
-}
+/// An entry point of the daemon's loop or silos, as [`spawn_daemon`] calls it.
+pub type Entry<T> = fn(&Config, Option<&Path>, &Metrics, &Control) -> Result<T, PortError>;
 
-/// The entry point of the daemon's loop or silos, as [`spawn_in`] calls it.
-type Entry<T> = fn(&Config, Option<&Path>, &Metrics, &Control) -> Result<T, PortError>;
-
-/// Runs `entry` on a new thread inside `ns`; a loop that fails to start sets `control.stop`, so
-/// that whatever waits on it stops too.
-fn spawn_in<T: Send + 'static>(
+/// Runs `entry` for `config` on a new thread inside `ns` (ports are opened there; with
+/// `run_silos`, `config.daemon.cores` silos, and `metrics` must have as many,
+/// [`Metrics::with_silos`]); a loop that fails to start sets `control.stop`, so that whatever
+/// waits on it stops too. Set `control.stop` and join the handle for the report.
+pub fn spawn_daemon<T: Send + 'static>(
     ns: &Namespace,
     config: Config,
     metrics: Metrics,

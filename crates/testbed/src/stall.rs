@@ -10,6 +10,8 @@
 //! which. `/proc/stat`'s steal time ([`steal_ms`]) is the hypervisor's own account, in whole
 //! clock ticks (10 ms).
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,7 +28,7 @@ pub const RECORDED: Duration = Duration::from_micros(200);
 const PRIORITY: u8 = 50;
 
 /// A CPU that did not run this machine's tasks for a while.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Stall {
     /// The CPU.
     pub cpu: usize,
@@ -58,7 +60,7 @@ pub struct Stalls {
 }
 
 /// The stalls of one span of time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StallSummary {
     /// Stalls longer than 1 ms that fall (at least partly) in the span.
     pub over_1ms: usize,

@@ -229,23 +229,14 @@ pub struct ProbeReport {
 
 impl ProbeReport {
     /// Summarises RTT samples (microseconds, any order).
-    pub fn from_samples(mut rtts_us: Vec<u64>, unanswered: usize) -> Self {
-        rtts_us.sort_unstable();
-        let pct = |q: f64| -> u64 {
-            let n = rtts_us.len();
-            if n == 0 {
-                return 0;
-            }
-            // Nearest rank: the smallest sample with at least q of the samples at or below it.
-            let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-            rtts_us[rank - 1]
-        };
+    pub fn from_samples(rtts_us: Vec<u64>, unanswered: usize) -> Self {
+        let spread = crate::stats::Spread::of(&rtts_us);
         ProbeReport {
             samples: rtts_us.len(),
             unanswered,
-            p50_us: pct(0.50),
-            p99_us: pct(0.99),
-            max_us: rtts_us.last().copied().unwrap_or(0),
+            p50_us: spread.p50_us,
+            p99_us: spread.p99_us,
+            max_us: spread.max_us,
         }
     }
 }

@@ -71,7 +71,7 @@ fn host_rate(topo: &AttachTopology, port: u16) -> f64 {
         .expect("traffic thread")
         .expect("host traffic ran");
     assert!(report.groups[0].bytes > 0, "{report:?}");
-    measure::mean(&sampler.rates())
+    metronome_testbed::stats::mean(&sampler.rates())
 }
 
 fn assert_near(what: &str, achieved: f64, target: u64) {

@@ -16,9 +16,8 @@ use etcd_common::leader_index;
 use metronome_daemon::ops::cluster::{cells, prepare, Agent, ClusterCell};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
-use metronome_testbed::compare::classes::metric_sum;
-use metronome_testbed::compare::cluster::metric_value;
 use metronome_testbed::etcd::start_or_skip;
+use metronome_testbed::scrape::Scrape;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -299,8 +298,11 @@ fn a_member_killed_moves_the_agents_to_the_next_one_and_no_share_moves() {
     );
     for (h, id) in [(&a, "a"), (&b, "b"), (&c, "c")] {
         let text = h.metrics.encode();
-        let moves = metric_value(&text, "metronome_cluster_failovers_total", None).unwrap_or(0.0);
-        let errors = metric_sum(&text, "metronome_cluster_etcd_errors_total");
+        let scrape = Scrape::parse(&text);
+        let moves = scrape
+            .value("metronome_cluster_failovers_total", None)
+            .unwrap_or(0.0);
+        let errors = scrape.sum("metronome_cluster_etcd_errors_total") as u64;
         eprintln!("{id}: {moves} moves to another member, {errors} failed requests");
         assert!(moves >= 1.0, "{id}: {moves} moves to another member");
         assert!(

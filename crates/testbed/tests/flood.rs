@@ -84,8 +84,6 @@ const TCP_FLOWS: usize = 4;
 const FLOOD_FROM: Duration = Duration::from_millis(1600);
 /// How long TCP runs after the flood ends.
 const TCP_AFTER: Duration = Duration::from_millis(800);
-/// The frame pool, the engine's invariants: checked every 100 ms while the loop runs.
-const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the receiver's veth counters are read.
 const LINK_SAMPLE_EVERY: Duration = Duration::from_millis(10);
 /// How long a scrape may take before the scraper gives up: 1 s, the target that a scrape
@@ -195,15 +193,7 @@ fn run(
     let metrics = Metrics::new();
     let server = flood::serve_metrics(&topo.shaper, &metrics).unwrap();
     let control = Control::default();
-    let shaper = flood::spawn_checked_shaper(
-        &topo.shaper,
-        config,
-        metrics.clone(),
-        control.clone(),
-        CHECK_EVERY,
-    )
-    .unwrap();
-    std::thread::sleep(Duration::from_millis(100)); // ports open
+    let shaper = common::checked_shaper(&topo, config, &metrics, &control);
     let origin = Instant::now();
     let tap = Tap::spawn(&topo.receiver, &topo.receiver_if, classify, 3, origin).unwrap();
     let tcp_run = FLOOD_FROM + flood.duration() + TCP_AFTER;
@@ -251,12 +241,7 @@ fn run(
         (tcp, flooded, wire.join().unwrap(), scrapes)
     });
     let tap = tap.finish().unwrap();
-    control.stop.store(true, Ordering::Relaxed);
-    let checked = shaper
-        .join()
-        .expect("the loop's thread (an invariant failed if it panicked)")
-        .unwrap()
-        .expect("the daemon's loop stays up");
+    let checked = common::stop_checked(shaper, &control);
     drop(server);
     let since = |t: Instant| t.saturating_duration_since(origin);
     Some(Run {
@@ -444,7 +429,7 @@ fn assert_held(name: &str, r: &Run, seconds: usize) -> Vec<f64> {
     );
     // Checked along the way, and every frame accounted for.
     let ran = Duration::from_secs(seconds as u64);
-    common::assert_checked_loop(&r.checked, (ran, CHECK_EVERY), name);
+    common::assert_checked_loop(&r.checked, (ran, common::CHECK_EVERY), name);
     // The metrics endpoint answered during the flood.
     assert_eq!(r.scrapes.len(), seconds, "{name}");
     for s in &r.scrapes {

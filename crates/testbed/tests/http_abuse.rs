@@ -62,8 +62,6 @@ const ABUSE_FROM: Duration = Duration::from_millis(1600);
 const ABUSE_FOR: Duration = Duration::from_secs(4);
 /// How long TCP runs after the abuse ends.
 const TCP_AFTER: Duration = Duration::from_millis(800);
-/// The engine's invariants: checked every 100 ms while the loop runs.
-const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the receiver's veth counters are read.
 const LINK_SAMPLE_EVERY: Duration = Duration::from_millis(10);
 /// How long a scrape may take before the scraper gives up: 1 s, the target that a scrape
@@ -299,15 +297,7 @@ fn run(name: &str, prefix: &str) -> Option<Run> {
     let server = flood::serve_metrics(&topo.shaper, &metrics).unwrap();
     let addr = server.addr();
     let control = Control::default();
-    let shaper = flood::spawn_checked_shaper(
-        &topo.shaper,
-        config(),
-        metrics.clone(),
-        control.clone(),
-        CHECK_EVERY,
-    )
-    .unwrap();
-    std::thread::sleep(Duration::from_millis(100)); // ports open
+    let shaper = common::checked_shaper(&topo, config(), &metrics, &control);
     let origin = Instant::now();
     let stop = AtomicBool::new(false);
     let (tcp, wire, abused, scrapes, abuse_at) = std::thread::scope(|s| {
@@ -332,12 +322,7 @@ fn run(name: &str, prefix: &str) -> Option<Run> {
         stop.store(true, Ordering::Release);
         (tcp, wire.join().unwrap(), abused, scrapes, abuse_at)
     });
-    control.stop.store(true, Ordering::Relaxed);
-    let checked = shaper
-        .join()
-        .expect("the loop's thread (an invariant failed if it panicked)")
-        .unwrap()
-        .expect("the daemon's loop stays up");
+    let checked = common::stop_checked(shaper, &control);
     drop(server);
     Some(Run {
         tcp_at: tcp.started.saturating_duration_since(origin),
@@ -519,7 +504,7 @@ fn assert_held(name: &str, r: &Run) {
     ));
 
     // The loop stayed up (its report came back) and was checked all along.
-    common::assert_checked_loop(&r.checked, (ABUSE_FOR, CHECK_EVERY), name);
+    common::assert_checked_loop(&r.checked, (ABUSE_FOR, common::CHECK_EVERY), name);
     // A scrape answered in each second of the abuse, within the scraper's own 1 s.
     assert_eq!(r.scrapes.len(), seconds, "{name}");
     for (at, s) in &r.scrapes {

@@ -23,11 +23,12 @@
 mod common;
 
 use metronome_daemon::driver::run::{Control, LoopReport};
+use metronome_daemon::driver::silo::run_silos;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_io::Offload;
 use metronome_testbed::netns::{InterfaceCounters, Namespace, TopoError, Topology};
-use metronome_testbed::shaper::{spawn_shaper, spawn_silos, ShaperThread, SilosThread};
+use metronome_testbed::shaper::{spawn_daemon, spawn_shaper, ShaperThread, SilosThread};
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -307,8 +308,15 @@ fn faulted_run(topo: &Topology, iface: &str, fault: Fault, cores: usize) -> (f64
             control.clone(),
         )
     });
-    let silos =
-        (cores > 1).then(|| spawn_silos(&topo.shaper, config, metrics.clone(), control.clone()));
+    let silos = (cores > 1).then(|| {
+        spawn_daemon(
+            &topo.shaper,
+            config,
+            metrics.clone(),
+            control.clone(),
+            run_silos,
+        )
+    });
     std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
     let plan = TrafficPlan::new(
         topo.receiver_addr,

@@ -4,7 +4,8 @@
 //! the link by the weights within the tolerance below. Fails without CAP_NET_ADMIN (skips,
 //! saying why, under `METRONOME_SKIP_PRIVILEGED=1`); the topology is removed on every path.
 
-use metronome_testbed::compare::link_sharing::{self, LinkOptions, LinkShaper, Scenario};
+use metronome_testbed::compare::link_sharing::{self, LinkOptions, Scenario};
+use metronome_testbed::compare::Shaper;
 use metronome_testbed::netns;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ const LINK_BPS: u64 = 200_000_000;
 /// 0.58 points for the daemon and 0.51 for HTB; 3 points leaves five times that.
 const SHARE_TOLERANCE_PP: f64 = 3.0;
 
-fn short(shapers: Vec<LinkShaper>) -> LinkOptions {
+fn short(shapers: Vec<Shaper>) -> LinkOptions {
     LinkOptions {
         scenarios: vec![Scenario::Shares],
         warmup: Duration::from_secs(1),
@@ -31,10 +32,7 @@ fn short(shapers: Vec<LinkShaper>) -> LinkOptions {
 
 #[test]
 fn the_link_is_divided_by_the_weights() {
-    let options = short(vec![
-        LinkShaper::Metronome(link_sharing::Marking::MqEcn),
-        LinkShaper::Htb,
-    ]);
+    let options = short(vec![Shaper::Metronome, Shaper::Htb]);
     let rows = match link_sharing::run(&options, &mut std::io::stdout()) {
         Ok(rows) => rows,
         Err(e) if e.is_missing_privilege() => {

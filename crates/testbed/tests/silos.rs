@@ -16,10 +16,11 @@
 mod common;
 
 use metronome_daemon::driver::run::Control;
+use metronome_daemon::driver::silo::run_silos;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_testbed::netns::Topology;
-use metronome_testbed::shaper::spawn_silos;
+use metronome_testbed::shaper::spawn_daemon;
 use metronome_testbed::trafficgen::{FlowGroup, TrafficPlan};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -65,7 +66,14 @@ fn nba_rates(metrics: &Metrics) -> (f64, usize) {
 fn shaped_run(topo: &Topology) -> f64 {
     let metrics = Metrics::with_silos(2);
     let control = Control::default();
-    let silos = spawn_silos(&topo.shaper, config(), metrics.clone(), control.clone()).unwrap();
+    let silos = spawn_daemon(
+        &topo.shaper,
+        config(),
+        metrics.clone(),
+        control.clone(),
+        run_silos,
+    )
+    .unwrap();
     std::thread::sleep(Duration::from_millis(100)); // ports open, rings mapped
     let plan = TrafficPlan::new(
         topo.receiver_addr,

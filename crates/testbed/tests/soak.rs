@@ -36,12 +36,13 @@ mod common;
 
 use metronome_core::{Clock, Duration as CoreDuration, Timestamp};
 use metronome_daemon::driver::reload::{FileReload, Reloader};
-use metronome_daemon::driver::run::{run_loop, Control, LoopHook, LoopOptions, LoopReport, Pools};
+use metronome_daemon::driver::run::{Control, LoopHook, LoopReport};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_daemon::os::ports::{frame_pool, open_ports, reverse_pool};
 use metronome_engine::engine::Engine;
 use metronome_io::{AfPacketConfig, AfPacketPort, FramePool, MonotonicClock, PacketPort};
+use metronome_testbed::flood;
 use metronome_testbed::netns::Topology;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -352,19 +353,12 @@ fn spawn_loop(
                 last_rate: None,
                 seen,
             };
-            let pools = Pools {
-                shaped: &mut pool,
-                reverse: &mut back,
-            };
-            let report = run_loop(
-                &mut inside,
-                &mut outside,
-                pools,
-                &mut engine,
-                &clock,
-                &metrics,
-                &LoopOptions::from_config(&config),
-                &control.stop,
+            let report = flood::run_hooked(
+                (&mut inside, &mut outside),
+                (&mut pool, &mut back),
+                (&mut engine, &clock),
+                (&config, &metrics, &control),
+                None,
                 &mut hook,
             );
             if report.is_err() {

@@ -1,68 +1,36 @@
-//! `metronome compare --attach`: the daemon attached in place to a host's uplink
+//! `metronome compare attach`: the daemon attached in place to a host's uplink
 //! (`[interfaces] attach`) against the kernel's qdiscs on the same uplink, on an
-//! [`AttachTopology`] (a host, its bridged workloads, a receiver behind the uplink).
+//! [`AttachTopology`] (a host, its bridged workloads, a receiver behind the uplink), in two
+//! parts: **the host's own TCP** ([`HostRow`]: metronome, metronome-fair, HTB and TBF on the
+//! uplink, measured as the kernel grid measures, `measure_run`) and **workloads**
+//! ([`WorkloadRow`]: one class per workload matched by `from`, HTB with u32 source filters, the
+//! `bandwidth` plugin's IFB+TBF; each workload's rate from its goodput windows,
+//! [`workload_rate`]).
 //!
-//! Two parts, on one topology:
-//!
-//! * **The host's own TCP** ([`HostRow`]): `flows` kernel TCP connections from the host namespace
-//!   to the receiver plus the RTT probe, through the uplink, for each target rate and shaper:
-//!   * `metronome`: the daemon attached to the uplink with one class, all TCP to the receiver at
-//!     the target ([`host_config_text`]: the class of the bump-in-the-wire comparison,
-//!     [`super::metronome_config`]: ECN at 1 ms, a 250 ms horizon that rejects beyond it);
-//!   * `metronome-fair`: the same class with `fair = true` and [`super::FAIR_GSO_SLOTS`];
-//!   * `htb`: one HTB class at the target as the uplink's root ([`QdiscSpec::Htb`]);
-//!   * `tbf`: a TBF root on the uplink ([`QdiscSpec::tbf`]).
-//!
-//!   Measured exactly as the bump-in-the-wire comparison measures (`measure_run` in [`super`], the
-//!   same code): rate on the wire at the receiver's veth in 100 ms windows after the warm-up,
-//!   their mean absolute deviation from the target, the probe's RTT p50/p99, machine CPU per
-//!   Gbit/s and the daemon thread's own CPU per Gbit/s.
-//! * **Workloads** ([`WorkloadRow`]): [`AttachOptions::workloads`] workloads, each with
-//!   [`AttachOptions::workload_flows`] TCP connections to the receiver, each limited to
-//!   [`AttachOptions::workload_rate_bps`], all at once:
-//!   * `metronome`: the daemon attached to the uplink with one class per workload matching where
-//!     its packets entered the host, `match = { from = "hv<i>" }` ([`workload_config_text`]);
-//!   * `htb-u32`: one HTB class per workload on the uplink, u32 filters on the workloads' source
-//!     addresses ([`AttachTopology::install_workload_htb`]);
-//!   * `ifb-tbf`: the containernetworking `bandwidth` plugin's IFB and TBF per workload
-//!     ([`AttachTopology::install_workload_ifb_tbf`]).
-//!
-//!   Each workload's rate is its goodput at the receiver in the trafficgen's 100 ms windows
-//!   after the warm-up, scaled to full segments on the wire ([`measure::WIRE_PER_PAYLOAD`]), and
-//!   the windows' mean absolute deviation from its limit.
-//!
-//! The daemon is `metronome run --config FILE` in the host namespace, a process of its own as a
-//! user runs it ([`AttachedDaemon`], the binary in [`AttachOptions::daemon_binary`]), with the
-//! configuration checked first the way it will read it ([`daemon_config`]). A configuration the
-//! daemon refuses, a daemon that exits at start or does not answer on its metrics endpoint, or
-//! one that does not stop cleanly gives the row an error (`error`, no figures), never a number;
-//! the kernel rows run regardless. Its CPU ([`Row::daemon_cpu_pct`]) is the whole process's
-//! (user and system time of all its threads, `/proc/PID/stat`); the machine's CPU of its rows
-//! counts its user time as well as the machine's kernel time (`MachineCpu::with_processes`), as
-//! the bump in the wire's counts the in-process daemon thread's.
-//!
-//! With [`AttachOptions::isolate_daemon`] the daemon's process is pinned to CPU 0 and the receive
-//! of the receiver's veth and of the workloads' `eth0` is steered to the other CPUs
-//! ([`super::endpoint_rps_mask`]), as `--isolate-daemon` does for the bump in the wire; the
-//! steering is stated in every report ([`AttachReport::steering`]). The host's own TCP runs
-//! where the scheduler puts it in either case: on an attached host it shares the machine with
-//! the daemon.
+//! The daemon is `metronome run` as a user runs it, a process of its own ([`AttachedDaemon`]);
+//! a configuration it refuses, a start or a stop that fails gives the row an error, never a
+//! number. Where it departs from the kernel grid: the daemon's CPU is the whole process's
+//! (`/proc/PID/stat`), and the machine's CPU counts its user time too
+//! (`MachineCpu::with_processes`).
 
-use super::measure::{self, mean, mean_abs_deviation_pct};
+mod daemon;
+
+use super::measure;
 use super::{
     endpoint_rps_mask, measure_run, volume_cap, CompareError, Row, Shaper, TrafficPath,
     FAIR_GSO_SLOTS, TAIL,
 };
 use crate::netns::attach::{AttachTopology, WorkloadLink};
-use crate::netns::{Namespace, QdiscSpec, TopoError};
+use crate::netns::QdiscSpec;
+use crate::stats::{mean, mean_abs_deviation_pct};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
+pub use daemon::{AttachedDaemon, READY_TIMEOUT, STOP_TIMEOUT};
 use metronome_daemon::ops::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// Prefix of the attach comparison's namespaces.
 pub const NS_PREFIX: &str = "mtr-att";
@@ -82,38 +50,6 @@ const BASE_PORT: u16 = 30_000;
 /// Ports are taken from [`BASE_PORT`] up to this one and then again from the start.
 const LAST_PORT: u16 = 60_000;
 
-/// A shaper of the workload part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum WorkloadShaper {
-    /// The daemon, one class per workload matched by `from`.
-    #[serde(rename = "metronome")]
-    Metronome,
-    /// HTB on the uplink, one class per workload, u32 filters on the source address.
-    #[serde(rename = "htb-u32")]
-    HtbU32,
-    /// The `bandwidth` plugin's IFB with a TBF per workload.
-    #[serde(rename = "ifb-tbf")]
-    IfbTbf,
-}
-
-impl WorkloadShaper {
-    /// The three, in report order.
-    pub const ALL: [WorkloadShaper; 3] = [
-        WorkloadShaper::Metronome,
-        WorkloadShaper::HtbU32,
-        WorkloadShaper::IfbTbf,
-    ];
-
-    /// The name used in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            WorkloadShaper::Metronome => "metronome",
-            WorkloadShaper::HtbU32 => "htb-u32",
-            WorkloadShaper::IfbTbf => "ifb-tbf",
-        }
-    }
-}
-
 /// What the attach comparison runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttachOptions {
@@ -131,7 +67,7 @@ pub struct AttachOptions {
     /// Each workload's limit, bits/s.
     pub workload_rate_bps: u64,
     /// Shapers of the workload part, in this order.
-    pub workload_shapers: Vec<WorkloadShaper>,
+    pub workload_shapers: Vec<Shaper>,
     /// Skipped after the bulk traffic starts.
     pub warmup: Duration,
     /// Measured after the warm-up, in 100 ms windows.
@@ -161,7 +97,7 @@ impl AttachOptions {
             workloads: WORKLOADS,
             workload_flows: WORKLOAD_FLOWS,
             workload_rate_bps: WORKLOAD_RATE_BPS,
-            workload_shapers: WorkloadShaper::ALL.to_vec(),
+            workload_shapers: Shaper::WORKLOADS.to_vec(),
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(3),
             isolate_daemon: false,
@@ -183,7 +119,7 @@ impl AttachOptions {
 }
 
 /// One run of the host part: its figures, or why it has none.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum HostRow {
     /// The run was measured ([`Row`], as the bump-in-the-wire comparison reports it).
@@ -222,10 +158,10 @@ impl HostRow {
 }
 
 /// One workload under one shaper of the workload part.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkloadRow {
     /// The shaper.
-    pub shaper: WorkloadShaper,
+    pub shaper: Shaper,
     /// The workload's host-side veth (`hv<i>`), which names it.
     pub workload: String,
     /// Its limit, bits/s.
@@ -242,7 +178,7 @@ pub struct WorkloadRow {
 }
 
 /// What `metronome compare --attach` reports.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AttachReport {
     /// The CPU steering of the run, in words (see the module docs).
     pub steering: String,
@@ -303,242 +239,6 @@ pub fn workload_config_text(topo: &AttachTopology, rate_bps: u64) -> String {
 pub fn daemon_config(text: &str) -> Result<Config, String> {
     Config::from_toml_str(text, "compare-attach.toml")
         .map_err(|e| format!("the daemon refused the attach configuration: {e}"))
-}
-
-/// Sequence number of the daemons' scratch directories within this process.
-static DAEMON_SEQ: AtomicU32 = AtomicU32::new(0);
-
-/// How long `metronome run` may take to attach and answer on its metrics endpoint: 10 s (it
-/// loads its BPF programs and opens its capture pairs first; well under a second on the
-/// machines this ran on).
-pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a stopped daemon may take to detach and exit before it is killed: 5 s.
-pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// `metronome run` in attach mode, a process in the host namespace (`ip netns exec HOST
-/// BINARY run --config FILE`, the way a user runs it), with its configuration and its standard
-/// error in a scratch directory that goes with it.
-#[derive(Debug)]
-pub struct AttachedDaemon {
-    child: Child,
-    host: Namespace,
-    metrics: SocketAddr,
-    dir: PathBuf,
-}
-
-impl AttachedDaemon {
-    /// Writes `text` (already parsed by [`daemon_config`] into `config`) to a scratch file and
-    /// starts `binary run --config FILE` in `host`, all its threads on CPU 0 with `pin`
-    /// (started through `taskset -c 0`). Returns once its metrics endpoint
-    /// answers; `Ok(Err(why))` when it exits before (why: the last lines of its standard error)
-    /// or does not answer within [`READY_TIMEOUT`].
-    pub fn start(
-        host: &Namespace,
-        binary: &Path,
-        (text, config): (&str, &Config),
-        pin: bool,
-    ) -> Result<Result<AttachedDaemon, String>, CompareError> {
-        Self::start_controlled(host, binary, (text, config), pin, None)
-    }
-
-    /// [`AttachedDaemon::start`] with its control socket at `control` (`run --control PATH`;
-    /// `None`: none, as comparisons that run daemons side by side want).
-    pub fn start_controlled(
-        host: &Namespace,
-        binary: &Path,
-        (text, config): (&str, &Config),
-        pin: bool,
-        control: Option<&Path>,
-    ) -> Result<Result<AttachedDaemon, String>, CompareError> {
-        let seq = DAEMON_SEQ.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("mtr-attd-{}-{seq}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(TopoError::Io)?;
-        let file = dir.join("daemon.toml");
-        std::fs::write(&file, text).map_err(TopoError::Io)?;
-        let stderr = std::fs::File::create(dir.join("stderr")).map_err(TopoError::Io)?;
-        // `taskset -c 0` (util-linux) execs the rest with the affinity set, so every thread of
-        // the daemon inherits it.
-        let mut command = if pin {
-            let mut c = Command::new("taskset");
-            c.args(["-c", "0", "ip"]);
-            c
-        } else {
-            Command::new("ip")
-        };
-        command
-            .args(["netns", "exec", host.name()])
-            .arg(binary)
-            .arg("run")
-            .arg("--control")
-            .arg(control.unwrap_or(Path::new("")))
-            .arg("--config")
-            .arg(&file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        let spawned = spawn_with_stop_signals(command);
-        let child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Ok(Err(format!("cannot run {}: {e}", binary.display())));
-            }
-        };
-        let mut daemon = AttachedDaemon {
-            child,
-            host: host.clone(),
-            metrics: config.daemon.metrics_listen,
-            dir,
-        };
-        let give_up = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                return Ok(Err(format!(
-                    "`metronome run` exited at start ({status}): {}",
-                    daemon.stderr_tail()
-                )));
-            }
-            if daemon.metrics_text().is_ok() {
-                return Ok(Ok(daemon));
-            }
-            if Instant::now() > give_up {
-                let why = format!(
-                    "`metronome run` did not answer on {} within {READY_TIMEOUT:?}: {}",
-                    daemon.metrics,
-                    daemon.stderr_tail()
-                );
-                let _ = daemon.stop();
-                return Ok(Err(why));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The daemon's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The daemon process's CPU time so far (user + system, all its threads), nanoseconds.
-    pub fn cpu_ns(&self) -> Option<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
-        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-        let rest = stat.rsplit_once(')')?.1;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .filter(|&h| h > 0)? as u64;
-        Some(ticks * 1_000_000_000 / hz)
-    }
-
-    /// The daemon's metrics text (`GET /metrics` on its endpoint, from inside the host
-    /// namespace).
-    pub fn metrics_text(&self) -> Result<String, TopoError> {
-        let addr = self.metrics;
-        let stream = self
-            .host
-            .run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)))??;
-        http_get_metrics(stream).map_err(TopoError::Io)
-    }
-
-    /// The last lines of the daemon's standard error (its log), one line.
-    pub fn stderr_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        let tail = lines[lines.len().saturating_sub(2)..].join(" / ");
-        if tail.is_empty() {
-            "no output".to_owned()
-        } else {
-            tail
-        }
-    }
-
-    /// Stops the daemon (SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]) and removes its scratch
-    /// directory. `Err(why)` when it did not exit cleanly.
-    pub fn stop(mut self) -> Result<(), String> {
-        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let give_up = Instant::now() + STOP_TIMEOUT;
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break Ok(status),
-                Ok(None) if Instant::now() > give_up => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break Err(format!(
-                        "`metronome run` did not exit within {STOP_TIMEOUT:?} of SIGTERM: killed"
-                    ));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => break Err(format!("waiting for `metronome run`: {e}")),
-            }
-        };
-        let result = match status {
-            Ok(s) if s.success() => Ok(()),
-            Ok(s) => Err(format!(
-                "`metronome run` exited with {s}: {}",
-                self.stderr_tail()
-            )),
-            Err(e) => Err(e),
-        };
-        match &result {
-            Ok(()) => tracing::debug!("metronome run: {}", self.stderr_tail()),
-            Err(e) => tracing::warn!("{e}"),
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-        result
-    }
-}
-
-impl Drop for AttachedDaemon {
-    fn drop(&mut self) {
-        // `stop` took the child already when it ran; otherwise it must not outlive the run.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Spawns `command` from a thread of its own that does not block SIGINT and SIGTERM: a child
-/// inherits the blocked signals of the thread that starts it, and the CLI blocks them in every
-/// thread for its clean-up (`crate::netns::cleanup_on_signals`), which would leave the daemon
-/// deaf to the SIGTERM that stops it. For the few microseconds that thread lives, a SIGINT or
-/// SIGTERM sent to this process may end it without the clean-up; the next run removes what it
-/// left (`crate::netns::remove_stale`).
-fn spawn_with_stop_signals(mut command: Command) -> std::io::Result<Child> {
-    std::thread::spawn(move || {
-        use nix::sys::signal::{SigSet, Signal};
-        let mut set = SigSet::empty();
-        set.add(Signal::SIGINT);
-        set.add(Signal::SIGTERM);
-        set.thread_unblock().map_err(std::io::Error::from)?;
-        command.spawn()
-    })
-    .join()
-    .map_err(|_| std::io::Error::other("the thread starting the daemon panicked"))?
-}
-
-/// `GET /metrics` over `stream`, returning the body of a `200` answer.
-fn http_get_metrics(mut stream: std::net::TcpStream) -> std::io::Result<String> {
-    use std::io::Read;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("metrics: no HTTP header end"))?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        let status = head.lines().next().unwrap_or("").to_owned();
-        return Err(std::io::Error::other(format!("metrics: {status}")));
-    }
-    Ok(body.to_owned())
 }
 
 /// Hands out the runs' destination ports.
@@ -758,10 +458,7 @@ fn host_run(
                 Err(e) => failed(e),
             })
         }
-        Shaper::Passthrough | Shaper::Forwarder => Ok(failed(format!(
-            "{} is not a shaper of the attach comparison",
-            shaper.name()
-        ))),
+        other => Ok(failed(other.not_in("the attach comparison"))),
     }
 }
 
@@ -882,7 +579,7 @@ pub fn wire_windows(
 fn workload_run(
     topo: &mut AttachTopology,
     options: &AttachOptions,
-    shaper: WorkloadShaper,
+    shaper: Shaper,
     ports: &mut Ports,
 ) -> Result<Vec<WorkloadRow>, CompareError> {
     let rate = options.workload_rate_bps;
@@ -916,14 +613,15 @@ fn workload_run(
     let rates = vec![rate; topo.workloads.len()];
     let mut daemon = None;
     match shaper {
-        WorkloadShaper::HtbU32 => topo.install_workload_htb(&rates)?,
-        WorkloadShaper::IfbTbf => topo.install_workload_ifb_tbf(&rates)?,
-        WorkloadShaper::Metronome => {
+        Shaper::HtbU32 => topo.install_workload_htb(&rates)?,
+        Shaper::IfbTbf => topo.install_workload_ifb_tbf(&rates)?,
+        Shaper::Metronome => {
             match start_daemon(topo, options, &workload_config_text(topo, rate))? {
                 Ok(d) => daemon = Some(d),
                 Err(e) => return Ok(rows_with(Err(e))),
             }
         }
+        other => return Ok(rows_with(Err(other.not_in("the workload part")))),
     }
     let duration = options.warmup + options.measure + TAIL;
     let first_port = ports.take(u16::try_from(topo.workloads.len()).unwrap_or(u16::MAX));

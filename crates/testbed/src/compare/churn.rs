@@ -1,80 +1,37 @@
-//! `metronome compare --churn`: classes added and deleted through the control socket while TCP
-//! runs through other classes. What it measures is the target "1 000 `class add` / `class del`
-//! while TCP runs through other classes: each applied within 1 ms of the request, those classes
-//! within 1 % of their rate throughout, nothing dropped that was queued".
+//! `metronome compare churn`: classes added and deleted through the control socket while TCP
+//! runs through other classes, against the target "1 000 `class add` / `class del` while TCP
+//! runs through other classes: each applied within 1 ms of the request, those classes within 1 %
+//! of their rate throughout, nothing dropped that was queued".
 //!
-//! One [`Topology::bump_in_the_wire`], its veths' offloads off and its end hosts' TCP at one MTU
-//! per segment ([`Topology::offloads_off`], [`Topology::one_mtu_segments`]), so that every frame
-//! on the receiver's veth is one frame on a wire. In the shaper namespace the real daemon,
-//! `metronome run --config FILE --control SOCKET` ([`AttachedDaemon::start_controlled`], the
-//! binary in [`ChurnOptions::daemon_binary`]), its configuration ([`config_text`]):
-//!
-//! * one file class per entry of [`ChurnOptions::tcp_rates_bps`], `tcp0`, `tcp1`, ...: class `i`
-//!   matches TCP to port [`TCP_BASE_PORT`]` + i × `[`TCP_PORT_STRIDE`] ([`tcp_port`]), at its
-//!   rate as an aggregate, with the backpressure of
-//!   `metronome compare`'s class (ECN at 1 ms of queued delay, a 250 ms horizon that rejects
-//!   beyond it; the sender negotiates ECN); [`ChurnOptions::tcp_flows`] kernel TCP connections
-//!   each;
-//! * no class for UDP to [`UDP_PORT`]: a paced UDP flow ([`ChurnOptions::udp_rate_bps`] of
-//!   payload, [`UDP_PAYLOAD`]-byte datagrams in bursts of [`UDP_BURST`]) passes unshaped in the
-//!   default class until a churn class takes it;
-//! * its control socket and metrics endpoint ([`METRICS_LISTEN`], in the shaper namespace).
-//!
-//! The run, from the first TCP bytes at the receiver: a warm-up ([`ChurnOptions::warmup`],
-//! skipped), a **calm** phase ([`ChurnOptions::calm`]: no change), then the **churn** phase:
-//! [`ChurnOptions::ops`] operations through the control socket's [`Client`], one every
-//! [`ChurnOptions::pace`] on a fixed schedule (an operation that is late does not move the
-//! next ones): `add` of class `churn-K` (UDP to [`UDP_PORT`] at [`ChurnOptions::churn_rate_bps`],
-//! above the UDP flow's wire rate but low enough that each burst queues in it for a few
-//! milliseconds), then `del` of it, alternating. A `del` thus finds datagrams queued in the class
-//! it deletes, which must still leave (at its rate) and arrive.
-//!
-//! Measured ([`ChurnReport`]):
-//!
-//! * per operation, the daemon's own `applied_us` (from the request's arrival on the socket to
-//!   the shaping loop applying it, docs/config.md "Live classes: the control socket") and the
-//!   client's round trip; p50, p99, max, and how many took longer than [`APPLIED_TARGET_US`];
-//!   the same for the `add`s and the `del`s apart (an `add` is validated on the control thread
-//!   first, within `applied_us`), and the slowest operations with when they were sent;
-//! * each TCP class's rate on the wire: an AF_PACKET [`Tap`] on the receiver's veth counts the
-//!   frame bytes (Ethernet header included, no FCS: what the daemon charges a class) of the
-//!   class's ports at the time the kernel received each frame ([`Tap::spawn_stamped`]: a tap
-//!   thread that reads late on the loaded machine does not move bytes into the next window), in
-//!   100 ms windows ([`WINDOW`]) over each phase; their mean, their mean absolute deviation from
-//!   the class's rate (Carousel §7.1.1), the worst window and the worst of the windows in which
-//!   no CPU stalled, calm and churn side by side;
-//! * the machine's own stalls ([`crate::stall`]: a real-time thread per CPU that wakes every
-//!   millisecond; a late wake-up is time no task of this machine could run there) in each phase,
-//!   the hypervisor's steal time, and per operation the longest stall during its round trip
-//!   ([`SlowOp::stall_us`]), so that an operation over the target is told apart from one the
-//!   machine stopped ([`ChurnReport::applied_over_target_beyond_stalls`]);
-//! * the UDP flow's datagrams sent and received (each carries its sequence number; the sink
-//!   reads on after the sender stops until [`DRAIN_QUIET`] passes without one), and the
-//!   daemon's `metronome_class_drops_total`, `metronome_class_packets_total` and the largest
-//!   `metronome_class_queued_packets` of the churn classes, scraped every [`SCRAPE_EVERY`] (a
-//!   deleted class's series goes once its queue has drained, so the scrapes see a lower bound;
-//!   the datagram count is the exact figure), the drops of the TCP classes, and
-//!   `metronome_class_changes_total` of the successful `add`s and `del`s.
-//!
-//! The machine's load is in every figure: the traffic, the tap, the daemon and the client share
-//! its cores.
+//! One [`Topology::bump_in_the_wire`] with offloads off and one MTU per segment; in its shaper
+//! namespace the real daemon with a control socket ([`AttachedDaemon::start_controlled`]) and
+//! file classes for TCP ([`config_text`]); a paced UDP flow ([`udp`]) passes unshaped until a
+//! churn class takes it. After a warm-up, a **calm** phase, then the **churn** phase:
+//! [`ChurnOptions::ops`] `add`s and `del`s of class `churn-K`, one every [`ChurnOptions::pace`]
+//! on a fixed schedule. What is measured is [`ChurnReport`]'s ([`report`]); the daemon's
+//! counters come from its metrics ([`scraper`]). Where it departs from Carousel §7.1.1: the
+//! windows' rates are frame bytes at the receiver's tap, timed by the kernel ([`TapClock::Kernel`]).
+
+mod report;
+mod scraper;
+mod udp;
+
+use udp::UdpFlow;
 
 use super::attach::AttachedDaemon;
-use super::measure::{mean, mean_abs_deviation_pct};
 use super::CompareError;
 use crate::flood::frames::classify_ipv4;
-use crate::flood::{value_at, FloodError, Tap};
-use crate::netns::{Namespace, TopoError, Topology};
-use crate::stall::{self, StallProbe, StallSummary, Stalls};
+use crate::flood::{value_at, FloodError, Tap, TapClock};
+use crate::netns::{TopoError, Topology};
+use crate::stall::{self, StallProbe, Stalls};
+use crate::stats::Spread;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan};
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::control::{ClassObject, Client, ClientError};
-use metronome_daemon::ops::metrics::stats::{scrape_bounded, MAX_RESPONSE_BYTES};
-use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+pub use report::{ChurnReport, MachineStalls, PhaseRate, SlowOp, TcpClassRow, UdpRow};
+use scraper::{ClassCounts, Scraper, CHANGES_OK};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Prefix of the churn measurement's namespaces.
@@ -240,223 +197,6 @@ impl ChurnOptions {
     pub fn churn_nominal(&self) -> Duration {
         self.pace * u32::try_from(self.ops).unwrap_or(u32::MAX)
     }
-}
-
-/// p50, p99 and the largest of some samples (nearest rank), microseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Spread {
-    /// Median.
-    pub p50_us: u64,
-    /// 99th percentile.
-    pub p99_us: u64,
-    /// Largest.
-    pub max_us: u64,
-}
-
-impl Spread {
-    /// Of `samples` (any order; all 0 when empty).
-    pub fn of(mut samples: Vec<u64>) -> Spread {
-        samples.sort_unstable();
-        let n = samples.len();
-        let pct = |q: f64| {
-            if n == 0 {
-                return 0;
-            }
-            // Nearest rank: the smallest sample with at least q of the samples at or below it.
-            samples[((q * n as f64).ceil() as usize).clamp(1, n) - 1]
-        };
-        Spread {
-            p50_us: pct(0.50),
-            p99_us: pct(0.99),
-            max_us: samples.last().copied().unwrap_or(0),
-        }
-    }
-}
-
-/// A class's rate on the wire over one phase, in [`WINDOW`]s.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PhaseRate {
-    /// Windows in the phase.
-    pub windows: usize,
-    /// Their mean, bit/s.
-    pub mean_bps: f64,
-    /// Their mean absolute deviation from the class's rate, % of it.
-    pub deviation_pct: f64,
-    /// The window farthest from the rate, signed % of it.
-    pub worst_window_pct: f64,
-    /// When that window started, seconds from the phase's start.
-    pub worst_window_at_s: f64,
-    /// Windows in which a CPU of the machine stalled for more than 1 ms
-    /// ([`crate::stall`]).
-    pub stalled_windows: usize,
-    /// The window farthest from the rate among the others (no CPU stalled over 1 ms in it),
-    /// signed % of the rate.
-    pub worst_unstalled_window_pct: f64,
-}
-
-impl PhaseRate {
-    /// Of `windows` (bit/s) against `rate_bps`; `stalled[k]`: a CPU stalled over 1 ms in window
-    /// `k` (missing entries: it did not).
-    pub fn of(windows: &[f64], stalled: &[bool], rate_bps: f64) -> PhaseRate {
-        let worst = |keep: &dyn Fn(usize) -> bool| {
-            windows
-                .iter()
-                .map(|w| (w / rate_bps - 1.0) * 100.0)
-                .enumerate()
-                .filter(|&(k, _)| keep(k))
-                .fold(
-                    (0, 0.0f64),
-                    |(i, a), (j, d)| {
-                        if d.abs() > a.abs() {
-                            (j, d)
-                        } else {
-                            (i, a)
-                        }
-                    },
-                )
-        };
-        let stalled_at = |k: usize| stalled.get(k).copied().unwrap_or(false);
-        let (at, worst_all) = worst(&|_| true);
-        let (_, worst_unstalled) = worst(&|k| !stalled_at(k));
-        PhaseRate {
-            windows: windows.len(),
-            mean_bps: mean(windows),
-            deviation_pct: mean_abs_deviation_pct(windows, rate_bps).unwrap_or(0.0),
-            worst_window_pct: worst_all,
-            worst_window_at_s: WINDOW.as_secs_f64() * at as f64,
-            stalled_windows: (0..windows.len()).filter(|&k| stalled_at(k)).count(),
-            worst_unstalled_window_pct: worst_unstalled,
-        }
-    }
-}
-
-/// One TCP class: calm and churn side by side.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TcpClassRow {
-    /// Its name in the file (`tcp0`, ...).
-    pub name: String,
-    /// Its rate, bit/s on the wire.
-    pub rate_bps: u64,
-    /// Its TCP connections.
-    pub flows: usize,
-    /// Over the calm phase.
-    pub calm: PhaseRate,
-    /// Over the churn phase.
-    pub churn: PhaseRate,
-    /// The daemon's drops of the class (`metronome_class_drops_total`, all reasons) at the
-    /// last scrape: the horizon's rejects, not ECN marks.
-    pub drops: u64,
-}
-
-/// The UDP flow and the churn classes.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct UdpRow {
-    /// Its rate, bit/s of payload.
-    pub rate_bps: u64,
-    /// The churn classes' rate, bit/s.
-    pub class_rate_bps: u64,
-    /// Datagrams the sender's kernel took.
-    pub sent: u64,
-    /// Datagrams whose send failed (not in `sent`).
-    pub send_errors: u64,
-    /// Distinct datagrams the sink received.
-    pub received: u64,
-    /// `sent - received`.
-    pub lost: u64,
-    /// Datagrams received twice or more.
-    pub duplicates: u64,
-    /// Packets the churn classes counted (`metronome_class_packets_total`), as the scrapes saw
-    /// them: a lower bound (a class's series goes once its queue drained).
-    pub class_packets_seen: u64,
-    /// Drops the churn classes counted (`metronome_class_drops_total`), the same way.
-    pub class_drops_seen: u64,
-    /// Churn classes the scrapes saw.
-    pub classes_seen: usize,
-    /// The most packets a scrape saw queued in a churn class (`metronome_class_queued_packets`):
-    /// above 0, datagrams did wait in the classes being added and deleted.
-    pub class_queued_max_seen: u64,
-}
-
-/// One operation of [`ChurnReport::slowest`].
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SlowOp {
-    /// Its number, from 0.
-    pub op: usize,
-    /// `add` or `del`.
-    pub kind: String,
-    /// The daemon's `applied_us`.
-    pub applied_us: u64,
-    /// The client's round trip, microseconds.
-    pub round_trip_us: u64,
-    /// When it was sent, seconds from the churn phase's start.
-    pub at_s: f64,
-    /// The longest stall of a CPU of the machine between its request and its reply
-    /// ([`crate::stall`]), microseconds.
-    pub stall_us: u64,
-}
-
-/// The machine's own stalls ([`crate::stall`]) in each phase.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct MachineStalls {
-    /// Whether the probe ran at real-time priority (else its stalls include the scheduler's
-    /// queueing).
-    pub realtime: bool,
-    /// CPUs probed.
-    pub cpus: usize,
-    /// In the calm phase.
-    pub calm: StallSummary,
-    /// In the churn phase.
-    pub churn: StallSummary,
-    /// The hypervisor's steal time in the calm phase (`/proc/stat`, whole 10 ms ticks), ms.
-    pub steal_calm_ms: Option<f64>,
-    /// The same in the churn phase.
-    pub steal_churn_ms: Option<f64>,
-}
-
-/// What the churn measurement found.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ChurnReport {
-    /// Operations sent.
-    pub ops: usize,
-    /// Operations the daemon carried out (`"ok": true`).
-    pub ops_ok: usize,
-    /// Time between two operations, microseconds.
-    pub pace_us: u64,
-    /// The first errors (refusals, or no reply), with the operation's number.
-    pub errors: Vec<String>,
-    /// The daemon's `applied_us` of the operations carried out.
-    pub applied: Spread,
-    /// The same of the `add`s only (the daemon validates the class first).
-    pub applied_add: Spread,
-    /// The same of the `del`s only.
-    pub applied_del: Spread,
-    /// Operations carried out whose `applied_us` was above [`APPLIED_TARGET_US`].
-    pub applied_over_target: usize,
-    /// Those of them still above it less the longest stall of a CPU during their round trip
-    /// ([`SlowOp::stall_us`]): the ones the machine's stalls do not account for.
-    pub applied_over_target_beyond_stalls: usize,
-    /// The client's round trip (request written to reply read) of every operation.
-    pub round_trip: Spread,
-    /// The operations with the longest `applied_us`, longest first (at most [`SLOWEST_KEPT`]).
-    pub slowest: Vec<SlowOp>,
-    /// `metronome_class_changes_total{op="add"|"del",result="ok"}` at the end.
-    pub changes_counted: u64,
-    /// The calm phase's length, seconds.
-    pub calm_s: f64,
-    /// The churn phase's length (first operation sent to last reply), seconds.
-    pub churn_s: f64,
-    /// The TCP classes.
-    pub classes: Vec<TcpClassRow>,
-    /// The UDP flow.
-    pub udp: UdpRow,
-    /// Frames the tap missed (its socket's ring drops): its rates undercount by these.
-    pub tap_missed: u64,
-    /// The machine's own stalls, measured beside the run.
-    pub stalls: MachineStalls,
-    /// The TCP flows' congestion control, when the run set one ([`ChurnOptions::congestion`]).
-    pub congestion: Option<String>,
-    /// The daemon's `realtime_priority` ([`ChurnOptions::realtime_priority`]).
-    pub realtime_priority: Option<u8>,
 }
 
 /// Why the churn measurement could not run.
@@ -650,12 +390,12 @@ fn measure(
 ) -> Result<ChurnReport, ChurnError> {
     let origin = Instant::now();
     let probe = StallProbe::spawn(origin).map_err(TopoError::Io)?;
-    let tap = Tap::spawn_stamped(
+    let tap = Tap::spawn_with(
         &topo.receiver,
         &topo.receiver_if,
-        tcp_bucket,
-        MAX_TCP_CLASSES,
+        (tcp_bucket, MAX_TCP_CLASSES),
         origin,
+        TapClock::Kernel,
     )?;
     let mut client = connect(control)?;
 
@@ -782,11 +522,11 @@ fn measure(
         .count();
     let applied_of = |kind: &str| {
         Spread::of(
-            ops.carried
+            &ops.carried
                 .iter()
                 .filter(|o| o.kind == kind)
                 .map(|o| o.applied_us)
-                .collect(),
+                .collect::<Vec<_>>(),
         )
     };
     let (applied_add, applied_del) = (applied_of("add"), applied_of("del"));
@@ -809,12 +549,12 @@ fn measure(
         ops_ok: ops.ok,
         pace_us: u64::try_from(options.pace.as_micros()).unwrap_or(u64::MAX),
         errors: ops.errors,
-        applied: Spread::of(ops.applied_us),
+        applied: Spread::of(&ops.applied_us),
         applied_add,
         applied_del,
         applied_over_target,
         applied_over_target_beyond_stalls,
-        round_trip: Spread::of(ops.round_trip_us),
+        round_trip: Spread::of(&ops.round_trip_us),
         changes_counted: scraped.get(CHANGES_OK).map_or(0, |c| c.packets),
         calm_s: options.calm.as_secs_f64(),
         churn_s: (churn_end - churn_start).as_secs_f64(),
@@ -943,236 +683,6 @@ pub fn windows_bps(series: &[(Duration, u64)], from: Duration, to: Duration) -> 
         .collect()
 }
 
-/// The paced UDP flow: a sender in the sender namespace, a sink in the receiver's, each on a
-/// thread of its own; every datagram carries its sequence number (8 bytes, big-endian).
-struct UdpFlow {
-    stop: Arc<AtomicBool>,
-    sender: std::thread::JoinHandle<(u64, u64)>,
-    sink: std::thread::JoinHandle<Result<(u64, u64), TrafficError>>,
-}
-
-impl UdpFlow {
-    fn start(topo: &Topology, options: &ChurnOptions) -> Result<UdpFlow, ChurnError> {
-        let sink = topo
-            .receiver
-            .run(|| UdpSocket::bind((Ipv4Addr::UNSPECIFIED, UDP_PORT)))?
-            .map_err(TopoError::Io)?;
-        let to = SocketAddr::from((topo.receiver_addr, UDP_PORT));
-        let socket = topo
-            .sender
-            .run(move || {
-                let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-                s.connect(to)?;
-                Ok::<_, std::io::Error>(s)
-            })?
-            .map_err(TopoError::Io)?;
-        sink.set_read_timeout(Some(UDP_POLL))
-            .map_err(TopoError::Io)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let every = Duration::from_secs_f64(
-            (UDP_BURST * UDP_PAYLOAD * 8) as f64 / options.udp_rate_bps as f64,
-        );
-        let flag = stop.clone();
-        let sender = std::thread::Builder::new()
-            .name("churn-udp".into())
-            .spawn(move || send_udp(&socket, every, &flag))
-            .map_err(TopoError::Io)?;
-        let flag = stop.clone();
-        let sink = std::thread::Builder::new()
-            .name("churn-udp-sink".into())
-            .spawn(move || read_udp(&sink, &flag))
-            .map_err(TopoError::Io)?;
-        Ok(UdpFlow { stop, sender, sink })
-    }
-
-    /// Stops the sender, lets the sink drain, and returns the counts.
-    fn finish(self) -> Result<UdpRow, ChurnError> {
-        self.stop.store(true, Ordering::Release);
-        let (sent, send_errors) = self
-            .sender
-            .join()
-            .map_err(|_| TrafficError::ThreadPanicked)?;
-        let (received, duplicates) = self
-            .sink
-            .join()
-            .map_err(|_| TrafficError::ThreadPanicked)??;
-        Ok(UdpRow {
-            sent,
-            send_errors,
-            received,
-            duplicates,
-            ..UdpRow::default()
-        })
-    }
-}
-
-/// Sends [`UDP_BURST`] datagrams every `every` until `stop`; returns (sent, failed).
-fn send_udp(socket: &UdpSocket, every: Duration, stop: &AtomicBool) -> (u64, u64) {
-    let mut buf = [0u8; UDP_PAYLOAD];
-    let (mut seq, mut failed) = (0u64, 0u64);
-    let start = Instant::now();
-    let mut bursts = 0u32;
-    while !stop.load(Ordering::Acquire) {
-        for _ in 0..UDP_BURST {
-            buf[..8].copy_from_slice(&seq.to_be_bytes());
-            match socket.send(&buf) {
-                Ok(_) => seq += 1,
-                Err(_) => failed += 1,
-            }
-        }
-        bursts += 1;
-        if let Some(wait) = (start + every * bursts).checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-    }
-    (seq, failed)
-}
-
-/// Reads the sink until `stop` is set and then [`DRAIN_QUIET`] passes without a datagram;
-/// returns (distinct datagrams, duplicates).
-fn read_udp(socket: &UdpSocket, stop: &AtomicBool) -> Result<(u64, u64), TrafficError> {
-    let mut buf = [0u8; 2048];
-    let mut seen: Vec<bool> = Vec::new();
-    let (mut distinct, mut duplicates) = (0u64, 0u64);
-    let mut last = Instant::now();
-    loop {
-        match socket.recv(&mut buf) {
-            Ok(n) if n >= 8 => {
-                last = Instant::now();
-                let mut seq = [0u8; 8];
-                seq.copy_from_slice(&buf[..8]);
-                let Ok(seq) = usize::try_from(u64::from_be_bytes(seq)) else {
-                    continue;
-                };
-                if seq >= seen.len() {
-                    seen.resize(seq + 1, false);
-                }
-                if std::mem::replace(&mut seen[seq], true) {
-                    duplicates += 1;
-                } else {
-                    distinct += 1;
-                }
-            }
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(source) => {
-                return Err(TrafficError::Io {
-                    what: "UDP sink read".into(),
-                    source,
-                })
-            }
-        }
-        if stop.load(Ordering::Acquire) && last.elapsed() >= DRAIN_QUIET {
-            return Ok((distinct, duplicates));
-        }
-    }
-}
-
-/// A class's counters as the scrapes saw them (the largest value of each).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct ClassCounts {
-    packets: u64,
-    drops: u64,
-    /// `metronome_class_queued_packets`, the largest a scrape saw.
-    queued: u64,
-}
-
-/// The key under which [`Scraper`] keeps `metronome_class_changes_total{op="add"|"del",
-/// result="ok"}` (in `packets`): no class has this name (names are not empty).
-const CHANGES_OK: &str = "";
-
-/// Scrapes the daemon's metrics every [`SCRAPE_EVERY`] on a thread of its own.
-struct Scraper {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<BTreeMap<String, ClassCounts>>,
-}
-
-impl Scraper {
-    fn start(shaper: &Namespace) -> Result<Scraper, ChurnError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, ns) = (stop.clone(), shaper.clone());
-        let thread = std::thread::Builder::new()
-            .name("churn-scrape".into())
-            .spawn(move || {
-                let mut seen = BTreeMap::new();
-                loop {
-                    let last = flag.load(Ordering::Acquire);
-                    if let Some(body) = scrape(&ns) {
-                        merge_counts(&body, &mut seen);
-                    }
-                    if last {
-                        return seen;
-                    }
-                    std::thread::sleep(SCRAPE_EVERY);
-                }
-            })
-            .map_err(TopoError::Io)?;
-        Ok(Scraper { stop, thread })
-    }
-
-    /// One last scrape, and what they all saw.
-    fn finish(self) -> BTreeMap<String, ClassCounts> {
-        self.stop.store(true, Ordering::Release);
-        self.thread.join().unwrap_or_default()
-    }
-}
-
-/// The daemon's metrics text, from inside the shaper namespace; `None` when it did not answer.
-fn scrape(ns: &Namespace) -> Option<String> {
-    let addr: SocketAddr = METRICS_LISTEN.parse().ok()?;
-    ns.run(move || scrape_bounded(addr, MAX_RESPONSE_BYTES, Duration::from_secs(2)))
-        .ok()?
-        .ok()
-}
-
-/// Adds one scrape's class packets and drops (all reasons summed) and the successful changes
-/// to `seen`, keeping the largest value of each (the counters only grow while a class exists).
-fn merge_counts(body: &str, seen: &mut BTreeMap<String, ClassCounts>) {
-    let mut now: BTreeMap<String, ClassCounts> = BTreeMap::new();
-    for line in body.lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let value = value as u64;
-        let label = |key: &str| {
-            let start = series.find(&format!("{key}=\""))? + key.len() + 2;
-            let len = series[start..].find('"')?;
-            Some(series[start..start + len].to_owned())
-        };
-        if series.starts_with("metronome_class_packets_total{") {
-            if let Some(class) = label("class") {
-                now.entry(class).or_default().packets += value;
-            }
-        } else if series.starts_with("metronome_class_queued_packets{") {
-            if let Some(class) = label("class") {
-                now.entry(class).or_default().queued += value;
-            }
-        } else if series.starts_with("metronome_class_drops_total{") {
-            if let Some(class) = label("class") {
-                now.entry(class).or_default().drops += value;
-            }
-        } else if series.starts_with("metronome_class_changes_total{")
-            && label("result").as_deref() == Some("ok")
-            && matches!(label("op").as_deref(), Some("add" | "del"))
-        {
-            now.entry(CHANGES_OK.to_owned()).or_default().packets += value;
-        }
-    }
-    for (class, c) in now {
-        let e = seen.entry(class).or_default();
-        e.packets = e.packets.max(c.packets);
-        e.drops = e.drops.max(c.drops);
-        e.queued = e.queued.max(c.queued);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1256,38 +766,5 @@ mod tests {
         let r = PhaseRate::of(&w, &[], 100e6);
         assert!((r.worst_window_pct + 1.0).abs() < 1e-9, "{r:?}");
         assert!((r.deviation_pct - 1.0 / 11.0).abs() < 1e-9, "{r:?}");
-    }
-
-    #[test]
-    fn spreads_use_nearest_rank() {
-        let s = Spread::of((1..=200).rev().collect());
-        assert_eq!((s.p50_us, s.p99_us, s.max_us), (100, 198, 200));
-        assert_eq!(Spread::of(Vec::new()), Spread::default());
-    }
-
-    #[test]
-    fn scrapes_keep_the_largest_counts_of_each_class() {
-        let mut seen = BTreeMap::new();
-        let first = "metronome_class_packets_total{class=\"churn-1\"} 5\n\
-                     metronome_class_drops_total{class=\"churn-1\",reason=\"horizon\"} 1\n\
-                     metronome_class_drops_total{class=\"churn-1\",reason=\"queue_full\"} 2\n\
-                     metronome_class_queued_packets{class=\"churn-1\"} 3\n\
-                     metronome_class_changes_total{op=\"add\",result=\"ok\"} 3\n\
-                     metronome_class_changes_total{op=\"del\",result=\"ok\"} 2\n\
-                     metronome_class_changes_total{op=\"del\",result=\"refused\"} 9\n";
-        merge_counts(first, &mut seen);
-        merge_counts(
-            "metronome_class_packets_total{class=\"churn-1\"} 4\n",
-            &mut seen,
-        );
-        assert_eq!(
-            seen["churn-1"],
-            ClassCounts {
-                packets: 5,
-                drops: 3,
-                queued: 3
-            }
-        );
-        assert_eq!(seen[CHANGES_OK].packets, 5);
     }
 }

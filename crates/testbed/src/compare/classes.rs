@@ -7,39 +7,10 @@
 //! (jumbo frames: an MTU of 9000, as data-centre hosts run). Class `i` is every frame to
 //! [`ClassFlows::dst`]`(i)` (one destination /32), limited to [`ClassesOptions::rate_bps`]`(i)`
 //! (spread linearly from the smallest rate to the largest). The shapers take turns:
-//!
-//! * **metronome**: `metronome run` on `in0`/`out0` ([`daemon_config_text`]: a `[[class]]` per
-//!   class matching its /32, `rate`, the default one-frame burst, [`queue_packets`] frames of
-//!   queue; `[interfaces] mtu` the veths' and plain frames, `vnet_hdr = false`), a process of its
-//!   own as a user runs it ([`AttachedDaemon`]), measured once it forwards a first frame
-//!   ([`wait_forwarding`]: its metrics endpoint answers before it has built its engine);
-//! * **htb-u32**: a bridge joins `in0` and `out0`; `out0` gets HTB with a leaf per class (`rate` =
-//!   `ceil` = the class's rate, `burst` = `cburst` = one frame, as the daemon's) and u32 filters
-//!   hashed on the destination address in two levels (the third octet, then the fourth: one
-//!   lookup per level whatever the number of classes, tc's `u32` hash tables), built with one
-//!   `tc -batch` ([`htb_batch`]).
-//!
-//! The traffic ([`crate::class_traffic`]): raw UDP frames of [`ClassesOptions::frame_bytes`], each
-//! class paced at its rate times [`ClassesOptions::overload`], so every class is over its rate and
-//! the shaper, not the sender, sets what it delivers. After [`ClassesOptions::warmup`] (the
-//! shaper's first burst and the classes' queues filling) each class's rate over
-//! [`ClassesOptions::measure`] is measured at the receiver from its first to its last frame
-//! ([`crate::class_traffic::ClassArrivals::rate_bps`]), and compared with its limit: the mean
-//! absolute deviation, the smallest and largest signed deviation, the classes within
-//! [`ClassesOptions::tolerance_pct`] and the worst class. CPU as `metronome compare` reports it
-//! ([`super::measure`]): the machine's kernel time plus the user time of this process and of the
-//! daemon, per Gbit/s delivered, and the daemon process's own (user + system) per Gbit/s.
-//!
-//! Why jumbo frames: the aggregate of 10 000 classes at 1 Mbit/s is 10 Gbit/s, 833 000 frames/s
-//! of 1 514 bytes, more than a raw sender, the daemon and a receiver share on a 2-core machine;
-//! at 9 014 bytes it is 139 000 frames/s. The per-class work of the shapers (classify, one EDT
-//! per frame) is per frame, so fewer, larger frames carry the same classes and rates. What the
-//! sender could not offer is reported ([`ClassesRow::offered_bps`], [`ClassesRow::sender_lag_ms`]):
-//! a class offered less than its rate measures the sender, not the shaper.
 
 use super::attach::AttachedDaemon;
 use super::measure::{cpu_pct_per_gbit, MachineCpu};
-use super::CompareError;
+use super::{CompareError, Shaper};
 use crate::class_traffic::{
     send_classes, wait_forwarding, ClassCounter, ClassFlows, CountReport, Schedule, SendReport,
 };
@@ -48,6 +19,8 @@ use crate::flood::FloodError;
 use crate::netns::{run_command, TopoError, Topology};
 use crate::trafficgen::sleep_until;
 use metronome_daemon::ops::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
@@ -84,29 +57,6 @@ const PORTS: (u16, u16) = (40_000, 9);
 /// (it builds its engine in between): 60 s, far more than 65 534 classes take.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// One of the shapers of `compare --classes`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ClassesShaper {
-    /// `metronome run`, a class per destination.
-    Metronome,
-    /// Kernel HTB, a leaf per class, u32 filters hashed on the destination.
-    HtbU32,
-}
-
-impl ClassesShaper {
-    /// Both, in report order.
-    pub const ALL: [ClassesShaper; 2] = [ClassesShaper::Metronome, ClassesShaper::HtbU32];
-
-    /// The name in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            ClassesShaper::Metronome => "metronome",
-            ClassesShaper::HtbU32 => "htb-u32",
-        }
-    }
-}
-
 /// What `compare --classes` runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassesOptions {
@@ -125,7 +75,7 @@ pub struct ClassesOptions {
     /// The largest deviation from its rate a class may show, percent (the target: 2).
     pub tolerance_pct: f64,
     /// The shapers, in turn.
-    pub shapers: Vec<ClassesShaper>,
+    pub shapers: Vec<Shaper>,
     /// The `metronome` binary whose `run` the daemon rows start.
     pub daemon_binary: Option<PathBuf>,
 }
@@ -142,7 +92,7 @@ impl ClassesOptions {
             warmup: Duration::from_secs(3),
             measure: Duration::from_secs(20),
             tolerance_pct: 2.0,
-            shapers: ClassesShaper::ALL.to_vec(),
+            shapers: Shaper::CLASSES.to_vec(),
             daemon_binary: None,
         }
     }
@@ -178,7 +128,7 @@ impl ClassesOptions {
 }
 
 /// The worst class of a run: the one furthest from its rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WorstClass {
     /// Its index.
     pub class: usize,
@@ -193,10 +143,10 @@ pub struct WorstClass {
 }
 
 /// One shaper's run: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClassesRow {
     /// Which shaper.
-    pub shaper: ClassesShaper,
+    pub shaper: Shaper,
     /// Classes.
     pub classes: usize,
     /// Frame length, bytes.
@@ -243,7 +193,7 @@ pub struct ClassesRow {
 }
 
 /// A shaper's run: its row, or why it could not run.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ClassesOutcome {
     /// Measured.
@@ -251,7 +201,7 @@ pub enum ClassesOutcome {
     /// Not measured.
     Failed {
         /// Which shaper.
-        shaper: ClassesShaper,
+        shaper: Shaper,
         /// Classes.
         classes: usize,
         /// Why, in one line.
@@ -336,6 +286,35 @@ pub fn htb_batch(options: &ClassesOptions, iface: &str) -> String {
 /// Runs `options`, printing progress to `progress`; one outcome per shaper. Only a failure of
 /// the topology itself (also: no CAP_NET_ADMIN) is an error; a shaper that could not run is a
 /// [`ClassesOutcome::Failed`].
+///
+/// * **metronome**: `metronome run` on `in0`/`out0` ([`daemon_config_text`]: a `[[class]]` per
+///   class matching its /32, `rate`, the default one-frame burst, [`queue_packets`] frames of
+///   queue; `[interfaces] mtu` the veths' and plain frames, `vnet_hdr = false`), a process of its
+///   own as a user runs it ([`AttachedDaemon`]), measured once it forwards a first frame
+///   ([`wait_forwarding`]: its metrics endpoint answers before it has built its engine);
+/// * **htb-u32**: a bridge joins `in0` and `out0`; `out0` gets HTB with a leaf per class (`rate` =
+///   `ceil` = the class's rate, `burst` = `cburst` = one frame, as the daemon's) and u32 filters
+///   hashed on the destination address in two levels (the third octet, then the fourth: one
+///   lookup per level whatever the number of classes, tc's `u32` hash tables), built with one
+///   `tc -batch` ([`htb_batch`]).
+///
+/// The traffic ([`crate::class_traffic`]): raw UDP frames of [`ClassesOptions::frame_bytes`], each
+/// class paced at its rate times [`ClassesOptions::overload`], so every class is over its rate and
+/// the shaper, not the sender, sets what it delivers. After [`ClassesOptions::warmup`] (the
+/// shaper's first burst and the classes' queues filling) each class's rate over
+/// [`ClassesOptions::measure`] is measured at the receiver from its first to its last frame
+/// ([`crate::class_traffic::ClassArrivals::rate_bps`]), and compared with its limit: the mean
+/// absolute deviation, the smallest and largest signed deviation, the classes within
+/// [`ClassesOptions::tolerance_pct`] and the worst class. CPU as `metronome compare` reports it
+/// ([`super::measure`]): the machine's kernel time plus the user time of this process and of the
+/// daemon, per Gbit/s delivered, and the daemon process's own (user + system) per Gbit/s.
+///
+/// Why jumbo frames: the aggregate of 10 000 classes at 1 Mbit/s is 10 Gbit/s, 833 000 frames/s
+/// of 1 514 bytes, more than a raw sender, the daemon and a receiver share on a 2-core machine;
+/// at 9 014 bytes it is 139 000 frames/s. The per-class work of the shapers (classify, one EDT
+/// per frame) is per frame, so fewer, larger frames carry the same classes and rates. What the
+/// sender could not offer is reported ([`ClassesRow::offered_bps`], [`ClassesRow::sender_lag_ms`]):
+/// a class offered less than its rate measures the sender, not the shaper.
 pub fn run(
     options: &ClassesOptions,
     progress: &mut dyn Write,
@@ -404,10 +383,10 @@ fn run_one(
     topo: &mut Topology,
     options: &ClassesOptions,
     macs: ([u8; 6], [u8; 6]),
-    shaper: ClassesShaper,
+    shaper: Shaper,
 ) -> Result<Result<ClassesRow, String>, CompareError> {
     match shaper {
-        ClassesShaper::Metronome => {
+        Shaper::Metronome => {
             let Some(binary) = &options.daemon_binary else {
                 return Ok(Err(
                     "no `metronome` binary to run the daemon with".to_owned()
@@ -444,9 +423,8 @@ fn run_one(
             let mut cpu = || daemon.cpu_ns();
             let measured = measure(topo, options, macs, (&mut cpu, &[daemon.pid()]));
             let drops = daemon
-                .metrics_text()
-                .ok()
-                .map(|t| metric_sum(&t, "metronome_rx_ring_drops_total"));
+                .metrics()
+                .map(|m| m.sum("metronome_rx_ring_drops_total") as u64);
             let stopped = daemon.stop();
             let row = measured.map_err(|e| e.to_string()).and_then(|m| {
                 stopped?;
@@ -456,7 +434,7 @@ fn run_one(
             });
             Ok(row)
         }
-        ClassesShaper::HtbU32 => {
+        Shaper::HtbU32 => {
             topo.bridge_shaper()?;
             topo.shaper.ip(&[
                 "link",
@@ -479,18 +457,8 @@ fn run_one(
             topo.unbridge_shaper()?;
             Ok(row)
         }
+        other => Ok(Err(other.not_in("the classes comparison"))),
     }
-}
-
-/// The sum of the samples of metric `name` (any labels) in a Prometheus text.
-pub fn metric_sum(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 /// Writes `batch` to a scratch file and runs `tc -batch` on it in the shaper namespace.
@@ -564,7 +532,7 @@ fn measure(
 
 impl Measured {
     /// The row of `shaper`'s run.
-    fn row(&self, shaper: ClassesShaper, options: &ClassesOptions, setup: Duration) -> ClassesRow {
+    fn row(&self, shaper: Shaper, options: &ClassesOptions, setup: Duration) -> ClassesRow {
         let tol = options.tolerance_pct;
         let mut row = ClassesRow {
             shaper,
@@ -740,7 +708,7 @@ mod tests {
             machine_cores: 0.5,
             daemon_cores: None,
         };
-        let row = m.row(ClassesShaper::HtbU32, &o, Duration::from_millis(7));
+        let row = m.row(Shaper::HtbU32, &o, Duration::from_millis(7));
         assert_eq!((row.measured, row.within_tolerance), (2, 1));
         assert!((row.deviation_max_pct - 2.564).abs() < 0.01, "{row:?}");
         assert!(row.deviation_min_pct.abs() < 1e-9, "{row:?}");
@@ -751,19 +719,5 @@ mod tests {
             "no rate is worst"
         );
         assert_eq!(row.setup_ms, 7);
-    }
-
-    #[test]
-    fn a_metric_sums_over_its_labels_only() {
-        let text = "# HELP metronome_rx_ring_drops_total x\nmetronome_rx_ring_drops_total{silo=\"0\"} 3\n\
-                    metronome_rx_ring_drops_total{silo=\"1\"} 4\nmetronome_rx_ring_drops_totalx 9\n";
-        assert_eq!(metric_sum(text, "metronome_rx_ring_drops_total"), 7);
-        assert_eq!(
-            metric_sum(
-                "metronome_rx_ring_drops_total 2\n",
-                "metronome_rx_ring_drops_total"
-            ),
-            2
-        );
     }
 }

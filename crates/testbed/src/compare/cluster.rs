@@ -2,44 +2,8 @@
 //! through etcd (a cluster class, `scope = "cluster"`; the daemons' `[cluster]`), measured on
 //! real kernel TCP while traffic moves between the sites, a daemon dies and etcd fails.
 //!
-//! The set-up: a [`ClusterTopology`] of [`SITES`] sites (`site-a`, `site-b`, `site-c`, each a
-//! bump in the wire), a three-member [`EtcdCluster`] listening on the topology's management
-//! bridge, and on every site `metronome run` in its shaper namespace ([`AttachedDaemon`]: a
-//! process of its own, as a user runs it, the binary of [`ClusterOptions::daemon_binary`]) with
-//! one class `tenant` of all TCP to the site's receiver, [`ClusterOptions::limit_bps`] for all
-//! sites together ([`site_config_text`]). Sites a and b are busy ([`ClusterOptions::flows`]
-//! TCP connections each from their sender to their receiver), site c stays idle. Measured all
-//! along, on one time line from the moment the traffic starts: each site's rate on the wire at
-//! its receiver's veth (`rcv0`'s counters, [`measure::wire_bytes`], as the bump-in-the-wire
-//! comparison measures) in 100 ms windows, and every [`SCRAPE_EVERY`] windows each daemon's
-//! `metronome_cluster_share_bps` and `metronome_cluster_state` from its metrics endpoint.
-//!
-//! The sequence ([`Schedule`]), one set-up for all of it; the figures of each step are computed
-//! from the records afterwards ([`phases`]):
-//!
-//! * **a. start**: a and b start at once; the first window from which the busy sites' sum is
-//!   within 1 % of the limit and each site within 2 % of its half ([`phases::settling`]);
-//! * **b. shift**: a's traffic stops; the time until b holds at least 97 % of the limit
-//!   ([`phases::time_to_alone`]);
-//! * **rejoin**: a starts again; the same figures as the start;
-//! * **c. a daemon killed**: SIGKILL of a's daemon while a still sends; the time until b's share,
-//!   and b's rate, are at least 97 % of the limit (a's record goes when its lease expires,
-//!   target: lease + period);
-//! * **d. an etcd member killed** (SIGKILL of the first member) while b sends alone: the largest
-//!   distance of the busy sites' sum from what it was before, the largest change of a share, any
-//!   state other than `shared` ([`phases::unchanged`]); after the crash, so that what it
-//!   measures does not depend on how site a came back, and only the last step runs with two
-//!   members left;
-//! * **e. etcd gone**: every member killed; the live daemons' shares over time (held for `hold`,
-//!   then the floor), the sum of the shares and the largest sum of the sites' rates against the
-//!   limit plus the live daemons' floors ([`phases::etcd_gone`]).
-//!
-//! [`Enforcement::PerHost`] runs the same sequence with plain per-host classes (each daemon the
-//! limit divided by the busy sites, no `[cluster]`): the static split a cluster class replaces,
-//! and a check of the harness itself where the daemon has no cluster classes.
-//!
-//! A daemon that refuses its configuration, does not come up or does not reach the state
-//! `shared` in [`JOIN_TIMEOUT`] gives the report an error and no figures.
+//! The set-up, the sequence of events and what each step measures are [`run`]'s; the
+//! figures of each step are computed from the records afterwards ([`phases`]).
 
 pub mod phases;
 mod report;
@@ -50,12 +14,14 @@ use super::CompareError;
 use crate::etcd::EtcdCluster;
 use crate::netns::cluster::{ClusterTopology, Site};
 use crate::netns::{InterfaceCounters, Namespace, TopoError};
+use crate::scrape::Scrape as Exposition;
 use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
 use metronome_daemon::ops::config::Config;
 use phases::{Scrape, Window};
 use report::figures;
 pub use report::{describe, event_at, ClusterReport, Event, Reach};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -88,7 +54,7 @@ pub const JOIN_TIMEOUT: Duration = Duration::from_secs(15);
 const BASE_PORT: u16 = 34_000;
 
 /// How the daemons share the limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Enforcement {
     /// One cluster class over etcd.
     #[serde(rename = "cluster")]
@@ -249,60 +215,31 @@ pub fn site_config_text(
     text
 }
 
-/// The value of the series `name` whose labels hold `key="value"` (any series `name` without
-/// `label`) in a Prometheus text exposition.
-pub fn metric_value(text: &str, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
-    let wanted = label.map(|(k, v)| format!("{k}=\"{v}\""));
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let (series, value) = line.trim().rsplit_once(' ')?;
-            let (series_name, labels) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            if series_name != name {
-                return None;
-            }
-            if let Some(w) = &wanted {
-                if !labels.split(',').any(|l| l.trim() == w) {
-                    return None;
-                }
-            }
-            value.parse().ok()
-        })
-}
-
 /// The state whose `metronome_cluster_state` series is 1, if any.
-pub fn current_state(text: &str) -> Option<String> {
+pub fn current_state(scrape: &Exposition) -> Option<String> {
     metronome_daemon::ops::metrics::cluster::CLUSTER_STATES
         .into_iter()
-        .find(|s| metric_value(text, "metronome_cluster_state", Some(("state", s))) == Some(1.0))
+        .find(|s| scrape.value("metronome_cluster_state", Some(("state", s))) == Some(1.0))
         .map(str::to_owned)
-}
-
-/// A daemon's metrics text, or `None` when it does not answer (scraped from inside its
-/// namespace).
-fn scrape_text(ns: &Namespace, addr: SocketAddr) -> Option<String> {
-    ns.run(move || metronome_daemon::ops::metrics::scrape(addr))
-        .ok()?
-        .ok()
 }
 
 /// Every daemon's share of the class and state at one scrape, by site.
 type Scraped = (Vec<Option<f64>>, Vec<Option<String>>);
 
-/// A scrape of every daemon: its share of the class and its state.
+/// A scrape of every daemon (from inside its namespace): its share of the class and its state.
 fn scrape_all(targets: &[(Namespace, SocketAddr)]) -> Scraped {
-    let texts: Vec<Option<String>> = targets.iter().map(|(n, a)| scrape_text(n, *a)).collect();
-    let shares = texts
+    let scrapes: Vec<Option<Exposition>> = targets
         .iter()
-        .map(|t| {
-            let t = t.as_deref()?;
-            metric_value(t, "metronome_cluster_share_bps", Some(("class", CLASS)))
+        .map(|(n, a)| Exposition::fetch(n, *a))
+        .collect();
+    let shares = scrapes
+        .iter()
+        .map(|s| {
+            s.as_ref()?
+                .value("metronome_cluster_share_bps", Some(("class", CLASS)))
         })
         .collect();
-    let states = texts.iter().map(|t| current_state(t.as_deref()?)).collect();
+    let states = scrapes.iter().map(|s| current_state(s.as_ref()?)).collect();
     (shares, states)
 }
 
@@ -447,6 +384,45 @@ fn wait_shared(targets: &[(Namespace, SocketAddr)], names: &[String]) -> Result<
 
 /// Runs the comparison (module docs): builds the topology and etcd, runs the sequence, removes
 /// everything. Progress lines go to `progress`.
+///
+/// The set-up: a [`ClusterTopology`] of [`SITES`] sites (`site-a`, `site-b`, `site-c`, each a
+/// bump in the wire), a three-member [`EtcdCluster`] listening on the topology's management
+/// bridge, and on every site `metronome run` in its shaper namespace ([`AttachedDaemon`]: a
+/// process of its own, as a user runs it, the binary of [`ClusterOptions::daemon_binary`]) with
+/// one class `tenant` of all TCP to the site's receiver, [`ClusterOptions::limit_bps`] for all
+/// sites together ([`site_config_text`]). Sites a and b are busy ([`ClusterOptions::flows`]
+/// TCP connections each from their sender to their receiver), site c stays idle. Measured all
+/// along, on one time line from the moment the traffic starts: each site's rate on the wire at
+/// its receiver's veth (`rcv0`'s counters, [`measure::wire_bytes`], as the bump-in-the-wire
+/// comparison measures) in 100 ms windows, and every [`SCRAPE_EVERY`] windows each daemon's
+/// `metronome_cluster_share_bps` and `metronome_cluster_state` from its metrics endpoint.
+///
+/// The sequence ([`Schedule`]), one set-up for all of it; the figures of each step are computed
+/// from the records afterwards ([`phases`]):
+///
+/// * **a. start**: a and b start at once; the first window from which the busy sites' sum is
+///   within 1 % of the limit and each site within 2 % of its half ([`phases::settling`]);
+/// * **b. shift**: a's traffic stops; the time until b holds at least 97 % of the limit
+///   ([`phases::time_to_alone`]);
+/// * **rejoin**: a starts again; the same figures as the start;
+/// * **c. a daemon killed**: SIGKILL of a's daemon while a still sends; the time until b's share,
+///   and b's rate, are at least 97 % of the limit (a's record goes when its lease expires,
+///   target: lease + period);
+/// * **d. an etcd member killed** (SIGKILL of the first member) while b sends alone: the largest
+///   distance of the busy sites' sum from what it was before, the largest change of a share, any
+///   state other than `shared` ([`phases::unchanged`]); after the crash, so that what it
+///   measures does not depend on how site a came back, and only the last step runs with two
+///   members left;
+/// * **e. etcd gone**: every member killed; the live daemons' shares over time (held for `hold`,
+///   then the floor), the sum of the shares and the largest sum of the sites' rates against the
+///   limit plus the live daemons' floors ([`phases::etcd_gone`]).
+///
+/// [`Enforcement::PerHost`] runs the same sequence with plain per-host classes (each daemon the
+/// limit divided by the busy sites, no `[cluster]`): the static split a cluster class replaces,
+/// and a check of the harness itself where the daemon has no cluster classes.
+///
+/// A daemon that refuses its configuration, does not come up or does not reach the state
+/// `shared` in [`JOIN_TIMEOUT`] gives the report an error and no figures.
 pub fn run(
     options: &ClusterOptions,
     progress: &mut dyn Write,
@@ -628,28 +604,14 @@ mod tests {
     }
 
     #[test]
-    fn metric_values_are_found_by_name_and_label() {
-        let text = "# HELP metronome_cluster_share_bps x\n\
-                    metronome_cluster_share_bps{class=\"other\"} 5\n\
-                    metronome_cluster_share_bps{class=\"tenant\"} 148500000\n\
-                    metronome_cluster_state{state=\"joining\"} 0\n\
-                    metronome_cluster_state{state=\"shared\"} 1\n\
-                    metronome_cluster_revision 17\n";
+    fn the_state_is_the_one_whose_series_is_one() {
+        let text = "metronome_cluster_state{state=\"joining\"} 0\n\
+                    metronome_cluster_state{state=\"shared\"} 1\n";
         assert_eq!(
-            metric_value(
-                text,
-                "metronome_cluster_share_bps",
-                Some(("class", "tenant"))
-            ),
-            Some(148_500_000.0)
+            current_state(&Exposition::parse(text)).as_deref(),
+            Some("shared")
         );
-        assert_eq!(
-            metric_value(text, "metronome_cluster_revision", None),
-            Some(17.0)
-        );
-        assert_eq!(metric_value(text, "metronome_cluster_peers", None), None);
-        assert_eq!(current_state(text).as_deref(), Some("shared"));
-        assert_eq!(current_state("metronome_up 1\n"), None);
+        assert_eq!(current_state(&Exposition::parse("metronome_up 1\n")), None);
     }
 
     #[test]

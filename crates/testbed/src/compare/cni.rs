@@ -3,39 +3,19 @@
 //! (an IFB with a TBF for egress, a TBF on the host veth for ingress), on one [`CniTopology`]
 //! with the same conflist around them (`bridge` + `host-local`) and the same traffic.
 //!
-//! For each rate and shaper, every pod is added through the shaper's conflist with
-//! `runtimeConfig.bandwidth` = the rate both ways and a bucket of 1 ms of the rate, at least two
-//! frames ([`burst_bits`], the bucket of [`crate::netns::QdiscSpec::tbf`]: the same for both
-//! shapers, not a runtime's default), then:
-//!
-//! * **per pod, each direction** ([`PodRow`]): [`CniOptions::flows`] TCP connections per pod,
-//!   all pods at once, egress (pod -> receiver) then ingress (receiver -> pod); each pod's rate
-//!   is the median of its 100 ms goodput windows after the warm-up, on the wire, with the mean
-//!   and the mean absolute deviation from the rate beside it ([`traffic`]);
-//! * **the fair probe** ([`ProbeRow`]): the first pod sends [`traffic::PROBE_BULK_FLOWS`] bulk
-//!   connections at its egress limit and a sparse probe; its RTT p50/p99 (`metronome-cni`
-//!   registers the pod's classes with `fair = true`: the probe's packets do not wait behind the
-//!   bulk; the `bandwidth` plugin's TBF holds 25 ms in one FIFO);
-//!
-//! then every pod is deleted. Last, **the cycle check** ([`CycleRow`]) per shaper:
-//! [`CniOptions::cycles`] times a new pod is added and deleted; what the node holds afterwards
-//! beyond what it held before is counted ([`node::Leftovers`]: links, host-local leases, the
-//! uplink's `tc` filters and qdiscs, BPF attachments, the daemon's state files and `cni.`
-//! classes).
-//!
-//! The `metronome-cni` side runs `metronome run` in the node namespace ([`node::NodeDaemon`],
-//! the binary of [`CniOptions::daemon_binary`]) and the plugin of
-//! [`CniOptions::plugin_binary`]. A daemon that refuses its configuration or does not come up, a
-//! plugin missing, or an ADD that fails gives that shaper's rows an error (`error`, no figures),
-//! never a number; the other shaper runs regardless.
+//! What is run for each rate and shaper, and measured, is [`run`]'s; a shaper that cannot run
+//! gives its rows an error, never a number.
 
 pub mod node;
 pub mod traffic;
 
+use crate::compare::Shaper;
 use crate::compare::{volume_cap, CompareError, TAIL};
 use crate::netns::cni::{Bandwidth, CniRuntime, CniTopology, RuntimeConfig};
 use crate::netns::QdiscSpec;
 use node::{runtime_for, Leftovers, NodeDaemon};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,30 +37,6 @@ const BASE_PORT: u16 = 31_000;
 /// Ports are taken up to this one and then again from [`BASE_PORT`].
 const LAST_PORT: u16 = 60_000;
 
-/// A shaper of the comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum CniShaper {
-    /// `metronome-cni`: two classes per pod on the node's daemon.
-    #[serde(rename = "metronome-cni")]
-    MetronomeCni,
-    /// The containernetworking `bandwidth` plugin.
-    #[serde(rename = "bandwidth")]
-    Bandwidth,
-}
-
-impl CniShaper {
-    /// Both, in report order.
-    pub const ALL: [CniShaper; 2] = [CniShaper::MetronomeCni, CniShaper::Bandwidth];
-
-    /// The name used in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            CniShaper::MetronomeCni => "metronome-cni",
-            CniShaper::Bandwidth => "bandwidth",
-        }
-    }
-}
-
 /// What the comparison runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CniOptions {
@@ -91,7 +47,7 @@ pub struct CniOptions {
     /// TCP connections per pod and direction.
     pub flows: usize,
     /// Shapers, in this order.
-    pub shapers: Vec<CniShaper>,
+    pub shapers: Vec<Shaper>,
     /// Skipped after the traffic starts.
     pub warmup: Duration,
     /// Measured after the warm-up, in 100 ms windows.
@@ -113,7 +69,7 @@ impl CniOptions {
             pods: PODS,
             rates_bps: RATES_BPS.to_vec(),
             flows: FLOWS,
-            shapers: CniShaper::ALL.to_vec(),
+            shapers: Shaper::PODS.to_vec(),
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(3),
             cycles: CYCLES,
@@ -134,10 +90,10 @@ impl CniOptions {
 }
 
 /// One pod, one direction, one shaper and rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PodRow {
     /// The shaper.
-    pub shaper: CniShaper,
+    pub shaper: Shaper,
     /// The pod's limit, bits/s.
     pub target_bps: u64,
     /// The direction.
@@ -158,10 +114,10 @@ pub struct PodRow {
 }
 
 /// The fair probe under one shaper and rate.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProbeRow {
     /// The shaper.
-    pub shaper: CniShaper,
+    pub shaper: Shaper,
     /// The pod's egress limit, bits/s.
     pub target_bps: u64,
     /// The pod's bulk connections besides the probe.
@@ -176,10 +132,10 @@ pub struct ProbeRow {
 }
 
 /// The cycle check of one shaper.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CycleRow {
     /// The shaper.
-    pub shaper: CniShaper,
+    pub shaper: Shaper,
     /// Cycles run (ADD then DEL of a new pod).
     pub cycles: usize,
     /// Operations (ADD or DEL) that failed.
@@ -192,7 +148,7 @@ pub struct CycleRow {
 }
 
 /// What `metronome compare --cni` reports.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CniReport {
     /// Per pod, direction, shaper and rate.
     pub pods: Vec<PodRow>,
@@ -252,9 +208,9 @@ impl Session {
     fn start(
         topo: &CniTopology,
         options: &CniOptions,
-        shaper: CniShaper,
+        shaper: Shaper,
     ) -> Result<Result<Session, String>, CompareError> {
-        if shaper == CniShaper::Bandwidth {
+        if shaper == Shaper::Bandwidth {
             let runtime = runtime_for(topo, shaper, None);
             return Ok(runtime.map(|runtime| Session {
                 runtime,
@@ -287,6 +243,32 @@ impl Session {
 
 /// Runs the comparison: builds the topology, runs every rate and shaper, the cycle checks, and
 /// removes everything. One progress line per row goes to `progress`.
+///
+/// For each rate and shaper, every pod is added through the shaper's conflist with
+/// `runtimeConfig.bandwidth` = the rate both ways and a bucket of 1 ms of the rate, at least two
+/// frames ([`burst_bits`], the bucket of [`crate::netns::QdiscSpec::tbf`]: the same for both
+/// shapers, not a runtime's default), then:
+///
+/// * **per pod, each direction** ([`PodRow`]): [`CniOptions::flows`] TCP connections per pod,
+///   all pods at once, egress (pod -> receiver) then ingress (receiver -> pod); each pod's rate
+///   is the median of its 100 ms goodput windows after the warm-up, on the wire, with the mean
+///   and the mean absolute deviation from the rate beside it ([`traffic`]);
+/// * **the fair probe** ([`ProbeRow`]): the first pod sends [`traffic::PROBE_BULK_FLOWS`] bulk
+///   connections at its egress limit and a sparse probe; its RTT p50/p99 (`metronome-cni`
+///   registers the pod's classes with `fair = true`: the probe's packets do not wait behind the
+///   bulk; the `bandwidth` plugin's TBF holds 25 ms in one FIFO);
+///
+/// then every pod is deleted. Last, **the cycle check** ([`CycleRow`]) per shaper:
+/// [`CniOptions::cycles`] times a new pod is added and deleted; what the node holds afterwards
+/// beyond what it held before is counted ([`node::Leftovers`]: links, host-local leases, the
+/// uplink's `tc` filters and qdiscs, BPF attachments, the daemon's state files and `cni.`
+/// classes).
+///
+/// The `metronome-cni` side runs `metronome run` in the node namespace ([`node::NodeDaemon`],
+/// the binary of [`CniOptions::daemon_binary`]) and the plugin of
+/// [`CniOptions::plugin_binary`]. A daemon that refuses its configuration or does not come up, a
+/// plugin missing, or an ADD that fails gives that shaper's rows an error (`error`, no figures),
+/// never a number; the other shaper runs regardless.
 pub fn run(options: &CniOptions, progress: &mut dyn Write) -> Result<CniReport, CompareError> {
     let _ = crate::netns::remove_stale(NS_PREFIX);
     let mut topo = CniTopology::new(NS_PREFIX, options.pods)?;
@@ -318,7 +300,7 @@ pub fn run(options: &CniOptions, progress: &mut dyn Write) -> Result<CniReport, 
 fn rate_run(
     topo: &mut CniTopology,
     options: &CniOptions,
-    (shaper, rate): (CniShaper, u64),
+    (shaper, rate): (Shaper, u64),
     ports: &mut Ports,
 ) -> Result<(Vec<PodRow>, ProbeRow), CompareError> {
     let names: Vec<String> = (0..topo.pods.len()).map(|i| format!("p{i}")).collect();
@@ -455,7 +437,7 @@ fn measure_pods(
 fn cycle_check(
     topo: &mut CniTopology,
     options: &CniOptions,
-    shaper: CniShaper,
+    shaper: Shaper,
 ) -> Result<CycleRow, CompareError> {
     let mut row = CycleRow {
         shaper,
@@ -578,7 +560,7 @@ mod tests {
         assert_eq!(full.pods, 8);
         assert_eq!(full.flows, 4);
         assert_eq!(full.cycles, 100);
-        assert_eq!(full.shapers, CniShaper::ALL);
+        assert_eq!(full.shapers, Shaper::PODS);
     }
 
     #[test]
@@ -591,7 +573,7 @@ mod tests {
     #[test]
     fn an_error_row_has_no_figures() {
         let r = PodRow {
-            shaper: CniShaper::MetronomeCni,
+            shaper: Shaper::MetronomeCni,
             target_bps: 100_000_000,
             direction: Direction::Ingress,
             pod: "p3".into(),

@@ -3,51 +3,23 @@
 //! and through kernel HTB, on the same path with the same traffic.
 //!
 //! The topology is [`Topology::bump_in_the_wire`], as for the rest of `compare`. For each
-//! [`Scenario`] the shapers take turns on the shaper namespace:
+//! [`Scenario`] the shapers ([`Shaper`], started by [`arms`]) take turns on the shaper
+//! namespace: the daemon's `[link]` ([`link_config`]) and kernel HTB ([`htb_commands`]).
 //!
-//! * **metronome** ([`link_config`]): the daemon's loop on AF_PACKET ports on `in0`/`out0`, a
-//!   `[link]` at the link rate, one class per destination port with the scenario's weight and
-//!   priority, MQ-ECN marking (the `[link]` default) or, as the `metronome-per-queue` row,
-//!   per-queue standard marking, with thresholds for a base RTT of [`DEFAULT_LINK_RTT`]
-//!   ([`LinkOptions::link_rtt`]);
-//! * **htb** ([`htb_commands`]): a Linux bridge joins `in0` and `out0`; `out0` gets a root HTB
-//!   class with rate = ceil = link, and one leaf per class with rate = its weight's share of the
-//!   link, ceil = link, and prio 0 for a priority class, 1 for the others; `u32` filters send
-//!   each destination port to its leaf. The leaves keep HTB's default queue (a `pfifo` of the
-//!   interface's `txqueuelen`, drop-tail: HTB marks nothing).
-//!
-//! The senders ([`crate::trafficgen`]) are kernel TCP with Cubic set per socket
-//! (`TCP_CONGESTION`, [`CONGESTION`]) and ECN on in the sender namespace
-//! (`net.ipv4.tcp_ecn=1`). Each class is one flow group to its own destination port.
-//!
-//! Measured, per class, over the measured interval (after [`LinkOptions::warmup`] from the
-//! writers' start, for [`LinkOptions::measure`]):
-//!
-//! * **achieved_bps**: the class's goodput windows of [`SAMPLE`] at its sinks, scaled to bytes on
-//!   the wire of full segments ([`measure::WIRE_PER_PAYLOAD`]: Ethernet header included, as the
-//!   rest of `compare` counts). `share_pct` is the class's part of what the weighted classes
-//!   together achieved (the division the weights govern); `link_pct` is its rate in percent of
-//!   the link.
-//! * **queue**: the class's queued bytes sampled every [`QUEUE_SAMPLE`] (Metronome: the
-//!   daemon's per-class link queue gauge, [`LINK_QUEUE_METRIC`]; HTB: the leaf's backlog from
-//!   `tc -s class show`), their p99 (nearest rank) and mean.
-//! * **borrowing** ([`Scenario::Borrow`]): the first class stops writing half-way through the
-//!   measured interval; `borrow_ms` is the time from that instant to the end of the first
-//!   [`SAMPLE`] window in which the remaining classes together carry at least [`BORROW_SHARE`]
-//!   of the link.
-//! * **probe RTT** ([`Scenario::Priority`]): a TCP ping every 10 ms in the priority class while
-//!   the others saturate the link, opened at the start of the measured interval; its p99.
+//! The senders, and what is measured per class, are [`run`]'s.
+
+mod arms;
 
 use super::measure;
-use super::{CompareError, OffloadMode, START_POLL, START_TIMEOUT};
-use crate::netns::{run_command, TopoError, Topology};
+use super::{CompareError, OffloadMode, Shaper, START_POLL, START_TIMEOUT};
+use crate::netns::Topology;
 use crate::trafficgen::sleep_until;
 use crate::trafficgen::{self, FlowGroup, ProbeReport, TrafficError, TrafficPlan, TrafficReport};
-use metronome_daemon::driver::run::Control;
-use metronome_daemon::ops::config::Config;
-use metronome_daemon::ops::metrics::Metrics;
+pub use arms::{htb_commands, link_config, parse_htb_backlogs};
+use arms::{start, Active};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The daemon's `[link] rtt` in the comparison: 8 ms, the round trip of this path through the
@@ -82,7 +54,7 @@ const TAIL: Duration = Duration::from_millis(300);
 const START_BYTES: u64 = 64 << 10;
 
 /// A link-sharing scenario.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scenario {
     /// Two classes, weights 1:3, 16 flows each.
@@ -148,14 +120,10 @@ impl Scenario {
     }
 
     /// The shapers compared in this scenario.
-    pub fn shapers(self) -> Vec<LinkShaper> {
+    pub fn shapers(self) -> Vec<Shaper> {
         match self {
-            Scenario::Marking => vec![
-                LinkShaper::Metronome(Marking::MqEcn),
-                LinkShaper::Metronome(Marking::PerQueue),
-                LinkShaper::Htb,
-            ],
-            _ => vec![LinkShaper::Metronome(Marking::MqEcn), LinkShaper::Htb],
+            Scenario::Marking => vec![Shaper::Metronome, Shaper::MetronomePerQueue, Shaper::Htb],
+            _ => vec![Shaper::Metronome, Shaper::Htb],
         }
     }
 
@@ -210,33 +178,6 @@ impl Marking {
     }
 }
 
-/// A shaper of the link-sharing comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkShaper {
-    /// The daemon's `[link]` with this marking.
-    Metronome(Marking),
-    /// Kernel HTB.
-    Htb,
-}
-
-impl LinkShaper {
-    /// All three, in report order.
-    pub const ALL: [LinkShaper; 3] = [
-        LinkShaper::Metronome(Marking::MqEcn),
-        LinkShaper::Metronome(Marking::PerQueue),
-        LinkShaper::Htb,
-    ];
-
-    /// The name used in reports and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            LinkShaper::Metronome(Marking::MqEcn) => "metronome",
-            LinkShaper::Metronome(Marking::PerQueue) => "metronome-per-queue",
-            LinkShaper::Htb => "htb",
-        }
-    }
-}
-
 /// What to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkOptions {
@@ -251,7 +192,7 @@ pub struct LinkOptions {
     /// The veths' offloads.
     pub offloads: OffloadMode,
     /// The shapers run, each in the scenarios that compare it ([`Scenario::shapers`]).
-    pub shapers: Vec<LinkShaper>,
+    pub shapers: Vec<Shaper>,
     /// The daemon's `[link] rtt`: the base round-trip time of its marking thresholds
     /// (`K = C x RTT x lambda`).
     pub link_rtt: Duration,
@@ -267,7 +208,7 @@ impl LinkOptions {
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(8),
             offloads: OffloadMode::Host,
-            shapers: LinkShaper::ALL.to_vec(),
+            shapers: Shaper::LINK.to_vec(),
             link_rtt: DEFAULT_LINK_RTT,
         }
     }
@@ -283,7 +224,7 @@ impl LinkOptions {
 }
 
 /// One row of the report: one class under one shaper in one scenario.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LinkRow {
     /// `metronome`, `metronome-per-queue` or `htb`.
     pub shaper: String,
@@ -322,146 +263,30 @@ pub struct LinkRow {
     pub after_stop_link_pct: Option<f64>,
 }
 
-/// The daemon's configuration for `classes` on a link of `link_bps` with marking thresholds for
-/// a base RTT of `rtt`: one class per destination port (`ports[i]` for class `i`), all TCP to
-/// `receiver`, weights and priorities as given, `marking` on the link's queues.
-pub fn link_config(
-    receiver: std::net::Ipv4Addr,
-    (link_bps, rtt): (u64, Duration),
-    marking: Marking,
-    classes: &[(&ClassSpec, u16)],
-) -> Result<Config, String> {
-    let mut text = format!(
-        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n[link]\nrate = {link_bps}\n\
-         marking = \"{}\"\nrtt = \"{}us\"\n",
-        marking.config_name(),
-        rtt.as_micros()
-    );
-    for (class, port) in classes {
-        text += &format!(
-            "\n[[class]]\nname = \"{}\"\nmatch = {{ dst = \"{receiver}\", protocol = \"tcp\", \
-             dst_port = \"{port}\" }}\n",
-            class.name
-        );
-        // A priority class is served before the weighted ones: the highest tier, no weight.
-        if class.priority {
-            text += "priority = 0\n";
-        } else {
-            text += &format!("weight = {}\n", class.weight);
-        }
-    }
-    Config::from_toml_str(&text, "link-sharing.toml").map_err(|e| e.to_string())
-}
-
-/// The `tc` commands (arguments after `tc -n <ns>`) that build the HTB hierarchy of `classes`
-/// on `iface` (see the module docs): leaf `1:1<i>` for class `i`, matched by destination port
-/// `ports[i]`.
-pub fn htb_commands(iface: &str, link_bps: u64, classes: &[(&ClassSpec, u16)]) -> Vec<Vec<String>> {
-    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-    let link = format!("{link_bps}bit");
-    let total: u64 = classes
-        .iter()
-        .filter(|(c, _)| !c.priority)
-        .map(|(c, _)| u64::from(c.weight))
-        .sum::<u64>()
-        .max(1);
-    let mut cmds = vec![
-        s(&[
-            "qdisc", "replace", "dev", iface, "root", "handle", "1:", "htb",
-        ]),
-        s(&[
-            "class", "add", "dev", iface, "parent", "1:", "classid", "1:1", "htb", "rate", &link,
-            "ceil", &link,
-        ]),
-    ];
-    for (i, (class, port)) in classes.iter().enumerate() {
-        let id = format!("1:{}", 10 + i);
-        // A priority class is guaranteed 1 % of the link (its traffic is far below it) and
-        // served first; a weighted class is guaranteed its weight's share.
-        let rate_bps = if class.priority {
-            link_bps / 100
-        } else {
-            link_bps * u64::from(class.weight) / total
-        };
-        let rate = format!("{rate_bps}bit");
-        let prio = if class.priority { "0" } else { "1" };
-        cmds.push(s(&[
-            "class", "add", "dev", iface, "parent", "1:1", "classid", &id, "htb", "rate", &rate,
-            "ceil", &link, "prio", prio,
-        ]));
-        let port = port.to_string();
-        cmds.push(s(&[
-            "filter", "add", "dev", iface, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-            "match", "ip", "dport", &port, "0xffff", "flowid", &id,
-        ]));
-    }
-    cmds
-}
-
-/// The backlog in bytes of each HTB class `1:<10 + i>` in the text of `tc -s class show`
-/// (`class htb 1:10 parent ...` then ` backlog 1234b 5p requeues 0`); `None` for a class not
-/// found.
-pub fn parse_htb_backlogs(text: &str, classes: usize) -> Vec<Option<u64>> {
-    let mut out = vec![None; classes];
-    let mut current: Option<usize> = None;
-    for line in text.lines() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("class htb ") {
-            current = rest
-                .split_whitespace()
-                .next()
-                .and_then(|id| id.strip_prefix("1:"))
-                .and_then(|minor| minor.parse::<usize>().ok())
-                .and_then(|minor| minor.checked_sub(10))
-                .filter(|&i| i < classes);
-        } else if let (Some(i), Some(rest)) = (current, line.strip_prefix("backlog ")) {
-            out[i] = parse_size(rest.split_whitespace().next().unwrap_or(""));
-        }
-    }
-    out
-}
-
-/// `tc`'s byte count: `1234b`, `12Kb`, `3Mb` (powers of 1024).
-fn parse_size(s: &str) -> Option<u64> {
-    let digits = s.strip_suffix('b')?;
-    let (num, mult) = match digits.chars().last()? {
-        'K' => (&digits[..digits.len() - 1], 1024),
-        'M' => (&digits[..digits.len() - 1], 1024 * 1024),
-        'G' => (&digits[..digits.len() - 1], 1024 * 1024 * 1024),
-        _ => (digits, 1),
-    };
-    Some(num.parse::<u64>().ok()? * mult)
-}
-
-/// The value of gauge `metric` labelled `class="<class>"` in Prometheus text.
-pub fn parse_class_gauge(text: &str, metric: &str, class: &str) -> Option<u64> {
-    let label = format!("class=\"{class}\"");
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (key, value) = l.rsplit_once(' ')?;
-            let (name, labels) = key.split_once('{')?;
-            (name == metric && labels.split(',').any(|x| x.trim_end_matches('}') == label))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .map(|v| v.max(0.0) as u64)
-        .next()
-}
-
-/// The nearest-rank percentile `q` of `samples` (sorted in place); `None` when empty.
-pub fn percentile(samples: &mut [u64], q: f64) -> Option<u64> {
-    samples.sort_unstable();
-    let n = samples.len();
-    if n == 0 {
-        return None;
-    }
-    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-    Some(samples[rank - 1])
-}
-
 /// Runs the scenarios of `options`: builds the topology, runs every (scenario, shaper) and
 /// removes everything. One progress line per class and run goes to `progress`.
+///
+/// The senders ([`crate::trafficgen`]) are kernel TCP with Cubic set per socket
+/// (`TCP_CONGESTION`, [`CONGESTION`]) and ECN on in the sender namespace
+/// (`net.ipv4.tcp_ecn=1`). Each class is one flow group to its own destination port.
+///
+/// Measured, per class, over the measured interval (after [`LinkOptions::warmup`] from the
+/// writers' start, for [`LinkOptions::measure`]):
+///
+/// * **achieved_bps**: the class's goodput windows of [`SAMPLE`] at its sinks, scaled to bytes on
+///   the wire of full segments ([`measure::WIRE_PER_PAYLOAD`]: Ethernet header included, as the
+///   rest of `compare` counts). `share_pct` is the class's part of what the weighted classes
+///   together achieved (the division the weights govern); `link_pct` is its rate in percent of
+///   the link.
+/// * **queue**: the class's queued bytes sampled every [`QUEUE_SAMPLE`] (Metronome: the
+///   daemon's per-class link queue gauge, [`LINK_QUEUE_METRIC`]; HTB: the leaf's backlog from
+///   `tc -s class show`), their p99 (nearest rank) and mean.
+/// * **borrowing** ([`Scenario::Borrow`]): the first class stops writing half-way through the
+///   measured interval; `borrow_ms` is the time from that instant to the end of the first
+///   [`SAMPLE`] window in which the remaining classes together carry at least [`BORROW_SHARE`]
+///   of the link.
+/// * **probe RTT** ([`Scenario::Priority`]): a TCP ping every 10 ms in the priority class while
+///   the others saturate the link, opened at the start of the measured interval; its p99.
 pub fn run(options: &LinkOptions, progress: &mut dyn Write) -> Result<Vec<LinkRow>, CompareError> {
     let _ = crate::netns::remove_stale(NS_PREFIX);
     let mut topo = Topology::bump_in_the_wire(NS_PREFIX)?;
@@ -511,108 +336,6 @@ fn progress_line(r: &LinkRow) -> String {
     )
 }
 
-/// The shaper of one run.
-enum Active {
-    Daemon {
-        control: Control,
-        thread: crate::shaper::ShaperThread,
-        metrics: Metrics,
-    },
-    Htb,
-}
-
-impl Active {
-    fn stop(self, topo: &Topology) -> Result<(), CompareError> {
-        match self {
-            Active::Daemon {
-                control, thread, ..
-            } => {
-                control.stop.store(true, Ordering::Relaxed);
-                let report = thread
-                    .join()
-                    .map_err(|_| TopoError::ThreadPanicked("shaper".into()))???;
-                metronome_daemon::ops::service::log_report(&report);
-                Ok(())
-            }
-            Active::Htb => {
-                if let Ok(stats) = tc(topo, &["-s", "class", "show", "dev", &topo.shaper_out]) {
-                    tracing::debug!("{}", stats.trim());
-                }
-                Ok(topo.remove_qdisc(&topo.shaper_out)?)
-            }
-        }
-    }
-
-    /// Queued bytes of each class now, `None` where unknown.
-    fn queues(&self, topo: &Topology, classes: &[ClassSpec]) -> Vec<Option<u64>> {
-        match self {
-            Active::Daemon { metrics, .. } => {
-                let text = metrics.encode();
-                classes
-                    .iter()
-                    .map(|c| parse_class_gauge(&text, LINK_QUEUE_METRIC, &c.name))
-                    .collect()
-            }
-            Active::Htb => tc(topo, &["-s", "class", "show", "dev", &topo.shaper_out])
-                .map(|text| parse_htb_backlogs(&text, classes.len()))
-                .unwrap_or_else(|_| vec![None; classes.len()]),
-        }
-    }
-
-    fn queue_sample(&self) -> Duration {
-        match self {
-            Active::Daemon { .. } => QUEUE_SAMPLE,
-            Active::Htb => HTB_QUEUE_SAMPLE,
-        }
-    }
-}
-
-fn tc(topo: &Topology, args: &[&str]) -> Result<String, TopoError> {
-    let mut full = vec!["-n", topo.shaper.name()];
-    full.extend_from_slice(args);
-    run_command("tc", &full)
-}
-
-fn start(
-    topo: &mut Topology,
-    options: &LinkOptions,
-    shaper: LinkShaper,
-    classes: &[(&ClassSpec, u16)],
-) -> Result<Active, CompareError> {
-    let out = topo.shaper_out.clone();
-    match shaper {
-        LinkShaper::Htb => {
-            topo.bridge_shaper()?;
-            for cmd in htb_commands(&out, options.link_bps, classes) {
-                let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
-                tc(topo, &args)?;
-            }
-            Ok(Active::Htb)
-        }
-        LinkShaper::Metronome(marking) => {
-            topo.remove_qdisc(&out)?;
-            topo.unbridge_shaper()?;
-            let link = (options.link_bps, options.link_rtt);
-            let mut config = link_config(topo.receiver_addr, link, marking, classes)
-                .map_err(|e| TopoError::Io(std::io::Error::other(e)))?;
-            options.offloads.configure(&mut config);
-            let (control, metrics) = (Control::default(), Metrics::new());
-            let thread = crate::shaper::spawn_shaper(
-                &topo.shaper,
-                config,
-                metrics.clone(),
-                control.clone(),
-            )?;
-            let thread = super::started(&control, thread)?;
-            Ok(Active::Daemon {
-                control,
-                thread,
-                metrics,
-            })
-        }
-    }
-}
-
 type TrafficThread = std::thread::JoinHandle<Result<TrafficReport, TrafficError>>;
 
 fn spawn_traffic(topo: &Topology, plan: TrafficPlan) -> TrafficThread {
@@ -630,7 +353,7 @@ fn run_one(
     topo: &mut Topology,
     options: &LinkOptions,
     scenario: Scenario,
-    shaper: LinkShaper,
+    shaper: Shaper,
     base: u16,
 ) -> Result<Vec<LinkRow>, CompareError> {
     let classes = scenario.classes();
@@ -776,7 +499,7 @@ fn mean_between(windows: &[(Instant, f64)], from: Instant, to: Instant) -> f64 {
         .filter(|(end, _)| *end >= from + SAMPLE && *end <= to)
         .map(|(_, bps)| *bps)
         .collect();
-    measure::mean(&inside)
+    crate::stats::mean(&inside)
 }
 
 /// Milliseconds from `stop` to the end of the first window after it in which `rates` (one
@@ -791,10 +514,10 @@ pub fn borrow_ms(sums: &[(Instant, f64)], stop: Instant, floor_bps: f64) -> Opti
 /// half-way) and what was sampled beside them.
 fn rows_of(
     options: &LinkOptions,
-    (scenario, shaper): (Scenario, LinkShaper),
+    (scenario, shaper): (Scenario, Shaper),
     classes: &[ClassSpec],
     plans: &[(bool, TrafficReport)],
-    mut seen: Seen,
+    seen: Seen,
 ) -> Vec<LinkRow> {
     let reports: Vec<TrafficReport> = plans.iter().map(|(_, r)| r.clone()).collect();
     let reports = reports.as_slice();
@@ -861,7 +584,7 @@ fn rows_of(
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let q = &mut seen.queues[i];
+            let q = &seen.queues[i];
             let avg = (!q.is_empty()).then(|| q.iter().sum::<u64>() as f64 / q.len() as f64);
             let remains = stop.is_some() && !c.stops_half_way;
             LinkRow {
@@ -877,7 +600,7 @@ fn rows_of(
                 share_pct: (!c.priority && weighted_total > 0.0)
                     .then(|| achieved[i] / weighted_total * 100.0),
                 link_pct: achieved[i] / link * 100.0,
-                queue_p99_bytes: percentile(q, 0.99),
+                queue_p99_bytes: crate::stats::percentile(q, 0.99),
                 queue_avg_bytes: avg,
                 rtt_p99_us: if c.priority {
                     seen.probe
@@ -934,89 +657,6 @@ mod tests {
         assert!(per_run * runs as u32 <= Duration::from_secs(60));
     }
 
-    use metronome_daemon::ops::config::LinkMarkingRule;
-
-    #[test]
-    fn the_daemon_config_of_every_scenario_is_valid() {
-        let receiver = std::net::Ipv4Addr::new(10, 77, 3, 2);
-        for scenario in Scenario::ALL {
-            let classes = scenario.classes();
-            let pairs: Vec<(&ClassSpec, u16)> = classes.iter().zip(9000..).collect();
-            for marking in [Marking::MqEcn, Marking::PerQueue] {
-                let c = link_config(receiver, (LINK_BPS, DEFAULT_LINK_RTT), marking, &pairs)
-                    .unwrap_or_else(|e| panic!("{scenario:?} {marking:?}: {e}"));
-                assert_eq!(c.classes.len(), classes.len());
-                let link = c.link.as_ref().expect("a [link] section");
-                assert_eq!(link.rate.bps(), LINK_BPS);
-                let rule = match marking {
-                    Marking::MqEcn => LinkMarkingRule::MqEcn,
-                    Marking::PerQueue => LinkMarkingRule::PerQueue,
-                };
-                assert_eq!(link.marking.rule, rule);
-                for (got, want) in c.classes.iter().zip(&classes) {
-                    assert_eq!(got.name, want.name);
-                    assert_eq!(
-                        got.policy.link.priority.is_some(),
-                        want.priority,
-                        "{}",
-                        want.name
-                    );
-                    if !want.priority {
-                        assert_eq!(got.policy.link.weight, want.weight, "{}", want.name);
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn htb_gets_rate_by_weight_ceil_at_the_link_and_a_filter_per_port() {
-        let classes = Scenario::Priority.classes();
-        let pairs: Vec<(&ClassSpec, u16)> = classes.iter().zip([7000, 7001, 7002]).collect();
-        let cmds: Vec<String> = htb_commands("out0", 1_000_000_000, &pairs)
-            .iter()
-            .map(|c| c.join(" "))
-            .collect();
-        assert!(cmds[1].contains("classid 1:1 htb rate 1000000000bit ceil 1000000000bit"));
-        assert!(cmds
-            .iter()
-            .any(|c| c.contains("classid 1:10 htb rate 10000000bit ceil 1000000000bit prio 0")));
-        assert!(cmds
-            .iter()
-            .any(|c| c.contains("classid 1:11 htb rate 250000000bit ceil 1000000000bit prio 1")));
-        assert!(cmds
-            .iter()
-            .any(|c| c.contains("classid 1:12 htb rate 750000000bit ceil 1000000000bit prio 1")));
-        assert!(cmds
-            .iter()
-            .any(|c| c.ends_with("match ip dport 7002 0xffff flowid 1:12")));
-    }
-
-    #[test]
-    fn htb_backlogs_are_read_per_class() {
-        let text = "class htb 1:1 root rate 1Gbit ceil 1Gbit burst 1375b cburst 1375b \n \
-                    Sent 10 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 0b 0p requeues 0\n\
-                    class htb 1:10 parent 1:1 leaf 8001: prio 1 rate 250Mbit ceil 1Gbit\n \
-                    Sent 10 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 3028b 2p requeues 0\n\
-                    class htb 1:11 parent 1:1 leaf 8002: prio 1 rate 750Mbit ceil 1Gbit\n \
-                    backlog 12Kb 9p requeues 0\n";
-        assert_eq!(
-            parse_htb_backlogs(text, 3),
-            [Some(3028), Some(12 * 1024), None]
-        );
-    }
-
-    #[test]
-    fn class_gauges_are_read_from_prometheus_text() {
-        let text = "# TYPE metronome_link_class_queue_bytes gauge\n\
-                    metronome_link_class_queue_bytes{class=\"a\"} 1500\n\
-                    metronome_link_class_queue_bytes{class=\"ab\"} 9\n\
-                    other{class=\"a\"} 7\n";
-        assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "a"), Some(1500));
-        assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "ab"), Some(9));
-        assert_eq!(parse_class_gauge(text, LINK_QUEUE_METRIC, "b"), None);
-    }
-
     #[test]
     fn borrowing_ends_at_the_first_window_at_the_floor() {
         let t0 = Instant::now();
@@ -1031,8 +671,5 @@ mod tests {
         // Stop at 30 ms: the window ending at 40 is below, the one ending at 80 reaches 980.
         assert_eq!(borrow_ms(&sums, at(30), 980.0), Some(50.0));
         assert_eq!(borrow_ms(&sums, at(90), 980.0), None);
-        let mut q = vec![5, 1, 3];
-        assert_eq!(percentile(&mut q, 0.99), Some(5));
-        assert_eq!(percentile(&mut [], 0.5), None);
     }
 }

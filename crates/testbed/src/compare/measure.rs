@@ -1,28 +1,13 @@
-//! What `metronome compare` measures, and how.
+//! What `metronome compare` measures, and how: the rate on the wire ([`WindowSampler`],
+//! [`wire_bytes`]), the machine's CPU ([`MachineCpu`]) and the thread CPU of the daemon
+//! ([`metronome_io::ThreadCpu`]); the statistics over them are `crate::stats`'s.
 //!
-//! * **Rate on the wire** ([`WindowSampler`], [`wire_bytes`]): the bytes the receiver's TCP
-//!   payload occupies on a wire in full segments (Ethernet frames with their 14-byte header,
-//!   without FCS, as `/proc/net/dev` counts MTU frames), from the receiver veth's `rx_bytes` and
-//!   `rx_packets` read every [`WINDOW`]. A veth counts a GSO super-frame once with its length
-//!   (one set of headers for up to 45 segments, about 3.5 % below what a wire carries), so the
-//!   payload (bytes minus one set of headers per packet counted) is scaled by a full segment's
-//!   frame-to-payload ratio: exact for MTU frames and super-frames alike, and the same for every
-//!   shaper. Each window's rate is its byte delta over the *measured* time between the two
-//!   reads, so a late wake-up does not bias the rate.
-//! * **Deviation** ([`mean_abs_deviation_pct`]): the mean absolute deviation of the window rates
-//!   from the target, in percent of the target (Carousel §7.1.1 measures conformance the same way,
-//!   in 100 ms windows).
-//! * **Machine CPU** ([`MachineCpu`]): from the first line of `/proc/stat` (`user nice system
-//!   idle iowait irq softirq steal`, clock ticks summed over all CPUs) the machine's kernel time,
-//!   `system + irq + softirq`, plus the user time of **this process** (`utime` of
-//!   `/proc/self/stat`, same ticks): the kernel's softirq time, where HTB and TBF do their work
-//!   and which no thread can be charged for, the kernel TCP of the traffic generator (the same
-//!   for every shaper), and the daemon's own user time; but not the user time of unrelated
-//!   processes (a compiler running beside the comparison). Reported in CPUs busy.
-//! * **Thread CPU** ([`metronome_io::ThreadCpu`]): the on-CPU time of one thread, the first field
-//!   of `/proc/thread-self/schedstat` (nanoseconds), opened *by that thread* and re-read by another
-//!   (the file keeps naming the task that opened it, as `/proc/thread-self/net/dev` keeps its
-//!   namespace, see [`crate::netns`]).
+//! Where it departs from Carousel §7.1.1 (conformance in 100 ms windows): the rate is the bytes
+//! the receiver's TCP payload occupies on a wire in full segments, from the receiver veth's
+//! `rx_bytes` and `rx_packets` ([`wire_bytes`]: a veth counts a GSO super-frame once, so the
+//! payload is scaled by a full segment's frame-to-payload ratio), each window's over the
+//! *measured* time between two reads; the CPU is the machine's kernel time plus this process's
+//! user time ([`MachineCpu`]), not a thread's, since the kernel shapers work in softirq context.
 
 use std::fs::File;
 use std::io::{Read, Seek};
@@ -58,33 +43,6 @@ pub fn window_rates(samples: &[(Instant, u64)]) -> Vec<f64> {
             (dt > 0.0).then(|| w[1].1.saturating_sub(w[0].1) as f64 * 8.0 / dt)
         })
         .collect()
-}
-
-/// The mean of `windows` (0 when empty).
-pub fn mean(windows: &[f64]) -> f64 {
-    if windows.is_empty() {
-        return 0.0;
-    }
-    windows.iter().sum::<f64>() / windows.len() as f64
-}
-
-/// Mean absolute deviation of `windows` from `target_bps`, in percent of the target (Carousel
-/// §7.1.1). `None` without windows or without a positive target.
-pub fn mean_abs_deviation_pct(windows: &[f64], target_bps: f64) -> Option<f64> {
-    if windows.is_empty() || target_bps <= 0.0 {
-        return None;
-    }
-    let sum: f64 = windows.iter().map(|w| (w - target_bps).abs()).sum();
-    Some(sum / windows.len() as f64 / target_bps * 100.0)
-}
-
-/// Jain's fairness index of `shares`, `(Σx)² / (n Σx²)`: 1 when all are equal, `1/n` when one
-/// has everything (Jain, Chiu and Hawe, DEC-TR-301, 1984). `None` without shares or when all are
-/// zero.
-pub fn jain_index(shares: &[f64]) -> Option<f64> {
-    let sum: f64 = shares.iter().sum();
-    let squares: f64 = shares.iter().map(|x| x * x).sum();
-    (!shares.is_empty() && squares > 0.0).then(|| sum * sum / (shares.len() as f64 * squares))
 }
 
 /// Percent of one CPU per Gbit/s of achieved rate: `cpu_cores × 100 / (achieved_bps / 1e9)`.
@@ -256,29 +214,6 @@ mod tests {
         // A counter going backwards is zero bytes, a zero-length window is skipped.
         assert_eq!(window_rates(&[(at(0), 10), (at(100), 5)]), [0.0]);
         assert!(window_rates(&[(at(0), 10), (at(0), 20)]).is_empty());
-    }
-
-    #[test]
-    fn deviation_is_the_mean_absolute_deviation_in_percent() {
-        // |90-100| + |110-100| + 0 + |104-100| = 24 over 4 windows = 6 % of 100.
-        let windows = [90.0, 110.0, 100.0, 104.0];
-        assert_eq!(mean(&windows), 101.0);
-        assert_eq!(mean_abs_deviation_pct(&windows, 100.0), Some(6.0));
-        // A steady rate 2 % low deviates by 2 %, not by its signed mean.
-        assert_eq!(mean_abs_deviation_pct(&[98.0, 98.0], 100.0), Some(2.0));
-        assert_eq!(mean_abs_deviation_pct(&[], 100.0), None);
-        assert_eq!(mean_abs_deviation_pct(&[1.0], 0.0), None);
-        assert_eq!(mean(&[]), 0.0);
-    }
-
-    #[test]
-    fn jain_index_is_one_for_equal_shares_and_one_over_n_for_one_taker() {
-        assert_eq!(jain_index(&[5.0, 5.0, 5.0, 5.0]), Some(1.0));
-        assert_eq!(jain_index(&[8.0, 0.0, 0.0, 0.0]), Some(0.25));
-        let j = jain_index(&[1.0, 2.0]).unwrap();
-        assert!((j - 0.9).abs() < 1e-12, "{j}");
-        assert_eq!(jain_index(&[]), None);
-        assert_eq!(jain_index(&[0.0, 0.0]), None);
     }
 
     #[test]

@@ -3,23 +3,7 @@
 //! frame (NicPic §1: the per-packet work of tens of thousands of rate limiters must not grow
 //! with their number).
 //!
-//! The traffic is the same for every run: [`crate::class_traffic::send_classes`] as fast as the
-//! sender goes ([`Schedule::Flood`]), [`PacketRateOptions::frame_bytes`]-byte UDP frames to the
-//! destinations of the largest class count in turn, one flow per destination. A run with `n`
-//! classes gives class `i` the destination /32 of flow `i` ([`daemon_config_text`]); the run with
-//! one class gives its class all of them (one prefix). Every class's rate is
-//! [`CLASS_RATE_BPS`], far above what arrives, so that the daemon's per-packet work (parse,
-//! classify, stamp, send), not the shaping, limits what passes.
-//!
-//! Each run starts once `metronome run` forwards a first frame
-//! ([`crate::class_traffic::wait_forwarding`]). Measured after [`PacketRateOptions::warmup`], over
-//! [`PacketRateOptions::measure`]: the frames the receiver's veth got per second (`rx_packets`),
-//! the frames the sender's socket took per second, and the daemon process's CPU (user + system time
-//! of all its threads) per delivered frame. The runs alternate ([`PacketRateOptions::rounds`]
-//! times), so that a noisy moment of the shared machine does not fall on one class count only. When
-//! the sender, not the daemon, limits (the daemon delivers about everything it is sent,
-//! [`sender_limited`]), the ratio of frames per second compares nothing, and the CPU per frame is
-//! the figure.
+//! The traffic, the runs and what they measure are [`run`]'s.
 
 use super::attach::AttachedDaemon;
 use super::CompareError;
@@ -30,6 +14,8 @@ use crate::flood::frames::mac_of;
 use crate::flood::FloodError;
 use crate::netns::{TopoError, Topology};
 use metronome_daemon::ops::config::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
@@ -93,7 +79,7 @@ impl PacketRateOptions {
 }
 
 /// One run: exactly the fields of a row of `--json`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PacketRateRow {
     /// Classes of the daemon's configuration.
     pub classes: usize,
@@ -118,7 +104,7 @@ pub struct PacketRateRow {
 }
 
 /// A run: its row, or why it could not run.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum PacketRateOutcome {
     /// Measured.
@@ -165,6 +151,24 @@ pub fn sender_limited(row: &PacketRateRow) -> bool {
 
 /// Runs `options`, printing progress to `progress`: every class count once per round, in
 /// turn. Only a failure of the topology itself is an error.
+///
+/// The traffic is the same for every run: [`crate::class_traffic::send_classes`] as fast as the
+/// sender goes ([`Schedule::Flood`]), [`PacketRateOptions::frame_bytes`]-byte UDP frames to the
+/// destinations of the largest class count in turn, one flow per destination. A run with `n`
+/// classes gives class `i` the destination /32 of flow `i` ([`daemon_config_text`]); the run with
+/// one class gives its class all of them (one prefix). Every class's rate is
+/// [`CLASS_RATE_BPS`], far above what arrives, so that the daemon's per-packet work (parse,
+/// classify, stamp, send), not the shaping, limits what passes.
+///
+/// Each run starts once `metronome run` forwards a first frame
+/// ([`crate::class_traffic::wait_forwarding`]). Measured after [`PacketRateOptions::warmup`], over
+/// [`PacketRateOptions::measure`]: the frames the receiver's veth got per second (`rx_packets`),
+/// the frames the sender's socket took per second, and the daemon process's CPU (user + system time
+/// of all its threads) per delivered frame. The runs alternate ([`PacketRateOptions::rounds`]
+/// times), so that a noisy moment of the shared machine does not fall on one class count only. When
+/// the sender, not the daemon, limits (the daemon delivers about everything it is sent,
+/// [`sender_limited`]), the ratio of frames per second compares nothing, and the CPU per frame is
+/// the figure.
 pub fn run(
     options: &PacketRateOptions,
     progress: &mut dyn Write,
@@ -256,9 +260,8 @@ fn run_one(
     let setup = started.elapsed();
     let measured = measure(topo, options, macs, &daemon);
     let drops = daemon
-        .metrics_text()
-        .ok()
-        .map(|t| super::classes::metric_sum(&t, "metronome_rx_ring_drops_total"));
+        .metrics()
+        .map(|m| m.sum("metronome_rx_ring_drops_total") as u64);
     let stopped = daemon.stop();
     let (sent, frames, cpu_ns) = measured.map_err(|e| e.to_string())?;
     stopped?;
@@ -353,21 +356,12 @@ pub fn medians(outcomes: &[PacketRateOutcome]) -> Vec<(usize, f64, f64)> {
                     _ => None,
                 })
                 .collect();
-            let mut fps: Vec<f64> = rows.iter().map(|r| r.delivered_fps).collect();
-            let mut ns: Vec<f64> = rows.iter().map(|r| r.daemon_ns_per_frame).collect();
-            (n, median(&mut fps), median(&mut ns))
+            let fps: Vec<f64> = rows.iter().map(|r| r.delivered_fps).collect();
+            let ns: Vec<f64> = rows.iter().map(|r| r.daemon_ns_per_frame).collect();
+            let median = |v: &[f64]| crate::stats::median(v).unwrap_or(f64::NAN);
+            (n, median(&fps), median(&ns))
         })
         .collect()
-}
-
-/// The median of `values` (NaN when empty).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 #[cfg(test)]

@@ -304,16 +304,12 @@ pub fn classify_ipv4(frame: &[u8]) -> Option<(u8, u16)> {
 
 /// The MAC address of `iface` in `ns` (from `ip -o link show`).
 pub fn mac_of(ns: &Namespace, iface: &str) -> Result<[u8; 6], TopoError> {
-    let shown = ns.ip(&["-o", "link", "show", "dev", iface])?;
+    let shown = ns.link_mac(iface)?;
     let bad = || TopoError::Command {
         command: format!("ip -n {} -o link show dev {iface}", ns.name()),
-        stderr: format!("no link/ether address in: {}", shown.trim()),
+        stderr: format!("no link/ether address: {shown:?}"),
     };
-    let text = shown
-        .split_whitespace()
-        .skip_while(|w| *w != "link/ether")
-        .nth(1)
-        .ok_or_else(bad)?;
+    let text = shown.as_deref().ok_or_else(bad)?;
     let mut mac = [0u8; 6];
     let mut parts = text.split(':');
     for m in mac.iter_mut() {

@@ -44,6 +44,8 @@ use super::{
     add_namespace, add_veth, install_root_qdisc, process, Namespace, QdiscSpec, TopoError,
 };
 use super::{NETNS_RUN_DIR, SEQUENCE};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -83,7 +85,7 @@ pub struct Workload {
 }
 
 /// How the workloads' veths join the host.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadLink {
     /// Enslaved to the bridge `br0`, which holds the gateway address (the workloads share one

@@ -146,13 +146,7 @@ impl CniTopology {
     /// the bridge's address with the one in the ADD result, would fail for every pod added
     /// before.
     fn pin_bridge_mac(&self) -> Result<(), TopoError> {
-        let shown = self.node.host.ip(&["-o", "link", "show", "dev", BRIDGE])?;
-        let mac = shown
-            .split_whitespace()
-            .skip_while(|w| *w != "link/ether")
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned();
+        let mac = self.node.host.link_mac(BRIDGE)?.unwrap_or_default();
         self.node
             .host
             .ip(&["link", "set", "dev", BRIDGE, "address", &mac])

@@ -10,11 +10,16 @@ use metronome_daemon::driver::run::{Control, LoopReport};
 use metronome_daemon::ops::config::{fixture, Config};
 use metronome_daemon::ops::metrics::Metrics;
 pub use metronome_testbed::compare::measure::{FRAME_HEADERS, WIRE_PER_PAYLOAD};
+use metronome_testbed::flood;
 use metronome_testbed::netns::{TopoError, Topology};
 use metronome_testbed::shaper::spawn_shaper;
 use metronome_testbed::trafficgen::{self, TrafficPlan, TrafficReport};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// How often a checked loop ([`checked_shaper`]) checks the frame pool and the engine's
+/// invariants while it runs: every 100 ms.
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 /// How often the receiver's rx byte counter is read while traffic runs.
 const SAMPLE_EVERY: Duration = Duration::from_millis(20);
@@ -43,6 +48,32 @@ pub fn drive(topo: &Topology, plan: TrafficPlan) -> (TrafficReport, Vec<Sample>)
         std::thread::sleep(SAMPLE_EVERY);
     }
     (traffic.join().unwrap().unwrap(), samples)
+}
+
+/// The daemon's loop for `config` on the shaper of `topo` with its invariants checked every
+/// [`CHECK_EVERY`] ([`flood::spawn_checked_shaper`]); returns once its ports are open (100 ms).
+pub fn checked_shaper(
+    topo: &Topology,
+    config: Config,
+    metrics: &Metrics,
+    control: &Control,
+) -> flood::CheckedThread {
+    let (metrics, control) = (metrics.clone(), control.clone());
+    let thread =
+        flood::spawn_checked_shaper(&topo.shaper, config, metrics, control, CHECK_EVERY).unwrap();
+    std::thread::sleep(Duration::from_millis(100)); // ports open
+    thread
+}
+
+/// Stops the loop of [`checked_shaper`] and joins it: its report; panics (failing the test) when
+/// the loop failed or an invariant did.
+pub fn stop_checked(thread: flood::CheckedThread, control: &Control) -> flood::CheckedReport {
+    control.stop.store(true, Ordering::Relaxed);
+    thread
+        .join()
+        .expect("the loop's thread (an invariant failed if it panicked)")
+        .unwrap()
+        .expect("the daemon's loop stays up")
 }
 
 /// The daemon configuration (read as file `file`) of one class `bulk` of TCP to ports `ports`

@@ -9,7 +9,14 @@
 //! rate is counted from the event to the end of the first window from which it holds: the first
 //! window, in the first span whose median reaches the rate, that reaches it by itself.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// The median of the finite ones of `values` (`None` when none is).
+pub fn median(values: &[f64]) -> Option<f64> {
+    let finite: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    crate::stats::median(&finite)
+}
 
 /// Windows in a span whose median judges a rate (see the module docs).
 pub const SPAN: usize = 3;
@@ -25,7 +32,7 @@ pub const SITE_TOLERANCE: f64 = 0.02;
 pub const ALONE_FRACTION: f64 = 0.97;
 
 /// One 100 ms window of the sites' rates on the wire.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Window {
     /// The window's end, seconds since the traffic started.
     pub end_s: f64,
@@ -34,7 +41,7 @@ pub struct Window {
 }
 
 /// One scrape of every daemon's metrics.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Scrape {
     /// When, seconds since the traffic started.
     pub at_s: f64,
@@ -43,21 +50,6 @@ pub struct Scrape {
     pub share_bps: Vec<Option<f64>>,
     /// Each daemon's `metronome_cluster_state` that is 1 (`None`: no answer or no series).
     pub state: Vec<Option<String>>,
-}
-
-/// The median of `values` (`None` when empty).
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// The windows that end in `(from_s, to_s]`.
@@ -100,7 +92,7 @@ pub fn sum_of(w: &Window, sites: &[usize]) -> f64 {
 
 /// What the busy sites did from an event at which they all sent (the start, or a site's
 /// return).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Settling {
     /// Seconds from the event to the end of the first window from which the span medians of the
     /// sum and of each busy site met their targets (the sum within [`SUM_TOLERANCE`] of the
@@ -226,7 +218,7 @@ pub fn share_time_to_alone(
 }
 
 /// What an etcd member's death changed while the busy sites sent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Unchanged {
     /// The median of the busy sites' sum over the [`BEFORE_S`] before the event, bits/s.
     pub sum_before_bps: Option<f64>,
@@ -311,7 +303,7 @@ pub fn unchanged(
 }
 
 /// One daemon while etcd is gone.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Holding {
     /// The site.
     pub site: String,
@@ -327,7 +319,7 @@ pub struct Holding {
 }
 
 /// The sum of the live daemons' shares at one scrape while etcd is gone.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ShareSum {
     /// Seconds since etcd stopped.
     pub after_s: f64,
@@ -336,7 +328,7 @@ pub struct ShareSum {
 }
 
 /// What the daemons did with every etcd member gone.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EtcdGone {
     /// Per live daemon.
     pub daemons: Vec<Holding>,

@@ -4,10 +4,11 @@
 
 use super::phases::{self, EtcdGone, Scrape, Settling, Unchanged, Window};
 use super::{events, ClusterOptions, Enforcement, BUSY, SITES};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The shift: a site alone after the other stopped or died.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Reach {
     /// The remaining busy site's share at the last scrape before the event, bits/s (`None`
     /// without shares).
@@ -27,7 +28,7 @@ pub struct Reach {
 }
 
 /// One thing the sequence did, on the time line of the windows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Event {
     /// Seconds since the traffic started.
     pub at_s: f64,
@@ -36,7 +37,7 @@ pub struct Event {
 }
 
 /// What `metronome compare --cluster` reports.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterReport {
     /// Cluster class or per-host classes.
     pub enforcement: Enforcement,

@@ -11,8 +11,8 @@
 //! `compare --attach` have. It is started and stopped as `compare --attach` starts its daemon
 //! ([`AttachedDaemon`]).
 
-use super::CniShaper;
 use crate::compare::attach::{daemon_config, AttachedDaemon};
+use crate::compare::Shaper;
 use crate::compare::{CompareError, FAIR_GSO_SLOTS};
 use crate::netns::cni::runtime::cni_path_with;
 use crate::netns::cni::{CniRuntime, CniTopology, BRIDGE, PLUGIN_DIR};
@@ -119,23 +119,24 @@ pub fn cni_classes(control: &Path) -> Result<Vec<String>, String> {
 /// (the plugin at `plugin`, with `daemon`'s socket and state directory, `fair = true`).
 pub fn runtime_for(
     topo: &CniTopology,
-    shaper: CniShaper,
+    shaper: Shaper,
     metronome: Option<(&Path, &NodeDaemon)>,
 ) -> Result<CniRuntime, String> {
     match (shaper, metronome) {
-        (CniShaper::Bandwidth, _) => Ok(CniRuntime::new(
+        (Shaper::Bandwidth, _) => Ok(CniRuntime::new(
             topo.node_ns(),
             vec![PathBuf::from(PLUGIN_DIR)],
             topo.bandwidth_conflist(),
         )),
-        (CniShaper::MetronomeCni, Some((plugin, daemon))) => Ok(CniRuntime::new(
+        (Shaper::MetronomeCni, Some((plugin, daemon))) => Ok(CniRuntime::new(
             topo.node_ns(),
             cni_path_with(plugin),
             topo.metronome_conflist(&daemon.control, &daemon.state_dir, true),
         )),
-        (CniShaper::MetronomeCni, None) => {
+        (Shaper::MetronomeCni, None) => {
             Err("metronome-cni needs the plugin binary and the node's daemon".into())
         }
+        (other, _) => Err(other.not_in("the CNI comparison")),
     }
 }
 

@@ -1,31 +1,18 @@
 //! The traffic of `compare --cni` and of the CNI tests: kernel TCP per pod in one direction at a
 //! time, each pod's rate measured at the receiving end, and the fair probe.
 //!
-//! * [`run_pods`]: every pod at once, [`Direction::Egress`] (the pod sends to the receiver: what
-//!   leaves the node through the uplink) or [`Direction::Ingress`] (the receiver sends to the
-//!   pod: what the node delivers through the pod's host veth), `flows` TCP connections per pod,
-//!   each pod to its own port. The sinks count per pod ([`crate::trafficgen`]).
-//! * [`pod_rate`]: a pod's rate from its goodput windows (100 ms) after the warm-up, scaled to
-//!   full segments on the wire ([`measure::WIRE_PER_PAYLOAD`], as `compare --attach` measures
-//!   its workloads, [`crate::compare::attach::workload_rate`]): the windows' **median** (a
-//!   receiver descheduled on a shared machine reads its socket late and puts a burst above the
-//!   limit into a later window without the limit having let more through; see
-//!   `crates/testbed/tests/attach_kernel.rs`), their mean beside it, and their mean absolute
-//!   deviation from the limit.
-//! * [`fair_probe`]: a pod sending [`PROBE_BULK_FLOWS`] bulk TCP connections to the receiver at
-//!   its egress limit and, from the warm-up on, a sparse probe (an 8-byte TCP ping every 10 ms)
-//!   from the same pod: the probe's RTT p50/p99, as `compare --attach` measures its probe (a
-//!   connection of its own opened after the warm-up, so slow start's queue is not in it).
-//!
-//! The two directions run one after the other, not together: the ACKs of one direction travel
-//! in the other, so a limit on what the pod sends would also carry the ACKs of what it receives,
-//! and neither direction's figure would be the limit's alone.
+//! What each function runs and measures is on it: [`run_pods`] (every pod at once, one
+//! direction), [`pod_rate`] (a pod's rate from its goodput windows: their median) and
+//! [`fair_probe`]; the two directions run one after the other, since the ACKs of one travel in
+//! the other.
 
-use crate::compare::measure::{mean, mean_abs_deviation_pct};
 use crate::compare::{answered, CompareError, TAIL};
 use crate::netns::cni::CniTopology;
 use crate::netns::TopoError;
+use crate::stats::{mean, mean_abs_deviation_pct, median};
 use crate::trafficgen::{self, FlowGroup, TrafficError, TrafficPlan, TrafficReport};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Bulk connections of the pod that carries the fair probe: 16, the bulk of the probe runs of
@@ -33,7 +20,7 @@ use std::time::Duration;
 pub const PROBE_BULK_FLOWS: usize = 16;
 
 /// Which way a run's traffic goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Pod -> receiver (`egressRate`: what the pod sends).
@@ -70,6 +57,15 @@ pub struct PodRate {
 /// an address from its ADD) in `direction`, all pods at once, pod `k` of the list to port
 /// `first_port + k`, for `duration`, each connection capped at `cap` bytes; returns each pod's
 /// traffic report, in the list's order.
+///
+/// Every pod at once, [`Direction::Egress`] (the pod sends to the receiver: what
+///   leaves the node through the uplink) or [`Direction::Ingress`] (the receiver sends to the
+///   pod: what the node delivers through the pod's host veth), `flows` TCP connections per pod,
+///   each pod to its own port. The sinks count per pod ([`crate::trafficgen`]).
+///
+/// The two directions run one after the other, not together: the ACKs of one direction travel
+/// in the other, so a limit on what the pod sends would also carry the ACKs of what it receives,
+/// and neither direction's figure would be the limit's alone.
 pub fn run_pods(
     topo: &CniTopology,
     pods: &[usize],
@@ -105,32 +101,29 @@ fn no_pod(i: usize) -> CompareError {
     )))
 }
 
+/// A pod's rate from its goodput windows (100 ms) after the warm-up, scaled to
+/// full segments on the wire ([`measure::WIRE_PER_PAYLOAD`], as `compare --attach` measures
+/// its workloads, [`crate::compare::attach::workload_rate`]): the windows' **median** (a
+/// receiver descheduled on a shared machine reads its socket late and puts a burst above the
+/// limit into a later window without the limit having let more through; see
+/// `crates/testbed/tests/attach_kernel.rs`), their mean beside it, and their mean absolute
+/// deviation from the limit.
+///
 /// The rate of `report`'s first group over the windows from `warmup` on, `span` long, on the
-/// wire, against `limit_bps` (module docs); `None` when no window falls in it.
+/// wire, against `limit_bps` (above); `None` when no window falls in it.
 pub fn pod_rate(
     report: &TrafficReport,
     (warmup, span): (Duration, Duration),
     limit_bps: u64,
 ) -> Option<PodRate> {
-    let mut windows = crate::compare::attach::wire_windows(report, (warmup, span))?;
+    let windows = crate::compare::attach::wire_windows(report, (warmup, span))?;
     let deviation_pct = mean_abs_deviation_pct(&windows, limit_bps as f64)?;
     let mean_bps = mean(&windows);
-    windows.sort_by(f64::total_cmp);
     Some(PodRate {
-        median_bps: median_of_sorted(&windows),
+        median_bps: median(&windows)?,
         mean_bps,
         deviation_pct,
     })
-}
-
-/// The median of sorted, non-empty `values` (the mean of the middle two for an even count).
-fn median_of_sorted(values: &[f64]) -> f64 {
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 /// What the fair probe measured.
@@ -144,7 +137,12 @@ pub struct ProbeFigures {
     pub p99_us: u64,
 }
 
-/// The fair probe (module docs) from pod `pod` (with an address): [`PROBE_BULK_FLOWS`]
+/// A pod sending [`PROBE_BULK_FLOWS`] bulk TCP connections to the receiver at
+/// its egress limit and, from the warm-up on, a sparse probe (an 8-byte TCP ping every 10 ms)
+/// from the same pod: the probe's RTT p50/p99, as `compare --attach` measures its probe (a
+/// connection of its own opened after the warm-up, so slow start's queue is not in it).
+///
+/// The fair probe (above) from pod `pod` (with an address): [`PROBE_BULK_FLOWS`]
 /// connections to `port` of the receiver for the warm-up, `span` and [`crate::compare::TAIL`],
 /// each capped at `cap` bytes, and the probe to `port + 1` for `span` from the warm-up on.
 /// `Ok(None)` when no ping was answered.
@@ -228,11 +226,5 @@ mod tests {
         let r = report(vec![1e6]);
         let timing = (Duration::from_millis(500), Duration::from_millis(400));
         assert_eq!(pod_rate(&r, timing, 1), None);
-    }
-
-    #[test]
-    fn an_even_count_takes_the_middle_two() {
-        assert_eq!(median_of_sorted(&[1.0, 2.0, 4.0, 8.0]), 3.0);
-        assert_eq!(median_of_sorted(&[5.0]), 5.0);
     }
 }

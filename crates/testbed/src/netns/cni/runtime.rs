@@ -29,6 +29,8 @@
 
 use super::Pod;
 use crate::netns::Namespace;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::io::Write;
@@ -104,7 +106,7 @@ impl Conflist {
 /// The `bandwidth` capability's arguments (what a runtime takes from a pod's
 /// `kubernetes.io/ingress-bandwidth` and `egress-bandwidth` annotations): rates in bits/s,
 /// bursts in bits, 0 for none (the `bandwidth` plugin then leaves that direction alone).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Bandwidth {
     /// What the pod receives, bits/s.
