@@ -318,6 +318,14 @@ impl Config {
     /// The class id of packets no class matches.
     pub const DEFAULT_CLASS: ClassId = EngineConfig::DEFAULT_CLASS;
 
+    /// Its classes, borrowed (what the silos' allocator reads).
+    pub fn class_set(&self) -> metronome_engine::config::ClassSet<'_> {
+        metronome_engine::config::ClassSet {
+            default_class: &self.default_class,
+            classes: &self.classes,
+        }
+    }
+
     /// What the engine takes of this configuration.
     pub fn engine(&self) -> EngineConfig {
         EngineConfig {

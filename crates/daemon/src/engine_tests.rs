@@ -17,6 +17,6 @@ fn reload(engine: &mut Engine, running: &Config, new: &Config) -> Result<ReloadP
             "reload refused, these changes need a restart:\n{plan}"
         ));
     }
-    engine.reload(&new.engine()).map_err(|e| e.to_string())?;
+    engine.reload(new.engine()).map_err(|e| e.to_string())?;
     Ok(plan)
 }

@@ -6,7 +6,7 @@
 
 pub mod cell;
 
-use crate::config::{EngineConfig, Match};
+use crate::config::{ClassSet, Match};
 use cell::ClusterCell;
 use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::rate_exchange::RateExchange;
@@ -108,7 +108,7 @@ pub struct Allocator {
 
 /// The classes of `config` with an aggregate rate, `(name, rate, match)`, the default class
 /// included (no match).
-fn limited_classes(config: &EngineConfig) -> Vec<(String, Rate, Option<&Match>)> {
+fn limited_classes(config: ClassSet<'_>) -> Vec<(String, Rate, Option<&Match>)> {
     let default = config
         .default_class
         .rate
@@ -124,7 +124,7 @@ impl Allocator {
     /// Allocators for `config`'s limited classes over `cores` silos placed as `placement`,
     /// updating every `period`, rates published as the equal split (epoch 1).
     pub fn new(
-        config: &EngineConfig,
+        config: ClassSet<'_>,
         period: Duration,
         placement: Placement,
         cores: usize,
@@ -136,7 +136,7 @@ impl Allocator {
     /// daemon's share of a cluster limit, split over its silos as any aggregate), from the
     /// start and at every change.
     pub fn with_cluster(
-        config: &EngineConfig,
+        config: ClassSet<'_>,
         period: Duration,
         placement: Placement,
         cores: usize,
@@ -163,7 +163,7 @@ impl Allocator {
 
     /// Makes the limits match `config`: rescales kept classes (`Nba::set_aggregate`), adds new
     /// ones, forgets removed ones; publishes every limit's rates.
-    pub fn apply(&mut self, config: &EngineConfig) {
+    pub fn apply(&mut self, config: ClassSet<'_>) {
         let wanted = limited_classes(config);
         let cores = self.cores;
         let wanted: Vec<(String, Rate, Vec<usize>)> = wanted

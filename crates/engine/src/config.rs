@@ -308,6 +308,16 @@ pub struct EngineConfig {
     pub pool_share: u32,
 }
 
+/// A configuration's classes, borrowed: what the silos' allocator reads
+/// ([`crate::allocator::Allocator`]) without a copy of the whole configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct ClassSet<'a> {
+    /// The policy of packets no class matches.
+    pub default_class: &'a ClassPolicy,
+    /// The classes, in match order.
+    pub classes: &'a [ClassConfig],
+}
+
 impl EngineConfig {
     /// The class id of packets no class matches.
     pub const DEFAULT_CLASS: ClassId = ClassId(0);

@@ -200,7 +200,7 @@ pub(crate) fn test_engine(config: &Config, pool_slots: usize, metrics: &Metrics)
 /// Installs `config` in `engine` ([`Engine::reload`]); logs a refusal. Returns whether it was
 /// installed.
 pub fn install(engine: &mut Engine, config: &Config) -> bool {
-    match engine.reload(&config.engine()) {
+    match engine.reload(config.engine()) {
         Ok(_) => true,
         Err(e) => {
             tracing::error!(error = %e, "reload refused");

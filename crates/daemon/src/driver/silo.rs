@@ -35,7 +35,7 @@ const COORDINATOR_SLEEP: std::time::Duration = std::time::Duration::from_millis(
 /// mode's placement), the cluster classes' aggregates the shares in `cells`.
 pub fn allocator(config: &Config, cores: usize, cells: &[Arc<ClusterCell>]) -> Allocator {
     Allocator::with_cluster(
-        &config.engine(),
+        config.class_set(),
         config.nba_period(),
         config.placement(),
         cores,
@@ -477,7 +477,7 @@ type Inbox = (Arc<AtomicBool>, Arc<Mutex<ReloadBox>>);
 /// limits and every silo its new cells (a silo gave an added or changed class the equal split
 /// meanwhile, `crate::ops::control::LiveEndpoint`).
 fn relimit_silos(current: &Config, allocator: &mut Allocator, inboxes: &[Inbox]) {
-    allocator.apply(&current.engine());
+    allocator.apply(current.class_set());
     let cells = allocator.cells();
     for (flag, inbox) in inboxes {
         inbox.lock().unwrap_or_else(PoisonError::into_inner).cells = Some(cells.clone());
@@ -495,7 +495,7 @@ fn reload_silos(reloader: &mut Reloader, allocator: &mut Allocator, inboxes: &[I
                 "busy_poll changes need a restart with silos; kept"
             );
         }
-        allocator.apply(&new.engine());
+        allocator.apply(new.class_set());
         let cells = allocator.cells();
         for (flag, inbox) in inboxes {
             inbox.lock().unwrap_or_else(PoisonError::into_inner).config =

@@ -243,11 +243,11 @@ impl Engine {
     /// Applies `new`'s classes, rates and default policy live (SIGHUP). Queued packets stay and
     /// leave at their EDT. What needs a restart (the wheel, the frame size, the link's buffer)
     /// the daemon refuses before it gets here (`metronome_config::ReloadPlan`).
-    pub fn reload(&mut self, new: &EngineConfig) -> Result<(), ReloadError> {
-        self.install_classes(new)?;
-        self.fair_configure(new);
-        self.acks.reload(new);
-        self.config = new.clone();
+    pub fn reload(&mut self, new: EngineConfig) -> Result<(), ReloadError> {
+        self.install_classes(&new)?;
+        self.fair_configure(&new);
+        self.acks.reload(&new);
+        self.config = new;
         Ok(())
     }
 

@@ -292,7 +292,7 @@ fn coordinator(p: &Params, point: usize) -> Result<(silo::Allocator, Arc<RateExc
             message: e.to_string(),
         })?;
     let allocator = silo::Allocator::new(
-        &config.engine(),
+        config.class_set(),
         config.nba_period(),
         config.placement(),
         p.cores,

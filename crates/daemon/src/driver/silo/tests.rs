@@ -51,7 +51,7 @@ fn the_allocator_starts_with_an_equal_split_and_water_fills() {
     assert!(r0.bps() < 35_000_000 && r1.bps() > 165_000_000, "{r0} {r1}");
     assert_eq!(a.rates("bulk"), Some(&[r0, r1][..]));
     // A reload rescales and republishes with a later epoch.
-    a.apply(&config("100mbit").engine());
+    a.apply(config("100mbit").class_set());
     let (r0, e0) = x.read_rate(0);
     assert_eq!(e0, 3);
     assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 100_000_000);
@@ -422,7 +422,7 @@ fn a_cluster_share_is_the_aggregate_the_allocator_splits_and_zero_closes_the_cla
     assert!(e0 > before);
     assert_eq!(r0.bps() + x.read_rate(1).0.bps(), 150_000_000);
     // A reload keeps the share, not the file's rate.
-    a.apply(&config.engine());
+    a.apply(config.class_set());
     assert_eq!(x.read_rate(0).0.bps() + x.read_rate(1).0.bps(), 150_000_000);
     // Zero: every silo gets a zero rate, which closes the class in its engine.
     cell.set_share(0);
