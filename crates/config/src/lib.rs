@@ -74,6 +74,10 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9187";
 /// Default path of the control socket (`[daemon] control`, `metronome_daemon::ops::control`): under
 /// `/run`, the runtime directory of the Filesystem Hierarchy Standard, cleared at boot.
 pub const DEFAULT_CONTROL: &str = "/run/metronome/control.sock";
+/// Default `daemon.max_api_classes`: 100 000 classes of the control socket, about 250 MB at the
+/// 2.1 kB a class costs in the engine, the classifier and the metrics (docs/results/daemon.md)
+/// plus the class's object as given.
+pub const DEFAULT_MAX_API_CLASSES: usize = 100_000;
 /// Default packets per receive or transmit batch: the reference `recvmmsg`/`sendmmsg` forwarder's
 /// batch.
 pub const DEFAULT_BATCH_SIZE: usize = 64;
@@ -248,6 +252,10 @@ pub struct DaemonConfig {
     /// A directory of `metronome_daemon::ops::control::ClassFile`s whose classes the control socket
     /// adds at start (`metronome_daemon::ops::control::class_dir`); `None`: none. Default `None`.
     pub class_dir: Option<std::path::PathBuf>,
+    /// Most classes the control socket (and `class_dir`) may hold at once, 0..=[`MAX_CLASSES`];
+    /// an `add` past it is refused naming `max_api_classes`. Read at each `add`, so a reload
+    /// changes it live (classes already there stay). Default [`DEFAULT_MAX_API_CLASSES`].
+    pub max_api_classes: usize,
     /// Log format. Default text.
     pub log_format: LogFormat,
     /// Shaper silos (Carousel §5.3): one thread, engine and pair of fanout sockets each. Default 1.

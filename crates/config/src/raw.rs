@@ -82,6 +82,7 @@ pub(crate) struct RawDaemon {
     pub user: Option<Spanned<String>>,
     pub control: Option<Spanned<String>>,
     pub class_dir: Option<Spanned<String>>,
+    pub max_api_classes: Option<Spanned<i64>>,
     pub class_metrics: Option<Spanned<RawClassMetrics>>,
 }
 

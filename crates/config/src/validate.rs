@@ -20,10 +20,11 @@ use super::raw::{
 use super::{
     ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE,
     DEFAULT_CONTROL, DEFAULT_DRAIN, DEFAULT_EARLY_MULTIPLE, DEFAULT_GSO_SLOTS,
-    DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_METRICS_LISTEN, DEFAULT_MTU,
-    DEFAULT_NBA_PERIOD, DEFAULT_NICE, DEFAULT_ORIGIN_MARK, DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK,
-    MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES, MAX_EARLY_MULTIPLE, MAX_GSO_SLOTS, MAX_INTERFACE_NAME,
-    MAX_POOL_PACKETS, MAX_POOL_SHARE, MAX_REALTIME_PRIORITY, MAX_WHEEL_SLOTS,
+    DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_MAX_API_CLASSES,
+    DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_NICE, DEFAULT_ORIGIN_MARK,
+    DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES,
+    MAX_EARLY_MULTIPLE, MAX_GSO_SLOTS, MAX_INTERFACE_NAME, MAX_POOL_PACKETS, MAX_POOL_SHARE,
+    MAX_REALTIME_PRIORITY, MAX_WHEEL_SLOTS,
 };
 use crate::units::parse_duration;
 use crate::ClassSeries;
@@ -434,6 +435,10 @@ impl Validator<'_> {
             Some(d) => Some(std::path::PathBuf::from(d.get_ref())),
             None => None,
         };
+        let max_api_classes = match &raw.max_api_classes {
+            Some(m) => self.int_in(m, "daemon.max_api_classes", 0, MAX_CLASSES as i64)? as usize,
+            None => DEFAULT_MAX_API_CLASSES,
+        };
         let log_format = match raw.log_format.as_ref().map(|f| *f.get_ref()) {
             Some(RawLogFormat::Json) => LogFormat::Json,
             Some(RawLogFormat::Text) | None => LogFormat::Text,
@@ -493,6 +498,7 @@ impl Validator<'_> {
             metrics_listen,
             control,
             class_dir,
+            max_api_classes,
             log_format,
             cores,
             nba_period,

@@ -24,20 +24,29 @@ use crate::datapath::engine::LiveError;
 use crate::ops::config::{origin_tags, ClassConfig, Config};
 use crate::ops::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration as StdDuration, Instant};
 
-/// Most connections served at once (16): each holds a thread; more are answered with an error
-/// and closed. An operator's CLI and a few orchestrators need far fewer.
+/// Most connections served at once (16): each holds a thread. A new one beyond them takes the
+/// place of the oldest idle one (waiting for a request: closed, counted `idle`); when all are
+/// answering requests it is answered with an error and closed (`busy`). An operator's CLI and a
+/// few orchestrators need far fewer.
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a reply waits for the loops to apply an operation (5 s): a loop applies it within
 /// one round, far below this; a loop that does not (stopping) gets an error reply.
 pub const APPLY_TIMEOUT: StdDuration = StdDuration::from_secs(5);
+/// Longest a connection may take to send one whole request line, from its start or from the
+/// previous reply (10 s): the CLI and `metronome-cni` send theirs at once; a connection that
+/// sends nothing, or a part of a line, is closed then (counted `deadline`), so that idle
+/// clients cannot hold the slots for ever.
+pub const READ_DEADLINE: StdDuration = StdDuration::from_secs(10);
+/// Longest one reply may wait for the client to read (5 s).
+pub const WRITE_TIMEOUT: StdDuration = StdDuration::from_secs(5);
 
 /// A class of the API: the object as the client gave it (changes merged in) and its validated
 /// form.
@@ -215,6 +224,16 @@ impl Live {
         }
     }
 
+    /// How many classes of the API there are.
+    pub fn api_classes(&self) -> usize {
+        self.model().api.len()
+    }
+
+    /// The cap on them in force (`[daemon] max_api_classes` of the file).
+    pub fn max_api_classes(&self) -> usize {
+        self.model().file.daemon.max_api_classes
+    }
+
     /// Whether an operation changed a class that names an origin since the last call (attach
     /// mode's watcher then hooks and unhooks for [`Live::current`]).
     pub fn take_origins_changed(&self) -> bool {
@@ -352,6 +371,16 @@ impl Live {
             return Err(ReplyError::new(
                 "name",
                 format!("class {name:?} exists: change or delete it"),
+            ));
+        }
+        let cap = model.file.daemon.max_api_classes;
+        if model.api.len() >= cap {
+            return Err(ReplyError::new(
+                "",
+                format!(
+                    "the daemon holds {cap} classes of the control socket, its [daemon] \
+                     max_api_classes: delete one, or raise the key in the file and reload (SIGHUP)"
+                ),
             ));
         }
         let mut class = validated(&model.file, &object)?;
@@ -661,7 +690,12 @@ impl ControlServer {
             Ok(_) => return Err(ControlError::NotSocket(path.to_path_buf())),
             Err(_) => {}
         }
-        let listener = UnixListener::bind(path).map_err(|e| io("binding", e))?;
+        // The socket is made with mode 0600 (the umask masks the rest while it is bound): no
+        // moment where another user may connect to it.
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+        let bound = UnixListener::bind(path);
+        nix::sys::stat::umask(umask);
+        let listener = bound.map_err(|e| io("binding", e))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| io("setting its mode", e))?;
         if let Some((uid, gid)) = owner {
@@ -716,69 +750,246 @@ impl Drop for ControlServer {
 }
 
 fn accept_loop(listener: &UnixListener, live: &Arc<Live>, stop: &AtomicBool) {
-    let open = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots::default());
     for stream in listener.incoming() {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(mut stream) = stream else { continue };
-        if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            open.fetch_sub(1, Ordering::AcqRel);
-            let busy = Reply::refused(ReplyError::new(
-                "",
-                format!("more than {MAX_CONNECTIONS} connections: try again"),
-            ));
-            let _ = writeln!(stream, "{}", busy.to_line());
+        let Ok(stream) = stream else { continue };
+        if let Err(refusal) = peer_allowed(&stream) {
+            live.metrics.control_refused(refusal.reason);
+            refuse_now(&stream, &refusal.message);
             continue;
         }
-        let (live, open) = (live.clone(), open.clone());
+        let Some(id) = slots.admit(&stream, &live.metrics) else {
+            let busy = format!(
+                "more than {MAX_CONNECTIONS} connections, each answering a request: try again"
+            );
+            live.metrics.control_refused("busy");
+            refuse_now(&stream, &busy);
+            continue;
+        };
+        let (conn_live, worker) = (live.clone(), slots.clone());
         let spawned = std::thread::Builder::new()
             .name("control-conn".into())
             .spawn(move || {
-                serve_connection(stream, &live);
-                open.fetch_sub(1, Ordering::AcqRel);
+                serve_connection(stream, &conn_live, &worker, id);
+                worker.finished(id);
             });
         if spawned.is_err() {
+            slots.finished(id);
+            live.metrics.control_refused("busy");
             tracing::warn!("a control connection was refused: no thread");
         }
     }
 }
 
-/// Answers the requests of one connection in turn until it closes.
-fn serve_connection(stream: UnixStream, live: &Live) {
-    let Ok(write_half) = stream.try_clone() else {
-        return;
-    };
-    let mut writer = std::io::BufWriter::new(write_half);
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let limit = (protocol::MAX_REQUEST_LINE + 1) as u64;
-        match (&mut reader).take(limit).read_line(&mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+/// Why a connection or a request was refused: the `reason` label of
+/// `metronome_control_refused_total` and the reply's message.
+struct Refusal {
+    reason: &'static str,
+    message: String,
+}
+
+/// Refuses a peer whose uid is neither root nor the daemon's own (the `[daemon] user` it
+/// switched to, who owns the socket): the socket's mode already keeps others out, this holds
+/// when a socket was made reachable otherwise (a lax mode set by hand, a descriptor passed on).
+fn peer_allowed(stream: &UnixStream) -> Result<(), Refusal> {
+    let own = nix::unistd::geteuid().as_raw();
+    match nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(cred) if cred.uid() == 0 || cred.uid() == own => Ok(()),
+        Ok(cred) => Err(Refusal {
+            reason: "peer",
+            message: format!(
+                "uid {} may not use this socket: only root and the daemon's user (uid {own})",
+                cred.uid()
+            ),
+        }),
+        Err(e) => Err(Refusal {
+            reason: "peer",
+            message: format!("the peer's credentials cannot be read (SO_PEERCRED: {e})"),
+        }),
+    }
+}
+
+/// Writes one refusal line without waiting on the client (a fresh socket's buffer takes it) and
+/// closes the connection.
+fn refuse_now(stream: &UnixStream, message: &str) {
+    let line = Reply::refused(ReplyError::new("", message)).to_line();
+    if stream.set_nonblocking(true).is_ok() {
+        let _ = (&*stream).write_all(format!("{line}\n").as_bytes());
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// One connection whose thread runs.
+struct Slot {
+    id: u64,
+    /// A second handle of its socket, to close it when it is evicted.
+    stream: UnixStream,
+    /// Waiting for a request (not answering one): it may be evicted.
+    idle: bool,
+    /// Closed to make room; its thread is ending.
+    evicted: bool,
+}
+
+/// The connections being served, oldest first (see [`Slots::admit`]).
+#[derive(Default)]
+struct Slots {
+    slots: Mutex<Vec<Slot>>,
+    next_id: AtomicU64,
+}
+
+impl Slots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot for `stream`, made by evicting the oldest idle connection when
+    /// [`MAX_CONNECTIONS`] are served (counted `idle`); `None` when every one is answering a
+    /// request (or the evicted ones' threads have not ended: at most as many again).
+    fn admit(&self, stream: &UnixStream, metrics: &Metrics) -> Option<u64> {
+        let handle = stream.try_clone().ok()?;
+        let mut slots = self.lock();
+        let evicted = slots.iter().filter(|s| s.evicted).count();
+        if slots.len() - evicted >= MAX_CONNECTIONS {
+            if evicted >= MAX_CONNECTIONS {
+                return None;
+            }
+            let victim = slots.iter_mut().find(|s| !s.evicted && s.idle)?;
+            victim.evicted = true;
+            metrics.control_refused("idle");
+            refuse_now(
+                &victim.stream,
+                "closed while idle to make room for a new connection",
+            );
         }
-        let arrived = Instant::now();
-        let too_long = line.len() > protocol::MAX_REQUEST_LINE;
-        let reply = if too_long {
-            Reply::refused(ReplyError::new(
-                "",
-                format!(
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        slots.push(Slot {
+            id,
+            stream: handle,
+            idle: true,
+            evicted: false,
+        });
+        Some(id)
+    }
+
+    /// Marks connection `id` idle (waiting for a request) or answering one; `false` when it
+    /// was evicted meanwhile.
+    fn set_idle(&self, id: u64, idle: bool) -> bool {
+        match self.lock().iter_mut().find(|s| s.id == id) {
+            Some(slot) if !slot.evicted => {
+                slot.idle = idle;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn finished(&self, id: u64) {
+        self.lock().retain(|s| s.id != id);
+    }
+}
+
+/// What one read of a request line gave.
+enum Line {
+    /// A whole line, without its newline.
+    Whole(Vec<u8>),
+    /// The connection closed, or failed.
+    Closed,
+    /// No whole line within [`READ_DEADLINE`].
+    Deadline,
+    /// More than [`protocol::MAX_REQUEST_LINE`] bytes without a newline.
+    TooLong,
+}
+
+/// Reads the next line of `stream` into `buffer` (which keeps what follows it), within
+/// [`READ_DEADLINE`] of the call.
+fn read_line(stream: &mut UnixStream, buffer: &mut Vec<u8>) -> Line {
+    let deadline = Instant::now() + READ_DEADLINE;
+    let mut scanned = 0;
+    loop {
+        if let Some(at) = buffer[scanned..].iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=scanned + at).collect();
+            return Line::Whole(line[..line.len() - 1].to_vec());
+        }
+        scanned = buffer.len();
+        if buffer.len() > protocol::MAX_REQUEST_LINE {
+            return Line::TooLong;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return Line::Deadline;
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk) {
+            Ok(0) => return Line::Closed,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Line::Deadline
+            }
+            Err(_) => return Line::Closed,
+        }
+    }
+}
+
+/// Answers the requests of one connection in turn until it closes, is evicted, or sends no
+/// whole request within [`READ_DEADLINE`].
+fn serve_connection(mut stream: UnixStream, live: &Live, slots: &Slots, id: u64) {
+    if stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
+        return;
+    }
+    let mut buffer = Vec::new();
+    loop {
+        if !slots.set_idle(id, true) {
+            return;
+        }
+        let line = match read_line(&mut stream, &mut buffer) {
+            Line::Whole(line) => line,
+            Line::Closed => return,
+            Line::Deadline => {
+                if slots.set_idle(id, false) {
+                    let message = format!(
+                        "no whole request within {READ_DEADLINE:?}: closed (send each request \
+                         as one line)"
+                    );
+                    live.metrics.control_refused("deadline");
+                    refuse_now(&stream, &message);
+                }
+                return;
+            }
+            Line::TooLong => {
+                let message = format!(
                     "a request is one line of at most {} bytes",
                     protocol::MAX_REQUEST_LINE
-                ),
-            ))
-        } else if line.trim().is_empty() {
-            continue;
-        } else {
-            match Request::parse(&line) {
-                Ok(request) => live.handle(request, arrived),
-                Err(e) => Reply::refused(e),
+                );
+                live.metrics.control_refused("too_long");
+                refuse_now(&stream, &message);
+                return;
             }
         };
-        let sent = writeln!(writer, "{}", reply.to_line()).and_then(|()| writer.flush());
-        if sent.is_err() || too_long {
+        if !slots.set_idle(id, false) {
+            return;
+        }
+        let arrived = Instant::now();
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let reply = match Request::parse_bytes(&line) {
+            Ok(request) => live.handle(request, arrived),
+            Err(e) => {
+                live.metrics.control_refused("malformed");
+                Reply::refused(e)
+            }
+        };
+        let sent = writeln!(stream, "{}", reply.to_line()).and_then(|()| stream.flush());
+        if sent.is_err() {
             return;
         }
     }

@@ -64,6 +64,7 @@ struct Inner {
     attach_packets: Family<ReasonLabel, Counter>,
     ack_shaping: Family<ClassOutcomeLabel, Counter>,
     class_changes: Family<labels::OpResultLabel, Counter>,
+    control_refused: Family<ReasonLabel, Counter>,
     early_frames: Family<ClassReasonLabel, Counter>,
     early_bytes: Family<ClassReasonLabel, Counter>,
     early_overloaded: Gauge,
@@ -136,6 +137,7 @@ impl Metrics {
             early_overloaded: Gauge::default(),
             early_active: Gauge::default(),
             class_changes: Family::default(),
+            control_refused: Family::default(),
             link: link::LinkFamilies::default(),
             cluster,
             http_refused: http::RefusalCounters::default(),
@@ -208,6 +210,19 @@ impl Metrics {
                        class_dir added at start (op restore, result ok, refused; gone: a file \
                        whose interface went)";
         r.register("class_changes", changes, inner.class_changes.clone());
+        let control_refused = "Connections and requests of the control socket refused, by reason \
+                               (idle: an idle connection closed to make room for a new one; \
+                               busy: every slot answering; deadline: no whole request within \
+                               the read deadline; peer: a peer uid other than root and the \
+                               socket's owner; malformed: a request that is not UTF-8 JSON of \
+                               the protocol; too_long: a line over 64 KiB), and files of \
+                               [daemon] class_dir skipped (file_symlink, file_owner, \
+                               file_mode, file_size, file_not_regular)";
+        r.register(
+            "control_refused",
+            control_refused,
+            inner.control_refused.clone(),
+        );
         let early = "Frames the receiving sockets' filter refused in the kernel before the loop \
                      read them, by class and reason (over_rate: beyond daemon.early_multiple \
                      times the class's rate after its queue bound; malformed, non_ip: \
@@ -370,6 +385,17 @@ impl Metrics {
         self.inner
             .class_changes
             .get_or_create(&labels::OpResultLabel { op, result })
+            .inc();
+    }
+
+    /// Counts one refusal of the control socket or one skipped `class_dir` file, by `reason`
+    /// (`metronome_control_refused_total`).
+    pub fn control_refused(&self, reason: &str) {
+        self.inner
+            .control_refused
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
             .inc();
     }
 

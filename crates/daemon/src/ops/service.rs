@@ -83,6 +83,9 @@ pub enum DaemonError {
     /// The cluster agent could not start (`crate::ops::cluster`).
     #[error("{0}")]
     Cluster(#[from] crate::ops::cluster::ClusterError),
+    /// The inside and outside interfaces would make a loop (`crate::os::ports::refuse_loop`).
+    #[error("{0}")]
+    Loop(#[from] crate::os::ports::LoopError),
     /// The daemon was shaping and failed; everything was stopped.
     #[error("{0}")]
     Runtime(#[from] RuntimeError),
@@ -115,7 +118,8 @@ impl DaemonError {
             | DaemonError::Realtime(_)
             | DaemonError::Attach(_)
             | DaemonError::Control(_)
-            | DaemonError::Cluster(_) => EXIT_USER_ERROR,
+            | DaemonError::Cluster(_)
+            | DaemonError::Loop(_) => EXIT_USER_ERROR,
             DaemonError::Signals(_) => EXIT_START_FAILED,
             DaemonError::Runtime(_) => EXIT_RUNTIME_FAILURE,
         }
@@ -349,6 +353,7 @@ pub fn run_daemon(
     if config.is_attach() {
         return attached::run_attached(config, config_path, &mut control, &quit);
     }
+    crate::os::ports::refuse_loop(&config)?;
     control.early = crate::os::early::load_logged(&config);
     let ports = OpenPorts::open(&config, None, control.early.as_deref())?;
     enable_gro(&config);
@@ -478,6 +483,8 @@ pub(crate) fn serve_control(
             refused = done.refused,
             gone = done.gone,
             invalid = done.invalid,
+            skipped = done.skipped,
+            over_cap = done.over_cap,
             "class_dir restored"
         );
     }

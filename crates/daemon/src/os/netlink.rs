@@ -123,3 +123,56 @@ pub fn delete(ifindex: u32) -> io::Result<()> {
     message.header.index = ifindex;
     request(RouteNetlinkMessage::DelLink(message), 0)
 }
+
+/// What [`link_ties`] learns of one link: how frames sent on it can come back on another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkTies {
+    /// The link's index.
+    pub index: u32,
+    /// The index of its veth peer when the peer is in the same namespace (`IFLA_LINK` of a
+    /// `veth` without `IFLA_LINK_NETNSID`).
+    pub veth_peer: Option<u32>,
+    /// The index of its master, the bridge it is a port of (`IFLA_MASTER`).
+    pub master: Option<u32>,
+    /// Whether the link is itself a bridge.
+    pub bridge: bool,
+}
+
+/// The [`LinkTies`] of the link named `name` in the calling thread's namespace; `Ok(None)` when
+/// there is no such link.
+pub fn link_ties(name: &str) -> io::Result<Option<LinkTies>> {
+    let mut message = LinkMessage::default();
+    message
+        .attributes
+        .push(LinkAttribute::IfName(name.to_string()));
+    let Some(link) = get_link(message)? else {
+        return Ok(None);
+    };
+    let kind = link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
+            LinkInfo::Kind(k) => Some(k.clone()),
+            _ => None,
+        }),
+        _ => None,
+    });
+    let other_namespace = link
+        .attributes
+        .iter()
+        .any(|a| matches!(a, LinkAttribute::LinkNetNsId(_)));
+    let link_index = link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Link(i) => Some(*i),
+        _ => None,
+    });
+    Ok(Some(LinkTies {
+        index: link.header.index,
+        veth_peer: match kind {
+            Some(InfoKind::Veth) if !other_namespace => link_index,
+            _ => None,
+        },
+        master: link.attributes.iter().find_map(|a| match a {
+            LinkAttribute::Controller(m) => Some(*m),
+            _ => None,
+        }),
+        bridge: kind == Some(InfoKind::Bridge),
+    }))
+}

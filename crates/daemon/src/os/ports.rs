@@ -288,3 +288,162 @@ mod tests {
         assert_eq!(sum.rx_untagged, 6);
     }
 }
+
+/// Why the inside and outside interfaces of a bump in the wire were refused: what the daemon
+/// sends on one would come back on the other, and it would forward its own frames for ever.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoopError {
+    /// Both names are one link (an `altname` of it, say).
+    #[error(
+        "[interfaces] inside {inside:?} and outside {outside:?} are the same interface: what the \
+         daemon sends out would come back in; give two interfaces"
+    )]
+    SameInterface {
+        /// `interfaces.inside`.
+        inside: String,
+        /// `interfaces.outside`.
+        outside: String,
+    },
+    /// The two are the ends of one veth pair.
+    #[error(
+        "[interfaces] inside {inside:?} and outside {outside:?} are the two ends of one veth \
+         pair: every frame sent on one arrives on the other, so the daemon would forward its own \
+         frames in a loop; give the interfaces of two different links"
+    )]
+    VethPeers {
+        /// `interfaces.inside`.
+        inside: String,
+        /// `interfaces.outside`.
+        outside: String,
+    },
+    /// The two are ports of one bridge, or one is the bridge the other is a port of.
+    #[error(
+        "[interfaces] inside {inside:?} and outside {outside:?} are joined by bridge {bridge:?}: \
+         it floods what the daemon sends on one to the other, a loop; take one of them out of the \
+         bridge, or shape the bridge's port with attach mode instead"
+    )]
+    Bridged {
+        /// `interfaces.inside`.
+        inside: String,
+        /// `interfaces.outside`.
+        outside: String,
+        /// The bridge's name (its index when it has none).
+        bridge: String,
+    },
+}
+
+/// Refuses inside and outside interfaces of `config` that are one link, veth peers, or joined by
+/// one bridge ([`LoopError`]), in the calling thread's namespace. An interface that cannot be
+/// asked (missing: opening its port says so) is not refused here.
+pub fn refuse_loop(config: &Config) -> Result<(), LoopError> {
+    let (inside, outside) = (&config.interfaces.inside, &config.interfaces.outside);
+    let ties = |name: &str| crate::os::netlink::link_ties(name).ok().flatten();
+    let (Some(a), Some(b)) = (ties(inside), ties(outside)) else {
+        return Ok(());
+    };
+    loop_between(inside, &a, outside, &b)
+}
+
+/// The check of [`refuse_loop`] on the ties of `inside` (`a`) and `outside` (`b`).
+fn loop_between(
+    inside: &str,
+    a: &crate::os::netlink::LinkTies,
+    outside: &str,
+    b: &crate::os::netlink::LinkTies,
+) -> Result<(), LoopError> {
+    let names = || (inside.to_string(), outside.to_string());
+    if a.index == b.index {
+        let (inside, outside) = names();
+        return Err(LoopError::SameInterface { inside, outside });
+    }
+    if a.veth_peer == Some(b.index) || b.veth_peer == Some(a.index) {
+        let (inside, outside) = names();
+        return Err(LoopError::VethPeers { inside, outside });
+    }
+    let bridge = match (a.master, b.master) {
+        (Some(x), Some(y)) if x == y => Some(x),
+        (Some(x), _) if b.bridge && x == b.index => Some(x),
+        (_, Some(y)) if a.bridge && y == a.index => Some(y),
+        _ => None,
+    };
+    if let Some(index) = bridge {
+        let (inside, outside) = names();
+        let bridge = nix::net::if_::if_indextoname(index)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("of index {index}"));
+        return Err(LoopError::Bridged {
+            inside,
+            outside,
+            bridge,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod loop_tests {
+    use super::{loop_between, LoopError};
+    use crate::os::netlink::LinkTies;
+
+    fn link(index: u32) -> LinkTies {
+        LinkTies {
+            index,
+            ..LinkTies::default()
+        }
+    }
+
+    #[test]
+    fn two_unrelated_links_pass() {
+        let (a, b) = (link(2), link(3));
+        assert_eq!(loop_between("a", &a, "b", &b), Ok(()));
+        let ported = LinkTies {
+            master: Some(9),
+            ..link(2)
+        };
+        let other = LinkTies {
+            master: Some(10),
+            ..link(3)
+        };
+        assert_eq!(loop_between("a", &ported, "b", &other), Ok(()));
+        assert_eq!(loop_between("a", &ported, "b", &link(3)), Ok(()));
+    }
+
+    #[test]
+    fn one_link_by_two_names_is_refused() {
+        let err = loop_between("a", &link(2), "b", &link(2)).unwrap_err();
+        assert!(matches!(err, LoopError::SameInterface { .. }));
+    }
+
+    #[test]
+    fn veth_peers_are_refused_whichever_end_is_inside() {
+        let a = LinkTies {
+            veth_peer: Some(3),
+            ..link(2)
+        };
+        let b = LinkTies {
+            veth_peer: Some(2),
+            ..link(3)
+        };
+        for (x, y) in [(&a, &b), (&b, &a), (&a, &link(3))] {
+            let err = loop_between("x", x, "y", y).unwrap_err();
+            assert!(matches!(err, LoopError::VethPeers { .. }), "{err}");
+            assert!(err.to_string().contains("veth pair"), "{err}");
+        }
+    }
+
+    #[test]
+    fn ports_of_one_bridge_and_a_bridge_with_its_port_are_refused() {
+        let port = |index| LinkTies {
+            master: Some(7),
+            ..link(index)
+        };
+        let bridge = LinkTies {
+            bridge: true,
+            ..link(7)
+        };
+        for (x, y) in [(port(2), port(3)), (port(2), bridge), (bridge, port(3))] {
+            let err = loop_between("x", &x, "y", &y).unwrap_err();
+            assert!(matches!(err, LoopError::Bridged { .. }), "{err}");
+        }
+    }
+}

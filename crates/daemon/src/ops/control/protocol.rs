@@ -55,6 +55,21 @@ impl Request {
         }
     }
 
+    /// Parses one request line as the socket read it (without its newline): UTF-8 JSON of the
+    /// protocol, else an error saying what is wrong ([`Request::parse`]).
+    pub fn parse_bytes(line: &[u8]) -> Result<Request, ReplyError> {
+        match std::str::from_utf8(line) {
+            Ok(text) => Request::parse(text),
+            Err(e) => Err(ReplyError::new(
+                "",
+                format!(
+                    "not a request: a request is UTF-8 JSON, and byte {} is not UTF-8",
+                    e.valid_up_to()
+                ),
+            )),
+        }
+    }
+
     /// Parses one request line; the error says what is wrong, naming the field.
     pub fn parse(line: &str) -> Result<Request, ReplyError> {
         serde_json::from_str(line.trim()).map_err(|e| {

@@ -386,3 +386,195 @@ fn a_live_to_needs_a_bridge() {
     stop.store(true, Ordering::Relaxed);
     thread.join().unwrap();
 }
+
+/// A fresh directory for one socket test, searchable by every user.
+fn socket_dir(name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("mtr-control-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// One reply line read off `stream`.
+fn reply_line(stream: &UnixStream) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
+#[test]
+fn idle_clients_cannot_hold_the_socket_and_every_malformed_request_is_answered() {
+    let dir = socket_dir("idle");
+    let path = dir.join("control.sock");
+    let listener = ControlServer::bind(&path, None).unwrap();
+    let loops = Loops::new(1);
+    let metrics = loops.live.metrics.clone();
+    let server = ControlServer::serve(listener, &path, loops.live.clone(), None);
+    // Sixteen clients that each sent part of a request and wait.
+    let idle: Vec<UnixStream> = (0..MAX_CONNECTIONS)
+        .map(|_| {
+            let mut s = UnixStream::connect(&path).unwrap();
+            s.write_all(br#"{"op":"li"#).unwrap();
+            s
+        })
+        .collect();
+    // The seventeenth is served, well before any idle one's read deadline runs out: the
+    // oldest idle one gave it its place.
+    let started = Instant::now();
+    let mut client = Client::connect(&path).unwrap();
+    let r = client.list().unwrap();
+    let took = started.elapsed();
+    assert!(r.ok, "{r:?}");
+    assert!(took < READ_DEADLINE, "served after {took:?}");
+    eprintln!("the 17th client was answered in {took:?}");
+    let closed = reply_line(&idle[0]);
+    assert!(closed.contains("idle"), "{closed}");
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"metronome_control_refused_total{reason="idle"} 1"#),
+        "{text}"
+    );
+    // A request that is not UTF-8 gets an answer, and the connection serves the next one.
+    let mut raw = UnixStream::connect(&path).unwrap();
+    raw.write_all(b"{\"op\":\"list\xff\"}\n").unwrap();
+    let refused: Reply = serde_json::from_str(&reply_line(&raw)).unwrap();
+    assert!(!refused.ok);
+    let message = refused.error.unwrap().message;
+    assert!(message.contains("UTF-8"), "{message}");
+    raw.write_all(b"{\"op\":\"list\"}\n").unwrap();
+    let listed: Reply = serde_json::from_str(&reply_line(&raw)).unwrap();
+    assert!(listed.ok, "{listed:?}");
+    assert!(metrics
+        .encode()
+        .contains(r#"metronome_control_refused_total{reason="malformed"} 1"#));
+    drop((idle, raw, client));
+    drop(server);
+    loops.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The socket [`connect_as_another_user`] connects to.
+const PEER_SOCKET_ENV: &str = "METRONOME_TEST_PEER_SOCKET";
+
+/// Not a test of its own: the client that `a_peer_neither_root_nor_the_daemon_s_user_is_refused`
+/// runs as another user. Sends `list` to the socket [`PEER_SOCKET_ENV`] names and prints the
+/// reply after `REPLY:`.
+#[test]
+#[ignore = "a helper: run as another user by a_peer_neither_root_nor_the_daemon_s_user_is_refused"]
+fn connect_as_another_user() {
+    let path = std::env::var_os(PEER_SOCKET_ENV).expect("METRONOME_TEST_PEER_SOCKET");
+    let mut stream = UnixStream::connect(path).unwrap();
+    // A refused peer's connection is closed at once: the write may find it closed, the refusal
+    // is read all the same.
+    let _ = stream.write_all(b"{\"op\":\"list\"}\n");
+    println!("REPLY:{}", reply_line(&stream).trim_end());
+}
+
+#[test]
+fn a_peer_neither_root_nor_the_daemon_s_user_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = socket_dir("peer");
+    let path = dir.join("control.sock");
+    let listener = ControlServer::bind(&path, None).unwrap();
+    let loops = Loops::new(1);
+    let metrics = loops.live.metrics.clone();
+    let server = ControlServer::serve(listener, &path, loops.live.clone(), None);
+    // The socket made reachable by hand: its mode no longer keeps others out.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // A client of uid 65534: this test binary again, copied where that user may run it,
+    // running `connect_as_another_user`.
+    let exe = dir.join("client");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    use std::os::unix::process::CommandExt;
+    let answer = std::process::Command::new(&exe)
+        .args([
+            "--ignored",
+            "--exact",
+            "ops::control::tests::connect_as_another_user",
+            "--nocapture",
+        ])
+        .env(PEER_SOCKET_ENV, &path)
+        .uid(65_534)
+        .gid(65_534)
+        .output()
+        .map_err(|e| e.to_string())
+        .and_then(|out| {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.lines()
+                .find_map(|l| l.strip_prefix("REPLY:").map(str::to_owned))
+                .ok_or(format!(
+                    "no reply: {text} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+        });
+    match answer {
+        Ok(line) => {
+            let reply: Reply =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            assert!(!reply.ok, "{reply:?}");
+            let message = reply.error.unwrap().message;
+            assert!(
+                message.contains("uid 65534 may not use this socket"),
+                "{message}"
+            );
+            assert!(metrics
+                .encode()
+                .contains(r#"metronome_control_refused_total{reason="peer"} 1"#));
+        }
+        Err(e) if !nix::unistd::geteuid().is_root() => {
+            crate::os::privileged_tests::skip_unprivileged(&format!(
+                "a peer of another uid: running a client as uid 65534 needs root: {e}"
+            ))
+        }
+        Err(e) => panic!("the client of uid 65534 did not run: {e}"),
+    }
+    // Root is served.
+    assert!(Client::connect(&path).unwrap().list().unwrap().ok);
+    drop(server);
+    loops.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_api_s_classes_stop_at_max_api_classes() {
+    let text = format!("{FILE}[daemon]\nmax_api_classes = 2\n");
+    let config = Config::from_toml_str(&text, "test.toml").unwrap();
+    let live = Live::new(&config, 1, Metrics::new()).unwrap();
+    for name in ["a", "b"] {
+        live.restore(object(json!({"name": name, "rate": "1mbit"})))
+            .unwrap();
+    }
+    let e = live
+        .restore(object(json!({"name": "c", "rate": "1mbit"})))
+        .unwrap_err();
+    assert!(e.message.contains("max_api_classes"), "{e}");
+    assert_eq!(live.api_classes(), 2);
+}
+
+#[test]
+fn a_connection_without_a_whole_request_is_closed_at_the_read_deadline() {
+    let dir = socket_dir("deadline");
+    let path = dir.join("control.sock");
+    let listener = ControlServer::bind(&path, None).unwrap();
+    let loops = Loops::new(1);
+    let metrics = loops.live.metrics.clone();
+    let server = ControlServer::serve(listener, &path, loops.live.clone(), None);
+    let mut stream = UnixStream::connect(&path).unwrap();
+    stream.write_all(br#"{"op":"li"#).unwrap();
+    let started = Instant::now();
+    let closed = reply_line(&stream);
+    assert!(started.elapsed() >= READ_DEADLINE / 2, "{closed}");
+    assert!(closed.contains("no whole request within"), "{closed}");
+    assert!(metrics
+        .encode()
+        .contains(r#"metronome_control_refused_total{reason="deadline"} 1"#));
+    drop(server);
+    loops.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
