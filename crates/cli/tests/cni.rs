@@ -21,6 +21,7 @@
 //! Fails without CAP_NET_ADMIN (skips, saying why, under METRONOME_SKIP_PRIVILEGED=1); the
 //! topology and the daemon are removed on every path (their `Drop`).
 
+use metronome_cni::classes::{class_name, Direction as ClassDirection};
 use metronome_daemon::os::attach::tcx_programs;
 use metronome_testbed::compare::cni::node::{
     cni_classes, files_in, runtime_for, Leftovers, NodeDaemon,
@@ -73,14 +74,10 @@ fn rc() -> RuntimeConfig {
     RuntimeConfig::bandwidth(symmetric(RATE_BPS))
 }
 
-/// The class names `metronome-cni` gives `pod` (design: `cni.<first 12 of the container
-/// ID>.<ifname>.<direction>`; the testbed's container IDs are hexadecimal, kept as they are).
+/// The class names `metronome-cni` gives `pod` (`cni.<first 12 of the container
+/// ID>.<ifname>.<key>.<direction>`, `metronome_cni::classes::class_name`).
 fn class_names(pod: &Pod) -> [String; 2] {
-    let id = &pod.container_id[..12];
-    [
-        format!("cni.{id}.{}.egress", pod.ifname),
-        format!("cni.{id}.{}.ingress", pod.ifname),
-    ]
+    ClassDirection::BOTH.map(|d| class_name(&pod.container_id, &pod.ifname, d))
 }
 
 /// Whether every pod is within [`TOLERANCE`] of [`RATE_BPS`] in `direction`; prints the

@@ -1,34 +1,37 @@
-//! A pod interface's two classes and its state file.
+//! A pod interface's two classes and the name of its state file.
 //!
-//! * **Names:** `cni.<id>.<ifname>.egress` and `cni.<id>.<ifname>.ingress`, `<id>` the container
-//!   ID's first [`ID_CHARS`] characters; in both parts every character outside `A-Za-z0-9_-` is
-//!   replaced by `_`, so a name always passes the daemon's rule (at most 64 of `A-Za-z0-9_-.`).
+//! * **Names:** `cni.<id>.<ifname>.<key>.egress` and `cni.<id>.<ifname>.<key>.ingress`: `<id>`
+//!   the container ID's first [`ID_CHARS`] characters and `<ifname>` the pod's interface, both
+//!   for the reader (every character outside `A-Za-z0-9_-` replaced by `_`), and `<key>`
+//!   ([`pod_key`]) 16 hexadecimal digits of the FNV-1a hash of the full container ID and
+//!   interface name, so that two pods whose readable parts agree still get two names. A name has
+//!   at most 57 bytes, within the daemon's rule (at most 64 of `A-Za-z0-9_-.`).
 //! * **Classes:** the control protocol's class objects (the keys and words of a `[[class]]`
 //!   table, docs/config.md): egress `match = { from = HOST_VETH }` (what the pod sends, shaped
 //!   where it leaves the host), ingress `match = { to = HOST_VETH }` (what goes to the pod, shaped
 //!   at its host veth), each with `rate`, `burst` (bytes: the bucket's bits / 8 rounded up, at
 //!   least one frame, `mtu + 14`), `fair` and, with `ecn`, `backpressure = { mode = "ecn", threshold = ecnThreshold }`.
-//! * **State file:** `<stateDir>/<containerid>-<ifname>.json`, the daemon's `class_dir` format
-//!   (one file per pod interface, written atomically, mode 0644): the daemon adds its classes at
-//!   start, so a daemon restarted while pods run re-learns them.
+//! * **State file:** `<stateDir>/<containerid>.<ifname>.json` ([`state_name`]): the container ID
+//!   as it is and the interface name with every byte outside `A-Za-z0-9_-` written `%XX`, so the
+//!   last `.` before `.json` separates the two and no two pods share a file. Its format is the
+//!   daemon's `class_dir` ([`ClassFile`]); how it is written and read is [`crate::state`].
 
 use crate::netconf::{Bandwidth, NetConf};
 use metronome_core::Rate;
 use metronome_daemon::ops::control::ClassObject;
 use serde_json::Value;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
 /// Characters of the container ID in a class name (12): the short ID `docker ps` and `crictl ps`
-/// show, unique enough on one node, and it keeps a name within the daemon's 64 bytes.
+/// show, for the reader; [`pod_key`] tells pods apart.
 pub const ID_CHARS: usize = 12;
+/// Characters of the interface name in a class name (15): the kernel's longest
+/// ([`crate::invocation::MAX_IFNAME`]).
+pub const IFNAME_CHARS: usize = crate::invocation::MAX_IFNAME;
 /// Bytes of an Ethernet header (14) added to the MTU for the smallest burst: one full frame, the
 /// daemon's default burst (`mtu + 14`, docs/config.md).
 pub const ETHERNET_HEADER_BYTES: u64 = 14;
-/// Mode of a state file (0644): the daemon reads it, whatever user it switched to.
-pub const STATE_FILE_MODE: u32 = 0o644;
-
 /// The pod interface's record in the state directory: the daemon's own `class_dir` format.
 pub(crate) use metronome_daemon::ops::control::ClassFile;
 
@@ -92,30 +95,60 @@ fn sanitized(text: &str) -> String {
         .collect()
 }
 
+/// The pod's key: the FNV-1a (64-bit) hash of `container_id`, a NUL byte and `ifname`, as 16
+/// lowercase hexadecimal digits. Neither part holds a NUL (the environment cannot carry one), so
+/// the bytes hashed name one pod; FNV-1a is fixed by its definition, so every run of the plugin
+/// (ADD, then DEL or CHECK) computes the same key.
+pub fn pod_key(container_id: &str, ifname: &str) -> String {
+    let mut h = fnv::FnvHasher::default();
+    h.write(container_id.as_bytes());
+    h.write(&[0]);
+    h.write(ifname.as_bytes());
+    format!("{:016x}", h.finish())
+}
+
 /// The class name of `container_id`'s interface `ifname` in `direction`.
 pub fn class_name(container_id: &str, ifname: &str, direction: Direction) -> String {
     let id: String = container_id.chars().take(ID_CHARS).collect();
+    let ifname_part: String = ifname.chars().take(IFNAME_CHARS).collect();
     format!(
-        "cni.{}.{}.{}",
+        "cni.{}.{}.{}.{}",
         sanitized(&id),
-        sanitized(ifname),
+        sanitized(&ifname_part),
+        pod_key(container_id, ifname),
         direction.word()
     )
 }
 
+/// `text` with every byte outside `A-Za-z0-9_-` and `keep` written `%XX` (uppercase hex).
+fn percent_encoded(text: &str, keep: &[u8]) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || keep.contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The state file's name of `container_id`'s interface `ifname`: `<id>.<ifname>.json`, the
+/// container ID with `.` kept and the interface name with `.` encoded (so the last `.` before
+/// `.json` splits them), every other byte outside `A-Za-z0-9_-` as `%XX` in both: two pods never
+/// share a name. A leading `.` is encoded too, so a name never starts with one (the temporary
+/// files of [`crate::state`] do).
+pub fn state_name(container_id: &str, ifname: &str) -> String {
+    let mut id = percent_encoded(container_id, b".");
+    if id.starts_with('.') {
+        id.replace_range(..1, "%2E");
+    }
+    format!("{id}.{}.json", percent_encoded(ifname, b""))
+}
+
 /// The state file of `container_id`'s interface `ifname` in `state_dir`.
 pub fn state_path(state_dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
-    let name = format!("{container_id}-{ifname}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect::<String>();
-    state_dir.join(format!("{name}.json"))
+    state_dir.join(state_name(container_id, ifname))
 }
 
 /// The burst in bytes for a bucket of `burst_bits` bits: rounded up to whole bytes, at least one
@@ -190,58 +223,6 @@ pub fn wanted(conf: &NetConf, container_id: &str, ifname: &str, host_if: &str) -
         .collect()
 }
 
-/// Writes `file` to `path` atomically: a temporary file beside it (a dot name not ending in
-/// `.json`, mode 0644, synced), renamed over `path`; the directory is made when missing.
-pub(crate) fn write_state(path: &Path, file: &ClassFile) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let text = serde_json::to_string_pretty(file).map_err(std::io::Error::other)?;
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(STATE_FILE_MODE)
-            .open(&tmp)?;
-        // The mode given to open(2) is reduced by the umask.
-        f.set_permissions(std::fs::Permissions::from_mode(STATE_FILE_MODE))?;
-        f.write_all(text.as_bytes())?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
-    // The rename is durable once the directory is synced.
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Reads the state file at `path`: `Ok(None)` when there is none.
-pub(crate) fn read_state(path: &Path) -> std::io::Result<Option<ClassFile>> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Removes the state file at `path`; none there is fine.
-pub(crate) fn remove_state(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,20 +238,54 @@ mod tests {
     #[test]
     fn names_are_short_and_plain() {
         let id = "0123456789abcdef0123";
+        let key = pod_key(id, "eth0");
+        assert_eq!(key.len(), 16);
+        assert!(key.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
         assert_eq!(
             class_name(id, "eth0", Direction::Egress),
-            "cni.0123456789ab.eth0.egress"
+            format!("cni.0123456789ab.eth0.{key}.egress")
         );
         assert_eq!(
             class_name("a.b+c", "e@1", Direction::Ingress),
-            "cni.a_b_c.e_1.ingress"
+            format!("cni.a_b_c.e_1.{}.ingress", pod_key("a.b+c", "e@1"))
         );
         let longest = class_name(&"x".repeat(64), &"y".repeat(15), Direction::Ingress);
-        assert!(longest.len() <= 64, "{longest}");
+        assert_eq!(longest.len(), 57, "{longest}");
+        // FNV-1a of its definition: the key does not depend on the build.
+        assert_eq!(
+            pod_key("", ""),
+            format!("{:016x}", 0xaf63_bd4c_8601_b7df_u64)
+        );
         assert_eq!(
             state_path(Path::new("/d"), "abc", "eth0"),
-            PathBuf::from("/d/abc-eth0.json")
+            PathBuf::from("/d/abc.eth0.json")
         );
+        assert_eq!(state_name("a.b", "c.d%"), "a.b.c%2Ed%25.json");
+        assert_eq!(state_name(".x", "e"), "%2Ex.e.json");
+    }
+
+    #[test]
+    fn pods_whose_readable_parts_agree_get_names_of_their_own() {
+        let pods = [
+            ("ab-c", "d"),
+            ("ab", "c-d"),
+            ("ab.c", "d"),
+            ("ab", "c.d"),
+            ("0123456789abX", "eth0"),
+            ("0123456789abY", "eth0"),
+            ("a+b", "eth0"),
+            ("a_b", "eth0"),
+            ("a", "e@1"),
+            ("a", "e_1"),
+        ];
+        let mut classes = std::collections::BTreeSet::new();
+        let mut files = std::collections::BTreeSet::new();
+        for (id, ifname) in pods {
+            for d in Direction::BOTH {
+                assert!(classes.insert(class_name(id, ifname, d)), "{id} {ifname}");
+            }
+            assert!(files.insert(state_name(id, ifname)), "{id} {ifname}");
+        }
     }
 
     #[test]
@@ -310,7 +325,7 @@ mod tests {
         assert_eq!(classes.len(), 2);
         assert_eq!(
             Value::Object(classes[0].clone()),
-            json!({"name":"cni.abcdef.eth0.egress","match":{"from":"veth1"},"rate":"100mbit",
+            json!({"name":class_name("abcdef", "eth0", Direction::Egress),"match":{"from":"veth1"},"rate":"100mbit",
                    "burst":"100000b","fair":true,"backpressure":{"mode":"ecn","threshold":"500us"}})
         );
         assert_eq!(classes[1]["match"], json!({"to":"veth1"}));
@@ -320,7 +335,10 @@ mod tests {
         let c = conf(r#","fair":false,"runtimeConfig":{"bandwidth":{"ingressRate":1000}}"#);
         let classes = wanted(&c, "abcdef", "eth0", "veth1");
         assert_eq!(classes.len(), 1);
-        assert_eq!(classes[0]["name"], json!("cni.abcdef.eth0.ingress"));
+        assert_eq!(
+            classes[0]["name"],
+            json!(class_name("abcdef", "eth0", Direction::Ingress))
+        );
         assert_eq!(classes[0]["fair"], json!(false));
         assert!(!classes[0].contains_key("backpressure"));
         assert_eq!(as_change(&classes[0])["backpressure"], Value::Null);
@@ -345,33 +363,5 @@ mod tests {
             let valid = config.live_class(&table).unwrap();
             assert!(valid.policy.rate.is_some(), "{class:?}");
         }
-    }
-
-    #[test]
-    fn the_state_file_is_written_whole_and_read_back() {
-        let dir = std::env::temp_dir().join(format!("metronome-cni-unit-{}", std::process::id()));
-        let path = state_path(&dir, "abc", "eth0");
-        let file = ClassFile {
-            interface: "veth1".into(),
-            container_id: "abc".into(),
-            ifname: "eth0".into(),
-            netns: "/var/run/netns/x".into(),
-            classes: wanted(
-                &conf(r#","runtimeConfig":{"bandwidth":{"egressRate":1000}}"#),
-                "abc",
-                "eth0",
-                "veth1",
-            ),
-        };
-        write_state(&path, &file).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, STATE_FILE_MODE);
-        assert_eq!(read_state(&path).unwrap(), Some(file));
-        // Nothing else is left in the directory.
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
-        remove_state(&path).unwrap();
-        remove_state(&path).unwrap();
-        assert_eq!(read_state(&path).unwrap(), None);
-        std::fs::remove_dir(&dir).unwrap();
     }
 }

@@ -8,7 +8,8 @@ use serde::Serialize;
 pub const INCOMPATIBLE_VERSION: u32 = 1;
 /// Code 4: a `CNI_*` environment variable is missing or invalid.
 pub const INVALID_ENVIRONMENT: u32 = 4;
-/// Code 5: an I/O failure (the state file could not be written or removed).
+/// Code 5: an I/O failure (the state file could not be written or removed), or the state
+/// directory is refused (another user's, or writable by others).
 pub const IO_FAILURE: u32 = 5;
 /// Code 6: stdin could not be decoded (not JSON, or a key of the wrong type).
 pub const DECODING_FAILURE: u32 = 6;
@@ -20,6 +21,9 @@ pub const TRY_AGAIN_LATER: u32 = 11;
 pub const LIMITS_MISSING: u32 = 100;
 /// Code 101 (this plugin's): the pod's host-side interface could not be found.
 pub const NO_HOST_INTERFACE: u32 = 101;
+/// Code 102 (this plugin's): ADD found a class of the pod's name in the daemon that is not the
+/// pod's (its state file does not record it with that match): it is left as it is.
+pub const CLASS_NOT_OWNED: u32 = 102;
 
 /// A failed command: its code, a short message and the details.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

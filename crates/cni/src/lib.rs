@@ -1,13 +1,13 @@
 //! `metronome-cni`, a chained CNI plugin (CNI specification 1.0.0) that gives a pod the limits of
 //! its `runtimeConfig.bandwidth` (the `kubernetes.io/egress-bandwidth` and `ingress-bandwidth`
 //! annotations) as two live classes of the node's daemon in attach mode, registered through its
-//! control socket: `cni.<id>.<ifname>.egress` matching `from` the pod's host veth and
-//! `cni.<id>.<ifname>.ingress` matching `to` it. docs/cni.md is the operator's page.
+//! control socket: `cni.<id>.<ifname>.<key>.egress` matching `from` the pod's host veth and
+//! `cni.<id>.<ifname>.<key>.ingress` matching `to` it. docs/cni.md is the operator's page.
 //!
 //! Modules: [`invocation`] (the `CNI_*` environment), [`netconf`] (the configuration on stdin),
-//! [`host`] (the pod's host veth), [`classes`] (class names and objects, the state file the
-//! daemon's `class_dir` reads), [`plugin`] (ADD, DEL, CHECK, VERSION), [`error`] (the error object
-//! and its codes). The executable, `crates/cli/src/bin/metronome-cni.rs`, calls [`main`].
+//! [`host`] (the pod's host veth), [`classes`] (class names and objects, the state file's name),
+//! [`state`] (the state directory the daemon's `class_dir` reads, and its files), [`plugin`] (ADD,
+//! DEL, CHECK, VERSION), [`error`] (the error object and its codes). The executable, `crates/cli/src/bin/metronome-cni.rs`, calls [`main`].
 
 pub mod classes;
 pub mod error;
@@ -15,6 +15,7 @@ pub mod host;
 pub mod invocation;
 pub mod netconf;
 pub mod plugin;
+pub mod state;
 
 pub use error::CniError;
 pub use plugin::{run, Outcome};

@@ -1,25 +1,36 @@
 //! The four commands (CNI specification 1.0.0, "CNI operations"), as docs/cni.md describes them
 //! to an operator:
 //!
-//! * **ADD**: with `runtimeConfig.bandwidth`, write the state file, then `add` each class to the
-//!   daemon (a name that exists: `change` to the new object); print `prevResult` unchanged.
-//!   Without a limit: print `prevResult`, register nothing, write nothing. The daemon not
-//!   answering is error 11 and the state file stays: the daemon adds its classes when it starts,
-//!   and the runtime calls DEL after a failed ADD anyway.
-//! * **DEL**: `del` the classes (the state file's and the two names the pod's would have; a name
-//!   the daemon does not know is fine), then remove the state file. The daemon not answering is
-//!   success: the file is gone when it starts again. Nothing on stdout.
+//! * **ADD**: with `runtimeConfig.bandwidth`, check that no class of the pod's names is in the
+//!   daemon unless it is the pod's own, write the state file, then `add` each class (a name that
+//!   exists and is the pod's: `change` to the new object); print `prevResult` unchanged. Without
+//!   a limit: print `prevResult`, register nothing, write nothing. The daemon not answering is
+//!   error 11 and the state file stays: the daemon adds its classes when it starts, and the
+//!   runtime calls DEL after a failed ADD anyway.
+//! * **DEL**: `del` each of the pod's two names that its state file records and the daemon shows
+//!   with the recorded match (a name the daemon does not know is fine; one that is not the
+//!   pod's is left and noted), then remove the state file. The daemon not answering is success:
+//!   the file is gone when it starts again. Nothing on stdout.
 //! * **CHECK**: the state file lists the classes `runtimeConfig` asks for and the daemon `show`s
 //!   each with that match and rate; else error 100 saying what is missing.
 //! * **VERSION**: the supported versions.
+//!
+//! **Ownership.** A class is the pod's when its name is one of the pod's ([`classes::class_name`]
+//! of its full container ID and interface name), the daemon shows it as a class of the API, and
+//! the pod's state file (as it was before this command) records a class of that name with the
+//! same `match`. The state directory is the plugin's alone ([`crate::state`]), so no other local
+//! user can record a class for a pod. A class of the pod's name that is not the pod's is never
+//! changed or deleted: ADD fails with error 102, DEL leaves it.
 
 use crate::classes::{self, ClassFile, Direction};
 use crate::error::{
-    CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, IO_FAILURE, LIMITS_MISSING, TRY_AGAIN_LATER,
+    CniError, CLASS_NOT_OWNED, INCOMPATIBLE_VERSION, INVALID_CONFIG, IO_FAILURE, LIMITS_MISSING,
+    TRY_AGAIN_LATER,
 };
 use crate::host::{self, Links};
 use crate::invocation::{Command, Invocation};
 use crate::netconf::{NetConf, CURRENT_VERSION, SUPPORTED_VERSIONS};
+use crate::state::{StateDir, StateDirError};
 use metronome_core::Rate;
 use metronome_daemon::ops::control::{ClassObject, Client, ClientError, Reply};
 use serde_json::{Map, Value};
@@ -139,8 +150,93 @@ fn io_failure(what: &str, path: &std::path::Path, e: std::io::Error) -> CniError
     CniError::new(IO_FAILURE, what, format!("{}: {e}", path.display()))
 }
 
+fn state_dir_failure(e: StateDirError) -> CniError {
+    CniError::new(
+        IO_FAILURE,
+        "the state directory cannot be used",
+        e.to_string(),
+    )
+}
+
 fn name_of(class: &ClassObject) -> &str {
     class.get("name").and_then(Value::as_str).unwrap_or("")
+}
+
+/// The pod's state file in `dir`, when it is there, readable and the pod's (its container ID
+/// and interface name are the invocation's); else `None`, with a note saying why when it is
+/// there but not taken.
+fn record(dir: &StateDir, inv: &Invocation, notes: &mut Vec<String>) -> Option<ClassFile> {
+    let name = classes::state_name(&inv.container_id, &inv.ifname);
+    let path = dir.path().join(&name);
+    match dir.read(&name) {
+        Ok(Some(f)) if f.container_id == inv.container_id && f.ifname == inv.ifname => Some(f),
+        Ok(Some(f)) => {
+            notes.push(format!(
+                "metronome-cni {}: state file {} is for container {:?} interface {:?}: not \
+                 this pod's record",
+                inv.command.word(),
+                path.display(),
+                f.container_id,
+                f.ifname
+            ));
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            notes.push(format!(
+                "metronome-cni {}: state file {} unreadable ({e}): not taken as the pod's record",
+                inv.command.word(),
+                path.display()
+            ));
+            None
+        }
+    }
+}
+
+/// Whether `shown`, the daemon's class of the name `name`, is the pod's: a class of the API that
+/// `record` lists under that name with the same `match`.
+fn owned(name: &str, shown: &ClassObject, record: Option<&ClassFile>) -> bool {
+    let api = shown.get("source").is_none_or(|s| s == "api");
+    let recorded = record
+        .into_iter()
+        .flat_map(|r| &r.classes)
+        .find(|c| name_of(c) == name);
+    api && recorded
+        .is_some_and(|c| c.get("match").is_some() && c.get("match") == shown.get("match"))
+}
+
+fn not_owned(name: &str, shown: &ClassObject) -> CniError {
+    CniError::new(
+        CLASS_NOT_OWNED,
+        format!("class {name} is not this pod's"),
+        format!(
+            "the daemon has a class {name} (match {}, source {}) that the pod's state file does \
+             not record with that match: it is left as it is; delete it (`metronome class del \
+             {name}`) if it is stale",
+            shown.get("match").unwrap_or(&Value::Null),
+            shown.get("source").unwrap_or(&Value::Null)
+        ),
+    )
+}
+
+/// The daemon's class `name`: `None` when it has none.
+fn shown(client: &mut Client, name: &str) -> Result<Option<ClassObject>, CniError> {
+    let reply = client.show(name).map_err(|e| not_answering(&e))?;
+    class_of(name, reply)
+}
+
+/// The class of `show`'s `reply`: `None` when the daemon has no class `name`.
+fn class_of(name: &str, reply: Reply) -> Result<Option<ClassObject>, CniError> {
+    if reply.ok {
+        if let Some(c) = reply.class {
+            return Ok(Some(c));
+        }
+    }
+    if reply.error.as_ref().is_some_and(|e| e.field == "name") {
+        Ok(None)
+    } else {
+        Err(refused(name, &reply))
+    }
 }
 
 fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, CniError> {
@@ -151,7 +247,12 @@ fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, Cn
     }
     let host_if = host::host_interface(Some(prev), inv.netns.as_deref(), &inv.ifname, links)?;
     let wanted = classes::wanted(conf, &inv.container_id, &inv.ifname, &host_if);
-    let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
+    let dir = StateDir::open(&conf.state_dir, true)
+        .map_err(state_dir_failure)?
+        .expect("made when missing");
+    let name = classes::state_name(&inv.container_id, &inv.ifname);
+    let path = dir.path().join(&name);
+    let before = record(&dir, inv, &mut Vec::new());
     let file = ClassFile {
         interface: host_if,
         container_id: inv.container_id.clone(),
@@ -163,17 +264,40 @@ fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, Cn
             .unwrap_or_default(),
         classes: wanted.clone(),
     };
-    classes::write_state(&path, &file)
-        .map_err(|e| io_failure("writing the state file", &path, e))?;
-    let mut client = connect(conf)?;
+    let write = || {
+        dir.write(&name, &file)
+            .map_err(|e| io_failure("writing the state file", &path, e))
+    };
+    let mut client = match connect(conf) {
+        Ok(c) => c,
+        Err(e) => {
+            write()?;
+            return Err(e);
+        }
+    };
+    // Before anything is written: no class of the pod's names but its own.
     for class in &wanted {
-        register(&mut client, class)?;
+        let n = name_of(class);
+        if let Some(s) = shown(&mut client, n)? {
+            if !owned(n, &s, before.as_ref()) {
+                return Err(not_owned(n, &s));
+            }
+        }
+    }
+    write()?;
+    for class in &wanted {
+        register(&mut client, class, before.as_ref())?;
     }
     Ok(output)
 }
 
-/// `add`s `class`; when its name exists, `change`s it to `class`.
-fn register(client: &mut Client, class: &ClassObject) -> Result<(), CniError> {
+/// `add`s `class`; when its name exists and the class is the pod's (`record`), `change`s it to
+/// `class`.
+fn register(
+    client: &mut Client,
+    class: &ClassObject,
+    record: Option<&ClassFile>,
+) -> Result<(), CniError> {
     let name = name_of(class);
     let reply = client.add(class.clone()).map_err(|e| not_answering(&e))?;
     if reply.ok {
@@ -182,6 +306,12 @@ fn register(client: &mut Client, class: &ClassObject) -> Result<(), CniError> {
     let exists = reply.error.as_ref().is_some_and(|e| e.field == "name");
     if !exists {
         return Err(refused(name, &reply));
+    }
+    // Made since the check of `add`: the pod's only if its record says so.
+    if let Some(s) = shown(client, name)? {
+        if !owned(name, &s, record) {
+            return Err(not_owned(name, &s));
+        }
     }
     let reply = client
         .change(classes::as_change(class))
@@ -194,51 +324,81 @@ fn register(client: &mut Client, class: &ClassObject) -> Result<(), CniError> {
 }
 
 fn del(inv: &Invocation, conf: &NetConf, notes: &mut Vec<String>) -> Result<(), CniError> {
-    let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
-    let mut names: Vec<String> = Direction::BOTH
+    let Some(dir) = StateDir::open(&conf.state_dir, false).map_err(state_dir_failure)? else {
+        // No state directory: no state file, so no class recorded as the pod's.
+        return Ok(());
+    };
+    let name = classes::state_name(&inv.container_id, &inv.ifname);
+    let path = dir.path().join(&name);
+    let record = record(&dir, inv, notes);
+    // The pod's names that its record lists: nothing else is deleted.
+    let names: Vec<String> = Direction::BOTH
         .iter()
         .map(|&d| classes::class_name(&inv.container_id, &inv.ifname, d))
+        .filter(|n| {
+            record
+                .iter()
+                .flat_map(|r| &r.classes)
+                .any(|c| name_of(c) == n)
+        })
         .collect();
-    match classes::read_state(&path) {
-        Ok(Some(file)) => {
-            for class in &file.classes {
-                let n = name_of(class);
-                if !n.is_empty() && !names.iter().any(|m| m == n) {
-                    names.push(n.to_owned());
-                }
-            }
-        }
-        Ok(None) => {}
-        Err(e) => notes.push(format!(
-            "metronome-cni DEL: state file {} unreadable ({e}): deleting the pod's class names \
-             and the file",
-            path.display()
-        )),
-    }
-    match Client::connect(&conf.socket) {
-        Err(e) => notes.push(format!(
-            "metronome-cni DEL: {e}: the state file is removed, so a daemon starting again does \
-             not restore the pod's classes"
-        )),
-        Ok(mut client) => {
-            for name in &names {
-                match client.delete(name) {
-                    Ok(reply) if reply.ok => {}
-                    // No such class (never added, deleted already) or one of the file's.
-                    Ok(reply) if reply.error.as_ref().is_some_and(|e| e.field == "name") => {}
-                    Ok(reply) => return Err(refused(name, &reply)),
-                    Err(e) => {
-                        notes.push(format!(
-                            "metronome-cni DEL: {e}: the daemon went away; the state file is \
-                             removed"
-                        ));
-                        break;
-                    }
-                }
-            }
+    if !names.is_empty() {
+        match Client::connect(&conf.socket) {
+            Err(e) => notes.push(format!(
+                "metronome-cni DEL: {e}: the state file is removed, so a daemon starting again \
+                 does not restore the pod's classes"
+            )),
+            Ok(mut client) => delete_owned(&mut client, &names, record.as_ref(), notes)?,
         }
     }
-    classes::remove_state(&path).map_err(|e| io_failure("removing the state file", &path, e))
+    dir.remove(&name)
+        .map_err(|e| io_failure("removing the state file", &path, e))
+}
+
+/// `del`s each of `names` that the daemon shows as the pod's (`record`); one it does not know is
+/// fine, one that is not the pod's is left and noted.
+fn delete_owned(
+    client: &mut Client,
+    names: &[String],
+    record: Option<&ClassFile>,
+    notes: &mut Vec<String>,
+) -> Result<(), CniError> {
+    let gone = |e: &ClientError, notes: &mut Vec<String>| {
+        notes.push(format!(
+            "metronome-cni DEL: {e}: the daemon went away; the state file is removed"
+        ));
+    };
+    for name in names {
+        let reply = match client.show(name) {
+            Ok(r) => r,
+            Err(e) => {
+                gone(&e, notes);
+                return Ok(());
+            }
+        };
+        // No such class (never added, deleted already): nothing to delete.
+        let Some(shown) = class_of(name, reply)? else {
+            continue;
+        };
+        if !owned(name, &shown, record) {
+            notes.push(format!(
+                "metronome-cni DEL: {}: left as it is",
+                not_owned(name, &shown).details
+            ));
+            continue;
+        }
+        match client.delete(name) {
+            Ok(reply) if reply.ok => {}
+            // Deleted meanwhile.
+            Ok(reply) if reply.error.as_ref().is_some_and(|e| e.field == "name") => {}
+            Ok(reply) => return Err(refused(name, &reply)),
+            Err(e) => {
+                gone(&e, notes);
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
@@ -257,7 +417,12 @@ fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
         return Ok(());
     }
     let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
-    let file = match classes::read_state(&path) {
+    let dir = StateDir::open(&conf.state_dir, false).map_err(state_dir_failure)?;
+    let read = match &dir {
+        Some(d) => d.read(&classes::state_name(&inv.container_id, &inv.ifname)),
+        None => Ok(None),
+    };
+    let file = match read {
         Ok(Some(f)) => f,
         Ok(None) => return Err(missing(vec![format!("no state file {}", path.display())])),
         Err(e) => {

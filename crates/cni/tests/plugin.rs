@@ -1,11 +1,15 @@
 //! The plugin's commands against a fake daemon: a thread serving a Unix socket that speaks the
 //! control protocol (one JSON object per line each way, docs/config.md "Live classes: the
 //! control socket") over an in-memory set of classes. No interface or privilege is needed: the
-//! host veth is named by a fake [`Links`].
+//! host veth is named by a fake [`Links`]. Besides the commands: a link planted in the state
+//! directory is never followed, a state directory others could write in is refused, pods whose
+//! names agree in part keep their own state files and classes, and no pod changes or deletes a
+//! class that is not its own.
 
+use metronome_cni::classes::{class_name, state_name, state_path, Direction};
 use metronome_cni::error::{
-    DECODING_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG, INVALID_ENVIRONMENT, LIMITS_MISSING,
-    TRY_AGAIN_LATER,
+    CLASS_NOT_OWNED, DECODING_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG, INVALID_ENVIRONMENT,
+    IO_FAILURE, LIMITS_MISSING, TRY_AGAIN_LATER,
 };
 use metronome_cni::host::Links;
 use metronome_cni::Outcome;
@@ -14,12 +18,14 @@ use metronome_daemon::ops::control::{ClassObject, Reply, ReplyError, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The host veth of every pod in these tests, a bridge port for [`FakeLinks`].
+/// The host veth of the pod of most of these tests; [`FakeLinks`] takes every `veth*` name as
+/// a bridge port.
 const VETH: &str = "veth1a2b3c4d";
 const CONTAINER: &str = "0123456789abcdef0123456789abcdef";
 
@@ -27,7 +33,7 @@ struct FakeLinks;
 
 impl Links for FakeLinks {
     fn is_bridge_port(&self, name: &str) -> std::io::Result<bool> {
-        Ok(name == VETH)
+        Ok(name.starts_with("veth"))
     }
     fn peer_of(&self, _netns: &Path, _ifname: &str) -> std::io::Result<String> {
         Err(std::io::Error::other("not asked in these tests"))
@@ -191,10 +197,15 @@ impl FakeDaemon {
 }
 
 fn bridge_result() -> Value {
+    bridge_result_with(VETH)
+}
+
+/// The bridge plugin's result for a pod whose host veth is `veth`.
+fn bridge_result_with(veth: &str) -> Value {
     json!({"cniVersion":"1.0.0",
         "interfaces":[
             {"name":"cni0","mac":"00:11:22:33:44:55"},
-            {"name":VETH,"mac":"55:44:33:22:11:11"},
+            {"name":veth,"mac":"55:44:33:22:11:11"},
             {"name":"eth0","mac":"99:88:77:66:55:44","sandbox":"/var/run/netns/blue"}],
         "ips":[{"address":"10.22.0.5/24","gateway":"10.22.0.1","interface":2}],
         "dns":{}})
@@ -221,12 +232,17 @@ fn invoke_env(env: &[(&str, &str)], stdin: &[u8]) -> Outcome {
 }
 
 fn invoke(command: &str, conf: &Value) -> Outcome {
+    invoke_pod(command, (CONTAINER, "eth0"), conf)
+}
+
+/// `command` for the pod of container `id` and interface `ifname`.
+fn invoke_pod(command: &str, (id, ifname): (&str, &str), conf: &Value) -> Outcome {
     invoke_env(
         &[
             ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", CONTAINER),
+            ("CNI_CONTAINERID", id),
             ("CNI_NETNS", "/var/run/netns/blue"),
-            ("CNI_IFNAME", "eth0"),
+            ("CNI_IFNAME", ifname),
             ("CNI_PATH", "/opt/cni/bin"),
         ],
         conf.to_string().as_bytes(),
@@ -243,11 +259,16 @@ fn error_of(out: &Outcome) -> Value {
     e
 }
 
-const EGRESS: &str = "cni.0123456789ab.eth0.egress";
-const INGRESS: &str = "cni.0123456789ab.eth0.ingress";
+fn egress() -> String {
+    class_name(CONTAINER, "eth0", Direction::Egress)
+}
+
+fn ingress() -> String {
+    class_name(CONTAINER, "eth0", Direction::Ingress)
+}
 
 fn state_file(dir: &Path) -> PathBuf {
-    dir.join("state").join(format!("{CONTAINER}-eth0.json"))
+    state_path(&dir.join("state"), CONTAINER, "eth0")
 }
 
 fn both_ways() -> Value {
@@ -279,14 +300,14 @@ fn add_with_bandwidth_registers_both_classes_and_writes_the_state_file() {
     assert_eq!(result, bridge_result());
     let classes = daemon.classes();
     assert_eq!(
-        Value::Object(classes[EGRESS].clone()),
-        json!({"name":EGRESS,"match":{"from":VETH},"rate":"100mbit","burst":"100000b",
+        Value::Object(classes[egress().as_str()].clone()),
+        json!({"name":egress().as_str(),"match":{"from":VETH},"rate":"100mbit","burst":"100000b",
                "fair":true})
     );
     // A burst below one frame is one frame (mtu 1500 + 14).
     assert_eq!(
-        Value::Object(classes[INGRESS].clone()),
-        json!({"name":INGRESS,"match":{"to":VETH},"rate":"50mbit","burst":"1514b","fair":true})
+        Value::Object(classes[ingress().as_str()].clone()),
+        json!({"name":ingress().as_str(),"match":{"to":VETH},"rate":"50mbit","burst":"1514b","fair":true})
     );
     let state: Value = serde_json::from_slice(&std::fs::read(state_file(&dir)).unwrap()).unwrap();
     assert_eq!(state["interface"], json!(VETH));
@@ -295,7 +316,10 @@ fn add_with_bandwidth_registers_both_classes_and_writes_the_state_file() {
     assert_eq!(state["netns"], json!("/var/run/netns/blue"));
     assert_eq!(
         state["classes"],
-        json!([classes[EGRESS].clone(), classes[INGRESS].clone()])
+        json!([
+            classes[egress().as_str()].clone(),
+            classes[ingress().as_str()].clone()
+        ])
     );
 }
 
@@ -310,9 +334,9 @@ fn add_with_ecn_and_without_fair_says_so_in_the_classes() {
     assert_eq!(invoke("ADD", &c).exit_code, 0);
     let classes = daemon.classes();
     assert_eq!(classes.len(), 1, "{classes:?}");
-    assert_eq!(classes[EGRESS]["fair"], json!(false));
+    assert_eq!(classes[egress().as_str()]["fair"], json!(false));
     assert_eq!(
-        classes[EGRESS]["backpressure"],
+        classes[egress().as_str()]["backpressure"],
         json!({"mode":"ecn","threshold":"1ms"})
     );
 }
@@ -382,7 +406,10 @@ fn a_refused_class_is_error_7_naming_the_field() {
     ));
     let e = error_of(&invoke("ADD", &conf(&dir, Some(both_ways()))));
     assert_eq!(e["code"], json!(INVALID_CONFIG));
-    assert!(e["msg"].as_str().unwrap().contains(EGRESS), "{e}");
+    assert!(
+        e["msg"].as_str().unwrap().contains(egress().as_str()),
+        "{e}"
+    );
     assert!(e["details"].as_str().unwrap().starts_with("burst: "), "{e}");
     // A refusal about no field (the loops did not apply it in time): try again later.
     daemon.model.lock().unwrap().refuse = Some(ReplyError::new(
@@ -400,17 +427,20 @@ fn add_of_a_name_that_exists_changes_it_to_the_new_class() {
     let mut c = conf(&dir, Some(both_ways()));
     c["ecn"] = json!(true);
     assert_eq!(invoke("ADD", &c).exit_code, 0);
-    assert!(daemon.classes()[EGRESS].contains_key("backpressure"));
+    assert!(daemon.classes()[egress().as_str()].contains_key("backpressure"));
     let c = conf(
         &dir,
         Some(json!({"egressRate":2000000,"ingressRate":3000000})),
     );
     assert_eq!(invoke("ADD", &c).exit_code, 0);
     let classes = daemon.classes();
-    assert_eq!(classes[EGRESS]["rate"], json!("2mbit"));
-    assert_eq!(classes[INGRESS]["rate"], json!("3mbit"));
+    assert_eq!(classes[egress().as_str()]["rate"], json!("2mbit"));
+    assert_eq!(classes[ingress().as_str()]["rate"], json!("3mbit"));
     // The old object's keys the new one lacks are gone.
-    assert!(!classes[EGRESS].contains_key("backpressure"), "{classes:?}");
+    assert!(
+        !classes[egress().as_str()].contains_key("backpressure"),
+        "{classes:?}"
+    );
 }
 
 #[test]
@@ -448,15 +478,17 @@ fn del_without_a_daemon_succeeds_and_removes_the_state_file() {
     // ADD failed (no daemon) but left its state file.
     assert_eq!(error_of(&invoke("ADD", &c))["code"], json!(TRY_AGAIN_LATER));
     assert!(state_file(&dir).exists());
-    for _ in 0..2 {
-        let out = invoke("DEL", &c);
-        assert_eq!(out.exit_code, 0, "{out:?}");
-        assert!(
-            !out.notes.is_empty(),
-            "the missing daemon is noted on stderr"
-        );
-        assert!(!state_file(&dir).exists());
-    }
+    let out = invoke("DEL", &c);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(
+        out.notes.iter().any(|n| n.contains("control.sock")),
+        "the missing daemon is noted on stderr: {out:?}"
+    );
+    assert!(!state_file(&dir).exists());
+    // Again: no state file records a class of the pod's, so there is nothing to ask the daemon.
+    let out = invoke("DEL", &c);
+    assert_eq!((out.exit_code, out.notes.len()), (0, 0), "{out:?}");
+    assert!(!state_file(&dir).exists());
 }
 
 #[test]
@@ -485,12 +517,17 @@ fn check_passes_when_the_limits_are_in_force_and_says_what_is_missing() {
     let out = invoke("CHECK", &c);
     assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
     // A class deleted behind the plugin's back.
-    daemon.model.lock().unwrap().classes.remove(INGRESS);
+    daemon
+        .model
+        .lock()
+        .unwrap()
+        .classes
+        .remove(ingress().as_str());
     let e = error_of(&invoke("CHECK", &c));
     assert_eq!(e["code"], json!(LIMITS_MISSING));
     let details = e["details"].as_str().unwrap();
     assert!(
-        details.contains(INGRESS) && !details.contains(EGRESS),
+        details.contains(ingress().as_str()) && !details.contains(egress().as_str()),
         "{e}"
     );
     // A rate changed behind its back (rates compare as rates: 100mbit is 100000000bit).
@@ -500,7 +537,7 @@ fn check_passes_when_the_limits_are_in_force_and_says_what_is_missing() {
         .lock()
         .unwrap()
         .classes
-        .get_mut(EGRESS)
+        .get_mut(egress().as_str())
         .unwrap()["rate"] = json!("100000000bit");
     assert_eq!(invoke("CHECK", &c).exit_code, 0);
     daemon
@@ -508,7 +545,7 @@ fn check_passes_when_the_limits_are_in_force_and_says_what_is_missing() {
         .lock()
         .unwrap()
         .classes
-        .get_mut(EGRESS)
+        .get_mut(egress().as_str())
         .unwrap()["rate"] = json!("1mbit");
     let e = error_of(&invoke("CHECK", &c));
     assert_eq!(e["code"], json!(LIMITS_MISSING));
@@ -567,4 +604,237 @@ fn bad_input_gives_the_specifications_codes() {
     assert_eq!(e["code"], json!(INCOMPATIBLE_VERSION));
     assert_eq!(e["cniVersion"], json!("1.0.0"));
     assert!(e["details"].as_str().unwrap().contains("0.2.0"), "{e}");
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn a_link_planted_at_the_temporary_or_the_state_files_name_is_not_followed() {
+    let dir = scratch();
+    let daemon = FakeDaemon::start(&dir);
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A file of someone else's, outside the state directory: a link must not reach it.
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "secret").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let name = state_name(CONTAINER, "eth0");
+    // The temporary name a scheme without randomness would use (the process id), and the
+    // state file's own name.
+    let tmp = state.join(format!(".{name}.tmp-{}", std::process::id()));
+    std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+    std::os::unix::fs::symlink(&victim, state.join(&name)).unwrap();
+    let c = conf(&dir, Some(both_ways()));
+    let out = invoke("ADD", &c);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
+    assert_eq!(mode_of(&victim), 0o600);
+    // The link at the state file's name is replaced by the file, made 0600.
+    let meta = std::fs::symlink_metadata(state_file(&dir)).unwrap();
+    assert!(meta.is_file(), "{meta:?}");
+    assert_eq!(mode_of(&state_file(&dir)), 0o600);
+    let text = std::fs::read_to_string(state_file(&dir)).unwrap();
+    let recorded: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(recorded["container_id"], json!(CONTAINER));
+    // A link put in place of the state file, to a copy of it: CHECK does not read through it.
+    let copy = dir.join("copy.json");
+    std::fs::write(&copy, &text).unwrap();
+    std::fs::remove_file(state_file(&dir)).unwrap();
+    std::os::unix::fs::symlink(&copy, state_file(&dir)).unwrap();
+    let e = error_of(&invoke("CHECK", &c));
+    assert_eq!(e["code"], json!(LIMITS_MISSING));
+    assert!(
+        e["details"].as_str().unwrap().contains("symbolic link"),
+        "{e}"
+    );
+    // DEL removes the link, not its target, and takes no record from it: the classes stay.
+    let out = invoke("DEL", &c);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(std::fs::symlink_metadata(state_file(&dir)).is_err());
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), text);
+    assert!(
+        out.notes.iter().any(|n| n.contains("symbolic link")),
+        "{out:?}"
+    );
+    assert_eq!(daemon.classes().len(), 2);
+    // The planted temporary link is as it was.
+    assert_eq!(std::fs::read_link(&tmp).unwrap(), victim);
+}
+
+#[test]
+fn a_state_directory_others_can_write_in_or_a_link_is_refused() {
+    let dir = scratch();
+    let daemon = FakeDaemon::start(&dir);
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let c = conf(&dir, Some(both_ways()));
+    for command in ["ADD", "DEL", "CHECK"] {
+        let e = error_of(&invoke(command, &c));
+        assert_eq!(e["code"], json!(IO_FAILURE), "{command}: {e}");
+        let details = e["details"].as_str().unwrap();
+        assert!(
+            details.contains(&state.display().to_string()) && details.contains("0777"),
+            "{command}: {e}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+    assert!(daemon.requests().is_empty());
+    // A link to a good directory.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    let mut c = conf(&dir, Some(both_ways()));
+    c["stateDir"] = json!(link);
+    let e = error_of(&invoke("ADD", &c));
+    assert_eq!(e["code"], json!(IO_FAILURE));
+    assert!(
+        e["details"].as_str().unwrap().contains("symbolic link"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+    // One the plugin makes is 0700.
+    let made = dir.join("made/state");
+    c["stateDir"] = json!(made);
+    assert_eq!(invoke("ADD", &c).exit_code, 0);
+    assert_eq!(mode_of(&made), 0o700);
+}
+
+#[test]
+fn a_state_directory_of_another_user_is_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        metronome_testbed::netns::skip_unprivileged(
+            "a_state_directory_of_another_user_is_refused",
+            &"giving a directory to another user needs root (CAP_CHOWN)",
+        );
+        return;
+    }
+    let dir = scratch();
+    let daemon = FakeDaemon::start(&dir);
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    nix::unistd::chown(&state, Some(nix::unistd::Uid::from_raw(64_123)), None).unwrap();
+    let e = error_of(&invoke("ADD", &conf(&dir, Some(both_ways()))));
+    assert_eq!(e["code"], json!(IO_FAILURE));
+    let details = e["details"].as_str().unwrap();
+    assert!(
+        details.contains(&state.display().to_string()) && details.contains("uid 64123"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+    assert!(daemon.requests().is_empty());
+}
+
+/// The configuration of a pod whose host veth is `veth`.
+fn conf_with(dir: &Path, veth: &str) -> Value {
+    let mut c = conf(dir, Some(both_ways()));
+    c["prevResult"] = bridge_result_with(veth);
+    c
+}
+
+/// The daemon's classes of pod `(id, ifname)`: egress and ingress, when there.
+fn classes_of(daemon: &FakeDaemon, (id, ifname): (&str, &str)) -> Vec<ClassObject> {
+    let all = daemon.classes();
+    Direction::BOTH
+        .iter()
+        .filter_map(|&d| all.get(&class_name(id, ifname, d)).cloned())
+        .collect()
+}
+
+#[test]
+fn pods_whose_names_agree_in_part_keep_their_own_state_files_and_classes() {
+    for (a, b) in [
+        (("ab-c", "d"), ("ab", "c-d")),
+        (("0123456789abX", "eth0"), ("0123456789abY", "eth0")),
+    ] {
+        let dir = scratch();
+        let daemon = FakeDaemon::start(&dir);
+        let (conf_a, conf_b) = (conf_with(&dir, "vethaaaa"), conf_with(&dir, "vethbbbb"));
+        assert_eq!(invoke_pod("ADD", a, &conf_a).exit_code, 0);
+        assert_eq!(invoke_pod("ADD", b, &conf_b).exit_code, 0);
+        assert_eq!(daemon.classes().len(), 4, "{a:?} {b:?}");
+        assert_eq!(std::fs::read_dir(dir.join("state")).unwrap().count(), 2);
+        // A's classes still match A's veth: B's ADD changed nothing of A's.
+        let of_a = classes_of(&daemon, a);
+        assert_eq!(of_a[0]["match"], json!({"from":"vethaaaa"}), "{a:?} {b:?}");
+        assert_eq!(of_a[1]["match"], json!({"to":"vethaaaa"}), "{a:?} {b:?}");
+        let out = invoke_pod("DEL", a, &conf_a);
+        assert_eq!(out.exit_code, 0, "{out:?}");
+        assert!(classes_of(&daemon, a).is_empty());
+        assert_eq!(classes_of(&daemon, b).len(), 2, "{a:?} {b:?}");
+        assert!(state_path(&dir.join("state"), b.0, b.1).exists());
+        let out = invoke_pod("CHECK", b, &conf_b);
+        assert_eq!(out.exit_code, 0, "{a:?} {b:?}: {out:?}");
+        // And the other way round.
+        assert_eq!(invoke_pod("ADD", a, &conf_a).exit_code, 0);
+        assert_eq!(invoke_pod("DEL", b, &conf_b).exit_code, 0);
+        assert_eq!(invoke_pod("CHECK", a, &conf_a).exit_code, 0, "{a:?} {b:?}");
+    }
+}
+
+#[test]
+fn a_pod_neither_changes_nor_deletes_a_class_of_its_name_that_is_not_its_own() {
+    let dir = scratch();
+    let daemon = FakeDaemon::start(&dir);
+    let other = |name: &str| -> ClassObject {
+        let Value::Object(o) = json!({"name":name,"match":{"from":"vethother"},"rate":"1mbit"})
+        else {
+            unreachable!()
+        };
+        o
+    };
+    // A class of the pod's egress name that no ADD of this pod made.
+    let foreign = other(&egress());
+    daemon
+        .model
+        .lock()
+        .unwrap()
+        .classes
+        .insert(egress(), foreign.clone());
+    let c = conf(&dir, Some(both_ways()));
+    let e = error_of(&invoke("ADD", &c));
+    assert_eq!(e["code"], json!(CLASS_NOT_OWNED));
+    assert!(e["msg"].as_str().unwrap().contains(&egress()), "{e}");
+    assert_eq!(daemon.classes()[egress().as_str()], foreign);
+    assert_eq!(daemon.classes().len(), 1);
+    assert!(!state_file(&dir).exists());
+    let changes = |d: &FakeDaemon| {
+        d.requests()
+            .iter()
+            .filter(|r| !matches!(r, Request::Show { .. }))
+            .count()
+    };
+    assert_eq!(changes(&daemon), 0, "{:?}", daemon.requests());
+    let out = invoke("DEL", &c);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(daemon.classes()[egress().as_str()], foreign);
+    assert_eq!(changes(&daemon), 0, "{:?}", daemon.requests());
+    // The pod's own classes, then its egress name taken by another class behind its back: ADD
+    // refuses it, DEL deletes the pod's ingress class only.
+    daemon.model.lock().unwrap().classes.clear();
+    assert_eq!(invoke("ADD", &c).exit_code, 0);
+    daemon
+        .model
+        .lock()
+        .unwrap()
+        .classes
+        .insert(egress(), foreign.clone());
+    let e = error_of(&invoke("ADD", &c));
+    assert_eq!(e["code"], json!(CLASS_NOT_OWNED));
+    assert_eq!(daemon.classes()[egress().as_str()], foreign);
+    let out = invoke("DEL", &c);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(out.notes.iter().any(|n| n.contains(&egress())), "{out:?}");
+    let left = daemon.classes();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[egress().as_str()], foreign);
+    assert!(!state_file(&dir).exists());
 }
