@@ -222,3 +222,59 @@ fn passwd_uid(name: &str) -> std::io::Result<Option<u32>> {
             .flatten()
     }))
 }
+
+#[test]
+fn with_a_user_the_daemon_restores_class_dir_files_only_root_may_read() {
+    let test = "with_a_user_the_daemon_restores_class_dir_files_only_root_may_read";
+    let Some(topo) = topology(test) else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("priv-class-dir");
+    let dir = &scratch.0;
+    // As `metronome-cni` leaves it: a directory of mode 0700 and a file of mode 0600, root's.
+    let classes = dir.join("classes");
+    std::fs::create_dir(&classes).unwrap();
+    std::fs::set_permissions(&classes, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let file = classes.join("pod.json");
+    let text = format!(
+        r#"{{"interface":"{}","classes":[{{"name":"restored","match":{{"dst":"10.77.0.0/16"}},"rate":"1mbit"}}]}}"#,
+        topo.shaper_in
+    );
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.join("metronome.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[interfaces]\ninside = \"{}\"\noutside = \"{}\"\n[daemon]\n\
+             metrics_listen = \"127.0.0.1:0\"\nuser = \"nobody\"\nclass_dir = \"{}\"\n",
+            topo.shaper_in,
+            topo.shaper_out,
+            classes.display()
+        ),
+    )
+    .unwrap();
+    let control = dir.join("run").join("control.sock");
+    let (socket, stderr) = (dir.join("notify.sock"), dir.join("stderr.log"));
+    let daemon = common::start_daemon_controlled(
+        &topo,
+        &config,
+        &control,
+        &socket,
+        &stderr,
+        "",
+        READY_WITHIN,
+    );
+    let mut client = metronome_daemon::ops::control::Client::connect(&control).unwrap();
+    let listed = client.list().unwrap().classes.unwrap_or_default();
+    assert!(
+        listed
+            .iter()
+            .any(|c| c["name"] == "restored" && c["source"] == "api"),
+        "{listed:?}\n{}",
+        daemon.log()
+    );
+    drop(client);
+    stop(daemon);
+}

@@ -432,9 +432,7 @@ pub(crate) fn dropped_privileges(config: &Config) -> Result<(), DaemonError> {
 /// `daemon.user` when set: called before the privileges are dropped, as the socket's directory
 /// (`/run/metronome` by default) needs root to be made.
 #[allow(clippy::result_large_err)] // see `DaemonError`
-pub(crate) fn bind_control(
-    config: &Config,
-) -> Result<Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>, DaemonError> {
+pub(crate) fn bind_control(config: &Config) -> Result<Option<BoundControl>, DaemonError> {
     let Some(path) = &config.daemon.control else {
         return Ok(None);
     };
@@ -444,7 +442,31 @@ pub(crate) fn bind_control(
         Some((user.uid.as_raw(), user.gid.as_raw()))
     });
     let listener = ControlServer::bind(path, owner)?;
-    Ok(Some((listener, path.clone())))
+    // `class_dir` is read now, with the privileges the daemon started with: `metronome-cni`
+    // writes it as root, mode 0600 in a directory of mode 0700 (docs/cni.md).
+    let class_files = config.daemon.class_dir.as_ref().map(|dir| {
+        let mut owners = vec![nix::unistd::geteuid().as_raw()];
+        owners.extend(owner.map(|(uid, _)| uid));
+        crate::ops::control::class_dir::load(
+            dir,
+            |name| nix::net::if_::if_nametoindex(name).is_ok(),
+            &owners,
+            config.daemon.max_api_classes,
+        )
+    });
+    Ok(Some(BoundControl {
+        listener,
+        path: path.clone(),
+        class_files,
+    }))
+}
+
+/// The control socket [`bind_control`] bound, and the files of `[daemon] class_dir` it read.
+#[derive(Debug)]
+pub(crate) struct BoundControl {
+    listener: std::os::unix::net::UnixListener,
+    path: std::path::PathBuf,
+    class_files: Option<crate::ops::control::class_dir::Loaded>,
 }
 
 /// Serves the socket [`bind_control`] bound, for `config.daemon.cores` loops, and puts its
@@ -453,12 +475,17 @@ pub(crate) fn bind_control(
 /// whose engines start from the model.
 #[allow(clippy::result_large_err)] // see `DaemonError`
 pub(crate) fn serve_control(
-    bound: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
+    bound: Option<BoundControl>,
     config: &Config,
     metrics: &Metrics,
     control: &mut Control,
 ) -> Result<Option<ControlServer>, DaemonError> {
-    let Some((listener, path)) = bound else {
+    let Some(BoundControl {
+        listener,
+        path,
+        class_files,
+    }) = bound
+    else {
         if let Some(dir) = &config.daemon.class_dir {
             tracing::warn!(dir = %dir.display(), "class_dir needs the control socket: not read");
         }
@@ -472,11 +499,9 @@ pub(crate) fn serve_control(
         }
     })?;
     control.live = Some(live.clone());
-    if let Some(dir) = &config.daemon.class_dir {
+    if let (Some(dir), Some(files)) = (&config.daemon.class_dir, class_files) {
         // Before the loops start: their engines take the restored classes from the model.
-        let done = crate::ops::control::class_dir::restore(&live, dir, |name| {
-            nix::net::if_::if_nametoindex(name).is_ok()
-        });
+        let done = crate::ops::control::class_dir::apply(&live, files);
         tracing::info!(
             dir = %dir.display(),
             added = done.added,

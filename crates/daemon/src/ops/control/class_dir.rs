@@ -71,8 +71,8 @@ pub struct Untrusted {
 
 /// The text of `path` when it may be trusted (see the module docs): opened without following a
 /// symlink (`O_NOFOLLOW`) or blocking on a FIFO (`O_NONBLOCK`), then checked on the open file.
-/// `own_uid` is the daemon's effective uid. An I/O error is `Ok(Err)`.
-pub fn read_trusted(path: &Path, own_uid: u32) -> Result<std::io::Result<String>, Untrusted> {
+/// Files of root and of `owners` (the daemon's users) are trusted. An I/O error is `Ok(Err)`.
+pub fn read_trusted(path: &Path, owners: &[u32]) -> Result<std::io::Result<String>, Untrusted> {
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
@@ -97,11 +97,11 @@ pub fn read_trusted(path: &Path, own_uid: u32) -> Result<std::io::Result<String>
             message: "not a regular file".into(),
         });
     }
-    if meta.uid() != 0 && meta.uid() != own_uid {
+    if meta.uid() != 0 && !owners.contains(&meta.uid()) {
         return Err(Untrusted {
             reason: "file_owner",
             message: format!(
-                "owned by uid {}, neither root nor the daemon's user (uid {own_uid})",
+                "owned by uid {}, neither root nor the daemon's user (uid {owners:?})",
                 meta.uid()
             ),
         });
@@ -138,15 +138,29 @@ pub fn read_trusted(path: &Path, own_uid: u32) -> Result<std::io::Result<String>
     }
 }
 
-/// Adds the classes of the files of `dir` to `live` (see the module docs). `exists` says
-/// whether an interface exists (the daemon asks the kernel, the tests a list).
-pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restored {
-    let mut done = Restored::default();
+/// The files of a `class_dir` as [`load`] read them: what [`apply`] adds.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The files to add, in name order.
+    files: Vec<(std::path::PathBuf, ClassFile)>,
+    /// The reasons of the files not trusted, to be counted.
+    untrusted: Vec<&'static str>,
+    /// What loading did (`gone`, `invalid`, `skipped`, `over_cap`).
+    done: Restored,
+}
+
+/// Reads the files of `dir` (see the module docs), trusting those owned by root or by one of
+/// `owners`, until their classes reach `cap`; removes a file whose interface is gone (`exists`
+/// says whether one exists: the daemon asks the kernel, the tests a list). The daemon calls it
+/// at start while it still has the privileges it started with, as the files are root's
+/// (`metronome-cni` writes them mode 0600 in a directory of mode 0700, docs/cni.md).
+pub fn load(dir: &Path, exists: impl Fn(&str) -> bool, owners: &[u32], cap: usize) -> Loaded {
+    let mut loaded = Loaded::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
             tracing::warn!(dir = %dir.display(), error = %e, "class_dir: not read");
-            return done;
+            return loaded;
         }
     };
     let mut paths: Vec<std::path::PathBuf> = entries
@@ -154,9 +168,10 @@ pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restor
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     paths.sort();
-    let own_uid = nix::unistd::geteuid().as_raw();
+    let mut classes = 0;
+    let done = &mut loaded.done;
     for (i, path) in paths.iter().enumerate() {
-        if live.api_classes() >= live.max_api_classes() {
+        if classes >= cap {
             done.over_cap = paths.len() - i;
             tracing::warn!(
                 dir = %dir.display(),
@@ -165,7 +180,7 @@ pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restor
             );
             break;
         }
-        let text = match read_trusted(path, own_uid) {
+        let text = match read_trusted(path, owners) {
             Ok(text) => text,
             Err(untrusted) => {
                 tracing::warn!(
@@ -174,12 +189,11 @@ pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restor
                     "class_dir: a file is not trusted, left unread: {}",
                     untrusted.message
                 );
-                live.metrics.control_refused(untrusted.reason);
+                loaded.untrusted.push(untrusted.reason);
                 done.skipped += 1;
                 continue;
             }
         };
-        let path = path.as_path();
         let file = text
             .map_err(|e| e.to_string())
             .and_then(|text| serde_json::from_str::<ClassFile>(&text).map_err(|e| e.to_string()));
@@ -201,10 +215,25 @@ pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restor
             if let Err(e) = std::fs::remove_file(path) {
                 tracing::warn!(file = %path.display(), error = %e, "class_dir: removing a file failed");
             }
-            live.metrics.class_change("restore", "gone");
             done.gone += 1;
             continue;
         }
+        classes += file.classes.len();
+        loaded.files.push((path.clone(), file));
+    }
+    loaded
+}
+
+/// Adds the classes [`load`] read to `live` as classes of the API, counting what loading did.
+pub fn apply(live: &Live, loaded: Loaded) -> Restored {
+    let mut done = loaded.done;
+    for reason in loaded.untrusted {
+        live.metrics.control_refused(reason);
+    }
+    for _ in 0..done.gone {
+        live.metrics.class_change("restore", "gone");
+    }
+    for (path, file) in loaded.files {
         for class in file.classes {
             let name = class.get("name").cloned().unwrap_or_default();
             match live.restore(class) {
@@ -222,6 +251,13 @@ pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restor
         }
     }
     done
+}
+
+/// [`load`] then [`apply`], trusting the files of root and of the calling process's user, up
+/// to `live`'s cap.
+pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restored {
+    let own = nix::unistd::geteuid().as_raw();
+    apply(live, load(dir, exists, &[own], live.max_api_classes()))
 }
 
 #[cfg(test)]
