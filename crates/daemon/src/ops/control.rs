@@ -758,7 +758,7 @@ fn accept_loop(listener: &UnixListener, live: &Arc<Live>, stop: &AtomicBool) {
         let Ok(stream) = stream else { continue };
         if let Err(refusal) = peer_allowed(&stream) {
             live.metrics.control_refused(refusal.reason);
-            refuse_now(&stream, &refusal.message);
+            refuse_now(&stream, "", &refusal.message);
             continue;
         }
         let Some(id) = slots.admit(&stream, &live.metrics) else {
@@ -766,7 +766,7 @@ fn accept_loop(listener: &UnixListener, live: &Arc<Live>, stop: &AtomicBool) {
                 "more than {MAX_CONNECTIONS} connections, each answering a request: try again"
             );
             live.metrics.control_refused("busy");
-            refuse_now(&stream, &busy);
+            refuse_now(&stream, "", &busy);
             continue;
         };
         let (conn_live, worker) = (live.clone(), slots.clone());
@@ -812,10 +812,10 @@ fn peer_allowed(stream: &UnixStream) -> Result<(), Refusal> {
     }
 }
 
-/// Writes one refusal line without waiting on the client (a fresh socket's buffer takes it) and
-/// closes the connection.
-fn refuse_now(stream: &UnixStream, message: &str) {
-    let line = Reply::refused(ReplyError::new("", message)).to_line();
+/// Writes one refusal line about `field` without waiting on the client (a fresh socket's
+/// buffer takes it) and closes the connection.
+fn refuse_now(stream: &UnixStream, field: &str, message: &str) {
+    let line = Reply::refused(ReplyError::new(field, message)).to_line();
     if stream.set_nonblocking(true).is_ok() {
         let _ = (&*stream).write_all(format!("{line}\n").as_bytes());
     }
@@ -861,6 +861,7 @@ impl Slots {
             metrics.control_refused("idle");
             refuse_now(
                 &victim.stream,
+                protocol::CONNECTION_FIELD,
                 "closed while idle to make room for a new connection",
             );
         }
@@ -960,7 +961,7 @@ fn serve_connection(mut stream: UnixStream, live: &Live, slots: &Slots, id: u64)
                          as one line)"
                     );
                     live.metrics.control_refused("deadline");
-                    refuse_now(&stream, &message);
+                    refuse_now(&stream, protocol::CONNECTION_FIELD, &message);
                 }
                 return;
             }
@@ -970,7 +971,7 @@ fn serve_connection(mut stream: UnixStream, live: &Live, slots: &Slots, id: u64)
                     protocol::MAX_REQUEST_LINE
                 );
                 live.metrics.control_refused("too_long");
-                refuse_now(&stream, &message);
+                refuse_now(&stream, "", &message);
                 return;
             }
         };

@@ -73,22 +73,42 @@ impl Client {
     }
 
     /// Sends `request` and returns the daemon's reply (a refusal is a reply with `ok: false`).
+    /// When the daemon had closed the connection while it was idle (its read deadline, or its
+    /// place given to a new connection: a reply whose error's field is
+    /// [`super::protocol::CONNECTION_FIELD`], or a write that finds it closed), the request was
+    /// not read: it is sent once more on a new connection.
     pub fn request(&mut self, request: &Request) -> Result<Reply, ClientError> {
-        let io = |source| ClientError::Io {
+        let line = serde_json::to_string(request).map_err(|e| ClientError::Io {
             path: self.path.clone(),
-            source,
-        };
-        let line = serde_json::to_string(request).map_err(|e| io(std::io::Error::other(e)))?;
-        writeln!(self.writer, "{line}").map_err(io)?;
-        let mut answer = String::new();
-        let n = self.reader.read_line(&mut answer).map_err(io)?;
-        if n == 0 {
-            return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
+            source: std::io::Error::other(e),
+        })?;
+        match self.exchange(&line) {
+            Ok(reply) if !closed_while_idle(&reply) => Ok(reply),
+            Ok(_) | Err(Exchange::Unsent(_)) => {
+                *self = Client::connect(&self.path)?;
+                self.exchange(&line).map_err(|e| self.error(e))
+            }
+            Err(e) => Err(self.error(e)),
         }
-        serde_json::from_str(answer.trim()).map_err(|_| ClientError::BadReply {
-            path: self.path.clone(),
-            line: answer.trim().to_owned(),
-        })
+    }
+
+    /// One request line and its reply.
+    fn exchange(&mut self, line: &str) -> Result<Reply, Exchange> {
+        writeln!(self.writer, "{line}").map_err(Exchange::Unsent)?;
+        let mut answer = String::new();
+        let n = self.reader.read_line(&mut answer).map_err(Exchange::Io)?;
+        if n == 0 {
+            return Err(Exchange::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        serde_json::from_str(answer.trim()).map_err(|_| Exchange::BadReply(answer.trim().into()))
+    }
+
+    fn error(&self, e: Exchange) -> ClientError {
+        let path = self.path.clone();
+        match e {
+            Exchange::Unsent(source) | Exchange::Io(source) => ClientError::Io { path, source },
+            Exchange::BadReply(line) => ClientError::BadReply { path, line },
+        }
     }
 
     /// `add`.
@@ -119,4 +139,23 @@ impl Client {
             name: name.to_owned(),
         })
     }
+}
+
+/// How one [`Client::exchange`] failed.
+enum Exchange {
+    /// The request could not be written (the daemon had closed the connection).
+    Unsent(std::io::Error),
+    /// The reply could not be read.
+    Io(std::io::Error),
+    /// What came back is not a reply.
+    BadReply(String),
+}
+
+/// Whether `reply` is the daemon's notice that it closed the connection while it was idle.
+fn closed_while_idle(reply: &Reply) -> bool {
+    !reply.ok
+        && reply
+            .error
+            .as_ref()
+            .is_some_and(|e| e.field == super::protocol::CONNECTION_FIELD)
 }

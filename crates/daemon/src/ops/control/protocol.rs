@@ -11,6 +11,11 @@ use serde_json::{Map, Value};
 /// buffer without bound.
 pub const MAX_REQUEST_LINE: usize = 64 * 1024;
 
+/// The `field` of the line the daemon sends when it closes a connection that was waiting for a
+/// request (its read deadline ran out, or a new connection took its place): the request the
+/// client sends next was not read, and may be sent again on a new connection.
+pub const CONNECTION_FIELD: &str = "connection";
+
 /// A class as the protocol carries it: the keys of one `[[class]]` table.
 pub type ClassObject = Map<String, Value>;
 

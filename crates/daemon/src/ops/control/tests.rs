@@ -565,15 +565,22 @@ fn a_connection_without_a_whole_request_is_closed_at_the_read_deadline() {
     let loops = Loops::new(1);
     let metrics = loops.live.metrics.clone();
     let server = ControlServer::serve(listener, &path, loops.live.clone(), None);
+    // A client that asked once and waits, beside one that sent part of a request.
+    let mut client = Client::connect(&path).unwrap();
+    assert!(client.list().unwrap().ok);
     let mut stream = UnixStream::connect(&path).unwrap();
     stream.write_all(br#"{"op":"li"#).unwrap();
     let started = Instant::now();
     let closed = reply_line(&stream);
     assert!(started.elapsed() >= READ_DEADLINE / 2, "{closed}");
     assert!(closed.contains("no whole request within"), "{closed}");
-    assert!(metrics
-        .encode()
-        .contains(r#"metronome_control_refused_total{reason="deadline"} 1"#));
+    let both = r#"metronome_control_refused_total{reason="deadline"} 2"#;
+    while !metrics.encode().contains(both) {
+        std::thread::sleep(StdDuration::from_millis(10));
+    }
+    // The client's connection was closed too: its next request goes on a new one.
+    let r = client.list().unwrap();
+    assert!(r.ok, "{r:?}");
     drop(server);
     loops.stop();
     let _ = std::fs::remove_dir_all(&dir);
