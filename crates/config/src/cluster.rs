@@ -10,11 +10,14 @@
 //! is an `http://` or `https://` URL with a host; `period` lies in [100 ms, 60 s]; `lease` is whole
 //! seconds, at least 2 (the shortest TTL etcd grants with its default election timeout) and at
 //! least twice the period (a keep-alive goes out every third of it); `floor` is a rate, a
-//! percentage of the class's rate, or 0; `tls.cert` and `tls.key` come together; a cluster class
-//! has a `rate` and needs `[cluster]`.
+//! percentage of the class's rate, or 0; `weight` lies in [1, `MAX_WEIGHT`]; `max_hosts` lies in
+//! [2, 100 000]; `tls.cert` and `tls.key` come together, and so do `etcd_user` and
+//! `etcd_password_file` (the file is read at start, by the daemon); a cluster class has a `rate`
+//! and needs `[cluster]`.
 
 use super::raw::Scalar;
 use super::validate::{Result, Validator};
+use metronome_core::cluster::{DEFAULT_MAX_HOSTS, MAX_WEIGHT};
 use metronome_core::{Duration, Rate};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -38,8 +41,8 @@ const MIN_LEASE: Duration = Duration::from_secs(2);
 /// Bounds of `period`: 100 ms (ten writes per second per class and daemon) to 60 s.
 const MIN_PERIOD: Duration = Duration::from_millis(100);
 const MAX_PERIOD: Duration = Duration::from_secs(60);
-/// Largest `weight`.
-const MAX_WEIGHT: i64 = 1_000_000;
+/// Largest `max_hosts`: 100 000 (a record is about 200 bytes: 20 MB of records per class).
+const MAX_MAX_HOSTS: i64 = 100_000;
 
 /// `[cluster]` as serde reads it.
 #[derive(Deserialize)]
@@ -54,6 +57,9 @@ pub(crate) struct RawCluster {
     pub floor: Option<Spanned<Scalar>>,
     pub weight: Option<Spanned<i64>>,
     pub prefix: Option<Spanned<String>>,
+    pub max_hosts: Option<Spanned<i64>>,
+    pub etcd_user: Option<Spanned<String>>,
+    pub etcd_password_file: Option<Spanned<String>>,
     pub tls: Option<Spanned<RawTls>>,
 }
 
@@ -122,6 +128,15 @@ pub struct ClusterTls {
     pub domain: Option<String>,
 }
 
+/// `[cluster] etcd_user` and `etcd_password_file`: etcd's authentication (its users and roles).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterAuth {
+    /// The etcd user the daemon authenticates as.
+    pub user: String,
+    /// The file holding its password (one line), read at start.
+    pub password_file: PathBuf,
+}
+
 /// One class with `scope = "cluster"`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterClass {
@@ -152,6 +167,10 @@ pub struct ClusterSection {
     pub weight: u32,
     /// Key prefix.
     pub prefix: String,
+    /// Most hosts counted per cluster class, this one included.
+    pub max_hosts: usize,
+    /// The etcd user and its password file; `None`: no authentication.
+    pub auth: Option<ClusterAuth>,
     /// TLS towards etcd.
     pub tls: Option<ClusterTls>,
     /// The cluster classes, in file order.
@@ -317,7 +336,7 @@ impl Validator<'_> {
             None => ClusterFloor::PartsPerMillion(DEFAULT_CLUSTER_FLOOR_PPM),
         };
         let weight = match &raw.weight {
-            Some(w) => self.int_in(w, "cluster.weight", 1, MAX_WEIGHT)? as u32,
+            Some(w) => self.int_in(w, "cluster.weight", 1, i64::from(MAX_WEIGHT))? as u32,
             None => 1,
         };
         let prefix = match &raw.prefix {
@@ -336,6 +355,11 @@ impl Validator<'_> {
             }
             None => DEFAULT_CLUSTER_PREFIX.to_string(),
         };
+        let max_hosts = match &raw.max_hosts {
+            Some(m) => self.int_in(m, "cluster.max_hosts", 2, MAX_MAX_HOSTS)? as usize,
+            None => DEFAULT_MAX_HOSTS,
+        };
+        let auth = self.cluster_auth(raw)?;
         let tls = raw.tls.as_ref().map(|t| self.cluster_tls(t)).transpose()?;
         Ok(ClusterSection {
             name,
@@ -347,6 +371,8 @@ impl Validator<'_> {
             floor,
             weight,
             prefix,
+            max_hosts,
+            auth,
             tls,
             classes: Vec::new(),
         })
@@ -371,6 +397,46 @@ impl Validator<'_> {
                 }
             }
             _ => Ok(ClusterFloor::Rate(self.rate(raw, field)?.bps())),
+        }
+    }
+
+    fn cluster_auth(&self, raw: &RawCluster) -> Result<Option<ClusterAuth>> {
+        match (&raw.etcd_user, &raw.etcd_password_file) {
+            (None, None) => Ok(None),
+            (Some(u), None) => Err(self.invalid(
+                u.span(),
+                "cluster.etcd_password_file",
+                "missing: `etcd_user` needs `etcd_password_file`, the file of its password"
+                    .to_string(),
+            )),
+            (None, Some(f)) => Err(self.invalid(
+                f.span(),
+                "cluster.etcd_user",
+                "missing: `etcd_password_file` needs `etcd_user`, the etcd user it is the \
+                 password of"
+                    .to_string(),
+            )),
+            (Some(u), Some(f)) => {
+                let user = u.get_ref();
+                if user.is_empty() || user.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(self.invalid(
+                        u.span(),
+                        "cluster.etcd_user",
+                        format!("{user:?} is not an etcd user name (not empty, no whitespace)"),
+                    ));
+                }
+                if f.get_ref().is_empty() {
+                    return Err(self.invalid(
+                        f.span(),
+                        "cluster.etcd_password_file",
+                        "needs the path of the password's file".to_string(),
+                    ));
+                }
+                Ok(Some(ClusterAuth {
+                    user: user.clone(),
+                    password_file: PathBuf::from(f.get_ref()),
+                }))
+            }
         }
     }
 

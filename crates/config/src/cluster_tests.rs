@@ -35,6 +35,8 @@ fn a_cluster_class_takes_the_defaults_and_its_rate_is_the_limit() {
     );
     assert_eq!(s.floor.rate(Rate::mbps(300)), Rate::mbps(3));
     assert_eq!(s.weight, 1);
+    assert_eq!(s.max_hosts, metronome_core::cluster::DEFAULT_MAX_HOSTS);
+    assert_eq!(s.auth, None);
     assert_eq!(s.classes.len(), 1);
     assert_eq!(
         (s.classes[0].name.as_str(), s.classes[0].limit),
@@ -55,7 +57,8 @@ fn every_key_is_read() {
     let c = parse(
         "[cluster]\nname = \"n\"\netcd = [\"https://e1:2379\", \"http://e2:2379\"]\n\
          host = \"h-1\"\nperiod = \"500ms\"\nlease = \"2s\"\nhold = \"10s\"\nfloor = \"5mbit\"\n\
-         weight = 3\nprefix = \"/x/y\"\n[cluster.tls]\nca = \"/ca.pem\"\ncert = \"/c.pem\"\n\
+         weight = 3\nprefix = \"/x/y\"\nmax_hosts = 64\netcd_user = \"node-a\"\n\
+         etcd_password_file = \"/etc/metronome/etcd-password\"\n[cluster.tls]\nca = \"/ca.pem\"\ncert = \"/c.pem\"\n\
          key = \"/k.pem\"\ndomain = \"etcd.local\"\n",
     )
     .unwrap();
@@ -66,6 +69,13 @@ fn every_key_is_read() {
     assert_eq!(s.hold, Duration::from_secs(10));
     assert_eq!(s.floor, ClusterFloor::Rate(5_000_000));
     assert_eq!(s.weight, 3);
+    assert_eq!(s.max_hosts, 64);
+    let auth = s.auth.clone().unwrap();
+    assert_eq!(auth.user, "node-a");
+    assert_eq!(
+        auth.password_file.to_str(),
+        Some("/etc/metronome/etcd-password")
+    );
     assert_eq!(s.class_prefix("t"), "/x/y/n/t/");
     let tls = s.tls.unwrap();
     assert_eq!(tls.domain.as_deref(), Some("etcd.local"));
@@ -111,6 +121,32 @@ fn bad_values_name_their_field() {
         (&format!("{CLUSTER}floor = \"120%\"\n"), "cluster.floor"),
         (&format!("{CLUSTER}floor = \"fast\"\n"), "cluster.floor"),
         (&format!("{CLUSTER}weight = 0\n"), "cluster.weight"),
+        (&format!("{CLUSTER}weight = 1000001\n"), "cluster.weight"),
+        (&format!("{CLUSTER}max_hosts = 1\n"), "cluster.max_hosts"),
+        (
+            &format!("{CLUSTER}max_hosts = 100001\n"),
+            "cluster.max_hosts",
+        ),
+        (
+            &format!("{CLUSTER}max_hosts = \"many\"\n"),
+            "cluster.max_hosts",
+        ),
+        (
+            &format!("{CLUSTER}etcd_user = \"a\"\n"),
+            "cluster.etcd_password_file",
+        ),
+        (
+            &format!("{CLUSTER}etcd_password_file = \"/p\"\n"),
+            "cluster.etcd_user",
+        ),
+        (
+            &format!("{CLUSTER}etcd_user = \"a b\"\netcd_password_file = \"/p\"\n"),
+            "cluster.etcd_user",
+        ),
+        (
+            &format!("{CLUSTER}etcd_user = \"a\"\netcd_password_file = \"\"\n"),
+            "cluster.etcd_password_file",
+        ),
         (&format!("{CLUSTER}prefix = \"x\"\n"), "cluster.prefix"),
         (
             &format!("{CLUSTER}[cluster.tls]\ncert = \"/c.pem\"\n"),
@@ -157,4 +193,6 @@ fn a_reload_that_touches_the_cluster_needs_a_restart() {
     assert!(plan.to_string().contains("cluster"), "{plan}");
     let period = parse(&format!("{CLUSTER}period = \"500ms\"\n{CLASS}")).unwrap();
     assert!(old.diff(&period).needs_restart());
+    let max_hosts = parse(&format!("{CLUSTER}max_hosts = 16\n{CLASS}")).unwrap();
+    assert!(old.diff(&max_hosts).needs_restart());
 }

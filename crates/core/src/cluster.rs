@@ -11,6 +11,11 @@
 //! and larger headroom, each record carrying its previous sample, one idle reserve for the whole
 //! cluster, a join floor, a host's own newest record ([`own_share`]), weights
 //! ([`water_fill_weighted`]). The reasons: `docs/design/carousel.md`.
+//!
+//! The records come from other hosts and are not trusted: a weight above [`MAX_WEIGHT`] is not
+//! counted, at most [`ClusterConfig::max_hosts`] hosts are (the lowest host ids, the host's own
+//! always), and a host's own share is never below [`least_share`], so no set of records can push
+//! an honest host's share towards zero (docs/config.md "Cluster classes").
 
 use crate::nba::DEFAULT_IDLE_FLOOR_FRACTION;
 use crate::nba::{estimate_demand, measured_rate, water_fill_weighted, DemandEstimate};
@@ -45,6 +50,16 @@ pub const DEFAULT_CLUSTER_CAP_THRESHOLD: f64 = 0.97;
 /// flight at each end of the period, which at a small share is more than the cap threshold's
 /// 1 %: at 1 Mbit/s over 1 s one frame is 1.2 % of the period's bytes).
 pub const DEFAULT_CAP_SLACK_BYTES: u64 = 2 * 1514;
+
+/// Largest weight a host may have: 1 000 000 (ours: the bound of `[cluster] weight`, so that one
+/// host outweighs another at most a millionfold). A record of a greater weight is not counted
+/// ([`ShareCounters::overweight`]).
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
+/// Most hosts counted per cluster class: 1 024 (ours: a cluster of a thousand daemons, the
+/// largest `metronome lab cluster` runs, with margin). Each host's idle floor is at least the
+/// idle reserve divided by this many hosts ([`least_share`]).
+pub const DEFAULT_MAX_HOSTS: usize = 1024;
 
 /// A rate given either as a fraction of the cluster limit or in bit/s.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -82,6 +97,8 @@ pub struct ClusterConfig {
     /// Bytes a period's offered bytes may lack of the cap threshold and still be at the cap
     /// ([`DEFAULT_CAP_SLACK_BYTES`]).
     pub cap_slack_bytes: u64,
+    /// Most hosts counted ([`DEFAULT_MAX_HOSTS`]): the lowest host ids; at least 1.
+    pub max_hosts: usize,
 }
 
 impl Default for ClusterConfig {
@@ -92,6 +109,7 @@ impl Default for ClusterConfig {
             headroom: DEFAULT_CLUSTER_HEADROOM,
             cap_threshold: DEFAULT_CLUSTER_CAP_THRESHOLD,
             cap_slack_bytes: DEFAULT_CAP_SLACK_BYTES,
+            max_hosts: DEFAULT_MAX_HOSTS,
         }
     }
 }
@@ -114,6 +132,9 @@ impl ClusterConfig {
         if !(self.cap_threshold > satisfied && self.cap_threshold <= 1.0) {
             return Err(ClusterConfigError::CapThreshold);
         }
+        if self.max_hosts == 0 {
+            return Err(ClusterConfigError::MaxHosts);
+        }
         Ok(())
     }
 }
@@ -133,6 +154,9 @@ pub enum ClusterConfigError {
     /// `cap_threshold` is not in (1 / (1 + headroom), 1].
     #[error("cap threshold must lie in (1/(1+headroom), 1]")]
     CapThreshold,
+    /// `max_hosts` is 0.
+    #[error("at least one host must be counted")]
+    MaxHosts,
 }
 
 /// One usage sample of a cluster class on one host, on that host's clock.
@@ -164,7 +188,8 @@ impl UsageSample {
 pub struct HostRecord<H> {
     /// The publishing host.
     pub host: H,
-    /// Its weight (0 counts as 1 and is counted in [`ShareCounters::zero_weights`]).
+    /// Its weight (0 counts as 1 and is counted in [`ShareCounters::zero_weights`]; above
+    /// [`MAX_WEIGHT`] the record is not counted).
     pub weight: u32,
     /// The sample taken at this publish.
     pub sample: UsageSample,
@@ -216,6 +241,10 @@ pub struct ShareCounters {
     pub zero_weights: u64,
     /// Records whose samples go backwards or carry no time, treated as joining.
     pub unmeasurable: u64,
+    /// Records not counted for a weight above [`MAX_WEIGHT`].
+    pub overweight: u64,
+    /// Hosts not counted for being beyond [`ClusterConfig::max_hosts`] (the greatest host ids).
+    pub beyond_max_hosts: u64,
 }
 
 /// The shares of one revision, sorted by host id.
@@ -239,16 +268,20 @@ impl<H: Ord> Shares<H> {
 }
 
 /// Each host's share of `limit`, computed from the records of one revision: demand estimation as
-/// in the module docs, then weighted max-min water-filling with the idle floor. The result does
-/// not depend on the order of `records` (they are sorted by host id, then by sample, first), so
-/// every daemon computing from the same revision gets the same shares.
+/// in the module docs, then weighted max-min water-filling with the idle floor. Records of a
+/// weight above [`MAX_WEIGHT`] are left out, and of the hosts left only the `cfg.max_hosts`
+/// lowest host ids are counted. The result does not depend on the order of `records` (they are
+/// sorted by host id, then by sample, first), so every daemon computing from the same revision
+/// gets the same shares.
 pub fn shares<H: Ord + Clone>(
     limit: Rate,
     cfg: &ClusterConfig,
     records: &[HostRecord<H>],
 ) -> Shares<H> {
     let mut counters = ShareCounters::default();
-    let mut order: Vec<&HostRecord<H>> = records.iter().collect();
+    let mut order: Vec<&HostRecord<H>> =
+        records.iter().filter(|r| r.weight <= MAX_WEIGHT).collect();
+    counters.overweight = (records.len() - order.len()) as u64;
     // By host, the greatest sample first, so that the record kept for a duplicated host is the
     // same whatever the input order.
     order.sort_by(|a, b| {
@@ -259,6 +292,9 @@ pub fn shares<H: Ord + Clone>(
     let before = order.len();
     order.dedup_by(|later, kept| later.host == kept.host);
     counters.duplicate_hosts = (before - order.len()) as u64;
+    let counted = order.len().min(cfg.max_hosts.max(1));
+    counters.beyond_max_hosts = (order.len() - counted) as u64;
+    order.truncate(counted);
 
     let n = order.len() as u64;
     let join = cfg.join_floor.rate(limit);
@@ -305,29 +341,58 @@ pub fn shares<H: Ord + Clone>(
 
 /// The share host `own.host` enforces after computing from `records` (one revision) while its own
 /// newest record, `own`, may not be in that revision yet: the smaller of its share in the
-/// revision and its share in the same revision with `own` in place of its older record. `None`
-/// when the revision holds no record of the host (a new host keeps its join floor until it does).
+/// revision and its share in the same revision with `own` in place of its older record, and never
+/// below [`least_share`]. `None` when the revision holds no record of the host (a new host keeps
+/// its join floor until it does).
 ///
-/// Every daemon's share is still bounded by what one revision gives it, so the shares of hosts
-/// computing from the same revision sum to at most the limit; the second computation only lowers
-/// a share, when the host's demand fell since the revision (a host that went idle does not hold
-/// the share of a busy one for a period). A host whose demand rose waits for its record to reach
-/// the revision, as the others do.
+/// The host counts itself and, of the other hosts whose weight is at most [`MAX_WEIGHT`], the
+/// `cfg.max_hosts - 1` lowest host ids; a host among the `max_hosts` lowest ids counts the same
+/// hosts as the others of them. Hosts computing from the same revision with equal weights
+/// enforce shares that sum to at most the limit: the least share is then below every share (it
+/// is the idle floor of `max_hosts` hosts, and each share is at least the idle floor of the
+/// hosts counted). With unequal weights a light host may be raised to the least share, and the
+/// sum is at most the limit plus the idle reserve. The second computation only lowers a share,
+/// when the host's demand fell since the revision (a host that went idle does not hold the share
+/// of a busy one for a period). A host whose demand rose waits for its record to reach the
+/// revision, as the others do.
 pub fn own_share<H: Ord + Clone>(
     limit: Rate,
     cfg: &ClusterConfig,
     records: &[HostRecord<H>],
     own: &HostRecord<H>,
 ) -> Option<u64> {
-    let in_revision = shares(limit, cfg, records).share_of(&own.host)?;
-    let mut newer: Vec<HostRecord<H>> = records
+    let mut peers: Vec<&HostRecord<H>> = records
         .iter()
-        .filter(|r| r.host != own.host)
-        .cloned()
+        .filter(|r| r.host != own.host && r.weight <= MAX_WEIGHT)
         .collect();
-    newer.push(own.clone());
-    let with_own = shares(limit, cfg, &newer).share_of(&own.host)?;
-    Some(in_revision.min(with_own))
+    peers.sort_by(|a, b| a.host.cmp(&b.host));
+    // The first `max_hosts - 1` distinct peer hosts, with every record of each.
+    let mut distinct = 0;
+    let mut kept = 0;
+    for (i, r) in peers.iter().enumerate() {
+        if i == 0 || peers[i - 1].host != r.host {
+            distinct += 1;
+        }
+        if distinct > cfg.max_hosts.max(1) - 1 {
+            break;
+        }
+        kept = i + 1;
+    }
+    peers.truncate(kept);
+    let mut counted: Vec<HostRecord<H>> = peers.into_iter().cloned().collect();
+    counted.extend(records.iter().filter(|r| r.host == own.host).cloned());
+    let in_revision = shares(limit, cfg, &counted).share_of(&own.host)?;
+    counted.retain(|r| r.host != own.host);
+    counted.push(own.clone());
+    let with_own = shares(limit, cfg, &counted).share_of(&own.host)?;
+    Some(in_revision.min(with_own).max(least_share(limit, cfg)))
+}
+
+/// The least share a host enforces once it has one, bit/s: the idle floor of a cluster of
+/// `cfg.max_hosts` hosts (the idle reserve of `limit` divided by `max_hosts`), which no record of
+/// another host can lower.
+pub fn least_share(limit: Rate, cfg: &ClusterConfig) -> u64 {
+    (limit.bps() as f64 * cfg.idle_reserve_fraction) as u64 / cfg.max_hosts.max(1) as u64
 }
 
 /// A total order on a record's contents, so that the choice between duplicates is deterministic.

@@ -198,10 +198,97 @@ fn bad_configurations_are_refused() {
             },
             ClusterConfigError::CapThreshold,
         ),
+        (
+            ClusterConfig { max_hosts: 0, ..ok },
+            ClusterConfigError::MaxHosts,
+        ),
     ];
     for (cfg, err) in cases {
         assert_eq!(cfg.validate(), Err(err));
     }
+}
+
+#[test]
+fn a_peer_of_weight_u32_max_is_not_counted_and_leaves_the_others_their_fair_share() {
+    let cfg = ClusterConfig::default();
+    let own = rec(1, 1, LIMIT, LIMIT / 3);
+    let honest = rec(2, 1, LIMIT, LIMIT / 3);
+    let evil = rec(3, u32::MAX, LIMIT, LIMIT / 3);
+    let records = [own.clone(), honest.clone(), evil.clone()];
+    let s = shares(limit(), &cfg, &records);
+    assert_eq!(s.counters.overweight, 1);
+    assert_eq!(s.share_of(&3), None, "not counted");
+    assert_eq!(share_list(&s), [LIMIT / 2, LIMIT / 2]);
+    // The fair share of two busy hosts of equal weight, as if the bad record were not there.
+    assert_eq!(own_share(limit(), &cfg, &records, &own), Some(LIMIT / 2));
+    assert_eq!(
+        own_share(limit(), &cfg, &[own.clone(), evil.clone()], &own),
+        Some(LIMIT)
+    );
+    // The greatest weight a daemon can be configured with is counted.
+    let heavy = HostRecord {
+        weight: MAX_WEIGHT,
+        ..evil
+    };
+    let s = shares(limit(), &cfg, &[own.clone(), heavy.clone()]);
+    assert_eq!(s.counters.overweight, 0);
+    assert_eq!(s.hosts.len(), 2);
+    assert!(
+        own_share(limit(), &cfg, &[own.clone(), heavy], &own).unwrap()
+            >= least_share(limit(), &cfg)
+    );
+}
+
+/// Records of `n` hosts from `first` on, each busy at the limit with weight `weight`.
+fn fakes(first: u32, n: u32, weight: u32) -> Vec<HostRecord<u32>> {
+    (first..first + n)
+        .map(|h| rec(h, weight, LIMIT, LIMIT / 100_000))
+        .collect()
+}
+
+#[test]
+fn a_hundred_thousand_fake_hosts_leave_an_honest_host_its_share_among_the_hosts_it_counts() {
+    let cfg = ClusterConfig::default();
+    let max = DEFAULT_MAX_HOSTS as u64;
+    // Two honest busy hosts, 0 and 200 000: one below the fakes' ids, one above.
+    for own_id in [0, 200_000] {
+        let own = rec(own_id, 1, LIMIT, LIMIT / 2);
+        let mut records = fakes(1, 100_000, 1);
+        records.push(rec(100_001, 1, LIMIT, LIMIT / 2));
+        records.push(own.clone());
+        let s = shares(limit(), &cfg, &records);
+        assert_eq!(s.hosts.len(), DEFAULT_MAX_HOSTS);
+        assert_eq!(s.counters.beyond_max_hosts, 100_002 - max);
+        // Every counted host busy with weight 1: a 1 / max_hosts share, where without the bound
+        // it would be 1 / 100 002.
+        let got = own_share(limit(), &cfg, &records, &own).unwrap();
+        assert!(got >= LIMIT / max, "{got}");
+        // An idle honest host keeps the idle floor of max_hosts hosts.
+        let idle = rec(own_id, 1, 0, LIMIT / 2);
+        records.retain(|r| r.host != own_id);
+        records.push(idle.clone());
+        let got = own_share(limit(), &cfg, &records, &idle).unwrap();
+        assert!(got >= LIMIT / 100 / max, "{got}");
+        assert_eq!(least_share(limit(), &cfg), LIMIT / 100 / max);
+    }
+}
+
+#[test]
+fn heavy_fake_hosts_never_push_a_share_below_the_least_share() {
+    let cfg = ClusterConfig::default();
+    let own = rec(0, 1, LIMIT, LIMIT / 2);
+    let mut records = fakes(1, 100_000, MAX_WEIGHT);
+    records.push(own.clone());
+    let least = least_share(limit(), &cfg);
+    assert!(least > 0);
+    assert_eq!(own_share(limit(), &cfg, &records, &own), Some(least));
+    // With equal weights the least share never binds: the shares still sum to the limit.
+    let records: Vec<_> = (0..DEFAULT_MAX_HOSTS as u32)
+        .map(|h| rec(h, 1, if h % 2 == 0 { LIMIT } else { 0 }, LIMIT / 2))
+        .collect();
+    let s = shares(limit(), &cfg, &records);
+    assert!(s.hosts.iter().all(|h| h.share_bps >= least));
+    assert_eq!(share_list(&s).iter().sum::<u64>(), LIMIT);
 }
 
 /// Plain weighted max-min water-filling in floating point: entries whose demand fits under the

@@ -11,6 +11,7 @@
 //! rules: `docs/design/carousel.md`.
 
 pub mod agent;
+pub mod peers;
 pub mod record;
 
 pub use crate::ops::metrics::cluster::AgentState;
@@ -33,6 +34,14 @@ pub enum ClusterError {
         path: String,
         /// Why.
         error: std::io::Error,
+    },
+    /// `[cluster] etcd_password_file` could not be read, or is open to others, or is empty.
+    #[error("cluster.etcd_password_file: {path}: {why}")]
+    PasswordFile {
+        /// The path.
+        path: String,
+        /// Why.
+        why: String,
     },
     /// No `[cluster] host` and no usable hostname.
     #[error("cluster.host: not set and the hostname cannot be read ({0}): set [cluster] host")]
@@ -63,12 +72,21 @@ pub fn cells(config: &Config, loops: usize) -> Vec<Arc<ClusterCell>> {
 }
 
 /// What the agent needs from the file system, read before the daemon drops its privileges: the
-/// host id and the connection's options (TLS files read).
-#[derive(Debug)]
+/// host id and the connection's options (TLS files and the etcd password read).
 pub struct Prepared {
     section: ClusterSection,
     host: String,
     options: etcd_client::ConnectOptions,
+}
+
+/// Without the connection's options: they hold the etcd password.
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("section", &self.section)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Prepared {
@@ -100,6 +118,13 @@ pub fn prepare(section: &ClusterSection) -> Result<Prepared, ClusterError> {
         .with_timeout(period)
         .with_keep_alive(period, period)
         .with_require_leader(true);
+    if let Some(auth) = &section.auth {
+        let password = read_password(&auth.password_file)?;
+        // A token lost with a restarted member is fetched again on the next request.
+        options = options
+            .with_user(auth.user.clone(), password)
+            .with_auto_token_refresh(true);
+    }
     if let Some(tls) = &section.tls {
         let read = |field: &'static str, path: &std::path::Path| {
             std::fs::read(path).map_err(|error| ClusterError::TlsFile {
@@ -130,6 +155,30 @@ pub fn prepare(section: &ClusterSection) -> Result<Prepared, ClusterError> {
     })
 }
 
+/// The password in `path`: its first line, without its line ending. Refused when the file is
+/// open to its group or to others (mode `0600` or stricter, as ssh asks of a key) or the
+/// password is empty.
+pub fn read_password(path: &std::path::Path) -> Result<String, ClusterError> {
+    use std::os::unix::fs::PermissionsExt;
+    let refuse = |why: String| ClusterError::PasswordFile {
+        path: path.display().to_string(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(refuse(format!(
+            "mode {mode:03o} lets its group or others at the password: chmod 600 it"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    let password = text.lines().next().unwrap_or("");
+    if password.is_empty() {
+        return Err(refuse("the first line (the password) is empty".to_string()));
+    }
+    Ok(password.to_string())
+}
+
 /// The machine's hostname as a host id: characters outside A-Z a-z 0-9 _ - . become `-`.
 fn hostname() -> Result<String, ClusterError> {
     let name = nix::unistd::gethostname().map_err(|e| ClusterError::Host(e.to_string()))?;
@@ -149,4 +198,43 @@ fn hostname() -> Result<String, ClusterError> {
         return Err(ClusterError::Host("empty".to_string()));
     }
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_password_is_the_first_line_of_a_file_only_its_owner_can_open() {
+        let dir = std::env::temp_dir().join(format!("mtr-password-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("password");
+        let mode = |m: u32| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        std::fs::write(&path, "s3cret\nignored\n").unwrap();
+        mode(0o600);
+        let read = read_password(&path);
+        mode(0o640);
+        let group = read_password(&path).map_err(|e| e.to_string());
+        mode(0o604);
+        let others = read_password(&path).map_err(|e| e.to_string());
+        std::fs::write(&path, "\n").unwrap();
+        mode(0o400);
+        let empty = read_password(&path).map_err(|e| e.to_string());
+        let missing = read_password(&dir.join("missing")).map_err(|e| e.to_string());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(read.unwrap(), "s3cret");
+        for (err, want) in [
+            (group, "640"),
+            (others, "604"),
+            (empty, "empty"),
+            (missing, "cannot read"),
+        ] {
+            let err = err.unwrap_err();
+            assert!(err.starts_with("cluster.etcd_password_file: "), "{err}");
+            assert!(err.contains(want), "{err}");
+        }
+    }
 }

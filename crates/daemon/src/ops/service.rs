@@ -381,7 +381,7 @@ pub fn run_daemon(
 }
 
 /// With a `[cluster]`: the cells of its classes into `control` and what its agent needs from
-/// the file system (TLS files), read before the privileges go.
+/// the file system (TLS files, the etcd password), read before the privileges go.
 #[allow(clippy::result_large_err)] // see `DaemonError`
 pub(crate) fn prepare_cluster(
     config: &Config,

@@ -6,8 +6,9 @@
 //! [`own_share`], again within `HOUSEKEEPING` of every revision the watch delivers. Every request
 //! has a one-period deadline; a failure moves the session to the next member of `[cluster] etcd`
 //! (`Runner::fail_over`), one member at a time. Why one member at a time rather than balancing:
-//! `docs/design/carousel.md`.
+//! `docs/design/carousel.md`. What other hosts wrote is checked as it is read ([`super::peers`]).
 
+use super::peers::{ClassRecords, Refusal, RefusalLog};
 use super::record::{decode, encode};
 use super::ClusterCell;
 use crate::ops::config::cluster::ClusterSection;
@@ -25,9 +26,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
-/// Most records kept per class: 100 000 hosts (a record is about 200 bytes: 20 MB at most). A
-/// record beyond is counted (`too_many`) and left out.
-pub const MAX_HOSTS_PER_CLASS: usize = 100_000;
 /// How often the agent looks at its stop flag, its state and its gauges: every 100 ms.
 const HOUSEKEEPING: StdDuration = StdDuration::from_millis(100);
 /// How long a stopping agent waits for etcd to revoke its lease: 1 s.
@@ -152,8 +150,10 @@ struct Runner {
     metrics: ClusterMetrics,
     clock: MonotonicClock,
     classes: Vec<AgentClass>,
-    /// Records by class prefix, then by host.
-    records: BTreeMap<String, BTreeMap<String, HostRecord<String>>>,
+    /// Records by class prefix.
+    records: BTreeMap<String, ClassRecords>,
+    /// When refusals were last logged.
+    refusals: RefusalLog,
     revision: i64,
     /// When etcd last answered.
     last_answer: Option<Instant>,
@@ -203,6 +203,7 @@ impl Runner {
             .collect();
         let cfg = ClusterConfig {
             join_floor: section.floor.core(),
+            max_hosts: section.max_hosts,
             ..ClusterConfig::default()
         };
         metrics.set_state(AgentState::Joining.label(), false);
@@ -216,6 +217,7 @@ impl Runner {
             clock,
             classes,
             records: BTreeMap::new(),
+            refusals: RefusalLog::default(),
             revision: 0,
             last_answer: None,
             last_ok_sent: None,
@@ -453,25 +455,46 @@ impl Runner {
     /// Keeps a record read from etcd (key and value), or counts why not.
     fn put_record(&mut self, key: &[u8], value: &[u8]) {
         let Some((prefix, host)) = self.split_key(key) else {
-            self.metrics.refused("class");
-            return;
+            let key = String::from_utf8_lossy(key).into_owned();
+            return self.refused(Refusal::Class, &key);
         };
         let Some((record, _limit)) = decode(&host, value) else {
-            self.metrics.refused("malformed");
+            return self.refused(Refusal::Malformed, &host);
+        };
+        let max_hosts = self.section.max_hosts;
+        let own = &self.host;
+        let class = self
+            .records
+            .entry(prefix)
+            .or_insert_with(|| ClassRecords::new(own, max_hosts));
+        if let Some((reason, host)) = class.put(record) {
+            self.refused(reason, &host);
+        }
+    }
+
+    /// A record of `host` (or a key) not counted for `reason`: counted, and logged at most once
+    /// per [`super::peers::REFUSAL_LOG_EVERY`] and reason.
+    fn refused(&mut self, reason: Refusal, host: &str) {
+        self.metrics.refused(reason.label());
+        let Some(unlogged) = self.refusals.note(reason, Instant::now()) else {
             return;
         };
-        let hosts = self.records.entry(prefix).or_default();
-        if hosts.len() >= MAX_HOSTS_PER_CLASS && !hosts.contains_key(&host) {
-            self.metrics.refused("too_many");
-            return;
+        let (cluster, label) = (&self.section.name, reason.label());
+        let max_hosts = self.section.max_hosts;
+        let message = "cluster agent: a record under the cluster's prefix is not counted \
+                       (metronome_cluster_records_refused_total{reason})";
+        // Daemons of one cluster may have different classes: theirs are no warning.
+        if reason == Refusal::Class {
+            tracing::debug!(%cluster, reason = label, key = host, unlogged, "{message}");
+        } else {
+            tracing::warn!(%cluster, reason = label, host, max_hosts, unlogged, "{message}");
         }
-        hosts.insert(host, record);
     }
 
     fn remove_record(&mut self, key: &[u8]) {
         if let Some((prefix, host)) = self.split_key(key) {
-            if let Some(hosts) = self.records.get_mut(&prefix) {
-                hosts.remove(&host);
+            if let Some(class) = self.records.get_mut(&prefix) {
+                class.remove(&host);
             }
         }
     }
@@ -586,12 +609,10 @@ impl Runner {
         let c = &self.classes[i];
         let Some(own) = &c.newest else { return };
         let limit = c.cell.limit();
-        let records: Vec<HostRecord<String>> = self
+        let (records, peers) = self
             .records
             .get(&c.prefix)
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
-        let peers = records.iter().filter(|r| r.host != self.host).count();
+            .map_or((Vec::new(), 0), |class| (class.records(), class.peers()));
         let share = own_share(limit, &self.cfg, &records, own);
         let now = self.clock.now();
         let c = &mut self.classes[i];
@@ -737,3 +758,6 @@ async fn next_watch(
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests;

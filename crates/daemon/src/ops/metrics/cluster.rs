@@ -163,7 +163,8 @@ impl ClusterMetrics {
         r.register(
             "cluster_records_refused",
             "Records under the cluster's prefix that were not used, by reason (malformed, \
-             class: a class this daemon does not have, too_many: beyond the hosts kept per class)",
+             class: a class this daemon does not have, weight: a weight above 1000000, \
+             too_many_hosts: beyond the [cluster] max_hosts lowest host ids)",
             self.refused.clone(),
         );
     }
