@@ -5,6 +5,9 @@
 use super::*;
 use crate::datapath::engine::Engine;
 use serde_json::{json, Value};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::thread::JoinHandle;
 
