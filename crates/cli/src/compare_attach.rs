@@ -211,6 +211,7 @@ mod tests {
             cpu_pct: 12.0,
             daemon_cpu_pct: None,
             jain_bulk: Some(0.99),
+            cpu_account: None,
         })
     }
 

@@ -439,6 +439,7 @@ mod tests {
                 cpu_pct: 80.0,
                 daemon_cpu_pct: shaper.is_daemon().then_some(12.5),
                 jain_bulk: Some(0.995),
+                cpu_account: None,
             },
             windows: 30,
             probe_samples: 400,
@@ -563,6 +564,7 @@ mod tests {
                 cpu_pct: 90.5,
                 daemon_cpu_pct: None,
                 jain_bulk: Some(0.98),
+                cpu_account: None,
             },
             windows: 30,
             probe_samples: 380,
@@ -593,6 +595,7 @@ mod tests {
             keys,
             [
                 "achieved_bps",
+                "cpu_account",
                 "cpu_pct",
                 "daemon_cpu_pct",
                 "deviation_pct",

@@ -310,6 +310,22 @@ pub struct Row {
     /// runs, read as `None`.
     #[serde(default)]
     pub jain_bulk: Option<f64>,
+    /// [`Row::cpu_pct`] split into user, system and softirq time, and per frame and KiB
+    /// delivered ([`measure::CpuAccount`]); `None` when nothing was achieved. Missing in
+    /// documents of earlier runs, read as `None`.
+    #[serde(default)]
+    pub cpu_account: Option<measure::CpuAccount>,
+}
+
+/// The text reports' words for `account`: `(user U, system S, softirq Q; N ns/frame)`, empty
+/// without one.
+pub fn format_cpu_account(account: Option<&measure::CpuAccount>) -> String {
+    account.map_or_else(String::new, |a| {
+        format!(
+            " (user {:.1}, system {:.1}, softirq {:.1}; {:.0} ns/frame)",
+            a.user_pct, a.system_pct, a.softirq_pct, a.ns_per_frame
+        )
+    })
 }
 
 /// A row and what else was seen during its run.
@@ -359,7 +375,7 @@ pub fn run(
                 let _ = writeln!(
                     progress,
                     "{:<14} {:>6.0} Mbit/s {:>3} flows, offloads {}: {:>8.2} Mbit/s, deviation \
-                     {:>6.2} %, RTT p50 {:>6} p99 {:>6} us, jain {}, machine cpu {:>6.1} %/Gbit/s{}",
+                     {:>6.2} %, RTT p50 {:>6} p99 {:>6} us, jain {}, machine cpu {:>6.1} %/Gbit/s{}{}",
                     shaper.name(),
                     target as f64 / 1e6,
                     flows,
@@ -370,6 +386,7 @@ pub fn run(
                     format_rtt_us(r.rtt_p99_us),
                     r.jain_bulk.map_or("-".to_owned(), |j| format!("{j:.3}")),
                     r.cpu_pct,
+                    format_cpu_account(r.cpu_account.as_ref()),
                     r.daemon_cpu_pct
                         .map(|d| format!(", daemon thread {d:.1} %/Gbit/s"))
                         .unwrap_or_default()

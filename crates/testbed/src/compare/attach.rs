@@ -325,7 +325,7 @@ pub fn describe_host_row(row: &HostRow) -> String {
     match row {
         HostRow::Measured(r) => format!(
             "{:<14} {:>6.0} Mbit/s {:>3} flows: {:>8.2} Mbit/s, deviation {:>6.2} %, RTT p50 {:>6} \
-             p99 {:>6} us, machine cpu {:>6.1} %/Gbit/s{}",
+             p99 {:>6} us, machine cpu {:>6.1} %/Gbit/s{}{}",
             r.shaper.name(),
             r.target_bps as f64 / 1e6,
             r.flows,
@@ -334,6 +334,7 @@ pub fn describe_host_row(row: &HostRow) -> String {
             super::format_rtt_us(r.rtt_p50_us),
             super::format_rtt_us(r.rtt_p99_us),
             r.cpu_pct,
+            super::format_cpu_account(r.cpu_account.as_ref()),
             r.daemon_cpu_pct
                 .map(|d| format!(", daemon process {d:.1} %/Gbit/s"))
                 .unwrap_or_default()

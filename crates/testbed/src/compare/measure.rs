@@ -7,7 +7,8 @@
 //! `rx_bytes` and `rx_packets` ([`wire_bytes`]: a veth counts a GSO super-frame once, so the
 //! payload is scaled by a full segment's frame-to-payload ratio), each window's over the
 //! *measured* time between two reads; the CPU is the machine's kernel time plus this process's
-//! user time ([`MachineCpu`]), not a thread's, since the kernel shapers work in softirq context.
+//! user time ([`MachineCpu`]), not a thread's, since the kernel shapers work in softirq context;
+//! [`CpuAccount`] splits it into user, system and softirq time, per Gbit/s and per frame.
 
 use std::fs::File;
 use std::io::{Read, Seek};
@@ -75,8 +76,17 @@ impl WindowSampler {
 /// One reading of `/proc/stat`'s aggregate line, in clock ticks, and the number of CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTimes {
-    /// `system + irq + softirq` of the machine plus this process's `utime` (see the module docs).
+    /// `system + irq + softirq` of the machine plus this process's `utime` (see the module docs):
+    /// `user + system + softirq` below.
     pub busy: u64,
+    /// The user time counted: this process's `utime` and that of the processes of
+    /// [`MachineCpu::with_processes`] (a daemon run as a process of its own).
+    pub user: u64,
+    /// The machine's `system` time.
+    pub system: u64,
+    /// The machine's `irq + softirq` time: where the kernel's qdiscs, the veths' receive path
+    /// and the stacks' protocol work run.
+    pub softirq: u64,
     /// All eight fields: the CPUs' whole time.
     pub total: u64,
     /// Lines `cpuN`: the CPUs the kernel accounts.
@@ -106,6 +116,9 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
         .count();
     Some(CpuTimes {
         busy,
+        user: 0,
+        system: get(2),
+        softirq: get(5) + get(6),
         steal: get(7),
         total: busy + idle,
         cpus: u32::try_from(cpus).unwrap_or(u32::MAX).max(1),
@@ -121,6 +134,84 @@ impl CpuTimes {
         }
         let busy = self.busy.saturating_sub(earlier.busy);
         busy as f64 / total as f64 * f64::from(self.cpus)
+    }
+
+    /// [`CpuTimes::cores_since`] split into user, system and softirq time, CPUs each.
+    pub fn split_since(&self, earlier: &CpuTimes) -> CoresSplit {
+        let total = self.total.saturating_sub(earlier.total);
+        let cores = |now: u64, then: u64| {
+            if total == 0 {
+                return 0.0;
+            }
+            now.saturating_sub(then) as f64 / total as f64 * f64::from(self.cpus)
+        };
+        CoresSplit {
+            user: cores(self.user, earlier.user),
+            system: cores(self.system, earlier.system),
+            softirq: cores(self.softirq, earlier.softirq),
+        }
+    }
+}
+
+/// CPUs busy in user, system and softirq (with irq) time over a run: the parts of
+/// [`CpuTimes::cores_since`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CoresSplit {
+    /// This process's user time (the senders, receivers and probe; an in-process daemon's
+    /// loop too) and that of a daemon run as a process of its own.
+    pub user: f64,
+    /// The machine's system time (system calls: the copies into and out of sockets).
+    pub system: f64,
+    /// The machine's irq and softirq time (the stacks' receive and transmit work, qdiscs).
+    pub softirq: f64,
+}
+
+/// Bytes of one full-size frame on the wire (1514: a 1500-byte MTU's segment with its Ethernet
+/// header), the unit of [`CpuAccount`]'s per-packet figure.
+pub const FULL_FRAME_BYTES: f64 = 1514.0;
+
+/// The machine's busy CPU of a run, per Gbit/s achieved and per packet: what a step that moves
+/// fewer bytes or wakes less saves shows in one part.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+pub struct CpuAccount {
+    /// User time (see [`CoresSplit::user`]), percent of one CPU per Gbit/s.
+    pub user_pct: f64,
+    /// System time, percent of one CPU per Gbit/s.
+    pub system_pct: f64,
+    /// Irq and softirq time, percent of one CPU per Gbit/s.
+    pub softirq_pct: f64,
+    /// The machine's busy nanoseconds per full-size frame delivered ([`FULL_FRAME_BYTES`] on
+    /// the wire; a super-frame counts as the frames it carries).
+    pub ns_per_frame: f64,
+    /// The machine's busy nanoseconds per KiB delivered on the wire.
+    pub ns_per_kib: f64,
+}
+
+impl CpuAccount {
+    /// The account of `split` (CPUs) at `achieved_bps` on the wire; `None` when nothing was
+    /// achieved.
+    pub fn of(split: CoresSplit, achieved_bps: f64) -> Option<CpuAccount> {
+        if achieved_bps <= 0.0 {
+            return None;
+        }
+        let busy = split.user + split.system + split.softirq;
+        let bytes_per_s = achieved_bps / 8.0;
+        Some(CpuAccount {
+            user_pct: cpu_pct_per_gbit(split.user, achieved_bps),
+            system_pct: cpu_pct_per_gbit(split.system, achieved_bps),
+            softirq_pct: cpu_pct_per_gbit(split.softirq, achieved_bps),
+            ns_per_frame: busy * 1e9 / (bytes_per_s / FULL_FRAME_BYTES),
+            ns_per_kib: busy * 1e9 / (bytes_per_s / 1024.0),
+        })
     }
 }
 
@@ -174,13 +265,14 @@ impl MachineCpu {
         self.own.rewind()?;
         self.buf.clear();
         self.own.read_to_string(&mut self.buf)?;
-        times.busy += parse_utime(&self.buf).ok_or_else(bad)?;
+        times.user += parse_utime(&self.buf).ok_or_else(bad)?;
         for other in &mut self.others {
             other.rewind()?;
             self.buf.clear();
             other.read_to_string(&mut self.buf)?;
-            times.busy += parse_utime(&self.buf).ok_or_else(bad)?;
+            times.user += parse_utime(&self.buf).ok_or_else(bad)?;
         }
+        times.busy += times.user;
         Ok(times)
     }
 }
@@ -232,6 +324,9 @@ mod tests {
             a,
             CpuTimes {
                 busy: 60,
+                user: 0,
+                system: 50,
+                softirq: 10,
                 total: 986,
                 cpus: 2,
                 steal: 1,
@@ -247,6 +342,41 @@ mod tests {
         assert_eq!(b.cores_since(&a), 0.5);
         assert_eq!(a.cores_since(&a), 0.0);
         assert!(parse_proc_stat("intr 1\n").is_none());
+    }
+
+    #[test]
+    fn the_busy_time_splits_into_user_system_and_softirq() {
+        let a = CpuTimes {
+            busy: 100,
+            user: 40,
+            system: 40,
+            softirq: 20,
+            total: 1_000,
+            cpus: 2,
+            steal: 0,
+        };
+        // Over 100 ticks of the two CPUs: 30 user, 10 system, 10 softirq ticks.
+        let b = CpuTimes {
+            busy: 150,
+            user: 70,
+            system: 50,
+            softirq: 30,
+            total: 1_100,
+            ..a
+        };
+        let split = b.split_since(&a);
+        assert_eq!((split.user, split.system, split.softirq), (0.6, 0.2, 0.2));
+        assert!((split.user + split.system + split.softirq - b.cores_since(&a)).abs() < 1e-12);
+        // One CPU at 1 Gbit/s: 100 %/Gbit/s, 1514 B frames at 82 563 frames/s: 12 112 ns each.
+        let account = CpuAccount::of(split, 1e9).unwrap();
+        assert!((account.user_pct - 60.0).abs() < 1e-9, "{account:?}");
+        assert!((account.system_pct + account.softirq_pct - 40.0).abs() < 1e-9);
+        assert!(
+            (account.ns_per_frame - 12_112.0).abs() < 1e-6,
+            "{account:?}"
+        );
+        assert!((account.ns_per_kib - 8_192.0).abs() < 1e-6, "{account:?}");
+        assert_eq!(CpuAccount::of(split, 0.0), None);
     }
 
     #[test]

@@ -19,6 +19,8 @@ struct Measured {
     rates: Vec<f64>,
     /// CPUs busy over the windows ([`MachineCpu`]).
     machine_cores: f64,
+    /// The same, split by kind of time.
+    machine_split: measure::CoresSplit,
     /// The daemon thread's CPUs over the windows.
     daemon_cores: Option<f64>,
     /// The probe, run during the windows only.
@@ -118,6 +120,7 @@ pub(crate) fn measure_run(
             cpu_pct: cpu_pct_per_gbit(m.machine_cores, achieved),
             daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
             jain_bulk: jain_index(&per_flow),
+            cpu_account: measure::CpuAccount::of(m.machine_split, achieved),
         },
         windows: m.rates.len(),
         probe_samples: m.probe.samples,
@@ -173,6 +176,7 @@ fn measure_windows(
     Ok(Measured {
         rates: sampler.rates(),
         machine_cores: cpu1.0.cores_since(&cpu0.0),
+        machine_split: cpu1.0.split_since(&cpu0.0),
         daemon_cores,
         probe: probe.probe.unwrap_or_default(),
     })
