@@ -247,9 +247,7 @@ fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, Cn
     }
     let host_if = host::host_interface(Some(prev), inv.netns.as_deref(), &inv.ifname, links)?;
     let wanted = classes::wanted(conf, &inv.container_id, &inv.ifname, &host_if);
-    let dir = StateDir::open(&conf.state_dir, true)
-        .map_err(state_dir_failure)?
-        .expect("made when missing");
+    let dir = StateDir::make(&conf.state_dir).map_err(state_dir_failure)?;
     let name = classes::state_name(&inv.container_id, &inv.ifname);
     let path = dir.path().join(&name);
     let before = record(&dir, inv, &mut Vec::new());
@@ -324,7 +322,7 @@ fn register(
 }
 
 fn del(inv: &Invocation, conf: &NetConf, notes: &mut Vec<String>) -> Result<(), CniError> {
-    let Some(dir) = StateDir::open(&conf.state_dir, false).map_err(state_dir_failure)? else {
+    let Some(dir) = StateDir::open(&conf.state_dir).map_err(state_dir_failure)? else {
         // No state directory: no state file, so no class recorded as the pod's.
         return Ok(());
     };
@@ -417,7 +415,7 @@ fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
         return Ok(());
     }
     let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
-    let dir = StateDir::open(&conf.state_dir, false).map_err(state_dir_failure)?;
+    let dir = StateDir::open(&conf.state_dir).map_err(state_dir_failure)?;
     let read = match &dir {
         Some(d) => d.read(&classes::state_name(&inv.container_id, &inv.ifname)),
         None => Ok(None),

@@ -60,38 +60,50 @@ pub struct StateDir {
     fd: OwnedFd,
 }
 
-fn io_error(e: Errno) -> std::io::Error {
-    std::io::Error::from_raw_os_error(e as i32)
+/// `path` without a trailing `/`, which would make an open follow a link there.
+fn without_trailing_slash(path: &Path) -> PathBuf {
+    path.components().collect()
 }
 
 impl StateDir {
-    /// Opens the state directory `path`, making it when missing if `create` (else `Ok(None)`),
-    /// and checks it (see the module docs).
-    pub fn open(path: &Path, create: bool) -> Result<Option<StateDir>, StateDirError> {
-        // Without a trailing `/`, which would make the open follow a link there.
-        let path: PathBuf = path.components().collect();
+    /// Opens the state directory `path`, made (mode [`STATE_DIR_MODE`], its parents with the
+    /// default mode) when missing, and checks it (see the module docs).
+    pub fn make(path: &Path) -> Result<StateDir, StateDirError> {
+        let path = without_trailing_slash(path);
         let io = |source| StateDirError::Io {
             path: path.clone(),
             source,
         };
-        if create {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(io)?;
-            }
-            let made = std::os::unix::fs::DirBuilderExt::mode(
-                &mut std::fs::DirBuilder::new(),
-                STATE_DIR_MODE,
-            )
-            .create(&path);
-            match made {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(e)),
-                _ => {}
-            }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io)?;
         }
+        let made =
+            std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), STATE_DIR_MODE)
+                .create(&path);
+        match made {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(e)),
+            _ => {}
+        }
+        StateDir::open(&path)?.ok_or_else(|| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "removed as soon as it was made",
+            ))
+        })
+    }
+
+    /// Opens the state directory `path` and checks it (see the module docs): `Ok(None)` when
+    /// there is none.
+    pub fn open(path: &Path) -> Result<Option<StateDir>, StateDirError> {
+        let path = without_trailing_slash(path);
+        let io = |source| StateDirError::Io {
+            path: path.clone(),
+            source,
+        };
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = match nix::fcntl::open(&path, flags, Mode::empty()) {
             Ok(fd) => fd,
-            Err(Errno::ENOENT) if !create => return Ok(None),
+            Err(Errno::ENOENT) => return Ok(None),
             Err(Errno::ELOOP | Errno::ENOTDIR) => {
                 let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
                 let why = if link {
@@ -104,7 +116,7 @@ impl StateDir {
                     why: why.to_owned(),
                 });
             }
-            Err(e) => return Err(io(io_error(e))),
+            Err(e) => return Err(io(e.into())),
         };
         let dir = StateDir { path, fd };
         dir.check()?;
@@ -174,14 +186,15 @@ impl StateDir {
             flags,
             Mode::from_bits_truncate(STATE_FILE_MODE),
         )
-        .map_err(io_error)?;
+        .map_err(std::io::Error::from)?;
         let written = (|| {
             let mut f = std::fs::File::from(fd);
             // The mode given to open(2) is reduced by the umask; this sets it exactly.
             f.set_permissions(std::fs::Permissions::from_mode(STATE_FILE_MODE))?;
             f.write_all(text.as_bytes())?;
             f.sync_all()?;
-            nix::fcntl::renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(io_error)
+            nix::fcntl::renameat(&self.fd, tmp.as_str(), &self.fd, name)
+                .map_err(std::io::Error::from)
         })();
         if written.is_err() {
             let _ = nix::unistd::unlinkat(
@@ -208,7 +221,7 @@ impl StateDir {
                     "a symbolic link, not followed",
                 ))
             }
-            Err(e) => return Err(io_error(e)),
+            Err(e) => return Err(e.into()),
         };
         let mut f = std::fs::File::from(fd);
         if !f.metadata()?.is_file() {
@@ -229,7 +242,7 @@ impl StateDir {
     pub fn remove(&self, name: &str) -> std::io::Result<()> {
         match nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
-            Err(e) => Err(io_error(e)),
+            Err(e) => Err(e.into()),
         }
     }
 }

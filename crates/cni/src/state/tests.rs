@@ -54,9 +54,9 @@ fn victim(scratch: &Scratch) -> PathBuf {
 fn the_state_file_is_written_whole_0600_and_read_back() {
     let s = scratch();
     let path = s.0.join("a/b/state");
-    assert!(StateDir::open(&path, false).unwrap().is_none());
+    assert!(StateDir::open(&path).unwrap().is_none());
     assert!(!path.exists());
-    let dir = StateDir::open(&path, true).unwrap().unwrap();
+    let dir = StateDir::make(&path).unwrap();
     assert_eq!(mode_of(&path), STATE_DIR_MODE);
     dir.write("abc.eth0.json", &file()).unwrap();
     assert_eq!(mode_of(&path.join("abc.eth0.json")), STATE_FILE_MODE);
@@ -69,11 +69,11 @@ fn the_state_file_is_written_whole_0600_and_read_back() {
     assert_eq!(dir.read("abc.eth0.json").unwrap(), None);
     // A directory there already is opened as it is (0755 is not writable by others).
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    assert!(StateDir::open(&path, true).unwrap().is_some());
+    assert!(StateDir::make(&path).is_ok());
     // With a trailing `/`: the same directory.
     let slash = PathBuf::from(format!("{}/", path.display()));
     assert_eq!(
-        StateDir::open(&slash, false).unwrap().unwrap().path(),
+        StateDir::open(&slash).unwrap().unwrap().path(),
         path.as_path()
     );
 }
@@ -83,7 +83,7 @@ fn a_link_at_the_state_files_name_is_replaced_never_followed() {
     let s = scratch();
     let victim = victim(&s);
     let path = s.0.join("state");
-    let dir = StateDir::open(&path, true).unwrap().unwrap();
+    let dir = StateDir::make(&path).unwrap();
     symlink(&victim, path.join("abc.eth0.json")).unwrap();
     // Read: an error, and the target's text is not taken.
     let e = dir.read("abc.eth0.json").unwrap_err();
@@ -109,7 +109,12 @@ fn a_link_at_the_state_files_name_is_replaced_never_followed() {
 }
 
 fn refusal(path: &Path, create: bool) -> String {
-    match StateDir::open(path, create) {
+    let opened = if create {
+        StateDir::make(path).map(Some)
+    } else {
+        StateDir::open(path)
+    };
+    match opened {
         Err(e @ StateDirError::Refused { .. }) => e.to_string(),
         other => panic!("{}: not refused: {other:?}", path.display()),
     }
@@ -164,5 +169,5 @@ fn a_state_directory_of_another_user_is_refused() {
     assert!(e.contains("uid 64123"), "{e}");
     // Back to root: taken.
     nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(0)), None).unwrap();
-    assert!(StateDir::open(&path, true).unwrap().is_some());
+    assert!(StateDir::make(&path).is_ok());
 }

@@ -164,14 +164,17 @@ pub fn read_password(path: &std::path::Path) -> Result<String, ClusterError> {
         path: path.display().to_string(),
         why,
     };
-    let meta = std::fs::metadata(path).map_err(|e| refuse(format!("cannot read it: {e}")))?;
-    let mode = meta.permissions().mode() & 0o777;
+    let cannot = |e: std::io::Error| refuse(format!("cannot read it: {e}"));
+    // One open: the mode checked is that of the file read.
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let mode = file.metadata().map_err(cannot)?.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(refuse(format!(
             "mode {mode:03o} lets its group or others at the password: chmod 600 it"
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).map_err(cannot)?;
     let password = text.lines().next().unwrap_or("");
     if password.is_empty() {
         return Err(refuse("the first line (the password) is empty".to_string()));

@@ -345,7 +345,7 @@ impl Live {
     }
 
     /// Adds `object` as a class of the API before the shaping loops start (`class_dir`,
-    /// [`class_dir::restore`]): in the model only, as the loops' engines start from
+    /// [`class_dir::apply`]): in the model only, as the loops' engines start from
     /// [`Live::merged`]. Refused as an `add` would be.
     pub fn restore(&self, object: ClassObject) -> Result<String, ReplyError> {
         let mut model = self.model();

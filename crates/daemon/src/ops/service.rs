@@ -471,7 +471,7 @@ pub(crate) struct BoundControl {
 
 /// Serves the socket [`bind_control`] bound, for `config.daemon.cores` loops, and puts its
 /// model in `control` for the loops. With `[daemon] class_dir`, its files' classes are added
-/// first (`crate::ops::control::class_dir::restore`), before a client and before the loops,
+/// first (`crate::ops::control::class_dir::apply` of what [`bind_control`] read), before a client and before the loops,
 /// whose engines start from the model.
 #[allow(clippy::result_large_err)] // see `DaemonError`
 pub(crate) fn serve_control(

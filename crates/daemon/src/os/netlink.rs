@@ -111,10 +111,15 @@ pub fn master(ifindex: u32) -> io::Result<Option<u32>> {
             format!("RTM_GETLINK: no link of index {ifindex}"),
         )
     })?;
-    Ok(link.attributes.iter().find_map(|a| match a {
+    Ok(master_of(&link))
+}
+
+/// The index of `link`'s master (`IFLA_MASTER`), `None` when it has none.
+fn master_of(link: &LinkMessage) -> Option<u32> {
+    link.attributes.iter().find_map(|a| match a {
         LinkAttribute::Controller(m) => Some(*m),
         _ => None,
-    }))
+    })
 }
 
 /// Deletes the link of `ifindex` (a veth's peer goes with it).
@@ -169,10 +174,7 @@ pub fn link_ties(name: &str) -> io::Result<Option<LinkTies>> {
             Some(InfoKind::Veth) if !other_namespace => link_index,
             _ => None,
         },
-        master: link.attributes.iter().find_map(|a| match a {
-            LinkAttribute::Controller(m) => Some(*m),
-            _ => None,
-        }),
+        master: master_of(&link),
         bridge: kind == Some(InfoKind::Bridge),
     }))
 }

@@ -1,8 +1,8 @@
 //! `[daemon] class_dir`: a directory of JSON files, one per workload interface, each naming the
 //! classes the control socket registers for it (docs/config.md, "Live classes: the control
 //! socket"). `metronome-cni` writes them; [`ClassFile`] is the format both sides share. At start,
-//! before the loops ([`restore`]), the daemon adds every file's classes as classes of the API, in
-//! name order; a file whose interface is gone is removed, a refused class skipped, an unreadable
+//! the daemon reads the files before it switches user ([`load`]) and, before the loops, adds
+//! every file's classes as classes of the API ([`apply`]), in name order; a file whose interface is gone is removed, a refused class skipped, an unreadable
 //! file left, each counted or logged as that page says. A file is trusted only when the daemon
 //! could have written it: a regular file (a symlink is not followed), owned by root or the
 //! daemon's user, writable by no one else, at most [`MAX_CLASS_FILE_BYTES`] ([`read_trusted`]);
@@ -41,7 +41,7 @@ pub struct ClassFile {
     pub classes: Vec<ClassObject>,
 }
 
-/// What [`restore`] did, by file and class.
+/// What [`load`] and [`apply`] did, by file and class.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Restored {
     /// Classes added.
@@ -145,7 +145,7 @@ pub struct Loaded {
     files: Vec<(std::path::PathBuf, ClassFile)>,
     /// The reasons of the files not trusted, to be counted.
     untrusted: Vec<&'static str>,
-    /// What loading did (`gone`, `invalid`, `skipped`, `over_cap`).
+    /// What loading did (`gone`, `invalid`, `over_cap`; `skipped` is `untrusted`'s length).
     done: Restored,
 }
 
@@ -190,7 +190,6 @@ pub fn load(dir: &Path, exists: impl Fn(&str) -> bool, owners: &[u32], cap: usiz
                     untrusted.message
                 );
                 loaded.untrusted.push(untrusted.reason);
-                done.skipped += 1;
                 continue;
             }
         };
@@ -226,7 +225,10 @@ pub fn load(dir: &Path, exists: impl Fn(&str) -> bool, owners: &[u32], cap: usiz
 
 /// Adds the classes [`load`] read to `live` as classes of the API, counting what loading did.
 pub fn apply(live: &Live, loaded: Loaded) -> Restored {
-    let mut done = loaded.done;
+    let mut done = Restored {
+        skipped: loaded.untrusted.len(),
+        ..loaded.done
+    };
     for reason in loaded.untrusted {
         live.metrics.control_refused(reason);
     }
@@ -253,18 +255,18 @@ pub fn apply(live: &Live, loaded: Loaded) -> Restored {
     done
 }
 
-/// [`load`] then [`apply`], trusting the files of root and of the calling process's user, up
-/// to `live`'s cap.
-pub fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restored {
-    let own = nix::unistd::geteuid().as_raw();
-    apply(live, load(dir, exists, &[own], live.max_api_classes()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ops::config::Config;
     use crate::ops::metrics::Metrics;
+
+    /// [`load`] then [`apply`], as the daemon does at start, trusting the files of root and of
+    /// this process's user, up to `live`'s cap.
+    fn restore(live: &Live, dir: &Path, exists: impl Fn(&str) -> bool) -> Restored {
+        let own = nix::unistd::geteuid().as_raw();
+        apply(live, load(dir, exists, &[own], live.max_api_classes()))
+    }
 
     #[test]
     fn restore_adds_the_classes_of_live_interfaces_and_removes_the_files_of_gone_ones() {
