@@ -5,9 +5,9 @@
 //! Under `cargo test` (stable) bolero's test engine feeds each target a few thousand random
 //! inputs (OS-seeded; a failure prints `BOLERO_RANDOM_SEED=...` to replay it). With
 //! `cargo bolero test -p metronome-daemon --test control_fuzz <target>` on a nightly toolchain
-//! the same targets run under libFuzzer. Corpus files are text: `#` lines are comments (the
-//! `# expect: OUTCOME` one gives the outcome: the request's `op`, or `error`), the rest is one
-//! request line with `\t`, `\\` and `\xNN` escapes standing for their bytes. Targets:
+//! the same targets run under libFuzzer. Corpus files are read as `common` describes (`\r`,
+//! `\n`, `\t`, `\\` and `\xNN` escapes: a backslash of the JSON itself is written `\\`); the
+//! `# expect: OUTCOME` line gives the request's `op`, or `error`. Targets:
 //!
 //! * `every_corpus_file_parses_as_expected`: each seed gives its outcome, and there is a seed
 //!   of every `op`.
@@ -19,11 +19,13 @@
 //! request; an `add` or `change` class either validates or gives an error naming its field,
 //! and an `add` goes through the model's checks (`Live::restore`) without a panic.
 
-use bolero::{check, generator::TypeGenerator};
+mod common;
+
+use bolero::check;
+use common::SeedMutation;
 use metronome_daemon::ops::config::Config;
 use metronome_daemon::ops::control::{protocol, Live, Request};
 use metronome_daemon::ops::metrics::Metrics;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 /// Random inputs per target under `cargo test`: a few thousand, as the metrics endpoint's fuzz
@@ -82,65 +84,9 @@ fn check_invariants(line: &[u8]) {
     }
 }
 
-/// `crates/daemon/corpus/control`.
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/control")
-}
-
-/// Reads a corpus file (format in the module docs): the request line and its expected outcome.
-fn from_corpus_file(text: &str) -> (Vec<u8>, Option<String>) {
-    let mut expect = None;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        if let Some(comment) = line.strip_prefix('#') {
-            if let Some(e) = comment.trim().strip_prefix("expect:") {
-                expect = expect.or(Some(e.trim().to_string()));
-            }
-            continue;
-        }
-        let mut bytes = line.bytes();
-        while let Some(b) = bytes.next() {
-            if b != b'\\' {
-                out.push(b);
-                continue;
-            }
-            match bytes.next() {
-                Some(b't') => out.push(b'\t'),
-                Some(b'\\') => out.push(b'\\'),
-                Some(b'x') => {
-                    let hex = [bytes.next().unwrap_or(0), bytes.next().unwrap_or(0)];
-                    let hex = std::str::from_utf8(&hex).expect("ASCII hex digits");
-                    out.push(u8::from_str_radix(hex, 16).expect("two hex digits after \\x"));
-                }
-                // JSON's own escapes (`\"`, `\n` inside a string) stay as they are.
-                Some(other) => out.extend_from_slice(&[b'\\', other]),
-                None => out.push(b'\\'),
-            }
-        }
-    }
-    (out, expect)
-}
-
-/// Every `corpus/control/*.txt`: path, request line, expectation.
-fn read_corpus() -> Vec<(PathBuf, Vec<u8>, Option<String>)> {
-    let mut files: Vec<_> = std::fs::read_dir(corpus_dir())
-        .expect("corpus directory")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let (line, expect) = from_corpus_file(&std::fs::read_to_string(&path).unwrap());
-            (path, line, expect)
-        })
-        .collect()
-}
-
 #[test]
 fn every_corpus_file_parses_as_expected() {
-    let corpus = read_corpus();
+    let corpus = common::read_corpus("control");
     assert!(corpus.len() >= 10, "{} corpus files", corpus.len());
     let mut ops = std::collections::BTreeSet::new();
     for (path, line, expect) in &corpus {
@@ -170,41 +116,14 @@ fn arbitrary_bytes() {
         });
 }
 
-/// A mutation of one committed corpus line.
-#[derive(Clone, Debug, TypeGenerator)]
-struct SeedMutation {
-    seed: u16,
-    #[generator(bolero::produce::<Vec<(u16, u8)>>().with().len(0..6usize))]
-    flips: Vec<(u16, u8)>,
-    #[generator(bolero::produce::<Vec<(u16, u8)>>().with().len(0..4usize))]
-    inserts: Vec<(u16, u8)>,
-    /// Below 0x4000 (one time in four): truncate to `truncate % (len + 1)` bytes.
-    truncate: u16,
-}
-
 #[test]
 fn mutated_corpus_seeds() {
-    let seeds: Vec<Vec<u8>> = read_corpus()
-        .into_iter()
-        .map(|(_, line, _)| line)
-        .filter(|l| !l.is_empty())
-        .collect();
+    let seeds = common::seeds("control");
     check!()
         .with_iterations(ITERATIONS)
         .with_type::<SeedMutation>()
         .for_each(|m: &SeedMutation| {
-            let mut line = seeds[usize::from(m.seed) % seeds.len()].clone();
-            for &(at, xor) in &m.flips {
-                let len = line.len();
-                line[usize::from(at) % len] ^= xor;
-            }
-            for &(at, byte) in &m.inserts {
-                let at = usize::from(at) % (line.len() + 1);
-                line.insert(at, byte);
-            }
-            if m.truncate < 0x4000 {
-                line.truncate(usize::from(m.truncate) % (line.len() + 1));
-            }
+            let line = m.apply(&seeds);
             check_invariants(&line);
         });
 }

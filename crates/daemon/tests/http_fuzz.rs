@@ -21,11 +21,13 @@
 //! appended after the input change nothing); a parsed head lies within the input and the
 //! limit, its target is visible ASCII, and one byte less of it is incomplete.
 
+mod common;
+
 use bolero::{check, generator::TypeGenerator};
+use common::SeedMutation;
 use metronome_daemon::ops::metrics::http::{
     parse_request, Method, Request, RequestError, MAX_HEAD_BYTES,
 };
-use std::path::{Path, PathBuf};
 
 /// Random inputs per target under `cargo test`: a few thousand, as the packet parser's fuzz
 /// targets (`crates/packet/tests/fuzz.rs`), well under a second here.
@@ -83,65 +85,9 @@ fn arbitrary_bytes() {
         });
 }
 
-/// `crates/daemon/corpus/http`.
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/http")
-}
-
-/// Reads a corpus file (format in the module docs): the request and its expected outcome.
-fn from_corpus_file(text: &str) -> (Vec<u8>, Option<String>) {
-    let mut expect = None;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        if let Some(comment) = line.strip_prefix('#') {
-            if let Some(e) = comment.trim().strip_prefix("expect:") {
-                expect = expect.or(Some(e.trim().to_string()));
-            }
-            continue;
-        }
-        let mut bytes = line.bytes();
-        while let Some(b) = bytes.next() {
-            if b != b'\\' {
-                out.push(b);
-                continue;
-            }
-            match bytes.next() {
-                Some(b'r') => out.push(b'\r'),
-                Some(b'n') => out.push(b'\n'),
-                Some(b't') => out.push(b'\t'),
-                Some(b'\\') => out.push(b'\\'),
-                Some(b'x') => {
-                    let hex = [bytes.next().unwrap_or(0), bytes.next().unwrap_or(0)];
-                    let hex = std::str::from_utf8(&hex).expect("ASCII hex digits");
-                    out.push(u8::from_str_radix(hex, 16).expect("two hex digits after \\x"));
-                }
-                other => panic!("unknown escape \\{other:?} in {line:?}"),
-            }
-        }
-    }
-    (out, expect)
-}
-
-/// Every `corpus/http/*.txt`: path, request, expectation.
-fn read_corpus() -> Vec<(PathBuf, Vec<u8>, Option<String>)> {
-    let mut files: Vec<_> = std::fs::read_dir(corpus_dir())
-        .expect("corpus directory")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let (request, expect) = from_corpus_file(&std::fs::read_to_string(&path).unwrap());
-            (path, request, expect)
-        })
-        .collect()
-}
-
 #[test]
 fn every_corpus_file_parses_as_expected() {
-    let corpus = read_corpus();
+    let corpus = common::read_corpus("http");
     assert!(corpus.len() >= 10, "{} corpus files", corpus.len());
     for (path, request, expect) in &corpus {
         let expect = expect
@@ -153,41 +99,14 @@ fn every_corpus_file_parses_as_expected() {
     }
 }
 
-/// A mutation of one committed corpus request.
-#[derive(Clone, Debug, TypeGenerator)]
-struct SeedMutation {
-    seed: u16,
-    #[generator(bolero::produce::<Vec<(u16, u8)>>().with().len(0..6usize))]
-    flips: Vec<(u16, u8)>,
-    #[generator(bolero::produce::<Vec<(u16, u8)>>().with().len(0..4usize))]
-    inserts: Vec<(u16, u8)>,
-    /// Below 0x4000 (one time in four): truncate to `truncate % (len + 1)` bytes.
-    truncate: u16,
-}
-
 #[test]
 fn mutated_corpus_seeds() {
-    let seeds: Vec<Vec<u8>> = read_corpus()
-        .into_iter()
-        .map(|(_, request, _)| request)
-        .filter(|r| !r.is_empty())
-        .collect();
+    let seeds = common::seeds("http");
     check!()
         .with_iterations(ITERATIONS)
         .with_type::<SeedMutation>()
         .for_each(|m: &SeedMutation| {
-            let mut request = seeds[usize::from(m.seed) % seeds.len()].clone();
-            for &(at, xor) in &m.flips {
-                let len = request.len();
-                request[usize::from(at) % len] ^= xor;
-            }
-            for &(at, byte) in &m.inserts {
-                let at = usize::from(at) % (request.len() + 1);
-                request.insert(at, byte);
-            }
-            if m.truncate < 0x4000 {
-                request.truncate(usize::from(m.truncate) % (request.len() + 1));
-            }
+            let request = m.apply(&seeds);
             check_invariants(&request, MAX_HEAD_BYTES);
             check_invariants(&request, 64);
         });
