@@ -8,10 +8,13 @@
 //! under METRONOME_SKIP_PRIVILEGED=1.
 
 use etcd_client::{Client, ConnectOptions, Permission};
-use metronome_daemon::ops::cluster::{cells, prepare, Agent};
-use metronome_daemon::ops::config::Config;
+#[path = "common/agent.rs"]
+mod shared;
+
+use metronome_daemon::ops::cluster::Agent;
 use metronome_daemon::ops::metrics::Metrics;
 use metronome_testbed::etcd::start_or_skip;
+use shared::value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -75,33 +78,14 @@ async fn set_up_users(endpoints: &[String]) {
     root.auth_enable().await.unwrap();
 }
 
-/// An agent of cluster `auth` as host `host`, authenticating as `host` with the password in
-/// `password_file`.
+/// An agent of cluster `auth` as host `host`, logging in to etcd as user `host` with the
+/// password in `password_file`.
 fn agent(url: &str, host: &str, password_file: &Path) -> (Agent, Metrics) {
-    let text = format!(
-        "[interfaces]\ninside = \"a\"\noutside = \"b\"\n\
-         [cluster]\nname = \"auth\"\netcd = [\"{url}\"]\nhost = \"{host}\"\nperiod = \"500ms\"\n\
-         lease = \"2s\"\netcd_user = \"{host}\"\netcd_password_file = \"{}\"\n\
-         [[class]]\nname = \"tenant\"\nrate = \"100mbit\"\nscope = \"cluster\"\n",
+    let keys = format!(
+        "etcd_user = \"{host}\"\netcd_password_file = \"{}\"\n",
         password_file.display()
     );
-    let config = Config::from_toml_str(&text, "test").expect("valid configuration");
-    let metrics = Metrics::new();
-    let agent = prepare(config.cluster.as_ref().unwrap())
-        .expect("password read")
-        .start(cells(&config, 1), metrics.cluster())
-        .expect("agent started");
-    (agent, metrics)
-}
-
-/// The sum of the series that start with `series` (a name, or a name and its labels).
-fn value(metrics: &Metrics, series: &str) -> f64 {
-    metrics
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    shared::agent("auth", url, host, &keys)
 }
 
 #[test]

@@ -6,13 +6,16 @@
 //! Needs the `etcd` binary (Debian: etcd-server); without it the test fails, or skips saying why
 //! under METRONOME_SKIP_PRIVILEGED=1.
 
-use metronome_daemon::ops::cluster::{cells, prepare, Agent};
-use metronome_daemon::ops::config::Config;
+#[path = "common/agent.rs"]
+mod shared;
+
+use metronome_daemon::ops::cluster::Agent;
 use metronome_daemon::ops::metrics::Metrics;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
+use shared::value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -117,31 +120,9 @@ fn start_member() -> Option<TlsMember> {
     }
 }
 
-/// An agent of cluster `name` as host `host` whose `[cluster.tls]` is `tls` (TOML lines).
+/// An agent of cluster `tls` as host `host` whose `[cluster.tls]` is `tls` (TOML lines).
 fn agent(url: &str, host: &str, tls: &str) -> (Agent, Metrics) {
-    let text = format!(
-        "[interfaces]\ninside = \"a\"\noutside = \"b\"\n\
-         [cluster]\nname = \"tls\"\netcd = [\"{url}\"]\nhost = \"{host}\"\nperiod = \"500ms\"\n\
-         lease = \"2s\"\n{tls}\
-         [[class]]\nname = \"tenant\"\nrate = \"100mbit\"\nscope = \"cluster\"\n"
-    );
-    let config = Config::from_toml_str(&text, "test").expect("valid configuration");
-    let metrics = Metrics::new();
-    let agent = prepare(config.cluster.as_ref().unwrap())
-        .expect("TLS files read")
-        .start(cells(&config, 1), metrics.cluster())
-        .expect("agent started");
-    (agent, metrics)
-}
-
-/// The sum of the series that start with `series` (a name, or a name and its labels).
-fn value(metrics: &Metrics, series: &str) -> f64 {
-    metrics
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    shared::agent("tls", url, host, tls)
 }
 
 #[test]
