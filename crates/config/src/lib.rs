@@ -56,8 +56,8 @@ pub use error::{ConfigError, ErrorKind};
 pub use link::{ClassLink, LinkConfig, LinkMarking, LinkMarkingRule, LinkScheduler};
 pub use metronome_engine::config::{
     AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, EngineConfig, Match, QueueLimit,
-    DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_GSO_BURST, ETHERNET_HEADER, MAX_ACK_SHAPING_FLOWS,
-    MAX_BATCH_SIZE, MAX_CLASSES, MIN_QUEUE_PACKETS,
+    Tree, DEFAULT_ACK_SHAPING_FLOWS, DEFAULT_GSO_BURST, ETHERNET_HEADER, MAX_ACK_SHAPING_FLOWS,
+    MAX_BATCH_SIZE, MAX_CLASSES, MAX_TREE_DEPTH, MAX_TREE_WEIGHT, MIN_QUEUE_PACKETS,
 };
 pub use reload::{ClassChange, FieldChange, ReloadPlan};
 

@@ -320,9 +320,11 @@ impl Validator<'_> {
         path: &str,
         link: Option<&LinkConfig>,
     ) -> Result<super::link::ClassLink> {
+        // Under a parent, `weight` is the class's share among its siblings (the tree's).
+        let link_weight = raw.weight.as_ref().filter(|_| raw.parent.is_none());
         let fields = [
             ("link", raw.link.as_ref().map(|s| s.span())),
-            ("weight", raw.weight.as_ref().map(|s| s.span())),
+            ("weight", link_weight.map(|s| s.span())),
             ("priority", raw.priority.as_ref().map(|s| s.span())),
             ("non_ect", raw.non_ect.as_ref().map(|s| s.span())),
         ];

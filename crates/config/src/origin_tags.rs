@@ -206,6 +206,7 @@ mod tests {
                 ..Match::default()
             },
             policy: ClassPolicy::unshaped(1500),
+            tree: Default::default(),
             line: 0,
         }
     }

@@ -130,6 +130,8 @@ pub(crate) struct RawClass {
     pub non_ect: Option<Spanned<super::link::RawNonEct>>,
     pub queue: Option<Spanned<RawQueue>>,
     pub scope: Option<Spanned<String>>,
+    pub parent: Option<Spanned<String>>,
+    pub gather: Option<Spanned<bool>>,
 }
 
 /// A class's `queue` table: `{ packets = 10000, bytes = "12m" }`, either or both.

@@ -638,3 +638,74 @@ fn realtime_priority_is_sched_fifo_s_range_and_needs_a_restart() {
         "{plan}"
     );
 }
+
+/// A configuration of `classes` (`[[class]]` tables) on the usual interfaces.
+fn with_classes(classes: &str) -> Result<Config, crate::ConfigError> {
+    Config::from_toml_str(
+        &format!("[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n{classes}"),
+        "tree.toml",
+    )
+}
+
+#[test]
+fn a_class_tree_is_read_with_its_parents_weights_and_gathering_classes() {
+    let c = with_classes(
+        "[[class]]\nname = \"tenant\"\nrate = \"300mbit\"\n\
+         [[class]]\nname = \"a\"\nparent = \"tenant\"\nweight = 3\nrate = \"200mbit\"\n\
+         match = { dst_port = 9001 }\n\
+         [[class]]\nname = \"b\"\nparent = \"tenant\"\nmatch = { dst_port = 9002 }\n\
+         [[class]]\nname = \"web\"\nmatch = { dst_port = 80 }\nrate = \"1gbit\"\n\
+         [[class]]\nname = \"web-eu\"\nparent = \"web\"\nmatch = { dst_port = 80, dst = \"10.1.0.0/16\" }\n",
+    )
+    .unwrap();
+    let t = |n: &str| c.classes.iter().find(|k| k.name == n).unwrap().tree.clone();
+    assert_eq!(t("a").parent.as_deref(), Some("tenant"));
+    assert_eq!((t("a").weight, t("b").weight), (3, 1));
+    // No match and children: it only gathers them. A match of its own: it keeps its rule,
+    // tried after its children's.
+    assert!(t("tenant").gathers_only && !t("web").gathers_only);
+    let rules: Vec<u32> = c.class_rules().iter().map(|(_, id)| id.0).collect();
+    assert_eq!(rules, [2, 3, 5, 4]);
+}
+
+#[test]
+fn a_class_tree_that_cannot_hold_is_refused_naming_the_field() {
+    let err = |classes: &str| with_classes(classes).unwrap_err().to_string();
+    let e = err("[[class]]\nname = \"a\"\nparent = \"nobody\"\n");
+    assert!(
+        e.contains("class[0].parent") && e.contains("no class is named \"nobody\""),
+        "{e}"
+    );
+    let e =
+        err("[[class]]\nname = \"a\"\nparent = \"b\"\n[[class]]\nname = \"b\"\nparent = \"a\"\n");
+    assert!(
+        e.contains("class[0].parent") && e.contains("own ancestor"),
+        "{e}"
+    );
+    let e = err("[[class]]\nname = \"a\"\nparent = \"a\"\n");
+    assert!(
+        e.contains("class[0].parent") && e.contains("its own parent"),
+        "{e}"
+    );
+    let e = err("[[class]]\nname = \"p\"\nrate = \"100mbit\"\n\
+         [[class]]\nname = \"c\"\nparent = \"p\"\nrate = \"200mbit\"\n");
+    assert!(
+        e.contains("class[1].rate") && e.contains("could never apply"),
+        "{e}"
+    );
+    let mut deep = String::new();
+    for level in 0..9 {
+        deep.push_str(&format!("[[class]]\nname = \"l{level}\"\n"));
+        if level > 0 {
+            deep.push_str(&format!("parent = \"l{}\"\n", level - 1));
+        }
+    }
+    let e = err(&deep);
+    assert!(e.contains("more than 8 levels"), "{e}");
+    let e = err("[[class]]\nname = \"g\"\ngather = true\nmatch = { dst_port = 1 }\n");
+    assert!(e.contains("class[0].match") && e.contains("gather"), "{e}");
+    let e = err("[default]\nparent = \"x\"\n");
+    assert!(e.contains("default.parent"), "{e}");
+    let e = err("[[class]]\nname = \"a\"\nweight = 2\n");
+    assert!(e.contains("class[0].weight") && e.contains("[link]"), "{e}");
+}

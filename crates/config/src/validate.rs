@@ -35,6 +35,7 @@ use toml::Spanned;
 
 mod class;
 mod matcher;
+mod tree;
 
 pub(super) type Result<T> = core::result::Result<T, ConfigError>;
 
@@ -138,6 +139,7 @@ pub(super) fn parse(text: &str, source_name: &str) -> Result<Config> {
         classes.push(c);
     }
     v.origins(&mut classes, &raw.classes, &interfaces)?;
+    v.tree(&mut classes, &raw.classes)?;
     let default_class = match &raw.default_class {
         Some(d) => v.default_class(d, interfaces.mtu, link.as_ref())?,
         None => {

@@ -289,10 +289,15 @@ impl Timestamper {
     }
 }
 
-/// The policies one packet passes: its class's aggregate rate limit and, when the flow paces, the
-/// flow's own pacing policy. Its EDT is the latest of their departures (Carousel §5.1.1: "we
-/// choose the largest of timestamps"), never before the transport's own timestamp; stamping
-/// commits both policies. A packet with neither is unshaped: its EDT is `max(now, earliest)`.
+/// Most ancestors' policies a [`PolicyStack`] carries besides the class's own: 7, so that a class
+/// and seven levels above it stamp one packet (a class tree of eight levels).
+pub const MAX_ANCESTORS: usize = 7;
+
+/// The policies one packet passes: its class's aggregate rate limit, when the flow paces the
+/// flow's own pacing policy, and the aggregate policies of the class's ancestors in a class
+/// tree (each bounds its subtree). Its EDT is the latest of their departures (Carousel §5.1.1:
+/// "we choose the largest of timestamps"), never before the transport's own timestamp; stamping
+/// commits every policy. A packet with none is unshaped: its EDT is `max(now, earliest)`.
 ///
 /// Peek, check and commit: [`PolicyStack::peek`] and [`PolicyStack::backlog`] change nothing, so a
 /// caller can refuse or drop a packet (backpressure, horizon, a full queue) before
@@ -303,17 +308,38 @@ pub struct PolicyStack {
     pub aggregate: Option<PolicyId>,
     /// The flow's pacing policy, if the flow is paced.
     pub pacing: Option<PolicyId>,
+    /// The ancestors' policies (indices), nearest first: the first `levels`.
+    ancestors: [u32; MAX_ANCESTORS],
+    levels: u8,
 }
 
 impl PolicyStack {
     /// The stack of `aggregate` and `pacing`.
     pub fn new(aggregate: Option<PolicyId>, pacing: Option<PolicyId>) -> Self {
-        PolicyStack { aggregate, pacing }
+        PolicyStack {
+            aggregate,
+            pacing,
+            ..PolicyStack::default()
+        }
     }
 
-    /// The policies, aggregate first.
+    /// This stack with `ancestors`' policies too (the first [`MAX_ANCESTORS`]).
+    pub fn with_ancestors(mut self, ancestors: &[PolicyId]) -> Self {
+        let n = ancestors.len().min(MAX_ANCESTORS);
+        for (slot, id) in self.ancestors.iter_mut().zip(&ancestors[..n]) {
+            *slot = id.0;
+        }
+        self.levels = n as u8;
+        self
+    }
+
+    /// The policies, aggregate first, then pacing, then the ancestors.
     fn ids(self) -> impl Iterator<Item = PolicyId> {
-        self.aggregate.into_iter().chain(self.pacing)
+        let up = self.ancestors;
+        self.aggregate
+            .into_iter()
+            .chain(self.pacing)
+            .chain((0..self.levels as usize).map(move |k| PolicyId(up[k])))
     }
 
     /// The EDT [`PolicyStack::stamp`] would give a `len`-byte packet at `now` that the transport
@@ -352,6 +378,15 @@ impl PolicyStack {
         earliest: Timestamp,
         len: u32,
     ) -> Timestamp {
+        if self.levels > 0 {
+            let mut ids = [PolicyId(0); MAX_ANCESTORS + 2];
+            let mut n = 0;
+            for id in self.ids() {
+                ids[n] = id;
+                n += 1;
+            }
+            return ts.stamp_after(now, earliest, len, &ids[..n]);
+        }
         match (self.aggregate, self.pacing) {
             (Some(a), Some(p)) => ts.stamp_after(now, earliest, len, &[a, p]),
             (Some(p), None) | (None, Some(p)) => ts.stamp_after(now, earliest, len, &[p]),

@@ -4,6 +4,7 @@
 //! [`EngineConfig`]; the simulator and the benchmarks build them the same way.
 
 pub mod link;
+pub mod tree;
 
 pub use link::{ClassLink, LinkConfig, LinkMarking, LinkMarkingRule, LinkScheduler};
 
@@ -35,8 +36,41 @@ pub struct ClassConfig {
     pub matcher: Match,
     /// What is done to them.
     pub policy: ClassPolicy,
+    /// Its place in the class tree ([`Tree`]).
+    pub tree: Tree,
     /// The line of the class's `name` in the file (for messages).
     pub line: usize,
+}
+
+/// Most levels of a class tree: a class and up to seven ancestors. A packet passes the policy
+/// of every level (Carousel §5.1.1), so the depth bounds the per-packet cost.
+pub const MAX_TREE_DEPTH: usize = 8;
+
+/// Largest `weight` of a class among its siblings: 10 000, as on the `[link]`.
+pub const MAX_TREE_WEIGHT: u32 = 10_000;
+
+/// A class's place in the class tree (`parent`, `weight`): its packets are charged to it and to
+/// every ancestor and leave at the latest of their EDTs; a parent's rate is shared among its
+/// backlogged children by weight, each within its own rate (`crate::engine`'s tree).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tree {
+    /// The parent class's name; `None`: a class at the top.
+    pub parent: Option<String>,
+    /// Its weight among its siblings, 1..=[`MAX_TREE_WEIGHT`] (default 1).
+    pub weight: u32,
+    /// It has no `match`: it takes no packet of its own and only gathers its children's (a
+    /// class with no `match` and no children takes every packet, as before trees).
+    pub gathers_only: bool,
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        Tree {
+            parent: None,
+            weight: 1,
+            gathers_only: false,
+        }
+    }
 }
 
 /// A class's `match`: every field present must match; absent fields match anything.
@@ -341,8 +375,8 @@ impl EngineConfig {
         class_name(&self.classes, id)
     }
 
-    /// A classifier for these classes (first match wins), falling back to
-    /// [`EngineConfig::DEFAULT_CLASS`], hashing flows with `flow_seed`.
+    /// A classifier for these classes (first match wins, a class before its ancestors), falling
+    /// back to [`EngineConfig::DEFAULT_CLASS`], hashing flows with `flow_seed`.
     pub fn classifier_seeded(&self, flow_seed: u64) -> Classifier {
         classifier(&self.classes).with_flow_seed(flow_seed)
     }
@@ -356,13 +390,13 @@ pub fn class_name(classes: &[ClassConfig], id: ClassId) -> Option<&str> {
     }
 }
 
-/// The classifier's rules of `classes` in match order, class `i` as
-/// [`EngineConfig::class_id`]`(i)`.
+/// The classifier's rules of `classes` in first-match order ([`tree::rule_order`]: the file's,
+/// a class after its descendants), class `i` as [`EngineConfig::class_id`]`(i)`. A class that
+/// only gathers its children ([`Tree::gathers_only`]) has no rule.
 pub fn class_rules(classes: &[ClassConfig]) -> Vec<(ClassRule, ClassId)> {
-    classes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.matcher.to_rule(), EngineConfig::class_id(i)))
+    tree::rule_order(classes)
+        .into_iter()
+        .map(|i| (classes[i].matcher.to_rule(), EngineConfig::class_id(i)))
         .collect()
 }
 

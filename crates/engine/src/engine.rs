@@ -33,7 +33,8 @@
 //! The modules: [`classes`] (classes and reload), [`live`] (classes added, changed and deleted
 //! live), [`receive`] (classify, admit, stamp, queue), [`cut`] (super-frames cut into pieces),
 //! [`slots`] (what is kept per pool slot), [`release`] (the transmit batch, expiry, stop),
-//! [`fair`] (fair queueing inside a class), [`link`] (the shared link).
+//! [`fair`] (fair queueing inside a class), [`link`] (the shared link), [`tree`] (classes
+//! inside classes).
 
 mod classes;
 pub use classes::{Admission, AdmittedClass};
@@ -44,6 +45,8 @@ mod live;
 mod receive;
 mod release;
 mod slots;
+mod tree;
+pub use tree::{water_fill, TreeError, PASS_NS_PER_CLASS, TREE_PERIOD};
 
 use crate::ack_shaping::AckShaping;
 use crate::flow_seed::FlowSeed;
@@ -235,6 +238,8 @@ pub struct Engine {
     gauges: EngineGauges,
     /// The shared link, with `[link]` ([`link`]).
     link: Option<link::LinkStage>,
+    /// The class tree's allocation ([`tree`]).
+    tree: tree::TreeTable,
     config: EngineConfig,
 }
 
@@ -298,6 +303,7 @@ impl Engine {
             lateness: HistogramTally::new(LATENESS_BASE_NS, LATENESS_BUCKETS),
             gauges: EngineGauges::default(),
             link: None,
+            tree: tree::TreeTable::default(),
             config: config.clone(),
         };
         // A fresh engine has no state, so this does not run out of class states: validation

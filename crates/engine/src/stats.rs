@@ -161,6 +161,9 @@ pub struct ClassStats {
     pub flow_table_overflow: u64,
     /// Packets waiting now (wheel, link and fair queue): a gauge.
     pub queued: u64,
+    /// A class in a tree: the share of its parent in force, bits per second (0 outside a
+    /// tree; `crate::engine`'s tree): a gauge.
+    pub share_bps: u64,
 }
 
 /// A fair class's flow-queue counts.

@@ -9,8 +9,8 @@ use crate::raw::{
     RawAckPer, RawAckShaping, RawBackpressure, RawBackpressureMode, RawClass, RawQueue, Scalar,
 };
 use crate::{
-    AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, LinkConfig, Match, QueueLimit,
-    DEFAULT_ACK_SHAPING_FLOWS, MAX_ACK_SHAPING_FLOWS, MAX_QUEUE_PACKETS,
+    AckShapingPolicy, Backpressure, ClassConfig, ClassPolicy, LinkConfig, Match, QueueLimit, Tree,
+    DEFAULT_ACK_SHAPING_FLOWS, MAX_ACK_SHAPING_FLOWS, MAX_QUEUE_PACKETS, MAX_TREE_WEIGHT,
 };
 use toml::Spanned;
 
@@ -59,8 +59,58 @@ impl Validator<'_> {
             name: n.clone(),
             matcher,
             policy: self.policy(raw, path, mtu, link)?,
+            tree: self.tree_place(raw, path, n, link)?,
             line: self.site.line(name.span().start),
         })
+    }
+
+    /// A class's `parent`, `weight` (among its siblings, without a `[link]`) and `gather`; the
+    /// tree as a whole is checked once every class is read (`super::tree`).
+    fn tree_place(
+        &self,
+        raw: &RawClass,
+        path: &str,
+        name: &str,
+        link: Option<&LinkConfig>,
+    ) -> Result<Tree> {
+        let mut tree = Tree::default();
+        if let Some(p) = &raw.parent {
+            if link.is_some() {
+                return Err(self.invalid(
+                    p.span(),
+                    &format!("{path}.parent"),
+                    "the classes on a [link] share it by weight at one level: a class tree \
+                     goes without [link]"
+                        .to_string(),
+                ));
+            }
+            if p.get_ref() == name {
+                return Err(self.invalid(
+                    p.span(),
+                    &format!("{path}.parent"),
+                    "a class cannot be its own parent".to_string(),
+                ));
+            }
+            tree.parent = Some(p.get_ref().clone());
+            if let Some(w) = &raw.weight {
+                tree.weight =
+                    self.int_in(w, &format!("{path}.weight"), 1, i64::from(MAX_TREE_WEIGHT))?
+                        as u32;
+            }
+        }
+        if let Some(g) = &raw.gather {
+            if let (true, Some(m)) = (*g.get_ref(), &raw.matcher) {
+                return Err(self.invalid(
+                    m.span(),
+                    &format!("{path}.match"),
+                    "a class with gather = true takes no packet of its own, only its \
+                     children's: it takes no match"
+                        .to_string(),
+                ));
+            }
+            tree.gathers_only = *g.get_ref();
+        }
+        Ok(tree)
     }
 
     pub(super) fn default_class(
@@ -75,6 +125,19 @@ impl Validator<'_> {
                 name.span(),
                 "default.name",
                 "the default class is named \"default\"; it takes no name".to_string(),
+            ));
+        }
+        let tree_keys = [
+            ("parent", raw.parent.as_ref().map(|s| s.span())),
+            ("gather", raw.gather.as_ref().map(|s| s.span())),
+        ];
+        if let Some((field, Some(span))) = tree_keys.into_iter().find(|(_, s)| s.is_some()) {
+            return Err(self.invalid(
+                span,
+                &format!("default.{field}"),
+                "the default class takes what no class matched; it stands outside the class \
+                 tree"
+                    .to_string(),
             ));
         }
         if let Some(m) = &raw.matcher {

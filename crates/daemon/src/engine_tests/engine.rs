@@ -21,6 +21,7 @@ mod flow_table_full;
 mod link;
 mod live;
 mod origin;
+mod tree;
 mod unclassified;
 
 const BASE: &str = r#"

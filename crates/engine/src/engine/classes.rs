@@ -64,6 +64,8 @@ pub(super) struct ClassState {
     /// Holds no queue: every frame is refused at admission as [`DropReason::QueueFull`] (a
     /// cluster class whose share is zero, `crate::ops::cluster`).
     pub(super) closed: bool,
+    /// Its place in the class tree ([`super::tree`]).
+    pub(super) node: super::tree::Node,
 }
 
 impl ClassState {
@@ -100,6 +102,15 @@ impl Engine {
         let mut map = Vec::with_capacity(wanted.len());
         for state in &mut self.classes {
             state.rule = None;
+            state.node.gathers = false;
+        }
+        // The classifier below numbers the rules in first-match order (`class_rules`).
+        let mut rule_of = vec![None; config.classes.len()];
+        for (r, i) in crate::config::tree::rule_order(&config.classes)
+            .into_iter()
+            .enumerate()
+        {
+            rule_of[i] = Some(RuleId(r as u32));
         }
         for (k, (name, policy)) in wanted.into_iter().enumerate() {
             let index = match self.class_index.get(name) {
@@ -107,10 +118,13 @@ impl Engine {
                 None => self.new_state(name, config),
             };
             self.apply_policy(index, policy, &config.wheel, config.mtu);
-            // The classifier below numbers the rules of the configuration's classes in order.
-            let rule = k.checked_sub(1).map(|r| (RuleId(r as u32), k as u32));
+            let rule = k
+                .checked_sub(1)
+                .and_then(|c| rule_of[c])
+                .map(|r| (r, k as u32));
             let state = &mut self.classes[index];
             state.rule = rule;
+            state.node.gathers = k > 0 && rule.is_none();
             state.draining = false;
             map.push(index as u32); // at most MAX_CLASS_STATES: checked above
         }
@@ -119,6 +133,7 @@ impl Engine {
         self.class_map = map;
         self.flows.set_classes(self.classes.len());
         self.classifier = config.classifier_seeded(self.flow_seed.flow_hash());
+        self.tree_install(config, &self.class_map.clone());
         Ok(())
     }
 
@@ -181,6 +196,7 @@ impl Engine {
             draining: false,
             closed: false,
             refused_bytes: 0,
+            node: super::tree::Node::default(),
         };
         let index = match self.live.take_free_state() {
             Some(i) => {
@@ -236,6 +252,8 @@ impl Engine {
             self.flows
                 .set_class_pacing(index as u32, &mut self.stamper, pacing, policy.burst);
         }
+        let state = &mut self.classes[index];
+        state.node.own_rate = policy.rate;
         state.policy = policy;
         state.horizon_policy = policy.horizon_policy.unwrap_or(wheel_horizon);
     }
@@ -378,6 +396,13 @@ impl Engine {
     /// (`Timestamper::set_rate`). The configuration keeps the class's whole rate, which a reload
     /// puts back. Returns false when the class has no aggregate policy.
     pub fn set_class_rate(&mut self, index: usize, rate: metronome_core::Rate) -> bool {
+        if self.classes.get(index).is_some_and(|s| s.node.member) {
+            let has = self.classes[index].aggregate.is_some();
+            if has {
+                self.tree_set_cap(index, rate);
+            }
+            return has;
+        }
         match self.classes.get(index).and_then(|s| s.aggregate) {
             Some(p) => self.stamper.set_rate(p, rate).is_ok(),
             None => false,

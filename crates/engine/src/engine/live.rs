@@ -92,6 +92,9 @@ pub enum LiveError {
     /// A setting that live classes do not take (the field named).
     #[error("{0}: not for live classes; set it in a [[class]] of the file")]
     Unsupported(&'static str),
+    /// The class tree refused it ([`super::tree`]).
+    #[error(transparent)]
+    Tree(#[from] super::TreeError),
 }
 
 impl LiveError {
@@ -99,6 +102,7 @@ impl LiveError {
     pub fn field(&self) -> &'static str {
         match self {
             LiveError::Unsupported(f) => f,
+            LiveError::Tree(e) => e.field(),
             _ => "name",
         }
     }
@@ -109,9 +113,7 @@ impl Engine {
     pub fn add_class(&mut self, class: &ClassConfig) -> Result<usize, LiveError> {
         self.live_supported(class)?;
         let index = match self.class_index.get(&class.name) {
-            Some(&i) if self.classes[i].rule.is_some() => {
-                return Err(LiveError::Exists(class.name.clone()))
-            }
+            Some(&i) if self.in_force(i) => return Err(LiveError::Exists(class.name.clone())),
             Some(&i) => i,
             None if self.live.free_states.is_empty() && self.classes.len() >= MAX_CLASSES => {
                 return Err(LiveError::TooManyClasses)
@@ -124,10 +126,16 @@ impl Engine {
         if let Some(at) = self.live.draining.iter().position(|&d| d == index) {
             self.live.draining.swap_remove(at);
         }
+        self.tree_check(class, None)?;
         self.classes[index].draining = false;
-        self.place_rule(index, class)?;
+        if class.tree.gathers_only {
+            self.classes[index].node.gathers = true;
+        } else {
+            self.place_rule(index, class)?;
+        }
         self.live_policy(index, class);
         self.flows.set_classes(self.classes.len());
+        self.tree_added(index, class);
         Ok(index)
     }
 
@@ -136,14 +144,21 @@ impl Engine {
     pub fn change_class(&mut self, class: &ClassConfig, rematch: bool) -> Result<usize, LiveError> {
         self.live_supported(class)?;
         let index = self.live_index(&class.name)?;
-        if rematch {
+        self.tree_check(class, Some(index))?;
+        let gathers = self.classes[index].node.gathers;
+        if rematch || gathers != class.tree.gathers_only {
             if let Some((rule, id)) = self.classes[index].rule.take() {
                 self.classifier.remove(rule);
                 self.live.free_ids.push(id);
             }
-            self.place_rule(index, class)?;
+            self.classes[index].node.gathers = class.tree.gathers_only;
+            if !class.tree.gathers_only {
+                self.place_rule(index, class)?;
+                self.after_descendants(index);
+            }
         }
         self.live_policy(index, class);
+        self.tree_changed(index, class);
         Ok(index)
     }
 
@@ -151,10 +166,19 @@ impl Engine {
     /// state is freed ([`Engine::reap_drained`]). Returns its state index.
     pub fn delete_class(&mut self, name: &str) -> Result<usize, LiveError> {
         let index = self.live_index(name)?;
+        let children = self.classes[index].node.children;
+        if children > 0 {
+            return Err(super::TreeError::HasChildren {
+                name: name.to_owned(),
+                children,
+            }
+            .into());
+        }
         if let Some((rule, id)) = self.classes[index].rule.take() {
             self.classifier.remove(rule);
             self.live.free_ids.push(id);
         }
+        self.tree_removed(index);
         self.classes[index].draining = true;
         self.live.draining.push(index);
         self.reap_drained();
@@ -220,7 +244,7 @@ impl Engine {
     /// The state of a class in force (with a rule) named `name`.
     fn live_index(&self, name: &str) -> Result<usize, LiveError> {
         match self.class_index.get(name) {
-            Some(&i) if self.classes[i].rule.is_some() => Ok(i),
+            Some(&i) if self.in_force(i) => Ok(i),
             _ => Err(LiveError::Unknown(name.to_owned())),
         }
     }

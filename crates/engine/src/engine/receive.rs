@@ -235,6 +235,9 @@ impl Engine {
             state.closed,
         );
         let fair = policy.fair && aggregate.is_some();
+        if self.tree.any {
+            self.tree_touch(index);
+        }
         if closed {
             return self.drop_frame(pool, id, index, DropReason::QueueFull);
         }
@@ -282,8 +285,9 @@ impl Engine {
             _ => None,
         };
         let policies = PolicyStack::new(aggregate, pacing);
-        // The delay this packet will wait: the largest backlog among its policies.
-        let delay = policies.backlog(&self.stamper, now);
+        // The delay this packet will wait: the largest backlog among its policies and its
+        // ancestors' (which stamp it when its own EDT comes, [`super::tree`]).
+        let delay = self.class_stack(index, pacing).backlog(&self.stamper, now);
         if let Backpressure::Ecn { threshold } = policy.backpressure {
             if delay > threshold {
                 self.mark_ecn(pool, id, index, parsed);

@@ -35,6 +35,7 @@ impl Engine {
         max: usize,
     ) -> usize {
         let max = max.min(self.batch.len());
+        self.tree_due(now);
         let mut total = 0;
         loop {
             let pulled = self.fair_pull(now, pool);
@@ -57,8 +58,18 @@ impl Engine {
         let mut sent = 0;
         loop {
             let n = self.wheel.dequeue(now, &mut self.batch[..max - sent]);
+            let mut held = 0;
             for k in 0..n {
-                let pkt = self.batch[k];
+                let mut pkt = self.batch[k];
+                if self.tree.any {
+                    match self.tree_stage(now, pkt) {
+                        Some(p) => pkt = p,
+                        None => {
+                            held += 1;
+                            continue;
+                        }
+                    }
+                }
                 if self.on_link(pkt) {
                     self.link_enqueue(now, pool, pkt);
                 } else {
@@ -66,7 +77,7 @@ impl Engine {
                     sent += 1;
                 }
             }
-            if n == 0 || sent == max || self.link.is_none() {
+            if n == 0 || sent == max || (self.link.is_none() && held == 0) {
                 break;
             }
         }
@@ -152,7 +163,7 @@ impl Engine {
                 break;
             }
             for k in 0..n {
-                let pkt = self.batch[k];
+                let pkt = super::tree::unstaged(self.batch[k]);
                 self.discard(pool, pkt);
             }
             total += n as u64;
@@ -187,7 +198,7 @@ impl Engine {
             {
                 break;
             }
-            let pkt = self.batch[0];
+            let pkt = super::tree::unstaged(self.batch[0]);
             self.class_count(pkt.class.index(), |s| {
                 s.drops[DropReason::LinkDown as usize] += 1;
             });

@@ -192,6 +192,18 @@ impl Slots {
         }
     }
 
+    /// Queued entry `pkt` waits again, until `edt` (its ancestors in a class tree held it back):
+    /// a whole frame's EDT becomes `edt`, so that its lateness counts from then; a piece's stays
+    /// its frame's (its pieces share one record).
+    pub(super) fn restamp(&mut self, pkt: PacketRef, edt: Timestamp) {
+        let (slot, _) = decode(pkt.id);
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            if s.plan == Plan::Whole {
+                s.edt = edt;
+            }
+        }
+    }
+
     /// What queued entry `pkt` leaves with at `now` (its EDT is `now` for an id out of range).
     pub(super) fn depart(&self, pkt: PacketRef, now: Timestamp) -> Departure {
         let (slot, piece) = decode(pkt.id);

@@ -163,8 +163,9 @@ impl Reply {
     }
 }
 
-/// A class of the file as the protocol shows it: its name, match and the policy keys an
-/// operator sets most (`rate`, `pacing`, `burst`, `fair`); the file holds the rest.
+/// A class of the file as the protocol shows it: its name, match, the policy keys an operator
+/// sets most (`rate`, `pacing`, `burst`, `fair`) and its place in the class tree (`parent`,
+/// `weight`, `gather`); the file holds the rest.
 pub fn file_class_object(class: &ClassConfig) -> ClassObject {
     let mut o = Map::new();
     o.insert("name".into(), Value::from(class.name.clone()));
@@ -184,6 +185,15 @@ pub fn file_class_object(class: &ClassConfig) -> ClassObject {
     }
     if p.fair {
         o.insert("fair".into(), Value::from(true));
+    }
+    if let Some(parent) = &class.tree.parent {
+        o.insert("parent".into(), Value::from(parent.clone()));
+        if class.tree.weight != 1 {
+            o.insert("weight".into(), Value::from(class.tree.weight));
+        }
+    }
+    if class.tree.gathers_only {
+        o.insert("gather".into(), Value::from(true));
     }
     o
 }

@@ -1,0 +1,127 @@
+//! The class tree ([`super::super::tree`]): a packet is charged to its class and every
+//! ancestor; a parent's rate is shared among its busy children by weight, each within its own.
+
+use super::*;
+
+/// A parent of 300 Mbit/s over children `a`, `b` and `c` of up to 200 each (ports 9001-9003),
+/// weights as given.
+fn tree(weights: [u32; 3]) -> String {
+    let mut text = String::from(
+        "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n\
+         [[class]]\nname = \"tenant\"\nrate = \"300mbit\"\n",
+    );
+    for (k, (name, w)) in ["a", "b", "c"].iter().zip(weights).enumerate() {
+        text.push_str(&format!(
+            "\n[[class]]\nname = \"{name}\"\nparent = \"tenant\"\nweight = {w}\n\
+             match = {{ dst_port = {} }}\nrate = \"200mbit\"\n",
+            9001 + k
+        ));
+    }
+    text
+}
+
+/// Offers each port of `offered` (Mbit/s, 0 = silent) full frames for `run`, in steps of 20 µs;
+/// returns the Mbit/s each port got over the last half of the run.
+fn offer(rig: &mut Rig, offered: [u64; 3], run: Duration) -> [f64; 3] {
+    let step = Duration::from_micros(20);
+    let steps = run.as_nanos() / step.as_nanos();
+    let mut owed = [0u64; 3];
+    let mut bytes = [0u64; 3];
+    for k in 0..steps {
+        let mut frames = Vec::new();
+        for (p, rate) in offered.iter().enumerate() {
+            // Bits owed this step, in frames.
+            owed[p] += rate * 1_000_000 * step.as_nanos() / 1_000_000_000;
+            while owed[p] >= FULL as u64 * 8 {
+                owed[p] -= FULL as u64 * 8;
+                frames.push(tcp(40000 + p as u16, 9001 + p as u16, FULL, 0));
+            }
+        }
+        rig.sent.clear();
+        rig.push(&frames);
+        rig.step(step);
+        if k >= steps / 2 {
+            for (_, f) in &rig.sent {
+                let port = u16::from_be_bytes([f[36], f[37]]);
+                if (9001..=9003).contains(&port) {
+                    bytes[(port - 9001) as usize] += f.len() as u64;
+                }
+            }
+        }
+    }
+    let half = run.as_nanos() as f64 / 2e9;
+    bytes.map(|b| b as f64 * 8.0 / half / 1e6)
+}
+
+/// Lets every queue drain: the senders went quiet.
+fn drain(rig: &mut Rig) {
+    while rig.engine.queued() > 0 {
+        offer(rig, [0, 0, 0], Duration::from_millis(10));
+    }
+}
+
+fn within(got: f64, want: f64, tolerance: f64) -> bool {
+    (got - want).abs() <= want * tolerance
+}
+
+#[test]
+fn two_busy_children_share_their_parent_and_one_alone_takes_its_own_rate() {
+    let mut rig = Rig::new(&tree([1, 1, 1]));
+    let got = offer(&mut rig, [400, 400, 0], Duration::from_millis(400));
+    let sum = got[0] + got[1];
+    assert!(within(sum, 300.0, 0.01), "{got:?}");
+    assert!(
+        within(got[0], 150.0, 0.03) && within(got[1], 150.0, 0.03),
+        "{got:?}"
+    );
+    drain(&mut rig);
+    let alone = offer(&mut rig, [400, 0, 0], Duration::from_millis(400));
+    assert!(within(alone[0], 200.0, 0.01), "{alone:?}");
+    assert!(rig.engine.tree_passes() > 100);
+    rig.engine.invariants();
+}
+
+#[test]
+fn a_flooding_child_leaves_its_siblings_their_shares() {
+    let mut rig = Rig::new(&tree([1, 1, 1]));
+    let got = offer(&mut rig, [2000, 120, 150], Duration::from_millis(400));
+    assert!(within(got[1], 100.0, 0.02), "{got:?}");
+    assert!(within(got[2], 100.0, 0.02), "{got:?}");
+    assert!(within(got.iter().sum(), 300.0, 0.01), "{got:?}");
+}
+
+#[test]
+fn weights_share_the_parent_and_what_one_leaves_the_others_take() {
+    let mut rig = Rig::new(&tree([1, 2, 1]));
+    let got = offer(&mut rig, [400, 400, 0], Duration::from_millis(400));
+    assert!(
+        within(got[0], 100.0, 0.03) && within(got[1], 200.0, 0.03),
+        "{got:?}"
+    );
+    // A child that sends less than its part leaves the rest to its sibling.
+    drain(&mut rig);
+    let got = offer(&mut rig, [50, 400, 0], Duration::from_millis(400));
+    assert!(
+        within(got[0], 50.0, 0.03) && within(got[1], 200.0, 0.01),
+        "{got:?}"
+    );
+    assert_eq!(
+        rig.engine.class_share("b").map(|r| r.bps()),
+        Some(200_000_000)
+    );
+}
+
+#[test]
+fn every_level_of_four_bounds_its_subtree() {
+    let text = "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n\
+        [[class]]\nname = \"l1\"\nrate = \"400mbit\"\n\n\
+        [[class]]\nname = \"l2\"\nparent = \"l1\"\nrate = \"300mbit\"\n\n\
+        [[class]]\nname = \"l3\"\nparent = \"l2\"\nrate = \"200mbit\"\n\n\
+        [[class]]\nname = \"l4\"\nparent = \"l3\"\nmatch = { dst_port = 9001 }\n\n\
+        [[class]]\nname = \"side\"\nparent = \"l1\"\nmatch = { dst_port = 9002 }\n";
+    let mut rig = Rig::new(text);
+    let got = offer(&mut rig, [1000, 1000, 0], Duration::from_millis(400));
+    // l4 has no rate of its own: its ancestors' bound it (200), `side` takes the rest of l1.
+    assert!(within(got[0], 200.0, 0.02), "{got:?}");
+    assert!(within(got[0] + got[1], 400.0, 0.01), "{got:?}");
+}
