@@ -82,6 +82,16 @@ struct ClassFields {
     /// Fair queueing among the class's flows.
     #[arg(long)]
     fair: bool,
+    /// The class's parent in the class tree: its packets are charged to it too, and its rate
+    /// is shared among its children.
+    #[arg(long, value_name = "NAME")]
+    parent: Option<String>,
+    /// The class's weight among its siblings (1 to 10000; with `--parent`).
+    #[arg(long, value_name = "N")]
+    weight: Option<u32>,
+    /// The class takes no packet of its own, only gathers its children's (give no `--match`).
+    #[arg(long)]
+    gather: bool,
     /// `change` only: a field to remove (it takes its default), e.g. `--unset pacing`.
     #[arg(long, value_name = "KEY")]
     unset: Vec<String>,
@@ -113,6 +123,15 @@ impl ClassFields {
         }
         if self.fair {
             o.insert("fair".into(), Value::from(true));
+        }
+        if let Some(p) = &self.parent {
+            o.insert("parent".into(), Value::from(p.clone()));
+        }
+        if let Some(w) = self.weight {
+            o.insert("weight".into(), Value::from(w));
+        }
+        if self.gather {
+            o.insert("gather".into(), Value::from(true));
         }
         for key in &self.unset {
             o.insert(key.clone(), Value::Null);
@@ -218,7 +237,7 @@ fn print(op: &ClassOp, reply: &Reply) -> Result<String, String> {
                 .collect();
             protocol::to_toml(&api).map_err(|e| e.to_string())
         }
-        ClassOp::List { .. } => Ok(reply.classes.iter().flatten().map(line).collect()),
+        ClassOp::List { .. } => Ok(tree_lines(reply.classes.as_deref().unwrap_or_default())),
         ClassOp::Show { json: true, .. } => Ok(pretty(&reply.class)),
         ClassOp::Show { .. } => Ok(reply.class.as_ref().map(line).unwrap_or_default()),
     }
@@ -242,7 +261,9 @@ fn line(c: &ClassObject) -> String {
         }
     }
     // The policy's usual keys first, in tc's order, then the others.
-    let usual = ["rate", "pacing", "burst", "fair"];
+    let usual = [
+        "rate", "pacing", "burst", "fair", "parent", "weight", "gather",
+    ];
     let others = c.keys().filter(|k| {
         !usual.contains(&k.as_str()) && !matches!(k.as_str(), "name" | "source" | "match")
     });
@@ -260,6 +281,53 @@ fn line(c: &ClassObject) -> String {
         }
     }
     out.push('\n');
+    out
+}
+
+/// The classes as a tree, each under its parent and indented two spaces a level, in the order
+/// the daemon lists them; a class whose parent is not listed stands at the top.
+fn tree_lines(classes: &[ClassObject]) -> String {
+    let name = |c: &ClassObject| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let names: std::collections::HashSet<String> = classes.iter().map(name).collect();
+    let parent = |c: &ClassObject| {
+        c.get("parent")
+            .and_then(Value::as_str)
+            .filter(|p| names.contains(*p) && *p != name(c))
+            .map(str::to_owned)
+    };
+    let mut children: std::collections::HashMap<String, Vec<usize>> = Default::default();
+    let mut roots = Vec::new();
+    for (i, c) in classes.iter().enumerate() {
+        match parent(c) {
+            Some(p) => children.entry(p).or_default().push(i),
+            None => roots.push(i),
+        }
+    }
+    let mut out = String::new();
+    let mut shown = vec![false; classes.len()];
+    // Depth-first, with an explicit stack: (class, level).
+    let mut stack: Vec<(usize, usize)> = roots.into_iter().rev().map(|i| (i, 0)).collect();
+    while let Some((i, level)) = stack.pop() {
+        if std::mem::replace(&mut shown[i], true) {
+            continue;
+        }
+        out.push_str(&"  ".repeat(level));
+        out.push_str(&line(&classes[i]));
+        if let Some(kids) = children.get(&name(&classes[i])) {
+            stack.extend(kids.iter().rev().map(|&k| (k, level + 1)));
+        }
+    }
+    // Classes of a loop (which the daemon refuses) are still shown.
+    for (i, c) in classes.iter().enumerate() {
+        if !shown[i] {
+            out.push_str(&line(c));
+        }
+    }
     out
 }
 
@@ -289,6 +357,9 @@ mod tests {
             pacing: None,
             burst: Some("15k".into()),
             fair: true,
+            parent: None,
+            weight: None,
+            gather: false,
             unset: vec!["pacing".into()],
         };
         assert_eq!(
@@ -314,6 +385,31 @@ mod tests {
         assert_eq!(
             line(&c),
             "class t1 (api) match dst 10.0.0.1/32 rate 10mbit fair\n"
+        );
+    }
+
+    #[test]
+    fn a_tree_lists_each_class_under_its_parent() {
+        let objects: Vec<ClassObject> = [
+            json!({"name":"tenant","rate":"300mbit","gather":true,"source":"file"}),
+            json!({"name":"other","source":"file"}),
+            json!({"name":"a","parent":"tenant","rate":"200mbit","source":"api"}),
+            json!({"name":"a1","parent":"a","source":"api"}),
+            json!({"name":"b","parent":"tenant","weight":2,"source":"api"}),
+        ]
+        .into_iter()
+        .map(|v| match v {
+            Value::Object(o) => o,
+            _ => unreachable!(),
+        })
+        .collect();
+        assert_eq!(
+            tree_lines(&objects),
+            "class tenant (file) rate 300mbit gather\n\
+             \x20 class a (api) rate 200mbit parent tenant\n\
+             \x20   class a1 (api) parent a\n\
+             \x20 class b (api) parent tenant weight 2\n\
+             class other (file)\n"
         );
     }
 }

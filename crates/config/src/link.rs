@@ -331,6 +331,13 @@ impl Validator<'_> {
         let first = fields.iter().find_map(|(f, s)| s.clone().map(|s| (*f, s)));
         if link.is_none() {
             return match first {
+                Some(("weight", span)) => Err(self.invalid(
+                    span,
+                    &format!("{path}.weight"),
+                    "needs a `parent` (its share among its siblings) or a [link] section (its \
+                     share of the link)"
+                        .to_string(),
+                )),
                 Some((field, span)) => Err(self.invalid(
                     span,
                     &format!("{path}.{field}"),

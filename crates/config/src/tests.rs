@@ -707,5 +707,8 @@ fn a_class_tree_that_cannot_hold_is_refused_naming_the_field() {
     let e = err("[default]\nparent = \"x\"\n");
     assert!(e.contains("default.parent"), "{e}");
     let e = err("[[class]]\nname = \"a\"\nweight = 2\n");
-    assert!(e.contains("class[0].weight") && e.contains("[link]"), "{e}");
+    assert!(
+        e.contains("class[0].weight") && e.contains("`parent`"),
+        "{e}"
+    );
 }

@@ -416,6 +416,25 @@ impl Live {
 
     fn delete(&self, name: &str) -> Result<Pending, ReplyError> {
         let mut model = self.model();
+        if !model.api.contains(name) {
+            return Err(not_api(&model, name));
+        }
+        // A parent goes after its children (the engines refuse it too; checked here so that
+        // the model keeps the class).
+        let children = model
+            .api
+            .iter()
+            .filter(|c| c.class.tree.parent.as_deref() == Some(name))
+            .count();
+        if children > 0 {
+            return Err(ReplyError::new(
+                "name",
+                format!(
+                    "class {name:?} has {children} children: delete them or move them to \
+                     another parent first"
+                ),
+            ));
+        }
         let Some(old) = model.api.remove(name) else {
             return Err(not_api(&model, name));
         };

@@ -54,6 +54,7 @@ struct Inner {
     fair_overflow: Family<ClassLabel, Counter>,
     fair_sparse_early: Family<ClassLabel, Counter>,
     nba_rate: Family<ClassLabel, Gauge>,
+    tree_share: Family<ClassLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
     refused: Family<ReasonLabel, Counter>,
     unclassified: Family<KindActionLabel, Counter>,
@@ -123,6 +124,7 @@ impl Metrics {
             fair_overflow: Family::default(),
             fair_sparse_early: Family::default(),
             nba_rate: Family::default(),
+            tree_share: Family::default(),
             malformed: Family::default(),
             refused: Family::default(),
             unclassified: Family::default(),
@@ -164,6 +166,9 @@ impl Metrics {
         let nba = "Share of the class's aggregate rate given to each silo by the NIC-level \
                    bandwidth allocator, bit/s";
         r.register("nba_rate_bps", nba, inner.nba_rate.clone());
+        let share = "Share of its parent's rate in force for a class in a class tree (its \
+                     ceiling while idle), bit/s";
+        r.register("class_share_bps", share, inner.tree_share.clone());
         r.register(
             "malformed_frames",
             "Malformed frames by reason",
@@ -377,6 +382,17 @@ impl Metrics {
         i.fair_sparse_early.remove(&l);
         i.fair_flows.remove(&l);
         i.nba_rate.remove(&l);
+        i.tree_share.remove(&l);
+    }
+
+    /// The share gauge of class `name` in a class tree (`metronome_class_share_bps`). Not per
+    /// packet: the tree's pass changes it at most every millisecond.
+    pub fn tree_share(&self, name: &str) -> Gauge {
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        self.inner.tree_share.get_or_create(&l).clone()
     }
 
     /// Counts one class change of the control socket: `op` (`add`, `change`, `del`, `reload`)

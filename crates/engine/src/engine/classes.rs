@@ -362,29 +362,41 @@ impl Engine {
     }
 
     /// Bytes of class `index` accepted into the wheel so far (0 for an unknown index).
+    ///
+    /// A class with children counts its subtree's too, as of the tree's last pass.
     pub fn class_stamped_bytes(&self, index: usize) -> u64 {
-        self.classes.get(index).map_or(0, |s| s.stamped_bytes)
+        self.classes
+            .get(index)
+            .map_or(0, |s| s.stamped_bytes + s.node.sub_stamped)
     }
 
     /// Bytes of class `index` held (in its fair queue, the wheel and on the link), 0 for an
     /// unknown index: its backlog.
     pub fn class_backlog_bytes(&self, index: usize) -> u64 {
-        self.class_held(index).1
+        let sub = self.classes.get(index).map_or(0, |s| s.node.sub_held);
+        self.class_held(index).1 + sub
     }
 
     /// Bytes of class `index` dropped before they were queued, cumulative (0 for an unknown
     /// index).
     pub fn class_refused_bytes(&self, index: usize) -> u64 {
-        self.classes.get(index).map_or(0, |s| s.refused_bytes)
+        self.classes
+            .get(index)
+            .map_or(0, |s| s.refused_bytes + s.node.sub_refused)
     }
 
     /// Closes class `index` (every frame refused at admission, counted as
     /// [`DropReason::QueueFull`]: the class holds no queue) or opens it again; what is queued
     /// still leaves at its EDT. Returns false for an unknown index.
+    /// A class with children closes its subtree with it.
     pub fn set_class_closed(&mut self, index: usize, closed: bool) -> bool {
         match self.classes.get_mut(index) {
             Some(s) => {
+                let changed = s.closed != closed;
                 s.closed = closed;
+                if changed && s.node.children > 0 {
+                    self.tree_closures();
+                }
                 true
             }
             None => false,

@@ -232,7 +232,7 @@ impl Engine {
             state.policy,
             state.horizon_policy,
             state.aggregate,
-            state.closed,
+            state.closed || state.node.closed_above,
         );
         let fair = policy.fair && aggregate.is_some();
         if self.tree.any {

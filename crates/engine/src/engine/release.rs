@@ -6,7 +6,7 @@
 //!   the link for a class on it ([`super::link`]), whose own clock releases it; again while a
 //!   pull brought something due and the batch has room. Each departure observes its lateness
 //!   against its EDT ([`super::slots::Slots::depart`]).
-//! * [`Engine::next_due`]: the earliest of the wheel's next entry, ACK shaping's next ACK, a
+//! * [`Engine::next_due`]: the earliest of the tree's next pass while a class is busy, the wheel's next entry, ACK shaping's next ACK, a
 //!   backlogged fair class's next credit and the link's next departure.
 //! * [`Engine::expire`] drops the entries due more than a grace ago while the outside link is
 //!   down; [`Engine::drain_all`] frees everything at stop. Both free through the pool
@@ -146,6 +146,7 @@ impl Engine {
             self.acks.next_due(),
             self.fair_next_due(),
             link,
+            self.tree_next_due(),
         ]
         .into_iter()
         .flatten()

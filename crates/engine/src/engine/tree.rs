@@ -94,9 +94,25 @@ pub(super) struct Node {
     last_sent: (u64, u64),
     /// Its share in force, bps (0: none).
     pub(super) share: u64,
+    /// What its descendants stamped and refused, cumulative, and held at the last pass, bytes:
+    /// with its own, its subtree's demand as the silos' allocator and the cluster agent read it.
+    pub(super) sub_stamped: u64,
+    pub(super) sub_refused: u64,
+    pub(super) sub_held: u64,
+    /// An ancestor is closed (a cluster share of zero): it takes no frame either.
+    pub(super) closed_above: bool,
     /// Scratch of the pass.
     demand: u64,
     delta: (u64, u64),
+    pass: Gathered,
+}
+
+/// What a pass gathers from a class's children ([`Node`]'s subtree counts).
+#[derive(Clone, Copy, Debug, Default)]
+struct Gathered {
+    stamped: u64,
+    refused: u64,
+    held: u64,
 }
 
 /// The tree's engine-wide state.
@@ -253,10 +269,22 @@ impl Engine {
                 parent.children_weight += w;
             }
         }
+        // Parents before their children: each node is computed from its parent's.
+        let depth = |engine: &Engine, i: usize| {
+            let mut d = 0;
+            let mut at = engine.classes[i].node.parent;
+            while let Some(p) = at {
+                d += 1;
+                at = engine.classes[p as usize].node.parent;
+            }
+            d
+        };
+        let mut order: Vec<(u8, u32)> = (0..n).map(|i| (depth(self, i), i as u32)).collect();
+        order.sort_unstable();
         let mut any = false;
-        for i in 0..n {
-            self.tree_node(i);
-            any |= self.classes[i].node.member;
+        for (_, i) in order {
+            self.tree_node(i as usize);
+            any |= self.classes[i as usize].node.member;
         }
         self.tree.any = any;
         if !any {
@@ -274,14 +302,15 @@ impl Engine {
     /// and puts a member's rate at its ceiling until a pass gives it its share.
     pub(super) fn tree_node(&mut self, index: usize) {
         let parent = self.classes[index].node.parent.map(|p| p as usize);
-        let (depth, mut ancestors, parent_ceiling) = match parent {
+        let (depth, mut ancestors, parent_ceiling, closed_above) = match parent {
             Some(p) => {
                 let pn = &self.classes[p].node;
                 let mut up: Vec<PolicyId> = self.classes[p].aggregate.into_iter().collect();
                 up.extend(pn.ancestors.iter().copied());
-                (pn.depth + 1, up, pn.ceiling)
+                let closed = self.classes[p].closed || pn.closed_above;
+                (pn.depth + 1, up, pn.ceiling, closed)
             }
-            None => (0, Vec::new(), UNLIMITED),
+            None => (0, Vec::new(), UNLIMITED, false),
         };
         ancestors.truncate(metronome_core::timestamp::MAX_ANCESTORS);
         let state = &self.classes[index];
@@ -290,6 +319,7 @@ impl Engine {
         let ceiling = cap.min(parent_ceiling);
         let node = &mut self.classes[index].node;
         node.depth = depth;
+        node.closed_above = closed_above;
         node.ancestors = ancestors.into_boxed_slice();
         node.member = member;
         node.cap = cap;
@@ -367,6 +397,25 @@ impl Engine {
         }
     }
 
+    /// Marks every class whose ancestor is closed ([`Engine::set_class_closed`]): scans the
+    /// classes, for a change of a parent's closure (rare: a cluster share reaching zero).
+    pub(super) fn tree_closures(&mut self) {
+        for i in 0..self.classes.len() {
+            let mut at = self.classes[i].node.parent;
+            let mut closed = false;
+            let mut steps = 0;
+            while let (Some(p), false) = (at, closed) {
+                closed = self.classes[p as usize].closed;
+                at = self.classes[p as usize].node.parent;
+                steps += 1;
+                if steps >= MAX_TREE_DEPTH {
+                    break;
+                }
+            }
+            self.classes[i].node.closed_above = closed;
+        }
+    }
+
     /// The policies a packet of class `index` passes: its aggregate, `pacing`, its ancestors'.
     #[inline]
     pub(super) fn class_stack(&self, index: usize, pacing: Option<PolicyId>) -> PolicyStack {
@@ -416,6 +465,12 @@ impl Engine {
     /// wait at the top for it).
     pub(super) fn tree_adopts(&self, name: &str) -> bool {
         self.tree.orphans.contains(name)
+    }
+
+    /// When the next allocation pass is due, while some class is busy (so that the loop runs
+    /// it, and the last sent counts of a class that went idle reach its ancestors).
+    pub(super) fn tree_next_due(&self) -> Option<Timestamp> {
+        (self.tree.any && !self.tree.busy.is_empty()).then_some(self.tree.next)
     }
 
     /// The allocation passes run so far.

@@ -125,3 +125,62 @@ fn every_level_of_four_bounds_its_subtree() {
     assert!(within(got[0], 200.0, 0.02), "{got:?}");
     assert!(within(got[0] + got[1], 400.0, 0.01), "{got:?}");
 }
+
+#[test]
+fn a_parent_s_share_from_outside_bounds_its_subtree_and_a_closed_parent_closes_it() {
+    let mut rig = Rig::new(&tree([1, 1, 1]));
+    let tenant = rig.engine.class_index("tenant").unwrap();
+    // A silo's or the cluster's share of the parent's rate: the children share that.
+    assert!(rig
+        .engine
+        .set_class_rate(tenant, metronome_core::Rate::mbps(100)));
+    let got = offer(&mut rig, [400, 400, 0], Duration::from_millis(400));
+    assert!(within(got[0] + got[1], 100.0, 0.01), "{got:?}");
+    assert!(within(got[0], 50.0, 0.03), "{got:?}");
+    // Its subtree's demand is the parent's, as the allocators read it.
+    assert!(rig.engine.class_stamped_bytes(tenant) > 0);
+    assert!(rig.engine.class_backlog_bytes(tenant) > 0);
+    drain(&mut rig);
+    assert!(rig.engine.set_class_closed(tenant, true));
+    let got = offer(&mut rig, [400, 0, 0], Duration::from_millis(20));
+    assert_eq!(got[0], 0.0);
+    rig.engine.set_class_closed(tenant, false);
+    let got = offer(&mut rig, [400, 0, 0], Duration::from_millis(100));
+    assert!(got[0] > 0.0);
+    // Each class's share is a series; the parent's sent counts hold its subtree's.
+    assert!(rig.series("metronome_class_share_bps{class=\"a\"}") > 0);
+    let sent = |rig: &Rig, class: &str| {
+        rig.series(&format!("metronome_class_bytes_total{{class=\"{class}\"}}"))
+    };
+    // A parent's counts follow its children's within a pass.
+    drain(&mut rig);
+    offer(&mut rig, [0, 0, 0], Duration::from_millis(10));
+    assert_eq!(sent(&rig, "tenant"), sent(&rig, "a") + sent(&rig, "b"));
+    assert!(sent(&rig, "a") > 0);
+}
+
+#[test]
+fn a_class_added_live_under_a_parent_shares_it_and_its_rule_comes_first() {
+    let text = "[interfaces]\ninside = \"in0\"\noutside = \"out0\"\n\n\
+        [[class]]\nname = \"tenant\"\nmatch = { protocol = \"tcp\" }\nrate = \"300mbit\"\n";
+    let mut rig = Rig::new(text);
+    let child = |name: &str, port: u16| {
+        let t = format!(
+            "{text}\n[[class]]\nname = \"{name}\"\nparent = \"tenant\"\n\
+             match = {{ dst_port = {port} }}\nrate = \"200mbit\"\n"
+        );
+        config(&t).classes.pop().unwrap()
+    };
+    rig.engine.add_class(&child("a", 9001)).unwrap();
+    rig.engine.add_class(&child("b", 9002)).unwrap();
+    // The parent's own match takes every TCP packet, yet its children's are tried first.
+    let got = offer(&mut rig, [400, 400, 400], Duration::from_millis(400));
+    assert!(within(got[0], 100.0, 0.03), "{got:?}");
+    assert!(within(got[1], 100.0, 0.03), "{got:?}");
+    assert!(within(got.iter().sum(), 300.0, 0.01), "{got:?}");
+    assert!(matches!(
+        rig.engine.delete_class("tenant"),
+        Err(LiveError::Tree(TreeError::HasChildren { children: 2, .. }))
+    ));
+    rig.engine.invariants();
+}

@@ -588,3 +588,55 @@ fn a_connection_without_a_whole_request_is_closed_at_the_read_deadline() {
     loops.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn classes_of_the_socket_build_a_tree_under_the_file_s_classes() {
+    let loops = Loops::new(2);
+    let ok = |v: Value| {
+        let r = loops.send(v);
+        assert!(r.ok, "{r:?}");
+    };
+    let refused = |v: Value| loops.send(v).error.unwrap();
+    ok(json!({"op":"add","class":{"name":"ns","gather":true,"rate":"50mbit","parent":"bulk"}}));
+    ok(
+        json!({"op":"add","class":{"name":"pod1","match":{"dst":"10.0.0.1/32"},
+        "rate":"20mbit","parent":"ns"}}),
+    );
+    ok(
+        json!({"op":"add","class":{"name":"pod2","match":{"dst":"10.0.0.2/32"},
+        "parent":"ns","weight":3}}),
+    );
+    let e = refused(json!({"op":"add","class":{"name":"x","parent":"nobody"}}));
+    assert_eq!(e.field, "parent", "{e:?}");
+    let e = refused(json!({"op":"add","class":{"name":"x","rate":"60mbit","parent":"ns"}}));
+    assert!(
+        e.field == "rate" && e.message.contains("could never apply"),
+        "{e:?}"
+    );
+    let e = refused(json!({"op":"change","class":{"name":"ns","parent":"pod1"}}));
+    assert!(
+        e.field == "parent" && e.message.contains("own ancestor"),
+        "{e:?}"
+    );
+    let e = refused(json!({"op":"change","class":{"name":"ns","rate":"10mbit"}}));
+    assert!(e.field == "rate" && e.message.contains("pod1"), "{e:?}");
+    let e = refused(json!({"op":"del","name":"ns"}));
+    assert!(
+        e.field == "name" && e.message.contains("2 children"),
+        "{e:?}"
+    );
+    // Moved to the top, pod2 leaves ns; ns goes once its children did.
+    let e = refused(json!({"op":"change","class":{"name":"pod2","parent":null}}));
+    assert!(e.field == "weight" && e.message.contains("parent"), "{e:?}");
+    ok(json!({"op":"change","class":{"name":"pod2","parent":null,"weight":null}}));
+    ok(json!({"op":"del","name":"pod1"}));
+    ok(json!({"op":"del","name":"ns"}));
+    let list = loops.send(json!({"op":"list"})).classes.unwrap();
+    let names: Vec<&str> = list.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["bulk", "pod2"]);
+    for e in loops.stop() {
+        assert_eq!(e.class_index("ns"), None);
+        assert!(e.class_index("pod2").is_some());
+        e.invariants();
+    }
+}

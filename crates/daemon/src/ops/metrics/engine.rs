@@ -11,6 +11,7 @@ use metronome_engine::stats::{
 };
 use metronome_engine::unclassified::{Unclassified, UnclassifiedKind};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use std::collections::HashMap;
 
 /// One class state's series and what was published into them.
@@ -34,6 +35,8 @@ pub struct EngineMetrics {
     classes: Vec<Option<ClassSeries>>,
     fair: Vec<Option<Published<FairClassMetrics, FairClassStats>>>,
     link: Vec<Option<LinkClassMetrics>>,
+    /// By class state index: its share gauge, once it is in a tree.
+    shares: Vec<Option<Gauge>>,
     port: Option<LinkPortMetrics>,
     acks: HashMap<String, AckSeries>,
     unclassified: [[Counter; 3]; 2],
@@ -51,6 +54,7 @@ impl EngineMetrics {
             classes: Vec::new(),
             fair: Vec::new(),
             link: Vec::new(),
+            shares: Vec::new(),
             port: None,
             acks: HashMap::new(),
             last: EngineGauges::default(),
@@ -87,6 +91,7 @@ impl Telemetry for EngineMetrics {
         *slot(&mut self.classes, index) = Some((name.into(), class));
         *slot(&mut self.fair, index) = None;
         *slot(&mut self.link, index) = None;
+        *slot(&mut self.shares, index) = None;
     }
 
     fn class_removed(&mut self, index: usize, name: &str) {
@@ -98,6 +103,9 @@ impl Telemetry for EngineMetrics {
             *s = None;
         }
         if let Some(s) = self.link.get_mut(index) {
+            *s = None;
+        }
+        if let Some(s) = self.shares.get_mut(index) {
             *s = None;
         }
     }
@@ -124,7 +132,17 @@ impl Telemetry for EngineMetrics {
                 .saturating_sub(last.flow_table_overflow),
         );
         m.set_queued(stats.queued);
+        let share = stats.share_bps;
+        let changed = share != p.last.share_bps;
         p.last = *stats;
+        if changed {
+            let name = self.classes[index].as_ref().map(|(n, _)| n.to_string());
+            if let Some(name) = name {
+                let gauge = slot(&mut self.shares, index)
+                    .get_or_insert_with(|| self.metrics.tree_share(&name));
+                gauge.set(i64::try_from(share).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     fn fair_class(&mut self, index: usize, stats: &FairClassStats) {

@@ -87,12 +87,26 @@ impl Engine {
             s.node.demand = s.node.demand.saturating_add(own).min(s.node.cap);
             s.node.delta.0 += s.stats.sent_packets.saturating_sub(s.node.last_sent.0);
             s.node.delta.1 += s.stats.sent_bytes.saturating_sub(s.node.last_sent.1);
-            let (demand, delta) = (s.node.demand, s.node.delta);
-            if let Some(p) = s.node.parent {
+            // What its subtree (its children's, gathered before it) stamped, refused and holds.
+            let n = &mut s.node;
+            n.sub_stamped += n.pass.stamped;
+            n.sub_refused += n.pass.refused;
+            n.sub_held = n.pass.held;
+            let up = super::Gathered {
+                stamped: n.pass.stamped + stamped,
+                refused: n.pass.refused + refused,
+                held: n.pass.held + held_bytes,
+            };
+            n.pass = super::Gathered::default();
+            let (demand, delta) = (n.demand, n.delta);
+            if let Some(p) = n.parent {
                 let pn = &mut self.classes[p as usize].node;
                 pn.demand = pn.demand.saturating_add(demand);
                 pn.delta.0 += delta.0;
                 pn.delta.1 += delta.1;
+                pn.pass.stamped += up.stamped;
+                pn.pass.refused += up.refused;
+                pn.pass.held += up.held;
             }
         }
         // Sent counts: each class's own since the last pass plus its subtree's.
@@ -206,6 +220,10 @@ impl Engine {
             .as_nanos()
             .max(PASS_NS_PER_CLASS.saturating_mul(set.len() as u64));
         self.tree.next = now.saturating_add(Duration::from_nanos(period));
+        if !self.dirty.is_empty() {
+            // The parents' counts reach the metrics even when nothing else is sent.
+            self.publish_gauges();
+        }
     }
 
     /// Puts `share` bps in force for class `index` (its aggregate policy's rate).
