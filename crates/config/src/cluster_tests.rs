@@ -196,3 +196,19 @@ fn a_reload_that_touches_the_cluster_needs_a_restart() {
     let max_hosts = parse(&format!("{CLUSTER}max_hosts = 16\n{CLASS}")).unwrap();
     assert!(old.diff(&max_hosts).needs_restart());
 }
+
+#[test]
+fn a_cluster_class_may_have_children_on_each_host() {
+    let c = parse(&format!(
+        "{CLUSTER}{CLASS}[[class]]\nname = \"t-web\"\nparent = \"t\"\nweight = 2\n\
+         match = {{ dst_port = 80 }}\n[[class]]\nname = \"t-batch\"\nparent = \"t\"\n\
+         rate = \"100mbit\"\nmatch = {{ dst_port = 9000 }}\n"
+    ))
+    .unwrap();
+    let s = c.cluster.unwrap();
+    // The cluster's share of `t` is what this host's children share; `t` only gathers them.
+    assert_eq!(s.classes.len(), 1);
+    assert!(c.classes[0].tree.gathers_only);
+    assert_eq!(c.classes[1].tree.parent.as_deref(), Some("t"));
+    assert_eq!(c.classes[1].tree.weight, 2);
+}

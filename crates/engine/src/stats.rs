@@ -199,6 +199,9 @@ pub trait Telemetry: Send {
     fn class_named(&mut self, _index: usize, _name: &str) {}
     /// The class of state `index`, `name`, was deleted.
     fn class_removed(&mut self, _index: usize, _name: &str) {}
+    /// Class state `index` is in a class tree under `parent`, or left it (`None`): published
+    /// when it changes, with the class's share in [`ClassStats::share_bps`].
+    fn class_parent(&mut self, _index: usize, _parent: Option<&str>) {}
     /// Class state `index`'s counts, after a batch that changed them.
     fn class(&mut self, _index: usize, _stats: &ClassStats) {}
     /// Fair class state `index`'s flow-queue counts.

@@ -54,7 +54,7 @@ struct Inner {
     fair_overflow: Family<ClassLabel, Counter>,
     fair_sparse_early: Family<ClassLabel, Counter>,
     nba_rate: Family<ClassLabel, Gauge>,
-    tree_share: Family<ClassLabel, Gauge>,
+    tree_share: Family<labels::ClassParentLabel, Gauge>,
     malformed: Family<ReasonLabel, Counter>,
     refused: Family<ReasonLabel, Counter>,
     unclassified: Family<KindActionLabel, Counter>,
@@ -382,17 +382,31 @@ impl Metrics {
         i.fair_sparse_early.remove(&l);
         i.fair_flows.remove(&l);
         i.nba_rate.remove(&l);
-        i.tree_share.remove(&l);
     }
 
-    /// The share gauge of class `name` in a class tree (`metronome_class_share_bps`). Not per
-    /// packet: the tree's pass changes it at most every millisecond.
-    pub fn tree_share(&self, name: &str) -> Gauge {
-        let l = ClassLabel {
+    /// The share gauge of class `name` under `parent` in a class tree
+    /// (`metronome_class_share_bps{class, parent}`). Not per packet: the tree's pass changes it
+    /// at most every millisecond.
+    pub fn tree_share(&self, name: &str, parent: &str) -> Gauge {
+        self.inner
+            .tree_share
+            .get_or_create(&self.parent_label(name, parent))
+            .clone()
+    }
+
+    /// Removes class `name`'s share gauge under `parent` (it left the tree, moved or went).
+    pub fn remove_tree_share(&self, name: &str, parent: &str) {
+        self.inner
+            .tree_share
+            .remove(&self.parent_label(name, parent));
+    }
+
+    fn parent_label(&self, name: &str, parent: &str) -> labels::ClassParentLabel {
+        labels::ClassParentLabel {
             class: name.to_owned(),
+            parent: parent.to_owned(),
             silo: self.silo_label(),
-        };
-        self.inner.tree_share.get_or_create(&l).clone()
+        }
     }
 
     /// Counts one class change of the control socket: `op` (`add`, `change`, `del`, `reload`)

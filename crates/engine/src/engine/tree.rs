@@ -99,6 +99,8 @@ pub(super) struct Node {
     pub(super) sub_stamped: u64,
     pub(super) sub_refused: u64,
     pub(super) sub_held: u64,
+    /// The parent's name the telemetry was last told.
+    told: Option<String>,
     /// An ancestor is closed (a cluster share of zero): it takes no frame either.
     pub(super) closed_above: bool,
     /// Scratch of the pass.
@@ -317,6 +319,11 @@ impl Engine {
         let member = parent.is_some() || state.node.children > 0;
         let cap = bps(state.node.own_rate);
         let ceiling = cap.min(parent_ceiling);
+        let named = parent.map(|p| self.classes[p].name.clone());
+        if self.classes[index].node.told != named {
+            self.telemetry.class_parent(index, named.as_deref());
+            self.classes[index].node.told = named;
+        }
         let node = &mut self.classes[index].node;
         node.depth = depth;
         node.closed_above = closed_above;

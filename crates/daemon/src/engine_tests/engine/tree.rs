@@ -148,7 +148,7 @@ fn a_parent_s_share_from_outside_bounds_its_subtree_and_a_closed_parent_closes_i
     let got = offer(&mut rig, [400, 0, 0], Duration::from_millis(100));
     assert!(got[0] > 0.0);
     // Each class's share is a series; the parent's sent counts hold its subtree's.
-    assert!(rig.series("metronome_class_share_bps{class=\"a\"}") > 0);
+    assert!(rig.series("metronome_class_share_bps{class=\"a\",parent=\"tenant\"}") > 0);
     let sent = |rig: &Rig, class: &str| {
         rig.series(&format!("metronome_class_bytes_total{{class=\"{class}\"}}"))
     };

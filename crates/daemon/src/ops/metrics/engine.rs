@@ -35,8 +35,8 @@ pub struct EngineMetrics {
     classes: Vec<Option<ClassSeries>>,
     fair: Vec<Option<Published<FairClassMetrics, FairClassStats>>>,
     link: Vec<Option<LinkClassMetrics>>,
-    /// By class state index: its share gauge, once it is in a tree.
-    shares: Vec<Option<Gauge>>,
+    /// By class state index: its parent, once it is in a tree, and its share gauge.
+    shares: Vec<Option<(Box<str>, Gauge)>>,
     port: Option<LinkPortMetrics>,
     acks: HashMap<String, AckSeries>,
     unclassified: [[Counter; 3]; 2],
@@ -105,8 +105,8 @@ impl Telemetry for EngineMetrics {
         if let Some(s) = self.link.get_mut(index) {
             *s = None;
         }
-        if let Some(s) = self.shares.get_mut(index) {
-            *s = None;
+        if let Some(Some((parent, _))) = self.shares.get_mut(index).map(Option::take) {
+            self.metrics.remove_tree_share(name, &parent);
         }
     }
 
@@ -135,13 +135,24 @@ impl Telemetry for EngineMetrics {
         let share = stats.share_bps;
         let changed = share != p.last.share_bps;
         p.last = *stats;
-        if changed {
-            let name = self.classes[index].as_ref().map(|(n, _)| n.to_string());
-            if let Some(name) = name {
-                let gauge = slot(&mut self.shares, index)
-                    .get_or_insert_with(|| self.metrics.tree_share(&name));
-                gauge.set(i64::try_from(share).unwrap_or(i64::MAX));
+        if let (true, Some(Some((_, gauge)))) = (changed, self.shares.get(index)) {
+            gauge.set(i64::try_from(share).unwrap_or(i64::MAX));
+        }
+    }
+
+    fn class_parent(&mut self, index: usize, parent: Option<&str>) {
+        let Some(name) = self.name(index).map(str::to_owned) else {
+            return;
+        };
+        if let Some((old, _)) = slot(&mut self.shares, index).take() {
+            self.metrics.remove_tree_share(&name, &old);
+        }
+        if let Some(parent) = parent {
+            let gauge = self.metrics.tree_share(&name, parent);
+            if let Some(Some((_, p))) = self.classes.get(index) {
+                gauge.set(i64::try_from(p.last.share_bps).unwrap_or(i64::MAX));
             }
+            self.shares[index] = Some((parent.into(), gauge));
         }
     }
 

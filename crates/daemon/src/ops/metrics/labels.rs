@@ -33,6 +33,22 @@ impl EncodeLabelSet for ClassLabel {
     }
 }
 
+/// `{class="...",parent="..."}`, plus `silo="i"` when the daemon runs several silos.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(super) struct ClassParentLabel {
+    pub(super) class: String,
+    pub(super) parent: String,
+    pub(super) silo: Option<u16>,
+}
+
+impl EncodeLabelSet for ClassParentLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("class", self.class.as_str()).encode(encoder.encode_label())?;
+        ("parent", self.parent.as_str()).encode(encoder.encode_label())?;
+        SiloLabel { silo: self.silo }.encode(encoder)
+    }
+}
+
 /// `{silo="i"}`, or nothing with one silo.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub(super) struct SiloLabel {

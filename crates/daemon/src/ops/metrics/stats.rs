@@ -228,6 +228,8 @@ struct ClassLine {
     fair_flows: Option<f64>,
     /// Packets of a fair class that waited in its overflow flow.
     fair_overflow: f64,
+    /// In a class tree: its share of its parent in force (`class_share_bps`, summed over silos).
+    share: Option<f64>,
 }
 
 /// One silo's traffic (all classes) and allocator rates.
@@ -282,6 +284,8 @@ struct ClusterLine {
 #[derive(Debug, Default)]
 struct Summary {
     classes: BTreeMap<String, ClassLine>,
+    /// Each class in a tree and its parent.
+    parents: BTreeMap<String, String>,
     cluster: ClusterLine,
     link: LinkLine,
     silos: BTreeMap<u32, SiloLine>,
@@ -355,6 +359,12 @@ fn summarise(text: &str) -> Summary {
                 "class_queued_packets" => c.queued += sample.value,
                 "class_fair_flows" => *c.fair_flows.get_or_insert(0.0) += sample.value,
                 "class_fair_overflow_total" => c.fair_overflow += sample.value,
+                "class_share_bps" => {
+                    *c.share.get_or_insert(0.0) += sample.value;
+                    if let Some(parent) = sample.label("parent") {
+                        s.parents.insert(class.to_owned(), parent.to_owned());
+                    }
+                }
                 _ => {}
             }
             continue;
@@ -382,6 +392,38 @@ fn summarise(text: &str) -> Summary {
         }
     }
     s
+}
+
+/// The classes in the order `stats` prints them, each with its level in the class tree: by
+/// name, each under its parent (whose line holds its subtree's counts).
+fn tree_order(s: &Summary) -> Vec<(&str, usize)> {
+    let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for name in s.classes.keys() {
+        match s.parents.get(name).filter(|p| s.classes.contains_key(*p)) {
+            Some(p) => children.entry(p.as_str()).or_default().push(name),
+            None => roots.push(name.as_str()),
+        }
+    }
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<(&str, usize)> = roots.into_iter().rev().map(|r| (r, 0)).collect();
+    while let Some((name, level)) = stack.pop() {
+        if !seen.insert(name) {
+            continue;
+        }
+        out.push((name, level));
+        if let Some(kids) = children.get(name) {
+            stack.extend(kids.iter().rev().map(|k| (*k, level + 1)));
+        }
+    }
+    // A loop (which the daemon refuses) still shows every class.
+    for name in s.classes.keys() {
+        if !seen.contains(name.as_str()) {
+            out.push((name, 0));
+        }
+    }
+    out
 }
 
 /// A rate in tc's style: `199.8Mbit`, `1.2Gbit`, `800.0Kbit`, `12bit`.
@@ -480,13 +522,18 @@ pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
     let (before, now) = (summarise(first), summarise(second));
     let secs = elapsed.as_secs_f64().max(1e-9);
     let mut out = String::new();
-    for (name, c) in &now.classes {
+    for (name, level) in tree_order(&now) {
+        let c = &now.classes[name];
         let prev = before.classes.get(name).map_or(c.bytes, |p| p.bytes);
         let rate = format_rate((c.bytes - prev).max(0.0) * 8.0 / secs);
+        out.push_str(&"  ".repeat(level));
         out.push_str(&format!(
             "class {name}: sent {:.0} bytes {:.0} pkt (dropped {:.0}, ecn marked {:.0}) rate {rate} queued {:.0}",
             c.bytes, c.packets, c.dropped, c.ecn_marked, c.queued
         ));
+        if let Some(share) = c.share {
+            out.push_str(&format!(" share {}", format_rate(share)));
+        }
         if let Some(flows) = c.fair_flows {
             out.push_str(&format!(
                 " fair flows {flows:.0} (overflow {:.0})",
@@ -538,6 +585,26 @@ pub fn format_stats(first: &str, second: &str, elapsed: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_class_tree_prints_each_class_under_its_parent_with_its_share() {
+        let text = "metronome_class_bytes_total{class=\"tenant\"} 3000\n\
+                    metronome_class_bytes_total{class=\"b\"} 1000\n\
+                    metronome_class_bytes_total{class=\"a\"} 2000\n\
+                    metronome_class_bytes_total{class=\"solo\"} 5\n\
+                    metronome_class_share_bps{class=\"a\",parent=\"tenant\"} 150000000\n\
+                    metronome_class_share_bps{class=\"b\",parent=\"tenant\"} 150000000\n";
+        let out = format_stats(text, text, Duration::from_millis(500));
+        let names: Vec<&str> = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with("class "))
+            .collect();
+        assert!(names[0].starts_with("class solo:"), "{out}");
+        assert!(names[1].starts_with("class tenant:"), "{out}");
+        assert!(names[2].starts_with("  class a:"), "{out}");
+        assert!(names[2].ends_with("share 150.0Mbit"), "{out}");
+        assert!(names[3].starts_with("  class b:"), "{out}");
+    }
 
     #[test]
     fn a_cluster_class_line_shows_limit_share_peers_and_the_revision() {

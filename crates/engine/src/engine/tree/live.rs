@@ -159,6 +159,9 @@ impl Engine {
                 self.tree_node(p as usize);
             }
         }
+        if self.classes[index].node.told.take().is_some() {
+            self.telemetry.class_parent(index, None);
+        }
         let node = &mut self.classes[index].node;
         node.member = false;
         node.ancestors = Box::new([]);
