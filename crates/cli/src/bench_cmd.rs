@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// classes (comma-separated, each 1 to 1 048 576), class `i` matching one destination /32.
     #[arg(long, value_delimiter = ',', requires = "daemon")]
     classes: Vec<usize>,
+    /// With `--classes`: measure each count again as the leaves of a three-level class tree of
+    /// this many parents (under one top class per 100 parents), beside the flat classes.
+    #[arg(long, value_name = "PARENTS", requires = "classes")]
+    tree: Option<usize>,
 }
 
 /// Runs the command.
@@ -444,8 +448,12 @@ fn run_classes(
     if let Some(bad) = args.classes.iter().find(|&&n| n == 0 || n > max) {
         bail!("--classes {bad}: between 1 and {max} classes");
     }
+    if args.tree == Some(0) {
+        bail!("--tree 0: at least one parent");
+    }
     let rows = classes::run(
         &args.classes,
+        args.tree,
         opts.batch,
         opts.packets,
         opts.repetitions,
@@ -468,11 +476,12 @@ fn run_classes(
     )?;
     writeln!(
         out,
-        "{:>8} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>11} {:>10} {:>11} {:>12} {:>8}",
+        "{:>8} {:>7} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>11} {:>10} {:>11} {:>12} {:>8}",
         "classes",
+        "parents",
         "active",
         "ns/packet",
-        "vs first",
+        "vs base",
         "parse ms",
         "engine ms",
         "scrape ms",
@@ -482,15 +491,25 @@ fn run_classes(
         "B/active",
         "dropped"
     )?;
+    // A tree's row is read against the flat row of its count just before it, a flat row
+    // against the first.
     let first = rows.first().map_or(1.0, |r| r.ns_per_packet);
+    let mut flat = first;
     for r in &rows {
+        let base = if r.parents == 0 {
+            flat = r.ns_per_packet;
+            first
+        } else {
+            flat
+        };
         writeln!(
             out,
-            "{:>8} {:>7} {:>12.1} {:>8.2}x {:>10.1} {:>10.1} {:>10.1} {:>11.2} {:>10.1} {:>11.0} {:>12.0} {:>8}",
+            "{:>8} {:>7} {:>7} {:>12.1} {:>8.2}x {:>10.1} {:>10.1} {:>10.1} {:>11.2} {:>10.1} {:>11.0} {:>12.0} {:>8}",
             r.classes,
+            r.parents,
             r.active,
             r.ns_per_packet,
-            r.ns_per_packet / first,
+            r.ns_per_packet / base,
             r.parse_ms,
             r.engine_ms,
             r.encode_ms,

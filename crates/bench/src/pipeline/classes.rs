@@ -23,8 +23,11 @@ use std::time::Instant;
 /// One `N` of [`run`].
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ClassesRow {
-    /// Classes in the configuration.
+    /// Classes in the configuration (the leaves, with a tree).
     pub classes: usize,
+    /// Parents of the leaves in a three-level class tree ([`tree_text`]); 0: the classes stand
+    /// alone.
+    pub parents: usize,
     /// Classes that receive traffic (at most [`FLOWS`]).
     pub active: usize,
     /// Median ns per packet, end to end.
@@ -80,6 +83,55 @@ pub fn config_text(n: usize) -> String {
     text
 }
 
+/// Classes at the top of the tree of [`tree_text`]: one per 100 parents.
+fn roots(parents: usize) -> usize {
+    parents.div_ceil(100).max(1)
+}
+
+/// [`config_text`]'s `n` classes as the leaves of a three-level class tree: `parents` parents
+/// (leaf `i` under parent `i × parents / n`) under one class per 100 parents (parent `j` under
+/// top class `j × tops / parents`). Every class above a leaf has the sum of its leaves' rates,
+/// so the same traffic keeps up as in the flat configuration, and no `match`: it only gathers.
+/// What the tree costs a packet is then the tree's own work: its ancestors' stamps at release
+/// and the allocation passes.
+pub fn tree_text(n: usize, parents: usize) -> String {
+    let active = n.clamp(1, FLOWS);
+    let rate = OFFERED_BPS / active as u64 * 104 / 100;
+    let parents = parents.clamp(1, n.max(1));
+    let tops = roots(parents);
+    let mut text = String::from(
+        "[interfaces]\ninside = \"bench-in\"\noutside = \"bench-out\"\n\n\
+         [wheel]\ngranularity = \"2us\"\nhorizon = \"2s\"\n",
+    );
+    let leaves_of = |k: usize, of: usize| (n * (k + 1)).div_ceil(of) - (n * k).div_ceil(of);
+    for t in 0..tops {
+        let leaves = leaves_of(t, tops).max(1) as u64;
+        let _ = write!(
+            text,
+            "\n[[class]]\nname = \"top{t}\"\nrate = {}\nburst = \"15k\"\n",
+            rate * leaves
+        );
+    }
+    for p in 0..parents {
+        let leaves = leaves_of(p, parents).max(1) as u64;
+        let _ = write!(
+            text,
+            "\n[[class]]\nname = \"p{p}\"\nparent = \"top{}\"\nrate = {}\nburst = \"15k\"\n",
+            p * tops / parents,
+            rate * leaves
+        );
+    }
+    for i in 0..n {
+        let [a, b, c, d] = address(i);
+        let _ = write!(
+            text,
+            "\n[[class]]\nname = \"c{i}\"\nparent = \"p{}\"\nmatch = {{ dst = \"{a}.{b}.{c}.{d}\" }}\nrate = {rate}\nburst = \"15k\"\n",
+            i * parents / n.max(1)
+        );
+    }
+    text
+}
+
 /// [`FLOWS`] full-size TCP frames, flow `f` to the address of class `f × n / FLOWS`.
 pub fn frames(n: usize) -> Vec<Vec<u8>> {
     (0..FLOWS)
@@ -103,19 +155,31 @@ pub fn frames(n: usize) -> Vec<Vec<u8>> {
 }
 
 /// Measures each of `counts` in turn: `packets` per repetition, `repetitions` repetitions
-/// (median), batches of `batch`. Progress goes to `progress`.
+/// (median), batches of `batch`; with `tree`, each count again as the leaves of a three-level
+/// tree of that many parents ([`tree_text`]), right after its flat row. Progress goes to
+/// `progress`.
 pub fn run(
     counts: &[usize],
+    tree: Option<usize>,
     batch: usize,
     packets: u64,
     repetitions: usize,
     mut progress: impl FnMut(&str),
 ) -> Vec<ClassesRow> {
-    counts
+    let shapes: Vec<(usize, usize)> = counts
         .iter()
-        .map(|&n| {
-            progress(&format!("{n} classes"));
-            let text = config_text(n);
+        .flat_map(|&n| std::iter::once((n, 0)).chain(tree.map(|p| (n, p.clamp(1, n.max(1))))))
+        .collect();
+    shapes
+        .into_iter()
+        .map(|(n, parents)| {
+            let text = if parents == 0 {
+                progress(&format!("{n} classes"));
+                config_text(n)
+            } else {
+                progress(&format!("{n} classes under {parents} parents"));
+                tree_text(n, parents)
+            };
             let rss_before = resident_bytes();
             let start = Instant::now();
             let config = Config::from_toml_str(&text, "bench_classes.toml")
@@ -145,6 +209,7 @@ pub fn run(
             sorted.sort_by(f64::total_cmp);
             ClassesRow {
                 classes: n,
+                parents,
                 active: n.clamp(1, FLOWS),
                 ns_per_packet: sorted[sorted.len() / 2],
                 repetitions_ns: reps,
@@ -232,11 +297,31 @@ mod tests {
 
     #[test]
     fn a_small_run_forwards_without_drops() {
-        let rows = run(&[10, 300], 64, 2_000, 1, |_| {});
+        let rows = run(&[10, 300], None, 64, 2_000, 1, |_| {});
         assert_eq!(rows.len(), 2);
         for r in &rows {
             assert_eq!(r.dropped, 0, "{r:?}");
             assert!(r.ns_per_packet > 0.0);
         }
+    }
+
+    #[test]
+    fn the_tree_has_three_levels_and_its_leaves_keep_up_as_the_flat_classes_do() {
+        let (n, parents) = (2_000, 20);
+        let config = Config::from_toml_str(&tree_text(n, parents), "t.toml").unwrap();
+        assert_eq!(config.classes.len(), 1 + parents + n);
+        let tops = config
+            .classes
+            .iter()
+            .filter(|c| c.tree.parent.is_none())
+            .count();
+        assert_eq!(tops, 1);
+        assert!(config.classes[..1 + parents]
+            .iter()
+            .all(|c| c.tree.gathers_only));
+        let rows = run(&[n], Some(parents), 32, 20_000, 1, |_| {});
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].parents, rows[1].parents), (0, parents));
+        assert!(rows.iter().all(|r| r.dropped == 0), "{rows:?}");
     }
 }
