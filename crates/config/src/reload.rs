@@ -225,6 +225,11 @@ fn class_changes(old: &ClassConfig, new: &ClassConfig) -> Vec<FieldChange> {
         });
     }
     out.extend(policy_changes(&old.policy, &new.policy));
+    let show = |p: &Option<String>| p.clone().unwrap_or_else(|| "none".to_string());
+    let (ot, nt) = (&old.tree, &new.tree);
+    compare(&mut out, "parent", show(&ot.parent), show(&nt.parent));
+    compare(&mut out, "weight", ot.weight, nt.weight);
+    compare(&mut out, "gather", ot.gathers_only, nt.gathers_only);
     out
 }
 

@@ -184,3 +184,38 @@ fn a_class_added_live_under_a_parent_shares_it_and_its_rule_comes_first() {
     ));
     rig.engine.invariants();
 }
+
+#[test]
+fn a_reload_rebuilds_the_tree_and_names_what_changed() {
+    // The same classes side by side; `tenant` (no children, so no longer gathering) matches
+    // nothing of the traffic.
+    let flat = tree([1, 1, 1])
+        .replace("parent = \"tenant\"\nweight = 1\n", "")
+        .replace(
+            "rate = \"300mbit\"",
+            "rate = \"300mbit\"\nmatch = { dst_port = 1 }",
+        );
+    let mut rig = Rig::new(&flat);
+    let got = offer(&mut rig, [400, 400, 0], Duration::from_millis(200));
+    assert!(
+        within(got[0], 200.0, 0.01) && within(got[1], 200.0, 0.01),
+        "{got:?}"
+    );
+    drain(&mut rig);
+    let plan = rig.reload(&config(&tree([1, 2, 1]))).unwrap();
+    let text = plan.to_string();
+    assert!(text.contains("parent") && text.contains("weight"), "{text}");
+    let got = offer(&mut rig, [400, 400, 0], Duration::from_millis(400));
+    assert!(
+        within(got[0], 100.0, 0.03) && within(got[1], 200.0, 0.03),
+        "{got:?}"
+    );
+    drain(&mut rig);
+    rig.reload(&config(&flat)).unwrap();
+    let got = offer(&mut rig, [400, 400, 0], Duration::from_millis(200));
+    assert!(
+        within(got[0], 200.0, 0.01) && within(got[1], 200.0, 0.01),
+        "{got:?}"
+    );
+    rig.engine.invariants();
+}
