@@ -1,4 +1,5 @@
-//! A pod interface's two classes and the name of its state file.
+//! A pod interface's two classes and the name of its state file (its namespace's aggregates
+//! are [`crate::namespace`]'s).
 //!
 //! * **Names:** `cni.<id>.<ifname>.<key>.egress` and `cni.<id>.<ifname>.<key>.ingress`: `<id>`
 //!   the container ID's first [`ID_CHARS`] characters and `<ifname>` the pod's interface, both
@@ -83,7 +84,7 @@ impl Direction {
 pub const UNSET_BURST_BITS: u64 = u32::MAX as u64;
 
 /// `text` with every character outside `A-Za-z0-9_-` replaced by `_`.
-fn sanitized(text: &str) -> String {
+pub(crate) fn sanitized(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
@@ -197,8 +198,9 @@ pub fn class_object(
 
 /// The keys this plugin sets that a class may lack: a `change` sets each missing one to `null`
 /// (removed, back to its default), so that a class re-registered by `change` is exactly the new
-/// object whatever the old one held.
-pub const OPTIONAL_KEYS: [&str; 1] = ["backpressure"];
+/// object whatever the old one held (a pod whose namespace no longer has an aggregate leaves
+/// it).
+pub const OPTIONAL_KEYS: [&str; 2] = ["backpressure", "parent"];
 
 /// `class` as a `change`: its keys, and `null` for each of [`OPTIONAL_KEYS`] it lacks.
 pub fn as_change(class: &ClassObject) -> ClassObject {
@@ -209,23 +211,10 @@ pub fn as_change(class: &ClassObject) -> ClassObject {
     c
 }
 
-/// The classes `conf` asks for on `host_if` (none when it limits nothing).
-pub fn wanted(conf: &NetConf, container_id: &str, ifname: &str, host_if: &str) -> Vec<ClassObject> {
-    let Some(bandwidth) = conf.limits() else {
-        return Vec::new();
-    };
-    Direction::BOTH
-        .iter()
-        .filter_map(|&d| {
-            d.limit(&bandwidth)
-                .map(|l| class_object(conf, container_id, ifname, host_if, d, l))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::namespace::pod_classes;
     use serde_json::json;
 
     fn conf(extra: &str) -> NetConf {
@@ -321,7 +310,7 @@ mod tests {
             r#","ecn":true,"runtimeConfig":{"bandwidth":
                {"egressRate":100000000,"egressBurst":800000,"ingressRate":1500000}}"#,
         );
-        let classes = wanted(&c, "abcdef", "eth0", "veth1");
+        let classes = pod_classes(&c, ("abcdef", "eth0", "veth1"), None);
         assert_eq!(classes.len(), 2);
         assert_eq!(
             Value::Object(classes[0].clone()),
@@ -333,7 +322,7 @@ mod tests {
         assert_eq!(classes[1]["burst"], json!("1514b"));
         // One direction only.
         let c = conf(r#","fair":false,"runtimeConfig":{"bandwidth":{"ingressRate":1000}}"#);
-        let classes = wanted(&c, "abcdef", "eth0", "veth1");
+        let classes = pod_classes(&c, ("abcdef", "eth0", "veth1"), None);
         assert_eq!(classes.len(), 1);
         assert_eq!(
             classes[0]["name"],
@@ -342,6 +331,7 @@ mod tests {
         assert_eq!(classes[0]["fair"], json!(false));
         assert!(!classes[0].contains_key("backpressure"));
         assert_eq!(as_change(&classes[0])["backpressure"], Value::Null);
+        assert_eq!(as_change(&classes[0])["parent"], Value::Null);
     }
 
     #[test]
@@ -357,7 +347,7 @@ mod tests {
             r#","ecn":true,"runtimeConfig":{"bandwidth":
                {"egressRate":123456789,"egressBurst":4294967295,"ingressRate":1}}"#,
         );
-        for mut class in wanted(&c, "abcdef", "eth0", "veth1") {
+        for mut class in pod_classes(&c, ("abcdef", "eth0", "veth1"), None) {
             class.remove("match");
             let table = metronome_daemon::ops::control::protocol::toml_table(&class).unwrap();
             let valid = config.live_class(&table).unwrap();

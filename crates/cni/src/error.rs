@@ -22,8 +22,14 @@ pub const LIMITS_MISSING: u32 = 100;
 /// Code 101 (this plugin's): the pod's host-side interface could not be found.
 pub const NO_HOST_INTERFACE: u32 = 101;
 /// Code 102 (this plugin's): ADD found a class of the pod's name in the daemon that is not the
-/// pod's (its state file does not record it with that match): it is left as it is.
+/// pod's (its state file does not record it with that match), or a class of its namespace's
+/// aggregate name that is not an aggregate (a class of the file, one with a `match` or without
+/// `gather`): it is left as it is.
 pub const CLASS_NOT_OWNED: u32 = 102;
+/// Code 103 (this plugin's): ADD of a pod whose own limit (`runtimeConfig.bandwidth`) is above
+/// its namespace's (`namespaceBandwidth`) in a direction: the daemon refuses a class above its
+/// parent's rate.
+pub const ABOVE_NAMESPACE: u32 = 103;
 
 /// A failed command: its code, a short message and the details.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

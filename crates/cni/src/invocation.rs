@@ -54,8 +54,11 @@ pub struct Invocation {
     pub netns: Option<PathBuf>,
     /// `CNI_IFNAME`, the interface inside the pod (empty for VERSION).
     pub ifname: String,
-    /// `CNI_ARGS`, unused.
+    /// `CNI_ARGS`, `KEY=VALUE` pairs separated by `;`.
     pub args: Option<String>,
+    /// `K8S_POD_NAMESPACE` of `CNI_ARGS`, the pod's Kubernetes namespace, when given and not
+    /// empty.
+    pub pod_namespace: Option<String>,
     /// `CNI_PATH`, unused (this plugin runs no other plugin).
     pub path: Option<String>,
 }
@@ -97,8 +100,10 @@ impl Invocation {
             netns: None,
             ifname: String::new(),
             args: get("CNI_ARGS"),
+            pod_namespace: None,
             path: get("CNI_PATH"),
         };
+        out.pod_namespace = pod_namespace(out.args.as_deref())?;
         if command == Command::Version {
             return Ok(out);
         }
@@ -123,6 +128,38 @@ impl Invocation {
         }
         Ok(out)
     }
+}
+
+/// The key of `CNI_ARGS` that names the pod's namespace: the one the Kubernetes runtimes
+/// (containerd, CRI-O) pass.
+pub const NAMESPACE_ARG: &str = "K8S_POD_NAMESPACE";
+
+/// [`NAMESPACE_ARG`]'s value in `args` (`KEY=VALUE` pairs separated by `;`; a pair without `=`
+/// is not one and is passed over, as other plugins' keys may be anything): `None` when absent
+/// or empty. Given twice with different values is error 4: which namespace the pod is in must
+/// not depend on which one is read.
+fn pod_namespace(args: Option<&str>) -> Result<Option<String>, CniError> {
+    let mut found: Option<&str> = None;
+    for (key, value) in args
+        .unwrap_or("")
+        .split(';')
+        .filter_map(|p| p.split_once('='))
+    {
+        if key != NAMESPACE_ARG {
+            continue;
+        }
+        if found.is_some_and(|f| f != value) {
+            return Err(invalid(
+                "CNI_ARGS",
+                format!(
+                    "CNI_ARGS names two namespaces in {NAMESPACE_ARG} ({:?} and {value:?})",
+                    found.unwrap_or_default()
+                ),
+            ));
+        }
+        found = Some(value);
+    }
+    Ok(found.filter(|v| !v.is_empty()).map(str::to_owned))
 }
 
 /// The specification's rule: not empty, an alphanumeric character first, then alphanumeric
@@ -224,6 +261,31 @@ mod tests {
             parse(&[("CNI_COMMAND", "VERSION")]).unwrap().command,
             Command::Version
         );
+    }
+
+    #[test]
+    fn the_namespace_comes_from_cni_args() {
+        let with = |args: &str| {
+            let mut pairs = ADD.to_vec();
+            pairs.push(("CNI_ARGS", args));
+            parse(&pairs)
+        };
+        let ns = |args: &str| with(args).unwrap().pod_namespace;
+        assert_eq!(
+            ns("IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0"),
+            Some("team-a".to_owned())
+        );
+        assert_eq!(ns("K8S_POD_NAMESPACE=a=b;odd"), Some("a=b".to_owned()));
+        assert_eq!(ns("K8S_POD_NAMESPACE="), None);
+        assert_eq!(ns("IgnoreUnknown=1"), None);
+        assert_eq!(parse(&ADD).unwrap().pod_namespace, None);
+        assert_eq!(
+            ns("K8S_POD_NAMESPACE=x;K8S_POD_NAMESPACE=x"),
+            Some("x".to_owned())
+        );
+        let e = with("K8S_POD_NAMESPACE=x;K8S_POD_NAMESPACE=y").unwrap_err();
+        assert_eq!(e.code, INVALID_ENVIRONMENT);
+        assert!(e.details.contains("CNI_ARGS"), "{e}");
     }
 
     #[test]

@@ -2,10 +2,13 @@
 //! its `runtimeConfig.bandwidth` (the `kubernetes.io/egress-bandwidth` and `ingress-bandwidth`
 //! annotations) as two live classes of the node's daemon in attach mode, registered through its
 //! control socket: `cni.<id>.<ifname>.<key>.egress` matching `from` the pod's host veth and
-//! `cni.<id>.<ifname>.<key>.ingress` matching `to` it. docs/cni.md is the operator's page.
+//! `cni.<id>.<ifname>.<key>.ingress` matching `to` it, and with `namespaceBandwidth` one
+//! aggregate class per Kubernetes namespace and direction, `cni-ns.<namespace>.<key>.<direction>`,
+//! their parent. docs/cni.md is the operator's page.
 //!
 //! Modules: [`invocation`] (the `CNI_*` environment), [`netconf`] (the configuration on stdin),
 //! [`host`] (the pod's host veth), [`classes`] (class names and objects, the state file's name),
+//! [`namespace`] (a Kubernetes namespace's aggregates, `namespaceBandwidth`),
 //! [`state`] (the state directory the daemon's `class_dir` reads, and its files), [`plugin`] (ADD,
 //! DEL, CHECK, VERSION), [`error`] (the error object and its codes). The executable, `crates/cli/src/bin/metronome-cni.rs`, calls [`main`].
 
@@ -13,6 +16,7 @@ pub mod classes;
 pub mod error;
 pub mod host;
 pub mod invocation;
+pub mod namespace;
 pub mod netconf;
 pub mod plugin;
 pub mod state;

@@ -1,8 +1,9 @@
 //! The network configuration on stdin (CNI specification 1.0.0, "Section 1: Network
 //! configuration format"): the well-known keys (`cniVersion`, `name`, `type`), this plugin's
 //! keys (camelCase, as CNI plugins write them), `runtimeConfig.bandwidth` (the `bandwidth`
-//! capability, in the words of the reference `bandwidth` plugin: bits per second and bits) and
-//! `prevResult`. Unknown keys are ignored, as the specification allows.
+//! capability, in the words of the reference `bandwidth` plugin: bits per second and bits),
+//! `namespaceBandwidth` (the same words, for all the pods of a Kubernetes namespace together)
+//! and `prevResult`. Unknown keys are ignored, as the specification allows.
 
 use crate::error::{CniError, DECODING_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG};
 use serde::Deserialize;
@@ -57,6 +58,45 @@ impl Bandwidth {
     }
 }
 
+/// `namespaceBandwidth`: a limit on all the pods of each Kubernetes namespace together, in the
+/// words of [`Bandwidth`], and `namespaces`, the limits of the namespaces that differ. An entry
+/// of `namespaces` replaces the limit in full for its namespace: a direction it leaves out (or
+/// gives a rate of 0) has no aggregate there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceBandwidth {
+    /// What goes to each namespace's pods together, bit/s.
+    #[serde(default)]
+    pub ingress_rate: Option<u64>,
+    /// The bucket of `ingress_rate`, bits.
+    #[serde(default)]
+    pub ingress_burst: Option<u64>,
+    /// What each namespace's pods send together, bit/s.
+    #[serde(default)]
+    pub egress_rate: Option<u64>,
+    /// The bucket of `egress_rate`, bits.
+    #[serde(default)]
+    pub egress_burst: Option<u64>,
+    /// The limits of namespaces that differ, by namespace name.
+    #[serde(default)]
+    pub namespaces: std::collections::BTreeMap<String, Bandwidth>,
+}
+
+impl NamespaceBandwidth {
+    /// The limit of `namespace`'s pods together: its entry in `namespaces`, else the default.
+    pub fn of(&self, namespace: &str) -> Bandwidth {
+        self.namespaces
+            .get(namespace)
+            .copied()
+            .unwrap_or(Bandwidth {
+                ingress_rate: self.ingress_rate,
+                ingress_burst: self.ingress_burst,
+                egress_rate: self.egress_rate,
+                egress_burst: self.egress_burst,
+            })
+    }
+}
+
 #[derive(Default, Deserialize)]
 struct RuntimeConfig {
     #[serde(default)]
@@ -76,6 +116,7 @@ struct RawNetConf {
     ecn: Option<bool>,
     ecn_threshold: Option<String>,
     mtu: Option<u32>,
+    namespace_bandwidth: Option<NamespaceBandwidth>,
     #[serde(default)]
     runtime_config: Option<RuntimeConfig>,
     prev_result: Option<Map<String, Value>>,
@@ -100,6 +141,8 @@ pub struct NetConf {
     pub ecn_threshold: String,
     /// `mtu` in bytes: the smallest burst is `mtu + 14`.
     pub mtu: u32,
+    /// `namespaceBandwidth`: the limits of each namespace's pods together, when given.
+    pub namespace_bandwidth: Option<NamespaceBandwidth>,
     /// `runtimeConfig.bandwidth`, when the runtime passed one.
     pub bandwidth: Option<Bandwidth>,
     /// `prevResult`, the previous plugin's result, when given.
@@ -183,6 +226,13 @@ impl NetConf {
                 )))
             }
         }
+        if let Some(ns) = &raw.namespace_bandwidth {
+            if ns.namespaces.contains_key("") {
+                return Err(invalid(
+                    "namespaceBandwidth.namespaces: an entry without a name (a namespace has one)",
+                ));
+            }
+        }
         Ok(NetConf {
             cni_version,
             name,
@@ -192,6 +242,7 @@ impl NetConf {
             ecn: raw.ecn.unwrap_or(false),
             ecn_threshold,
             mtu,
+            namespace_bandwidth: raw.namespace_bandwidth,
             bandwidth: raw.runtime_config.and_then(|r| r.bandwidth),
             prev_result: raw.prev_result,
         })
@@ -200,6 +251,16 @@ impl NetConf {
     /// The bandwidth asked for, when it limits either direction.
     pub fn limits(&self) -> Option<Bandwidth> {
         self.bandwidth.filter(Bandwidth::limits_anything)
+    }
+
+    /// The limit of the pods of `namespace` together, when it limits either direction: none
+    /// without `namespaceBandwidth` or a namespace.
+    pub fn namespace_limits(&self, namespace: Option<&str>) -> Option<Bandwidth> {
+        let ns = namespace?;
+        self.namespace_bandwidth
+            .as_ref()
+            .map(|n| n.of(ns))
+            .filter(Bandwidth::limits_anything)
     }
 
     /// Whether `cniVersion` has the CHECK command (0.4.0 and later).
@@ -236,6 +297,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.limits(), None);
+    }
+
+    #[test]
+    fn a_namespace_takes_its_entry_in_full_else_the_default() {
+        let c = NetConf::parse(
+            br#"{"cniVersion":"1.0.0","name":"n","type":"t","namespaceBandwidth":{
+                "egressRate":1000000000,"ingressRate":500000000,"egressBurst":80000,
+                "namespaces":{"batch":{"egressRate":2000000},"kube-system":{}}}}"#,
+        )
+        .unwrap();
+        let team = c.namespace_limits(Some("team")).unwrap();
+        assert_eq!(
+            (team.egress_rate, team.egress_burst, team.ingress_rate),
+            (Some(1_000_000_000), Some(80_000), Some(500_000_000))
+        );
+        let batch = c.namespace_limits(Some("batch")).unwrap();
+        assert_eq!(
+            (batch.egress_rate, batch.ingress_rate),
+            (Some(2_000_000), None)
+        );
+        assert_eq!(c.namespace_limits(Some("kube-system")), None);
+        assert_eq!(c.namespace_limits(None), None);
+        let e = NetConf::parse(
+            br#"{"cniVersion":"1.0.0","name":"n","type":"t",
+                "namespaceBandwidth":{"namespaces":{"":{}}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, INVALID_CONFIG);
+        assert!(e.details.starts_with("namespaceBandwidth"), "{e}");
     }
 
     #[test]

@@ -1,18 +1,23 @@
 //! The four commands (CNI specification 1.0.0, "CNI operations"), as docs/cni.md describes them
 //! to an operator:
 //!
-//! * **ADD**: with `runtimeConfig.bandwidth`, check that no class of the pod's names is in the
-//!   daemon unless it is the pod's own, write the state file, then `add` each class (a name that
-//!   exists and is the pod's: `change` to the new object); print `prevResult` unchanged. Without
-//!   a limit: print `prevResult`, register nothing, write nothing. The daemon not answering is
+//! * **ADD**: with `runtimeConfig.bandwidth` or an aggregate for the pod's namespace
+//!   ([`crate::namespace`]), refuse a pod above its namespace (error 103), check that no class
+//!   of the pod's names is in the daemon unless it is the pod's own and none of its
+//!   namespace's aggregate names unless it is an aggregate, write the state file, then put the
+//!   aggregates in force (`aggregates`) and `add` each class (a name that exists and is the
+//!   pod's: `change` to the new object); print `prevResult` unchanged. Without a limit: print
+//!   `prevResult`, register nothing, write nothing. The daemon not answering is
 //!   error 11 and the state file stays: the daemon adds its classes when it starts, and the
 //!   runtime calls DEL after a failed ADD anyway.
 //! * **DEL**: `del` each of the pod's two names that its state file records and the daemon shows
 //!   with the recorded match (a name the daemon does not know is fine; one that is not the
-//!   pod's is left and noted), then remove the state file. The daemon not answering is success:
+//!   pod's is left and noted), then the aggregates it records when no other pod uses them, then
+//!   remove the state file. The daemon not answering is success:
 //!   the file is gone when it starts again. Nothing on stdout.
-//! * **CHECK**: the state file lists the classes `runtimeConfig` asks for and the daemon `show`s
-//!   each with that match and rate; else error 100 saying what is missing.
+//! * **CHECK**: the state file lists the classes `runtimeConfig` and `namespaceBandwidth` ask
+//!   for and the daemon `show`s each with that match, parent and rate, and each aggregate; else
+//!   error 100 saying what is missing.
 //! * **VERSION**: the supported versions.
 //!
 //! **Ownership.** A class is the pod's when its name is one of the pod's ([`classes::class_name`]
@@ -29,11 +34,14 @@ use crate::error::{
 };
 use crate::host::{self, Links};
 use crate::invocation::{Command, Invocation};
+use crate::namespace;
 use crate::netconf::{NetConf, CURRENT_VERSION, SUPPORTED_VERSIONS};
 use crate::state::{StateDir, StateDirError};
 use metronome_core::Rate;
 use metronome_daemon::ops::control::{ClassObject, Client, ClientError, Reply};
 use serde_json::{Map, Value};
+
+mod aggregates;
 
 /// What one invocation prints and returns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -242,17 +250,33 @@ fn class_of(name: &str, reply: Reply) -> Result<Option<ClassObject>, CniError> {
 fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, CniError> {
     let prev = prev_result(conf, Command::Add)?;
     let output = result_json(prev, &conf.cni_version);
-    if conf.limits().is_none() {
+    let ns = inv.pod_namespace.as_deref();
+    if conf.limits().is_none() && conf.namespace_limits(ns).is_none() {
         return Ok(output);
     }
+    if let Some((direction, pod, limit)) = namespace::above_namespace(conf, ns) {
+        return Err(aggregates::above_namespace(
+            ns.unwrap_or_default(),
+            direction,
+            pod,
+            limit,
+        ));
+    }
     let host_if = host::host_interface(Some(prev), inv.netns.as_deref(), &inv.ifname, links)?;
-    let wanted = classes::wanted(conf, &inv.container_id, &inv.ifname, &host_if);
+    let pod = (
+        inv.container_id.as_str(),
+        inv.ifname.as_str(),
+        host_if.as_str(),
+    );
+    let wanted = namespace::pod_classes(conf, pod, ns);
+    let parents = namespace::wanted_aggregates(conf, ns);
     let dir = StateDir::make(&conf.state_dir).map_err(state_dir_failure)?;
     let name = classes::state_name(&inv.container_id, &inv.ifname);
     let path = dir.path().join(&name);
     let before = record(&dir, inv, &mut Vec::new());
+    // The aggregates first: the daemon's `class_dir` adds a file's classes in order.
     let file = ClassFile {
-        interface: host_if,
+        interface: host_if.clone(),
         container_id: inv.container_id.clone(),
         ifname: inv.ifname.clone(),
         netns: inv
@@ -260,7 +284,7 @@ fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, Cn
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
-        classes: wanted.clone(),
+        classes: parents.iter().chain(&wanted).cloned().collect(),
     };
     let write = || {
         dir.write(&name, &file)
@@ -273,7 +297,8 @@ fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, Cn
             return Err(e);
         }
     };
-    // Before anything is written: no class of the pod's names but its own.
+    // Before anything is written: no class of the pod's names but its own, and none of its
+    // namespace's aggregate names but an aggregate.
     for class in &wanted {
         let n = name_of(class);
         if let Some(s) = shown(&mut client, n)? {
@@ -282,28 +307,40 @@ fn add(inv: &Invocation, conf: &NetConf, links: &dyn Links) -> Result<String, Cn
             }
         }
     }
+    for aggregate in &parents {
+        let n = name_of(aggregate);
+        if let Some(s) = shown(&mut client, n)? {
+            if !namespace::is_aggregate(n, &s) {
+                return Err(aggregates::not_aggregate(n, &s));
+            }
+        }
+    }
     write()?;
+    for aggregate in &parents {
+        aggregates::ensure(&mut client, aggregate)?;
+    }
     for class in &wanted {
-        register(&mut client, class, before.as_ref())?;
+        let ns = ns.unwrap_or_default();
+        aggregates::register_child(&mut client, class, &parents, before.as_ref(), ns)?;
     }
     Ok(output)
 }
 
 /// `add`s `class`; when its name exists and the class is the pod's (`record`), `change`s it to
-/// `class`.
+/// `class`. `Ok(Some(reply))`: the daemon refused it so (the caller says what it means).
 fn register(
     client: &mut Client,
     class: &ClassObject,
     record: Option<&ClassFile>,
-) -> Result<(), CniError> {
+) -> Result<Option<Reply>, CniError> {
     let name = name_of(class);
     let reply = client.add(class.clone()).map_err(|e| not_answering(&e))?;
     if reply.ok {
-        return Ok(());
+        return Ok(None);
     }
     let exists = reply.error.as_ref().is_some_and(|e| e.field == "name");
     if !exists {
-        return Err(refused(name, &reply));
+        return Ok(Some(reply));
     }
     // Made since the check of `add`: the pod's only if its record says so.
     if let Some(s) = shown(client, name)? {
@@ -314,11 +351,7 @@ fn register(
     let reply = client
         .change(classes::as_change(class))
         .map_err(|e| not_answering(&e))?;
-    if reply.ok {
-        Ok(())
-    } else {
-        Err(refused(name, &reply))
-    }
+    Ok((!reply.ok).then_some(reply))
 }
 
 fn del(inv: &Invocation, conf: &NetConf, notes: &mut Vec<String>) -> Result<(), CniError> {
@@ -340,13 +373,19 @@ fn del(inv: &Invocation, conf: &NetConf, notes: &mut Vec<String>) -> Result<(), 
                 .any(|c| name_of(c) == n)
         })
         .collect();
-    if !names.is_empty() {
+    // Its namespace's aggregates, after its own classes (their children).
+    let parents = aggregates::recorded(record.as_ref());
+    if !names.is_empty() || !parents.is_empty() {
         match Client::connect(&conf.socket) {
             Err(e) => notes.push(format!(
                 "metronome-cni DEL: {e}: the state file is removed, so a daemon starting again \
                  does not restore the pod's classes"
             )),
-            Ok(mut client) => delete_owned(&mut client, &names, record.as_ref(), notes)?,
+            Ok(mut client) => {
+                if delete_owned(&mut client, &names, record.as_ref(), notes)? {
+                    aggregates::delete(&mut client, &parents, notes)?;
+                }
+            }
         }
     }
     dir.remove(&name)
@@ -354,25 +393,24 @@ fn del(inv: &Invocation, conf: &NetConf, notes: &mut Vec<String>) -> Result<(), 
 }
 
 /// `del`s each of `names` that the daemon shows as the pod's (`record`); one it does not know is
-/// fine, one that is not the pod's is left and noted.
+/// fine, one that is not the pod's is left and noted. `Ok(false)`: the daemon went away
+/// (noted).
 fn delete_owned(
     client: &mut Client,
     names: &[String],
     record: Option<&ClassFile>,
     notes: &mut Vec<String>,
-) -> Result<(), CniError> {
+) -> Result<bool, CniError> {
     let gone = |e: &ClientError, notes: &mut Vec<String>| {
         notes.push(format!(
             "metronome-cni DEL: {e}: the daemon went away; the state file is removed"
         ));
+        Ok(false)
     };
     for name in names {
         let reply = match client.show(name) {
             Ok(r) => r,
-            Err(e) => {
-                gone(&e, notes);
-                return Ok(());
-            }
+            Err(e) => return gone(&e, notes),
         };
         // No such class (never added, deleted already): nothing to delete.
         let Some(shown) = class_of(name, reply)? else {
@@ -390,13 +428,10 @@ fn delete_owned(
             // Deleted meanwhile.
             Ok(reply) if reply.error.as_ref().is_some_and(|e| e.field == "name") => {}
             Ok(reply) => return Err(refused(name, &reply)),
-            Err(e) => {
-                gone(&e, notes);
-                return Ok(());
-            }
+            Err(e) => return gone(&e, notes),
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
@@ -411,7 +446,8 @@ fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
         ));
     }
     prev_result(conf, Command::Check)?;
-    if conf.limits().is_none() {
+    let ns = inv.pod_namespace.as_deref();
+    if conf.limits().is_none() && conf.namespace_limits(ns).is_none() {
         return Ok(());
     }
     let path = classes::state_path(&conf.state_dir, &inv.container_id, &inv.ifname);
@@ -430,9 +466,15 @@ fn check(inv: &Invocation, conf: &NetConf) -> Result<(), CniError> {
             )]))
         }
     };
-    let wanted = classes::wanted(conf, &inv.container_id, &inv.ifname, &file.interface);
-    let mut problems = Vec::new();
+    let pod = (
+        inv.container_id.as_str(),
+        inv.ifname.as_str(),
+        file.interface.as_str(),
+    );
+    let wanted = namespace::pod_classes(conf, pod, ns);
     let mut client = connect(conf)?;
+    let parents = namespace::wanted_aggregates(conf, ns);
+    let mut problems = aggregates::problems(&mut client, &parents, &file)?;
     for class in &wanted {
         let name = name_of(class);
         if !file.classes.iter().any(|c| name_of(c) == name) {
@@ -459,17 +501,19 @@ fn missing(problems: Vec<String>) -> CniError {
     )
 }
 
-/// How the daemon's `shown` class differs from `wanted` in its match and its rate (rates
-/// compared as rates: `100mbit` is `100000000bit`).
+/// How the daemon's `shown` class differs from `wanted` in its match, its parent and its rate
+/// (rates compared as rates: `100mbit` is `100000000bit`).
 fn differences(wanted: &ClassObject, shown: &ClassObject) -> Vec<String> {
     let name = name_of(wanted);
     let mut out = Vec::new();
-    if wanted.get("match") != shown.get("match") {
-        out.push(format!(
-            "class {name}: match {} in the daemon, {} wanted",
-            shown.get("match").unwrap_or(&Value::Null),
-            wanted.get("match").unwrap_or(&Value::Null)
-        ));
+    for key in ["match", "parent"] {
+        if wanted.get(key) != shown.get(key) {
+            out.push(format!(
+                "class {name}: {key} {} in the daemon, {} wanted",
+                shown.get(key).unwrap_or(&Value::Null),
+                wanted.get(key).unwrap_or(&Value::Null)
+            ));
+        }
     }
     let rate = |c: &ClassObject| {
         c.get("rate")

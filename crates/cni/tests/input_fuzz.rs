@@ -20,12 +20,15 @@
 //! Invariants for every input: no panic; an error is a CNI error object that is JSON with the
 //! specification's keys; a configuration taken has a supported version (the one an error
 //! object would be written in) and an MTU in range, and its classes (one for each direction it
-//! limits) have names the daemon's rule takes; an environment taken names a pod whose class
-//! names the daemon's rule takes and whose state file name has no `/` and no leading `.`.
+//! or the pod's namespace limits, a pod's `parent` one of the namespace's aggregates) have names
+//! the daemon's rule takes; an environment taken names a pod whose class names, and whose
+//! namespace's aggregate names, the daemon's rule takes and whose state file name has no `/`
+//! and no leading `.`.
 
 use bolero::{check, generator::TypeGenerator};
 use metronome_cni::classes::{self, Direction};
 use metronome_cni::invocation::{Command, Invocation, MAX_IFNAME};
+use metronome_cni::namespace;
 use metronome_cni::netconf::{self, NetConf, MTU_RANGE, SUPPORTED_VERSIONS};
 use metronome_cni::CniError;
 use std::collections::BTreeMap;
@@ -36,6 +39,10 @@ use std::path::{Path, PathBuf};
 const ITERATIONS: usize = 4_000;
 /// The daemon's longest class name in bytes (`crates/config/src/validate/class.rs`).
 const MAX_CLASS_NAME: usize = 64;
+
+/// The namespaces a configuration's classes are checked for: none, a plain one, one of the
+/// corpus's overrides and one of odd characters.
+const NAMESPACES: [Option<&str>; 4] = [None, Some("team-a"), Some("batch"), Some("a b/é;..")];
 
 /// The outcome's name: `ok` or `errorN`.
 fn outcome<T>(r: &Result<T, CniError>) -> String {
@@ -74,12 +81,29 @@ fn check_stdin(stdin: &[u8]) -> Result<NetConf, CniError> {
             assert!(SUPPORTED_VERSIONS.contains(&conf.cni_version.as_str()));
             assert_eq!(netconf::error_version(stdin), conf.cni_version);
             assert!(MTU_RANGE.contains(&conf.mtu));
-            let wanted = classes::wanted(conf, "ab-c", "d", "veth1");
-            assert_eq!(wanted.is_empty(), conf.limits().is_none());
-            for class in &wanted {
-                check_class_name(class["name"].as_str().expect("a name"));
-                let change = classes::as_change(class);
-                assert!(change.contains_key("backpressure"));
+            for ns in NAMESPACES {
+                let pod = ("ab-c", "d", "veth1");
+                let wanted = namespace::pod_classes(conf, pod, ns);
+                let limited = conf.limits().is_some() || conf.namespace_limits(ns).is_some();
+                assert_eq!(wanted.is_empty(), !limited);
+                let aggregates = namespace::wanted_aggregates(conf, ns);
+                assert_eq!(aggregates.is_empty(), conf.namespace_limits(ns).is_none());
+                for class in &aggregates {
+                    check_class_name(class["name"].as_str().expect("a name"));
+                    assert!(class["name"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with(namespace::NS_PREFIX));
+                }
+                for class in &wanted {
+                    check_class_name(class["name"].as_str().expect("a name"));
+                    let change = classes::as_change(class);
+                    assert!(change.contains_key("backpressure") && change.contains_key("parent"));
+                    // A parent is one of the aggregates.
+                    if let Some(parent) = class.get("parent") {
+                        assert!(aggregates.iter().any(|a| &a["name"] == parent), "{class:?}");
+                    }
+                }
             }
         }
     }
@@ -96,6 +120,9 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<Invocation, CniError> {
             assert!(!inv.ifname.is_empty() && inv.ifname.len() <= MAX_IFNAME);
             for d in Direction::BOTH {
                 check_class_name(&classes::class_name(&inv.container_id, &inv.ifname, d));
+                if let Some(ns) = &inv.pod_namespace {
+                    check_class_name(&namespace::aggregate_name(ns, d));
+                }
             }
             let file = classes::state_name(&inv.container_id, &inv.ifname);
             assert!(!file.contains('/') && !file.starts_with('.'), "{file}");

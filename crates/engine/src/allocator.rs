@@ -6,7 +6,7 @@
 
 pub mod cell;
 
-use crate::config::{ClassSet, Match};
+use crate::config::{tree, ClassSet, Match, MAX_TREE_DEPTH};
 use cell::ClusterCell;
 use metronome_core::nba::{Nba, NbaConfig};
 use metronome_core::rate_exchange::RateExchange;
@@ -106,18 +106,53 @@ pub struct Allocator {
     cluster: Vec<(Arc<ClusterCell>, u64)>,
 }
 
-/// The classes of `config` with an aggregate rate, `(name, rate, match)`, the default class
-/// included (no match).
-fn limited_classes(config: ClassSet<'_>) -> Vec<(String, Rate, Option<&Match>)> {
+/// The classes of `config` with an aggregate rate, `(name, rate, silos)`, the default class
+/// included (no match), each on the silos of `cores` that can carry its packets under
+/// `placement` ([`class_silos`]). A class that only gathers its children (`gather`) matches no
+/// packet itself: it is on the silos of the classes of its subtree, where its children's packets
+/// are, so that no silo that never sees them holds part of its rate; one without such a class
+/// is on every silo.
+fn limited_classes(
+    config: ClassSet<'_>,
+    placement: Placement,
+    cores: usize,
+) -> Vec<(String, Rate, Vec<usize>)> {
+    let classes = config.classes;
+    let parents = tree::parents(classes);
+    let mut subtree: Vec<Vec<usize>> = vec![Vec::new(); classes.len()];
+    for (i, c) in classes.iter().enumerate() {
+        if c.tree.gathers_only {
+            continue;
+        }
+        let silos = class_silos(placement, Some(&c.matcher), cores);
+        // At most MAX_TREE_DEPTH levels up: `parents` cuts a cycle no deeper.
+        let mut at = parents[i];
+        for _ in 0..MAX_TREE_DEPTH {
+            let Some(p) = at else { break };
+            for s in &silos {
+                if !subtree[p].contains(s) {
+                    subtree[p].push(*s);
+                }
+            }
+            at = parents[p];
+        }
+    }
     let default = config
         .default_class
         .rate
-        .map(|r| ("default".to_owned(), r, None));
-    let classes = config
-        .classes
-        .iter()
-        .filter_map(|c| c.policy.rate.map(|r| (c.name.clone(), r, Some(&c.matcher))));
-    default.into_iter().chain(classes).collect()
+        .map(|r| ("default".to_owned(), r, class_silos(placement, None, cores)));
+    let limited = classes.iter().enumerate().filter_map(|(i, c)| {
+        let rate = c.policy.rate?;
+        let silos = if c.tree.gathers_only && !subtree[i].is_empty() {
+            let mut silos = subtree[i].clone();
+            silos.sort_unstable();
+            silos
+        } else {
+            class_silos(placement, Some(&c.matcher), cores)
+        };
+        Some((c.name.clone(), rate, silos))
+    });
+    default.into_iter().chain(limited).collect()
 }
 
 impl Allocator {
@@ -164,12 +199,8 @@ impl Allocator {
     /// Makes the limits match `config`: rescales kept classes (`Nba::set_aggregate`), adds new
     /// ones, forgets removed ones; publishes every limit's rates.
     pub fn apply(&mut self, config: ClassSet<'_>) {
-        let wanted = limited_classes(config);
         let cores = self.cores;
-        let wanted: Vec<(String, Rate, Vec<usize>)> = wanted
-            .into_iter()
-            .map(|(n, r, m)| (n, r, class_silos(self.placement, m, cores)))
-            .collect();
+        let wanted = limited_classes(config, self.placement, cores);
         // A class whose silos changed (its match did) gets an allocator afresh.
         self.limits.retain(|l| {
             wanted

@@ -22,7 +22,7 @@ pub use inbox::{Inbox, LiveEndpoint, LiveOp, Ticket};
 pub use protocol::{ClassObject, Reply, ReplyError, Request};
 pub use server::{ControlError, ControlServer};
 
-use crate::datapath::engine::LiveError;
+use crate::datapath::engine::{LiveError, TreeError};
 use crate::ops::config::{origin_tags, ClassConfig, Config};
 use crate::ops::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -419,21 +419,18 @@ impl Live {
         if !model.api.contains(name) {
             return Err(not_api(&model, name));
         }
-        // A parent goes after its children (the engines refuse it too; checked here so that
-        // the model keeps the class).
+        // Refused here, under the model's lock, as the loops would refuse it: a delete the
+        // loops refuse has nothing to put back in the model.
         let children = model
             .api
             .iter()
             .filter(|c| c.class.tree.parent.as_deref() == Some(name))
             .count();
         if children > 0 {
-            return Err(ReplyError::new(
-                "name",
-                format!(
-                    "class {name:?} has {children} children: delete them or move them to \
-                     another parent first"
-                ),
-            ));
+            return Err(live_error(&LiveError::Tree(TreeError::HasChildren {
+                name: name.to_owned(),
+                children: u32::try_from(children).unwrap_or(u32::MAX),
+            })));
         }
         let Some(old) = model.api.remove(name) else {
             return Err(not_api(&model, name));

@@ -77,6 +77,32 @@ fn with_bridges_a_from_class_is_shared_by_the_uplinks_and_a_to_class_by_the_brid
     assert_eq!(a.rates("in").map(<[Rate]>::len), Some(1));
 }
 
+#[test]
+fn with_bridges_a_gathering_class_is_on_the_silos_of_its_children() {
+    let text = "[interfaces]\nattach = [\"eth0\"]\nbridges = [\"br0\"]\n\
+                [[class]]\nname = \"ns-out\"\ngather = true\nrate = \"100mbit\"\n\
+                [[class]]\nname = \"a\"\nparent = \"ns-out\"\nmatch = { from = \"veth-a\" }\n\
+                rate = \"100mbit\"\n\
+                [[class]]\nname = \"b\"\nparent = \"ns-out\"\nmatch = { from = \"veth-b\" }\n\
+                [[class]]\nname = \"ns-in\"\ngather = true\nrate = \"30mbit\"\n\
+                [[class]]\nname = \"mid\"\nparent = \"ns-in\"\ngather = true\n\
+                [[class]]\nname = \"c\"\nparent = \"mid\"\nmatch = { to = \"veth-c\" }\n\
+                [[class]]\nname = \"lonely\"\ngather = true\nrate = \"10mbit\"\n";
+    let config = Config::from_toml_str(text, "silo.toml").unwrap();
+    let a = crate::driver::silo::allocator(&config, 2, &[]);
+    let cells = a.cells();
+    let rates = |name: &str| {
+        let x = &cells.iter().find(|c| c.class == name).unwrap().exchange;
+        (0..2).map(|s| x.read_rate(s).0.bps()).collect::<Vec<_>>()
+    };
+    // Its children's packets are at the uplink only: all of its rate there.
+    assert_eq!(rates("ns-out"), [100_000_000, 1_000_000]);
+    // A grandchild's, at the bridge.
+    assert_eq!(rates("ns-in"), [300_000, 30_000_000]);
+    // No child: every silo.
+    assert_eq!(rates("lonely"), [5_000_000, 5_000_000]);
+}
+
 /// One simulated silo: engine, pool, exchange and an offered load of `offered_bps` over `flows`.
 struct SimSilo {
     engine: Engine,

@@ -545,6 +545,33 @@ fn a_peer_neither_root_nor_the_daemon_s_user_is_refused() {
 }
 
 #[test]
+fn a_parent_with_children_is_not_deleted_and_stays_in_the_model() {
+    let loops = Loops::new(2);
+    let r = loops.send(json!({"op":"add","class":{"name":"ns","gather":true,"rate":"100mbit"}}));
+    assert!(r.ok, "{r:?}");
+    for child in ["a", "b"] {
+        let r = loops.send(json!({"op":"add","class":{"name":child,"parent":"ns",
+            "match":{"dst":"10.0.0.1/32"},"rate":"10mbit"}}));
+        assert!(r.ok, "{r:?}");
+    }
+    let e = loops.send(json!({"op":"del","name":"ns"})).error.unwrap();
+    assert_eq!(e.field, "name");
+    assert!(e.message.contains("has 2 children"), "{e}");
+    // Still there, for `show` and for the loops: its last child's delete lets it go.
+    let shown = loops.send(json!({"op":"show","name":"ns"}));
+    assert_eq!(shown.class.unwrap()["gather"], json!(true));
+    assert!(loops.send(json!({"op":"del","name":"a"})).ok);
+    assert!(!loops.send(json!({"op":"del","name":"ns"})).ok);
+    assert!(loops.send(json!({"op":"del","name":"b"})).ok);
+    let r = loops.send(json!({"op":"del","name":"ns"}));
+    assert!(r.ok, "{r:?}");
+    for e in &loops.stop() {
+        assert_eq!(e.class_index("ns"), None);
+        e.invariants();
+    }
+}
+
+#[test]
 fn the_api_s_classes_stop_at_max_api_classes() {
     let text = format!("{FILE}[daemon]\nmax_api_classes = 2\n");
     let config = Config::from_toml_str(&text, "test.toml").unwrap();
