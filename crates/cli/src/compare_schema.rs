@@ -138,5 +138,6 @@ mod tests {
         assert!(read_back::<PacketRateDocument>("classes/pps-") > 0);
         assert!(read_back::<ChurnDocument>("classes/churn-") > 0);
         assert!(read_back::<ClusterDocument>("cluster/") > 0);
+        assert!(read_back::<HierarchyDocument>("hierarchy/") > 1);
     }
 }
