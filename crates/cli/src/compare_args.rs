@@ -67,6 +67,11 @@ pub enum Mode {
     /// one idle): the start, a site stopping, a daemon killed, an etcd member killed, then every
     /// member. Needs `etcd`.
     Cluster(ClusterArgs),
+    /// A class tree on a host's uplink, attached in place: a 300 Mbit/s parent over three
+    /// children of 200 Mbit/s, through `metronome run` and the same tree in kernel HTB; both TCP
+    /// children busy, one alone, and both beside a UDP flood into the third, each class's rate
+    /// beside its max-min fair share (`--quick`: 4 s measured instead of 10).
+    Hierarchy(HierarchyArgs),
     /// Print the JSON schema of MODE's `--json` document (generated from its types).
     Schema {
         /// The mode.
@@ -171,6 +176,19 @@ pub struct LinkArgs {
     /// The daemon's `[link] rtt` (the base RTT of its marking thresholds), microseconds.
     #[arg(long, value_name = "US")]
     pub link_rtt_us: Option<u64>,
+}
+
+/// The options of `compare hierarchy`.
+#[derive(Args, Debug)]
+pub struct HierarchyArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Only these scenarios (`both,alone,flood`).
+    #[arg(long, value_delimiter = ',')]
+    pub scenario: Vec<metronome_testbed::compare::hierarchy::Scenario>,
+    /// The UDP flood into the third child, on the wire (default 2gbit).
+    #[arg(long, value_name = "RATE")]
+    pub flood_rate: Option<Rate>,
 }
 
 /// The options of `compare attach`.
@@ -286,7 +304,7 @@ pub fn parse_duration(text: &str) -> Result<metronome_core::Duration, String> {
 
 /// The mode flags of the single-command spelling and their subcommands, `--packet-rate` before
 /// `--classes` (with it, `--classes N` is the packet-rate mode's class count).
-const MODE_FLAGS: [(&str, &str); 8] = [
+const MODE_FLAGS: [(&str, &str); 9] = [
     ("--packet-rate", "packet-rate"),
     ("--classes", "classes"),
     ("--cluster", "cluster"),
@@ -294,6 +312,7 @@ const MODE_FLAGS: [(&str, &str); 8] = [
     ("--attach", "attach"),
     ("--churn", "churn"),
     ("--link-sharing", "link-sharing"),
+    ("--hierarchy", "hierarchy"),
     ("--ceiling", "ceiling"),
 ];
 
@@ -494,6 +513,35 @@ mod tests {
         assert!(parse(&["compare", "--link-sharing", "--scenario", "x"]).is_err());
         assert!(parse(&["compare", "--link-sharing", "--ceiling"]).is_err());
         assert!(parse(&["compare", "--link-sharing", "--flows", "4"]).is_err());
+    }
+
+    #[test]
+    fn hierarchy_takes_scenarios_and_a_flood_rate_and_nothing_of_the_grid() {
+        use metronome_testbed::compare::hierarchy::Scenario;
+        let args = [
+            "compare",
+            "--hierarchy",
+            "--quick",
+            "--scenario",
+            "both,flood",
+            "--flood-rate",
+            "1gbit",
+            "--json",
+        ];
+        let Ok(Mode::Hierarchy(a)) = parse(&args) else {
+            panic!()
+        };
+        assert!(a.run.quick && a.run.output.json);
+        assert_eq!(a.scenario, [Scenario::Both, Scenario::Flood]);
+        assert_eq!(a.flood_rate.map(|r| r.bps()), Some(1_000_000_000));
+        assert!(matches!(
+            parse(&["compare", "hierarchy"]),
+            Ok(Mode::Hierarchy(_))
+        ));
+        assert!(parse(&["compare", "--flood-rate", "1gbit"]).is_err());
+        assert!(parse(&["compare", "--hierarchy", "--scenario", "x"]).is_err());
+        assert!(parse(&["compare", "--hierarchy", "--attach"]).is_err());
+        assert!(parse(&["compare", "--hierarchy", "--flows", "4"]).is_err());
     }
 
     #[test]

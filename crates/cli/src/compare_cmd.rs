@@ -4,7 +4,8 @@
 //! targets and flow counts (`--quick`: fewer); what is measured, and how, is documented in
 //! `metronome_testbed::compare`. The other modes run from [`run`] too, each in its module
 //! (`crate::compare_attach`, `compare_cni`, `compare_classes`, `compare_churn`,
-//! `compare_cluster`, `compare_link`); their options are in [`crate::compare_args`].
+//! `compare_cluster`, `compare_link`, `compare_hierarchy`); their options are in
+//! [`crate::compare_args`].
 //!
 //! Output: the side-by-side table ([`format_table`]) or the ceiling's ([`format_ceiling`]), or
 //! with `--json` the [`Document`] of [`Row`]s on standard output; progress lines go to standard
@@ -330,6 +331,14 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                 realtime_priority: a.realtime_priority,
             };
             crate::compare_churn::run(&churn, a.output.json)
+        }
+        Mode::Hierarchy(a) => {
+            let args = crate::compare_hierarchy::HierarchyArgs {
+                quick: a.run.quick,
+                scenarios: a.scenario,
+                flood_bps: a.flood_rate.map(|r| r.bps()),
+            };
+            crate::compare_hierarchy::run(args, a.run.output.json)
         }
         Mode::LinkSharing(a) => {
             let rtt = a.link_rtt_us.map(std::time::Duration::from_micros);

@@ -8,6 +8,7 @@ use crate::compare_classes::{ClassesDocument, PacketRateDocument};
 use crate::compare_cluster::ClusterDocument;
 use crate::compare_cmd::Document;
 use crate::compare_cni::CniDocument;
+use crate::compare_hierarchy::HierarchyDocument;
 use metronome_testbed::compare::link_sharing::LinkRow;
 use metronome_testbed::compare::Row;
 
@@ -30,6 +31,8 @@ pub enum SchemaOf {
     Churn,
     /// `compare cluster --json`.
     Cluster,
+    /// `compare hierarchy --json`.
+    Hierarchy,
 }
 
 /// The schema of `mode`'s `--json` document, as pretty JSON.
@@ -43,6 +46,7 @@ pub fn schema(mode: SchemaOf) -> serde_json::Result<String> {
         SchemaOf::PacketRate => schemars::schema_for!(PacketRateDocument),
         SchemaOf::Churn => schemars::schema_for!(ChurnDocument),
         SchemaOf::Cluster => schemars::schema_for!(ClusterDocument),
+        SchemaOf::Hierarchy => schemars::schema_for!(HierarchyDocument),
     };
     serde_json::to_string_pretty(&schema)
 }
@@ -134,5 +138,6 @@ mod tests {
         assert!(read_back::<PacketRateDocument>("classes/pps-") > 0);
         assert!(read_back::<ChurnDocument>("classes/churn-") > 0);
         assert!(read_back::<ClusterDocument>("cluster/") > 0);
+        assert!(read_back::<HierarchyDocument>("hierarchy/") > 1);
     }
 }

@@ -10,6 +10,7 @@ mod compare_classes;
 mod compare_cluster;
 mod compare_cmd;
 mod compare_cni;
+mod compare_hierarchy;
 mod compare_link;
 mod compare_plot;
 mod compare_schema;

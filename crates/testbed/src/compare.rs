@@ -1,6 +1,6 @@
 //! `metronome compare`: Metronome against the kernel's HTB and TBF on the same path with the
 //! same traffic (the kernel grid), and the modes beside it: [`attach`], [`cni`], [`classes`],
-//! [`packet_rate`], [`churn`], [`cluster`], [`link_sharing`].
+//! [`hierarchy`], [`packet_rate`], [`churn`], [`cluster`], [`link_sharing`].
 //!
 //! One [`Topology::bump_in_the_wire`] serves every run; for each target rate and flow count the
 //! shapers ([`Shaper`]) take turns on the shaper namespace: the daemon with one class
@@ -20,6 +20,7 @@ pub mod classes;
 pub mod cluster;
 pub mod cni;
 mod error;
+pub mod hierarchy;
 pub mod link_sharing;
 pub mod measure;
 pub mod packet_rate;
@@ -92,7 +93,8 @@ pub enum Shaper {
     /// Kernel HTB (one class; in `link-sharing` a leaf per class).
     Htb,
     /// Kernel HTB, a leaf per class or workload, u32 filters (`classes`: hashed on the
-    /// destination; `attach`: on the workloads' source addresses).
+    /// destination; `attach`: on the workloads' source addresses; `hierarchy`: a parent over
+    /// leaves filtered on the destination port).
     HtbU32,
     /// Kernel TBF.
     Tbf,
@@ -122,6 +124,8 @@ impl Shaper {
     pub const PODS: [Shaper; 2] = [Shaper::MetronomeCni, Shaper::Bandwidth];
     /// The shapers of `link-sharing`, in report order.
     pub const LINK: [Shaper; 3] = [Shaper::Metronome, Shaper::MetronomePerQueue, Shaper::Htb];
+    /// The shapers of `hierarchy`, in report order.
+    pub const TREE: [Shaper; 2] = [Shaper::Metronome, Shaper::HtbU32];
 
     /// The name used in reports and JSON.
     pub fn name(self) -> &'static str {

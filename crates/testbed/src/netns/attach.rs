@@ -340,6 +340,18 @@ impl AttachTopology {
         install_root_qdisc(&self.host, &self.uplink, spec)
     }
 
+    /// Runs `commands` (each the arguments after `tc -n HOST`) in order, as a root qdisc of the
+    /// uplink that [`AttachTopology::remove_baselines`] takes off (the class tree of
+    /// `compare hierarchy`); stops at the first that fails.
+    pub fn install_uplink_tc(&mut self, commands: &[Vec<String>]) -> Result<(), TopoError> {
+        self.installed.uplink_root = true;
+        for c in commands {
+            let args: Vec<&str> = c.iter().map(String::as_str).collect();
+            self.tc(&args)?;
+        }
+        Ok(())
+    }
+
     /// Per-workload limits in one HTB on the uplink (baseline (c)): root `1:` whose default is
     /// an unlimited class `1:ffff` ([`HTB_DEFAULT_BPS`]), one class `1:<10 + i>` (hexadecimal)
     /// per workload with rate = ceil = `rates_bps[i]` and the `tc` default burst, and a u32
