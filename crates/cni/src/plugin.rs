@@ -392,6 +392,15 @@ fn del(inv: &Invocation, conf: &NetConf, notes: &mut Vec<String>) -> Result<(), 
         .map_err(|e| io_failure("removing the state file", &path, e))
 }
 
+/// Notes that the daemon went away during a DEL (`Ok(false)`: the caller stops deleting and the
+/// state file is removed).
+fn daemon_gone(e: &ClientError, notes: &mut Vec<String>) -> Result<bool, CniError> {
+    notes.push(format!(
+        "metronome-cni DEL: {e}: the daemon went away; the state file is removed"
+    ));
+    Ok(false)
+}
+
 /// `del`s each of `names` that the daemon shows as the pod's (`record`); one it does not know is
 /// fine, one that is not the pod's is left and noted. `Ok(false)`: the daemon went away
 /// (noted).
@@ -401,16 +410,10 @@ fn delete_owned(
     record: Option<&ClassFile>,
     notes: &mut Vec<String>,
 ) -> Result<bool, CniError> {
-    let gone = |e: &ClientError, notes: &mut Vec<String>| {
-        notes.push(format!(
-            "metronome-cni DEL: {e}: the daemon went away; the state file is removed"
-        ));
-        Ok(false)
-    };
     for name in names {
         let reply = match client.show(name) {
             Ok(r) => r,
-            Err(e) => return gone(&e, notes),
+            Err(e) => return daemon_gone(&e, notes),
         };
         // No such class (never added, deleted already): nothing to delete.
         let Some(shown) = class_of(name, reply)? else {
@@ -428,7 +431,7 @@ fn delete_owned(
             // Deleted meanwhile.
             Ok(reply) if reply.error.as_ref().is_some_and(|e| e.field == "name") => {}
             Ok(reply) => return Err(refused(name, &reply)),
-            Err(e) => return gone(&e, notes),
+            Err(e) => return daemon_gone(&e, notes),
         }
     }
     Ok(true)

@@ -16,7 +16,7 @@ use crate::classes::{ClassFile, Direction};
 use crate::error::{CniError, ABOVE_NAMESPACE, CLASS_NOT_OWNED};
 use crate::namespace;
 use metronome_core::Rate;
-use metronome_daemon::ops::control::{ClassObject, Client, ClientError, Reply};
+use metronome_daemon::ops::control::{ClassObject, Client, Reply};
 use serde_json::Value;
 
 /// Tries of an aggregate's `add` and of a pod's class under it (3): each retry follows a DEL
@@ -166,16 +166,10 @@ pub(super) fn delete(
     names: &[String],
     notes: &mut Vec<String>,
 ) -> Result<bool, CniError> {
-    let gone = |e: &ClientError, notes: &mut Vec<String>| {
-        notes.push(format!(
-            "metronome-cni DEL: {e}: the daemon went away; the state file is removed"
-        ));
-        Ok(false)
-    };
     for name in names {
         let reply = match client.show(name) {
             Ok(r) => r,
-            Err(e) => return gone(&e, notes),
+            Err(e) => return super::daemon_gone(&e, notes),
         };
         let Some(s) = super::class_of(name, reply)? else {
             continue;
@@ -191,7 +185,7 @@ pub(super) fn delete(
             // Deleted, or still another pod's parent, or deleted meanwhile.
             Ok(reply) if reply.ok || refused_for(&reply, "name") => {}
             Ok(reply) => return Err(refused(name, &reply)),
-            Err(e) => return gone(&e, notes),
+            Err(e) => return super::daemon_gone(&e, notes),
         }
     }
     Ok(true)

@@ -130,10 +130,10 @@ impl Engine {
         }
         self.live.installed();
         self.configure_link(config, &map);
+        self.tree_install(config, &map);
         self.class_map = map;
         self.flows.set_classes(self.classes.len());
         self.classifier = config.classifier_seeded(self.flow_seed.flow_hash());
-        self.tree_install(config, &self.class_map.clone());
         Ok(())
     }
 
