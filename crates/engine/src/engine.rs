@@ -60,7 +60,8 @@ use crate::stats::{
 pub use live::{live_unsupported, LiveError};
 use metronome_core::timestamp::Timestamper;
 use metronome_core::{
-    Duration, EdtQueue, PacketRef, RejectReason, Timestamp, TimingWheel, TimingWheelConfig,
+    Duration, EdtQueue, HorizonPolicy, PacketRef, RejectReason, Timestamp, TimingWheel,
+    TimingWheelConfig,
 };
 use metronome_io::FramePool;
 use metronome_packet::{Classifier, ParseCounters};
@@ -272,8 +273,13 @@ impl Engine {
         telemetry: Box<dyn Telemetry>,
         seed: FlowSeed,
     ) -> Engine {
+        // The wheel itself clamps: a class under `horizon_policy = "reject"` refuses a frame
+        // before its policies stamp it (`receive`), so that a refused frame consumes no rate.
+        // Rejected by the wheel after the stamp, whenever its front lags `now` by more than a
+        // slot, the frame would have been charged to its class's rate and never sent.
         let wheel_config = TimingWheelConfig {
             pool_packets: config.wheel.pool_packets.min(pool_slots.max(1)),
+            horizon_policy: HorizonPolicy::Clamp,
             ..config.wheel
         };
         let max_delay = wheel_config

@@ -9,8 +9,10 @@
 //!   water-fills each busy parent's share among its busy children by `weight`, each within its
 //!   own rate (weighted max-min, the silos' allocator's rule, Carousel §5.3), and puts each
 //!   child's share in force as its aggregate policy's rate (`Timestamper::set_rate`: no burst).
-//!   A child's demand is its rate (or its parent's share) when it holds a backlog or had frames
-//!   refused, else 1.25 times what arrived; what the demands leave is handed out by weight up to
+//!   A child's demand is its rate (or its parent's share) when its own policy holds a backlog
+//!   back or it had frames refused, else what arrived (smoothed over a few passes; what waits
+//!   for an ancestor does not count: it says that the parent is busy, not that the child wants
+//!   more); what the demands leave is handed out by weight up to
 //!   each rate, and no busy child gets less than its weighted part of its parent, so what one
 //!   child leaves the others take at the next pass, and a child that starts sending is not held
 //!   back until then (the parent's own policy keeps the sum within its rate meanwhile).
@@ -42,9 +44,9 @@ pub const TREE_PERIOD: Duration = Duration::from_millis(1);
 /// class).
 pub const PASS_NS_PER_CLASS: u64 = 2_000;
 
-/// Factor on what a class that holds no backlog received, as its demand: room to grow by a
-/// quarter per pass.
-const DEMAND_HEADROOM: (u64, u64) = (5, 4);
+/// The demand of a class that holds no backlog is what arrived, smoothed over about this many
+/// passes (an exponential average of gain 1/8).
+const DEMAND_SMOOTHING: u64 = 8;
 
 /// No limit, in bits per second.
 const UNLIMITED: u64 = u64::MAX;
@@ -103,8 +105,12 @@ pub(super) struct Node {
     told: Option<String>,
     /// An ancestor is closed (a cluster share of zero): it takes no frame either.
     pub(super) closed_above: bool,
-    /// Scratch of the pass.
+    /// What arrived, bps, smoothed over the passes while it is busy.
+    arrivals_bps: u64,
+    /// Scratch of the pass: its subtree's demand, whether it or its subtree received, held or
+    /// sent anything.
     demand: u64,
+    active: bool,
     delta: (u64, u64),
     pass: Gathered,
 }

@@ -79,3 +79,46 @@ fn a_flooded_class_leaves_the_frame_pool_to_the_others() {
     assert_eq!(after.enqueued - before.enqueued, 200);
     assert_eq!(after.dropped(), before.dropped());
 }
+
+#[test]
+fn a_class_at_its_reject_horizon_keeps_its_rate_when_the_loop_releases_late() {
+    // The loop receives at a later `now` than it last released (it slept, or served another
+    // port), so the wheel's front lags `now`. A frame admitted at the horizon must still be
+    // queued, never stamped and then refused: that would charge the class's rate for nothing.
+    let text = with_flood(
+        "10mbit",
+        "horizon_policy = \"reject\"\nqueue = { packets = 1000, bytes = \"10m\" }",
+        "[wheel]\nhorizon = \"20ms\"\n",
+    );
+    let mut rig = Rig::new(&text);
+    let step = Duration::from_micros(100);
+    let mut sent = 0;
+    for k in 0..4000u64 {
+        rig.now += step;
+        // 20 Mbit/s offered: a full frame every 600 µs.
+        if k % 6 == 0 {
+            for f in flood(1, FULL) {
+                rig.inside.inject(&f).unwrap();
+            }
+            let mut rx = [RxFrame::default(); 64];
+            let n = rig.inside.recv(&mut rig.pool, &mut rx).unwrap();
+            let mut forward = Vec::new();
+            rig.engine
+                .receive(rig.now, &mut rig.pool, &rx[..n], &mut forward);
+            assert!(forward.is_empty());
+        }
+        // The loop releases every 500 µs only.
+        if k % 5 == 0 {
+            rig.sent.clear();
+            rig.step(Duration::ZERO);
+            if k >= 2000 {
+                sent += rig.sent.iter().map(|(_, f)| f.len() as u64).sum::<u64>();
+            }
+        }
+    }
+    // Over the last 200 ms: 10 Mbit/s is 250 000 bytes.
+    let rate = sent as f64 * 8.0 / 0.2;
+    assert!((rate - 10e6).abs() <= 10e6 * 0.02, "{rate}");
+    let c = rig.engine.counters();
+    assert!(c.dropped_horizon > 0, "the flood reached its horizon");
+}

@@ -91,6 +91,17 @@ fn a_flooding_child_leaves_its_siblings_their_shares() {
 }
 
 #[test]
+fn what_children_just_below_their_part_leave_goes_to_a_flooding_sibling() {
+    let mut rig = Rig::new(&tree([1, 1, 1]));
+    // Max-min: 90 and 90 as offered, the flood the 120 they leave.
+    let got = offer(&mut rig, [90, 90, 2000], Duration::from_millis(400));
+    assert!(within(got[0], 90.0, 0.02), "{got:?}");
+    assert!(within(got[1], 90.0, 0.02), "{got:?}");
+    assert!(within(got[2], 120.0, 0.03), "{got:?}");
+    assert!(within(got.iter().sum(), 300.0, 0.01), "{got:?}");
+}
+
+#[test]
 fn weights_share_the_parent_and_what_one_leaves_the_others_take() {
     let mut rig = Rig::new(&tree([1, 2, 1]));
     let got = offer(&mut rig, [400, 400, 0], Duration::from_millis(400));

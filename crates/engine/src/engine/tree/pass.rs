@@ -1,7 +1,7 @@
 //! The allocation pass ([`super`]'s "Sharing by allocation"): each busy parent's share
 //! water-filled among its busy children, bottom up for the demands, top down for the shares.
 
-use super::{Engine, DEMAND_HEADROOM, PASS_NS_PER_CLASS, TREE_PERIOD, UNLIMITED};
+use super::{Engine, DEMAND_SMOOTHING, PASS_NS_PER_CLASS, TREE_PERIOD, UNLIMITED};
 use metronome_core::{Duration, Rate, Timestamp};
 
 /// Weighted max-min: splits `total` among `items` of `(demand, weight)`, none above its
@@ -69,22 +69,41 @@ impl Engine {
         for &i in &set {
             let i = i as usize;
             let held_bytes = self.class_held(i).1;
+            // What waits for its own policy (not for an ancestor's): its rate is what holds it.
+            let own_wait = self.classes[i]
+                .aggregate
+                .and_then(|p| self.stamper.backlog(p, now))
+                .map_or(0, |d| d.as_nanos());
+            let fair_bytes = u128::from(self.fair_class_load(i).1);
             let s = &mut self.classes[i];
+            let share = u128::from(s.node.share_or(s.node.cap).min(UNLIMITED - 1));
+            let waiting = u128::from(own_wait) * share / 8_000_000_000 + fair_bytes;
             let stamped = s.stamped_bytes.saturating_sub(s.node.last_stamped);
             let refused = s.refused_bytes.saturating_sub(s.node.last_refused);
             let came = stamped + refused;
             s.node.last_stamped = s.stamped_bytes;
             s.node.last_refused = s.refused_bytes;
-            // It wants more than it gets: it holds a backlog, or its arrivals were refused.
-            let greedy = held_bytes > 2 * frame || refused > 0;
+            // It wants more than it gets: its own rate holds a backlog back, or its arrivals
+            // were refused. (What waits for an ancestor says that the parent is busy, not that
+            // this class wants more.)
+            let greedy = waiting > 2 * u128::from(frame) || refused > 0;
+            let rate = u128::from(came) * 8 * 1_000_000_000 / u128::from(elapsed);
+            let rate = rate.min(u128::from(UNLIMITED)) as u64;
+            // What arrived, smoothed over a few passes (arrivals come in bursts: a TCP
+            // super-frame is 64 KiB).
+            let arrivals = &mut s.node.arrivals_bps;
+            *arrivals = if *arrivals == 0 {
+                rate
+            } else {
+                *arrivals - *arrivals / DEMAND_SMOOTHING + rate / DEMAND_SMOOTHING
+            };
             let own = if greedy {
                 s.node.cap
             } else {
-                let rate = u128::from(came) * 8 * 1_000_000_000 / u128::from(elapsed);
-                let want = rate * u128::from(DEMAND_HEADROOM.0) / u128::from(DEMAND_HEADROOM.1);
-                (want.min(u128::from(UNLIMITED)) as u64).min(s.node.cap)
+                s.node.arrivals_bps.min(s.node.cap)
             };
             s.node.demand = s.node.demand.saturating_add(own).min(s.node.cap);
+            let active = came > 0 || held_bytes > 0 || s.node.active;
             s.node.delta.0 += s.stats.sent_packets.saturating_sub(s.node.last_sent.0);
             s.node.delta.1 += s.stats.sent_bytes.saturating_sub(s.node.last_sent.1);
             // What its subtree (its children's, gathered before it) stamped, refused and holds.
@@ -98,9 +117,11 @@ impl Engine {
                 held: n.pass.held + held_bytes,
             };
             n.pass = super::Gathered::default();
-            let (demand, delta) = (n.demand, n.delta);
+            n.active = active || n.delta.0 > 0;
+            let (demand, delta, active) = (n.demand, n.delta, n.active);
             if let Some(p) = n.parent {
                 let pn = &mut self.classes[p as usize].node;
+                pn.active |= active;
                 pn.demand = pn.demand.saturating_add(demand);
                 pn.delta.0 += delta.0;
                 pn.delta.1 += delta.1;
@@ -204,13 +225,15 @@ impl Engine {
             let iu = i as usize;
             let held = self.class_held(iu).0 > 0;
             let n = &mut self.classes[iu].node;
-            let active = n.demand > 0 || held || n.delta.0 > 0;
+            let active = n.active || held;
             n.demand = 0;
             n.delta = (0, 0);
+            n.active = false;
             if active {
                 busy.push(i);
             } else {
                 n.busy = false;
+                n.arrivals_bps = 0;
                 let ceiling = n.ceiling;
                 self.set_share(iu, ceiling);
             }
