@@ -333,6 +333,26 @@ impl PolicyStack {
         self
     }
 
+    /// This stack with `aggregate` and `pacing` as the class's and the flow's policies (its
+    /// ancestors kept).
+    pub fn with_own(mut self, aggregate: Option<PolicyId>, pacing: Option<PolicyId>) -> Self {
+        self.aggregate = aggregate;
+        self.pacing = pacing;
+        self
+    }
+
+    /// The ancestors' policies, nearest first.
+    pub fn ancestors(&self) -> impl Iterator<Item = PolicyId> + '_ {
+        self.ancestors[..self.levels as usize]
+            .iter()
+            .map(|&id| PolicyId(id))
+    }
+
+    /// How many ancestors' policies it carries.
+    pub fn levels(&self) -> usize {
+        self.levels as usize
+    }
+
     /// The policies, aggregate first, then pacing, then the ancestors.
     fn ids(self) -> impl Iterator<Item = PolicyId> {
         let up = self.ancestors;

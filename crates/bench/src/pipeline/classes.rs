@@ -52,9 +52,9 @@ pub struct ClassesRow {
     /// `/proc/self/statm` cannot be read). Memory freed by earlier rows may be reused, so read
     /// it at large `classes`, where the classes dominate.
     pub bytes_per_class: f64,
-    /// Resident memory the traffic added, per class with traffic: after the repetitions less
-    /// before the warm-up, over `active` (the engine allocates nothing per packet, so this
-    /// stays near 0).
+    /// Resident memory the traffic added, per class with traffic: after the warm-up less
+    /// before it, over `active` (the engine allocates nothing per packet, so this stays near
+    /// 0).
     pub bytes_per_active_class: f64,
     /// Packets the engine dropped in its last repetition (should be 0).
     pub dropped: u64,
@@ -154,10 +154,12 @@ pub fn frames(n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Measures each of `counts` in turn: `packets` per repetition, `repetitions` repetitions
-/// (median), batches of `batch`; with `tree`, each count again as the leaves of a three-level
-/// tree of that many parents ([`tree_text`]), right after its flat row. Progress goes to
-/// `progress`.
+/// Measures each of `counts`: `packets` per repetition, `repetitions` repetitions (median),
+/// batches of `batch`; with `tree`, each count again as the leaves of a three-level tree of
+/// that many parents ([`tree_text`]), beside its flat row. Every row is built and warmed up in
+/// turn; then the repetitions take turns among the rows (the first of each row's, then the
+/// second of each, ...), so that a machine whose speed drifts over the run changes every row
+/// alike and the ratios between rows hold. Progress goes to `progress`.
 pub fn run(
     counts: &[usize],
     tree: Option<usize>,
@@ -170,61 +172,83 @@ pub fn run(
         .iter()
         .flat_map(|&n| std::iter::once((n, 0)).chain(tree.map(|p| (n, p.clamp(1, n.max(1))))))
         .collect();
-    shapes
+    let mut built: Vec<(ClassesRow, Rig)> = shapes
         .into_iter()
-        .map(|(n, parents)| {
-            let text = if parents == 0 {
-                progress(&format!("{n} classes"));
-                config_text(n)
-            } else {
-                progress(&format!("{n} classes under {parents} parents"));
-                tree_text(n, parents)
-            };
-            let rss_before = resident_bytes();
+        .map(|(n, parents)| build(n, parents, batch, &mut progress))
+        .collect();
+    for _ in 0..repetitions.max(1) {
+        for (row, rig) in &mut built {
             let start = Instant::now();
-            let config = Config::from_toml_str(&text, "bench_classes.toml")
-                .expect("the generated configuration is valid");
-            let parse_ms = start.elapsed().as_secs_f64() * 1e3;
-            let metrics = Metrics::new();
-            let start = Instant::now();
-            let engine = crate::pipeline::daemon_engine(&config, 1024, &metrics);
-            let engine_ms = start.elapsed().as_secs_f64() * 1e3;
-            let rss_built = resident_bytes();
-            let start = Instant::now();
-            let text = metrics.encode();
-            let encode_ms = start.elapsed().as_secs_f64() * 1e3;
-            let scrape_http_ms = scrape_ms(&metrics);
-            drop(engine);
-            let mut rig = Rig::new(&config, &frames(n), batch, Stage::Engine);
-            let rss_idle = resident_bytes();
-            rig.warm_up(Duration::from_millis(200));
-            let mut reps = Vec::with_capacity(repetitions.max(1));
-            for _ in 0..repetitions.max(1) {
-                let start = Instant::now();
-                let done = rig.steps(packets);
-                reps.push(start.elapsed().as_nanos() as f64 / done.max(1) as f64);
-            }
-            let rss_active = resident_bytes();
-            let mut sorted = reps.clone();
+            let done = rig.steps(packets);
+            row.repetitions_ns
+                .push(start.elapsed().as_nanos() as f64 / done.max(1) as f64);
+        }
+    }
+    built
+        .into_iter()
+        .map(|(mut row, rig)| {
+            let mut sorted = row.repetitions_ns.clone();
             sorted.sort_by(f64::total_cmp);
-            ClassesRow {
-                classes: n,
-                parents,
-                active: n.clamp(1, FLOWS),
-                ns_per_packet: sorted[sorted.len() / 2],
-                repetitions_ns: reps,
-                parse_ms,
-                engine_ms,
-                encode_ms,
-                encode_bytes: text.len(),
-                scrape_http_ms,
-                bytes_per_class: rss_built.saturating_sub(rss_before) as f64 / n as f64,
-                bytes_per_active_class: rss_active.saturating_sub(rss_idle) as f64
-                    / n.clamp(1, FLOWS) as f64,
-                dropped: rig.totals().dropped,
-            }
+            row.ns_per_packet = sorted[sorted.len() / 2];
+            row.dropped = rig.totals().dropped;
+            row
         })
         .collect()
+}
+
+/// Row `n` classes (under `parents`, with a tree) without its repetitions: the configuration
+/// parsed and the engine built (timed), its metrics encoded and scraped, then the rig that the
+/// repetitions run, warmed up (so that the memory the traffic adds is measured in its row,
+/// before the next row is built).
+fn build(
+    n: usize,
+    parents: usize,
+    batch: usize,
+    progress: &mut impl FnMut(&str),
+) -> (ClassesRow, Rig) {
+    let text = if parents == 0 {
+        progress(&format!("{n} classes"));
+        config_text(n)
+    } else {
+        progress(&format!("{n} classes under {parents} parents"));
+        tree_text(n, parents)
+    };
+    let rss_before = resident_bytes();
+    let start = Instant::now();
+    let config = Config::from_toml_str(&text, "bench_classes.toml")
+        .expect("the generated configuration is valid");
+    let parse_ms = start.elapsed().as_secs_f64() * 1e3;
+    let metrics = Metrics::new();
+    let start = Instant::now();
+    let engine = crate::pipeline::daemon_engine(&config, 1024, &metrics);
+    let engine_ms = start.elapsed().as_secs_f64() * 1e3;
+    let rss_built = resident_bytes();
+    let start = Instant::now();
+    let text = metrics.encode();
+    let encode_ms = start.elapsed().as_secs_f64() * 1e3;
+    let scrape_http_ms = scrape_ms(&metrics);
+    drop(engine);
+    let mut rig = Rig::new(&config, &frames(n), batch, Stage::Engine);
+    let rss_idle = resident_bytes();
+    rig.warm_up(Duration::from_millis(200));
+    let rss_active = resident_bytes();
+    let row = ClassesRow {
+        classes: n,
+        parents,
+        active: n.clamp(1, FLOWS),
+        ns_per_packet: 0.0,
+        repetitions_ns: Vec::new(),
+        parse_ms,
+        engine_ms,
+        encode_ms,
+        encode_bytes: text.len(),
+        scrape_http_ms,
+        bytes_per_class: rss_built.saturating_sub(rss_before) as f64 / n as f64,
+        bytes_per_active_class: rss_active.saturating_sub(rss_idle) as f64
+            / n.clamp(1, FLOWS) as f64,
+        dropped: 0,
+    };
+    (row, rig)
 }
 
 /// Milliseconds for one `GET /metrics` of `metrics` served on loopback, the body read whole

@@ -164,7 +164,7 @@ impl Engine {
         }
         let node = &mut self.classes[index].node;
         node.member = false;
-        node.ancestors = Box::new([]);
+        node.ancestors = metronome_core::timestamp::PolicyStack::default();
         if node.busy {
             node.busy = false;
             self.tree.busy.retain(|&i| i as usize != index);
