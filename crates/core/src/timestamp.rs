@@ -341,6 +341,23 @@ impl PolicyStack {
         self
     }
 
+    /// The ancestors' stack of a child of the class whose ancestors this stack carries and whose
+    /// own aggregate policy is `parent`: `parent` first, then these ancestors (the first
+    /// [`MAX_ANCESTORS`]); no aggregate or pacing policy of its own.
+    pub fn below(&self, parent: Option<PolicyId>) -> Self {
+        let mut up = PolicyStack::default();
+        let mut n = 0;
+        for id in parent.into_iter().chain(self.ancestors()) {
+            if n == MAX_ANCESTORS {
+                break;
+            }
+            up.ancestors[n] = id.0;
+            n += 1;
+        }
+        up.levels = n as u8;
+        up
+    }
+
     /// The ancestors' policies, nearest first.
     pub fn ancestors(&self) -> impl Iterator<Item = PolicyId> + '_ {
         self.ancestors[..self.levels as usize]
@@ -438,6 +455,36 @@ mod tests {
         for w in edts.windows(2) {
             assert_eq!(w[1] - w[0], 24_000, "500 Mbit/s spacing of 1500 B");
         }
+    }
+
+    #[test]
+    fn a_child_s_ancestors_are_its_parent_then_the_parent_s_up_to_the_limit() {
+        let mut ts = Timestamper::new();
+        let ids: Vec<PolicyId> = (0..9)
+            .map(|_| ts.add_policy(PolicyKind::Aggregate, Rate::mbps(1), MTU))
+            .collect();
+        // Each level's stack is built from the one above it, nearest first.
+        let mut up = PolicyStack::default();
+        for (level, &id) in ids.iter().enumerate() {
+            up = up.below(Some(id));
+            let want: Vec<PolicyId> = ids[..=level]
+                .iter()
+                .rev()
+                .take(MAX_ANCESTORS)
+                .copied()
+                .collect();
+            assert_eq!(up.ancestors().collect::<Vec<_>>(), want, "level {level}");
+            assert_eq!(up.levels(), want.len());
+        }
+        // A parent without a policy of its own adds nothing; its own policies come back whole.
+        let same = up.below(None);
+        assert_eq!(same.levels(), up.levels());
+        let stack = up.with_own(Some(ids[0]), None);
+        assert_eq!(stack.aggregate, Some(ids[0]));
+        assert_eq!(
+            stack.ancestors().collect::<Vec<_>>(),
+            up.ancestors().collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -320,30 +320,29 @@ impl Engine {
     /// and puts a member's rate at its ceiling until a pass gives it its share.
     pub(super) fn tree_node(&mut self, index: usize) {
         let parent = self.classes[index].node.parent.map(|p| p as usize);
-        let (depth, mut ancestors, parent_ceiling, closed_above) = match parent {
+        let (depth, ancestors, parent_ceiling, closed_above) = match parent {
             Some(p) => {
                 let pn = &self.classes[p].node;
-                let mut up: Vec<PolicyId> = self.classes[p].aggregate.into_iter().collect();
-                up.extend(pn.ancestors.ancestors());
+                let stack = pn.ancestors.below(self.classes[p].aggregate);
                 let closed = self.classes[p].closed || pn.closed_above;
-                (pn.depth + 1, up, pn.ceiling, closed)
+                (pn.depth + 1, stack, pn.ceiling, closed)
             }
-            None => (0, Vec::new(), UNLIMITED, false),
+            None => (0, PolicyStack::default(), UNLIMITED, false),
         };
-        ancestors.truncate(metronome_core::timestamp::MAX_ANCESTORS);
         let state = &self.classes[index];
         let member = parent.is_some() || state.node.children > 0;
         let cap = bps(state.node.own_rate);
         let ceiling = cap.min(parent_ceiling);
-        let named = parent.map(|p| self.classes[p].name.clone());
-        if self.classes[index].node.told != named {
+        let told = self.classes[index].node.told.as_deref();
+        if told != parent.map(|p| &*self.classes[p].name) {
+            let named = parent.map(|p| self.classes[p].name.clone());
             self.telemetry.class_parent(index, named.as_deref());
             self.classes[index].node.told = named;
         }
         let node = &mut self.classes[index].node;
         node.depth = depth;
         node.closed_above = closed_above;
-        node.ancestors = PolicyStack::new(None, None).with_ancestors(&ancestors);
+        node.ancestors = ancestors;
         node.member = member;
         node.cap = cap;
         node.ceiling = ceiling;

@@ -116,11 +116,7 @@ impl Engine {
         keyed.clear();
         keyed.extend(set.iter().map(|&i| {
             let n = &self.classes[i as usize].node;
-            (
-                std::cmp::Reverse(n.depth),
-                n.parent.unwrap_or(u32::MAX),
-                i,
-            )
+            (std::cmp::Reverse(n.depth), n.parent.unwrap_or(u32::MAX), i)
         }));
         keyed.sort_unstable();
         set.clear();
@@ -237,8 +233,8 @@ impl Engine {
         }
         for (k, &c) in group.iter().enumerate() {
             let n = &self.classes[c as usize].node;
-            let floor = (u128::from(total) * u128::from(n.weight.max(1)) / u128::from(all_weight))
-                as u64;
+            let floor =
+                (u128::from(total) * u128::from(n.weight.max(1)) / u128::from(all_weight)) as u64;
             out[k] = out[k].max(floor).min(n.cap).max(frame * 8);
         }
         self.tree.items = items;
