@@ -21,6 +21,11 @@ fn main() {
             "attach mode is unavailable in this build",
         ),
         (
+            "bpf/pace.bpf.c",
+            "pace.bpf.o",
+            "source pacing is unavailable in this build",
+        ),
+        (
             "bpf/early.bpf.c",
             "early.bpf.o",
             "early refusal in the kernel is unavailable in this build",

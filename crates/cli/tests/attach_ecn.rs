@@ -46,7 +46,7 @@ fn run(congestion: &str, backpressure: &str) -> Option<Outcome> {
     let dir = Scratch::new(&format!("attach-ecn-{congestion}"));
     let config = dir.0.join("ecn.toml");
     let text = format!(
-        "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{RATE_BPS}\"\nbackpressure = {backpressure}\n",
+        "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{RATE_BPS}\"\nbackpressure = {backpressure}\npace_sockets = false\n",
         topo.uplink
     );
     std::fs::write(&config, text).unwrap();

@@ -132,6 +132,7 @@ pub(crate) struct RawClass {
     pub scope: Option<Spanned<String>>,
     pub parent: Option<Spanned<String>>,
     pub gather: Option<Spanned<bool>>,
+    pub pace_sockets: Option<Spanned<bool>>,
 }
 
 /// A class's `queue` table: `{ packets = 10000, bytes = "12m" }`, either or both.

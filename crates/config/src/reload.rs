@@ -206,6 +206,7 @@ fn policy_changes(old: &ClassPolicy, new: &ClassPolicy) -> Vec<FieldChange> {
     text("link", old.link.to_string(), new.link.to_string());
     text("queue", old.queue.to_string(), new.queue.to_string());
     compare(&mut out, "fair", old.fair, new.fair);
+    compare(&mut out, "pace_sockets", old.pace_sockets, new.pace_sockets);
     compare(
         &mut out,
         "horizon_policy",

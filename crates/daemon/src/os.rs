@@ -9,6 +9,7 @@
 //!   they fail open.
 //! * [`early`]: the receiving sockets' filter that refuses in the kernel what a class cannot
 //!   take, before the loop reads it.
+//! * [`pace`]: source pacing, the host's own TCP sockets of a class slowed where they send.
 //! * [`realtime`]: the shaping loops' `SCHED_FIFO` priority (`[daemon] realtime_priority`),
 //!   allowed through `RLIMIT_RTPRIO` before the privileges go.
 //! * [`notify`]: systemd-style readiness, reload and stop notifications (`NOTIFY_SOCKET`).
@@ -17,6 +18,7 @@ pub mod attach;
 pub mod early;
 pub mod netlink;
 pub mod notify;
+pub mod pace;
 pub mod ports;
 #[cfg(test)]
 pub(crate) mod privileged_tests;

@@ -133,6 +133,13 @@ pub struct ClassPolicy {
     /// The most the class may hold waiting (`queue`); unset fields take their defaults
     /// ([`QueueLimit::bounds`]).
     pub queue: QueueLimit,
+    /// Slow the host's own TCP sockets of the class at their source (`pace_sockets`): in attach
+    /// mode the daemon gives each of the class's local TCP flows its share of the class's rate
+    /// as its pacing ceiling (`metronome_daemon::os::pace`), so that they queue in the
+    /// daemon no more than a few frames. The engine lists the class's new flows for it
+    /// ([`crate::engine::pace::PacedFlow`]) and computes the ceiling ([`crate::engine::Engine::pace_pass`]).
+    /// Only with `rate`; elsewhere inert.
+    pub pace_sockets: bool,
 }
 
 /// A class's `queue = { packets = N, bytes = SIZE }`: the most frames and wire bytes the class
@@ -222,6 +229,7 @@ impl ClassPolicy {
             fair: false,
             link: ClassLink::OFF,
             queue: QueueLimit::default(),
+            pace_sockets: false,
         }
     }
 

@@ -42,6 +42,7 @@ mod cut;
 mod fair;
 pub mod link;
 mod live;
+pub mod pace;
 mod receive;
 mod release;
 mod slots;
@@ -241,6 +242,8 @@ pub struct Engine {
     link: Option<link::LinkStage>,
     /// The class tree's allocation ([`tree`]).
     tree: tree::TreeTable,
+    /// Source pacing's flows and periods ([`pace`]).
+    pace: pace::Pace,
     config: EngineConfig,
 }
 
@@ -310,6 +313,7 @@ impl Engine {
             gauges: EngineGauges::default(),
             link: None,
             tree: tree::TreeTable::default(),
+            pace: pace::Pace::default(),
             config: config.clone(),
         };
         // A fresh engine has no state, so this does not run out of class states: validation

@@ -30,7 +30,7 @@
 //! may leave out of order.
 //!
 //! Layout (CONTRIBUTING.md §5): one `Vec<FlowEntry>` allocated at start-up, entries of a bucket
-//! adjacent (four 12-byte entries, within one cache line), the overflow entries after the buckets
+//! adjacent (four 16-byte entries, one cache line), the overflow entries after the buckets
 //! (allocated when classes are installed: at start-up and on a reload that adds a class, never
 //! per packet). Pacing policies are added to the timestamper lazily, at most one per entry, and
 //! reused when an entry is evicted, so the timestamper holds at most [`FLOW_TABLE_CAPACITY`]
@@ -39,10 +39,10 @@
 use metronome_core::timestamp::{PolicyId, PolicyKind, Timestamper};
 use metronome_core::{FlowId, Rate, Timestamp};
 
-/// Entries per bucket: four 12-byte entries fit one 64-byte cache line.
+/// Entries per bucket: four 16-byte entries fill one 64-byte cache line.
 pub const FLOW_TABLE_WAYS: usize = 4;
 /// Buckets: 16 384, so [`FLOW_TABLE_CAPACITY`] is 65 536 flows — above `metronome compare`'s
-/// largest flow count (256 flows) and Carousel's 10 000-flow experiments (§7.1.1), in 768 KiB of
+/// largest flow count (256 flows) and Carousel's 10 000-flow experiments (§7.1.1), in 1 MiB of
 /// entries plus 512 KiB of policy ids.
 pub const FLOW_TABLE_BUCKETS: usize = 16_384;
 /// Flows tracked at once (buckets × ways).
@@ -62,6 +62,9 @@ struct FlowEntry {
     flow: u32,
     /// Packets of this flow waiting in the wheel.
     queued: u32,
+    /// The last source-pacing period in which a packet of the flow was seen
+    /// ([`FlowTable::mark_seen`]).
+    seen: u32,
 }
 
 impl FlowEntry {
@@ -69,6 +72,7 @@ impl FlowEntry {
         class: EMPTY,
         flow: 0,
         queued: 0,
+        seen: 0,
     };
 }
 
@@ -95,6 +99,8 @@ pub struct FlowTable {
     policies: Vec<Option<PolicyId>>,
     /// Entries evicted to make room (a named counter).
     pub evictions: u64,
+    /// Ways claimed by a flow that had none, cumulative: a flow new to the table.
+    pub claims: u64,
 }
 
 impl Default for FlowTable {
@@ -104,13 +110,14 @@ impl Default for FlowTable {
 }
 
 impl FlowTable {
-    /// An empty table of [`FLOW_TABLE_CAPACITY`] entries (allocated once, about 1.25 MiB), with
+    /// An empty table of [`FLOW_TABLE_CAPACITY`] entries (allocated once, about 1.5 MiB), with
     /// no overflow entry yet ([`FlowTable::set_classes`]).
     pub fn new() -> Self {
         FlowTable {
             entries: vec![FlowEntry::FREE; FLOW_TABLE_CAPACITY],
             policies: vec![None; FLOW_TABLE_CAPACITY],
             evictions: 0,
+            claims: 0,
         }
     }
 
@@ -123,6 +130,7 @@ impl FlowTable {
                 class: u32::try_from(class).unwrap_or(EMPTY - 1),
                 flow: OVERFLOW_FLOW,
                 queued: 0,
+                seen: 0,
             });
             self.policies.push(None);
         }
@@ -175,8 +183,21 @@ impl FlowTable {
             class,
             flow: flow.0,
             queued: 0,
+            seen: 0,
         };
+        self.claims += 1;
         Lookup::Entry(i as u32)
+    }
+
+    /// Notes that entry `e` had a packet in period `period` (a non-zero number); true for its
+    /// first packet of the period (source pacing counts a class's flows so).
+    pub fn mark_seen(&mut self, e: u32, period: u32) -> bool {
+        let Some(entry) = self.entries.get_mut(e as usize) else {
+            return false;
+        };
+        let first = entry.seen != period;
+        entry.seen = period;
+        first
     }
 
     fn is_idle(&self, i: usize, now: Timestamp, stamper: &Timestamper) -> bool {

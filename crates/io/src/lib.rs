@@ -17,6 +17,7 @@ pub mod afpacket;
 pub mod clock;
 pub mod frame_pool;
 pub mod memory_port;
+pub mod netns;
 pub mod offload;
 pub mod piece;
 pub mod port;

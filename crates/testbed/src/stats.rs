@@ -123,3 +123,35 @@ mod tests {
         assert_eq!(mean(&[]), 0.0);
     }
 }
+
+/// TCP segments retransmitted in the calling thread's network namespace since it was made
+/// (`RetransSegs` of `/proc/thread-self/net/snmp`; run it inside a namespace with
+/// [`crate::netns::Namespace::run`]); `None` when it cannot be read.
+pub fn tcp_retransmitted_segments() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?;
+    retransmitted_segments(&text)
+}
+
+/// `RetransSegs` of the `Tcp:` lines of an snmp table.
+fn retransmitted_segments(snmp: &str) -> Option<u64> {
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next()?, tcp.next()?);
+    let at = names.split_whitespace().position(|n| n == "RetransSegs")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+#[cfg(test)]
+mod snmp_tests {
+    #[test]
+    fn retransmitted_segments_are_read_by_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Tcp: RtoAlgorithm ActiveOpens RetransSegs InErrs\nTcp: 1 7 852 0\n";
+        assert_eq!(super::retransmitted_segments(snmp), Some(852));
+        assert_eq!(super::retransmitted_segments("Tcp: RetransSegs\n"), None);
+    }
+
+    #[test]
+    fn this_namespace_counts_retransmissions() {
+        assert!(super::tcp_retransmitted_segments().is_some());
+    }
+}

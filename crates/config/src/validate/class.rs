@@ -55,10 +55,15 @@ impl Validator<'_> {
             Some(m) => self.matcher(m.get_ref(), &format!("{path}.match"))?,
             None => Match::default(),
         };
+        let mut policy = self.policy(raw, path, mtu, link)?;
+        if raw.pace_sockets.is_none() && (matcher.from.is_some() || matcher.to.is_some()) {
+            // Forwarded traffic: no socket of the host sent it.
+            policy.pace_sockets = false;
+        }
         Ok(ClassConfig {
             name: n.clone(),
             matcher,
-            policy: self.policy(raw, path, mtu, link)?,
+            policy,
             tree: self.tree_place(raw, path, n, link)?,
             line: self.site.line(name.span().start),
         })
@@ -182,6 +187,7 @@ impl Validator<'_> {
                 ("gso_burst", raw.gso_burst.as_ref().map(|b| b.span())),
                 ("fair", raw.fair.as_ref().map(|b| b.span())),
                 ("queue", raw.queue.as_ref().map(|q| q.span())),
+                ("pace_sockets", raw.pace_sockets.as_ref().map(|q| q.span())),
             ];
             if let Some((field, Some(span))) = idle.into_iter().find(|(_, s)| s.is_some()) {
                 return Err(self.invalid(
@@ -219,6 +225,18 @@ impl Validator<'_> {
         if let Some(q) = &raw.queue {
             policy.queue = self.queue(q.get_ref(), &format!("{path}.queue"))?;
         }
+        policy.pace_sockets = match &raw.pace_sockets {
+            Some(p) if *p.get_ref() && policy.rate.is_none() => {
+                return Err(self.invalid(
+                    p.span(),
+                    &format!("{path}.pace_sockets"),
+                    "source pacing gives the class's flows shares of its `rate`: set `rate`"
+                        .to_string(),
+                ));
+            }
+            Some(p) => *p.get_ref(),
+            None => policy.rate.is_some(),
+        };
         if let Some(a) = &raw.ack_shaping {
             policy.ack_shaping =
                 Some(self.ack_shaping(a.get_ref(), &format!("{path}.ack_shaping"))?);

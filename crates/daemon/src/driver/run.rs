@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
+mod pace;
 mod side;
 mod wait;
 
@@ -82,6 +83,8 @@ pub struct Control {
     /// The receiving sockets' early filter (`crate::os::early`), which the loops feed; `None`:
     /// none.
     pub early: Option<Arc<crate::os::early::EarlyFilter>>,
+    /// Attach mode's source pacing (`crate::os::pace`), which the loops feed; `None`: none.
+    pub pace: Option<Arc<crate::os::pace::SocketPacing>>,
 }
 
 impl Control {
@@ -93,6 +96,14 @@ impl Control {
             control.early = crate::os::early::load_logged(config);
         }
         control
+    }
+
+    /// The source pacing loop `index` feeds.
+    pub fn pace_loop(&self, index: usize) -> Option<PaceLoop> {
+        self.pace.as_ref().map(|pacing| PaceLoop {
+            pacing: pacing.clone(),
+            index,
+        })
     }
 
     /// The [`EarlyLoop`] of loop `index`, which syncs the filter when `syncs`.
@@ -202,6 +213,15 @@ pub struct EarlyLoop {
     pub syncs: bool,
 }
 
+/// The source pacing a loop feeds ([`crate::os::pace`]): its engine's new flows and ceilings.
+#[derive(Clone, Debug)]
+pub struct PaceLoop {
+    /// The daemon's program.
+    pub pacing: Arc<crate::os::pace::SocketPacing>,
+    /// This loop's index among the loops (its slots in the program's maps).
+    pub index: usize,
+}
+
 /// Options of [`run_loop`].
 #[derive(Clone, Debug)]
 pub struct LoopOptions {
@@ -219,6 +239,8 @@ pub struct LoopOptions {
     pub timer_slack: metronome_core::Duration,
     /// The receiving sockets' early filter this loop feeds; `None`: none.
     pub early: Option<EarlyLoop>,
+    /// The source pacing this loop feeds; `None`: none.
+    pub pace: Option<PaceLoop>,
     /// The configuration's inside and outside interfaces (the ports' own names win).
     pub interfaces: (String, String),
     /// Switch GRO on at the inside interface when it comes back
@@ -236,12 +258,18 @@ impl LoopOptions {
             link_down_grace: config.daemon.link_down_grace,
             timer_slack: config.daemon.timer_slack,
             early: None,
+            pace: None,
             interfaces: (
                 config.interfaces.inside.clone(),
                 config.interfaces.outside.clone(),
             ),
             gro: config.daemon.gro && config.daemon.vnet_hdr,
         }
+    }
+
+    /// These options feeding `pace`.
+    pub fn with_pace(self, pace: Option<PaceLoop>) -> LoopOptions {
+        LoopOptions { pace, ..self }
     }
 
     /// These options feeding `early`.
@@ -285,6 +313,10 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     // 1 ns timer slack: ppoll wakes when asked, not up to 50 µs later (prctl(2)). Also when the
     // loop starts busy polling: a reload may make it sleep.
     let _ = nix::sys::prctl::set_timerslack(1);
+    let mut pacer = options
+        .pace
+        .as_ref()
+        .map(|p| pace::Pacer::new(p, engine, started));
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
         if let Some(b) = hook.poll(engine, now) {
@@ -315,6 +347,9 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         if let Some(early) = &options.early {
             watch.feed(now, engine, &mut inn, early, (slept_ns, busy_poll), metrics);
         }
+        if let Some(p) = &mut pacer {
+            p.tick(now, engine, metrics);
+        }
         if work > 0 || pending < before {
             continue;
         }
@@ -324,7 +359,10 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
             std::hint::spin_loop();
             continue;
         }
-        let timeout = idle_timeout(engine, &inn, &out, pending > 0, options, clock.now());
+        let mut timeout = idle_timeout(engine, &inn, &out, pending > 0, options, clock.now());
+        if let Some(p) = &pacer {
+            timeout = timeout.min(p.sleep_bound(clock.now()));
+        }
         if timeout.is_zero() {
             continue;
         }

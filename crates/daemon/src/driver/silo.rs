@@ -338,7 +338,8 @@ where
         // Every silo feeds the early filter its overload; the first puts the classes in force.
         let options = options
             .clone()
-            .with_early(control.early_loop(silo, silo == 0));
+            .with_early(control.early_loop(silo, silo == 0))
+            .with_pace(control.pace_loop(silo));
         let thread = std::thread::Builder::new()
             .name(format!("silo-{silo}"))
             .spawn(move || {

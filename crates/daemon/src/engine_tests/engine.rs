@@ -21,6 +21,7 @@ mod flow_table_full;
 mod link;
 mod live;
 mod origin;
+mod pace;
 mod tree;
 mod unclassified;
 

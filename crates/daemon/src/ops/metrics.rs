@@ -19,6 +19,7 @@ mod histogram;
 pub mod http;
 mod labels;
 pub mod link;
+mod pace;
 mod server;
 mod silo_series;
 pub mod stats;
@@ -71,6 +72,7 @@ struct Inner {
     early_overloaded: Gauge,
     early_active: Gauge,
     link: link::LinkFamilies,
+    pace: pace::PaceFamilies,
     cluster: cluster::ClusterMetrics,
     http_refused: http::RefusalCounters,
     /// One entry per silo.
@@ -141,6 +143,7 @@ impl Metrics {
             class_changes: Family::default(),
             control_refused: Family::default(),
             link: link::LinkFamilies::default(),
+            pace: pace::PaceFamilies::default(),
             cluster,
             http_refused: http::RefusalCounters::default(),
             silos: Vec::with_capacity(n),
@@ -251,6 +254,7 @@ impl Metrics {
                       reads every frame itself (daemon.early_refuse = false, or no BPF)";
         r.register("early_filter_active", active, inner.early_active.clone());
         inner.link.register(r);
+        inner.pace.register(r);
         inner.cluster.register(r);
         inner.http_refused.register(r);
         inner.silos = if n == 1 {
@@ -427,6 +431,21 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// Source pacing of class `name` in this silo: the ceiling its sockets are given (wire
+    /// bit/s), the flows seen in the period and the frames it holds (`crate::os::pace`).
+    pub fn pace_class(&self, name: &str, ceiling_bps: f64, flows: u32, held: u64) {
+        let l = ClassLabel {
+            class: name.to_owned(),
+            silo: self.silo_label(),
+        };
+        self.inner.pace.class(l, ceiling_bps, flows, held);
+    }
+
+    /// Source pacing's program: the sockets slowed now and its cumulative counts by event.
+    pub fn pace_program(&self, slowed: u64, events: &[(&'static str, u64)]) {
+        self.inner.pace.program(slowed, events);
     }
 
     /// The gauge of this silo's share of class `name`'s aggregate rate; the series appears

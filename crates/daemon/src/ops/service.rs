@@ -190,7 +190,9 @@ pub fn run_on(
     let merged = control.live.as_ref().map(|l| l.merged(config));
     let config = merged.as_ref().unwrap_or(config);
     let mut engine = crate::driver::reload::engine(config, pool.capacity(), metrics, seed);
-    let options = LoopOptions::from_config(config).with_early(control.early_loop(0, true));
+    let options = LoopOptions::from_config(config)
+        .with_early(control.early_loop(0, true))
+        .with_pace(control.pace_loop(0));
     let reloader = config_path.map(|p| {
         Reloader::new(p.to_path_buf(), config.clone())
             .selecting(metrics)

@@ -66,6 +66,8 @@ pub(super) struct ClassState {
     pub(super) closed: bool,
     /// Its place in the class tree ([`super::tree`]).
     pub(super) node: super::tree::Node,
+    /// Its source pacing ([`super::pace`]).
+    pub(super) pace: super::pace::ClassPace,
 }
 
 impl ClassState {
@@ -197,6 +199,7 @@ impl Engine {
             closed: false,
             refused_bytes: 0,
             node: super::tree::Node::default(),
+            pace: super::pace::ClassPace::default(),
         };
         let index = match self.live.take_free_state() {
             Some(i) => {
@@ -224,24 +227,23 @@ impl Engine {
     ) {
         let wheel_horizon = wheel.horizon_policy;
         let frame = mtu.saturating_add(ETHERNET_HEADER);
+        let burst = self.aggregate_burst(&policy);
         let state = &mut self.classes[index];
         state.bound = policy.queue.bounds(policy.rate, wheel.horizon, frame);
         state.aggregate = match (policy.rate, state.aggregate) {
             (Some(rate), Some(p)) => {
                 let _ = self.stamper.set_rate(p, rate);
-                let _ = self.stamper.set_burst(p, policy.burst);
+                let _ = self.stamper.set_burst(p, burst);
                 Some(p)
             }
             (Some(rate), None) => Some(match self.live.take_free_policy() {
                 Some(p) => {
                     let _ = self
                         .stamper
-                        .reset_policy(p, PolicyKind::Aggregate, rate, policy.burst);
+                        .reset_policy(p, PolicyKind::Aggregate, rate, burst);
                     p
                 }
-                None => self
-                    .stamper
-                    .add_policy(PolicyKind::Aggregate, rate, policy.burst),
+                None => self.stamper.add_policy(PolicyKind::Aggregate, rate, burst),
             }),
             (None, old) => {
                 self.live.free_policy(old);

@@ -247,6 +247,7 @@ impl Engine {
                 return self.drop_frame(pool, id, index, reason);
             }
         }
+        let claims = self.flows.claims;
         let entry = match self.flows.lookup(index as u32, flow, now, &self.stamper) {
             Lookup::Entry(e) => Some(e),
             // The bucket is full of active flows: the class's overflow entry paces and limits
@@ -262,6 +263,9 @@ impl Engine {
                 None
             }
         };
+        if let (true, true, Some(e)) = (policy.pace_sockets, self.pace.enabled, entry) {
+            self.pace_packet(index, e, self.flows.claims != claims, parsed);
+        }
         if let (Backpressure::Drop { limit }, Some(e)) = (policy.backpressure, entry) {
             if self.flows.queued(e) >= limit {
                 return self.drop_frame(pool, id, index, DropReason::FlowLimit);

@@ -186,6 +186,10 @@ pub fn file_class_object(class: &ClassConfig) -> ClassObject {
     if p.fair {
         o.insert("fair".into(), Value::from(true));
     }
+    let forwarded = class.matcher.from.is_some() || class.matcher.to.is_some();
+    if p.pace_sockets != (p.rate.is_some() && !forwarded) {
+        o.insert("pace_sockets".into(), Value::from(p.pace_sockets));
+    }
     if let Some(parent) = &class.tree.parent {
         o.insert("parent".into(), Value::from(parent.clone()));
         if class.tree.weight != 1 {

@@ -35,17 +35,44 @@ const WATCH_TICK: Duration = Duration::from_millis(10);
 /// interfaces.
 #[allow(clippy::result_large_err)] // see `DaemonError`
 pub fn run_attached(
-    mut config: Config,
+    config: Config,
     config_path: &Path,
     control: &mut Control,
     quit: &Arc<AtomicBool>,
 ) -> Result<(), DaemonError> {
+    let metrics = Metrics::with_silos(config.daemon.cores);
+    let attachment = Attachment::prepare(&config, &metrics)?;
+    control.early = crate::os::early::load_logged(&config);
+    control.pace = crate::os::pace::load_logged(&config);
+    let result = attached_loops(config, config_path, control, quit, attachment, metrics);
+    if let Some(pacing) = control.pace.take() {
+        let slowed = pacing.release();
+        if slowed > 0 {
+            tracing::warn!(
+                slowed,
+                pins = %pacing.dir().display(),
+                "source pacing: sockets still slowed at the stop get their own pacing back when \
+                 they next send; the program stays pinned until then, and the next start \
+                 removes it"
+            );
+        }
+    }
+    result
+}
+
+/// The loops of [`run_attached`], again on every re-attach.
+#[allow(clippy::result_large_err)] // see `DaemonError`
+fn attached_loops(
+    mut config: Config,
+    config_path: &Path,
+    control: &mut Control,
+    quit: &Arc<AtomicBool>,
+    mut attachment: Attachment,
+    mut metrics: Metrics,
+) -> Result<(), DaemonError> {
     let mut bound = None;
     let mut _control_server = None;
     let mut _agent = None;
-    let mut metrics = Metrics::with_silos(config.daemon.cores);
-    let mut attachment = Attachment::prepare(&config, &metrics)?;
-    control.early = crate::os::early::load_logged(&config);
     let mut first = true;
     let panicked = stop_on_panic(control.stop.clone());
     loop {

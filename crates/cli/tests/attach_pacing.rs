@@ -1,0 +1,298 @@
+//! Source pacing in attach mode (`pace_sockets`, on by default): 16 TCP flows of the host through
+//! an attached uplink whose default class is 100 Mbit/s, no ECN on the senders, with Cubic and
+//! again with BBR. The daemon slows the sockets at their source: no segment is retransmitted,
+//! the daemon drops nothing, every flow's socket carries a ceiling, the class holds its rate
+//! and a probe in the same class waits a few milliseconds, where the same traffic without
+//! source pacing queues 150 ms and retransmits (measured beside it, with kernel HTB on the
+//! uplink: printed, the figures of docs/results/attach.md). And a SIGKILL leaves the sockets it
+//! slowed able to send at full speed within 1 s.
+//!
+//! The figures are printed (`-- --nocapture`).
+
+mod common;
+
+use common::{start_daemon_in, Scratch};
+use metronome_daemon::ops::metrics::scrape;
+use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
+use metronome_testbed::netns::QdiscSpec;
+use metronome_testbed::stats::tcp_retransmitted_segments;
+use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan, TrafficReport};
+use std::time::Duration;
+
+/// The tests one at a time: each measures what the machine can do.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The class's rate, bit/s.
+const RATE_BPS: u64 = 100_000_000;
+
+/// The bulk flows.
+const FLOWS: usize = 16;
+
+/// How long the flows send.
+const RUN: Duration = Duration::from_secs(5);
+
+/// What the test holds source pacing to: the probe's median (the target is 2 ms; on this
+/// machine it measured 1.5 to 1.8 ms, docs/results/attach.md), the goodput after the first
+/// second against the rate (the target is 1 %; measured 0.8 to 1.5 % below).
+const P50_MAX_US: u64 = 5_000;
+const RATE_TOLERANCE: f64 = 0.025;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shaper {
+    Metronome { pace: bool },
+    Htb,
+}
+
+#[derive(Debug)]
+struct Outcome {
+    off_rate: f64,
+    retransmits: u64,
+    dropped: u64,
+    probe_p50_us: u64,
+    probe_p99_us: u64,
+    slowed: f64,
+    held_per_flow: f64,
+    goodput_bps: f64,
+}
+
+/// The sum of the series of `metric` (`metronome_...`) whose line contains `filter`.
+fn total(body: &str, metric: &str, filter: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(metric) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn retransmits(topo: &AttachTopology) -> u64 {
+    topo.host
+        .run(tcp_retransmitted_segments)
+        .unwrap()
+        .expect("/proc/thread-self/net/snmp")
+}
+
+fn plan(topo: &AttachTopology, congestion: &str, run: Duration) -> TrafficPlan {
+    TrafficPlan::new(
+        topo.receiver_addr,
+        vec![FlowGroup::tcp("bulk", 5311, FLOWS)],
+        run,
+    )
+    .with_probe(5312)
+    .with_congestion(congestion)
+}
+
+/// Goodput after the first second (the flows' start and the ceilings' first steps left out)
+/// over the rate's share of TCP payload (1448 bytes of a 1514-byte frame), minus one.
+fn off_rate(report: &TrafficReport) -> f64 {
+    let windows = &report.groups[0].windows_bps;
+    let skip = (Duration::from_secs(1).as_millis() / report_window_ms()) as usize;
+    let steady = windows.get(skip..).unwrap_or_default();
+    let mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
+    mean / (RATE_BPS as f64 * 1448.0 / 1514.0) - 1.0
+}
+
+/// The goodput windows' length, ms.
+fn report_window_ms() -> u128 {
+    trafficgen::DEFAULT_WINDOW.as_millis()
+}
+
+/// The daemon's metrics.
+fn metrics(topo: &AttachTopology) -> String {
+    topo.host
+        .run(|| scrape("127.0.0.1:9187".parse().unwrap()))
+        .unwrap()
+        .unwrap_or_default()
+}
+
+/// Runs the traffic; with a daemon, scrapes its metrics in the middle of the run.
+fn traffic(topo: &AttachTopology, plan: TrafficPlan, daemon: bool) -> (TrafficReport, String) {
+    let (host, receiver) = (topo.host.clone(), topo.receiver.clone());
+    let half = plan.duration / 2;
+    let load = std::thread::spawn(move || trafficgen::run(&plan, Some(&host), Some(&receiver)));
+    std::thread::sleep(Duration::from_secs(1) + half);
+    let body = match daemon {
+        true => metrics(topo),
+        false => String::new(),
+    };
+    (load.join().unwrap().unwrap(), body)
+}
+
+fn run(congestion: &str, shaper: Shaper) -> Option<Outcome> {
+    let test = "attach_pacing";
+    let mut topo = attach_or_skip("mtr-pace", (0, WorkloadLink::Bridge), test)?;
+    let dir = Scratch::new(&format!("attach-pace-{congestion}"));
+    let mut daemon = None;
+    match shaper {
+        Shaper::Metronome { pace } => {
+            let config = dir.0.join("pace.toml");
+            let text = format!(
+                "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{RATE_BPS}\"\n\
+                 pace_sockets = {pace}\n",
+                topo.uplink
+            );
+            std::fs::write(&config, text).unwrap();
+            daemon = Some(start_daemon_in(
+                topo.host.name(),
+                &config,
+                &dir.0.join("notify"),
+                &dir.0.join("daemon.log"),
+                congestion,
+                Duration::from_secs(10),
+            ));
+        }
+        Shaper::Htb => topo
+            .install_uplink_qdisc(&QdiscSpec::Htb {
+                rate_bps: RATE_BPS,
+                burst_bytes: None,
+            })
+            .unwrap(),
+    }
+    let before = retransmits(&topo);
+    let (report, mid) = traffic(&topo, plan(&topo, congestion, RUN), daemon.is_some());
+    let retransmitted = retransmits(&topo) - before;
+    let body = match &daemon {
+        Some(_) => metrics(&topo),
+        None => String::new(),
+    };
+    if let Some(mut d) = daemon {
+        let _ = d.child.kill();
+        let _ = d.child.wait();
+        for line in d.log().lines().filter(|l| l.contains("pacing")) {
+            println!("  daemon: {line}");
+        }
+    }
+    let probe = report.probe.clone().expect("the probe ran");
+    let outcome = Outcome {
+        off_rate: off_rate(&report),
+        retransmits: retransmitted,
+        dropped: total(&body, "metronome_class_drops_total", "class=\"default\"") as u64,
+        probe_p50_us: probe.p50_us,
+        probe_p99_us: probe.p99_us,
+        slowed: total(&mid, "metronome_sockets_slowed", ""),
+        held_per_flow: total(&mid, "metronome_class_held_per_flow_millipackets", "") / 1000.0,
+        goodput_bps: report.groups[0].mean_bps(),
+    };
+    println!(
+        "{congestion:>5} {shaper:?}: goodput {:.2} Mbit/s ({:+.2} % of the rate), {} \
+         retransmitted segments, {} drops, probe RTT p50 {} us p99 {} us; mid-run {} sockets \
+         slowed, {:.2} frames held per flow",
+        outcome.goodput_bps / 1e6,
+        100.0 * outcome.off_rate,
+        outcome.retransmits,
+        outcome.dropped,
+        outcome.probe_p50_us,
+        outcome.probe_p99_us,
+        outcome.slowed,
+        outcome.held_per_flow,
+    );
+    topo.remove().unwrap();
+    Some(outcome)
+}
+
+fn check(name: &str, o: &Outcome) {
+    let off = o.off_rate;
+    assert!(
+        off.abs() <= RATE_TOLERANCE,
+        "{name}: {:+.2} % off the rate",
+        100.0 * off
+    );
+    assert_eq!(o.retransmits, 0, "{name}: segments retransmitted");
+    assert_eq!(o.dropped, 0, "{name}: the daemon dropped");
+    assert!(
+        o.probe_p50_us <= P50_MAX_US,
+        "{name}: probe p50 {} us",
+        o.probe_p50_us
+    );
+    assert!(
+        o.slowed >= FLOWS as f64,
+        "{name}: {} sockets slowed",
+        o.slowed
+    );
+}
+
+#[test]
+fn paced_sockets_queue_a_few_frames_and_lose_none_with_cubic_and_bbr() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut paced = Vec::new();
+    for congestion in ["cubic", "bbr"] {
+        let Some(o) = run(congestion, Shaper::Metronome { pace: true }) else {
+            return;
+        };
+        // Beside it, for the record: the daemon without source pacing, and HTB.
+        let unpaced = run(congestion, Shaper::Metronome { pace: false }).unwrap();
+        run(congestion, Shaper::Htb);
+        paced.push((congestion, o, unpaced));
+    }
+    for (name, o, unpaced) in &paced {
+        check(name, o);
+        assert!(
+            o.probe_p50_us < unpaced.probe_p50_us,
+            "{name}: the probe waited {} us paced, {} us not",
+            o.probe_p50_us,
+            unpaced.probe_p50_us
+        );
+    }
+}
+
+#[test]
+fn a_killed_daemon_leaves_the_sockets_it_slowed_at_full_speed_within_a_second() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let test = "attach_pacing_kill";
+    let Some(topo) = attach_or_skip("mtr-pkil", (0, WorkloadLink::Bridge), test) else {
+        return;
+    };
+    let dir = Scratch::new("attach-pace-kill");
+    let config = dir.0.join("pace.toml");
+    let text = format!(
+        "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{RATE_BPS}\"\n",
+        topo.uplink
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut daemon = start_daemon_in(
+        topo.host.name(),
+        &config,
+        &dir.0.join("notify"),
+        &dir.0.join("daemon.log"),
+        "kill",
+        Duration::from_secs(10),
+    );
+    let run = Duration::from_secs(5);
+    let plan = TrafficPlan::new(
+        topo.receiver_addr,
+        vec![FlowGroup::tcp("bulk", 5321, 4)],
+        run,
+    );
+    let (host, receiver) = (topo.host.clone(), topo.receiver.clone());
+    let load = std::thread::spawn(move || trafficgen::run(&plan, Some(&host), Some(&receiver)));
+    std::thread::sleep(Duration::from_millis(2000));
+    let slowed = total(&metrics(&topo), "metronome_sockets_slowed", "");
+    daemon.child.kill().unwrap();
+    let killed = std::time::Instant::now();
+    let _ = daemon.child.wait();
+    let report = load.join().unwrap().unwrap();
+    // Windows that end more than 1 s after the kill.
+    let windows = &report.groups[0].windows_bps;
+    let window = trafficgen::DEFAULT_WINDOW;
+    let first = (killed + Duration::from_secs(1)).saturating_duration_since(report.started);
+    let first = (first.as_millis() / window.as_millis()) as usize + 1;
+    let after = windows.get(first..).unwrap_or_default();
+    let before = windows.get(5..15).unwrap_or_default();
+    let mean = |w: &[f64]| w.iter().sum::<f64>() / w.len().max(1) as f64;
+    println!(
+        "{slowed} sockets slowed; goodput {:.1} Mbit/s before the kill, {:.1} Mbit/s from 1 s \
+         after it ({} windows)",
+        mean(before) / 1e6,
+        mean(after) / 1e6,
+        after.len()
+    );
+    assert!(slowed >= 4.0, "{slowed} sockets slowed before the kill");
+    assert!(!after.is_empty(), "no window after the kill");
+    assert!(
+        after.iter().all(|w| *w > 3.0 * RATE_BPS as f64),
+        "a window from 1 s after the kill below three times the class's rate: {after:?}"
+    );
+    topo.remove().unwrap();
+}
