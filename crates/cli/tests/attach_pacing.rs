@@ -25,6 +25,11 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The class's rate, bit/s.
 const RATE_BPS: u64 = 100_000_000;
 
+/// The daemon's super-frame slots: 256 paced flows each hold a small super-frame at times, more
+/// than the default 256 slots' share of a class (`pool_share` drops otherwise,
+/// docs/results/attach.md).
+const GSO_SLOTS: usize = 1024;
+
 /// The bulk flows.
 const FLOWS: usize = 16;
 
@@ -70,10 +75,23 @@ fn retransmits(topo: &AttachTopology) -> u64 {
         .expect("/proc/thread-self/net/snmp")
 }
 
-fn plan(topo: &AttachTopology, congestion: &str, run: Duration) -> TrafficPlan {
+/// A load: the class's rate and its bulk flows.
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    rate_bps: u64,
+    flows: usize,
+}
+
+/// The first test's load.
+const SMALL: Load = Load {
+    rate_bps: RATE_BPS,
+    flows: FLOWS,
+};
+
+fn plan(topo: &AttachTopology, congestion: &str, load: Load, run: Duration) -> TrafficPlan {
     TrafficPlan::new(
         topo.receiver_addr,
-        vec![FlowGroup::tcp("bulk", 5311, FLOWS)],
+        vec![FlowGroup::tcp("bulk", 5311, load.flows)],
         run,
     )
     .with_probe(5312)
@@ -82,12 +100,12 @@ fn plan(topo: &AttachTopology, congestion: &str, run: Duration) -> TrafficPlan {
 
 /// Goodput after the first second (the flows' start and the ceilings' first steps left out)
 /// over the rate's share of TCP payload (1448 bytes of a 1514-byte frame), minus one.
-fn off_rate(report: &TrafficReport) -> f64 {
+fn off_rate(report: &TrafficReport, rate_bps: u64) -> f64 {
     let windows = &report.groups[0].windows_bps;
     let skip = (Duration::from_secs(1).as_millis() / report_window_ms()) as usize;
     let steady = windows.get(skip..).unwrap_or_default();
     let mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
-    mean / (RATE_BPS as f64 * 1448.0 / 1514.0) - 1.0
+    mean / (rate_bps as f64 * 1448.0 / 1514.0) - 1.0
 }
 
 /// The goodput windows' length, ms.
@@ -116,7 +134,7 @@ fn traffic(topo: &AttachTopology, plan: TrafficPlan, daemon: bool) -> (TrafficRe
     (load.join().unwrap().unwrap(), body)
 }
 
-fn run(congestion: &str, shaper: Shaper) -> Option<Outcome> {
+fn run(congestion: &str, shaper: Shaper, load: Load) -> Option<Outcome> {
     let test = "attach_pacing";
     let mut topo = attach_or_skip("mtr-pace", (0, WorkloadLink::Bridge), test)?;
     let dir = Scratch::new(&format!("attach-pace-{congestion}"));
@@ -125,9 +143,10 @@ fn run(congestion: &str, shaper: Shaper) -> Option<Outcome> {
         Shaper::Metronome { pace } => {
             let config = dir.0.join("pace.toml");
             let text = format!(
-                "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{RATE_BPS}\"\n\
+                "[interfaces]\nattach = [\"{}\"]\n\n[daemon]\ngso_slots = {GSO_SLOTS}\n\n\
+                 [default]\nrate = \"{}\"\n\
                  pace_sockets = {pace}\n",
-                topo.uplink
+                topo.uplink, load.rate_bps
             );
             std::fs::write(&config, text).unwrap();
             daemon = Some(start_daemon_in(
@@ -141,13 +160,13 @@ fn run(congestion: &str, shaper: Shaper) -> Option<Outcome> {
         }
         Shaper::Htb => topo
             .install_uplink_qdisc(&QdiscSpec::Htb {
-                rate_bps: RATE_BPS,
+                rate_bps: load.rate_bps,
                 burst_bytes: None,
             })
             .unwrap(),
     }
     let before = retransmits(&topo);
-    let (report, mid) = traffic(&topo, plan(&topo, congestion, RUN), daemon.is_some());
+    let (report, mid) = traffic(&topo, plan(&topo, congestion, load, RUN), daemon.is_some());
     let retransmitted = retransmits(&topo) - before;
     let body = match &daemon {
         Some(_) => metrics(&topo),
@@ -162,7 +181,7 @@ fn run(congestion: &str, shaper: Shaper) -> Option<Outcome> {
     }
     let probe = report.probe.clone().expect("the probe ran");
     let outcome = Outcome {
-        off_rate: off_rate(&report),
+        off_rate: off_rate(&report, load.rate_bps),
         retransmits: retransmitted,
         dropped: total(&body, "metronome_class_drops_total", "class=\"default\"") as u64,
         probe_p50_us: probe.p50_us,
@@ -172,7 +191,7 @@ fn run(congestion: &str, shaper: Shaper) -> Option<Outcome> {
         goodput_bps: report.groups[0].mean_bps(),
     };
     println!(
-        "{congestion:>5} {shaper:?}: goodput {:.2} Mbit/s ({:+.2} % of the rate), {} \
+        "{congestion:>5} {shaper:?} {load:?}: goodput {:.2} Mbit/s ({:+.2} % of the rate), {} \
          retransmitted segments, {} drops, probe RTT p50 {} us p99 {} us; mid-run {} sockets \
          slowed, {:.2} frames held per flow",
         outcome.goodput_bps / 1e6,
@@ -188,7 +207,8 @@ fn run(congestion: &str, shaper: Shaper) -> Option<Outcome> {
     Some(outcome)
 }
 
-fn check(name: &str, o: &Outcome) {
+/// The figures source pacing is held to (`p50_max_us`: the probe's median, where asserted).
+fn check(name: &str, o: &Outcome, flows: usize, p50_max_us: Option<u64>) {
     let off = o.off_rate;
     assert!(
         off.abs() <= RATE_TOLERANCE,
@@ -197,13 +217,15 @@ fn check(name: &str, o: &Outcome) {
     );
     assert_eq!(o.retransmits, 0, "{name}: segments retransmitted");
     assert_eq!(o.dropped, 0, "{name}: the daemon dropped");
+    if let Some(max) = p50_max_us {
+        assert!(
+            o.probe_p50_us <= max,
+            "{name}: probe p50 {} us",
+            o.probe_p50_us
+        );
+    }
     assert!(
-        o.probe_p50_us <= P50_MAX_US,
-        "{name}: probe p50 {} us",
-        o.probe_p50_us
-    );
-    assert!(
-        o.slowed >= FLOWS as f64,
+        o.slowed >= flows as f64,
         "{name}: {} sockets slowed",
         o.slowed
     );
@@ -216,16 +238,16 @@ fn paced_sockets_queue_a_few_frames_and_lose_none_with_cubic_and_bbr() {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut paced = Vec::new();
     for congestion in ["cubic", "bbr"] {
-        let Some(o) = run(congestion, Shaper::Metronome { pace: true }) else {
+        let Some(o) = run(congestion, Shaper::Metronome { pace: true }, SMALL) else {
             return;
         };
         // Beside it, for the record: the daemon without source pacing, and HTB.
-        let unpaced = run(congestion, Shaper::Metronome { pace: false }).unwrap();
-        run(congestion, Shaper::Htb);
+        let unpaced = run(congestion, Shaper::Metronome { pace: false }, SMALL).unwrap();
+        run(congestion, Shaper::Htb, SMALL);
         paced.push((congestion, o, unpaced));
     }
     for (name, o, unpaced) in &paced {
-        check(name, o);
+        check(name, o, FLOWS, Some(P50_MAX_US));
         assert!(
             o.probe_p50_us < unpaced.probe_p50_us,
             "{name}: the probe waited {} us paced, {} us not",
@@ -233,6 +255,25 @@ fn paced_sockets_queue_a_few_frames_and_lose_none_with_cubic_and_bbr() {
             unpaced.probe_p50_us
         );
     }
+}
+
+#[test]
+fn two_hundred_and_fifty_six_paced_flows_at_a_gigabit_hold_a_few_frames_each() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let load = Load {
+        rate_bps: 1_000_000_000,
+        flows: 256,
+    };
+    let Some(o) = run("bbr", Shaper::Metronome { pace: true }, load) else {
+        return;
+    };
+    run("bbr", Shaper::Metronome { pace: false }, load);
+    run("bbr", Shaper::Htb, load);
+    // The probe is not held to a bound here: on this 2-core machine the loop is busy at
+    // 1 Gbit/s with 256 flows (17 ms measured, docs/results/attach.md).
+    check("256 flows", &o, load.flows, None);
 }
 
 #[test]

@@ -203,6 +203,11 @@ impl Engine {
         self.classes.get(index as usize).map(|s| s.name.as_str())
     }
 
+    /// Whether flows were listed since the last [`Engine::take_paced_flows`].
+    pub fn has_paced_flows(&self) -> bool {
+        !self.pace.news.is_empty()
+    }
+
     /// Moves the flows listed since the last call into `out` (cleared first); returns how many
     /// could not be listed since the last call, the list being full.
     pub fn take_paced_flows(&mut self, out: &mut Vec<PacedFlow>) -> u64 {

@@ -34,9 +34,16 @@ impl<'a> Pacer<'a> {
         }
     }
 
-    /// Runs the engine's pass when its period is over and hands the result to the program.
+    /// Runs the engine's pass when its period is over and hands the result to the program;
+    /// hands new flows over at once (their sockets are slowed from their next RTT sample).
     pub(super) fn tick(&mut self, now: Timestamp, engine: &mut Engine, metrics: &Metrics) {
         if !engine.pace_pass(now, &mut self.ceilings) {
+            if engine.has_paced_flows() {
+                engine.take_paced_flows(&mut self.flows);
+                self.pace
+                    .pacing
+                    .update(self.pace.index, &self.flows, &[], false);
+            }
             return;
         }
         self.last = now;
