@@ -10,8 +10,8 @@
 // a socket (BPF_SOCK_OPS_RTT_CB, switched on when the connection is established) the program
 // looks its flow up and gives it the ceiling as its SO_MAX_PACING_RATE: the kernel's TCP then
 // paces the socket (internal pacing works without fq) and it sends no faster than its share,
-// instead of queueing in the daemon. Its congestion window is clamped to twice what the ceiling
-// sends in a smoothed round trip (at least MIN_CLAMP segments): on a path of a few hundred
+// instead of queueing in the daemon. Its congestion window is clamped to four times what the
+// ceiling sends in a smoothed round trip (at least MIN_CLAMP segments): on a path of a few hundred
 // microseconds the kernel's TSO autosizing (tcp_tso_rtt_log) builds 64 KB bursts, which a
 // socket paced at a few Mbit/s would send at once and then wait tens of milliseconds; the
 // window is what bounds a burst. The clamp is recomputed when it moves by more than a quarter. The socket's own SO_MAX_PACING_RATE, if it set one, is
@@ -157,13 +157,14 @@ static __always_inline int set_rate(struct bpf_sock_ops *ops, __u32 rate)
 	return err;
 }
 
-// Twice the segments `rate` bytes a second sends in the socket's smoothed round trip, at least
-// MIN_CLAMP.
+// Four times the segments `rate` bytes a second sends in the socket's smoothed round trip, at
+// least MIN_CLAMP: smaller bursts cost the host more packets for the same bytes (measured in
+// docs/results/attach.md), larger ones a longer queue in the daemon.
 static __always_inline __u32 clamp_for(struct bpf_sock_ops *ops, __u32 rate)
 {
 	__u64 srtt_us = ops->srtt_us >> 3;
 	__u64 mss = ops->mss_cache ? ops->mss_cache : 1448;
-	__u64 segs = 2 * (__u64)rate * srtt_us / 1000000 / mss + 1;
+	__u64 segs = 4 * (__u64)rate * srtt_us / 1000000 / mss + 1;
 	if (segs < MIN_CLAMP)
 		segs = MIN_CLAMP;
 	if (segs > NO_CLAMP)

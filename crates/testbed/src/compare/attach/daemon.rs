@@ -24,9 +24,11 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopped daemon may take to detach and exit before it is killed: 5 s.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// `metronome run` in attach mode, a process in the host namespace (`ip netns exec HOST
-/// BINARY run --config FILE`, the way a user runs it), with its configuration and its standard
-/// error in a scratch directory that goes with it.
+/// `metronome run` in attach mode, a process in the host namespace (`nsenter
+/// --net=/run/netns/HOST BINARY run --config FILE`: the network namespace only, as a daemon on
+/// a host runs in the host's mount namespace, where source pacing finds the host's bpffs;
+/// `ip netns exec` would mount a fresh `/sys` without one), with its configuration and its
+/// standard error in a scratch directory that goes with it.
 #[derive(Debug)]
 pub struct AttachedDaemon {
     child: Child,
@@ -69,13 +71,13 @@ impl AttachedDaemon {
         // the daemon inherits it.
         let mut command = if pin {
             let mut c = Command::new("taskset");
-            c.args(["-c", "0", "ip"]);
+            c.args(["-c", "0", "nsenter"]);
             c
         } else {
-            Command::new("ip")
+            Command::new("nsenter")
         };
         command
-            .args(["netns", "exec", host.name()])
+            .arg(format!("--net=/run/netns/{}", host.name()))
             .arg(binary)
             .arg("run")
             .arg("--control")
