@@ -15,7 +15,9 @@
 //!   matches the class's rate in force `R` (its `rate`, its share among silos or in its tree)
 //!   with a short queue. The ceiling is `f × R / n`: an equal share among the `n` flows seen in
 //!   the last [`PACE_FLOW_WINDOW`] periods, so that flows coming and going change it at once,
-//!   times a factor `f` that moves by at most 10 % a period:
+//!   times a factor `f` that moves by at most 10 % a period (up to 50 % up, to at most 2, in
+//!   the class's first 300 ms while it holds nothing and gets less than 90 % of `R`: its flows
+//!   are starting):
 //!   - it integrates the arrivals' distance from `R` (averaged over about four periods), so
 //!     that in the long run the flows send `R`, no less (the class would lose rate) and no
 //!     more (its queue would grow);
@@ -67,6 +69,8 @@ pub const MAX_PACED_NEWS: usize = 4096;
 /// Periods over which a class's flows are counted (80 ms): a flow held at its ceiling sends a
 /// burst every few milliseconds, not in every period.
 pub const PACE_FLOW_WINDOW: u32 = 8;
+/// Passes in which a class's factor may open up fast (300 ms; see the module docs).
+const PACE_START_PASSES: u32 = 30;
 /// IP protocol number of TCP.
 const TCP: u8 = 6;
 
@@ -111,6 +115,8 @@ pub(super) struct ClassPace {
     pub(super) least_last: Option<u64>,
     /// Listed in `Pace::active`.
     pub(super) listed: bool,
+    /// Passes since its factor was first computed (saturating).
+    pub(super) passes: u32,
 }
 
 /// The engine's source-pacing state.
@@ -287,9 +293,25 @@ impl Engine {
         let standing_error = pace
             .least_last
             .map_or(0.0, |l| ((standing - l as f64) / standing).clamp(-1.0, 1.0));
-        let step = 1.0 + GAIN_RATE * rate_error + GAIN_STANDING * standing_error;
+        // In its first passes a class that holds nothing and gets less than 90 % of its rate
+        // opens up at once (its flows are starting): the rate's whole error, at most 50 % a
+        // period.
+        pace.passes = pace.passes.saturating_add(1);
+        let starting = pace.passes <= PACE_START_PASSES;
+        let (gain, most) = if starting && (held as f64) < standing && rate_error > 0.1 {
+            (1.0, 1.5)
+        } else {
+            (GAIN_RATE, 1.1)
+        };
+        let step = 1.0 + gain * rate_error + GAIN_STANDING * standing_error;
         let n = f64::from(flows);
-        pace.factor = (pace.factor * step.clamp(0.9, 1.1)).clamp(PACE_FLOOR_SHARE, n);
+        let mut factor = pace.factor * step.clamp(0.9, most);
+        if most > 1.1 {
+            // Opening up fast goes no further than twice an equal share: enough for a flow
+            // beside an idle one, not a cap lifted for every flow of many.
+            factor = factor.min(pace.factor.max(2.0));
+        }
+        pace.factor = factor.clamp(PACE_FLOOR_SHARE, n);
         Some(Ceiling {
             class: index as u32,
             bytes_per_sec: (pace.factor * (1.0 + GAIN_QUEUE * queue_error))
