@@ -11,8 +11,7 @@
 
 mod common;
 
-use common::{start_daemon_in, Scratch};
-use metronome_daemon::ops::metrics::scrape;
+use common::{metric_total, scrape_host, start_attached, Scratch};
 use metronome_testbed::netns::attach::{attach_or_skip, WorkloadLink};
 use metronome_testbed::trafficgen::{self, FlowGroup, TrafficPlan};
 use std::time::Duration;
@@ -22,14 +21,6 @@ const RATE_BPS: u64 = 200_000_000;
 
 /// Goodput over the class's rate, as in `attach.rs`: headers take 4.4 %.
 const GOODPUT_SHARE: std::ops::RangeInclusive<f64> = 0.90..=1.01;
-
-/// The sum of the series of `metric` (`metronome_class_..._total`) of the default class.
-fn default_class_total(body: &str, metric: &str) -> u64 {
-    body.lines()
-        .filter(|l| l.starts_with(metric) && l.contains("class=\"default\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
 
 struct Outcome {
     goodput_bps: f64,
@@ -44,20 +35,11 @@ fn run(congestion: &str, backpressure: &str) -> Option<Outcome> {
     let topo = attach_or_skip("mtr-ecn", (0, WorkloadLink::Bridge), test)?;
     topo.enable_sender_ecn();
     let dir = Scratch::new(&format!("attach-ecn-{congestion}"));
-    let config = dir.0.join("ecn.toml");
     let text = format!(
         "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{RATE_BPS}\"\nbackpressure = {backpressure}\npace_sockets = false\n",
         topo.uplink
     );
-    std::fs::write(&config, text).unwrap();
-    let mut daemon = start_daemon_in(
-        topo.host.name(),
-        &config,
-        &dir.0.join("notify"),
-        &dir.0.join("daemon.log"),
-        congestion,
-        Duration::from_secs(10),
-    );
+    let mut daemon = start_attached(&topo, &dir.0, &text, congestion);
     let plan = TrafficPlan::new(
         topo.receiver_addr,
         vec![FlowGroup::tcp("bulk", 5301, 16)],
@@ -66,18 +48,18 @@ fn run(congestion: &str, backpressure: &str) -> Option<Outcome> {
     .with_probe(5302)
     .with_congestion(congestion);
     let report = trafficgen::run(&plan, Some(&topo.host), Some(&topo.receiver)).unwrap();
-    let body = topo
-        .host
-        .run(|| scrape("127.0.0.1:9187".parse().unwrap()))
-        .unwrap()
-        .unwrap();
+    let body = scrape_host(&topo);
     let _ = daemon.child.kill();
     let _ = daemon.child.wait();
     let probe = report.probe.expect("the probe ran");
     let outcome = Outcome {
         goodput_bps: report.groups[0].mean_bps(),
-        marked: default_class_total(&body, "metronome_class_ecn_marks_total"),
-        dropped: default_class_total(&body, "metronome_class_drops_total"),
+        marked: metric_total(
+            &body,
+            "metronome_class_ecn_marks_total",
+            "class=\"default\"",
+        ) as u64,
+        dropped: metric_total(&body, "metronome_class_drops_total", "class=\"default\"") as u64,
         probe_p50_us: probe.p50_us,
         probe_p99_us: probe.p99_us,
     };

@@ -283,3 +283,34 @@ pub fn scrape_host(topo: &metronome_testbed::netns::attach::AttachTopology) -> S
         .unwrap()
         .unwrap()
 }
+
+/// Writes `text` to `dir/daemon.toml` and starts `metronome run` on it in `topo`'s host
+/// namespace, with its notify socket and log (`daemon.log`) in `dir` and `label` to name it.
+#[allow(dead_code)] // used by the attach tests only
+pub fn start_attached(
+    topo: &metronome_testbed::netns::attach::AttachTopology,
+    dir: &Path,
+    text: &str,
+    label: &str,
+) -> Daemon {
+    let config = dir.join("daemon.toml");
+    std::fs::write(&config, text).unwrap();
+    start_daemon_in(
+        topo.host.name(),
+        &config,
+        &dir.join("notify"),
+        &dir.join("daemon.log"),
+        label,
+        Duration::from_secs(10),
+    )
+}
+
+/// The sum of the series of `metric` (a `metronome_...` name) in a scrape `body` whose line
+/// contains `filter` (`""`: every series).
+#[allow(dead_code)] // used by the attach tests only
+pub fn metric_total(body: &str, metric: &str, filter: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(metric) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -37,20 +37,30 @@ impl<'a> Pacer<'a> {
     /// Runs the engine's pass when its period is over and hands the result to the program;
     /// hands new flows over at once (their sockets are slowed from their next RTT sample).
     pub(super) fn tick(&mut self, now: Timestamp, engine: &mut Engine, metrics: &Metrics) {
-        if !engine.pace_pass(now, &mut self.ceilings) {
-            if engine.has_paced_flows() {
-                engine.take_paced_flows(&mut self.flows);
-                self.pace
-                    .pacing
-                    .update(self.pace.index, &self.flows, &[], false);
-            }
+        // `pace_pass` empties the ceilings when its period is not over.
+        let passed = engine.pace_pass(now, &mut self.ceilings);
+        if !passed && !engine.has_paced_flows() {
+            return;
+        }
+        let lost = engine.take_paced_flows(&mut self.flows);
+        if lost > 0 {
+            tracing::debug!(
+                lost,
+                "source pacing: new flows not listed (the list was full)"
+            );
+        }
+        let first = self.pace.index == 0;
+        let pacing = &self.pace.pacing;
+        pacing.update(
+            self.pace.index,
+            &self.flows,
+            &self.ceilings,
+            first && passed,
+        );
+        if !passed {
             return;
         }
         self.last = now;
-        let lost = engine.take_paced_flows(&mut self.flows);
-        let first = self.pace.index == 0;
-        let pacing = &self.pace.pacing;
-        pacing.update(self.pace.index, &self.flows, &self.ceilings, first);
         for c in &self.ceilings {
             if let Some(name) = engine.class_state_name(c.class) {
                 metrics.pace_class(name, c.bytes_per_sec * 8.0, c.flows, c.held_frames);
@@ -65,12 +75,6 @@ impl<'a> Pacer<'a> {
                 ("map_write_failed", pacing.write_errors()),
             ];
             metrics.pace_program(pacing.counter(Counter::Slowed), &events);
-        }
-        if lost > 0 {
-            tracing::debug!(
-                lost,
-                "source pacing: new flows not listed (the list was full)"
-            );
         }
     }
 
