@@ -11,8 +11,7 @@
 
 mod common;
 
-use common::{start_daemon_in, Scratch};
-use metronome_daemon::ops::metrics::scrape;
+use common::{metric_total, scrape_host, start_attached, Scratch};
 use metronome_testbed::netns::attach::{attach_or_skip, AttachTopology, WorkloadLink};
 use metronome_testbed::netns::QdiscSpec;
 use metronome_testbed::stats::tcp_retransmitted_segments;
@@ -62,14 +61,6 @@ struct Outcome {
     goodput_bps: f64,
 }
 
-/// The sum of the series of `metric` (`metronome_...`) whose line contains `filter`.
-fn total(body: &str, metric: &str, filter: &str) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with(metric) && l.contains(filter))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn retransmits(topo: &AttachTopology) -> u64 {
     topo.host
         .run(tcp_retransmitted_segments)
@@ -115,14 +106,6 @@ fn report_window_ms() -> u128 {
     trafficgen::DEFAULT_WINDOW.as_millis()
 }
 
-/// The daemon's metrics.
-fn metrics(topo: &AttachTopology) -> String {
-    topo.host
-        .run(|| scrape("127.0.0.1:9187".parse().unwrap()))
-        .unwrap()
-        .unwrap_or_default()
-}
-
 /// Runs the traffic; with a daemon, scrapes its metrics in the middle of the run.
 fn traffic(topo: &AttachTopology, plan: TrafficPlan, daemon: bool) -> (TrafficReport, String) {
     let (host, receiver) = (topo.host.clone(), topo.receiver.clone());
@@ -130,7 +113,7 @@ fn traffic(topo: &AttachTopology, plan: TrafficPlan, daemon: bool) -> (TrafficRe
     let load = std::thread::spawn(move || trafficgen::run(&plan, Some(&host), Some(&receiver)));
     std::thread::sleep(Duration::from_secs(1) + half);
     let body = match daemon {
-        true => metrics(topo),
+        true => scrape_host(topo),
         false => String::new(),
     };
     (load.join().unwrap().unwrap(), body)
@@ -143,22 +126,13 @@ fn run(congestion: &str, shaper: Shaper, load: Load) -> Option<Outcome> {
     let mut daemon = None;
     match shaper {
         Shaper::Metronome { pace } => {
-            let config = dir.0.join("pace.toml");
             let text = format!(
                 "[interfaces]\nattach = [\"{}\"]\n\n[daemon]\ngso_slots = {GSO_SLOTS}\n\n\
                  [default]\nrate = \"{}\"\n\
                  pace_sockets = {pace}\n",
                 topo.uplink, load.rate_bps
             );
-            std::fs::write(&config, text).unwrap();
-            daemon = Some(start_daemon_in(
-                topo.host.name(),
-                &config,
-                &dir.0.join("notify"),
-                &dir.0.join("daemon.log"),
-                congestion,
-                Duration::from_secs(10),
-            ));
+            daemon = Some(start_attached(&topo, &dir.0, &text, congestion));
         }
         Shaper::Htb => topo
             .install_uplink_qdisc(&QdiscSpec::Htb {
@@ -171,7 +145,7 @@ fn run(congestion: &str, shaper: Shaper, load: Load) -> Option<Outcome> {
     let (report, mid) = traffic(&topo, plan(&topo, congestion, load, RUN), daemon.is_some());
     let retransmitted = retransmits(&topo) - before;
     let body = match &daemon {
-        Some(_) => metrics(&topo),
+        Some(_) => scrape_host(&topo),
         None => String::new(),
     };
     if let Some(mut d) = daemon {
@@ -185,11 +159,12 @@ fn run(congestion: &str, shaper: Shaper, load: Load) -> Option<Outcome> {
     let outcome = Outcome {
         off_rate: off_rate(&report, load.rate_bps),
         retransmits: retransmitted,
-        dropped: total(&body, "metronome_class_drops_total", "class=\"default\"") as u64,
+        dropped: metric_total(&body, "metronome_class_drops_total", "class=\"default\"") as u64,
         probe_p50_us: probe.p50_us,
         probe_p99_us: probe.p99_us,
-        slowed: total(&mid, "metronome_sockets_slowed", ""),
-        held_per_flow: total(&mid, "metronome_class_held_per_flow_millipackets", "") / 1000.0,
+        slowed: metric_total(&mid, "metronome_sockets_slowed", ""),
+        held_per_flow: metric_total(&mid, "metronome_class_held_per_flow_millipackets", "")
+            / 1000.0,
         goodput_bps: report.groups[0].mean_bps(),
     };
     println!(
@@ -294,20 +269,11 @@ fn a_killed_daemon_leaves_the_sockets_it_slowed_at_full_speed_within_a_second() 
         return;
     };
     let dir = Scratch::new("attach-pace-kill");
-    let config = dir.0.join("pace.toml");
     let text = format!(
         "[interfaces]\nattach = [\"{}\"]\n\n[default]\nrate = \"{RATE_BPS}\"\n",
         topo.uplink
     );
-    std::fs::write(&config, text).unwrap();
-    let mut daemon = start_daemon_in(
-        topo.host.name(),
-        &config,
-        &dir.0.join("notify"),
-        &dir.0.join("daemon.log"),
-        "kill",
-        Duration::from_secs(10),
-    );
+    let mut daemon = start_attached(&topo, &dir.0, &text, "kill");
     let run = Duration::from_secs(5);
     let plan = TrafficPlan::new(
         topo.receiver_addr,
@@ -317,7 +283,7 @@ fn a_killed_daemon_leaves_the_sockets_it_slowed_at_full_speed_within_a_second() 
     let (host, receiver) = (topo.host.clone(), topo.receiver.clone());
     let load = std::thread::spawn(move || trafficgen::run(&plan, Some(&host), Some(&receiver)));
     std::thread::sleep(Duration::from_millis(2000));
-    let slowed = total(&metrics(&topo), "metronome_sockets_slowed", "");
+    let slowed = metric_total(&scrape_host(&topo), "metronome_sockets_slowed", "");
     daemon.child.kill().unwrap();
     let killed = std::time::Instant::now();
     let _ = daemon.child.wait();
@@ -337,7 +303,11 @@ fn a_killed_daemon_leaves_the_sockets_it_slowed_at_full_speed_within_a_second() 
         mean(after) / 1e6,
         after.len()
     );
-    assert!(slowed >= 4.0, "{slowed} sockets slowed before the kill");
+    assert!(
+        slowed >= 4.0,
+        "{slowed} sockets slowed before the kill; the daemon logged:\n{}",
+        daemon.log()
+    );
     assert!(!after.is_empty(), "no window after the kill");
     assert!(
         after.iter().all(|w| *w > 3.0 * RATE_BPS as f64),

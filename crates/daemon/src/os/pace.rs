@@ -182,6 +182,52 @@ impl std::fmt::Debug for SocketPacing {
     }
 }
 
+/// Where the pins live: the bpffs the host mounts at boot.
+const BPFFS: &str = "/sys/fs/bpf";
+
+/// Makes sure a bpffs is mounted at [`BPFFS`]: mounts one where the host has none (some boot
+/// without it), but only in the host's own mount namespace, where it outlives the daemon. In
+/// another mount namespace a bpffs mounted by the daemon would go with that namespace, and the
+/// program with it, before it gave the sockets it slowed their own value back.
+fn ensure_bpffs() -> Result<(), PaceError> {
+    use nix::sys::statfs::{statfs, BPF_FS_MAGIC};
+    let is_bpffs = |p: &str| statfs(p).is_ok_and(|s| s.filesystem_type() == BPF_FS_MAGIC);
+    if is_bpffs(BPFFS) {
+        return Ok(());
+    }
+    // The host's namespace is init's; where init's cannot be read (a container), the one the
+    // daemon was started from (`ip netns exec` and `unshare -m` make a new one).
+    let own = std::fs::read_link("/proc/self/ns/mnt").ok();
+    let host = std::fs::read_link("/proc/1/ns/mnt").or_else(|_| {
+        std::fs::read_link(format!(
+            "/proc/{}/ns/mnt",
+            std::os::unix::process::parent_id()
+        ))
+    });
+    if own.is_none() || own != host.ok() {
+        return Err(PaceError::Load(format!(
+            "no bpffs at {BPFFS}, and the daemon runs in a mount namespace of its own (one \
+             mounted there would leave with it): mount one on the host \
+             (mount -t bpf bpf {BPFFS}) or start the daemon with nsenter --net rather than \
+             ip netns exec"
+        )));
+    }
+    use nix::mount::{mount, MsFlags};
+    mount(
+        Some("bpf"),
+        BPFFS,
+        Some("bpf"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0700"),
+    )
+    .map_err(|e| load_err("mounting a bpffs")(format!("{BPFFS}: {e}")))?;
+    tracing::info!(
+        path = BPFFS,
+        "source pacing: mounted a bpffs (the host had none)"
+    );
+    Ok(())
+}
+
 fn load_err(what: &str) -> impl Fn(String) -> PaceError + '_ {
     move |e| PaceError::Load(format!("{what}: {e}"))
 }
@@ -196,6 +242,7 @@ impl SocketPacing {
         }
         let netns = metronome_io::netns::netns_cookie()
             .map_err(|e| load_err("reading the network namespace's cookie")(e.to_string()))?;
+        ensure_bpffs()?;
         collect_stale(Path::new(PIN_ROOT), None);
         let dir = Path::new(PIN_ROOT).join(format!("{netns}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| {
