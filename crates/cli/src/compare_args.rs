@@ -209,6 +209,31 @@ pub struct AttachArgs {
     /// gateway) or `routed` (no bridge, a /32 route per workload).
     #[arg(long, default_value = "bridge")]
     pub workload_link: WorkloadLink,
+    /// Only these shapers in the host part, in this order (`metronome`, `metronome-fair`, `htb`,
+    /// `tbf`; default all four).
+    #[arg(long, value_delimiter = ',', value_parser = parse_host_shaper)]
+    pub shapers: Vec<metronome_testbed::compare::Shaper>,
+    /// The daemon rows' class with `pace_sockets = false`: the host's sockets are not slowed at
+    /// their source and queue in the daemon (default `true`, the class's default).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pace_sockets: bool,
+    /// Leave out the workload part.
+    #[arg(long)]
+    pub no_workloads: bool,
+}
+
+/// A shaper of the attach comparison's host part, by its row name.
+fn parse_host_shaper(name: &str) -> Result<metronome_testbed::compare::Shaper, String> {
+    metronome_testbed::compare::attach::HOST_SHAPERS
+        .into_iter()
+        .find(|s| s.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = metronome_testbed::compare::attach::HOST_SHAPERS
+                .iter()
+                .map(|s| s.name())
+                .collect();
+            format!("`{name}` is not one of {}", names.join(", "))
+        })
 }
 
 /// The options of `compare cni`.

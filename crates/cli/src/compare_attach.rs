@@ -10,11 +10,11 @@
 //! that could not run carries its `"error"` and no figures. Progress lines go to standard error.
 //! Without CAP_NET_ADMIN: one line naming the privilege, exit status 2.
 
+use crate::compare_args::AttachArgs;
 use crate::compare_cmd::{format_table, or_exit};
 use crate::compare_table::{header, rate_cells, Block, RATE_COLUMNS};
 use metronome_testbed::compare::attach::{self, AttachOptions, AttachReport, HostRow, WorkloadRow};
 use metronome_testbed::compare::{RunReport, Shaper};
-use metronome_testbed::netns::attach::WorkloadLink;
 use metronome_testbed::offloads::OffloadMode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -46,6 +46,7 @@ pub fn format_host(rows: &[HostRow]) -> String {
         out += &format_table(&measured, OffloadMode::Host);
         out += "here daemon %/G is the whole `metronome run` process's CPU (user + system time of \
                 all its threads, /proc/PID/stat)\n";
+        out += &format_queues(rows);
     }
     for r in rows {
         if let HostRow::Failed {
@@ -64,6 +65,38 @@ pub fn format_host(rows: &[HostRow]) -> String {
         }
     }
     out
+}
+
+/// What each measured row's shaper held and lost and what the host's sockets resent, a line
+/// each ([`metronome_testbed::compare::measure::QueueAccount`]); empty when no row has it.
+pub fn format_queues(rows: &[HostRow]) -> String {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+    let mut lines = String::new();
+    for r in rows {
+        let HostRow::Measured(row) = r else { continue };
+        let Some(q) = &row.queue else { continue };
+        let _ = writeln!(
+            lines,
+            "{:<14} {:>6.0} Mbit/s {:>4} flows: {:>8} retransmitted, {:>6} dropped, {:>7} held \
+             per flow, {:>6} sockets slowed",
+            row.shaper.name(),
+            row.target_bps as f64 / 1e6,
+            row.flows,
+            opt(q.retransmitted_segments.map(|v| v.to_string())),
+            opt(q.shaper_drops.map(|v| v.to_string())),
+            opt(q.held_per_flow.map(|v| format!("{v:.2}"))),
+            opt(q.sockets_slowed.map(|v| format!("{v:.0}"))),
+        );
+    }
+    if lines.is_empty() {
+        return lines;
+    }
+    format!(
+        "backpressure over each run: TCP segments the host retransmitted, frames the shaper \
+         dropped, frames the daemon held per flow of a paced class and the sockets it slowed \
+         (means of {} scrapes after the measured windows)\n{lines}",
+        metronome_testbed::compare::measure::HELD_SAMPLES
+    )
 }
 
 /// The workload part: one line per workload, each shaper's rate and deviation side by side, a
@@ -157,27 +190,37 @@ pub fn write_not_measured<'a>(
     }
 }
 
-/// Runs `metronome compare --attach`.
-pub fn run(
-    quick: bool,
-    (targets_bps, flows): (Vec<u64>, Vec<usize>),
-    (isolate_daemon, workload_link, json): (bool, WorkloadLink, bool),
-) -> anyhow::Result<()> {
-    let mut options = if quick {
+/// The comparison's options from the command line's.
+fn options(args: &AttachArgs) -> AttachOptions {
+    let mut options = if args.run.quick {
         AttachOptions::quick()
     } else {
         AttachOptions::full()
     };
-    options.isolate_daemon = isolate_daemon;
-    options.workload_link = workload_link;
+    options.isolate_daemon = args.isolate_daemon;
+    options.workload_link = args.workload_link;
+    options.pace_sockets = args.pace_sockets;
     // The daemon rows run this very binary's `run`.
     options.daemon_binary = std::env::current_exe().ok();
-    if !targets_bps.is_empty() {
-        options.targets_bps = targets_bps;
+    if !args.target.is_empty() {
+        options.targets_bps = args.target.iter().map(|r| r.bps()).collect();
     }
-    if !flows.is_empty() {
-        options.flows = flows;
+    if !args.flows.is_empty() {
+        options.flows = args.flows.clone();
     }
+    if !args.shapers.is_empty() {
+        options.host_shapers = args.shapers.clone();
+    }
+    if args.no_workloads {
+        options.workloads = 0;
+    }
+    options
+}
+
+/// Runs `metronome compare --attach`.
+pub fn run(args: &AttachArgs) -> anyhow::Result<()> {
+    let options = options(args);
+    let json = args.run.output.json;
     let report = or_exit(attach::run(&options, &mut std::io::stderr()));
     let machine = metronome_bench::machine::describe();
     if json {
@@ -197,7 +240,9 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use metronome_testbed::compare::measure::QueueAccount;
     use metronome_testbed::compare::{Row, Shaper};
+    use metronome_testbed::netns::attach::WorkloadLink;
 
     fn row(shaper: Shaper, achieved: f64) -> HostRow {
         HostRow::Measured(Row {
@@ -212,6 +257,12 @@ mod tests {
             daemon_cpu_pct: None,
             jain_bulk: Some(0.99),
             cpu_account: None,
+            queue: (shaper == Shaper::Htb).then_some(QueueAccount {
+                retransmitted_segments: Some(3),
+                shaper_drops: Some(0),
+                held_per_flow: None,
+                sockets_slowed: None,
+            }),
         })
     }
 
@@ -248,6 +299,10 @@ mod tests {
         );
         // The table has no metronome block: the failed row is not a figure.
         assert!(!text.contains("| metronome"), "{text}");
+        assert!(
+            text.contains("3 retransmitted,      0 dropped,       - held per flow"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -257,6 +312,7 @@ mod tests {
             report: AttachReport {
                 steering: "none".into(),
                 workload_link: WorkloadLink::Routed,
+                pace_sockets: true,
                 host: vec![failed(), row(Shaper::Tbf, 1e8)],
                 workloads: vec![
                     workload(Shaper::Metronome, "hv0", None),

@@ -306,9 +306,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             if a.flows.contains(&0) {
                 usage("--flows: a flow count must be at least 1");
             }
-            let targets = a.target.iter().map(|r| r.bps()).collect();
-            let modes = (a.isolate_daemon, a.workload_link, a.run.output.json);
-            crate::compare_attach::run(a.run.quick, (targets, a.flows), modes)
+            crate::compare_attach::run(&a)
         }
         Mode::Schema { mode } => {
             println!("{}", crate::compare_schema::schema(mode)?);
@@ -449,6 +447,7 @@ mod tests {
                 daemon_cpu_pct: shaper.is_daemon().then_some(12.5),
                 jain_bulk: Some(0.995),
                 cpu_account: None,
+                queue: None,
             },
             windows: 30,
             probe_samples: 400,
@@ -574,6 +573,7 @@ mod tests {
                 daemon_cpu_pct: None,
                 jain_bulk: Some(0.98),
                 cpu_account: None,
+                queue: None,
             },
             windows: 30,
             probe_samples: 380,

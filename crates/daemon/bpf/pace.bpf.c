@@ -11,7 +11,8 @@
 // looks its flow up and gives it the ceiling as its SO_MAX_PACING_RATE: the kernel's TCP then
 // paces the socket (internal pacing works without fq) and it sends no faster than its share,
 // instead of queueing in the daemon. Its congestion window is clamped to four times what the
-// ceiling sends in a smoothed round trip (at least MIN_CLAMP segments): on a path of a few hundred
+// ceiling sends in a smoothed round trip of at least CLAMP_FLOOR_US / 4 (and to at least
+// MIN_CLAMP segments): on a path of a few hundred
 // microseconds the kernel's TSO autosizing (tcp_tso_rtt_log) builds 64 KB bursts, which a
 // socket paced at a few Mbit/s would send at once and then wait tens of milliseconds; the
 // window is what bounds a burst. The clamp is recomputed when it moves by more than a quarter. The socket's own SO_MAX_PACING_RATE, if it set one, is
@@ -35,6 +36,8 @@
 #define NO_CLAMP 0x7fffffff
 // Fewest segments a slowed socket's window is clamped to.
 #define MIN_CLAMP 4
+// A slowed socket's window holds at least what its ceiling sends in this long, microseconds.
+#define CLAMP_FLOOR_US 1000
 
 // Indexes of `COUNTERS`, read by the daemon (crates/daemon/src/os/pace.rs, `Counter`).
 enum counter {
@@ -157,12 +160,15 @@ static __always_inline int set_rate(struct bpf_sock_ops *ops, __u32 rate)
 	return err;
 }
 
-// Four times the segments `rate` bytes a second sends in the socket's smoothed round trip, at
-// least MIN_CLAMP: smaller bursts cost the host more packets for the same bytes (measured in
-// docs/results/attach.md), larger ones a longer queue in the daemon.
+// Four times the segments `rate` bytes a second sends in the socket's smoothed round trip, and
+// at least what it sends in CLAMP_FLOOR_US (the daemon's queue target) and MIN_CLAMP: smaller
+// bursts cost the host more packets for the same bytes (measured in docs/results/attach.md),
+// larger ones a longer queue in the daemon.
 static __always_inline __u32 clamp_for(struct bpf_sock_ops *ops, __u32 rate)
 {
 	__u64 srtt_us = ops->srtt_us >> 3;
+	if (srtt_us < CLAMP_FLOOR_US / 4)
+		srtt_us = CLAMP_FLOOR_US / 4;
 	__u64 mss = ops->mss_cache ? ops->mss_cache : 1448;
 	__u64 segs = 4 * (__u64)rate * srtt_us / 1000000 / mss + 1;
 	if (segs < MIN_CLAMP)

@@ -319,6 +319,11 @@ pub struct Row {
     /// documents of earlier runs, read as `None`.
     #[serde(default)]
     pub cpu_account: Option<measure::CpuAccount>,
+    /// What the shaper held and lost and what the senders resent ([`measure::QueueAccount`]):
+    /// the attach comparison's host part only; `None` elsewhere and in documents of earlier
+    /// runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<measure::QueueAccount>,
 }
 
 /// The text reports' words for `account`: `(user U, system S, softirq Q; N ns/frame)`, empty

@@ -28,7 +28,7 @@
 //!     [`PACE_TARGET`], so that a burst is answered within a period.
 //!
 //!   `f` absorbs what an equal share misses: flows that send less than their share (the others
-//!   may take it, up to `f = n`, one flow alone at `R`), traffic the daemon cannot slow
+//!   may take it, up to `f = n` times [`PACE_HEADROOM`], one flow alone at 1.1 `R`), traffic the daemon cannot slow
 //!   (forwarded, or from sockets out of reach; the ceiling stays at least
 //!   [`PACE_FLOOR_SHARE`] of an equal share so that it cannot starve the local flows), and a
 //!   socket that sends faster than its ceiling for a while (the kernel credits a socket late
@@ -52,6 +52,10 @@ pub const PACE_PERIOD: Duration = Duration::from_millis(10);
 pub const PACE_TARGET: Duration = Duration::from_millis(1);
 /// The lowest ceiling, as a share of an equal share of the rate (see the module docs).
 pub const PACE_FLOOR_SHARE: f64 = 0.25;
+/// The highest ceiling, as a share of the class's rate: a flow alone may be let send a little
+/// more than `R` (the class holds it to `R`), since the kernel's pacing sends a little less
+/// than its ceiling.
+pub const PACE_HEADROOM: f64 = 1.1;
 /// Gain of the controller on the arrivals' excess over the rate (its share of `R`), a period.
 const GAIN_RATE: f64 = 0.1;
 /// How much the queue's distance from its target moves the ceiling at once (at most this share
@@ -311,11 +315,12 @@ impl Engine {
             // beside an idle one, not a cap lifted for every flow of many.
             factor = factor.min(pace.factor.max(2.0));
         }
-        pace.factor = factor.clamp(PACE_FLOOR_SHARE, n);
+        let most_factor = n * PACE_HEADROOM;
+        pace.factor = factor.clamp(PACE_FLOOR_SHARE, most_factor);
         Some(Ceiling {
             class: index as u32,
             bytes_per_sec: (pace.factor * (1.0 + GAIN_QUEUE * queue_error))
-                .clamp(PACE_FLOOR_SHARE, n)
+                .clamp(PACE_FLOOR_SHARE, most_factor)
                 * rate
                 / n,
             flows,

@@ -299,6 +299,7 @@ pub(super) fn run_one(
         &path,
         timing,
         (&mut cpu, &[]),
+        &mut || {},
         shaper,
         (target, flows),
         port,

@@ -79,6 +79,9 @@ pub struct AttachOptions {
     /// The `metronome` binary whose `run` the daemon rows start (`metronome compare` passes its
     /// own); `None`: those rows report that there is none.
     pub daemon_binary: Option<PathBuf>,
+    /// The host class's `pace_sockets` in the daemon rows (its default, `true`: the host's
+    /// sockets are slowed at their source; `false`: they queue in the daemon).
+    pub pace_sockets: bool,
 }
 
 impl AttachOptions {
@@ -88,12 +91,7 @@ impl AttachOptions {
         AttachOptions {
             targets_bps: FULL_TARGETS_BPS.to_vec(),
             flows: FULL_FLOWS.to_vec(),
-            host_shapers: vec![
-                Shaper::Metronome,
-                Shaper::MetronomeFair,
-                Shaper::Htb,
-                Shaper::Tbf,
-            ],
+            host_shapers: HOST_SHAPERS.to_vec(),
             workloads: WORKLOADS,
             workload_flows: WORKLOAD_FLOWS,
             workload_rate_bps: WORKLOAD_RATE_BPS,
@@ -103,6 +101,7 @@ impl AttachOptions {
             isolate_daemon: false,
             workload_link: WorkloadLink::Bridge,
             daemon_binary: None,
+            pace_sockets: true,
         }
     }
 
@@ -117,6 +116,14 @@ impl AttachOptions {
         }
     }
 }
+
+/// The host part's shapers, in the order they run for each (target, flows).
+pub const HOST_SHAPERS: [Shaper; 4] = [
+    Shaper::Metronome,
+    Shaper::MetronomeFair,
+    Shaper::Htb,
+    Shaper::Tbf,
+];
 
 /// One run of the host part: its figures, or why it has none.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -184,6 +191,10 @@ pub struct AttachReport {
     pub steering: String,
     /// How the workloads' veths joined the host.
     pub workload_link: WorkloadLink,
+    /// The daemon rows' `pace_sockets` ([`AttachOptions::pace_sockets`]); documents of earlier
+    /// runs, which had no source pacing, read as `false`.
+    #[serde(default)]
+    pub pace_sockets: bool,
     /// The host part's rows.
     pub host: Vec<HostRow>,
     /// The workload part's rows.
@@ -192,12 +203,12 @@ pub struct AttachReport {
 
 /// The daemon's configuration text for the host part: attached to `uplink`, one class of all
 /// TCP to `receiver` at `target_bps`, the class of the bump-in-the-wire comparison; with `fair`,
-/// `fair = true` and [`FAIR_GSO_SLOTS`].
+/// `fair = true` and [`FAIR_GSO_SLOTS`]; without `pace_sockets`, `pace_sockets = false`.
 pub fn host_config_text(
     uplink: &str,
     receiver: std::net::Ipv4Addr,
     target_bps: u64,
-    fair: bool,
+    (fair, pace_sockets): (bool, bool),
 ) -> String {
     let (daemon, extra) = if fair {
         (
@@ -207,11 +218,16 @@ pub fn host_config_text(
     } else {
         (String::new(), "")
     };
+    let pace = if pace_sockets {
+        ""
+    } else {
+        "pace_sockets = false\n"
+    };
     format!(
         "[interfaces]\nattach = [\"{uplink}\"]\n\n{daemon}[wheel]\nhorizon = \"250ms\"\n\n\
          [[class]]\nname = \"host\"\nmatch = {{ dst = \"{receiver}\", protocol = \"tcp\" }}\n\
          rate = {target_bps}\nhorizon_policy = \"reject\"\n\
-         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n{extra}"
+         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n{extra}{pace}"
     )
 }
 
@@ -293,6 +309,7 @@ pub fn run(
     Ok(AttachReport {
         steering,
         workload_link: options.workload_link,
+        pace_sockets: options.pace_sockets,
         host,
         workloads,
     })
@@ -325,7 +342,7 @@ pub fn describe_host_row(row: &HostRow) -> String {
     match row {
         HostRow::Measured(r) => format!(
             "{:<14} {:>6.0} Mbit/s {:>3} flows: {:>8.2} Mbit/s, deviation {:>6.2} %, RTT p50 {:>6} \
-             p99 {:>6} us, machine cpu {:>6.1} %/Gbit/s{}{}",
+             p99 {:>6} us, machine cpu {:>6.1} %/Gbit/s{}{}{}",
             r.shaper.name(),
             r.target_bps as f64 / 1e6,
             r.flows,
@@ -337,7 +354,8 @@ pub fn describe_host_row(row: &HostRow) -> String {
             super::format_cpu_account(r.cpu_account.as_ref()),
             r.daemon_cpu_pct
                 .map(|d| format!(", daemon process {d:.1} %/Gbit/s"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            r.queue.map(describe_queue).unwrap_or_default()
         ),
         HostRow::Failed {
             shaper,
@@ -351,6 +369,21 @@ pub fn describe_host_row(row: &HostRow) -> String {
             flows
         ),
     }
+}
+
+/// The progress line's words for `q`.
+fn describe_queue(q: measure::QueueAccount) -> String {
+    let mut s = String::new();
+    if let Some(n) = q.retransmitted_segments {
+        s += &format!(", {n} retransmitted");
+    }
+    if let Some(n) = q.shaper_drops {
+        s += &format!(", {n} dropped");
+    }
+    if let Some(h) = q.held_per_flow {
+        s += &format!(", {h:.2} held per flow");
+    }
+    s
 }
 
 /// One line for the progress output.
@@ -413,19 +446,28 @@ fn host_run(
                 QdiscSpec::tbf(target)
             };
             topo.install_uplink_qdisc(&spec)?;
+            let retransmitted = Retransmissions::start(topo);
             let measured = measure_run(
                 &path,
                 timing,
                 (&mut || None, &[]),
+                &mut || {},
                 shaper,
                 (target, flows),
                 port,
             );
-            if let Ok(stats) = topo.qdisc_stats() {
+            let stats = topo.qdisc_stats();
+            if let Ok(stats) = &stats {
                 tracing::debug!("{}", stats.trim());
             }
+            let queue = measure::QueueAccount {
+                retransmitted_segments: retransmitted.since(topo),
+                shaper_drops: stats.ok().map(|s| measure::qdisc_drops(&s)),
+                held_per_flow: None,
+                sockets_slowed: None,
+            };
             let removed = topo.remove_baselines();
-            let row = row_of(measured, failed)?;
+            let row = with_queue(row_of(measured, failed)?, queue);
             removed?;
             Ok(row)
         }
@@ -434,7 +476,7 @@ fn host_run(
                 &topo.uplink,
                 topo.receiver_addr,
                 target,
-                shaper == Shaper::MetronomeFair,
+                (shaper == Shaper::MetronomeFair, options.pace_sockets),
             );
             let daemon = match start_daemon(topo, options, &text)? {
                 Ok(d) => d,
@@ -443,16 +485,50 @@ fn host_run(
             let mut cpu = || daemon.cpu_ns();
             // The daemon is a process of its own: its user time counts in the machine's CPU.
             let pids = [daemon.pid()];
+            let retransmitted = Retransmissions::start(topo);
+            let drops = || {
+                let m = daemon.metrics()?;
+                for d in m.samples("metronome_class_drops_total") {
+                    if d.value > 0.0 {
+                        tracing::debug!(labels = ?d.labels, frames = d.value, "daemon drops");
+                    }
+                }
+                Some(m.sum("metronome_class_drops_total") as u64)
+            };
+            let drops_before = drops();
+            let mut held = Vec::new();
+            let mut slowed = Vec::new();
+            let mut sample = || {
+                for k in 0..measure::HELD_SAMPLES {
+                    if k > 0 {
+                        std::thread::sleep(measure::HELD_EVERY);
+                    }
+                    if let Some(m) = daemon.metrics() {
+                        let flows = m.sum("metronome_class_paced_flows");
+                        if flows > 0.0 {
+                            held.push(m.sum("metronome_class_held_per_flow_millipackets") / 1000.0);
+                        }
+                        slowed.push(m.sum("metronome_sockets_slowed"));
+                    }
+                }
+            };
             let measured = measure_run(
                 &path,
                 timing,
                 (&mut cpu, &pids),
+                &mut sample,
                 shaper,
                 (target, flows),
                 port,
             );
+            let queue = measure::QueueAccount {
+                retransmitted_segments: retransmitted.since(topo),
+                shaper_drops: drops_before.zip(drops()).map(|(a, b)| b.saturating_sub(a)),
+                held_per_flow: (!held.is_empty()).then(|| mean(&held)),
+                sockets_slowed: (!slowed.is_empty()).then(|| mean(&slowed)),
+            };
             let stopped = daemon.stop();
-            let row = row_of(measured, failed)?;
+            let row = with_queue(row_of(measured, failed)?, queue);
             // A daemon that did not stop cleanly may have failed during the run: no figures.
             Ok(match stopped {
                 Ok(()) => row,
@@ -461,6 +537,35 @@ fn host_run(
         }
         other => Ok(failed(other.not_in("the attach comparison"))),
     }
+}
+
+/// The host namespace's TCP retransmissions at a run's start.
+struct Retransmissions(Option<u64>);
+
+impl Retransmissions {
+    fn start(topo: &AttachTopology) -> Self {
+        Retransmissions(Self::read(topo))
+    }
+
+    fn read(topo: &AttachTopology) -> Option<u64> {
+        topo.host
+            .run(crate::stats::tcp_retransmitted_segments)
+            .ok()
+            .flatten()
+    }
+
+    /// The segments retransmitted since the start.
+    fn since(&self, topo: &AttachTopology) -> Option<u64> {
+        Some(Self::read(topo)?.saturating_sub(self.0?))
+    }
+}
+
+/// `row` with `queue`, if it was measured.
+fn with_queue(mut row: HostRow, queue: measure::QueueAccount) -> HostRow {
+    if let HostRow::Measured(r) = &mut row {
+        r.queue = Some(queue);
+    }
+    row
 }
 
 /// The row of a measured run; a run whose traffic never reached the receiver is a row with that
@@ -674,7 +779,12 @@ mod tests {
 
     #[test]
     fn the_host_config_names_the_uplink_and_the_rate() {
-        let text = host_config_text("up0", std::net::Ipv4Addr::new(10, 78, 0, 2), 1_000, true);
+        let text = host_config_text(
+            "up0",
+            std::net::Ipv4Addr::new(10, 78, 0, 2),
+            1_000,
+            (true, true),
+        );
         assert!(text.contains("attach = [\"up0\"]"), "{text}");
         assert!(text.contains("rate = 1000\n"), "{text}");
         assert!(text.contains("fair = true"), "{text}");
@@ -682,8 +792,16 @@ mod tests {
             text.contains(&format!("gso_slots = {FAIR_GSO_SLOTS}")),
             "{text}"
         );
-        let plain = host_config_text("up0", std::net::Ipv4Addr::new(10, 78, 0, 2), 1_000, false);
+        assert!(!text.contains("pace_sockets"), "{text}");
+        let plain = host_config_text(
+            "up0",
+            std::net::Ipv4Addr::new(10, 78, 0, 2),
+            1_000,
+            (false, false),
+        );
         assert!(!plain.contains("fair"), "{plain}");
+        assert!(plain.contains("pace_sockets = false\n"), "{plain}");
+        daemon_config(&plain).unwrap();
     }
 
     #[test]

@@ -215,6 +215,53 @@ impl CpuAccount {
     }
 }
 
+/// What a run's shaper held and lost and what the senders resent (the attach comparison's host
+/// part, where the senders are the host's own sockets): the figures of backpressure (Carousel
+/// Figures 14-15 on real traffic).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+pub struct QueueAccount {
+    /// TCP segments the senders' namespace retransmitted over the whole run (the flows' start
+    /// included); `None` when its counters could not be read.
+    pub retransmitted_segments: Option<u64>,
+    /// Frames the shaper dropped over the whole run: the daemon's
+    /// `metronome_class_drops_total`, a qdisc's `dropped` (`tc -s qdisc`).
+    pub shaper_drops: Option<u64>,
+    /// Frames the daemon held per flow of the class (its
+    /// `metronome_class_held_per_flow_millipackets`), the mean of [`HELD_SAMPLES`] scrapes taken
+    /// after the measured windows while the traffic still ran; `None` for a qdisc and where
+    /// source pacing is off (the daemon computes it for paced classes only).
+    pub held_per_flow: Option<f64>,
+    /// Sockets that source pacing slowed (`metronome_sockets_slowed`), the mean of the same
+    /// scrapes; `None` for a qdisc.
+    pub sockets_slowed: Option<f64>,
+}
+
+/// How many scrapes [`QueueAccount::held_per_flow`] takes, [`HELD_EVERY`] apart, after the
+/// measured windows (outside the CPU's account, inside the run's tail).
+pub const HELD_SAMPLES: usize = 4;
+
+/// The time between two of those scrapes.
+pub const HELD_EVERY: Duration = Duration::from_millis(50);
+
+/// The sum of the `dropped N` figures of a `tc -s qdisc show` output.
+pub fn qdisc_drops(stats: &str) -> u64 {
+    let words: Vec<&str> = stats.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0].trim_start_matches('(') == "dropped")
+        .filter_map(|w| w[1].trim_end_matches(',').parse::<u64>().ok())
+        .sum()
+}
+
 /// The user time of a process, field 14 (`utime`, clock ticks) of `/proc/<pid>/stat`, whose
 /// second field (`comm`, in parentheses) may hold spaces.
 pub fn parse_utime(stat: &str) -> Option<u64> {
@@ -280,6 +327,17 @@ impl MachineCpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qdisc_drops_add_up_every_qdisc_of_the_output() {
+        let stats = "qdisc htb 1: root refcnt 2 r2q 10 default 0x1 direct_packets_stat 0\n \
+                     Sent 4542 bytes 3 pkt (dropped 7, overlimits 0 requeues 0)\n \
+                     backlog 0b 0p requeues 0\n\
+                     qdisc noqueue 0: dev lo root refcnt 2\n \
+                     Sent 0 bytes 0 pkt (dropped 5, overlimits 0 requeues 0)\n";
+        assert_eq!(qdisc_drops(stats), 12);
+        assert_eq!(qdisc_drops(""), 0);
+    }
 
     #[test]
     fn wire_bytes_count_every_segment_of_a_super_frame() {

@@ -52,11 +52,13 @@ impl TrafficPath {
 /// Drives the traffic of one run through the started shaper and measures it: `timing` is the
 /// warm-up and the measured time; `daemon_cpu` reads the daemon's CPU time (ns), `None` when no
 /// daemon runs, and `processes` are other processes whose user time the machine's CPU counts (a
-/// daemon run as a process of its own).
+/// daemon run as a process of its own); `tail` runs after the measured windows, while the
+/// traffic still runs (the run's [`TAIL`]), outside the CPU's account.
 pub(crate) fn measure_run(
     path: &TrafficPath,
     timing: (Duration, Duration),
     (daemon_cpu, processes): (&mut dyn FnMut() -> Option<u64>, &[u32]),
+    tail: &mut dyn FnMut(),
     shaper: Shaper,
     (target, flows): (u64, usize),
     port: u16,
@@ -94,6 +96,9 @@ pub(crate) fn measure_run(
         )?),
         None => None,
     };
+    if measured.is_some() {
+        tail();
+    }
     let bulk = traffic.join().map_err(|_| TrafficError::ThreadPanicked)??;
     let per_flow: Vec<f64> = bulk
         .groups
@@ -121,6 +126,7 @@ pub(crate) fn measure_run(
             daemon_cpu_pct: m.daemon_cores.map(|c| cpu_pct_per_gbit(c, achieved)),
             jain_bulk: jain_index(&per_flow),
             cpu_account: measure::CpuAccount::of(m.machine_split, achieved),
+            queue: None,
         },
         windows: m.rates.len(),
         probe_samples: m.probe.samples,
