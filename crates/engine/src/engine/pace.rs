@@ -24,6 +24,11 @@
 //!   - and, with 3 % of that gain, the least the class held at the passes of the last window
 //!     against [`PACE_STANDING`]: a class that ran empty pushes `f` up, one whose queue stood
 //!     all window pulls it down (a larger gain keeps the queue shorter and loses rate);
+//!   - but in the class's first 600 ms, a queue that stood above [`PACE_DRAIN`] all window
+//!     (or for the last 30 ms) while `f` is above 1 brings `f` down by the most a period
+//!     allows, to 1 at the least: many flows that start together open `f` up and then send at
+//!     the class's rate because the class holds them, ACK-clocked, not because of their
+//!     ceilings, and the integral above sees no error;
 //!   - the queue at the pass moves the ceiling itself (not `f`) by up to 20 % either way around
 //!     [`PACE_TARGET`], so that a burst is answered within a period.
 //!
@@ -66,6 +71,16 @@ const GAIN_STANDING: f64 = 0.003;
 /// The least a paced class should hold over a window of [`PACE_FLOW_WINDOW`] periods, in time
 /// at its rate: 0.25 ms. Less, and it ran empty (rate lost); more, and a queue stood all along.
 pub const PACE_STANDING: Duration = Duration::from_micros(250);
+/// A queue that stands above this, in time at the class's rate, for a whole window (or for
+/// [`DRAIN_PASSES`] passes of the current one) in a class's start brings a factor above 1 down
+/// at its fastest, to 1: 4 ms.
+pub const PACE_DRAIN: Duration = Duration::from_millis(4);
+/// Passes of a window after which its least queue counts for [`PACE_DRAIN`].
+const DRAIN_PASSES: u32 = 3;
+/// Passes of a class's start during which [`PACE_DRAIN`] applies (600 ms): later, a queue that
+/// stands for moments is the flows' own bursts (Cubic's), which the slower terms answer
+/// without losing rate.
+const DRAIN_UNTIL: u32 = 2 * PACE_START_PASSES;
 /// Weight of a period's arrivals in their average.
 const ARRIVALS_WEIGHT: f64 = 0.25;
 /// Most flows listed between two [`Engine::take_paced_flows`]; more are counted, not listed.
@@ -121,6 +136,8 @@ pub(super) struct ClassPace {
     pub(super) listed: bool,
     /// Passes since its factor was first computed (saturating).
     pub(super) passes: u32,
+    /// Passes of the current window of [`PACE_FLOW_WINDOW`] periods.
+    pub(super) window_passes: u32,
 }
 
 /// The engine's source-pacing state.
@@ -277,9 +294,19 @@ impl Engine {
         let flows = state.pace.flows.max(state.pace.flows_last);
         let least = state.pace.least.map_or(held, |l| l.min(held));
         state.pace.least = Some(least);
+        state.pace.window_passes += 1;
+        // The queue stood above PACE_DRAIN all along: over the last window, or over the
+        // current one once it is a few passes old.
+        let stood = state
+            .pace
+            .least_last
+            .into_iter()
+            .chain((state.pace.window_passes >= DRAIN_PASSES).then_some(least));
+        let stood = stood.max().unwrap_or(0);
         if new_window {
             state.pace.flows_last = std::mem::take(&mut state.pace.flows);
             state.pace.least_last = state.pace.least.take();
+            state.pace.window_passes = 0;
         }
         let rate = rate.filter(|r| *r > 0.0)?;
         if flows == 0 {
@@ -307,7 +334,16 @@ impl Engine {
         } else {
             (GAIN_RATE, 1.1)
         };
-        let step = 1.0 + gain * rate_error + GAIN_STANDING * standing_error;
+        let drain = rate * PACE_DRAIN.as_nanos() as f64 / 1e9;
+        let step = if stood as f64 > drain && pace.factor > 1.0 && pace.passes <= DRAIN_UNTIL {
+            // The class holds its starting flows back, not their ceilings, which opened up
+            // above an equal share while they started (they send at the class's rate,
+            // ACK-clocked, with a queue that stands): the factor comes down at the most a period
+            // allows, to an equal share.
+            (1.0 / pace.factor).max(0.9)
+        } else {
+            1.0 + gain * rate_error + GAIN_STANDING * standing_error
+        };
         let n = f64::from(flows);
         let mut factor = pace.factor * step.clamp(0.9, most);
         if most > 1.1 {

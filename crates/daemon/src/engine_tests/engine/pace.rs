@@ -105,3 +105,29 @@ fn without_source_pacing_no_pass_runs() {
     assert!(!rig.engine.pace_pass(rig.now, &mut out));
     assert!(out.is_empty());
 }
+
+#[test]
+fn a_queue_that_stands_while_starting_flows_send_the_rate_brings_an_open_ceiling_down_to_a_share() {
+    let mut rig = Rig::new(BASE);
+    rig.engine.enable_source_pacing();
+    let share = 12_500_000.0 / 4.0;
+    // The flows send half the rate: the factor opens up (fast while they start).
+    let open = drive(&mut rig, 30, 0.5);
+    assert!(open.bytes_per_sec > 1.5 * share, "{open:?}");
+    // 400 frames beyond what the rate drains (48 ms at 100 Mbit/s), then the rate itself: the
+    // flows are ACK-clocked by the class, their ceilings slow nothing, and once the burst's
+    // arrivals are behind only the standing queue says so.
+    let backlog: Vec<Vec<u8>> = (0..400)
+        .map(|i| tcp(43000 + (i % 4) as u16, 5201, FULL, 0))
+        .collect();
+    rig.push(&backlog);
+    let burst = drive(&mut rig, 1, 1.0);
+    let after = drive(&mut rig, 12, 1.0);
+    assert!(after.held_frames > 300, "{after:?}");
+    assert!(
+        after.bytes_per_sec <= share,
+        "{open:?}, {burst:?} then {after:?}"
+    );
+    // Not much lower than an equal share less the queue's own 20 % (the slow terms go on).
+    assert!(after.bytes_per_sec >= 0.7 * share, "{after:?}");
+}
