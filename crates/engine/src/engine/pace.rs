@@ -25,8 +25,8 @@
 //!     against [`PACE_STANDING`]: a class that ran empty pushes `f` up, one whose queue stood
 //!     all window pulls it down (a larger gain keeps the queue shorter and loses rate);
 //!   - but in the class's first 600 ms, a queue that stood above [`PACE_DRAIN`] all window
-//!     (or for the last 30 ms) while `f` is above 1 brings `f` down by the most a period
-//!     allows, to 1 at the least: many flows that start together open `f` up and then send at
+//!     (or for the last 30 ms) and holds 64 frames or more while `f` is above 1 brings `f` down
+//!     by the most a period allows, to 1 at the least: many flows that start together open `f` up and then send at
 //!     the class's rate because the class holds them, ACK-clocked, not because of their
 //!     ceilings, and the integral above sees no error;
 //!   - the queue at the pass moves the ceiling itself (not `f`) by up to 20 % either way around
@@ -73,8 +73,12 @@ const GAIN_STANDING: f64 = 0.003;
 pub const PACE_STANDING: Duration = Duration::from_micros(250);
 /// A queue that stands above this, in time at the class's rate, for a whole window (or for
 /// [`DRAIN_PASSES`] passes of the current one) in a class's start brings a factor above 1 down
-/// at its fastest, to 1: 4 ms.
-pub const PACE_DRAIN: Duration = Duration::from_millis(4);
+/// at its fastest, to 1: 10 ms.
+pub const PACE_DRAIN: Duration = Duration::from_millis(10);
+/// Frames a class holds, at the least, for [`PACE_DRAIN`] to apply: 64, a quarter of the
+/// default super-frame slots (a few flows' start is not a threat to the frame pool, and the
+/// slower terms answer it without losing rate).
+const DRAIN_FRAMES: u64 = 64;
 /// Passes of a window after which its least queue counts for [`PACE_DRAIN`].
 const DRAIN_PASSES: u32 = 3;
 /// Passes of a class's start during which [`PACE_DRAIN`] applies (600 ms): later, a queue that
@@ -335,7 +339,11 @@ impl Engine {
             (GAIN_RATE, 1.1)
         };
         let drain = rate * PACE_DRAIN.as_nanos() as f64 / 1e9;
-        let step = if stood as f64 > drain && pace.factor > 1.0 && pace.passes <= DRAIN_UNTIL {
+        let draining = stood as f64 > drain
+            && held_frames >= DRAIN_FRAMES
+            && pace.factor > 1.0
+            && pace.passes <= DRAIN_UNTIL;
+        let step = if draining {
             // The class holds its starting flows back, not their ceilings, which opened up
             // above an equal share while they started (they send at the class's rate,
             // ACK-clocked, with a queue that stands): the factor comes down at the most a period
