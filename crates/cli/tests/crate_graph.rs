@@ -145,17 +145,39 @@ const DAEMON_ONLY: [&str; 6] = [
     "prometheus-client",
 ];
 
+/// The host's target triple (`rustc -vV`'s `host:` line).
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let output = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .trim()
+        .to_string()
+}
+
 /// Every package `root` reaches over normal dependencies (build and dev dependencies left out),
-/// by name, from `cargo metadata`'s resolved graph.
+/// by name, from `cargo metadata`'s resolved graph for the host's platform (offline, the
+/// packages the build fetched: those of other platforms may be missing from the cache).
 fn normal_closure(root: &str) -> BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--offline"])
+        .arg("--filter-platform")
+        .arg(host_triple())
         .arg("--manifest-path")
         .arg(self::root().join("Cargo.toml"))
         .output()
         .expect("cargo metadata runs");
-    assert!(output.status.success(), "cargo metadata failed");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
     let nodes = metadata["resolve"]["nodes"]
