@@ -220,6 +220,14 @@ pub struct AttachArgs {
     /// Leave out the workload part.
     #[arg(long)]
     pub no_workloads: bool,
+    /// The host part's TCP congestion control (`TCP_CONGESTION`, for example `cubic`; default:
+    /// the host namespace's, BBR on this project's machines).
+    #[arg(long, value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// No ECN: the host's senders without it and the daemon's host class without ECN
+    /// backpressure (by default both, a 1 ms threshold).
+    #[arg(long)]
+    pub no_ecn: bool,
 }
 
 /// A shaper of the attach comparison's host part, by its row name.

@@ -200,6 +200,8 @@ fn options(args: &AttachArgs) -> AttachOptions {
     options.isolate_daemon = args.isolate_daemon;
     options.workload_link = args.workload_link;
     options.pace_sockets = args.pace_sockets;
+    options.congestion = args.congestion.clone();
+    options.ecn = !args.no_ecn;
     // The daemon rows run this very binary's `run`.
     options.daemon_binary = std::env::current_exe().ok();
     if !args.target.is_empty() {
@@ -230,6 +232,21 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<()> {
         println!("metronome compare --attach on {machine}");
         println!("steering: {}", report.steering);
         println!("workloads joined the host: {}", report.workload_link.name());
+        println!(
+            "the host's TCP: {}",
+            report
+                .congestion
+                .as_deref()
+                .unwrap_or("the host namespace's default congestion control")
+        );
+        println!(
+            "ECN: {}",
+            if report.ecn {
+                "on the senders, and ECN backpressure at 1 ms in the daemon's host class"
+            } else {
+                "off"
+            }
+        );
         print!("{}", format_host(&report.host));
         println!();
         print!("{}", format_workloads(&report.workloads));
@@ -313,6 +330,8 @@ mod tests {
                 steering: "none".into(),
                 workload_link: WorkloadLink::Routed,
                 pace_sockets: true,
+                congestion: None,
+                ecn: true,
                 host: vec![failed(), row(Shaper::Tbf, 1e8)],
                 workloads: vec![
                     workload(Shaper::Metronome, "hv0", None),

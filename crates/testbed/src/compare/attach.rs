@@ -82,6 +82,12 @@ pub struct AttachOptions {
     /// The host class's `pace_sockets` in the daemon rows (its default, `true`: the host's
     /// sockets are slowed at their source; `false`: they queue in the daemon).
     pub pace_sockets: bool,
+    /// The host part's TCP congestion control (`TCP_CONGESTION` on every socket of a run);
+    /// `None`: the host namespace's default.
+    pub congestion: Option<String>,
+    /// ECN on the senders and ECN backpressure at 1 ms in the daemon's host class (the
+    /// default); `false`: neither.
+    pub ecn: bool,
 }
 
 impl AttachOptions {
@@ -102,6 +108,8 @@ impl AttachOptions {
             workload_link: WorkloadLink::Bridge,
             daemon_binary: None,
             pace_sockets: true,
+            congestion: None,
+            ecn: true,
         }
     }
 
@@ -195,20 +203,33 @@ pub struct AttachReport {
     /// runs, which had no source pacing, read as `false`.
     #[serde(default)]
     pub pace_sockets: bool,
+    /// The host part's congestion control ([`AttachOptions::congestion`]); `None`: the host
+    /// namespace's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    /// ECN on the senders and in the host class ([`AttachOptions::ecn`]); documents of earlier
+    /// runs, which always had it, read as `true`.
+    #[serde(default = "ecn_default")]
+    pub ecn: bool,
     /// The host part's rows.
     pub host: Vec<HostRow>,
     /// The workload part's rows.
     pub workloads: Vec<WorkloadRow>,
 }
 
+fn ecn_default() -> bool {
+    true
+}
+
 /// The daemon's configuration text for the host part: attached to `uplink`, one class of all
 /// TCP to `receiver` at `target_bps`, the class of the bump-in-the-wire comparison; with `fair`,
-/// `fair = true` and [`FAIR_GSO_SLOTS`]; without `pace_sockets`, `pace_sockets = false`.
+/// `fair = true` and [`FAIR_GSO_SLOTS`]; without `pace_sockets`, `pace_sockets = false`; with
+/// `ecn`, ECN backpressure at 1 ms.
 pub fn host_config_text(
     uplink: &str,
     receiver: std::net::Ipv4Addr,
     target_bps: u64,
-    (fair, pace_sockets): (bool, bool),
+    (fair, pace_sockets, ecn): (bool, bool, bool),
 ) -> String {
     let (daemon, extra) = if fair {
         (
@@ -223,11 +244,15 @@ pub fn host_config_text(
     } else {
         "pace_sockets = false\n"
     };
+    let backpressure = if ecn {
+        "backpressure = { mode = \"ecn\", threshold = \"1ms\" }\n"
+    } else {
+        ""
+    };
     format!(
         "[interfaces]\nattach = [\"{uplink}\"]\n\n{daemon}[wheel]\nhorizon = \"250ms\"\n\n\
          [[class]]\nname = \"host\"\nmatch = {{ dst = \"{receiver}\", protocol = \"tcp\" }}\n\
-         rate = {target_bps}\nhorizon_policy = \"reject\"\n\
-         backpressure = {{ mode = \"ecn\", threshold = \"1ms\" }}\n{extra}{pace}"
+         rate = {target_bps}\nhorizon_policy = \"reject\"\n{backpressure}{extra}{pace}"
     )
 }
 
@@ -281,7 +306,9 @@ pub fn run(
 ) -> Result<AttachReport, CompareError> {
     let _ = crate::netns::remove_stale(NS_PREFIX);
     let mut topo = AttachTopology::with_link(NS_PREFIX, options.workloads, options.workload_link)?;
-    topo.enable_sender_ecn();
+    if options.ecn {
+        topo.enable_sender_ecn();
+    }
     let steering = steer(&topo, options.isolate_daemon);
     let _ = writeln!(progress, "steering: {steering}");
     let mut ports = Ports(BASE_PORT);
@@ -310,6 +337,8 @@ pub fn run(
         steering,
         workload_link: options.workload_link,
         pace_sockets: options.pace_sockets,
+        congestion: options.congestion.clone(),
+        ecn: options.ecn,
         host,
         workloads,
     })
@@ -410,12 +439,13 @@ pub fn describe_workload_row(row: &WorkloadRow) -> String {
 }
 
 /// The traffic path of the host part: the host's own TCP to the receiver.
-fn host_path(topo: &AttachTopology) -> TrafficPath {
+fn host_path(topo: &AttachTopology, congestion: Option<&str>) -> TrafficPath {
     TrafficPath {
         sender: topo.host.clone(),
         receiver: topo.receiver.clone(),
         receiver_if: topo.receiver_if.clone(),
         receiver_addr: topo.receiver_addr,
+        congestion: congestion.map(str::to_owned),
     }
 }
 
@@ -428,7 +458,7 @@ fn host_run(
 ) -> Result<HostRow, CompareError> {
     let port = ports.take(2);
     let timing = (options.warmup, options.measure);
-    let path = host_path(topo);
+    let path = host_path(topo, options.congestion.as_deref());
     let failed = |error: String| HostRow::Failed {
         shaper,
         target_bps: target,
@@ -476,7 +506,11 @@ fn host_run(
                 &topo.uplink,
                 topo.receiver_addr,
                 target,
-                (shaper == Shaper::MetronomeFair, options.pace_sockets),
+                (
+                    shaper == Shaper::MetronomeFair,
+                    options.pace_sockets,
+                    options.ecn,
+                ),
             );
             let daemon = match start_daemon(topo, options, &text)? {
                 Ok(d) => d,
@@ -783,7 +817,7 @@ mod tests {
             "up0",
             std::net::Ipv4Addr::new(10, 78, 0, 2),
             1_000,
-            (true, true),
+            (true, true, true),
         );
         assert!(text.contains("attach = [\"up0\"]"), "{text}");
         assert!(text.contains("rate = 1000\n"), "{text}");
@@ -797,10 +831,12 @@ mod tests {
             "up0",
             std::net::Ipv4Addr::new(10, 78, 0, 2),
             1_000,
-            (false, false),
+            (false, false, false),
         );
         assert!(!plain.contains("fair"), "{plain}");
         assert!(plain.contains("pace_sockets = false\n"), "{plain}");
+        assert!(text.contains("mode = \"ecn\""), "{text}");
+        assert!(!plain.contains("backpressure"), "{plain}");
         daemon_config(&plain).unwrap();
     }
 

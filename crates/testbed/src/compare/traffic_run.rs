@@ -36,6 +36,9 @@ pub(crate) struct TrafficPath {
     pub(crate) receiver: crate::netns::Namespace,
     pub(crate) receiver_if: String,
     pub(crate) receiver_addr: std::net::Ipv4Addr,
+    /// The congestion control every TCP socket of the run sets (`TCP_CONGESTION`); `None`: the
+    /// sender namespace's default.
+    pub(crate) congestion: Option<String>,
 }
 
 impl TrafficPath {
@@ -45,6 +48,7 @@ impl TrafficPath {
             receiver: topo.receiver.clone(),
             receiver_if: topo.receiver_if.clone(),
             receiver_addr: topo.receiver_addr,
+            congestion: None,
         }
     }
 }
@@ -141,6 +145,10 @@ pub fn answered(probe: &ProbeReport) -> Option<&ProbeReport> {
 type TrafficThread = std::thread::JoinHandle<Result<TrafficReport, TrafficError>>;
 
 fn spawn_traffic(path: &TrafficPath, plan: TrafficPlan) -> TrafficThread {
+    let plan = match &path.congestion {
+        Some(name) => plan.with_congestion(name),
+        None => plan,
+    };
     let (snd, rcv) = (path.sender.clone(), path.receiver.clone());
     std::thread::spawn(move || trafficgen::run(&plan, Some(&snd), Some(&rcv)))
 }
