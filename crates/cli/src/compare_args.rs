@@ -232,11 +232,11 @@ pub struct AttachArgs {
 
 /// A shaper of the attach comparison's host part, by its row name.
 fn parse_host_shaper(name: &str) -> Result<metronome_testbed::compare::Shaper, String> {
-    metronome_testbed::compare::attach::HOST_SHAPERS
+    metronome_testbed::compare::Shaper::ALL
         .into_iter()
         .find(|s| s.name() == name)
         .ok_or_else(|| {
-            let names: Vec<&str> = metronome_testbed::compare::attach::HOST_SHAPERS
+            let names: Vec<&str> = metronome_testbed::compare::Shaper::ALL
                 .iter()
                 .map(|s| s.name())
                 .collect();

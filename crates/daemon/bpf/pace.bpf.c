@@ -12,11 +12,12 @@
 // paces the socket (internal pacing works without fq) and it sends no faster than its share,
 // instead of queueing in the daemon. Its congestion window is clamped to four times what the
 // ceiling sends in a smoothed round trip of at least CLAMP_FLOOR_US / 4 (and to at least
-// MIN_CLAMP segments): on a path of a few hundred
-// microseconds the kernel's TSO autosizing (tcp_tso_rtt_log) builds 64 KB bursts, which a
-// socket paced at a few Mbit/s would send at once and then wait tens of milliseconds; the
-// window is what bounds a burst. The clamp is recomputed when it moves by more than a quarter. The socket's own SO_MAX_PACING_RATE, if it set one, is
-// kept (`SOCKS`) and stays the bound; it is put back when the flow is no longer paced.
+// MIN_CLAMP segments): on a path of a few hundred microseconds the kernel's TSO autosizing
+// (tcp_tso_rtt_log) builds 64 KB bursts, which a socket paced at a few Mbit/s would send at
+// once and then wait tens of milliseconds; the window is what bounds a burst. The clamp is
+// recomputed when it moves by more than a quarter. The socket's own SO_MAX_PACING_RATE, if it
+// set one, is kept (`SOCKS`) and stays the bound; it is put back when the flow is no longer
+// paced.
 //
 // Failing open: `STATE[0]` is the daemon's heartbeat (bpf_ktime_get_ns, CLOCK_MONOTONIC),
 // written every few milliseconds. Once it is older than `STATE[1]` nanoseconds (the daemon was

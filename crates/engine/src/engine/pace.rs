@@ -26,15 +26,15 @@
 //!     all window pulls it down (a larger gain keeps the queue shorter and loses rate);
 //!   - but in the class's first 600 ms, a queue that stood above [`PACE_DRAIN`] all window
 //!     (or for the last 30 ms) and holds 64 frames or more while `f` is above 1 brings `f` down
-//!     by the most a period allows, to 1 at the least: many flows that start together open `f` up and then send at
-//!     the class's rate because the class holds them, ACK-clocked, not because of their
-//!     ceilings, and the integral above sees no error;
+//!     by the most a period allows, to 1 at the least: many flows that start together open `f`
+//!     up and then send at the class's rate because the class holds them, ACK-clocked, not
+//!     because of their ceilings, and the integral above sees no error;
 //!   - the queue at the pass moves the ceiling itself (not `f`) by up to 20 % either way around
 //!     [`PACE_TARGET`], so that a burst is answered within a period.
 //!
 //!   `f` absorbs what an equal share misses: flows that send less than their share (the others
-//!   may take it, up to `f = n` times [`PACE_HEADROOM`], one flow alone at 1.1 `R`), traffic the daemon cannot slow
-//!   (forwarded, or from sockets out of reach; the ceiling stays at least
+//!   may take it, up to `f = n` times [`PACE_HEADROOM`], one flow alone at 1.1 `R`), traffic
+//!   the daemon cannot slow (forwarded, or from sockets out of reach; the ceiling stays at least
 //!   [`PACE_FLOOR_SHARE`] of an equal share so that it cannot starve the local flows), and a
 //!   socket that sends faster than its ceiling for a while (the kernel credits a socket late
 //!   for its pacing timer). With source pacing, a class's aggregate bucket holds at least

@@ -97,7 +97,7 @@ impl AttachOptions {
         AttachOptions {
             targets_bps: FULL_TARGETS_BPS.to_vec(),
             flows: FULL_FLOWS.to_vec(),
-            host_shapers: HOST_SHAPERS.to_vec(),
+            host_shapers: Shaper::ALL.to_vec(),
             workloads: WORKLOADS,
             workload_flows: WORKLOAD_FLOWS,
             workload_rate_bps: WORKLOAD_RATE_BPS,
@@ -124,14 +124,6 @@ impl AttachOptions {
         }
     }
 }
-
-/// The host part's shapers, in the order they run for each (target, flows).
-pub const HOST_SHAPERS: [Shaper; 4] = [
-    Shaper::Metronome,
-    Shaper::MetronomeFair,
-    Shaper::Htb,
-    Shaper::Tbf,
-];
 
 /// One run of the host part: its figures, or why it has none.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
