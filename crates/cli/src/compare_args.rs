@@ -114,6 +114,11 @@ pub struct GridArgs {
     /// departure the idle loop may wake, e.g. `0us` (more wake-ups, less delay).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timer_slack: Option<metronome_core::Duration>,
+    /// The daemon rows' `[daemon] arrival_slack` instead of its default (400us): the longest idle
+    /// sleep arrivals do not end while the wheel holds frames, e.g. `0us` (every arrival wakes
+    /// the loop).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub arrival_slack: Option<metronome_core::Duration>,
     /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into
     /// DIR.
     #[arg(long, value_name = "DIR")]
@@ -228,6 +233,13 @@ pub struct AttachArgs {
     /// backpressure (by default both, a 1 ms threshold).
     #[arg(long)]
     pub no_ecn: bool,
+    /// The daemon rows' `[daemon] timer_slack` instead of its default (200us).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timer_slack: Option<metronome_core::Duration>,
+    /// The daemon rows' `[daemon] arrival_slack` instead of its default (400us); `0us`: every
+    /// arrival wakes the loop.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub arrival_slack: Option<metronome_core::Duration>,
 }
 
 /// A shaper of the attach comparison's host part, by its row name.

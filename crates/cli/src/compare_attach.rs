@@ -202,6 +202,11 @@ fn options(args: &AttachArgs) -> AttachOptions {
     options.pace_sockets = args.pace_sockets;
     options.congestion = args.congestion.clone();
     options.ecn = !args.no_ecn;
+    options.daemon_loop = metronome_testbed::compare::DaemonLoop {
+        busy_poll: false,
+        timer_slack: args.timer_slack,
+        arrival_slack: args.arrival_slack,
+    };
     // The daemon rows run this very binary's `run`.
     options.daemon_binary = std::env::current_exe().ok();
     if !args.target.is_empty() {
@@ -247,6 +252,9 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<()> {
                 "off"
             }
         );
+        if let Some(mode) = &report.daemon_loop {
+            println!("the daemon's loop: {mode}");
+        }
         print!("{}", format_host(&report.host));
         println!();
         print!("{}", format_workloads(&report.workloads));
@@ -332,6 +340,7 @@ mod tests {
                 pace_sockets: true,
                 congestion: None,
                 ecn: true,
+                daemon_loop: None,
                 host: vec![failed(), row(Shaper::Tbf, 1e8)],
                 workloads: vec![
                     workload(Shaper::Metronome, "hv0", None),

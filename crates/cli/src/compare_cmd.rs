@@ -375,6 +375,7 @@ fn run_grid(g: &GridArgs, quick: bool, ceiling: bool) -> anyhow::Result<()> {
     options.daemon_loop = DaemonLoop {
         busy_poll: g.busy_poll,
         timer_slack: g.timer_slack,
+        arrival_slack: g.arrival_slack,
     };
     if !g.target.is_empty() {
         options.targets_bps = g.target.iter().map(|r| r.bps()).collect();
@@ -516,12 +517,13 @@ mod tests {
         let spin = DaemonLoop {
             busy_poll: true,
             timer_slack: Some(parse_duration("0us").unwrap()),
+            arrival_slack: Some(parse_duration("400us").unwrap()),
         };
         let report = report(Shaper::MetronomeFair, 100_000_000, 99.0e6);
         let text = to_json(&[report], (OffloadMode::Host, spin), "m").unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
-            v["daemon_loop"], "busy_poll = true, timer_slack = 0 us",
+            v["daemon_loop"], "busy_poll = true, timer_slack = 0 us, arrival_slack = 400 us",
             "{v}"
         );
         assert_eq!(
@@ -533,6 +535,10 @@ mod tests {
         spin.configure(&mut config);
         assert!(config.daemon.busy_poll);
         assert_eq!(config.daemon.timer_slack, metronome_core::Duration::ZERO);
+        assert_eq!(
+            config.daemon.arrival_slack,
+            metronome_core::Duration::from_micros(400)
+        );
     }
 
     #[test]

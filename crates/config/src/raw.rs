@@ -75,6 +75,7 @@ pub(crate) struct RawDaemon {
     pub drain: Option<Spanned<String>>,
     pub link_down_grace: Option<Spanned<String>>,
     pub timer_slack: Option<Spanned<String>>,
+    pub arrival_slack: Option<Spanned<String>>,
     pub pool_share: Option<Spanned<i64>>,
     pub early_refuse: Option<bool>,
     pub nice: Option<Spanned<i64>>,

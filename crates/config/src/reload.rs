@@ -23,7 +23,8 @@
 //!   array and node pool are sized at start-up and hold the queued packets;
 //! * `daemon.batch_size` (buffers are sized at start-up), `daemon.metrics_listen` (the socket is
 //!   bound), `daemon.log_format` (the subscriber is installed once), `daemon.drain` and
-//!   `daemon.link_down_grace` and `daemon.timer_slack` (read by the loop at start), `daemon.user`
+//!   `daemon.link_down_grace`, `daemon.timer_slack` and `daemon.arrival_slack` (read by the loop
+//!   at start), `daemon.user`
 //!   (the daemon switched user once, at start-up, and cannot switch back),
 //!   `daemon.realtime_priority` (the loops set it for themselves at start), `daemon.control`
 //!   (the socket is bound at start-up), `daemon.class_dir` (read once, at start-up);
@@ -340,6 +341,8 @@ pub(super) fn plan(old: &Config, new: &Config) -> ReloadPlan {
     );
     let (os, ns) = (od.timer_slack.to_string(), nd.timer_slack.to_string());
     compare(&mut restart, "daemon.timer_slack", os, ns);
+    let (os, ns) = (od.arrival_slack.to_string(), nd.arrival_slack.to_string());
+    compare(&mut restart, "daemon.arrival_slack", os, ns);
     compare(&mut restart, "daemon.user", &od.user, &nd.user);
     compare(
         &mut restart,

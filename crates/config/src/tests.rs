@@ -560,6 +560,17 @@ fn timer_slack_defaults_parses_and_needs_a_restart() {
 }
 
 #[test]
+fn arrival_slack_defaults_parses_and_needs_a_restart() {
+    daemon_duration_field(
+        "arrival_slack",
+        |c| c.daemon.arrival_slack,
+        DEFAULT_ARRIVAL_SLACK,
+        "1ms",
+        Duration::from_millis(1),
+    );
+}
+
+#[test]
 fn daemon_user_is_a_plain_name_and_needs_a_restart() {
     assert_eq!(parse("").unwrap().daemon.user, None);
     let c = parse("[daemon]\nuser = \"metronome\"\n").unwrap();

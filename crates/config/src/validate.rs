@@ -18,8 +18,8 @@ use super::raw::{
     Scalar,
 };
 use super::{
-    ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_BATCH_SIZE,
-    DEFAULT_CONTROL, DEFAULT_DRAIN, DEFAULT_EARLY_MULTIPLE, DEFAULT_GSO_SLOTS,
+    ClassConfig, ClassPolicy, Config, DaemonConfig, Interfaces, LogFormat, DEFAULT_ARRIVAL_SLACK,
+    DEFAULT_BATCH_SIZE, DEFAULT_CONTROL, DEFAULT_DRAIN, DEFAULT_EARLY_MULTIPLE, DEFAULT_GSO_SLOTS,
     DEFAULT_HORIZON_POLICY, DEFAULT_LINK_DOWN_GRACE, DEFAULT_MAX_API_CLASSES,
     DEFAULT_METRICS_LISTEN, DEFAULT_MTU, DEFAULT_NBA_PERIOD, DEFAULT_NICE, DEFAULT_ORIGIN_MARK,
     DEFAULT_POOL_SHARE, DEFAULT_TIMER_SLACK, MAX_BATCH_SIZE, MAX_CLASSES, MAX_CORES,
@@ -468,6 +468,11 @@ impl Validator<'_> {
             DEFAULT_LINK_DOWN_GRACE,
         )?;
         let timer_slack = duration(&raw.timer_slack, "daemon.timer_slack", DEFAULT_TIMER_SLACK)?;
+        let arrival_slack = duration(
+            &raw.arrival_slack,
+            "daemon.arrival_slack",
+            DEFAULT_ARRIVAL_SLACK,
+        )?;
         let user = raw.user.as_ref().map(|u| self.user_name(u)).transpose()?;
         let pool_share = match &raw.pool_share {
             Some(p) => self.int_in(p, "daemon.pool_share", 0, MAX_POOL_SHARE)? as u32,
@@ -509,6 +514,7 @@ impl Validator<'_> {
             drain,
             link_down_grace,
             timer_slack,
+            arrival_slack,
             user,
             pool_share,
             early_refuse: raw.early_refuse.unwrap_or(true),

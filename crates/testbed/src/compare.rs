@@ -209,6 +209,8 @@ pub struct DaemonLoop {
     pub busy_poll: bool,
     /// The idle loop's timer slack instead of the default.
     pub timer_slack: Option<metronome_core::Duration>,
+    /// The idle loop's arrival slack instead of the default.
+    pub arrival_slack: Option<metronome_core::Duration>,
 }
 
 impl DaemonLoop {
@@ -218,6 +220,26 @@ impl DaemonLoop {
         if let Some(slack) = self.timer_slack {
             config.daemon.timer_slack = slack;
         }
+        if let Some(slack) = self.arrival_slack {
+            config.daemon.arrival_slack = slack;
+        }
+    }
+
+    /// The mode as lines of a configuration's `[daemon]` section (nothing for the defaults).
+    pub fn toml_lines(&self) -> String {
+        let mut lines = String::new();
+        if self.busy_poll {
+            lines += "busy_poll = true\n";
+        }
+        for (key, slack) in [
+            ("timer_slack", self.timer_slack),
+            ("arrival_slack", self.arrival_slack),
+        ] {
+            if let Some(d) = slack {
+                lines += &format!("{key} = \"{}ns\"\n", d.as_nanos());
+            }
+        }
+        lines
     }
 
     /// The mode in words, `None` for the defaults.
@@ -228,6 +250,9 @@ impl DaemonLoop {
         }
         if let Some(slack) = self.timer_slack {
             parts.push(format!("timer_slack = {} us", slack.as_nanos() / 1_000));
+        }
+        if let Some(slack) = self.arrival_slack {
+            parts.push(format!("arrival_slack = {} us", slack.as_nanos() / 1_000));
         }
         (!parts.is_empty()).then(|| parts.join(", "))
     }

@@ -27,7 +27,8 @@ mod side;
 mod wait;
 
 use side::Side;
-use wait::{sleep_time, wait, wake_after};
+pub use wait::Wake;
+use wait::{sleep_time, wait, wake_after, Arrivals};
 
 /// Longest sleep when idle: bounds how late a stop or reload request is noticed (50 ms).
 pub const MAX_SLEEP: StdDuration = StdDuration::from_millis(50);
@@ -237,6 +238,9 @@ pub struct LoopOptions {
     /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
     /// timer_slack`, `wake_after`).
     pub timer_slack: metronome_core::Duration,
+    /// While the wheel holds frames, the longest idle sleep arrivals do not end (`[daemon]
+    /// arrival_slack`, `sleeps_through_arrivals`).
+    pub arrival_slack: metronome_core::Duration,
     /// The receiving sockets' early filter this loop feeds; `None`: none.
     pub early: Option<EarlyLoop>,
     /// The source pacing this loop feeds; `None`: none.
@@ -257,6 +261,7 @@ impl LoopOptions {
             drain: StdDuration::from_nanos(config.daemon.drain.as_nanos()),
             link_down_grace: config.daemon.link_down_grace,
             timer_slack: config.daemon.timer_slack,
+            arrival_slack: config.daemon.arrival_slack,
             early: None,
             pace: None,
             interfaces: (
@@ -306,6 +311,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
     let mut rx = vec![RxFrame::default(); batch];
     let mut busy_poll = options.busy_poll;
     let mut watch = PortWatch::default();
+    let mut arrivals = Arrivals::default();
     let started = clock.now();
     // When both ports were last read or polled (see UNREAD_MAX).
     let mut checked = started;
@@ -335,6 +341,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         }
         let moved = move_frames(engine, &mut inn, &mut out, &mut rx, (now, clock), batch)?;
         let (work, rx_back) = (moved.work, moved.back);
+        arrivals.count(now, moved.arrived, options.arrival_slack);
         passed_back += rx_back;
         refusing_ns += moved.refusing_ns;
         let before = inn.live() + out.live();
@@ -366,8 +373,15 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         if timeout.is_zero() {
             continue;
         }
+        let deaf = sleeps_through_arrivals(
+            arrivals.frequent() && engine.next_due().is_some() && pending == 0,
+            timeout,
+            options.arrival_slack,
+        );
         let before = clock.now();
-        (inn.may_read, out.may_read) = wait(&*inn.port, &*out.port, hook.wake_fd(), timeout);
+        let woken = wait(&*inn.port, &*out.port, hook.wake_fd(), timeout, deaf);
+        (inn.may_read, out.may_read) = (woken.inside, woken.outside);
+        metrics.loop_woke(woken.by);
         checked = clock.now();
         let slept = checked.saturating_since(before).as_nanos();
         slept_ns += slept;
@@ -405,6 +419,8 @@ struct Moved {
     work: usize,
     /// Of them, those received on `outside`.
     back: u64,
+    /// Of them, those received on either port.
+    arrived: u64,
     /// The round's time spent on frames the engine refused ([`LoopReport::refusing_ns`]).
     refusing_ns: u64,
 }
@@ -439,12 +455,14 @@ where
         }
         work += n;
     }
+    let mut arrived = work as u64;
     let mut back = 0;
     if let Some(n) = out.recv(inn.tx.len() < batch, inn.pool, rx, now)? {
         let from = inn.tx.len();
         engine.pass_through(inn.pool, &rx[..n], &mut inn.tx);
         engine.shape_acks(t, inn.pool, &mut inn.tx, from);
         back = n as u64;
+        arrived += back;
         work += n;
     }
     let room = inn.room();
@@ -454,6 +472,7 @@ where
     Ok(Moved {
         work,
         back,
+        arrived,
         refusing_ns,
     })
 }
@@ -506,6 +525,21 @@ fn idle_timeout<I, O>(
         let due = [due, inn.carrier.next_probe(), out.carrier.next_probe()];
         sleep_time(due.into_iter().flatten().min(), now).max(CARRIER_DOWN_WAKE)
     }
+}
+
+/// Whether the idle loop's sleep of `timeout` ignores arrivals: when frames arrive often (at
+/// least two per `arrival_slack` over the last 10 ms, `wait::Arrivals`) and the wheel holds
+/// frames (`queued`: both; the loop wakes for the next departure anyway, none waiting for the
+/// device), and the sleep is at most `arrival_slack` (`[daemon] arrival_slack`). The round it wakes for then
+/// reads whatever arrived meanwhile: one wake-up for a departure and the arrivals before it,
+/// each arrival read at most `arrival_slack` after it came. An idle loop (nothing queued), or
+/// one whose next departure is further away, wakes for an arrival at once.
+fn sleeps_through_arrivals(
+    queued: bool,
+    timeout: StdDuration,
+    arrival_slack: metronome_core::Duration,
+) -> bool {
+    queued && !timeout.is_zero() && timeout <= StdDuration::from_nanos(arrival_slack.as_nanos())
 }
 
 /// Stopping: nothing more is received; what is queued still leaves at its EDT for at most

@@ -258,8 +258,8 @@ impl Metrics {
         inner.cluster.register(r);
         inner.http_refused.register(r);
         inner.silos = if n == 1 {
-            let one = SiloSeries::new();
-            register_silo_series(r, &one);
+            let mut one = SiloSeries::new();
+            register_silo_series(r, &mut one);
             vec![one]
         } else {
             register_silo_families(r, n)
@@ -496,6 +496,12 @@ impl Metrics {
     /// the share of a core the loop is busy, 1 when the loop is the bottleneck.
     pub fn loop_slept_ns(&self, ns: u64) {
         self.series().loop_sleep_ns.inc_by(ns);
+    }
+
+    /// Counts one of the loop's sleeps that ended, by what ended it
+    /// (`metronome_loop_wakeups_total{by}`).
+    pub fn loop_woke(&self, by: crate::driver::run::Wake) {
+        self.series().wakeups[by as usize].inc();
     }
 
     /// The counter of frames of `kind` (`malformed`, `non_ip`) that met `action` (`default`,

@@ -88,6 +88,9 @@ pub struct AttachOptions {
     /// ECN on the senders and ECN backpressure at 1 ms in the daemon's host class (the
     /// default); `false`: neither.
     pub ecn: bool,
+    /// How the daemon rows' loop waits for work (`[daemon] busy_poll`, `timer_slack`,
+    /// `arrival_slack`); the defaults unless set.
+    pub daemon_loop: crate::compare::DaemonLoop,
 }
 
 impl AttachOptions {
@@ -110,6 +113,7 @@ impl AttachOptions {
             pace_sockets: true,
             congestion: None,
             ecn: true,
+            daemon_loop: crate::compare::DaemonLoop::default(),
         }
     }
 
@@ -203,6 +207,10 @@ pub struct AttachReport {
     /// runs, which always had it, read as `true`.
     #[serde(default = "ecn_default")]
     pub ecn: bool,
+    /// The daemon rows' loop mode in words ([`AttachOptions::daemon_loop`]); `None`: the
+    /// defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_loop: Option<String>,
     /// The host part's rows.
     pub host: Vec<HostRow>,
     /// The workload part's rows.
@@ -222,15 +230,18 @@ pub fn host_config_text(
     receiver: std::net::Ipv4Addr,
     target_bps: u64,
     (fair, pace_sockets, ecn): (bool, bool, bool),
+    daemon_loop: &crate::compare::DaemonLoop,
 ) -> String {
-    let (daemon, extra) = if fair {
-        (
-            format!("[daemon]\ngso_slots = {FAIR_GSO_SLOTS}\n\n"),
-            "fair = true\n",
-        )
+    let mut daemon = daemon_loop.toml_lines();
+    let extra = if fair {
+        daemon += &format!("gso_slots = {FAIR_GSO_SLOTS}\n");
+        "fair = true\n"
     } else {
-        (String::new(), "")
+        ""
     };
+    if !daemon.is_empty() {
+        daemon = format!("[daemon]\n{daemon}\n");
+    }
     let pace = if pace_sockets {
         ""
     } else {
@@ -331,6 +342,7 @@ pub fn run(
         pace_sockets: options.pace_sockets,
         congestion: options.congestion.clone(),
         ecn: options.ecn,
+        daemon_loop: options.daemon_loop.describe(),
         host,
         workloads,
     })
@@ -503,6 +515,7 @@ fn host_run(
                     options.pace_sockets,
                     options.ecn,
                 ),
+                &options.daemon_loop,
             );
             let daemon = match start_daemon(topo, options, &text)? {
                 Ok(d) => d,
@@ -810,6 +823,7 @@ mod tests {
             std::net::Ipv4Addr::new(10, 78, 0, 2),
             1_000,
             (true, true, true),
+            &crate::compare::DaemonLoop::default(),
         );
         assert!(text.contains("attach = [\"up0\"]"), "{text}");
         assert!(text.contains("rate = 1000\n"), "{text}");
@@ -824,12 +838,25 @@ mod tests {
             std::net::Ipv4Addr::new(10, 78, 0, 2),
             1_000,
             (false, false, false),
+            &crate::compare::DaemonLoop {
+                busy_poll: false,
+                timer_slack: None,
+                arrival_slack: Some(metronome_core::Duration::ZERO),
+            },
         );
         assert!(!plain.contains("fair"), "{plain}");
         assert!(plain.contains("pace_sockets = false\n"), "{plain}");
         assert!(text.contains("mode = \"ecn\""), "{text}");
         assert!(!plain.contains("backpressure"), "{plain}");
-        daemon_config(&plain).unwrap();
+        assert!(
+            plain.contains("[daemon]\narrival_slack = \"0ns\"\n"),
+            "{plain}"
+        );
+        assert_eq!(
+            daemon_config(&plain).unwrap().daemon.arrival_slack,
+            metronome_core::Duration::ZERO
+        );
+        daemon_config(&text).unwrap();
     }
 
     #[test]

@@ -454,3 +454,108 @@ fn a_batch_leaves_in_chunks_with_the_live_operations_polled_between_them() {
     assert_eq!(sends.len(), frames / side::TX_CHUNK, "{sends:?}");
     assert_eq!(hook.between, sends.len() as u64 - 1);
 }
+
+#[test]
+fn arrivals_wake_an_idle_loop_and_one_far_from_a_departure_but_not_one_about_to_wake_anyway() {
+    let slack = Duration::from_micros(400);
+    let us = StdDuration::from_micros;
+    // Frames queued, the sleep within the slack: arrivals wait for the wake-up.
+    assert!(sleeps_through_arrivals(true, us(400), slack));
+    assert!(sleeps_through_arrivals(true, us(1), slack));
+    // Nothing queued (a sparse flow's packet must not wait), or the departure further away.
+    assert!(!sleeps_through_arrivals(false, us(100), slack));
+    assert!(!sleeps_through_arrivals(true, us(401), slack));
+    assert!(!sleeps_through_arrivals(true, MAX_SLEEP, slack));
+    // A zero slack: every arrival wakes the loop.
+    assert!(!sleeps_through_arrivals(true, us(1), Duration::ZERO));
+    assert!(!sleeps_through_arrivals(true, StdDuration::ZERO, slack));
+}
+
+/// A port whose descriptor is one end of a socket pair: readable once the other end wrote.
+struct SocketPort(std::os::unix::net::UnixDatagram);
+
+impl PacketPort for SocketPort {
+    fn recv(&mut self, _: &mut FramePool, _: &mut [RxFrame]) -> Result<usize, PortError> {
+        Ok(0)
+    }
+    fn send(&mut self, _: &mut FramePool, ids: &[u32]) -> Result<usize, PortError> {
+        Ok(ids.len())
+    }
+    fn counters(&mut self) -> PortCounters {
+        PortCounters::default()
+    }
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.0.as_fd())
+    }
+}
+
+#[test]
+fn a_sleep_says_what_ended_it_and_a_deaf_one_ignores_frames_but_not_the_control_socket() {
+    use std::os::fd::AsFd;
+    let (inside, inside_peer) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let (outside, _outside_peer) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let (wake, wake_peer) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let (inside, outside) = (SocketPort(inside), SocketPort(outside));
+    let short = StdDuration::from_millis(20);
+    // Nothing readable: the timeout ends it, and no port is to be read.
+    let woken = wait(&inside, &outside, Some(wake.as_fd()), short, false);
+    assert_eq!(
+        (woken.inside, woken.outside, woken.by),
+        (false, false, Wake::Due)
+    );
+    // A frame on the inside port ends it at once.
+    inside_peer.send(b"frame").unwrap();
+    let started = std::time::Instant::now();
+    let woken = wait(&inside, &outside, Some(wake.as_fd()), MAX_SLEEP, false);
+    assert_eq!(
+        (woken.inside, woken.outside, woken.by),
+        (true, false, Wake::Frame)
+    );
+    assert!(started.elapsed() < MAX_SLEEP);
+    // Deaf: the same readable port does not end it; both ports are read after it.
+    let started = std::time::Instant::now();
+    let woken = wait(&inside, &outside, Some(wake.as_fd()), short, true);
+    assert_eq!(
+        (woken.inside, woken.outside, woken.by),
+        (true, true, Wake::Due)
+    );
+    assert!(started.elapsed() >= short);
+    // An operation of the control socket ends even a deaf sleep.
+    wake_peer.send(b"op").unwrap();
+    let woken = wait(&inside, &outside, Some(wake.as_fd()), MAX_SLEEP, true);
+    assert_eq!(woken.by, Wake::Control);
+}
+
+#[test]
+fn the_loop_sleeps_through_arrivals_only_while_several_come_within_the_slack() {
+    let slack = Duration::from_micros(400);
+    let mut arrivals = wait::Arrivals::default();
+    let start = Timestamp::from_nanos(1_000_000_000);
+    assert!(!arrivals.frequent());
+    // One frame every 250 µs (100 Mbit/s of 3 KB frames): 1.6 per slack, not enough.
+    let mut t = start;
+    for _ in 0..80 {
+        t += Duration::from_micros(250);
+        arrivals.count(t, 1, slack);
+    }
+    assert!(!arrivals.frequent());
+    // One every 100 µs: 4 per slack, from the end of the window on.
+    for _ in 0..200 {
+        t += Duration::from_micros(100);
+        arrivals.count(t, 1, slack);
+    }
+    assert!(arrivals.frequent());
+    // Rounds that read nothing still close the window: quiet again.
+    for _ in 0..30 {
+        t += Duration::from_millis(1);
+        arrivals.count(t, 0, slack);
+    }
+    assert!(!arrivals.frequent());
+    // A zero slack never counts as frequent.
+    let mut none = wait::Arrivals::default();
+    for k in 0..100 {
+        none.count(start + Duration::from_micros(k * 10), 64, Duration::ZERO);
+    }
+    assert!(!none.frequent());
+}

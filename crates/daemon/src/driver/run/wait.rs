@@ -32,23 +32,95 @@ pub(super) fn wake_after(
     sleep_time(next_due.map(|t| t.saturating_add(slack)), now)
 }
 
-/// Sleeps until either port or `wake` is readable or `timeout` passes (ppoll(2), nanosecond
-/// timeout); returns which ports `ppoll` reported readable (or in error: the receive reports
-/// it). `wake` is the loop hook's descriptor ([`super::LoopHook::wake_fd`]: the control
-/// socket's operations), which the hook reads at the top of the next round. A port without a
-/// descriptor, or any `ppoll` failure (EINTR: a signal), counts as readable.
+/// The window over which [`Arrivals`] counts frames: 10 ms.
+pub(super) const ARRIVAL_WINDOW: metronome_core::Duration =
+    metronome_core::Duration::from_millis(10);
+
+/// Frames that must arrive, on average, within one arrival slack for the loop to sleep through
+/// arrivals: 2. Below that, a wake-up per arrival costs little more than the departures' own,
+/// and waiting for the next departure would only delay the arrival.
+pub(super) const COALESCE_ARRIVALS: u64 = 2;
+
+/// How often frames arrive: counted over windows of [`ARRIVAL_WINDOW`], so that the loop sleeps
+/// through arrivals only while they come often enough that one wake-up serves several
+/// ([`Arrivals::frequent`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Arrivals {
+    /// When the current window began.
+    since: Option<Timestamp>,
+    /// Frames of the current window.
+    count: u64,
+    /// Whether the last whole window had frequent arrivals.
+    frequent: bool,
+}
+
+impl Arrivals {
+    /// Counts `frames` received at `now`; at the end of a window decides whether arrivals
+    /// came at least [`COALESCE_ARRIVALS`] per `slack` over it.
+    pub(super) fn count(&mut self, now: Timestamp, frames: u64, slack: metronome_core::Duration) {
+        self.count += frames;
+        let since = *self.since.get_or_insert(now);
+        let window = now.saturating_since(since);
+        if window >= ARRIVAL_WINDOW {
+            // count / window >= COALESCE_ARRIVALS / slack, in integers.
+            self.frequent = u128::from(self.count) * u128::from(slack.as_nanos())
+                >= u128::from(COALESCE_ARRIVALS) * u128::from(window.as_nanos());
+            (self.since, self.count) = (Some(now), 0);
+        }
+    }
+
+    /// Whether frames arrived at least [`COALESCE_ARRIVALS`] per arrival slack over the last
+    /// whole window.
+    pub(super) fn frequent(&self) -> bool {
+        self.frequent
+    }
+}
+
+/// What ended one of the loop's sleeps (`metronome_loop_wakeups_total{by}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// A port had frames to read (or `ppoll` failed: a signal).
+    Frame = 0,
+    /// The timeout ran out: the next departure's time.
+    Due = 1,
+    /// The loop hook's descriptor: an operation of the control socket.
+    Control = 2,
+}
+
+/// How one of the loop's sleeps ended: which ports to read, and why it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Woken {
+    pub(super) inside: bool,
+    pub(super) outside: bool,
+    pub(super) by: Wake,
+}
+
+/// Sleeps until `wake` is readable or `timeout` passes, and unless `deaf` until either port is
+/// readable too (ppoll(2), nanosecond timeout). `wake` is the loop hook's descriptor
+/// ([`super::LoopHook::wake_fd`]: the control socket's operations), which the hook reads at the
+/// top of the next round. A port without a descriptor, any `ppoll` failure (EINTR: a signal) and
+/// every port after a `deaf` sleep count as readable (frames may have come meanwhile).
 pub(super) fn wait<I: PacketPort, O: PacketPort>(
     inside: &I,
     outside: &O,
     wake: Option<BorrowedFd<'_>>,
     timeout: StdDuration,
-) -> (bool, bool) {
+    deaf: bool,
+) -> Woken {
     let events = PollFlags::POLLIN;
-    let (fd_in, fd_out) = (inside.poll_fd(), outside.poll_fd());
+    let (fd_in, fd_out) = if deaf {
+        (None, None)
+    } else {
+        (inside.poll_fd(), outside.poll_fd())
+    };
     let present = [fd_in, fd_out, wake];
     let Some(any) = present.iter().flatten().next().copied() else {
         std::thread::sleep(timeout);
-        return (true, true);
+        return Woken {
+            inside: true,
+            outside: true,
+            by: Wake::Due,
+        };
     };
     // A missing descriptor's place polls one that is present again (harmless, its result
     // unread), so the set is one array whatever is present: nothing allocated per sleep.
@@ -60,5 +132,17 @@ pub(super) fn wait<I: PacketPort, O: PacketPort>(
             r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
         })
     };
-    (fd_in.is_none() || ready(0), fd_out.is_none() || ready(1))
+    let (port_in, port_out) = (fd_in.is_some() && ready(0), fd_out.is_some() && ready(1));
+    let by = if !ok || port_in || port_out {
+        Wake::Frame
+    } else if wake.is_some() && ready(2) {
+        Wake::Control
+    } else {
+        Wake::Due
+    };
+    Woken {
+        inside: fd_in.is_none() || port_in,
+        outside: fd_out.is_none() || port_out,
+        by,
+    }
 }

@@ -49,6 +49,21 @@ impl EncodeLabelSet for ClassParentLabel {
     }
 }
 
+/// `{by="..."}` of the loop's wake-ups (what ended a sleep), plus `silo="i"` when the daemon runs
+/// several silos.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(super) struct WakeLabel {
+    pub(super) by: &'static str,
+    pub(super) silo: Option<u16>,
+}
+
+impl EncodeLabelSet for WakeLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("by", self.by).encode(encoder.encode_label())?;
+        SiloLabel { silo: self.silo }.encode(encoder)
+    }
+}
+
 /// `{silo="i"}`, or nothing with one silo.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub(super) struct SiloLabel {

@@ -4,7 +4,7 @@
 //! [`super`]).
 
 use super::histogram::ArcMetric;
-use super::labels::SiloLabel;
+use super::labels::{SiloLabel, WakeLabel};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,9 +18,15 @@ pub(super) struct SiloSeries {
     pub(super) tx_batch: ArcMetric,
     pub(super) rx_ring_drops: Counter,
     pub(super) loop_sleep_ns: Counter,
+    /// Wake-ups by what ended the sleep, in the order of [`WAKE_CAUSES`].
+    pub(super) wakeups: [Counter; 3],
     pub(super) pass_through_packets: Counter,
     pub(super) pass_through_bytes: Counter,
 }
+
+/// The `by` values of `metronome_loop_wakeups_total`: a frame to read on a port, the next
+/// departure's time (the sleep ran out), an operation of the control socket.
+pub(super) const WAKE_CAUSES: [&str; 3] = ["frame", "due", "control"];
 
 impl SiloSeries {
     pub(super) fn new() -> Self {
@@ -30,6 +36,7 @@ impl SiloSeries {
             tx_batch: ArcMetric::tx_batch(),
             rx_ring_drops: Counter::default(),
             loop_sleep_ns: Counter::default(),
+            wakeups: Default::default(),
             pass_through_packets: Counter::default(),
             pass_through_bytes: Counter::default(),
         }
@@ -42,11 +49,14 @@ const TX_BATCH_HELP: &str = "Packets per transmit batch";
 const RING_DROPS_HELP: &str = "Frames the RX ring dropped (overruns)";
 const LOOP_SLEEP_HELP: &str =
     "Nanoseconds the loop slept waiting for frames or a due time (busy = 1 - rate / 1e9)";
+const WAKEUPS_HELP: &str = "Sleeps of the loop that ended, by what ended them (frame: a port \
+                            had frames to read; due: the next departure's time; control: an \
+                            operation of the control socket)";
 const PASS_PACKETS_HELP: &str = "Packets forwarded unshaped (non-IP, reverse direction)";
 const PASS_BYTES_HELP: &str = "Bytes forwarded unshaped";
 
 /// Registers one silo's series without labels (the one-silo daemon).
-pub(super) fn register_silo_series(r: &mut Registry, s: &SiloSeries) {
+pub(super) fn register_silo_series(r: &mut Registry, s: &mut SiloSeries) {
     let occ = s.wheel_occupancy.clone();
     r.register("wheel_occupancy_packets", OCCUPANCY_HELP, occ);
     r.register("lateness_ns", LATENESS_HELP, s.lateness.clone());
@@ -54,6 +64,9 @@ pub(super) fn register_silo_series(r: &mut Registry, s: &SiloSeries) {
     r.register("rx_ring_drops", RING_DROPS_HELP, s.rx_ring_drops.clone());
     let sleep = s.loop_sleep_ns.clone();
     r.register("loop_sleep_nanoseconds", LOOP_SLEEP_HELP, sleep);
+    let wakeups = Family::<WakeLabel, Counter>::default();
+    s.wakeups = WAKE_CAUSES.map(|by| wakeups.get_or_create(&WakeLabel { by, silo: None }).clone());
+    r.register("loop_wakeups", WAKEUPS_HELP, wakeups);
     let pt = s.pass_through_packets.clone();
     r.register("pass_through_packets", PASS_PACKETS_HELP, pt);
     let ptb = s.pass_through_bytes.clone();
@@ -71,6 +84,7 @@ pub(super) fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeri
     );
     let ring_drops = Family::<SiloLabel, Counter>::default();
     let loop_sleep = Family::<SiloLabel, Counter>::default();
+    let wakeups = Family::<WakeLabel, Counter>::default();
     let pass_packets = Family::<SiloLabel, Counter>::default();
     let pass_bytes = Family::<SiloLabel, Counter>::default();
     let series = (0..n)
@@ -84,6 +98,10 @@ pub(super) fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeri
                 tx_batch: tx_batch.get_or_create(&l).clone(),
                 rx_ring_drops: ring_drops.get_or_create(&l).clone(),
                 loop_sleep_ns: loop_sleep.get_or_create(&l).clone(),
+                wakeups: WAKE_CAUSES.map(|by| {
+                    let label = WakeLabel { by, silo: l.silo };
+                    wakeups.get_or_create(&label).clone()
+                }),
                 pass_through_packets: pass_packets.get_or_create(&l).clone(),
                 pass_through_bytes: pass_bytes.get_or_create(&l).clone(),
             }
@@ -94,6 +112,7 @@ pub(super) fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeri
     r.register("tx_batch_packets", TX_BATCH_HELP, tx_batch);
     r.register("rx_ring_drops", RING_DROPS_HELP, ring_drops);
     r.register("loop_sleep_nanoseconds", LOOP_SLEEP_HELP, loop_sleep);
+    r.register("loop_wakeups", WAKEUPS_HELP, wakeups);
     r.register("pass_through_packets", PASS_PACKETS_HELP, pass_packets);
     r.register("pass_through_bytes", PASS_BYTES_HELP, pass_bytes);
     series
