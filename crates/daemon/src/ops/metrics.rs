@@ -79,6 +79,17 @@ struct Inner {
     silos: Vec<SiloSeries>,
 }
 
+/// What ended one of the loop's sleeps (`metronome_loop_wakeups_total{by}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// A port had frames to read (or `ppoll` failed: a signal).
+    Frame = 0,
+    /// The timeout ran out: the next departure's time.
+    Due = 1,
+    /// The loop hook's descriptor: an operation of the control socket.
+    Control = 2,
+}
+
 /// The daemon's metrics: a cheap, clonable handle to the registry and to the series of one
 /// silo (silo 0 unless made by [`Metrics::for_silo`]).
 #[derive(Clone)]
@@ -500,7 +511,7 @@ impl Metrics {
 
     /// Counts one of the loop's sleeps that ended, by what ended it
     /// (`metronome_loop_wakeups_total{by}`).
-    pub fn loop_woke(&self, by: crate::driver::run::Wake) {
+    pub fn loop_woke(&self, by: Wake) {
         self.series().wakeups[by as usize].inc();
     }
 

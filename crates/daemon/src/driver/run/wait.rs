@@ -4,6 +4,7 @@
 //! of the control socket, wakes the loop at once).
 
 use super::MAX_SLEEP;
+pub use crate::ops::metrics::Wake;
 use metronome_core::Timestamp;
 use metronome_io::PacketPort;
 use nix::poll::{PollFd, PollFlags};
@@ -74,17 +75,6 @@ impl Arrivals {
     pub(super) fn frequent(&self) -> bool {
         self.frequent
     }
-}
-
-/// What ended one of the loop's sleeps (`metronome_loop_wakeups_total{by}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wake {
-    /// A port had frames to read (or `ppoll` failed: a signal).
-    Frame = 0,
-    /// The timeout ran out: the next departure's time.
-    Due = 1,
-    /// The loop hook's descriptor: an operation of the control socket.
-    Control = 2,
 }
 
 /// How one of the loop's sleeps ended: which ports to read, and why it ended.
