@@ -110,15 +110,8 @@ pub struct GridArgs {
     /// Carousel's busy-polling mode: the lowest latency, one core at 100 %).
     #[arg(long)]
     pub busy_poll: bool,
-    /// The daemon rows' `[daemon] timer_slack` instead of its default (200us): how long after a
-    /// departure the idle loop may wake, e.g. `0us` (more wake-ups, less delay).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub timer_slack: Option<metronome_core::Duration>,
-    /// The daemon rows' `[daemon] arrival_slack` instead of its default (400us): the longest idle
-    /// sleep arrivals do not end while the wheel holds frames, e.g. `0us` (every arrival wakes
-    /// the loop).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub arrival_slack: Option<metronome_core::Duration>,
+    #[command(flatten)]
+    pub slack: SlackArgs,
     /// Also draw SVG plots of the rows (deviation, achieved rate, probe RTT, CPU vs target) into
     /// DIR.
     #[arg(long, value_name = "DIR")]
@@ -233,13 +226,34 @@ pub struct AttachArgs {
     /// backpressure (by default both, a 1 ms threshold).
     #[arg(long)]
     pub no_ecn: bool,
-    /// The daemon rows' `[daemon] timer_slack` instead of its default (200us).
+    #[command(flatten)]
+    pub slack: SlackArgs,
+}
+
+/// How long the daemon rows' idle loop may sleep past a departure and through arrivals: the
+/// options of the modes that start the daemon with a loop of their choosing.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct SlackArgs {
+    /// The daemon rows' `[daemon] timer_slack` instead of its default (200us): how long after a
+    /// departure the idle loop may wake, e.g. `0us` (more wake-ups, less delay).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timer_slack: Option<metronome_core::Duration>,
-    /// The daemon rows' `[daemon] arrival_slack` instead of its default (400us); `0us`: every
-    /// arrival wakes the loop.
+    /// The daemon rows' `[daemon] arrival_slack` instead of its default (400us): the longest idle
+    /// sleep arrivals do not end while frames arrive often and the wheel holds frames, e.g. `0us`
+    /// (every arrival wakes the loop).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub arrival_slack: Option<metronome_core::Duration>,
+}
+
+impl SlackArgs {
+    /// The daemon rows' loop mode: these slacks, spinning when idle if `busy_poll`.
+    pub fn daemon_loop(&self, busy_poll: bool) -> metronome_testbed::compare::DaemonLoop {
+        metronome_testbed::compare::DaemonLoop {
+            busy_poll,
+            timer_slack: self.timer_slack,
+            arrival_slack: self.arrival_slack,
+        }
+    }
 }
 
 /// A shaper of the attach comparison's host part, by its row name.

@@ -202,11 +202,7 @@ fn options(args: &AttachArgs) -> AttachOptions {
     options.pace_sockets = args.pace_sockets;
     options.congestion = args.congestion.clone();
     options.ecn = !args.no_ecn;
-    options.daemon_loop = metronome_testbed::compare::DaemonLoop {
-        busy_poll: false,
-        timer_slack: args.timer_slack,
-        arrival_slack: args.arrival_slack,
-    };
+    options.daemon_loop = args.slack.daemon_loop(false);
     // The daemon rows run this very binary's `run`.
     options.daemon_binary = std::env::current_exe().ok();
     if !args.target.is_empty() {

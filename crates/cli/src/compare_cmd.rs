@@ -372,11 +372,7 @@ fn run_grid(g: &GridArgs, quick: bool, ceiling: bool) -> anyhow::Result<()> {
     options.offloads = g.offloads;
     options.daemon_cores = usize::from(g.daemon_cores);
     options.isolate_daemon = g.isolate_daemon;
-    options.daemon_loop = DaemonLoop {
-        busy_poll: g.busy_poll,
-        timer_slack: g.timer_slack,
-        arrival_slack: g.arrival_slack,
-    };
+    options.daemon_loop = g.slack.daemon_loop(g.busy_poll);
     if !g.target.is_empty() {
         options.targets_bps = g.target.iter().map(|r| r.bps()).collect();
     }

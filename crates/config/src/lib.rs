@@ -299,8 +299,8 @@ pub struct DaemonConfig {
     /// machine's own wake-up latency aside, at most this much after it. `"0s"`: wake for each
     /// departure. Default [`DEFAULT_TIMER_SLACK`].
     pub timer_slack: Duration,
-    /// While the wheel holds frames, the longest idle sleep through which arrivals do not wake
-    /// the loop: a frame that arrives then waits at most this much before the loop reads it (the
+    /// While frames arrive at least two per slack (over the last 10 ms) and the wheel holds
+    /// frames, the longest idle sleep through which arrivals do not wake the loop: a frame that arrives then waits at most this much before the loop reads it (the
     /// machine's own wake-up latency aside). `"0s"`: every arrival wakes the loop. Default
     /// [`DEFAULT_ARRIVAL_SLACK`].
     pub arrival_slack: Duration,

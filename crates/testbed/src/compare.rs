@@ -231,15 +231,20 @@ impl DaemonLoop {
         if self.busy_poll {
             lines += "busy_poll = true\n";
         }
-        for (key, slack) in [
-            ("timer_slack", self.timer_slack),
-            ("arrival_slack", self.arrival_slack),
-        ] {
-            if let Some(d) = slack {
-                lines += &format!("{key} = \"{}ns\"\n", d.as_nanos());
-            }
+        for (key, slack) in self.slacks() {
+            lines += &format!("{key} = \"{}ns\"\n", slack.as_nanos());
         }
         lines
+    }
+
+    /// The slacks set, by their `[daemon]` key.
+    fn slacks(&self) -> impl Iterator<Item = (&'static str, metronome_core::Duration)> {
+        [
+            ("timer_slack", self.timer_slack),
+            ("arrival_slack", self.arrival_slack),
+        ]
+        .into_iter()
+        .filter_map(|(key, slack)| Some((key, slack?)))
     }
 
     /// The mode in words, `None` for the defaults.
@@ -248,11 +253,8 @@ impl DaemonLoop {
         if self.busy_poll {
             parts.push("busy_poll = true".to_owned());
         }
-        if let Some(slack) = self.timer_slack {
-            parts.push(format!("timer_slack = {} us", slack.as_nanos() / 1_000));
-        }
-        if let Some(slack) = self.arrival_slack {
-            parts.push(format!("arrival_slack = {} us", slack.as_nanos() / 1_000));
+        for (key, slack) in self.slacks() {
+            parts.push(format!("{key} = {} us", slack.as_nanos() / 1_000));
         }
         (!parts.is_empty()).then(|| parts.join(", "))
     }

@@ -238,8 +238,8 @@ pub struct LoopOptions {
     /// How long after the wheel's next departure the idle loop may sleep (`[daemon]
     /// timer_slack`, `wake_after`).
     pub timer_slack: metronome_core::Duration,
-    /// While the wheel holds frames, the longest idle sleep arrivals do not end (`[daemon]
-    /// arrival_slack`, `sleeps_through_arrivals`).
+    /// While frames arrive often and the wheel holds frames, the longest idle sleep arrivals do
+    /// not end (`[daemon] arrival_slack`, `sleeps_through_arrivals`).
     pub arrival_slack: metronome_core::Duration,
     /// The receiving sockets' early filter this loop feeds; `None`: none.
     pub early: Option<EarlyLoop>,
@@ -341,7 +341,7 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
         }
         let moved = move_frames(engine, &mut inn, &mut out, &mut rx, (now, clock), batch)?;
         let (work, rx_back) = (moved.work, moved.back);
-        arrivals.count(now, moved.arrived, options.arrival_slack);
+        arrivals.count(now, moved.ahead + moved.back, options.arrival_slack);
         passed_back += rx_back;
         refusing_ns += moved.refusing_ns;
         let before = inn.live() + out.live();
@@ -417,10 +417,10 @@ pub fn run_loop<I: PacketPort, O: PacketPort, C: Clock, H: LoopHook>(
 struct Moved {
     /// Frames that moved.
     work: usize,
+    /// Of them, those received on `inside`.
+    ahead: u64,
     /// Of them, those received on `outside`.
     back: u64,
-    /// Of them, those received on either port.
-    arrived: u64,
     /// The round's time spent on frames the engine refused ([`LoopReport::refusing_ns`]).
     refusing_ns: u64,
 }
@@ -444,6 +444,7 @@ where
     let t = out.carrier.shaping_time(now);
     let mut work = 0;
     let mut refusing_ns = 0;
+    let mut ahead = 0;
     // Inside -> engine, only when the outgoing batch has room for what may pass at once.
     let dropped = engine.dropped();
     if let Some(n) = inn.recv(out.tx.len() < batch, out.pool, rx, now)? {
@@ -453,16 +454,15 @@ where
             let took = clock.now().saturating_since(now).as_nanos();
             refusing_ns = took * refused / (n as u64).max(refused);
         }
+        ahead = n as u64;
         work += n;
     }
-    let mut arrived = work as u64;
     let mut back = 0;
     if let Some(n) = out.recv(inn.tx.len() < batch, inn.pool, rx, now)? {
         let from = inn.tx.len();
         engine.pass_through(inn.pool, &rx[..n], &mut inn.tx);
         engine.shape_acks(t, inn.pool, &mut inn.tx, from);
         back = n as u64;
-        arrived += back;
         work += n;
     }
     let room = inn.room();
@@ -471,8 +471,8 @@ where
     work += release_shaped(engine, out.pool, &mut out.carrier, now, &mut out.tx, room);
     Ok(Moved {
         work,
+        ahead,
         back,
-        arrived,
         refusing_ns,
     })
 }
@@ -530,9 +530,9 @@ fn idle_timeout<I, O>(
 /// Whether the idle loop's sleep of `timeout` ignores arrivals: when frames arrive often (at
 /// least two per `arrival_slack` over the last 10 ms, `wait::Arrivals`) and the wheel holds
 /// frames (`queued`: both; the loop wakes for the next departure anyway, none waiting for the
-/// device), and the sleep is at most `arrival_slack` (`[daemon] arrival_slack`). The round it wakes for then
-/// reads whatever arrived meanwhile: one wake-up for a departure and the arrivals before it,
-/// each arrival read at most `arrival_slack` after it came. An idle loop (nothing queued), or
+/// device), and the sleep is at most `arrival_slack` (`[daemon] arrival_slack`). The round it
+/// wakes for then reads whatever arrived meanwhile: one wake-up for a departure and the
+/// arrivals before it, each arrival read at most `arrival_slack` after it came. An idle loop (nothing queued), or
 /// one whose next departure is further away, wakes for an arrival at once.
 fn sleeps_through_arrivals(
     queued: bool,

@@ -90,6 +90,20 @@ pub enum Wake {
     Control = 2,
 }
 
+impl Wake {
+    /// Every cause, in the order of their values (each one's index in a silo's series).
+    pub const ALL: [Wake; 3] = [Wake::Frame, Wake::Due, Wake::Control];
+
+    /// The cause's `by` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Wake::Frame => "frame",
+            Wake::Due => "due",
+            Wake::Control => "control",
+        }
+    }
+}
+
 /// The daemon's metrics: a cheap, clonable handle to the registry and to the series of one
 /// silo (silo 0 unless made by [`Metrics::for_silo`]).
 #[derive(Clone)]

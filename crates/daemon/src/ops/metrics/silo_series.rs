@@ -5,6 +5,7 @@
 
 use super::histogram::ArcMetric;
 use super::labels::{SiloLabel, WakeLabel};
+use super::Wake;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,15 +19,11 @@ pub(super) struct SiloSeries {
     pub(super) tx_batch: ArcMetric,
     pub(super) rx_ring_drops: Counter,
     pub(super) loop_sleep_ns: Counter,
-    /// Wake-ups by what ended the sleep, in the order of [`WAKE_CAUSES`].
+    /// Wake-ups by what ended the sleep, in the order of [`Wake::ALL`].
     pub(super) wakeups: [Counter; 3],
     pub(super) pass_through_packets: Counter,
     pub(super) pass_through_bytes: Counter,
 }
-
-/// The `by` values of `metronome_loop_wakeups_total`: a frame to read on a port, the next
-/// departure's time (the sleep ran out), an operation of the control socket.
-pub(super) const WAKE_CAUSES: [&str; 3] = ["frame", "due", "control"];
 
 impl SiloSeries {
     pub(super) fn new() -> Self {
@@ -65,7 +62,14 @@ pub(super) fn register_silo_series(r: &mut Registry, s: &mut SiloSeries) {
     let sleep = s.loop_sleep_ns.clone();
     r.register("loop_sleep_nanoseconds", LOOP_SLEEP_HELP, sleep);
     let wakeups = Family::<WakeLabel, Counter>::default();
-    s.wakeups = WAKE_CAUSES.map(|by| wakeups.get_or_create(&WakeLabel { by, silo: None }).clone());
+    s.wakeups = Wake::ALL.map(|w| {
+        wakeups
+            .get_or_create(&WakeLabel {
+                by: w.name(),
+                silo: None,
+            })
+            .clone()
+    });
     r.register("loop_wakeups", WAKEUPS_HELP, wakeups);
     let pt = s.pass_through_packets.clone();
     r.register("pass_through_packets", PASS_PACKETS_HELP, pt);
@@ -98,8 +102,11 @@ pub(super) fn register_silo_families(r: &mut Registry, n: usize) -> Vec<SiloSeri
                 tx_batch: tx_batch.get_or_create(&l).clone(),
                 rx_ring_drops: ring_drops.get_or_create(&l).clone(),
                 loop_sleep_ns: loop_sleep.get_or_create(&l).clone(),
-                wakeups: WAKE_CAUSES.map(|by| {
-                    let label = WakeLabel { by, silo: l.silo };
+                wakeups: Wake::ALL.map(|w| {
+                    let label = WakeLabel {
+                        by: w.name(),
+                        silo: l.silo,
+                    };
                     wakeups.get_or_create(&label).clone()
                 }),
                 pass_through_packets: pass_packets.get_or_create(&l).clone(),

@@ -22,6 +22,13 @@ fn pow2_buckets_are_exact_at_the_bounds() {
 }
 
 #[test]
+fn every_wake_cause_sits_at_its_own_index() {
+    for (i, w) in Wake::ALL.iter().enumerate() {
+        assert_eq!(*w as usize, i, "{w:?}");
+    }
+}
+
+#[test]
 fn encoding_holds_every_family() {
     let m = Metrics::new();
     let a = m.class("A");
@@ -35,6 +42,9 @@ fn encoding_holds_every_family() {
     m.observe_tx_batch(64);
     m.rx_ring_drops(2);
     m.loop_slept_ns(7_000);
+    m.loop_woke(Wake::Due);
+    m.loop_woke(Wake::Due);
+    m.loop_woke(Wake::Frame);
     m.malformed("truncated_ipv4");
     m.pass_through(5, 300);
     let text = m.encode();
@@ -53,6 +63,9 @@ fn encoding_holds_every_family() {
         r#"metronome_tx_batch_packets_bucket{le="64.0"} 1"#,
         "metronome_rx_ring_drops_total 2",
         "metronome_loop_sleep_nanoseconds_total 7000",
+        r#"metronome_loop_wakeups_total{by="frame"} 1"#,
+        r#"metronome_loop_wakeups_total{by="due"} 2"#,
+        r#"metronome_loop_wakeups_total{by="control"} 0"#,
         r#"metronome_malformed_frames_total{reason="truncated_ipv4"} 1"#,
         "metronome_pass_through_packets_total 5",
         "metronome_pass_through_bytes_total 300",
@@ -142,9 +155,18 @@ fn silos_sum_into_totals_of_their_own() {
     m.for_silo(0).class("a").sent(1, 10);
     m.for_silo(1).class("a").sent(2, 20);
     m.for_silo(1).class("b").sent(3, 30);
+    m.for_silo(1).loop_woke(Wake::Control);
     let text = m.encode();
     assert!(
         text.contains(r#"metronome_all_classes_bytes_total{silo="0"} 10"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_loop_wakeups_total{by="control",silo="1"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"metronome_loop_wakeups_total{by="control",silo="0"} 0"#),
         "{text}"
     );
     assert!(
